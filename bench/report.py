@@ -1,0 +1,549 @@
+#!/usr/bin/env python3
+# report.py - BENCHMARKS.md and the plot data from one run's results.
+#
+#   report.py --plots OUTDIR          write OUTDIR/*.dat for plot.gp
+#   report.py --out FILE OUTDIR       write the report from OUTDIR/results.tsv
+#
+# Every figure in the report comes from OUTDIR/results.tsv and
+# OUTDIR/machine.txt of the same run; the only numbers written here are the
+# targets and the cited reference figures of ANCHORS.md (other machine,
+# other date, said so next to them).
+import argparse
+import math
+import os
+import sys
+
+# Reference figures cited from ANCHORS.md (2026-11-30, 2-vCPU AMD EPYC
+# Firecracker VM): not measured by this run.
+ANCHOR_NOTE = "measured 2026-11-30 on a 2-vCPU AMD EPYC Firecracker VM (ANCHORS.md)"
+ANCHORS_R4J = [
+    ("CircuitBreaker.decorateSupplier, count window 100 (SYNCHRONIZED)", "81.0 [80.2-101]",
+     "breaker.count100.acq_rel"),
+    ("same, LOCK_FREE window", "114.7", "breaker.count100.acq_rel"),
+    ("AtomicRateLimiter.acquirePermission, permitted", "44.0", "limit.admit"),
+    ("AtomicRateLimiter.acquirePermission, denied", "112", "limit.reject"),
+    ("SemaphoreBulkhead tryAcquirePermission + onComplete", "13.6", "bulkhead.acq_rel"),
+]
+ANCHORS_NODE = [
+    ("opossum 9 breaker (defaults)", "+1,051 ns per call, 7.0 KB per instance"),
+    ("cockatiel 3 breaker (consecutive / sampling)", "+119 / +160 ns, 1.2 / 2.0 KB"),
+    ("cockatiel retry / bulkhead / retry+breaker+bulkhead", "+134 / +62 / +485 ns"),
+]
+ANCHORS_REDIS = [
+    ("PING (transport floor), unix", "33.9 / 110 us", "22.0 k"),
+    ("GCRA Lua EVALSHA, 10k keys, unix", "40.8 / 102 us", "22.6 k / 34.6 k"),
+    ("sliding-window log (sorted set pipeline), unix", "50.3 / 130 us", "18.5 k / 31.3 k"),
+    ("breaker record + read (Lua hash), unix", "39.3 / 97 us", "23.2 k / 37.9 k"),
+]
+
+HOT = [
+    ("empty.acq_rel", "policy with no component: acquire + release"),
+    ("breaker.count100.acq_rel", "breaker, count window 100: acquire + release"),
+    ("breaker.consecutive.acq_rel", "breaker, consecutive window: acquire + release"),
+    ("breaker.time.acq_rel", "breaker, time window 10 s: acquire + release"),
+    ("breaker.open_reject", "breaker OPEN: rejection"),
+    ("limit.admit", "rate limiter (GCRA), unkeyed: admit + release"),
+    ("limit.admit_slow_rate", "GCRA, 100/s (coarse clock allowed): admit + release"),
+    ("limit.reject", "GCRA, unkeyed: rejection"),
+    ("limit.keyed_1k.random", "keyed GCRA, 1k keys, uniform"),
+    ("limit.keyed_1k.zipf", "keyed GCRA, 1k keys, Zipf 0.99"),
+    ("limit.keyed_100k.random", "keyed GCRA, 100k keys, uniform"),
+    ("limit.keyed_100k.zipf", "keyed GCRA, 100k keys, Zipf 0.99"),
+    ("limit.keyed_1m.random", "keyed GCRA, 1M keys, uniform"),
+    ("limit.keyed_1m.zipf", "keyed GCRA, 1M keys, Zipf 0.99"),
+    ("limit.keyed_reject", "keyed GCRA, 1k keys: rejection"),
+    ("bulkhead.acq_rel", "bulkhead: enter + exit"),
+    ("adaptive.acq_rel", "adaptive limit (Vegas): enter + exit"),
+    ("shed.acq_rel", "load shedder: check + release"),
+    ("budget.acq_rel", "retry budget policy: acquire + release"),
+    ("retry.next", "retry decision, no budget (begin + next)"),
+    ("budget.retry_next", "retry decision against a gRPC budget (begin + next; drained: refusals)"),
+    ("breaker.count100.call", "resil_call around a breaker (count 100)"),
+    ("stack.acq_rel", "breaker + limiter + bulkhead: acquire + release"),
+]
+
+# (name, label, ANCHORS.md figure on the other machine)
+FLOORS = [
+    ("bare_call", "the bare call (the dependency, out of line)", ""),
+    ("fetch_add", "atomic fetch_add, uncontended, MAP_SHARED memfd page", "6.41 [6.00-10.8]"),
+    ("load_acquire", "acquire load", "0.31"),
+    ("cas", "CAS, success", "6.07"),
+    ("clock_monotonic", "clock_gettime(CLOCK_MONOTONIC)", "27.9 (kvm-clock)"),
+    ("clock_coarse", "clock_gettime(CLOCK_MONOTONIC_COARSE)", "3.39"),
+    ("clock_cas", "GCRA floor: CLOCK_MONOTONIC read + CAS", ""),
+    ("coarse_cas", "coarse GCRA floor: CLOCK_MONOTONIC_COARSE read + CAS", ""),
+    ("syscall_getppid", "one syscall (getppid)", "1,042"),
+]
+
+
+def load(outdir):
+    rows = {}
+    with open(os.path.join(outdir, "results.tsv")) as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            p = line.rstrip("\n").split("\t")
+            while len(p) < 8:
+                p.append("")
+            g, n, m = p[0], p[1], p[2]
+            try:
+                v = (float(p[3]), float(p[4]), float(p[5]))
+            except ValueError:
+                continue
+            rows[(g, n, m)] = (v, p[6], p[7])
+    machine = []
+    mp = os.path.join(outdir, "machine.txt")
+    if os.path.exists(mp):
+        machine = [l.rstrip("\n") for l in open(mp)]
+    return rows, machine
+
+
+class R:
+    def __init__(self, rows):
+        self.rows = rows
+        # the fleet's own segments; "resil-process" exists when resild ran
+        self.main = "resil"
+
+    def get(self, g, n, m="ns_op"):
+        r = self.rows.get((g, n, m))
+        return r[0][0] if r else None
+
+    def full(self, g, n, m="ns_op"):
+        return self.rows.get((g, n, m))
+
+    def instr(self, n):
+        for g in ("resil", "resil-process"):
+            v = self.get(g, n, "instr_op")
+            if v is not None:
+                return v
+        return None
+
+
+def fmt(v, digits=None):
+    if v is None:
+        return "n/a"
+    if digits is not None:
+        return f"{v:,.{digits}f}"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def fmt_instr(v):
+    if v is None:
+        return "n/a"
+    return f"{v:.0f}" if v >= 10 else f"{v:.1f}"
+
+
+def fmt_range(r):
+    if r is None:
+        return "n/a"
+    (med, mn, mx), _, _ = r
+    return f"{fmt(med)} [{fmt(mn)}-{fmt(mx)}]"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fmt_ratio(x):
+    if x is None:
+        return "n/a"
+    if x >= 100:
+        return f"{x:,.0f}x"
+    return f"{x:.2f}x"
+
+
+def us_to_ns(v):
+    return None if v is None else v * 1e3
+
+
+def verdict(ok):
+    if ok is None:
+        return "not measured"
+    return "**met**" if ok else "**not met**"
+
+
+def plots(outdir):
+    rows, _ = load(outdir)
+    r = R(rows)
+    with open(os.path.join(outdir, "cost.dat"), "w") as f:
+        f.write("# label ns_op group\n")
+        sel = [("floor", "fetch_add", "fetch_add"), ("floor", "cas", "CAS"),
+               ("floor", "clock_monotonic", "clock MONO"),
+               ("floor", "clock_coarse", "clock COARSE"),
+               ("resil", "breaker.count100.acq_rel", "breaker"),
+               ("resil", "breaker.open_reject", "breaker open"),
+               ("resil", "limit.admit", "GCRA admit"), ("resil", "limit.reject", "GCRA reject"),
+               ("resil", "limit.keyed_1m.random", "keyed 1M"),
+               ("resil", "bulkhead.acq_rel", "bulkhead"),
+               ("resil", "adaptive.acq_rel", "adaptive"), ("resil", "shed.acq_rel", "shed"),
+               ("resil", "stack.acq_rel", "3 components"),
+               ("floor", "syscall_getppid", "syscall"),
+               ("socket", "get_roundtrip", "resild socket"),
+               ("redis", "ping", "Redis PING"), ("redis", "gcra_evalsha", "Redis GCRA"),
+               ("redis", "sliding_window_pipeline", "Redis window"),
+               ("redis", "breaker_lua", "Redis breaker")]
+        for g, n, label in sel:
+            v = r.get(g, n)
+            if g in ("socket", "redis"):  # round trips: the p50, as the targets use
+                v = us_to_ns(r.get(g, n, "p50_us"))
+            if v is not None:
+                kind = {"floor": 0, "resil": 1}.get(g, 2)
+                f.write(f"\"{label}\" {v:.4g} {kind}\n")
+    with open(os.path.join(outdir, "mp.dat"), "w") as f:
+        kinds = ["fetch_add", "breaker.count100", "bulkhead", "limit.admit"]
+        f.write("# procs " + " ".join(f"{k}.shared {k}.separate" for k in kinds) + "\n")
+        for p in (1, 2, 4):
+            vals = []
+            for k in kinds:
+                for s in ("shared", "separate"):
+                    v = r.get("mp", f"{k}.{s}.p{p}", "mops")
+                    vals.append("NaN" if v is None else f"{v:.4g}")
+            f.write(f"{p} " + " ".join(vals) + "\n")
+    with open(os.path.join(outdir, "fleet.dat"), "w") as f:
+        f.write("# label shared per_process\n")
+        for m, label in (("dead_calls", "dead calls"),
+                         ("probes", "probes")):
+            a = r.get("fleet", "breaker.shared", m)
+            b = r.get("fleet", "breaker.process", m)
+            f.write(f"\"{label}\" {a if a is not None else 0} "
+                    f"{b if b is not None else 0}\n")
+    with open(os.path.join(outdir, "rate.dat"), "w") as f:
+        f.write("# shape shared_r process_r_over_n process_r\n")
+        for shape, label in (("all_busy", "4 of 4 busy"),
+                             ("one_busy", "1 of 4 busy")):
+            vals = []
+            for c in ("shared_r", "process_r_over_n", "process_r"):
+                v = r.get("fleet", f"rate.{shape}.{c}", "admitted_per_s")
+                vals.append("0" if v is None else f"{v:.4g}")
+            f.write(f"\"{label}\" " + " ".join(vals) + "\n")
+
+
+def report(outdir, path):
+    rows, machine = load(outdir)
+    r = R(rows)
+    daemon = any(k[0] == "resil-process" for k in rows)
+    smoke = any(l.strip() == "smoke: 1" for l in machine)
+    L = []
+    w = L.append
+
+    faa = r.get("floor", "fetch_add")
+    clock_cas = r.get("floor", "clock_cas")
+    bare = r.get("floor", "bare_call")
+
+    w("# resil benchmarks")
+    w("")
+    w("Generated by `bench/run.sh` from the results of one run (`bench/out/results.tsv`);")
+    w("every figure below comes from that run except the cited reference figures of")
+    w("`ANCHORS.md`, marked as such. Do not edit by hand: run `bench/run.sh` again.")
+    if smoke:
+        w("")
+        w("**Smoke run**: one short run per case; the figures only show that every part runs.")
+    w("")
+    w("## Machine")
+    w("")
+    w("```")
+    for l in machine:
+        w(l)
+    w("```")
+    w("")
+    w("## Commands")
+    w("")
+    w("```sh")
+    w("cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j2")
+    w("bench/run.sh build      # everything, a few minutes (./run.sh bench does both steps)")
+    w("bench/run.sh build --smoke   # every part in seconds; writes nothing in the tree")
+    w("# parts: build/bench/resil_bench --help; build/examples/fleet_demo --help")
+    w("```")
+    w("")
+    loadavg = [l.split(": ", 1)[1] for l in machine if l.startswith("load average")]
+    if loadavg:
+        txt = f"{loadavg[0]} at the start"
+        if len(loadavg) > 1:
+            txt += f", {loadavg[1]} at the end"
+        w(f"The machine is shared (2 vCPUs, other work running): load average {txt}.")
+        w("Nanosecond figures move with that load, by 2x on a busy machine;")
+        w("instruction counts do not, and the ratios compare figures of the same run.")
+        w("")
+    w("Method: each case is a loop calibrated to about 40 ms per run, 7 runs; the figure is")
+    w("the median ns/op with [min-max] of the runs. Instructions per operation come from")
+    w("`valgrind --tool=callgrind` on a fixed count of iterations between two client")
+    w("requests (collection on, off), loop included; valgrind hides the vDSO, so a clock")
+    w("read is not counted as what it costs natively. The policies are measured in " +
+      ("resild's segments (`resil`), and again in an embedded segment of the process" +
+       " (`per-process`, the same policy kept per process)." if daemon else
+       "embedded segments (resild was not available for this run)."))
+    w("The socket baseline sends one `Get` request to resild per decision and waits for its")
+    w("answer (what asking a naive policy server costs); the Redis baselines use hiredis")
+    w("over a unix socket to a private `redis-server` without persistence.")
+    w("")
+
+    # targets first: that is what the reader wants
+    w("## Targets")
+    w("")
+    w("| target | figure of this run | |")
+    w("|---|---|---|")
+    br = r.get("resil", "breaker.count100.acq_rel")
+    bh = r.get("resil", "bulkhead.acq_rel")
+    la = r.get("resil", "limit.admit")
+    ls = r.get("resil", "limit.admit_slow_rate")
+    k1m = r.get("resil", "limit.keyed_1m.random")
+    x = ratio(br, faa)
+    w(f"| breaker acquire+release within 4x the fetch_add floor | {fmt(br)} ns = "
+      f"{fmt_ratio(x)} fetch_add ({fmt(faa)} ns) | {verdict(None if x is None else x <= 4)} |")
+    x = ratio(bh, faa)
+    w(f"| bulkhead enter+exit within 4x the fetch_add floor | {fmt(bh)} ns = "
+      f"{fmt_ratio(x)} fetch_add | {verdict(None if x is None else x <= 4)} |")
+    x = ratio(la, clock_cas)
+    w(f"| GCRA within 1.2x its floor (precise clock read + CAS) | {fmt(la)} ns = "
+      f"{fmt_ratio(x)} floor ({fmt(clock_cas)} ns) | {verdict(None if x is None else x <= 1.2)} |")
+    x = ratio(ls, faa)
+    w(f"| GCRA within 4x fetch_add with a coarse clock (rate 100/s) | {fmt(ls)} ns = "
+      f"{fmt_ratio(x)} fetch_add | {verdict(None if x is None else x <= 4)} |")
+    x = ratio(k1m, la)
+    w(f"| keyed GCRA at 1M keys within 2x unkeyed | {fmt(k1m)} ns = {fmt_ratio(x)} unkeyed "
+      f"| {verdict(None if x is None else x <= 2)} |")
+    rg = us_to_ns(r.get("redis", "gcra_evalsha", "p50_us"))
+    rb = us_to_ns(r.get("redis", "breaker_lua", "p50_us"))
+    x1, x2 = ratio(rg, la), ratio(rb, br)
+    both = None if x1 is None or x2 is None else (x1 >= 1000 and x2 >= 1000)
+    w(f"| >= 1000x cheaper than Redis (p50 of a round trip / resil median) | "
+      f"GCRA: Redis {fmt(rg)} ns / resil {fmt(la)} ns = "
+      f"{fmt_ratio(x1)}; breaker: {fmt(rb)} / {fmt(br)} = {fmt_ratio(x2)} | {verdict(both)} |")
+    so = us_to_ns(r.get("socket", "get_roundtrip", "p50_us"))
+    x = ratio(so, br)
+    w(f"| >= 500x cheaper than a socket round trip (p50) | {fmt(so)} ns / breaker {fmt(br)} ns = "
+      f"{fmt_ratio(x)} | {verdict(None if x is None else x >= 500)} |")
+    mpv = [(k, r.get("mp", f"{k}.shared.p2", "mops"))
+           for k in ("breaker.count100", "bulkhead", "limit.admit")]
+    txt = ", ".join(f"{k} {fmt(v)}" for k, v in mpv)
+    met = [k for k, v in mpv if v is not None and v >= 25]
+    unmet = [k for k, v in mpv if v is not None and v < 25]
+    if not met and not unmet:
+        vtxt = verdict(None)
+    elif not unmet:
+        vtxt = verdict(True)
+    else:
+        vtxt = (f"**met** for {', '.join(met)}; " if met else "") + \
+            f"**not met** for {', '.join(unmet)}"
+    w(f"| 2 processes on one policy >= 25 M decisions/s together | {txt} M/s | {vtxt} |")
+    sd = r.get("fleet", "breaker.shared", "dead_calls")
+    pd = r.get("fleet", "breaker.process", "dead_calls")
+    bound = r.get("fleet", "breaker.shared", "dead_calls_bound")
+    nw = r.get("fleet", "breaker.shared", "workers")
+    x = ratio(pd, sd)
+    ok = None if sd is None or bound is None else sd <= bound
+    w(f"| fleet: a shared breaker lets at most threshold + probes reach the dead dependency "
+      f"per open | {fmt(sd, 0)} calls in the outage; bound {fmt(bound, 0)} = 5 to open + 3 "
+      f"probes per breaker.wait the outage lasted | {verdict(ok)} |")
+    okp = None if pd is None or sd is None or nw is None else pd >= sd * nw * 0.5
+    w(f"| fleet: per-process breakers, N times that | {fmt(pd, 0)} calls = {fmt_ratio(x)} "
+      f"shared with N = {fmt(nw, 0)} | {verdict(okp)} (at least N/2 times) |")
+    w("")
+
+    # hot paths
+    w("## Hot paths, one process")
+    w("")
+    hdr = "| operation | ns/op median [min-max] | x fetch_add | x bare call | instr/op |"
+    sep = "|---|---|---|---|---|"
+    if daemon:
+        hdr += " per-process ns/op |"
+        sep += "---|"
+    w(hdr)
+    w(sep)
+    for n, label in HOT:
+        f = r.full("resil", n)
+        if f is None and r.full("resil-process", n) is None:
+            continue
+        v = f[0][0] if f else None
+        line = (f"| {label} | {fmt_range(f)} | {fmt_ratio(ratio(v, faa))} | "
+                f"{fmt_ratio(ratio(v, bare))} | {fmt_instr(r.instr(n))} |")
+        if daemon:
+            line += f" {fmt_range(r.full('resil-process', n))} |"
+        w(line)
+    w("")
+    w("Admitted fraction per case (a rejection case must show 0, an admission case 1):")
+    w("")
+    notes = []
+    for n, _ in HOT:
+        f = r.full("resil", n)
+        if f and "admitted=" in f[2]:
+            notes.append(f"`{n}` {f[2].split()[0].split('=')[1]}")
+    w(", ".join(notes) if notes else "n/a")
+    w("")
+    cgb = os.path.join(outdir, "cg_breaker.tsv")
+    if os.path.exists(cgb) and os.path.getsize(cgb) > 0:
+        w("Where the instructions of the breaker's acquire + release go (callgrind, per")
+        w("operation, self cost of each function, this run):")
+        w("")
+        w("| instr/op | function |")
+        w("|---|---|")
+        for line in open(cgb):
+            p = line.rstrip("\n").split("\t")
+            if len(p) == 2:
+                w(f"| {p[0]} | `{p[1]}` |")
+        w("")
+    w("![cost per decision, log scale](bench/cost.png)")
+    w("")
+
+    w("## Floors (same run)")
+    w("")
+    w("| operation | ns/op median [min-max] | instr/op | cited: ANCHORS.md, AMD EPYC |")
+    w("|---|---|---|---|")
+    for n, label, anchor in FLOORS:
+        f = r.full("floor", n)
+        if f is None:
+            continue
+        ins = fmt_instr(r.get("floor", n, "instr_op"))
+        if "clock" in n and ins != "n/a":
+            ins += " (vDSO not counted)"
+        w(f"| {label} | {fmt_range(f)} | {ins} | {anchor} |")
+    w("")
+
+    w("## Peers: a round trip per decision (same run)")
+    w("")
+    w("| decision | mean ns | p50 / p99 us | decisions/s, 1 / 4 clients | memory | "
+      "p50 / resil |")
+    w("|---|---|---|---|---|---|")
+    peers = [("socket", "get_roundtrip", "resild control socket, Get per decision",
+              "breaker.count100.acq_rel"),
+             ("redis", "ping", "Redis PING (transport floor)", None),
+             ("redis", "gcra_evalsha", "Redis GCRA, Lua EVALSHA, 10k keys", "limit.admit"),
+             ("redis", "sliding_window_pipeline",
+              "Redis sliding window (seed 004: MULTI ZREMRANGEBYSCORE ZADD ZCARD EXPIRE)",
+              "limit.admit"),
+             ("redis", "breaker_lua", "Redis breaker, Lua hash, record + read",
+              "breaker.count100.acq_rel")]
+    for g, n, label, cmp in peers:
+        mean = r.get(g, n)
+        if mean is None:
+            continue
+        p50, p99 = r.get(g, n, "p50_us"), r.get(g, n, "p99_us")
+        t1 = r.get(g, f"{n}.clients1", "decisions_per_s")
+        t4 = r.get(g, f"{n}.clients4", "decisions_per_s")
+        mem = r.get(g, n, "bytes_per_key")
+        memtxt = f"{fmt(mem, 0)} B per key" if mem is not None else ""
+        if n == "sliding_window_pipeline":
+            full = r.get(g, "sliding_window_full", "bytes_per_key")
+            if full is not None:
+                memtxt += f"; {fmt(full, 0)} B with a full window of 100"
+        tp = f"{fmt(t1, 0)} / {fmt(t4, 0)}" if t1 is not None else "n/a"
+        w(f"| {label} | {fmt(mean)} | {fmt(p50)} / {fmt(p99)} | {tp} | {memtxt} | "
+          f"{fmt_ratio(ratio(p50 * 1e3, r.get('resil', cmp))) if cmp and p50 else ''} |")
+    w("")
+    w("Cited for comparison, " + ANCHOR_NOTE + ":")
+    w("")
+    w("| Redis 7.0 decision (other machine) | p50 / p99 | decisions/s, 1 / 4 clients |")
+    w("|---|---|---|")
+    for a, b, c in ANCHORS_REDIS:
+        w(f"| {a} | {b} | {c} |")
+    w("")
+
+    w("## In-process libraries (cited, not measured here)")
+    w("")
+    w("Resilience4j 2.4.0 cannot be built on these machines (no Maven registry) and this")
+    w("run does not re-measure the Node libraries: figures " + ANCHOR_NOTE + ",")
+    w("another machine; each keeps its state per process. The resil column is this run's,")
+    w("on this machine, for a policy the whole fleet shares.")
+    w("")
+    w("| Resilience4j 2.4.0 (JVM 17, per process) | ns/op | resil, same decision, ns/op |")
+    w("|---|---|---|")
+    for a, b, n in ANCHORS_R4J:
+        w(f"| {a} | {b} | {fmt(r.get('resil', n))} |")
+    w("")
+    w("| Node.js library (per process) | overhead per call |")
+    w("|---|---|")
+    for a, b in ANCHORS_NODE:
+        w(f"| {a} | {b} |")
+    w(f"| resil_call around a shared breaker (this run) | "
+      f"{fmt(r.get('resil', 'breaker.count100.call'))} ns |")
+    w("")
+
+    w("## Several processes")
+    w("")
+    w("Aggregate decisions per second (millions; median of 3 runs of "
+      "0.3 s) of 1, 2 and 4 processes, on one shared policy and on one policy each. The")
+    w("machine has 2 CPUs: 4 processes share them.")
+    w("")
+    w("| operation | shared p1 | shared p2 | shared p4 | separate p1 | separate p2 | "
+      "separate p4 |")
+    w("|---|---|---|---|---|---|---|")
+    for k, label in (("fetch_add", "fetch_add floor (one word / one line each)"),
+                     ("breaker.count100", "breaker count 100"),
+                     ("bulkhead", "bulkhead"), ("limit.admit", "GCRA admit")):
+        vals = [r.get("mp", f"{k}.{s}.p{p}", "mops")
+                for s in ("shared", "separate") for p in (1, 2, 4)]
+        if all(v is None for v in vals):
+            continue
+        w(f"| {label} | " + " | ".join(fmt(v) for v in vals) + " |")
+    w("")
+    w("![throughput of several processes](bench/mp.png)")
+    w("")
+
+    w("## Fleet scenarios")
+    w("")
+    n = r.get("fleet", "breaker.shared", "workers")
+    w(f"A dependency down for a while, {fmt(n, 0)} workers each calling it every 1 ms "
+      "through `breaker.window = consecutive:5; breaker.wait = 500ms; "
+      "breaker.half_open_calls = 3` (`fleet_demo`, output in `bench/out/fleet_demo.txt`):")
+    w("")
+    w("| | shared breaker | per-process breakers |")
+    w("|---|---|---|")
+    for m, label in (("calls", "calls made"),
+                     ("dead_calls", "calls that reached the dead dependency"),
+                     ("rejected", "calls rejected"),
+                     ("probes", "probes sent (admitted in half-open)"),
+                     ("open_first_ms", "breaker opened: first rejection, ms into the outage"),
+                     ("open_last_ms", "last worker to see it open, ms"),
+                     ("recover_first_ms", "first success after the outage, ms"),
+                     ("recover_last_ms", "last worker back, ms after the outage")):
+        a = r.get("fleet", "breaker.shared", m)
+        b = r.get("fleet", "breaker.process", m)
+        d = 1 if m.endswith("_ms") else 0
+        w(f"| {label} | {fmt(a, d)} | {fmt(b, d)} |")
+    w("")
+    w("A rate limit of R = 1000/s (burst 10) for 4 workers that honour Retry-After, admitted")
+    w("per second:")
+    w("")
+    w("| load | one shared limiter at R | per process at R/N | per process at R |")
+    w("|---|---|---|---|")
+    for shape, label in (("all_busy", "all 4 workers busy"), ("one_busy", "1 worker busy")):
+        vals = [r.get("fleet", f"rate.{shape}.{c}", "admitted_per_s")
+                for c in ("shared_r", "process_r_over_n", "process_r")]
+        w(f"| {label} | " + " | ".join(fmt(v, 0) for v in vals) + " |")
+    w("")
+    w("Only the shared limiter keeps R whatever the spread of the load: per process at R/N")
+    w("wastes what idle workers do not use, per process at R admits N x R.")
+    w("")
+    w("![fleet scenarios](bench/fleet.png)")
+    w("")
+    text = "\n".join(L) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+    else:
+        with open(path, "w") as f:
+            f.write(text)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plots", action="store_true")
+    ap.add_argument("--out", default="-")
+    ap.add_argument("outdir")
+    a = ap.parse_args()
+    if a.plots:
+        plots(a.outdir)
+    else:
+        report(a.outdir, a.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * resil.h - libresil, shared-memory resilience policies for process fleets.
+ *
+ * One daemon per host (resild) owns every circuit breaker, rate limiter,
+ * bulkhead, retry budget, adaptive limit and load shedder in shared memory;
+ * processes that link libresil map it and decide each request with a few
+ * atomic instructions: no syscall, no lock, no allocation, no round trip.
+ *
+ * Conventions: calls that can fail return 0 (or a positive count) or a
+ * negative errno; out-parameters are written only on success; resil_close
+ * and friends accept NULL. Hot-path verdicts are not errors: resil_acquire
+ * returns 0 (admitted) or a positive RESIL_REJECT_*.
+ *
+ * Every call is thread-safe. Handles stay valid until resil_close.
+ */
+#ifndef RESIL_H
+#define RESIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(RESIL_BUILDING) && defined(__GNUC__)
+#define RESIL_API __attribute__((visibility("default")))
+#else
+#define RESIL_API
+#endif
+
+#define RESIL_VERSION_MAJOR 0
+#define RESIL_VERSION_MINOR 1
+
+typedef struct resil resil_t;
+typedef struct resil_policy resil_policy_t;
+typedef struct resil_attempt resil_attempt_t;
+typedef int64_t (*resil_clock_fn)(void *ctx); /* monotonic nanoseconds */
+
+/* A permit lives on the caller's stack between acquire and release. Fixed
+ * size with reserved room: its layout may grow inside, never its size. */
+typedef struct resil_permit {
+	uint64_t opaque[8];
+} resil_permit_t;
+
+/* Retry state on the caller's stack. */
+typedef struct resil_retry {
+	uint64_t opaque[16];
+} resil_retry_t;
+
+/* Verdicts of resil_acquire*. */
+enum {
+	RESIL_ADMIT = 0,
+	RESIL_REJECT_OPEN = 1,    /* circuit breaker open (or its probes taken) */
+	RESIL_REJECT_FULL = 2,    /* bulkhead or adaptive limit full */
+	RESIL_REJECT_LIMITED = 3, /* rate limited: resil_permit_wait_ns() says for how long */
+	RESIL_REJECT_SHED = 4,    /* load shedder */
+	RESIL_REJECT_BUDGET = 5,  /* retry budget exhausted */
+};
+
+/* Outcomes for resil_release. */
+enum {
+	RESIL_SUCCESS = 0,
+	RESIL_FAILURE = 1,
+	RESIL_IGNORED = 2, /* neither: frees what the call held, counts nothing */
+};
+
+/* Error classes for retries (resil_retry_next, resil_call). */
+enum {
+	RESIL_ERR_NONE = 0,
+	RESIL_ERR_TRANSIENT = 1,
+	RESIL_ERR_THROTTLED = 2,
+	RESIL_ERR_TIMEOUT = 3,
+	RESIL_ERR_PERMANENT = 4,
+	RESIL_ERR_USER = 100, /* user classes from here up */
+};
+
+/* Breaker states, as reported by resil_policy_state(). */
+enum {
+	RESIL_STATE_CLOSED = 0,
+	RESIL_STATE_OPEN = 1,
+	RESIL_STATE_HALF_OPEN = 2,
+	RESIL_STATE_DISABLED = 3,
+	RESIL_STATE_FORCED_OPEN = 4,
+	RESIL_STATE_METRICS_ONLY = 5,
+};
+
+/* Priorities for resil_acquire_ex. */
+enum { RESIL_PRIO_NORMAL = 0, RESIL_PRIO_CRITICAL = 1 };
+
+struct resil_req {
+	const void *key; /* keyed limiter: an IP, an API key; NULL: unkeyed */
+	size_t key_len;
+	int priority;    /* RESIL_PRIO_* */
+	int permits;     /* rate-limit permits to take at once (0 or 1: one) */
+	uint64_t reserved[4];
+};
+
+struct resil_embedded_opts {
+	uint32_t slots;      /* policies (0: 4096) */
+	uint32_t clients;    /* client rows (0: 1024) */
+	uint64_t state_size; /* bytes (0: 256 MiB, sparse) */
+	uint64_t reserved[4];
+};
+
+/* Connect to resild and map its segments. NULL path: $RESIL_SOCKET, then
+ * /run/resild/control.sock. Answers within a bounded time: -ETIMEDOUT when
+ * the daemon never answers, -ECONNREFUSED / -ENOENT when it is not running,
+ * -EPROTO when the daemon speaks another ABI major. */
+RESIL_API int resil_open(resil_t **ret, const char *socket_path);
+/* No daemon: a private segment pair, shared with children forked later.
+ * Decides exactly like daemon mode. */
+RESIL_API int resil_open_embedded(resil_t **ret, const struct resil_embedded_opts *opts);
+RESIL_API void resil_close(resil_t *r);
+
+/* Create or update a policy: "key = value; ..." (see the README). */
+RESIL_API int resil_define(resil_t *r, const char *name, const char *config);
+/* Delete a policy: handles to it give -ENOENT / RESIL_REJECT_OPEN after. */
+RESIL_API int resil_delete(resil_t *r, const char *name);
+/* A handle to NAME, valid until resil_close; -ENOENT if unknown. */
+RESIL_API int resil_policy(resil_t *r, const char *name, resil_policy_t **ret);
+
+/* Replace the clock (and the random source) of this process and of the
+ * children it forks afterwards: for tests and simulations (embedded mode,
+ * or daemon mode with a clock every process shares). */
+RESIL_API int resil_set_clock(resil_t *r, resil_clock_fn fn, void *ctx);
+RESIL_API int resil_set_random(resil_t *r, uint64_t (*fn)(void *ctx), void *ctx);
+
+/* The hot path: no syscall, no lock, no allocation. */
+RESIL_API int resil_acquire(resil_policy_t *p, resil_permit_t *permit);
+RESIL_API int resil_acquire_key(resil_policy_t *p, const void *key, size_t len,
+				resil_permit_t *permit);
+RESIL_API int resil_acquire_ex(resil_policy_t *p, const struct resil_req *req,
+			       resil_permit_t *permit);
+RESIL_API void resil_release(resil_policy_t *p, resil_permit_t *permit, int outcome);
+/* After RESIL_REJECT_LIMITED: how long until a permit frees (Retry-After). */
+RESIL_API int64_t resil_permit_wait_ns(const resil_permit_t *permit);
+
+/* Map an errno (negative or positive) or an HTTP status to an outcome, the
+ * usual way, with the policy's breaker.record overrides. */
+RESIL_API int resil_outcome_http(const resil_policy_t *p, int status);
+RESIL_API int resil_outcome_errno(const resil_policy_t *p, int err);
+
+/* Breaker control (root, the admin group or the policy's creator). */
+RESIL_API int resil_force_state(resil_t *r, const char *name, int state); /* RESIL_STATE_* */
+RESIL_API int resil_reset(resil_t *r, const char *name);
+RESIL_API int resil_policy_state(const resil_policy_t *p); /* RESIL_STATE_* or -errno */
+RESIL_API const char *resil_policy_name(const resil_policy_t *p);
+
+/* Retries: state on the caller's stack. */
+RESIL_API void resil_retry_begin(resil_policy_t *p, resil_retry_t *rt, int64_t deadline_ns);
+RESIL_API int64_t resil_retry_next(resil_retry_t *rt, int error_class, int64_t retry_after_ns);
+RESIL_API const char *resil_retry_reason(const resil_retry_t *rt);
+
+/* Run fn under the whole policy: acquire, deadline, classify, release,
+ * retry, hedge. fn returns 0 or a RESIL_ERR_* class. resil_call returns 0
+ * on success, a RESIL_REJECT_* verdict when the policy refused the
+ * attempt, RESIL_CALL_ERR + the last class when fn's errors ended the
+ * retries, or -errno. */
+#define RESIL_CALL_ERR 1000
+RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t *a), void *arg);
+RESIL_API int64_t resil_attempt_deadline(const resil_attempt_t *a);
+RESIL_API int resil_attempt_number(const resil_attempt_t *a);
+RESIL_API bool resil_attempt_cancelled(const resil_attempt_t *a);
+RESIL_API void resil_attempt_retry_after(resil_attempt_t *a, int64_t ns);
+
+/* The time base every decision uses (CLOCK_MONOTONIC, or the clock set). */
+RESIL_API int64_t resil_now(const resil_t *r);
+
+/* Why the last failing call of this thread failed, in words (the daemon's
+ * message, "line 2: ..." of a configuration, the limit to raise). Never
+ * NULL; "" when there is nothing to say. */
+RESIL_API const char *resil_last_error(void);
+
+/* Words for a verdict, an outcome, a state. Never NULL. */
+RESIL_API const char *resil_strverdict(int verdict);
+RESIL_API const char *resil_strstate(int state);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,621 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * resilctl.c - inspect and steer resild from the command line.
+ *
+ *   resilctl [--socket PATH] [--json] COMMAND [ARGS...]
+ *
+ * Global options go before or after the command; the socket defaults to
+ * $RESIL_SOCKET, then /run/resild/control.sock. Every command is one or a
+ * few control requests (libresil's control connection, libctl.c); nothing
+ * here maps the segments, so resilctl works for any member of the socket's
+ * group and what it prints is what the daemon answers.
+ *
+ * Errors say what to do: a daemon that is not running gives the command
+ * that starts it; a refusal prints the daemon's message, which names the
+ * group needed; an invalid configuration prints the daemon's "line N: ..."
+ * message. Exit codes: 0 ok, 1 error, 2 usage.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "resil.pb-c.h"
+#include "resilctl_top.h"
+
+#define EXIT_USAGE 2
+
+static const char usage_text[] =
+    "usage: resilctl [--socket PATH] [--json] COMMAND [ARGS...]\n"
+    "\n"
+    "commands:\n"
+    "  list                       every policy with its state\n"
+    "  show NAME [--key K]        state, configuration and counters (K: one key of\n"
+    "                             a keyed limiter)\n"
+    "  create NAME 'k = v; ...'   define a new policy\n"
+    "  update NAME 'k = v; ...'   change a policy's configuration (state is kept)\n"
+    "  delete NAME                remove a policy\n"
+    "  force-open NAME            hold the breaker open\n"
+    "  force-closed NAME          back to normal operation (a closed breaker)\n"
+    "  disable NAME               the breaker admits everything and records nothing\n"
+    "  reset NAME                 fresh state: counters, windows, breaker closed\n"
+    "  metrics                    Prometheus text exposition\n"
+    "  watch [NAME...]            one line per event (--json: one object per line)\n"
+    "\n"
+    "options:\n"
+    "  --socket PATH   control socket ($RESIL_SOCKET, else /run/resild/control.sock)\n"
+    "  --json          machine-readable output\n"
+    "  --help          this text\n";
+
+struct opts {
+	const char *socket;
+	const char *key;
+	bool json;
+	int npos;
+	const char *pos[64];
+};
+
+static struct opts o;
+static struct resil *ctl;
+static volatile sig_atomic_t stop_watch;
+
+static int usage(const char *why)
+{
+	if (why)
+		fprintf(stderr, "resilctl: %s\n\n", why);
+	fputs(usage_text, why ? stderr : stdout);
+	return why ? EXIT_USAGE : 0;
+}
+
+/* ---- output helpers ---- */
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		switch (c) {
+		case '"':
+			fputs("\\\"", f);
+			break;
+		case '\\':
+			fputs("\\\\", f);
+			break;
+		case '\n':
+			fputs("\\n", f);
+			break;
+		case '\t':
+			fputs("\\t", f);
+			break;
+		case '\r':
+			fputs("\\r", f);
+			break;
+		default:
+			if (c < 0x20)
+				fprintf(f, "\\u%04x", c);
+			else
+				fputc(c, f);
+		}
+	}
+	fputc('"', f);
+}
+
+/* ---- errors ---- */
+
+static const char *socket_path(void)
+{
+	return resil_priv_socket_path(o.socket);
+}
+
+static int fail(int err, const char *name)
+{
+	const char *msg = resil_last_error();
+	const char *sock = socket_path();
+
+	switch (-err) {
+	case ECONNREFUSED:
+	case ENOENT:
+		if (ctl->ctl_fd < 0) {
+			fprintf(stderr,
+				"resilctl: resild is not running on %s: start it with "
+				"`resild --foreground --socket %s` or `systemctl start "
+				"resild.socket`\n",
+				sock, sock);
+			return 1;
+		}
+		if (name)
+			fprintf(stderr, "resilctl: unknown policy %s\n", name);
+		else
+			fprintf(stderr, "resilctl: %s\n", *msg ? msg : "unknown policy");
+		return 1;
+	case ETIMEDOUT:
+		fprintf(stderr, "resilctl: resild on %s did not answer within %d ms\n", sock,
+			resil_priv_timeout_ms());
+		return 1;
+	case EACCES:
+	case EPERM:
+		fprintf(stderr, "resilctl: permission denied%s%s\n", *msg ? ": " : "", msg);
+		return 1;
+	case EINVAL:
+		if (name && (!strcmp(o.pos[0], "create") || !strcmp(o.pos[0], "update")))
+			fprintf(stderr, "resilctl: invalid configuration for %s: %s\n", name,
+				*msg ? msg : strerror(-err));
+		else if (name)
+			fprintf(stderr, "resilctl: %s: %s\n", name, *msg ? msg : strerror(-err));
+		else
+			fprintf(stderr, "resilctl: invalid request: %s\n",
+				*msg ? msg : strerror(-err));
+		return 1;
+	default:
+		fprintf(stderr, "resilctl: %s%s%s\n", strerror(-err), *msg ? ": " : "", msg);
+		return 1;
+	}
+}
+
+static int connect_ctl(void)
+{
+	int err;
+
+	err = resil_priv_open_ctl(&ctl, o.socket);
+	if (err < 0) {
+		fprintf(stderr, "resilctl: %s\n",
+			*resil_last_error() ? resil_last_error() : strerror(-err));
+		return err;
+	}
+	err = resil_priv_ctl_ensure(ctl);
+	if (err < 0) {
+		fail(err, NULL);
+		return err;
+	}
+	return 0;
+}
+
+static int request(Resil__Request *req, Resil__Response **resp, const char *name)
+{
+	int err = resil_priv_request(ctl, req, resp, NULL, NULL);
+
+	if (err < 0)
+		return fail(err, name);
+	return 0;
+}
+
+/* ---- commands ---- */
+
+static void print_policy_json(const Resil__PolicyInfo *p, bool stats)
+{
+	printf("{\"name\":");
+	json_str(stdout, p->name);
+	printf(",\"slot\":%u,\"generation\":%u,\"state\":", p->slot, p->generation);
+	json_str(stdout, p->state);
+	printf(",\"config\":");
+	json_str(stdout, p->config);
+	printf(",\"owner_uid\":%u,\"from_file\":%s", p->owner_uid, p->from_file ? "true" : "false");
+	if (stats) {
+		printf(",\"stats\":{");
+		for (size_t i = 0; i < p->n_stats; i++) {
+			if (i)
+				putchar(',');
+			json_str(stdout, p->stats[i]->name);
+			printf(":%" PRId64, p->stats[i]->value);
+		}
+		putchar('}');
+	}
+	putchar('}');
+}
+
+static int cmd_list(void)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__List l = RESIL__LIST__INIT;
+	char after[RESIL_NAME_MAX] = "";
+	bool first = true, more = true;
+	int n = 0;
+
+	req.body_case = RESIL__REQUEST__BODY_LIST;
+	req.list = &l;
+	if (o.json)
+		putchar('[');
+	else
+		printf("%-32s %-13s %6s %6s %s\n", "NAME", "STATE", "SLOT", "GEN", "OWNER");
+	while (more) {
+		Resil__Response *resp = NULL;
+
+		l.after = after;
+		l.limit = 256;
+		if (request(&req, &resp, NULL))
+			return 1;
+		if (resp->body_case != RESIL__RESPONSE__BODY_LIST) {
+			resil__response__free_unpacked(resp, NULL);
+			fprintf(stderr, "resilctl: unexpected answer to list\n");
+			return 1;
+		}
+		for (size_t i = 0; i < resp->list->n_policies; i++) {
+			Resil__PolicyInfo *p = resp->list->policies[i];
+
+			if (o.json) {
+				if (!first)
+					putchar(',');
+				print_policy_json(p, false);
+			} else {
+				printf("%-32s %-13s %6u %6u %u%s\n", p->name, p->state, p->slot,
+				       p->generation, p->owner_uid, p->from_file ? " (file)" : "");
+			}
+			first = false;
+			snprintf(after, sizeof(after), "%s", p->name);
+			n++;
+		}
+		more = resp->list->more && resp->list->n_policies > 0;
+		resil__response__free_unpacked(resp, NULL);
+	}
+	if (o.json)
+		printf("]\n");
+	return 0;
+}
+
+static int cmd_show(const char *name)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__Get g = RESIL__GET__INIT;
+	Resil__Response *resp = NULL;
+	Resil__PolicyInfo *p;
+
+	g.name = (char *)name;
+	if (o.key) {
+		g.has_key = true;
+		g.key.data = (uint8_t *)o.key;
+		g.key.len = strlen(o.key);
+	}
+	req.body_case = RESIL__REQUEST__BODY_GET;
+	req.get = &g;
+	if (request(&req, &resp, name))
+		return 1;
+	if (resp->body_case != RESIL__RESPONSE__BODY_POLICY) {
+		resil__response__free_unpacked(resp, NULL);
+		fprintf(stderr, "resilctl: unexpected answer to show\n");
+		return 1;
+	}
+	p = resp->policy;
+	if (o.json) {
+		print_policy_json(p, true);
+		putchar('\n');
+	} else {
+		printf("policy      %s\n", p->name);
+		if (o.key)
+			printf("key         %s\n", o.key);
+		printf("state       %s\n", p->state);
+		printf("slot        %u (generation %u)\n", p->slot, p->generation);
+		printf("owner uid   %u%s\n", p->owner_uid,
+		       p->from_file ? " (configuration file)" : "");
+		printf("config\n");
+		for (const char *s = p->config; s && *s;) {
+			const char *e = strchr(s, '\n');
+			int len = e ? (int)(e - s) : (int)strlen(s);
+
+			if (len)
+				printf("  %.*s\n", len, s);
+			s = e ? e + 1 : s + len;
+		}
+		if (p->n_stats)
+			printf("counters\n");
+		for (size_t i = 0; i < p->n_stats; i++)
+			printf("  %-28s %" PRId64 "\n", p->stats[i]->name, p->stats[i]->value);
+	}
+	resil__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+static int done(const char *what, const char *name)
+{
+	if (o.json) {
+		printf("{\"ok\":true,\"command\":");
+		json_str(stdout, what);
+		printf(",\"policy\":");
+		json_str(stdout, name);
+		printf("}\n");
+	} else {
+		printf("%s: %s\n", name, what);
+	}
+	return 0;
+}
+
+static int cmd_define(bool create, const char *name, const char *config)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__Create c = RESIL__CREATE__INIT;
+	Resil__Update u = RESIL__UPDATE__INIT;
+	Resil__Response *resp = NULL;
+
+	if (create) {
+		c.name = (char *)name;
+		c.config = (char *)config;
+		req.body_case = RESIL__REQUEST__BODY_CREATE;
+		req.create = &c;
+	} else {
+		u.name = (char *)name;
+		u.config = (char *)config;
+		req.body_case = RESIL__REQUEST__BODY_UPDATE;
+		req.update = &u;
+	}
+	if (request(&req, &resp, name))
+		return 1;
+	resil__response__free_unpacked(resp, NULL);
+	return done(create ? "created" : "updated", name);
+}
+
+static int cmd_delete(const char *name)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__Delete d = RESIL__DELETE__INIT;
+	Resil__Response *resp = NULL;
+
+	d.name = (char *)name;
+	req.body_case = RESIL__REQUEST__BODY_DELETE;
+	req.delete_ = &d;
+	if (request(&req, &resp, name))
+		return 1;
+	resil__response__free_unpacked(resp, NULL);
+	return done("deleted", name);
+}
+
+static int cmd_force(const char *name, const char *state, const char *what)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__ForceState f = RESIL__FORCE_STATE__INIT;
+	Resil__Response *resp = NULL;
+
+	f.name = (char *)name;
+	f.state = (char *)state;
+	req.body_case = RESIL__REQUEST__BODY_FORCE;
+	req.force = &f;
+	if (request(&req, &resp, name))
+		return 1;
+	resil__response__free_unpacked(resp, NULL);
+	return done(what, name);
+}
+
+static int cmd_reset(const char *name)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__Reset r = RESIL__RESET__INIT;
+	Resil__Response *resp = NULL;
+
+	r.name = (char *)name;
+	req.body_case = RESIL__REQUEST__BODY_RESET;
+	req.reset = &r;
+	if (request(&req, &resp, name))
+		return 1;
+	resil__response__free_unpacked(resp, NULL);
+	return done("reset", name);
+}
+
+static int cmd_metrics(void)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__Metrics m = RESIL__METRICS__INIT;
+	Resil__Response *resp = NULL;
+
+	req.body_case = RESIL__REQUEST__BODY_METRICS;
+	req.metrics = &m;
+	if (request(&req, &resp, NULL))
+		return 1;
+	if (resp->body_case != RESIL__RESPONSE__BODY_METRICS) {
+		resil__response__free_unpacked(resp, NULL);
+		fprintf(stderr, "resilctl: unexpected answer to metrics\n");
+		return 1;
+	}
+	if (o.json) {
+		printf("{\"metrics\":");
+		json_str(stdout, resp->metrics->text);
+		printf("}\n");
+	} else {
+		fputs(resp->metrics->text, stdout);
+	}
+	resil__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop_watch = 1;
+}
+
+static void print_event(const Resil__Event *e)
+{
+	if (o.json) {
+		printf("{\"seq\":%" PRIu64 ",\"time_ns\":%" PRId64 ",\"type\":", e->seq,
+		       e->time_ns);
+		json_str(stdout, e->type);
+		printf(",\"policy\":");
+		json_str(stdout, e->policy);
+		printf(",\"from\":");
+		json_str(stdout, e->from);
+		printf(",\"to\":");
+		json_str(stdout, e->to);
+		printf(",\"reason\":");
+		json_str(stdout, e->reason);
+		printf(",\"pid\":%u,\"value\":%" PRIu64 "}\n", e->pid, e->value);
+	} else {
+		printf("%" PRIu64 " %" PRId64 ".%09" PRId64 " %s %s", e->seq,
+		       e->time_ns / 1000000000, e->time_ns % 1000000000, e->policy, e->type);
+		if (*e->from || *e->to)
+			printf(" %s -> %s", e->from, e->to);
+		if (*e->reason)
+			printf(" (%s)", e->reason);
+		if (e->pid)
+			printf(" pid %u", e->pid);
+		if (e->value)
+			printf(" value %" PRIu64, e->value);
+		putchar('\n');
+	}
+	fflush(stdout);
+}
+
+static int cmd_watch(int n, const char *const *names)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__Subscribe s = RESIL__SUBSCRIBE__INIT;
+	Resil__Response *resp = NULL;
+	struct sigaction sa = {.sa_handler = on_signal};
+	int err;
+
+	s.n_names = (size_t)n;
+	s.names = (char **)names;
+	req.body_case = RESIL__REQUEST__BODY_SUBSCRIBE;
+	req.subscribe = &s;
+	if (request(&req, &resp, n == 1 ? names[0] : NULL))
+		return 1;
+	resil__response__free_unpacked(resp, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	while (!stop_watch) {
+		resp = NULL;
+		err = resil_priv_recv_any(ctl, &resp, 500);
+		if (err == -ETIMEDOUT || err == -EINTR)
+			continue;
+		if (err < 0) {
+			if (stop_watch)
+				break;
+			if (err == -ECONNRESET || err == -ENOTCONN) {
+				fprintf(stderr, "resilctl: resild on %s closed the connection\n",
+					socket_path());
+				return 1;
+			}
+			return fail(err, NULL);
+		}
+		if (resp->body_case == RESIL__RESPONSE__BODY_EVENT)
+			print_event(resp->event);
+		resil__response__free_unpacked(resp, NULL);
+	}
+	return 0;
+}
+
+/* ---- main ---- */
+
+static int need(int n, const char *cmd)
+{
+	if (o.npos - 1 != n) {
+		char why[128];
+
+		snprintf(why, sizeof(why), "%s takes %d argument%s", cmd, n, n == 1 ? "" : "s");
+		return usage(why);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd;
+	int ret, top = 0;
+
+	/* `top` has options of its own: everything after it is top's */
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--socket") || !strcmp(argv[i], "--key")) {
+			i++;
+			continue;
+		}
+		if (argv[i][0] == '-')
+			continue;
+		if (!strcmp(argv[i], "top"))
+			top = i;
+		break;
+	}
+	for (int i = 1; i < (top ? top : argc); i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+			return usage(NULL);
+		if (!strcmp(a, "--json")) {
+			o.json = true;
+		} else if (!strcmp(a, "--socket") || !strcmp(a, "--key")) {
+			if (i + 1 >= argc)
+				return usage("option needs a value");
+			if (a[2] == 's')
+				o.socket = argv[++i];
+			else
+				o.key = argv[++i];
+		} else if (!strncmp(a, "--socket=", 9)) {
+			o.socket = a + 9;
+		} else if (!strncmp(a, "--key=", 6)) {
+			o.key = a + 6;
+		} else if (a[0] == '-' && a[1] == '-' && a[2]) {
+			char why[128];
+
+			snprintf(why, sizeof(why), "unknown option %s", a);
+			return usage(why);
+		} else {
+			if (o.npos >= (int)RESIL_ARRAY_SIZE(o.pos))
+				return usage("too many arguments");
+			o.pos[o.npos++] = a;
+		}
+	}
+	if (top)
+		return resilctl_top(argc - top - 1, argv + top + 1, o.socket, o.json);
+	if (o.npos == 0)
+		return usage("no command");
+	cmd = o.pos[0];
+	if (o.key && strcmp(cmd, "show"))
+		return usage("--key goes with show");
+
+	/* check usage before talking to the daemon */
+	if (!strcmp(cmd, "list") || !strcmp(cmd, "metrics")) {
+		if ((ret = need(0, cmd)))
+			return ret;
+	} else if (!strcmp(cmd, "show") || !strcmp(cmd, "delete") || !strcmp(cmd, "force-open") ||
+		   !strcmp(cmd, "force-closed") || !strcmp(cmd, "disable") ||
+		   !strcmp(cmd, "reset")) {
+		if ((ret = need(1, cmd)))
+			return ret;
+	} else if (!strcmp(cmd, "create") || !strcmp(cmd, "update")) {
+		if ((ret = need(2, cmd)))
+			return ret;
+	} else if (strcmp(cmd, "watch")) {
+		char why[128];
+
+		snprintf(why, sizeof(why), "unknown command %s", cmd);
+		return usage(why);
+	}
+	for (int i = 1; i < o.npos; i++) {
+		if (strlen(o.pos[i]) >= RESIL_NAME_MAX &&
+		    !(i == 2 && (!strcmp(cmd, "create") || !strcmp(cmd, "update")))) {
+			fprintf(stderr, "resilctl: policy name too long (at most %d bytes): %s\n",
+				RESIL_NAME_MAX - 1, o.pos[i]);
+			return EXIT_USAGE;
+		}
+	}
+
+	if (connect_ctl() < 0) {
+		resil_close(ctl);
+		return 1;
+	}
+	if (!strcmp(cmd, "list"))
+		ret = cmd_list();
+	else if (!strcmp(cmd, "show"))
+		ret = cmd_show(o.pos[1]);
+	else if (!strcmp(cmd, "create"))
+		ret = cmd_define(true, o.pos[1], o.pos[2]);
+	else if (!strcmp(cmd, "update"))
+		ret = cmd_define(false, o.pos[1], o.pos[2]);
+	else if (!strcmp(cmd, "delete"))
+		ret = cmd_delete(o.pos[1]);
+	else if (!strcmp(cmd, "force-open"))
+		ret = cmd_force(o.pos[1], "open", "forced open");
+	else if (!strcmp(cmd, "force-closed"))
+		ret = cmd_force(o.pos[1], "closed", "closed");
+	else if (!strcmp(cmd, "disable"))
+		ret = cmd_force(o.pos[1], "disabled", "disabled");
+	else if (!strcmp(cmd, "reset"))
+		ret = cmd_reset(o.pos[1]);
+	else if (!strcmp(cmd, "metrics"))
+		ret = cmd_metrics();
+	else
+		ret = cmd_watch(o.npos - 1, o.pos + 1);
+	resil_close(ctl);
+	return ret;
+}

@@ -1,0 +1,492 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cfgfile.c - the configuration directory, parsed with inih, applied as a
+ * difference.
+ *
+ * Parsing is separate from applying: a whole set of files is parsed into
+ * a resild_cfgset first, and only a set without a single error is applied.
+ * That is what makes a failed reload harmless (the old configuration keeps
+ * running untouched) and a bad file at start fatal with one precise line.
+ *
+ * inih reads the text through our own line reader, which counts lines, so
+ * the key handler knows the exact line of every pair and a section header
+ * is seen even when the section is empty. Continuation lines are turned
+ * off (a value is one line); lines may be up to 4 KiB.
+ *
+ * Applying (resild_cfgset_apply) touches only what differs: a policy
+ * whose record already holds the same configuration and the from-file
+ * flag is left alone, so its live state (an OPEN breaker, a limiter's TAT)
+ * is kept; a changed one goes through resil_seg_define, which keeps state
+ * when the shape allows; a policy the files defined before and no longer
+ * define is deleted; policies created through the API are never deleted
+ * here. A file section that names a policy created through the API takes
+ * it over (the file wins).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ini.h>
+
+#include "cfgfile.h"
+#include "log.h"
+#include "resild.h"
+
+#define CFG_MAX_LINE  4096
+#define CFG_MAX_FILE  (1 << 20) /* bytes per file */
+#define CFG_MAX_FILES 1024
+
+struct resild_cfgset *resild_cfgset_new(void)
+{
+	return calloc(1, sizeof(struct resild_cfgset));
+}
+
+void resild_cfgset_free(struct resild_cfgset *set)
+{
+	if (!set)
+		return;
+	free(set->ent);
+	free(set);
+}
+
+const struct resild_cfgent *resild_cfgset_find(const struct resild_cfgset *set, const char *name)
+{
+	if (!set)
+		return NULL;
+	for (size_t i = 0; i < set->n; i++)
+		if (strcmp(set->ent[i].name, name) == 0)
+			return &set->ent[i];
+	return NULL;
+}
+
+int resild_name_check(const char *name, char *err, size_t errlen)
+{
+	size_t n = name ? strlen(name) : 0;
+
+	if (n == 0) {
+		snprintf(err, errlen, "empty policy name");
+		return -EINVAL;
+	}
+	if (n >= RESIL_NAME_MAX) {
+		snprintf(err, errlen, "policy name longer than %d characters", RESIL_NAME_MAX - 1);
+		return -EINVAL;
+	}
+	if (name[0] == '.' || name[0] == '-') {
+		snprintf(err, errlen, "policy name \"%s\" starts with '%c'", name, name[0]);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		    c == '_' || c == '.' || c == ':' || c == '-' || c == '@')
+			continue;
+		snprintf(err, errlen,
+			 "policy name has a character other than A-Z a-z 0-9 _ . : - @");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Parser state for one file. */
+struct parse {
+	struct resild_cfgset *set;
+	const char *label;
+	const char *text;	   /* what is left to read */
+	int line;		   /* of the line last handed to inih */
+	struct resild_cfgent *cur; /* the section being read, NULL outside one */
+	int err_line;		   /* first error we found ourselves, 0: none */
+	char err[512];
+	bool too_long;
+};
+
+static void parse_fail(struct parse *p, const char *fmt, const char *a, const char *b)
+{
+	if (p->err_line)
+		return;
+	p->err_line = p->line;
+	snprintf(p->err, sizeof(p->err), fmt, a, b);
+}
+
+static struct resild_cfgent *cfgset_add(struct resild_cfgset *set)
+{
+	if (set->n == set->cap) {
+		size_t cap = set->cap ? set->cap * 2 : 16;
+		struct resild_cfgent *e = realloc(set->ent, cap * sizeof(*e));
+
+		if (!e)
+			return NULL;
+		set->ent = e;
+		set->cap = cap;
+	}
+	memset(&set->ent[set->n], 0, sizeof(set->ent[0]));
+	return &set->ent[set->n++];
+}
+
+/* A section header line, seen by the reader before inih parses it. */
+static void parse_section(struct parse *p, const char *s)
+{
+	char buf[CFG_MAX_LINE], name[CFG_MAX_LINE], msg[256];
+	const struct resild_cfgent *dup;
+	const char *e;
+	size_t n;
+
+	p->cur = NULL;
+	s++; /* '[' */
+	e = strchr(s, ']');
+	if (!e)
+		return; /* inih reports the syntax error */
+	n = (size_t)(e - s);
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	e = buf + strspn(buf, " \t");
+	if (strncmp(e, "policy", 6) || (e[6] != ' ' && e[6] != '\t') ||
+	    sscanf(e + 6, " %4095s", name) != 1) {
+		parse_fail(p, "unknown section [%.200s] (expected [policy NAME])", buf, NULL);
+		return;
+	}
+	/* nothing but blanks after the name */
+	e += 6;
+	e += strspn(e, " \t") + strlen(name);
+	if (e[strspn(e, " \t")] != '\0') {
+		parse_fail(p, "section [%.200s]: a policy name has no blanks", buf, NULL);
+		return;
+	}
+	if (resild_name_check(name, msg, sizeof(msg)) < 0) {
+		parse_fail(p, "section [%.200s]: %s", buf, msg);
+		return;
+	}
+	dup = resild_cfgset_find(p->set, name);
+	if (dup) {
+		char where[300];
+
+		snprintf(where, sizeof(where), "%s:%d", dup->file, dup->line);
+		parse_fail(p, "policy %s is already defined at %s", name, where);
+		return;
+	}
+	p->cur = cfgset_add(p->set);
+	if (!p->cur) {
+		parse_fail(p, "out of memory%s%s", "", "");
+		return;
+	}
+	snprintf(p->cur->name, sizeof(p->cur->name), "%s", name);
+	snprintf(p->cur->file, sizeof(p->cur->file), "%s", p->label);
+	p->cur->line = p->line;
+	resil_conf_init(&p->cur->conf);
+}
+
+/* fgets over the text: counts lines and sees section headers. */
+static char *parse_reader(char *str, int num, void *stream)
+{
+	struct parse *p = stream;
+	const char *nl, *s;
+	size_t n;
+
+	if (!*p->text)
+		return NULL;
+	nl = strchr(p->text, '\n');
+	n = nl ? (size_t)(nl - p->text) + 1 : strlen(p->text);
+	p->line++;
+	if (n > (size_t)num - 1) {
+		/* a line inih cannot hold: report it here and skip it whole */
+		parse_fail(p, "line longer than %s characters%s", "4093", "");
+		p->too_long = true;
+		p->text += n;
+		str[0] = '\n';
+		str[1] = '\0';
+		return str;
+	}
+	memcpy(str, p->text, n);
+	str[n] = '\0';
+	p->text += n;
+	s = str + strspn(str, " \t\r");
+	if (*s == '[')
+		parse_section(p, s);
+	return str;
+}
+
+static int parse_handler(void *user, const char *section, const char *key, const char *value)
+{
+	struct parse *p = user;
+	char msg[400];
+	int r;
+
+	if (!p->cur) {
+		/* pairs before any section, or in a section we refused */
+		if (!section || !*section)
+			parse_fail(p, "\"%s\" outside a [policy NAME] section%s", key, "");
+		return p->err_line ? 0 : 1;
+	}
+	if (!value)
+		value = "";
+	msg[0] = '\0';
+	r = resil_conf_set(&p->cur->conf, key, value, msg, sizeof(msg));
+	if (r < 0) {
+		if (!msg[0])
+			snprintf(msg, sizeof(msg), "%s: %s", key, strerror(-r));
+		parse_fail(p, "%s%s", msg, "");
+		return 0;
+	}
+	return 1;
+}
+
+int resild_cfgset_parse_string(struct resild_cfgset *set, const char *label, const char *text,
+			       char *err, size_t errlen)
+{
+	struct parse p = {.set = set, .label = label, .text = text};
+	size_t first = set->n;
+	int r;
+
+	ini_allow_multiline = false;
+	ini_use_stack = false;
+	ini_allow_realloc = false;
+	ini_max_line = CFG_MAX_LINE;
+	ini_stop_on_first_error = true;
+
+	r = ini_parse_stream(parse_reader, &p, parse_handler, &p);
+	if (r < 0) {
+		snprintf(err, errlen, "%s: cannot parse (out of memory)", label);
+		goto fail;
+	}
+	if (r > 0 || p.err_line) {
+		if (p.err_line && (r == 0 || p.err_line <= r))
+			snprintf(err, errlen, "%s:%d: %s", label, p.err_line, p.err);
+		else
+			snprintf(err, errlen,
+				 "%s:%d: syntax error (expected \"key = value\" or [policy NAME])",
+				 label, r);
+		goto fail;
+	}
+	/* cross-key checks, reported at the section header */
+	for (size_t i = first; i < set->n; i++) {
+		char msg[400] = "";
+
+		if (resil_conf_check(&set->ent[i].conf, msg, sizeof(msg)) < 0) {
+			snprintf(err, errlen, "%s:%d: policy %s: %s", label, set->ent[i].line,
+				 set->ent[i].name, msg[0] ? msg : "invalid configuration");
+			goto fail;
+		}
+	}
+	return 0;
+fail:
+	set->n = first;
+	return -EINVAL;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int read_file(const char *path, char **ret, char *err, size_t errlen)
+{
+	struct stat st;
+	char *buf;
+	ssize_t n;
+	size_t got = 0;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CFG_MAX_FILE) {
+		snprintf(err, errlen, "%s: not a regular file of at most %d bytes", path,
+			 CFG_MAX_FILE);
+		close(fd);
+		return -EINVAL;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	while (got < (size_t)st.st_size) {
+		n = read(fd, buf + got, (size_t)st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	buf[got] = '\0';
+	if (strlen(buf) != got) {
+		snprintf(err, errlen, "%s: contains a NUL byte", path);
+		free(buf);
+		return -EINVAL;
+	}
+	*ret = buf;
+	return 0;
+}
+
+int resild_cfgset_load_dir(struct resild_cfgset *set, const char *dir, char *err, size_t errlen)
+{
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *dp;
+	int r = 0;
+
+	dp = opendir(dir);
+	if (!dp) {
+		if (errno == ENOENT)
+			return 0;
+		snprintf(err, errlen, "%s: cannot open directory: %s", dir, strerror(errno));
+		return -errno;
+	}
+	while ((de = readdir(dp))) {
+		size_t l = strlen(de->d_name);
+
+		if (de->d_name[0] == '.' || l < 6 || strcmp(de->d_name + l - 5, ".conf"))
+			continue;
+		if (n == CFG_MAX_FILES) {
+			snprintf(err, errlen, "%s: more than %d configuration files", dir,
+				 CFG_MAX_FILES);
+			r = -E2BIG;
+			goto out;
+		}
+		if (n == cap) {
+			char **nn;
+
+			cap = cap ? cap * 2 : 16;
+			nn = realloc(names, cap * sizeof(*nn));
+			if (!nn) {
+				r = -ENOMEM;
+				goto out;
+			}
+			names = nn;
+		}
+		names[n] = strdup(de->d_name);
+		if (!names[n]) {
+			r = -ENOMEM;
+			goto out;
+		}
+		n++;
+	}
+	qsort(names, n, sizeof(*names), name_cmp);
+	for (size_t i = 0; i < n && r == 0; i++) {
+		char path[4096];
+		char *text = NULL;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		r = read_file(path, &text, err, errlen);
+		if (r < 0)
+			break;
+		r = resild_cfgset_parse_string(set, path, text, err, errlen);
+		free(text);
+	}
+out:
+	if (r == -ENOMEM)
+		snprintf(err, errlen, "%s: out of memory", dir);
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	closedir(dp);
+	return r;
+}
+
+struct gone {
+	char (*names)[RESIL_NAME_MAX];
+	size_t n;
+	const struct resild_cfgset *set;
+};
+
+static int collect_gone(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+			void *ctx)
+{
+	struct gone *g = ctx;
+
+	if (!(rec->flags & RESIL_REC_FROM_FILE))
+		return 0;
+	if (resild_cfgset_find(g->set, rec->name))
+		return 0;
+	snprintf(g->names[g->n++], RESIL_NAME_MAX, "%s", rec->name);
+	return 0;
+}
+
+int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
+{
+	int64_t now = resil_clock_monotonic(NULL);
+	struct gone g = {.set = set};
+	int failed = 0;
+
+	for (size_t i = 0; i < set->n; i++) {
+		const struct resild_cfgent *e = &set->ent[i];
+		const struct resil_rec *rec = NULL;
+		uint64_t word;
+		uint32_t slot;
+		char err[512] = "";
+		int r;
+
+		if (resil_seg_lookup(&d->seg, e->name, &slot, &word) == 0)
+			rec = resil_seg_rec_of(&d->seg, word);
+		if (rec && (rec->flags & RESIL_REC_FROM_FILE) &&
+		    memcmp(&rec->conf, &e->conf, sizeof(e->conf)) == 0)
+			continue; /* unchanged: live state untouched */
+		r = resil_seg_define(&d->seg, e->name, &e->conf, (uint32_t)d->uid,
+				     RESIL_REC_FROM_FILE, now, err, sizeof(err));
+		if (r < 0) {
+			if (err[0])
+				log_error("%s:%d: policy %s: %s", e->file, e->line, e->name, err);
+			else
+				log_error_errno(r, "%s:%d: policy %s: %m", e->file, e->line,
+						e->name);
+			failed++;
+			continue;
+		}
+		log_info("policy %s: %s from %s:%d", e->name, rec ? "changed" : "created", e->file,
+			 e->line);
+	}
+
+	g.names = calloc(d->seg.cfg->slot_cap ? d->seg.cfg->slot_cap : 1, RESIL_NAME_MAX);
+	if (!g.names)
+		return log_error_errno(-ENOMEM, "cannot apply configuration: %m");
+	resil_seg_foreach(&d->seg, collect_gone, &g);
+	for (size_t i = 0; i < g.n; i++) {
+		int r = resil_seg_delete(&d->seg, g.names[i]);
+
+		if (r < 0 && r != -ENOENT)
+			log_error_errno(r, "policy %s: cannot delete: %m", g.names[i]);
+		else
+			log_info("policy %s: deleted (no longer in the configuration files)",
+				 g.names[i]);
+	}
+	free(g.names);
+	return failed;
+}
+
+int resild_config_load(struct resild *d, bool initial)
+{
+	struct resild_cfgset *set = resild_cfgset_new();
+	char err[1024] = "";
+	int r;
+
+	if (!set)
+		return log_error_errno(-ENOMEM, "cannot load configuration: %m");
+	r = resild_cfgset_load_dir(set, d->opts.config_dir, err, sizeof(err));
+	if (r < 0) {
+		if (initial)
+			log_error("%s", err[0] ? err : "cannot load configuration");
+		else
+			log_error("%s; configuration not reloaded, the previous one keeps running",
+				  err[0] ? err : "cannot load configuration");
+		resild_cfgset_free(set);
+		return r;
+	}
+	r = resild_cfgset_apply(d, set);
+	resild_cfgset_free(d->files);
+	d->files = set;
+	if (initial && r > 0)
+		return -EINVAL; /* a policy the files need could not be defined */
+	if (!initial)
+		log_notice("configuration reloaded from %s: %zu policies from files%s",
+			   d->opts.config_dir, set->n, r > 0 ? " (some failed, see above)" : "");
+	return 0;
+}

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cfgfile.h - configuration files: INI, one [policy NAME] section per
+ * policy, "key = value" lines passed to resil_conf_set.
+ *
+ *	# /etc/resild/payments.conf
+ *	[policy payments]
+ *	breaker.failure_rate = 50
+ *	limit.rate = 100/s
+ *
+ * Every *.conf file of the directory is read in name order; a policy may
+ * be defined in one section only. Errors read "FILE:LINE: what is wrong".
+ */
+#ifndef RESILD_CFGFILE_H
+#define RESILD_CFGFILE_H
+
+#include <stddef.h>
+
+#include "conf.h"
+#include "seg.h"
+
+struct resild;
+
+struct resild_cfgent {
+	char name[RESIL_NAME_MAX];
+	char file[256];
+	int line; /* of the section header */
+	struct resil_conf conf;
+};
+
+/* A parsed set of files: what the files define, by name. */
+struct resild_cfgset {
+	size_t n;
+	size_t cap;
+	struct resild_cfgent *ent;
+};
+
+struct resild_cfgset *resild_cfgset_new(void);
+void resild_cfgset_free(struct resild_cfgset *set);
+const struct resild_cfgent *resild_cfgset_find(const struct resild_cfgset *set, const char *name);
+
+/* Parse one file's text (label names it in messages). Pure: no I/O, for
+ * the fuzzer too. 0 or -EINVAL with "LABEL:LINE: what is wrong" in err. */
+int resild_cfgset_parse_string(struct resild_cfgset *set, const char *label, const char *text,
+			       char *err, size_t errlen);
+/* Every *.conf file of dir, sorted; a missing dir is an empty set. */
+int resild_cfgset_load_dir(struct resild_cfgset *set, const char *dir, char *err, size_t errlen);
+
+/* Names of policies: 1..63 characters of [A-Za-z0-9_.:@-], not starting
+ * with '.' or '-'. 0 or -EINVAL with the reason in err. */
+int resild_name_check(const char *name, char *err, size_t errlen);
+
+/* Apply what changed from the running configuration (old, may be NULL) to
+ * set: unchanged policies untouched, changed ones through
+ * resil_seg_define, file policies that disappeared deleted. Counts the
+ * policies whose define failed (logged), 0 if none. */
+int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set);
+
+#endif

@@ -1,0 +1,783 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ctl.c - the control protocol: one Request in, one Response out.
+ *
+ * Everything a peer sends is untrusted: the request is unpacked by
+ * protobuf-c (bounded by the datagram, at most RESILD_MSG_MAX bytes),
+ * names are checked, configuration text goes through resil_conf_parse and
+ * resil_conf_check before anything touches the segments. A request that
+ * does not unpack gets an error Response and the connection is closed
+ * (RESILD_HANDLE_CLOSE); every other connection is unaffected.
+ *
+ * Authorization: whoever can connect may read (the socket's mode and
+ * group are the gate) and may create a policy that does not exist or
+ * re-define one identically (workers declare what they use at start).
+ * Changing, deleting, forcing or resetting an existing policy takes root,
+ * a member of the admin group (primary or supplementary, SO_PEERGROUPS),
+ * or the uid that created it.
+ *
+ * create NAME CONFIG defines the policy from the defaults plus CONFIG (a
+ * change when it exists and differs); update NAME CONFIG must find it and
+ * applies CONFIG over its current configuration (keys not given keep
+ * their values). A change keeps the creator (owner_uid) and the from-file
+ * flag: the file still wins at the next reload. reset = force closed: a
+ * fresh, closed breaker (counters are not reset: shm has no call for it).
+ *
+ * Writes to the segments go through resil_seg_define / resil_seg_delete
+ * (the daemon is the only writer of configuration) and resil_policy_force
+ * (breaker state, an atomic store clients read).
+ *
+ * Replies never exceed RESILD_MSG_MAX: a list page stops early (more =
+ * true), metrics are cut at a line boundary, anything else that would not
+ * fit becomes an E2BIG error.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "resil.pb-c.h"
+
+#include "cfgfile.h"
+#include "clients.h"
+#include "ctl.h"
+#include "log.h"
+#include "loop.h"
+#include "metrics.h"
+#include "policy.h"
+#include "resil.h"
+#include "stats.h"
+
+#define CONF_TEXT_MAX 16384
+#define STATS_MAX     (RESIL_STAT__MAX + 8)
+
+const char *resild_state_name(int state)
+{
+	switch (state) {
+	case RESIL_STATE_CLOSED:
+		return "closed";
+	case RESIL_STATE_OPEN:
+		return "open";
+	case RESIL_STATE_HALF_OPEN:
+		return "half-open";
+	case RESIL_STATE_DISABLED:
+		return "disabled";
+	case RESIL_STATE_FORCED_OPEN:
+		return "forced-open";
+	case RESIL_STATE_METRICS_ONLY:
+		return "metrics-only";
+	default:
+		return "unknown";
+	}
+}
+
+static const char *policy_state(struct resild *d, const struct resil_rec *rec)
+{
+	int s = resil_policy_breaker_state(&d->seg, rec);
+
+	return s < 0 ? "none" : resild_state_name(s);
+}
+
+/* A reply under construction: the error (if any) and the body. */
+struct reply {
+	Resil__Response resp;
+	Resil__Error error;
+	char errmsg[512];
+};
+
+static int reply_error(struct reply *rp, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int reply_error(struct reply *rp, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(rp->errmsg, sizeof(rp->errmsg), fmt, ap);
+	va_end(ap);
+	resil__error__init(&rp->error);
+	rp->error.errno_value = err < 0 ? -err : err;
+	rp->error.message = rp->errmsg;
+	rp->resp.error = &rp->error;
+	rp->resp.body_case = RESIL__RESPONSE__BODY__NOT_SET;
+	return err;
+}
+
+static int pack(const Resil__Response *resp, uint8_t *out, size_t *outlen)
+{
+	size_t n = resil__response__get_packed_size(resp);
+
+	if (n > *outlen || n > RESILD_MSG_MAX)
+		return -E2BIG;
+	*outlen = resil__response__pack(resp, out);
+	return 0;
+}
+
+int resild_error_reply(uint64_t id, int err, const char *msg, uint8_t *out, size_t *outlen)
+{
+	Resil__Response resp = RESIL__RESPONSE__INIT;
+	Resil__Error e = RESIL__ERROR__INIT;
+
+	e.errno_value = err < 0 ? -err : err;
+	e.message = (char *)msg;
+	resp.id = id;
+	resp.error = &e;
+	return pack(&resp, out, outlen);
+}
+
+static bool peer_in_group(const struct resild_peer *p, gid_t g)
+{
+	if (p->gid == g)
+		return true;
+	for (int i = 0; i < p->ngroups; i++)
+		if (p->groups[i] == g)
+			return true;
+	return false;
+}
+
+/* May this peer change or delete rec? 0 or -EPERM with the rule in words. */
+static int may_change(struct resild *d, const struct resild_peer *p, const struct resil_rec *rec,
+		      const char *verb, struct reply *rp)
+{
+	if (p->uid == 0 || p->uid == rec->owner_uid)
+		return 0;
+	if (d->has_admin_gid && peer_in_group(p, d->admin_gid))
+		return 0;
+	if (d->has_admin_gid)
+		return reply_error(rp, -EPERM, "%s policy %s needs root, group %s or uid %u", verb,
+				   rec->name, d->opts.admin_group, rec->owner_uid);
+	return reply_error(rp, -EPERM, "%s policy %s needs root or uid %u", verb, rec->name,
+			   rec->owner_uid);
+}
+
+static const struct resil_rec *find(struct resild *d, const char *name, uint64_t *word)
+{
+	uint64_t w;
+	uint32_t slot;
+
+	if (!name || resil_seg_lookup(&d->seg, name, &slot, &w) < 0)
+		return NULL;
+	if (word)
+		*word = w;
+	return resil_seg_rec_of(&d->seg, w);
+}
+
+static int check_name(const char *name, struct reply *rp)
+{
+	char err[256];
+
+	if (resild_name_check(name, err, sizeof(err)) < 0)
+		return reply_error(rp, -EINVAL, "%s", err);
+	return 0;
+}
+
+static const struct resil_rec *find_or_fail(struct resild *d, const char *name, struct reply *rp)
+{
+	const struct resil_rec *rec;
+
+	if (check_name(name, rp) < 0)
+		return NULL;
+	rec = find(d, name, NULL);
+	if (!rec)
+		reply_error(rp, -ENOENT, "no policy named %s", name);
+	return rec;
+}
+
+static int handle_hello(struct resild *d, const Resil__Hello *h, struct reply *rp,
+			Resil__HelloReply *hr)
+{
+	uint32_t lo = h->min_version, hi = h->max_version;
+
+	if (hi == 0)
+		hi = lo;
+	if (lo > RESILD_PROTO_VERSION || (hi && hi < RESILD_PROTO_VERSION) || lo > hi)
+		return reply_error(rp, -EPROTONOSUPPORT,
+				   "protocol versions %u..%u not spoken here (resild speaks %d)",
+				   lo, hi, RESILD_PROTO_VERSION);
+	hr->version = RESILD_PROTO_VERSION;
+	hr->abi_major = d->seg.cfg->abi_major;
+	hr->abi_minor = d->seg.cfg->abi_minor;
+	hr->epoch = d->seg.cfg->epoch;
+	hr->daemon = "resild " RESILD_VERSION;
+	rp->resp.body_case = RESIL__RESPONSE__BODY_HELLO;
+	rp->resp.hello = hr;
+	return 0;
+}
+
+/* A read-only reopen of one of our memfds. */
+static int reopen_ro(int fd)
+{
+	char path[64];
+	int r;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	r = open(path, O_RDONLY | O_CLOEXEC);
+	return r < 0 ? -errno : r;
+}
+
+static int handle_segments(struct resild *d, const Resil__GetSegments *g, struct reply *rp,
+			   Resil__GetSegmentsReply *sr, int *fds, int *nfds)
+{
+	int cfd, sfd;
+
+	cfd = reopen_ro(d->seg.cfg_fd);
+	if (cfd < 0)
+		return reply_error(rp, cfd, "cannot reopen the config segment: %s", strerror(-cfd));
+	if (g->observer)
+		sfd = reopen_ro(d->seg.st_fd);
+	else if ((sfd = fcntl(d->seg.st_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+		sfd = -errno;
+	if (sfd < 0) {
+		close(cfd);
+		return reply_error(rp, sfd, "cannot pass the state segment: %s", strerror(-sfd));
+	}
+	fds[0] = cfd;
+	fds[1] = sfd;
+	*nfds = 2;
+	sr->config_size = d->seg.cfg_size;
+	sr->state_size = d->seg.st_size;
+	sr->epoch = d->seg.cfg->epoch;
+	rp->resp.body_case = RESIL__RESPONSE__BODY_SEGMENTS;
+	rp->resp.segments = sr;
+	return 0;
+}
+
+/* A PolicyInfo; config and stats only when full (get), not in a list. */
+struct info_head {
+	Resil__PolicyInfo pi;
+	char state[32];
+};
+struct info {
+	struct info_head h;
+	char config[CONF_TEXT_MAX];
+	Resil__Stat st[STATS_MAX];
+	Resil__Stat *stp[STATS_MAX];
+	char stname[STATS_MAX][32];
+};
+
+static void add_stat(struct info *in, size_t *n, const char *name, int64_t value)
+{
+	if (*n >= STATS_MAX)
+		return;
+	resil__stat__init(&in->st[*n]);
+	snprintf(in->stname[*n], sizeof(in->stname[*n]), "%s", name);
+	in->st[*n].name = in->stname[*n];
+	in->st[*n].value = value;
+	in->stp[*n] = &in->st[*n];
+	(*n)++;
+}
+
+static void fill_head(struct resild *d, const struct resil_rec *rec, struct info_head *h)
+{
+	Resil__PolicyInfo *pi = &h->pi;
+
+	resil__policy_info__init(pi);
+	pi->name = (char *)rec->name;
+	pi->slot = rec->slot;
+	pi->generation = rec->gen;
+	snprintf(h->state, sizeof(h->state), "%s", policy_state(d, rec));
+	pi->state = h->state;
+	pi->owner_uid = rec->owner_uid;
+	pi->from_file = !!(rec->flags & RESIL_REC_FROM_FILE);
+}
+
+static void fill_info(struct resild *d, const struct resil_rec *rec, struct info *in)
+{
+	Resil__PolicyInfo *pi = &in->h.pi;
+
+	fill_head(d, rec, &in->h);
+	in->config[0] = '\0';
+	resil_conf_format(&rec->conf, in->config, sizeof(in->config));
+	pi->config = in->config;
+	/* the counters the state has, summed over stripes */
+	{
+		const void *st = resil_stats_state_of(&d->seg, rec);
+		uint64_t v[RESIL_STAT__MAX];
+		static const double qs[] = {0.5, 0.95, 0.99};
+		static const char *qn[] = {"p50_ns", "p95_ns", "p99_ns"};
+		size_t n = 0;
+
+		if (!st)
+			return;
+		resil_stats_read_all(st, v);
+		add_stat(in, &n, "calls", (int64_t)resil_stats_calls(v));
+		for (int i = 0; i < RESIL_STAT__MAX; i++)
+			if (resil_stat_name((enum resil_stat)i))
+				add_stat(in, &n, resil_stat_name((enum resil_stat)i),
+					 (int64_t)v[i]);
+		for (size_t i = 0; i < RESIL_ARRAY_SIZE(qs); i++) {
+			int64_t ns;
+
+			if (resil_stats_percentile_ns(st, &rec->conf, qs[i], &ns) == 0)
+				add_stat(in, &n, qn[i], ns);
+		}
+		pi->n_stats = n;
+		pi->stats = in->stp;
+	}
+}
+
+static int handle_get(struct resild *d, const Resil__Get *g, struct reply *rp, struct info *in)
+{
+	const struct resil_rec *rec = find_or_fail(d, g->name, rp);
+
+	if (!rec)
+		return -ENOENT;
+	fill_info(d, rec, in);
+	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
+	rp->resp.policy = &in->h.pi;
+	return 0;
+}
+
+struct list_ctx {
+	const char *after;
+	uint32_t n, cap;
+	const struct resil_rec **recs;
+};
+
+static int list_collect(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+			void *ctx)
+{
+	struct list_ctx *l = ctx;
+
+	if (l->after && strcmp(rec->name, l->after) <= 0)
+		return 0;
+	if (l->n < l->cap)
+		l->recs[l->n++] = rec;
+	return 0;
+}
+
+static int rec_cmp(const void *a, const void *b)
+{
+	const struct resil_rec *const *x = a, *const *y = b;
+
+	return strcmp((*x)->name, (*y)->name);
+}
+
+static int handle_list(struct resild *d, const Resil__List *l, struct reply *rp,
+		       Resil__ListReply *lr, void **to_free)
+{
+	struct list_ctx lc = {0};
+	uint32_t limit = l->limit ? l->limit : RESILD_LIST_MAX;
+	Resil__PolicyInfo **pp;
+	struct info_head *infos;
+	size_t total = 64;
+
+	if (limit > RESILD_LIST_MAX)
+		limit = RESILD_LIST_MAX;
+	lc.after = l->after && l->after[0] ? l->after : NULL;
+	lc.cap = d->seg.cfg->slot_cap;
+	lc.recs = calloc(lc.cap ? lc.cap : 1, sizeof(*lc.recs));
+	if (!lc.recs)
+		return reply_error(rp, -ENOMEM, "out of memory");
+	resil_seg_foreach(&d->seg, list_collect, &lc);
+	qsort(lc.recs, lc.n, sizeof(*lc.recs), rec_cmp);
+
+	infos = calloc(limit, sizeof(*infos));
+	pp = calloc(limit, sizeof(*pp));
+	to_free[0] = lc.recs;
+	to_free[1] = infos;
+	to_free[2] = pp;
+	if (!infos || !pp)
+		return reply_error(rp, -ENOMEM, "out of memory");
+	lr->policies = pp;
+	for (uint32_t i = 0; i < lc.n; i++) {
+		size_t sz;
+
+		if (i == limit) {
+			lr->more = true;
+			break;
+		}
+		fill_head(d, lc.recs[i], &infos[i]);
+		sz = resil__policy_info__get_packed_size(&infos[i].pi) + 8;
+		if (total + sz > RESILD_MSG_MAX - 256) {
+			lr->more = true;
+			break;
+		}
+		total += sz;
+		pp[lr->n_policies++] = &infos[i].pi;
+	}
+	rp->resp.body_case = RESIL__RESPONSE__BODY_LIST;
+	rp->resp.list = lr;
+	return 0;
+}
+
+static int parse_conf(struct resil_conf *c, const char *text, struct reply *rp)
+{
+	char err[512] = "";
+
+	if (!text)
+		text = "";
+	if (strlen(text) > CONF_TEXT_MAX)
+		return reply_error(rp, -E2BIG, "configuration longer than %d bytes", CONF_TEXT_MAX);
+	if (resil_conf_parse(c, text, 1, err, sizeof(err)) < 0)
+		return reply_error(rp, -EINVAL, "%s", err[0] ? err : "invalid configuration");
+	if (resil_conf_check(c, err, sizeof(err)) < 0)
+		return reply_error(rp, -EINVAL, "%s", err[0] ? err : "invalid configuration");
+	return 0;
+}
+
+static int define(struct resild *d, const char *name, const struct resil_conf *c, uint32_t uid,
+		  uint32_t flags, struct reply *rp)
+{
+	char err[512] = "";
+	int r;
+
+	r = resil_seg_define(&d->seg, name, c, uid, flags, resil_clock_monotonic(NULL), err,
+			     sizeof(err));
+	if (r < 0)
+		return reply_error(rp, r, "policy %s: %s", name, err[0] ? err : strerror(-r));
+	return 0;
+}
+
+/* create (update = false) or update (must exist; keys given replace those
+ * keys, the others keep their values). */
+static int handle_define(struct resild *d, const struct resild_peer *p, const char *name,
+			 const char *text, bool update, struct reply *rp, struct info *in)
+{
+	const struct resil_rec *rec;
+	struct resil_conf c;
+	int r;
+
+	if (check_name(name, rp) < 0)
+		return -EINVAL;
+	rec = find(d, name, NULL);
+	if (update && !rec)
+		return reply_error(rp, -ENOENT, "no policy named %s", name);
+	if (update)
+		c = rec->conf;
+	else
+		resil_conf_init(&c);
+	r = parse_conf(&c, text, rp);
+	if (r < 0)
+		return r;
+	if (rec && memcmp(&rec->conf, &c, sizeof(c)) == 0)
+		goto done; /* identical: anyone who can connect */
+	if (rec) {
+		r = may_change(d, p, rec, "changing", rp);
+		if (r < 0)
+			return r;
+		r = define(d, name, &c, rec->owner_uid, rec->flags, rp);
+	} else {
+		r = define(d, name, &c, (uint32_t)p->uid, 0, rp);
+	}
+	if (r < 0)
+		return r;
+	log_info("policy %s: %s by uid %u (pid %d)", name, rec ? "changed" : "created",
+		 (unsigned)p->uid, (int)p->pid);
+	rec = find(d, name, NULL);
+	if (!rec)
+		return reply_error(rp, -EIO, "policy %s vanished after its definition", name);
+done:
+	fill_info(d, rec, in);
+	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
+	rp->resp.policy = &in->h.pi;
+	return 0;
+}
+
+static int handle_delete(struct resild *d, const struct resild_peer *p, const char *name,
+			 struct reply *rp)
+{
+	const struct resil_rec *rec = find_or_fail(d, name, rp);
+	int r;
+
+	if (!rec)
+		return -ENOENT;
+	r = may_change(d, p, rec, "deleting", rp);
+	if (r < 0)
+		return r;
+	r = resil_seg_delete(&d->seg, name);
+	if (r < 0)
+		return reply_error(rp, r, "cannot delete policy %s: %s", name, strerror(-r));
+	log_info("policy %s: deleted by uid %u (pid %d)", name, (unsigned)p->uid, (int)p->pid);
+	return 0;
+}
+
+static int force_state(struct resild *d, const struct resild_peer *p, const char *name, int state,
+		       const char *verb, struct reply *rp, struct info *in)
+{
+	const struct resil_rec *rec = find_or_fail(d, name, rp);
+	struct resil_ctx x = {.seg = &d->seg, .pid = (uint32_t)getpid()};
+	int r;
+
+	if (!rec)
+		return -ENOENT;
+	r = may_change(d, p, rec, verb, rp);
+	if (r < 0)
+		return r;
+	x.rec = rec;
+	r = resil_policy_force(&x, rec, state);
+	if (r == -ENODATA)
+		return reply_error(rp, -EINVAL, "policy %s has no circuit breaker", name);
+	if (r < 0)
+		return reply_error(rp, r, "cannot force policy %s: %s", name, strerror(-r));
+	log_notice("policy %s: %s (%s) by uid %u (pid %d)", name, verb, resild_state_name(state),
+		   (unsigned)p->uid, (int)p->pid);
+	fill_info(d, rec, in);
+	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
+	rp->resp.policy = &in->h.pi;
+	return 0;
+}
+
+static int handle_force(struct resild *d, const struct resild_peer *p, const Resil__ForceState *f,
+			struct reply *rp, struct info *in)
+{
+	static const struct {
+		const char *name;
+		int state;
+	} states[] = {
+	    {"closed", RESIL_STATE_CLOSED},
+	    {"open", RESIL_STATE_FORCED_OPEN},
+	    {"forced-open", RESIL_STATE_FORCED_OPEN},
+	    {"disabled", RESIL_STATE_DISABLED},
+	    {"metrics-only", RESIL_STATE_METRICS_ONLY},
+	};
+
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(states); i++)
+		if (f->state && strcmp(f->state, states[i].name) == 0)
+			return force_state(d, p, f->name, states[i].state, "forcing", rp, in);
+	return reply_error(rp, -EINVAL,
+			   "unknown state \"%s\" (expected closed, open, disabled or metrics-only)",
+			   f->state ? f->state : "");
+}
+
+static int handle_subscribe(struct resild *d, struct resild_peer *p, const Resil__Subscribe *s,
+			    struct reply *rp)
+{
+	if (s->n_names > RESILD_SUB_NAMES)
+		return reply_error(rp, -E2BIG, "at most %d policy names per subscription",
+				   RESILD_SUB_NAMES);
+	for (size_t i = 0; i < s->n_names; i++)
+		if (check_name(s->names[i], rp) < 0)
+			return -EINVAL;
+	if (!p->subscriber) {
+		if (d->nsubscribers >= RESILD_SUBSCRIBERS_MAX)
+			return reply_error(rp, -EUSERS, "too many subscribers (at most %d at once)",
+					   RESILD_SUBSCRIBERS_MAX);
+		d->nsubscribers++;
+		p->subscriber = true;
+	}
+	p->nsub_names = (uint32_t)s->n_names;
+	for (size_t i = 0; i < s->n_names; i++)
+		snprintf(p->sub_names[i], RESIL_NAME_MAX, "%s", s->names[i]);
+	return 0;
+}
+
+bool resild_peer_wants(const struct resild_peer *p, const char *policy)
+{
+	if (!p->subscriber)
+		return false;
+	if (p->nsub_names == 0)
+		return true;
+	for (uint32_t i = 0; i < p->nsub_names; i++)
+		if (policy && strcmp(p->sub_names[i], policy) == 0)
+			return true;
+	return false;
+}
+
+void resild_peer_gone(struct resild *d, struct resild_peer *p)
+{
+	if (p->subscriber && d->nsubscribers)
+		d->nsubscribers--;
+	p->subscriber = false;
+}
+
+struct metrics_ctx {
+	struct resild *d;
+	char *buf;
+	size_t len, used;
+	bool cut;
+};
+
+static void mput(struct metrics_ctx *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void mput(struct metrics_ctx *m, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (m->cut)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(m->buf + m->used, m->len - m->used, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= m->len - m->used) {
+		m->buf[m->used] = '\0'; /* cut at the last whole line */
+		m->cut = true;
+		return;
+	}
+	m->used += (size_t)n;
+}
+
+size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
+{
+	static const char cut[] = "# cut: a reply holds at most 64 KiB; "
+				  "resild --metrics-listen serves all of it\n";
+	struct metrics_ctx m = {.d = d, .buf = buf, .len = len};
+	size_t n, room;
+
+	if (len < sizeof(cut) + 1)
+		return 0;
+	buf[0] = '\0';
+	/* what only the daemon knows first (a few lines), then every policy */
+	mput(&m,
+	     "# HELP resil_clients Client processes registered and alive.\n"
+	     "# TYPE resil_clients gauge\nresil_clients %u\n",
+	     resild_clients_live(d));
+	mput(&m,
+	     "# HELP resil_connections Control connections open.\n"
+	     "# TYPE resil_connections gauge\nresil_connections %u\n",
+	     d->nconns);
+	mput(&m,
+	     "# HELP resil_subscribers Event subscribers.\n"
+	     "# TYPE resil_subscribers gauge\nresil_subscribers %u\n",
+	     d->nsubscribers);
+	mput(&m,
+	     "# HELP resil_events_total Events drained from the ring.\n"
+	     "# TYPE resil_events_total counter\nresil_events_total %llu\n",
+	     (unsigned long long)d->events_seen);
+	mput(&m,
+	     "# HELP resil_reclaims_total Dead clients whose holdings were reclaimed.\n"
+	     "# TYPE resil_reclaims_total counter\nresil_reclaims_total %llu\n",
+	     (unsigned long long)d->reclaims);
+	mput(&m,
+	     "# HELP resil_reloads_total Configuration reloads (and failed ones).\n"
+	     "# TYPE resil_reloads_total counter\nresil_reloads_total{result=\"ok\"} %llu\n"
+	     "resil_reloads_total{result=\"failed\"} %llu\n",
+	     (unsigned long long)d->reloads, (unsigned long long)d->reload_errors);
+	mput(&m,
+	     "# HELP resil_policy_slots Policy slots (--policies).\n"
+	     "# TYPE resil_policy_slots gauge\nresil_policy_slots %u\n",
+	     d->seg.cfg->slot_cap);
+	mput(&m,
+	     "# HELP resil_arena_used_bytes State arena in use.\n"
+	     "# TYPE resil_arena_used_bytes gauge\nresil_arena_used_bytes %llu\n",
+	     (unsigned long long)ld_relaxed(&d->seg.st->arena_used));
+	mput(&m,
+	     "# HELP resil_arena_bytes State arena size (--state-size).\n"
+	     "# TYPE resil_arena_bytes gauge\nresil_arena_bytes %llu\n",
+	     (unsigned long long)d->seg.st->arena_size);
+	if (m.cut || len - m.used <= sizeof(cut))
+		return m.used;
+	room = len - m.used - sizeof(cut);
+	n = resil_metrics_text(&d->seg, buf + m.used, room);
+	if (n >= room) {
+		/* keep whole lines only, and say so */
+		char *nl = memrchr(buf + m.used, '\n', room - 1);
+
+		n = nl ? (size_t)(nl - (buf + m.used)) + 1 : 0;
+		memcpy(buf + m.used + n, cut, sizeof(cut));
+		n += sizeof(cut) - 1;
+	}
+	return m.used + n;
+}
+
+static int handle_metrics(struct resild *d, struct reply *rp, Resil__MetricsReply *mr,
+			  char **to_free)
+{
+	size_t cap = RESILD_MSG_MAX - 1024;
+	char *buf = malloc(cap);
+
+	if (!buf)
+		return reply_error(rp, -ENOMEM, "out of memory");
+	*to_free = buf;
+	resild_metrics_text(d, buf, cap);
+	mr->text = buf;
+	rp->resp.body_case = RESIL__RESPONSE__BODY_METRICS;
+	rp->resp.metrics = mr;
+	return 0;
+}
+
+int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg, size_t len,
+		  uint8_t *out, size_t *outlen, int *fds, int *nfds)
+{
+	Resil__Request *req;
+	struct reply rp = {.resp = RESIL__RESPONSE__INIT};
+	Resil__HelloReply hr = RESIL__HELLO_REPLY__INIT;
+	Resil__GetSegmentsReply sr = RESIL__GET_SEGMENTS_REPLY__INIT;
+	Resil__ListReply lr = RESIL__LIST_REPLY__INIT;
+	Resil__MetricsReply mr = RESIL__METRICS_REPLY__INIT;
+	struct info *in = NULL;
+	void *to_free[3] = {NULL, NULL, NULL};
+	char *mtext = NULL;
+	size_t cap = *outlen;
+	int r, ret = 0;
+
+	*nfds = 0;
+	if (len > RESILD_MSG_MAX) {
+		r = resild_error_reply(0, -EMSGSIZE, "request larger than 64 KiB", out, outlen);
+		return r < 0 ? r : RESILD_HANDLE_CLOSE;
+	}
+	req = resil__request__unpack(NULL, len, msg);
+	if (!req) {
+		r = resild_error_reply(0, -EBADMSG, "malformed request (not a resil.Request)", out,
+				       outlen);
+		return r < 0 ? r : RESILD_HANDLE_CLOSE;
+	}
+	rp.resp.id = req->id;
+	in = malloc(sizeof(*in));
+	if (!in) {
+		reply_error(&rp, -ENOMEM, "out of memory");
+		goto send;
+	}
+
+	switch (req->body_case) {
+	case RESIL__REQUEST__BODY_HELLO:
+		handle_hello(d, req->hello, &rp, &hr);
+		break;
+	case RESIL__REQUEST__BODY_GET_SEGMENTS:
+		handle_segments(d, req->get_segments, &rp, &sr, fds, nfds);
+		break;
+	case RESIL__REQUEST__BODY_LIST:
+		handle_list(d, req->list, &rp, &lr, to_free);
+		break;
+	case RESIL__REQUEST__BODY_GET:
+		handle_get(d, req->get, &rp, in);
+		break;
+	case RESIL__REQUEST__BODY_CREATE:
+		handle_define(d, peer, req->create->name, req->create->config, false, &rp, in);
+		break;
+	case RESIL__REQUEST__BODY_UPDATE:
+		handle_define(d, peer, req->update->name, req->update->config, true, &rp, in);
+		break;
+	case RESIL__REQUEST__BODY_DELETE:
+		handle_delete(d, peer, req->delete_->name, &rp);
+		break;
+	case RESIL__REQUEST__BODY_FORCE:
+		handle_force(d, peer, req->force, &rp, in);
+		break;
+	case RESIL__REQUEST__BODY_RESET:
+		force_state(d, peer, req->reset->name, RESIL_STATE_CLOSED, "resetting", &rp, in);
+		break;
+	case RESIL__REQUEST__BODY_SUBSCRIBE:
+		handle_subscribe(d, peer, req->subscribe, &rp);
+		break;
+	case RESIL__REQUEST__BODY_METRICS:
+		handle_metrics(d, &rp, &mr, &mtext);
+		break;
+	default:
+		reply_error(&rp, -EOPNOTSUPP, "unknown request");
+		break;
+	}
+send:
+	r = pack(&rp.resp, out, outlen);
+	if (r == -E2BIG) {
+		*outlen = cap;
+		r = resild_error_reply(req->id, -E2BIG, "reply larger than 64 KiB", out, outlen);
+	}
+	if (r < 0) {
+		ret = r;
+		for (int i = 0; i < *nfds; i++)
+			close(fds[i]);
+		*nfds = 0;
+	}
+	resil__request__free_unpacked(req, NULL);
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(to_free); i++)
+		free(to_free[i]);
+	free(mtext);
+	free(in);
+	return ret;
+}

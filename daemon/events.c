@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * events.c - the consumer side of the event ring.
+ *
+ * Any process appends to the ring (resil_event_push: fetch_add on
+ * st->event_head, fill the entry, publish seq = index + 1 with release);
+ * the daemon is the only consumer. Its position st->events_read is
+ * written by the daemon only (relaxed: observers read it for display,
+ * nothing is published through it).
+ *
+ * Entries are read with resil_event_read (acquire on seq, copy, re-check
+ * seq): a torn copy is never used.
+ *   - -EAGAIN: the writer claimed the index and has not published yet. It
+ *     may have been SIGKILLed in that window (its crash window); we wait
+ *     up to EVENT_GRACE ticks for it, then skip the entry and count it in
+ *     st->events_dropped: a dead writer never stalls the ring.
+ *   - -ESTALE: writers lapped us and overwrote the entry: skipped, counted.
+ *   - more than event_cap entries behind: the oldest are gone, counted.
+ *
+ * Each event is logged through journal.c (a structured entry under
+ * journald, a "<N>" line otherwise) and packed once as a Response with
+ * id 0 for every subscriber that wants it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "resil.pb-c.h"
+
+#include "breaker.h"
+#include "ctl.h"
+#include "events.h"
+#include "journal.h"
+#include "log.h"
+#include "loop.h"
+#include "policy.h"
+#include "resil.h"
+#include "resild.h"
+
+#define EVENT_GRACE	10   /* ticks a claimed, unpublished entry is waited for */
+#define EVENTS_PER_TICK 4096 /* bound on one drain */
+
+static uint64_t stuck_idx = UINT64_MAX;
+static unsigned stuck_ticks;
+
+void resild_events_init(struct resild *d)
+{
+	struct resil_state_hdr *st = d->seg.st;
+
+	if (!d->adopted)
+		st_relaxed(&st->events_read, ld_acquire(&st->event_head));
+	stuck_idx = UINT64_MAX;
+	stuck_ticks = 0;
+}
+
+static const char *type_name(uint32_t t)
+{
+	switch (t) {
+	case RESIL_EV_TRANSITION:
+		return "transition";
+	case RESIL_EV_BUDGET_EXHAUSTED:
+		return "budget-exhausted";
+	case RESIL_EV_KEYS_FULL:
+		return "keys-full";
+	case RESIL_EV_RECLAIMED:
+		return "reclaimed";
+	case RESIL_EV_CLIENTS_FULL:
+		return "clients-full";
+	case RESIL_EV_CONFIG:
+		return "config";
+	default:
+		return "unknown";
+	}
+}
+
+/* The policy an event names, if its slot still holds that policy. */
+static const char *policy_of(struct resild *d, const struct resil_event *e, char *buf, size_t len)
+{
+	const struct resil_rec *rec;
+	uint64_t w;
+
+	if (e->slot >= d->seg.cfg->slot_cap)
+		return NULL;
+	w = ld_acquire(&resil_seg_slots(&d->seg)[e->slot]);
+	rec = resil_seg_rec_of(&d->seg, w);
+	if (!rec)
+		return NULL;
+	snprintf(buf, len, "%s", rec->name);
+	return buf;
+}
+
+static void fmt_pct(uint64_t bp, char *buf, size_t len)
+{
+	if (bp % 100 == 0)
+		snprintf(buf, len, "%llu%%", (unsigned long long)(bp / 100));
+	else
+		snprintf(buf, len, "%llu.%02llu%%", (unsigned long long)(bp / 100),
+			 (unsigned long long)(bp % 100));
+}
+
+/* " (failure rate 60% >= 50%)": why a breaker moved, in words. */
+static int why_text(struct resild *d, const struct resil_event *e, char *buf, size_t len)
+{
+	const struct resil_rec *rec = NULL;
+	char v[32], t[32];
+	uint64_t w;
+
+	if (e->slot < d->seg.cfg->slot_cap) {
+		w = ld_acquire(&resil_seg_slots(&d->seg)[e->slot]);
+		rec = resil_seg_rec_of(&d->seg, w);
+	}
+	switch (e->reason) {
+	case RESIL_WHY_FAILURE_RATE:
+	case RESIL_WHY_SLOW_RATE:
+		fmt_pct(e->value, v, sizeof(v));
+		t[0] = '\0';
+		if (rec)
+			fmt_pct(e->reason == RESIL_WHY_FAILURE_RATE
+				    ? rec->conf.breaker.failure_rate_bp
+				    : rec->conf.breaker.slow_rate_bp,
+				t, sizeof(t));
+		return snprintf(buf, len, " (%s %s%s%s)",
+				e->reason == RESIL_WHY_FAILURE_RATE ? "failure rate"
+								    : "slow-call rate",
+				v, t[0] ? " >= " : "", t);
+	case RESIL_WHY_CONSECUTIVE:
+		return snprintf(buf, len, " (%llu consecutive failures)",
+				(unsigned long long)e->value);
+	case RESIL_WHY_WAIT_OVER:
+	case RESIL_WHY_PROBE_TIMEOUT:
+		resil_format_duration((int64_t)e->value, v, sizeof(v));
+		return snprintf(buf, len,
+				e->reason == RESIL_WHY_WAIT_OVER ? " (wait of %s over)"
+								 : " (a probe held over %s)",
+				v);
+	default:
+		return snprintf(buf, len, " (%s)", resil_breaker_why(e->reason));
+	}
+}
+
+static const char *config_what(uint32_t a)
+{
+	return a == 0 ? "created" : a == 1 ? "changed" : a == 2 ? "deleted" : "redefined";
+}
+
+size_t resild_event_format(struct resild *d, const struct resil_event *e, char *buf, size_t len)
+{
+	char name[RESIL_NAME_MAX + 16];
+	const char *pol = policy_of(d, e, name, sizeof(name));
+	int n;
+
+	if (!pol) {
+		snprintf(name, sizeof(name), "#%u", e->slot);
+		pol = name;
+	}
+	switch (e->type) {
+	case RESIL_EV_TRANSITION:
+		n = snprintf(buf, len, "policy %s: %s -> %s", pol, resild_state_name((int)e->a),
+			     resild_state_name((int)e->b));
+		break;
+	case RESIL_EV_RECLAIMED:
+		n = snprintf(buf, len,
+			     "policy %s: reclaimed %u permits and %u probes from dead process %u",
+			     pol, e->a, e->b, e->pid ? e->pid : (uint32_t)e->value);
+		break;
+	case RESIL_EV_BUDGET_EXHAUSTED:
+		n = snprintf(buf, len, "policy %s: retry budget exhausted", pol);
+		break;
+	case RESIL_EV_KEYS_FULL:
+		n = snprintf(buf, len, "policy %s: keyed table full (limit.keys)", pol);
+		break;
+	case RESIL_EV_CLIENTS_FULL:
+		n = snprintf(buf, len,
+			     "client table full: a process decides unregistered "
+			     "(raise --clients)");
+		break;
+	case RESIL_EV_CONFIG:
+		n = snprintf(buf, len, "policy %s: %s", pol, config_what(e->a));
+		break;
+	default:
+		n = snprintf(buf, len, "policy %s: event %u", pol, e->type);
+		break;
+	}
+	if (n > 0 && (size_t)n < len && e->reason && e->type == RESIL_EV_TRANSITION)
+		n += why_text(d, e, buf + n, len - (size_t)n);
+	return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}
+
+static void deliver(struct resild *d, const struct resil_event *e)
+{
+	Resil__Response resp = RESIL__RESPONSE__INIT;
+	Resil__Event ev = RESIL__EVENT__INIT;
+	char name[RESIL_NAME_MAX + 16], text[512], from[32] = "", to[32] = "";
+	char reason[32] = "";
+	const char *pol = policy_of(d, e, name, sizeof(name));
+	uint8_t buf[1024];
+	size_t n;
+
+	resild_event_format(d, e, text, sizeof(text));
+	if (e->type == RESIL_EV_TRANSITION) {
+		snprintf(from, sizeof(from), "%s", resild_state_name((int)e->a));
+		snprintf(to, sizeof(to), "%s", resild_state_name((int)e->b));
+	} else if (e->type == RESIL_EV_CONFIG) {
+		snprintf(to, sizeof(to), "%s", config_what(e->a));
+	}
+	if (e->reason && e->type == RESIL_EV_TRANSITION)
+		snprintf(reason, sizeof(reason), "%s", resil_breaker_why(e->reason));
+	else if (e->reason)
+		snprintf(reason, sizeof(reason), "%u", e->reason);
+	/* journald entry with fields, or a "<N>" line; a configuration change
+	 * was logged where the daemon made it, so only with --verbose */
+	if (e->type != RESIL_EV_CONFIG || log_get_max_level() >= LOG_DEBUG)
+		resild_journal_event(&d->seg, e, pol, text);
+
+	ev.seq = ld_relaxed(&e->seq);
+	ev.time_ns = e->time_ns;
+	ev.type = (char *)type_name(e->type);
+	ev.policy = (char *)(pol ? pol : "");
+	ev.from = from;
+	ev.to = to;
+	ev.reason = reason;
+	ev.pid = e->pid;
+	ev.value = e->value;
+	resp.id = 0;
+	resp.body_case = RESIL__RESPONSE__BODY_EVENT;
+	resp.event = &ev;
+	n = resil__response__get_packed_size(&resp);
+	if (n > sizeof(buf))
+		return;
+	n = resil__response__pack(&resp, buf);
+	resild_loop_broadcast(d, buf, n, pol);
+}
+
+void resild_events_drain(struct resild *d)
+{
+	struct resil_state_hdr *st = d->seg.st;
+	uint64_t head = ld_acquire(&st->event_head);
+	uint64_t rd = ld_relaxed(&st->events_read);
+	unsigned budget = EVENTS_PER_TICK;
+
+	if (head - rd > (uint64_t)st->event_cap && head > rd) {
+		uint64_t lost = head - rd - st->event_cap;
+
+		faa_relaxed(&st->events_dropped, lost);
+		log_warning("event ring overrun: %llu events lost", (unsigned long long)lost);
+		rd = head - st->event_cap;
+	}
+	while (rd != head && budget--) {
+		struct resil_event e;
+		int r = resil_event_read(&d->seg, rd, &e);
+
+		if (r == -EAGAIN) {
+			if (stuck_idx != rd) {
+				stuck_idx = rd;
+				stuck_ticks = 0;
+			}
+			if (++stuck_ticks <= EVENT_GRACE)
+				break; /* a writer may still be filling it: next tick */
+			/* its writer died in the crash window: skip */
+			faa_relaxed(&st->events_dropped, 1);
+			rd++;
+			continue;
+		}
+		if (r < 0) {
+			faa_relaxed(&st->events_dropped, 1);
+			rd++;
+			continue;
+		}
+		d->events_seen++;
+		deliver(d, &e);
+		rd++;
+	}
+	st_relaxed(&st->events_read, rd);
+}

@@ -1,0 +1,742 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * loop.c - resild's single-threaded io_uring event loop.
+ *
+ * Everything the daemon waits for is one io_uring operation:
+ *   accept    multishot accept on the listening socket (plain accept,
+ *             re-armed each time, on kernels without multishot);
+ *   recvmsg   one outstanding per connection, into a buffer of
+ *             RESILD_MSG_MAX + 1 bytes; MSG_TRUNC or a longer datagram
+ *             marks an oversized request;
+ *   sendmsg   one outstanding per connection, from its queue of packed
+ *             Responses, with SCM_RIGHTS when the reply carries fds;
+ *   read      on a signalfd for SIGTERM, SIGINT (stop) and SIGHUP (reload);
+ *   timeout   the maintenance tick (RESILD_TICK_NS);
+ *   poll      POLLIN on the pidfd of each client row (the process exited).
+ * user_data packs the operation, a connection or row index and a cookie
+ * (a connection's generation, a watch's cookie), so a completion that
+ * arrives for a connection or watch that was closed and reused meanwhile
+ * is recognised and dropped.
+ *
+ * A connection is freed only when none of its operations is in flight:
+ * closing one shuts the socket down and cancels its operations, and the
+ * last completion frees it. Memory a peer can make us hold is bounded:
+ * RESILD_MSG_MAX per receive buffer, at most OQ_MAX queued replies per
+ * connection (we stop reading from a peer that does not read its
+ * replies), SUB_OQ_MAX queued events per subscriber (more are dropped and
+ * counted), opts.max_conns connections (a newcomer past it gets an error
+ * Response and is closed; nobody else notices).
+ *
+ * Nothing here touches shared memory except through the modules the tick
+ * calls (policy maintenance, the client registry, the event drain).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <liburing.h>
+
+#include "clients.h"
+#include "ctl.h"
+#include "events.h"
+#include "log.h"
+#include "loop.h"
+#include "notify.h"
+#include "policy.h"
+#include "resild.h"
+
+#define RING_ENTRIES 512
+#define OQ_MAX	     64	 /* queued replies before we stop reading a connection */
+#define SUB_OQ_MAX   256 /* queued events per subscriber */
+#define GROUPS_MAX   1024
+
+enum op {
+	OP_ACCEPT = 1,
+	OP_RECV,
+	OP_SEND,
+	OP_SIGNAL,
+	OP_TICK,
+	OP_PIDFD,
+	OP_IGNORE, /* cancellations, poll removals */
+};
+
+static inline uint64_t ud(enum op op, uint32_t idx, uint32_t cookie)
+{
+	return (uint64_t)op << 56 | (uint64_t)(idx & 0xffffffu) << 32 | cookie;
+}
+static inline enum op ud_op(uint64_t u)
+{
+	return (enum op)(u >> 56);
+}
+static inline uint32_t ud_idx(uint64_t u)
+{
+	return (uint32_t)(u >> 32) & 0xffffffu;
+}
+static inline uint32_t ud_cookie(uint64_t u)
+{
+	return (uint32_t)u;
+}
+
+struct out_msg {
+	struct out_msg *next;
+	struct msghdr mh;
+	struct iovec iov;
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * RESILD_HANDLE_FDS)];
+		struct cmsghdr align;
+	} cmsg;
+	int fds[RESILD_HANDLE_FDS];
+	int nfds;
+	size_t len;
+	uint8_t data[];
+};
+
+struct conn {
+	int fd; /* -1: free slot */
+	uint32_t gen;
+	struct resild_peer peer;
+	gid_t *groups;
+	uint8_t *rbuf;
+	struct msghdr rmh;
+	struct iovec riov;
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 8)];
+		struct cmsghdr align;
+	} rcmsg;
+	bool recv_armed;
+	bool send_armed;
+	bool close_after_send; /* an error reply to a malformed request */
+	bool closing;
+	struct out_msg *oq_head, *oq_tail;
+	unsigned oq_len;
+	uint64_t dropped; /* events a slow subscriber missed */
+};
+
+struct resild_loop {
+	struct io_uring ring;
+	int sigfd;
+	struct signalfd_siginfo sig;
+	struct __kernel_timespec tick;
+	bool multishot;
+	bool accept_armed;
+	struct conn *conns;
+	uint32_t cap;
+	uint32_t nconns;
+	uint8_t *obuf; /* scratch for one packed reply */
+	uint64_t watchdog_ns;
+	int64_t last_watchdog;
+	char status[128];
+};
+
+static struct io_uring_sqe *get_sqe(struct resild_loop *l)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+
+	if (!sqe) {
+		io_uring_submit(&l->ring);
+		sqe = io_uring_get_sqe(&l->ring);
+	}
+	return sqe;
+}
+
+static int arm_accept(struct resild *d)
+{
+	struct resild_loop *l = d->loop;
+	struct io_uring_sqe *sqe = get_sqe(l);
+
+	if (!sqe)
+		return -EBUSY;
+	if (l->multishot)
+		io_uring_prep_multishot_accept(sqe, d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	else
+		io_uring_prep_accept(sqe, d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	io_uring_sqe_set_data64(sqe, ud(OP_ACCEPT, 0, 0));
+	l->accept_armed = true;
+	return 0;
+}
+
+static int arm_signal(struct resild_loop *l)
+{
+	struct io_uring_sqe *sqe = get_sqe(l);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_read(sqe, l->sigfd, &l->sig, sizeof(l->sig), 0);
+	io_uring_sqe_set_data64(sqe, ud(OP_SIGNAL, 0, 0));
+	return 0;
+}
+
+static int arm_tick(struct resild_loop *l)
+{
+	struct io_uring_sqe *sqe = get_sqe(l);
+
+	if (!sqe)
+		return -EBUSY;
+	l->tick.tv_sec = RESILD_TICK_NS / RESIL_NS_PER_S;
+	l->tick.tv_nsec = RESILD_TICK_NS % RESIL_NS_PER_S;
+	io_uring_prep_timeout(sqe, &l->tick, 0, 0);
+	io_uring_sqe_set_data64(sqe, ud(OP_TICK, 0, 0));
+	return 0;
+}
+
+static int arm_recv(struct resild *d, struct conn *c)
+{
+	struct io_uring_sqe *sqe = get_sqe(d->loop);
+
+	if (!sqe)
+		return -EBUSY;
+	c->riov.iov_base = c->rbuf;
+	c->riov.iov_len = RESILD_MSG_MAX + 1;
+	memset(&c->rmh, 0, sizeof(c->rmh));
+	c->rmh.msg_iov = &c->riov;
+	c->rmh.msg_iovlen = 1;
+	c->rmh.msg_control = c->rcmsg.buf;
+	c->rmh.msg_controllen = sizeof(c->rcmsg.buf);
+	io_uring_prep_recvmsg(sqe, c->fd, &c->rmh, MSG_CMSG_CLOEXEC);
+	io_uring_sqe_set_data64(sqe, ud(OP_RECV, (uint32_t)(c - d->loop->conns), c->gen));
+	c->recv_armed = true;
+	return 0;
+}
+
+static int arm_send(struct resild *d, struct conn *c)
+{
+	struct io_uring_sqe *sqe = get_sqe(d->loop);
+	struct out_msg *m = c->oq_head;
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_sendmsg(sqe, c->fd, &m->mh, MSG_NOSIGNAL);
+	io_uring_sqe_set_data64(sqe, ud(OP_SEND, (uint32_t)(c - d->loop->conns), c->gen));
+	c->send_armed = true;
+	return 0;
+}
+
+static void out_free(struct out_msg *m)
+{
+	for (int i = 0; i < m->nfds; i++)
+		close(m->fds[i]);
+	free(m);
+}
+
+static void conn_free(struct resild *d, struct conn *c)
+{
+	struct out_msg *m, *n;
+
+	for (m = c->oq_head; m; m = n) {
+		n = m->next;
+		out_free(m);
+	}
+	c->oq_head = c->oq_tail = NULL;
+	c->oq_len = 0;
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	free(c->rbuf);
+	c->rbuf = NULL;
+	free(c->groups);
+	c->groups = NULL;
+	c->gen++;
+	d->loop->nconns--;
+	d->nconns = d->loop->nconns;
+}
+
+static void conn_close(struct resild *d, struct conn *c)
+{
+	if (!c->closing) {
+		c->closing = true;
+		resild_peer_gone(d, &c->peer);
+		if (c->recv_armed || c->send_armed) {
+			struct io_uring_sqe *sqe = get_sqe(d->loop);
+
+			shutdown(c->fd, SHUT_RDWR);
+			if (sqe) {
+				io_uring_prep_cancel_fd(sqe, c->fd, IORING_ASYNC_CANCEL_ALL);
+				io_uring_sqe_set_data64(sqe, ud(OP_IGNORE, 0, 0));
+			}
+		}
+	}
+	if (!c->recv_armed && !c->send_armed)
+		conn_free(d, c);
+}
+
+/* Queue a copy of msg (and take ownership of fds). 0, or -ENOBUFS. */
+static int conn_queue(struct resild *d, struct conn *c, const uint8_t *msg, size_t len,
+		      const int *fds, int nfds)
+{
+	struct out_msg *m = malloc(sizeof(*m) + len);
+
+	if (!m) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		return -ENOMEM;
+	}
+	memset(m, 0, sizeof(*m));
+	memcpy(m->data, msg, len);
+	m->len = len;
+	m->iov.iov_base = m->data;
+	m->iov.iov_len = len;
+	m->mh.msg_iov = &m->iov;
+	m->mh.msg_iovlen = 1;
+	m->nfds = nfds;
+	if (nfds > 0) {
+		struct cmsghdr *cm;
+
+		memcpy(m->fds, fds, sizeof(int) * (size_t)nfds);
+		m->mh.msg_control = m->cmsg.buf;
+		m->mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		cm = CMSG_FIRSTHDR(&m->mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	if (c->oq_tail)
+		c->oq_tail->next = m;
+	else
+		c->oq_head = m;
+	c->oq_tail = m;
+	c->oq_len++;
+	if (!c->send_armed)
+		return arm_send(d, c);
+	return 0;
+}
+
+static void maybe_recv(struct resild *d, struct conn *c)
+{
+	if (c->closing || c->close_after_send || c->recv_armed || c->oq_len >= OQ_MAX)
+		return;
+	if (arm_recv(d, c) < 0)
+		conn_close(d, c);
+}
+
+/* A newcomer past max_conns: one error reply, sent without waiting, then closed. */
+static void refuse(struct resild *d, int fd)
+{
+	uint8_t buf[256];
+	size_t len = sizeof(buf);
+	char msg[128];
+
+	snprintf(msg, sizeof(msg), "too many connections to resild (at most %u)",
+		 d->opts.max_conns);
+	if (resild_error_reply(0, -EUSERS, msg, buf, &len) == 0)
+		(void)send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	close(fd);
+}
+
+/* The peer's supplementary groups (SO_PEERGROUPS), at most GROUPS_MAX:
+ * their number, 0 when unknown (then only the primary group counts). */
+static int peer_groups(int fd, gid_t **ret)
+{
+	socklen_t len = sizeof(gid_t) * 64;
+	gid_t *g = malloc(len);
+
+	*ret = NULL;
+	if (!g)
+		return 0;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) < 0) {
+		gid_t *n;
+
+		if (errno != ERANGE || len > sizeof(gid_t) * GROUPS_MAX || !(n = realloc(g, len))) {
+			free(g);
+			return 0;
+		}
+		g = n;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) < 0) {
+			free(g);
+			return 0;
+		}
+	}
+	*ret = g;
+	return (int)(len / sizeof(gid_t));
+}
+
+static void on_accept(struct resild *d, int res, unsigned flags)
+{
+	struct resild_loop *l = d->loop;
+	struct ucred cred;
+	socklen_t sl = sizeof(cred);
+	struct conn *c = NULL;
+
+	if (!(flags & IORING_CQE_F_MORE))
+		l->accept_armed = false;
+	if (res == -EINVAL && l->multishot) {
+		log_info("no multishot accept on this kernel: plain accept");
+		l->multishot = false;
+	} else if (res < 0) {
+		if (res != -ECANCELED)
+			log_warning_errno(res, "accept: %m");
+		/* EMFILE and friends would fail again at once: retry at the next tick */
+		if (!l->accept_armed)
+			return;
+	} else {
+		for (uint32_t i = 0; i < l->cap; i++)
+			if (l->conns[i].fd < 0) {
+				c = &l->conns[i];
+				break;
+			}
+		if (!c) {
+			refuse(d, res);
+		} else if (getsockopt(res, SOL_SOCKET, SO_PEERCRED, &cred, &sl) < 0) {
+			log_warning_errno(-errno, "SO_PEERCRED: %m");
+			close(res);
+		} else {
+			uint32_t gen = c->gen;
+
+			memset(c, 0, sizeof(*c));
+			c->gen = gen;
+			c->fd = res;
+			c->peer.pid = cred.pid;
+			c->peer.uid = cred.uid;
+			c->peer.gid = cred.gid;
+			c->rbuf = malloc(RESILD_MSG_MAX + 1);
+			c->peer.ngroups = peer_groups(res, &c->groups);
+			c->peer.groups = c->groups;
+			l->nconns++;
+			d->nconns = l->nconns;
+			if (!c->rbuf || arm_recv(d, c) < 0)
+				conn_close(d, c);
+		}
+	}
+	if (!l->accept_armed && !d->stopping)
+		arm_accept(d);
+}
+
+static void on_recv(struct resild *d, struct conn *c, int res)
+{
+	struct resild_loop *l = d->loop;
+	int fds[RESILD_HANDLE_FDS], nfds = 0, r;
+	size_t outlen = RESILD_MSG_MAX;
+
+	c->recv_armed = false;
+	/* fds a peer sent us: never wanted */
+	if (res >= 0 && c->rmh.msg_controllen > 0) {
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&c->rmh); cm; cm = CMSG_NXTHDR(&c->rmh, cm))
+			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+				int *p = (int *)CMSG_DATA(cm);
+				size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+				for (size_t i = 0; i < n; i++)
+					close(p[i]);
+			}
+	}
+	if (c->closing || res <= 0) {
+		conn_close(d, c);
+		return;
+	}
+	if ((c->rmh.msg_flags & MSG_TRUNC) || (size_t)res > RESILD_MSG_MAX) {
+		r = resild_error_reply(0, -EMSGSIZE, "request larger than 64 KiB", l->obuf,
+				       &outlen);
+		r = r < 0 ? r : RESILD_HANDLE_CLOSE;
+		log_info("peer pid %d uid %u sent a request over 64 KiB: closed", (int)c->peer.pid,
+			 (unsigned)c->peer.uid);
+	} else {
+		r = resild_handle(d, &c->peer, c->rbuf, (size_t)res, l->obuf, &outlen, fds, &nfds);
+		if (r == RESILD_HANDLE_CLOSE)
+			log_info("peer pid %d uid %u sent a malformed request: closed",
+				 (int)c->peer.pid, (unsigned)c->peer.uid);
+	}
+	if (r < 0) {
+		conn_close(d, c);
+		return;
+	}
+	if (r == RESILD_HANDLE_CLOSE)
+		c->close_after_send = true;
+	if (conn_queue(d, c, l->obuf, outlen, fds, nfds) < 0) {
+		conn_close(d, c);
+		return;
+	}
+	maybe_recv(d, c);
+}
+
+static void on_send(struct resild *d, struct conn *c, int res)
+{
+	struct out_msg *m = c->oq_head;
+
+	c->send_armed = false;
+	if (m) {
+		c->oq_head = m->next;
+		if (!c->oq_head)
+			c->oq_tail = NULL;
+		c->oq_len--;
+		out_free(m);
+	}
+	if (c->closing || res < 0) {
+		conn_close(d, c);
+		return;
+	}
+	if (c->oq_head) {
+		if (arm_send(d, c) < 0)
+			conn_close(d, c);
+		return;
+	}
+	if (c->close_after_send) {
+		conn_close(d, c);
+		return;
+	}
+	maybe_recv(d, c);
+}
+
+void resild_loop_broadcast(struct resild *d, const uint8_t *msg, size_t len, const char *policy)
+{
+	struct resild_loop *l = d->loop;
+
+	if (!l || !d->nsubscribers)
+		return;
+	for (uint32_t i = 0; i < l->cap; i++) {
+		struct conn *c = &l->conns[i];
+
+		if (c->fd < 0 || c->closing || !resild_peer_wants(&c->peer, policy))
+			continue;
+		if (c->oq_len >= SUB_OQ_MAX) {
+			c->dropped++;
+			continue;
+		}
+		if (conn_queue(d, c, msg, len, NULL, 0) < 0)
+			conn_close(d, c);
+	}
+}
+
+int resild_loop_watch_pid(struct resild *d, int fd, uint32_t row, uint32_t cookie)
+{
+	struct io_uring_sqe *sqe = get_sqe(d->loop);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_poll_add(sqe, fd, POLLIN);
+	io_uring_sqe_set_data64(sqe, ud(OP_PIDFD, row, cookie));
+	return 0;
+}
+
+void resild_loop_unwatch_pid(struct resild *d, uint32_t row, uint32_t cookie)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!d->loop)
+		return;
+	sqe = get_sqe(d->loop);
+	if (!sqe)
+		return;
+	io_uring_prep_poll_remove(sqe, ud(OP_PIDFD, row, cookie));
+	io_uring_sqe_set_data64(sqe, ud(OP_IGNORE, 0, 0));
+}
+
+uint32_t resild_loop_conns(const struct resild *d)
+{
+	return d->loop ? d->loop->nconns : 0;
+}
+
+static int maintain_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+			void *ctx)
+{
+	struct resil_ctx x = {.seg = s, .rec = rec, .pid = (uint32_t)getpid()};
+
+	resil_policy_maintain(&x, rec);
+	return 0;
+}
+
+/* Slot words are written by this daemon only (it is the configuration's
+ * one writer), so a relaxed load sees our own stores. */
+static uint32_t count_policies(struct resild *d)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < d->seg.cfg->slot_cap; i++)
+		if (ld_relaxed(&resil_seg_slots(&d->seg)[i]))
+			n++;
+	return n;
+}
+
+static void update_status(struct resild *d)
+{
+	char s[128];
+
+	snprintf(s, sizeof(s), "%u policies, %u clients", count_policies(d),
+		 resild_clients_live(d));
+	if (strcmp(s, d->loop->status)) {
+		snprintf(d->loop->status, sizeof(d->loop->status), "%s", s);
+		resild_notify_status(s);
+	}
+}
+
+static void on_tick(struct resild *d)
+{
+	struct resild_loop *l = d->loop;
+	int64_t now;
+
+	if (!l->accept_armed && !d->stopping)
+		arm_accept(d);
+	resil_seg_foreach(&d->seg, maintain_one, NULL);
+	resild_clients_scan(d);
+	resild_events_drain(d);
+	update_status(d);
+	if (l->watchdog_ns) {
+		now = resil_clock_monotonic(NULL);
+		if ((uint64_t)(now - l->last_watchdog) >= l->watchdog_ns / 2) {
+			resild_notify_watchdog();
+			l->last_watchdog = now;
+		}
+	}
+	if (!d->stopping)
+		arm_tick(l);
+}
+
+static void on_signal(struct resild *d, int res)
+{
+	if (res == (int)sizeof(d->loop->sig)) {
+		switch (d->loop->sig.ssi_signo) {
+		case SIGHUP:
+			resild_notify_reloading();
+			log_info("SIGHUP: reloading %s", d->opts.config_dir);
+			if (resild_config_load(d, false) < 0)
+				d->reload_errors++;
+			else
+				d->reloads++;
+			update_status(d);
+			resild_notify_ready(d->loop->status); /* ends RELOADING=1 */
+			break;
+		case SIGTERM:
+		case SIGINT:
+			log_info("%s: stopping", strsignal((int)d->loop->sig.ssi_signo));
+			d->stopping = true;
+			break;
+		default:
+			break;
+		}
+	} else if (res < 0 && res != -EINTR && res != -EAGAIN) {
+		log_error_errno(res, "signalfd: %m");
+		d->stopping = true;
+	}
+	if (!d->stopping)
+		arm_signal(d->loop);
+}
+
+int resild_loop_init(struct resild *d)
+{
+	struct resild_loop *l;
+	sigset_t mask;
+	int r;
+
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return log_error_errno(-ENOMEM, "cannot start the loop: %m");
+	d->loop = l;
+	l->sigfd = -1;
+	l->cap = d->opts.max_conns ? d->opts.max_conns : RESILD_CONNS_DEFAULT;
+	l->conns = calloc(l->cap, sizeof(*l->conns));
+	l->obuf = malloc(RESILD_MSG_MAX);
+	if (!l->conns || !l->obuf)
+		return log_error_errno(-ENOMEM, "cannot start the loop: %m");
+	for (uint32_t i = 0; i < l->cap; i++)
+		l->conns[i].fd = -1;
+
+	r = io_uring_queue_init(RING_ENTRIES, &l->ring, 0);
+	if (r < 0)
+		return log_error_errno(r, "io_uring_queue_init: %m");
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+		return log_error_errno(-errno, "sigprocmask: %m");
+	l->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (l->sigfd < 0)
+		return log_error_errno(-errno, "signalfd: %m");
+	signal(SIGPIPE, SIG_IGN);
+
+	l->multishot = true;
+	l->watchdog_ns = resild_notify_watchdog_ns();
+	l->last_watchdog = resil_clock_monotonic(NULL);
+	if (arm_accept(d) < 0 || arm_signal(l) < 0 || arm_tick(l) < 0)
+		return log_error_errno(-EBUSY, "cannot queue the first operations: %m");
+	r = io_uring_submit(&l->ring);
+	if (r < 0)
+		return log_error_errno(r, "io_uring_submit: %m");
+	return 0;
+}
+
+int resild_loop_run(struct resild *d)
+{
+	struct resild_loop *l = d->loop;
+
+	/* listening since resild_loop_init: READY=1 with the first status */
+	update_status(d);
+	resild_notify_ready(l->status);
+	while (!d->stopping) {
+		struct io_uring_cqe *cqe;
+		unsigned head, n = 0;
+		int r;
+
+		r = io_uring_submit_and_wait(&l->ring, 1);
+		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+			return log_error_errno(r, "io_uring_submit_and_wait: %m");
+		io_uring_for_each_cqe(&l->ring, head, cqe)
+		{
+			uint64_t u = io_uring_cqe_get_data64(cqe);
+			uint32_t idx = ud_idx(u);
+			struct conn *c = NULL;
+
+			n++;
+			switch (ud_op(u)) {
+			case OP_ACCEPT:
+				on_accept(d, cqe->res, cqe->flags);
+				break;
+			case OP_RECV:
+			case OP_SEND:
+				if (idx < l->cap && l->conns[idx].gen == ud_cookie(u) &&
+				    l->conns[idx].fd >= 0)
+					c = &l->conns[idx];
+				if (!c)
+					break;
+				if (ud_op(u) == OP_RECV)
+					on_recv(d, c, cqe->res);
+				else
+					on_send(d, c, cqe->res);
+				break;
+			case OP_SIGNAL:
+				on_signal(d, cqe->res);
+				break;
+			case OP_TICK:
+				on_tick(d);
+				break;
+			case OP_PIDFD:
+				if (cqe->res > 0)
+					resild_clients_exited(d, idx, ud_cookie(u));
+				break;
+			default:
+				break;
+			}
+		}
+		io_uring_cq_advance(&l->ring, n);
+	}
+	return 0;
+}
+
+void resild_loop_fini(struct resild *d)
+{
+	struct resild_loop *l = d->loop;
+
+	if (!l)
+		return;
+	if (l->ring.ring_fd > 0)
+		io_uring_queue_exit(&l->ring);
+	if (l->conns)
+		for (uint32_t i = 0; i < l->cap; i++)
+			if (l->conns[i].fd >= 0) {
+				l->conns[i].recv_armed = l->conns[i].send_armed = false;
+				resild_peer_gone(d, &l->conns[i].peer);
+				conn_free(d, &l->conns[i]);
+			}
+	if (l->sigfd >= 0)
+		close(l->sigfd);
+	free(l->conns);
+	free(l->obuf);
+	free(l);
+	d->loop = NULL;
+}

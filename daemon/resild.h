@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * resild.h - the daemon's one state object, shared by its modules.
+ *
+ * resild is single-threaded around one io_uring loop (loop.c); every
+ * module works on struct resild from that thread only, so nothing here is
+ * locked. What other processes see lives in the segments (d->seg): the
+ * daemon is their only writer of configuration, directory and arena.
+ */
+#ifndef RESILD_RESILD_H
+#define RESILD_RESILD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "seg.h"
+
+#define RESILD_VERSION	       "0.1.0"
+#define RESILD_PROTO_VERSION   1
+#define RESILD_MSG_MAX	       (64 * 1024) /* one request or response */
+#define RESILD_CONNS_DEFAULT   1024
+#define RESILD_SUBSCRIBERS_MAX 64
+#define RESILD_LIST_MAX	       256 /* policies in one list page */
+#define RESILD_TICK_NS	       (100 * RESIL_NS_PER_MS)
+#define RESILD_DEFAULT_SOCKET  "/run/resild/control.sock"
+#define RESILD_DEFAULT_CONFIG  "/etc/resild"
+
+struct resild_cfgset;
+struct resild_clients;
+struct resild_loop;
+
+struct resild_opts {
+	const char *socket_path;
+	const char *config_dir;
+	uint64_t state_size;
+	uint32_t policies;
+	uint32_t clients;
+	uint32_t max_conns;
+	const char *admin_group; /* NULL: root and creators only */
+	const char *socket_group;
+	const char *metrics_listen; /* ADDR:PORT for GET /metrics, NULL: none */
+};
+
+struct resild {
+	struct resild_opts opts;
+	struct resil_seg seg;
+	bool have_seg;
+	bool adopted; /* segments came back from the fd store */
+
+	uid_t uid; /* the daemon's own uid (owner of file policies) */
+	gid_t admin_gid;
+	bool has_admin_gid;
+	gid_t socket_gid;
+
+	int listen_fd;
+	bool socket_activated; /* the socket belongs to systemd: never unlink */
+	bool socket_created;   /* we created the file: unlink on exit */
+
+	struct resild_cfgset *files; /* the configuration applied last */
+	struct resild_clients *clients;
+	struct resild_loop *loop;
+
+	uint32_t nsubscribers;
+	uint32_t nconns;
+	uint64_t events_seen; /* events drained since start */
+	uint64_t reloads;
+	uint64_t reload_errors;
+	uint64_t reclaims;
+	bool stopping;
+};
+
+/* A connected peer as the message handler sees it. */
+#define RESILD_SUB_NAMES 16
+struct resild_peer {
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	const gid_t *groups; /* supplementary groups (SO_PEERGROUPS) */
+	int ngroups;
+	bool subscriber;
+	uint32_t nsub_names; /* 0: every policy */
+	char sub_names[RESILD_SUB_NAMES][RESIL_NAME_MAX];
+};
+
+/* Apply the configuration files of opts.config_dir (cfgfile.c):
+ * at start (fail on error) and on SIGHUP (keep the old one on error). */
+int resild_config_load(struct resild *d, bool initial);
+
+#endif

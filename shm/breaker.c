@@ -1,0 +1,1629 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * breaker.c - a lock-free circuit breaker in shared memory.
+ *
+ * What: one breaker shared by every process of the fleet. CLOSED counts
+ * outcomes in a window (last N calls, last T in B buckets, or N consecutive
+ * failures) and opens when a rate reaches its threshold; OPEN rejects until
+ * its wait is over; the first acquire after that (or the daemon's tick)
+ * moves it to HALF_OPEN, where a limited number of probes decide between
+ * OPEN again and a fresh CLOSED (Resilience4j's rule). Forced states
+ * (DISABLED, FORCED_OPEN, METRICS_ONLY) are more codes of the same word.
+ *
+ * The state word (struct resil_breaker_state in breaker.h) packs
+ * state:3 | streak:5 | gen:20 | since_ms:36. Every transition is one CAS of
+ * that word, so it is the linearization point of the transition; exactly
+ * one party wins it and that party alone pushes the event. gen grows on
+ * every transition: a permit carries the gen it was granted in, and a
+ * result of an older gen neither enters the fresh window nor decides the
+ * probes. since_ms (ms after base_ns, rounded up) is the time the state
+ * was entered, so OPEN's opened time is published by the same CAS as the
+ * state itself (no second word a reader could see half-written); the
+ * transition out of OPEN happens at most 1 ms after opened + wait. streak
+ * counts repeated opens for the growing wait.
+ *
+ * Words, writers, readers, orders:
+ *   word      CAS (acq_rel) by whoever makes a transition (any client, the
+ *             daemon's maintain, force); loaded (acquire) by every call.
+ *             The release of the CAS publishes a window reset done before
+ *             it (HALF_OPEN -> CLOSED, force CLOSED).
+ *   seq       count window: fetch_add (relaxed) by every recorder: the slot
+ *             a record takes. Only the index matters, no data hangs on it.
+ *   slots[]   exchange (relaxed) by recorders; the value returned says
+ *             which counters to adjust. Relaxed: the counters are
+ *             statistics, a decision never waits on one slot.
+ *   counters  fetch_add (relaxed) of a packed signed delta, only when the
+ *             outcome in a slot changed (1 atomic for 3 counters).
+ *             Transiently a field can be one below its slots' histogram
+ *             per in-flight record (or -1); readers decode balanced and
+ *             clamp at 0. At quiescence counters == histogram of slots.
+ *   consec    CAS (acq_rel) by a failing recorder (+1), by a succeeding
+ *             one only when non-zero (reset); tagged with gen so a fresh
+ *             window needs no reset.
+ *   buckets   time window: epoch CAS (acq_rel) by the first recorder of a
+ *             new span, which then stores the counters to 0; counters
+ *             fetch_add by recorders. Bounded error: increments racing
+ *             the rotation (between the winner's CAS and its store) are
+ *             lost, at most the records in flight at the bucket boundary;
+ *             a record whose clock reading is older than the bucket's
+ *             epoch is dropped.
+ *   probes[]  owner CAS by a prober (claim, any free slot or one left by
+ *             an older gen), CAS back to 0 by the same prober (release)
+ *             or by reclaim (dead client); claimed_at stored by the owner
+ *             after its claim, INT64_MAX while free.
+ *   ho        CAS by probers adding a result; tagged with gen, so entering
+ *             HALF_OPEN resets it implicitly.
+ *
+ * Hot path (CLOSED, count window, a success, no slow-call threshold):
+ * check = one acquire load of the word; release = one load, fetch_add seq,
+ * exchange the slot (seq % N by multiplication, no division), and the
+ * counters only when the outcome differs from the overwritten one; no
+ * threshold evaluation when a success overwrote a present outcome (the
+ * window is warm and neither a rate nor the call count rose). The
+ * evaluation runs on a failure, a slow call, and while the window fills,
+ * so the call that completes min_calls opens at once even if it is a
+ * success. No clock unless a decision needs a duration: the slow-call
+ * rate (slow_call_rate below 100%: 100% means slowness is not judged, as
+ * no rate can exceed it; the permit is stamped, RESIL_PERMIT_TIMED), the
+ * time window, OPEN's wait (a coarse reading when the wait is 100 ms or
+ * more: at most 4 ms late) and transitions. An OPEN rejection is one load
+ * and one coarse clock reading; FORCED_OPEN one load.
+ *
+ * Windows: count (last N calls: slots + packed counters), time (last T
+ * in B buckets of T/B, each tagged with the tick it counts; a record is
+ * tick = now / (T/B); the first recorder of a new tick CASes the epoch and
+ * zeroes the counters: increments racing that rotation are lost, at most
+ * the records in flight at the boundary, and the span judged is the
+ * current bucket plus B - 1 whole ones, i.e. T to T - T/B), consecutive
+ * (N failures in a row; slowness not judged). min_calls is capped at N for
+ * count windows (as Resilience4j).
+ *
+ * Half-open (probes): the number of probes at once is the number of probe
+ * slots (half_open_concurrent); the total is enforced by a claimer that
+ * owns a slot counting answered (ho) + held (slots of the current gen) and
+ * giving its slot back when that exceeds half_open_calls, or when the word
+ * moved on meanwhile (a claim for a gen that is over would admit a call in
+ * OPEN). Answers add to ho before freeing the slot and claimers scan slots
+ * (after a seq_cst fence) before loading ho, so a probe is always counted
+ * at least once: never more than half_open_calls probes (those given back
+ * by undo or RESIL_IGNORED excepted) per HALF_OPEN. The read-only check
+ * already rejects when no probe is to be had, so nothing else is spent.
+ * The prober whose answer makes answered == half_open_calls (one CAS:
+ * exactly one) decides: OPEN when the failure or slow rate of the probes
+ * is at or over its threshold, else CLOSED with a fresh window. With a
+ * consecutive window one failed probe re-opens at once and
+ * half_open_calls successes close.
+ *
+ * half_open_max_wait (the choice): a probe of the current gen held longer
+ * than that (claimed_at) sends the breaker back to OPEN (reason probe
+ * timed out, streak + 1): a probe that never answers is a dependency that
+ * does not answer. Seen by the calls that find no probe free and by the
+ * daemon's tick. 0 turns it off (a hung live prober then holds its slot).
+ *
+ * Crash windows (a process may be SIGKILLed between any two instructions):
+ *   - transition: one CAS, nothing to repair.
+ *   - decision to CLOSED: the window is reset before the CAS; killed in
+ *     between (or between the last answer and the CAS), the breaker stays
+ *     HALF_OPEN with every probe answered and none held. Repair: the
+ *     daemon's tick redoes the decision; so does a client's check once
+ *     HALF_OPEN is older than half_open_max_wait (60 s when off).
+ *   - count record: killed between the slot exchange and the counters
+ *     fetch_add, the counters stay skewed by one outcome for good (the
+ *     slot holds the new outcome, the counters the old one). Repair:
+ *     resil_breaker_reclaim recomputes the histogram of the slots and adds
+ *     the difference, from a snapshot where seq and the counters did not
+ *     move during the scan (a live writer preempted in the same window at
+ *     that moment looks the same and would be repaired twice: the error
+ *     is at most the writers in flight). A fresh window also clears it.
+ *   - probe claim: killed after the owner CAS, the slot is owned by a
+ *     dead client: reclaim frees it (and answered + held drops, so another
+ *     probe can go). Killed before stamping claimed_at, the slot reads
+ *     "not timed": maintain stamps it with its own time so
+ *     half_open_max_wait applies from then (unregistered clients, id 0,
+ *     are never reclaimed and rely on this).
+ *   - probe answer: killed between the ho CAS and freeing the slot: the
+ *     probe is counted twice in answered + held (conservative) until
+ *     reclaim frees the slot.
+ *   - time-window rotation: killed between the epoch CAS and zeroing the
+ *     counters, the bucket keeps the counts of B buckets ago for one span
+ *     (bounded, it rotates again).
+ *   - consecutive: one CAS per step, nothing to repair.
+ *
+ * Outcomes (resil_breaker_outcome_http/_errno): breaker.record rules
+ * first, in order, first match wins; then 5xx, 408, 429 and no status
+ * (< 100) fail, other 4xx are ignored, the rest succeed; errno 0 succeeds,
+ * the caller's own errors (EINVAL, EPERM, EACCES, ENOENT, EINTR,
+ * ECANCELED, E2BIG, EBADF, EFAULT, ENOMEM, EMFILE, ENFILE) are ignored,
+ * every other errno (connection errors, timeouts, EPIPE, EIO...) fails.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "breaker.h"
+#include "resil.h"
+
+/* ---- packed words ---------------------------------------------------- */
+
+/* Rare paths out of line, so the hot ones stay small. */
+#define BK_COLD __attribute__((noinline, cold))
+
+#define GEN_BITS   20
+#define GEN_MASK   ((1u << GEN_BITS) - 1)
+#define SINCE_BITS 36
+#define SINCE_MASK ((1ULL << SINCE_BITS) - 1)
+#define STREAK_MAX 31u
+
+static inline int w_state(uint64_t w)
+{
+	return (int)(w & 7);
+}
+static inline uint32_t w_streak(uint64_t w)
+{
+	return (uint32_t)(w >> 3) & 31;
+}
+static inline uint32_t w_gen(uint64_t w)
+{
+	return (uint32_t)(w >> 8) & GEN_MASK;
+}
+static inline uint64_t w_since(uint64_t w)
+{
+	return w >> 28;
+}
+static inline uint64_t w_make(int state, uint32_t streak, uint32_t gen, uint64_t since_ms)
+{
+	return (uint64_t)(state & 7) | (uint64_t)(streak & 31) << 3 |
+	       (uint64_t)(gen & GEN_MASK) << 8 | (since_ms & SINCE_MASK) << 28;
+}
+
+/* gen a is newer than b (modulo 2^20). */
+static inline bool gen_newer(uint32_t a, uint32_t b)
+{
+	uint32_t d = (a - b) & GEN_MASK;
+
+	return d != 0 && d < (1u << (GEN_BITS - 1));
+}
+
+#define F21 21
+#define M21 ((1ULL << 21) - 1)
+
+/* Packed delta from one slot outcome to another. */
+static inline uint64_t cnt_delta(uint32_t old, uint32_t nw)
+{
+	int64_t dc = (int64_t)(nw & 1) - (int64_t)(old & 1);
+	int64_t df = (int64_t)((nw >> 1) & 1) - (int64_t)((old >> 1) & 1);
+	int64_t ds = (int64_t)((nw >> 2) & 1) - (int64_t)((old >> 2) & 1);
+
+	return (uint64_t)dc + (uint64_t)df * (1ULL << F21) + (uint64_t)ds * (1ULL << (2 * F21));
+}
+
+static inline int64_t sext(uint64_t v, int bits)
+{
+	uint64_t m = 1ULL << (bits - 1);
+
+	v &= (1ULL << bits) - 1;
+	return (int64_t)(v ^ m) - (int64_t)m;
+}
+
+void resil_breaker_unpack(uint64_t v, struct resil_breaker_counts *out)
+{
+	int64_t c, f, s;
+
+	c = sext(v, F21);
+	v = (v - (uint64_t)c) >> F21;
+	f = sext(v, F21);
+	v = (v - (uint64_t)f) >> F21;
+	s = sext(v, 64 - 2 * F21);
+	out->calls = c < 0 ? 0 : c;
+	out->failures = f < 0 ? 0 : f;
+	out->slow = s < 0 ? 0 : s;
+}
+
+/* consec: gen << 32 | count */
+static inline uint32_t cw_gen(uint64_t v)
+{
+	return (uint32_t)(v >> 32) & GEN_MASK;
+}
+static inline uint32_t cw_cnt(uint64_t v)
+{
+	return (uint32_t)v;
+}
+
+/* ho: gen:20 << 44 | answered:14 << 28 | failed:14 << 14 | slow:14 */
+#define HO_M14 0x3fffu
+static inline uint32_t ho_gen(uint64_t v)
+{
+	return (uint32_t)(v >> 44) & GEN_MASK;
+}
+static inline uint32_t ho_done(uint64_t v)
+{
+	return (uint32_t)(v >> 28) & HO_M14;
+}
+static inline uint32_t ho_fail(uint64_t v)
+{
+	return (uint32_t)(v >> 14) & HO_M14;
+}
+static inline uint32_t ho_slow(uint64_t v)
+{
+	return (uint32_t)v & HO_M14;
+}
+static inline uint64_t ho_make(uint32_t gen, uint32_t done, uint32_t fail, uint32_t slow)
+{
+	return (uint64_t)(gen & GEN_MASK) << 44 | (uint64_t)(done & HO_M14) << 28 |
+	       (uint64_t)(fail & HO_M14) << 14 | (slow & HO_M14);
+}
+
+/* probe owner: (gen | 1 << 31) << 32 | client id */
+static inline uint64_t probe_tag(uint32_t gen, uint32_t client)
+{
+	return (uint64_t)((gen & GEN_MASK) | 0x80000000u) << 32 | client;
+}
+static inline uint32_t probe_gen(uint64_t v)
+{
+	return (uint32_t)(v >> 32) & GEN_MASK;
+}
+static inline uint32_t probe_client(uint64_t v)
+{
+	return (uint32_t)v;
+}
+
+/* ---- configuration-derived values ------------------------------------ */
+
+typedef struct resil_breaker_state bk_t;
+
+static inline bool slow_on(const struct resil_breaker_conf *c)
+{
+	return c->slow_rate_bp < 10000 && c->window_kind != RESIL_WINDOW_CONSECUTIVE;
+}
+
+static inline uint32_t ho_calls(const struct resil_breaker_conf *c)
+{
+	uint32_t n = c->half_open_calls;
+
+	if (n == 0)
+		n = 1;
+	return n > RESIL_BK_HALF_OPEN_MAX ? RESIL_BK_HALF_OPEN_MAX : n;
+}
+
+static uint32_t nprobe_of(const struct resil_breaker_conf *c)
+{
+	uint32_t n = c->half_open_concurrent ? c->half_open_concurrent : c->half_open_calls;
+
+	if (n > ho_calls(c))
+		n = ho_calls(c);
+	if (n == 0)
+		n = 1;
+	return n > RESIL_BK_PROBES_MAX ? RESIL_BK_PROBES_MAX : n;
+}
+
+static uint32_t wsize_of(const struct resil_breaker_conf *c)
+{
+	uint32_t n;
+
+	switch (c->window_kind) {
+	case RESIL_WINDOW_TIME:
+		n = c->buckets ? c->buckets : 1;
+		return n > RESIL_BK_BUCKETS_MAX ? RESIL_BK_BUCKETS_MAX : n;
+	case RESIL_WINDOW_CONSECUTIVE:
+		return 0;
+	default:
+		n = c->window_size ? c->window_size : 1;
+		return n > RESIL_BK_WINDOW_MAX ? RESIL_BK_WINDOW_MAX : n;
+	}
+}
+
+static int64_t bucket_ns_of(const struct resil_breaker_conf *c)
+{
+	int64_t b = c->window_ns / (int64_t)wsize_of(c);
+
+	return b > 0 ? b : 1;
+}
+
+/* Count windows judge from min(min_calls, N) like Resilience4j; a time
+ * window from min_calls. */
+static int64_t min_calls_of(const struct resil_breaker_conf *c)
+{
+	int64_t m = c->min_calls ? c->min_calls : 1;
+
+	if (c->window_kind == RESIL_WINDOW_COUNT && m > (int64_t)wsize_of(c))
+		m = wsize_of(c);
+	return m;
+}
+
+/* The OPEN wait after `streak` repeated opens: wait * multiplier^streak,
+ * capped at wait_max (0: wait). */
+static int64_t open_wait(const struct resil_breaker_conf *c, uint32_t streak)
+{
+	int64_t w = c->wait_ns < 0 ? 0 : c->wait_ns;
+	int64_t cap = c->wait_max_ns > 0 ? c->wait_max_ns : w;
+	uint32_t m = c->wait_multiplier_milli;
+
+	if (m > 1000) {
+		for (uint32_t i = 0; i < streak && w < cap; i++) {
+			if (w > INT64_MAX / m) {
+				w = cap;
+				break;
+			}
+			w = w * m / 1000;
+		}
+	}
+	return w > cap ? cap : w;
+}
+
+/* seq % n without a division (Lemire's fastmod, 32-bit operands): with
+ * m = 2^64 / n + 1, ((m * a mod 2^64) * n) >> 64 == a % n. Whatever m holds
+ * (the word is in shared memory), the result is below n, so a corrupt m
+ * misplaces a record, never an access. */
+static inline uint32_t seq_slot(const bk_t *b, uint64_t seq, uint32_t n)
+{
+#ifdef __SIZEOF_INT128__
+	uint64_t low = b->fastmod * (uint32_t)seq;
+
+	return (uint32_t)(((unsigned __int128)low * n) >> 64);
+#else
+	return (uint32_t)seq % n;
+#endif
+}
+
+static inline ra32 *cslots(bk_t *b)
+{
+	return (ra32 *)((char *)b + b->win_off);
+}
+static inline struct resil_breaker_bucket *buckets(bk_t *b)
+{
+	return (struct resil_breaker_bucket *)((char *)b + b->win_off);
+}
+static inline struct resil_breaker_probe *probes(bk_t *b)
+{
+	return (struct resil_breaker_probe *)((char *)b + b->probe_off);
+}
+
+/* ---- time --------------------------------------------------------------- */
+
+static inline int64_t rel_ns(const bk_t *b, int64_t now)
+{
+	int64_t r = now - b->base_ns;
+
+	return r < 0 ? 0 : r; /* time appearing to go backwards clamps */
+}
+
+static inline uint64_t since_of(const bk_t *b, int64_t now)
+{
+	return ((uint64_t)rel_ns(b, now) + RESIL_NS_PER_MS - 1) / RESIL_NS_PER_MS;
+}
+
+/* ns since the word's since (0 if not yet or if the clock went back). The
+ * 36-bit ms difference is taken modulo and sign-extended: exact for
+ * states younger than 397 days. */
+static int64_t elapsed_ns(const bk_t *b, uint64_t w, int64_t now)
+{
+	int64_t rel = rel_ns(b, now);
+	uint64_t now_ms = (uint64_t)rel / RESIL_NS_PER_MS;
+	int64_t d = sext((now_ms - w_since(w)) & SINCE_MASK, SINCE_BITS);
+	int64_t e = d * RESIL_NS_PER_MS + (rel - (int64_t)now_ms * RESIL_NS_PER_MS);
+
+	return e < 0 ? 0 : e;
+}
+
+/* The floor of the word's since, as an absolute time. */
+static int64_t since_abs_floor(const bk_t *b, uint64_t w, int64_t now)
+{
+	return now - elapsed_ns(b, w, now) - RESIL_NS_PER_MS;
+}
+
+/* A reading for OPEN's wait: the cached precise one if any, else coarse
+ * when the wait is long enough for a 4 ms resolution. */
+static int64_t wait_clock(struct resil_ctx *x, int64_t wait)
+{
+	if (x->now)
+		return x->now;
+	if (wait >= 100 * RESIL_NS_PER_MS)
+		return resil_clock_now_coarse(&x->clock);
+	return resil_ctx_now(x);
+}
+
+static inline void stamp(struct resil_ctx *x, struct resil_permit_priv *pm)
+{
+	if (!(pm->flags & RESIL_PERMIT_TIMED)) {
+		pm->start_ns = resil_ctx_now(x);
+		pm->flags |= RESIL_PERMIT_TIMED;
+	}
+}
+
+/* ---- transitions -------------------------------------------------------- */
+
+/* CAS *w -> (to, streak, gen + 1, now). The winner pushes the event. On
+ * failure *w holds the current word. */
+static bool move(struct resil_ctx *x, bk_t *b, uint64_t *w, int to, uint32_t streak, uint32_t why,
+		 uint64_t value)
+{
+	int64_t now = resil_ctx_now(x);
+	uint64_t nw = w_make(to, streak, w_gen(*w) + 1, since_of(b, now));
+	int from = w_state(*w);
+
+	if (!cas_acq_rel(&b->word, w, nw))
+		return false;
+	*w = nw;
+	resil_event_push(x->seg, RESIL_EV_TRANSITION, x->rec ? x->rec->slot : 0,
+			 x->rec ? x->rec->gen : 0, (uint32_t)from, (uint32_t)to, why, value, now);
+	return true;
+}
+
+static inline uint32_t streak_up(uint64_t w)
+{
+	uint32_t s = w_streak(w);
+
+	return s < STREAK_MAX ? s + 1 : s;
+}
+
+/* CLOSED -> OPEN after a record of gen crossed a threshold. */
+static void closed_open(struct resil_ctx *x, bk_t *b, uint32_t gen, uint32_t why, uint64_t value)
+{
+	uint64_t w = ld_acquire(&b->word);
+
+	if (w_state(w) == RESIL_STATE_CLOSED && w_gen(w) == gen)
+		move(x, b, &w, RESIL_STATE_OPEN, 0, why, value);
+}
+
+/* ---- windows ------------------------------------------------------------ */
+
+static bool count_counters(bk_t *b, const struct resil_breaker_conf *c, uint32_t old, uint32_t code,
+			   bool judge, uint32_t *why, uint64_t *value);
+static BK_COLD void count_after(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c,
+				uint32_t gen, uint32_t old, uint32_t code);
+
+/* Empty the window: each slot exchanged to EMPTY with its counters
+ * adjusted, the same steps as a record, so counters stay equal to the
+ * slots' histogram even against a straggling recorder. Rare path. */
+static void window_reset(bk_t *b, const struct resil_breaker_conf *c)
+{
+	uint32_t n = wsize_of(c);
+
+	if (c->window_kind == RESIL_WINDOW_COUNT) {
+		ra32 *s = cslots(b);
+
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t old = ld_relaxed(&s[i]);
+
+			if (old == RESIL_BK_EMPTY)
+				continue;
+			old = atomic_exchange_explicit(&s[i], RESIL_BK_EMPTY, memory_order_relaxed);
+			if (old != RESIL_BK_EMPTY)
+				faa_relaxed(&b->counters, cnt_delta(old, RESIL_BK_EMPTY));
+		}
+	} else if (c->window_kind == RESIL_WINDOW_TIME) {
+		struct resil_breaker_bucket *bk = buckets(b);
+
+		for (uint32_t i = 0; i < n; i++) {
+			st_relaxed(&bk[i].epoch, 0);
+			st_relaxed(&bk[i].counters, 0);
+		}
+	}
+	/* consecutive: tagged with gen, the transition resets it */
+}
+
+static bool over_threshold(const struct resil_breaker_conf *c, const struct resil_breaker_counts *k,
+			   int64_t min, uint32_t *why, uint64_t *value)
+{
+	if (k->calls <= 0 || k->calls < min)
+		return false;
+	if (k->failures * 10000 >= (int64_t)c->failure_rate_bp * k->calls) {
+		*why = RESIL_WHY_FAILURE_RATE;
+		*value = (uint64_t)(k->failures * 10000 / k->calls);
+		return true;
+	}
+	if (slow_on(c) && k->slow * 10000 >= (int64_t)c->slow_rate_bp * k->calls) {
+		*why = RESIL_WHY_SLOW_RATE;
+		*value = (uint64_t)(k->slow * 10000 / k->calls);
+		return true;
+	}
+	return false;
+}
+
+static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1,
+		     struct resil_breaker_counts *k)
+{
+	struct resil_breaker_bucket *bk = buckets(b);
+	uint32_t n = wsize_of(c);
+	uint64_t packed = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t e = ld_acquire(&bk[i].epoch);
+
+		/* the span (tick1 - n, tick1] */
+		if (e != 0 && e <= tick1 && e + n > tick1)
+			packed += ld_relaxed(&bk[i].counters);
+	}
+	resil_breaker_unpack(packed, k);
+}
+
+/* Record one outcome in CLOSED (or DISABLED, METRICS_ONLY). Returns true
+ * with why/value when the window is at or over a threshold after it. */
+static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c, uint32_t gen,
+		   uint32_t code, bool judge, uint32_t *why, uint64_t *value)
+{
+	struct resil_breaker_counts k;
+
+	switch (c->window_kind) {
+	case RESIL_WINDOW_CONSECUTIVE: {
+		uint64_t v = ld_acquire(&b->consec), nv;
+
+		if (!(code & 2)) {
+			/* success: reset only when there is something to reset */
+			while (cw_gen(v) == gen && cw_cnt(v) != 0)
+				if (cas_acq_rel(&b->consec, &v, (uint64_t)gen << 32))
+					break;
+			return false;
+		}
+		for (;;) {
+			if (cw_gen(v) == gen)
+				nv = v + 1;
+			else if (gen_newer(gen, cw_gen(v)))
+				nv = (uint64_t)gen << 32 | 1;
+			else
+				return false; /* a newer window: this result is stale */
+			if (cas_acq_rel(&b->consec, &v, nv))
+				break;
+		}
+		if (judge && cw_cnt(nv) >= (c->window_size ? c->window_size : 1)) {
+			*why = RESIL_WHY_CONSECUTIVE;
+			*value = cw_cnt(nv);
+			return true;
+		}
+		return false;
+	}
+	case RESIL_WINDOW_TIME: {
+		int64_t now = rel_ns(b, resil_ctx_now(x)) + b->base_ns;
+		uint64_t tick1 = (uint64_t)(now < 0 ? 0 : now) / (uint64_t)bucket_ns_of(c) + 1;
+		struct resil_breaker_bucket *bk = &buckets(b)[(tick1 - 1) % wsize_of(c)];
+		uint64_t e = ld_acquire(&bk->epoch);
+
+		if (e != tick1) {
+			if (e > tick1)
+				return false; /* our reading is older than the bucket */
+			if (cas_acq_rel(&bk->epoch, &e, tick1)) {
+				/* CRASH WINDOW: killed here, the bucket keeps
+				 * the counts of one window ago for one span. */
+				st_relaxed(&bk->counters, 0);
+			} else if (e > tick1) {
+				return false;
+			}
+		}
+		faa_relaxed(&bk->counters, cnt_delta(RESIL_BK_EMPTY, code));
+		if (!judge)
+			return false;
+		time_sum(b, c, tick1, &k);
+		return over_threshold(c, &k, min_calls_of(c), why, value);
+	}
+	default: {
+		uint32_t n = wsize_of(c);
+		uint64_t s = faa_relaxed(&b->seq, 1);
+		/* 32-bit modulo: once every 2^32 records one slot is taken
+		 * out of turn, harmless for "the last N" */
+		ra32 *slot = &cslots(b)[seq_slot(b, s, n)];
+		uint32_t old = atomic_exchange_explicit(slot, code, memory_order_relaxed);
+
+		/* CRASH WINDOW: killed here, the counters miss this change
+		 * for good; resil_breaker_reclaim repairs them from the slots. */
+		return count_counters(b, c, old, code, judge, why, value);
+	}
+	}
+}
+
+/* The rest of a count record after the slot exchange gave old. */
+static bool count_counters(bk_t *b, const struct resil_breaker_conf *c, uint32_t old, uint32_t code,
+			   bool judge, uint32_t *why, uint64_t *value)
+{
+	struct resil_breaker_counts k;
+	uint64_t packed;
+
+	if (old != code)
+		packed = faa_relaxed(&b->counters, cnt_delta(old, code)) + cnt_delta(old, code);
+	else if (code == RESIL_BK_OK)
+		return false; /* nothing can have risen */
+	else
+		packed = ld_relaxed(&b->counters);
+	/* a fast success that overwrote an outcome: the window is warm and
+	 * neither rate nor the count rose */
+	if (!judge || (code == RESIL_BK_OK && old != RESIL_BK_EMPTY))
+		return false;
+	resil_breaker_unpack(packed, &k);
+	return over_threshold(c, &k, min_calls_of(c), why, value);
+}
+
+static BK_COLD void count_after(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c,
+				uint32_t gen, uint32_t old, uint32_t code)
+{
+	uint32_t why = 0;
+	uint64_t value = 0;
+
+	if (count_counters(b, c, old, code, true, &why, &value))
+		closed_open(x, b, gen, why, value);
+}
+
+/* ---- probes ------------------------------------------------------------- */
+
+static void probe_free(bk_t *b, uint32_t i, uint64_t tag)
+{
+	struct resil_breaker_probe *p = &probes(b)[i];
+	uint64_t v = ld_acquire(&p->owner);
+
+	if (v != tag)
+		return; /* taken over by a newer gen, or reclaimed */
+	/* INT64_MAX first: if a newer gen takes the slot over in between, it
+	 * reads "not timed" (never a false timeout); maintain stamps it. */
+	st_relaxed(&p->claimed_at, INT64_MAX);
+	cas_acq_rel(&p->owner, &v, 0);
+}
+
+/* Held probes of gen (slots scanned before ho is loaded: see top). */
+static uint32_t probes_held(bk_t *b, uint32_t np, uint32_t gen)
+{
+	struct resil_breaker_probe *p = probes(b);
+	uint32_t held = 0;
+
+	for (uint32_t i = 0; i < np; i++) {
+		uint64_t v = ld_acquire(&p[i].owner);
+
+		if (v && probe_gen(v) == gen)
+			held++;
+	}
+	return held;
+}
+
+static uint32_t answered(bk_t *b, uint32_t gen)
+{
+	uint64_t h = ld_acquire(&b->ho);
+
+	return ho_gen(h) == gen ? ho_done(h) : 0;
+}
+
+/* Claim a probe slot for gen; its index or -1 when none may go. */
+static int probe_claim(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c, uint64_t w)
+{
+	uint32_t gen = w_gen(w);
+	struct resil_breaker_probe *p = probes(b);
+	uint32_t np = nprobe_of(c), calls = ho_calls(c);
+	uint64_t tag = probe_tag(gen, x->client_id);
+
+	if (answered(b, gen) >= calls)
+		return -1;
+	for (uint32_t i = 0; i < np; i++) {
+		uint64_t v = ld_acquire(&p[i].owner);
+
+		if (v && !gen_newer(gen, probe_gen(v)))
+			continue; /* held in this gen */
+		if (!cas_acq_rel(&p[i].owner, &v, tag))
+			continue;
+		/* Two claimers each store their slot and load the other's:
+		 * without a total order both could miss each other. */
+		atomic_thread_fence(memory_order_seq_cst);
+		/* CRASH WINDOW: killed here, the slot is owned but not timed:
+		 * reclaim frees it, maintain stamps it. */
+		st_relaxed(&p[i].claimed_at, resil_ctx_now(x));
+		/* Over the total, or the state moved on since the caller
+		 * read it (a claim for a gen that is over would admit a call
+		 * in OPEN, and its gen's answers are no longer in ho): give
+		 * the slot back. Loaded after ho, so a ho of this gen was
+		 * read if the word still says this gen. */
+		if (probes_held(b, np, gen) + answered(b, gen) > calls ||
+		    ld_acquire(&b->word) != w) {
+			probe_free(b, i, tag);
+			return -1;
+		}
+		return (int)i;
+	}
+	return -1;
+}
+
+/* HALF_OPEN of word w: a probe of its gen held longer than max_wait sends
+ * it back to OPEN; with every probe answered but no decision (the decider
+ * died), decide again. */
+static void half_open_repair(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c,
+			     uint64_t w, bool daemon);
+
+/* ---- decisions on probes ------------------------------------------------ */
+
+static void probes_decide(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c,
+			  uint64_t w, uint64_t h)
+{
+	uint32_t done = ho_done(h), calls = ho_calls(c);
+	struct resil_breaker_counts k = {done, ho_fail(h), ho_slow(h)};
+	uint32_t why;
+	uint64_t value;
+
+	if (w_state(w) != RESIL_STATE_HALF_OPEN || w_gen(w) != ho_gen(h))
+		return;
+	if (c->window_kind == RESIL_WINDOW_CONSECUTIVE && k.failures > 0) {
+		move(x, b, &w, RESIL_STATE_OPEN, streak_up(w), RESIL_WHY_PROBE_FAILED,
+		     (uint64_t)k.failures);
+		return;
+	}
+	if (done < calls)
+		return;
+	if (c->window_kind != RESIL_WINDOW_CONSECUTIVE && over_threshold(c, &k, 1, &why, &value)) {
+		move(x, b, &w, RESIL_STATE_OPEN, streak_up(w), why, value);
+		return;
+	}
+	/* Fresh window first, then the CAS publishes it (release). The word
+	 * is loaded again just before: a late repairer holding an old copy
+	 * must not wipe the records of the CLOSED that followed. */
+	if (ld_acquire(&b->word) != w)
+		return;
+	window_reset(b, c);
+	move(x, b, &w, RESIL_STATE_CLOSED, 0, RESIL_WHY_PROBES_PASSED, done);
+}
+
+static void half_open_repair(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c,
+			     uint64_t w, bool daemon)
+{
+	struct resil_breaker_probe *p = probes(b);
+	uint32_t np = nprobe_of(c), gen = w_gen(w);
+	int64_t now = resil_ctx_now(x), floor = since_abs_floor(b, w, now), oldest = INT64_MAX;
+	uint64_t h;
+	uint32_t held = 0;
+
+	for (uint32_t i = 0; i < np; i++) {
+		uint64_t v = ld_acquire(&p[i].owner);
+		int64_t t;
+
+		if (!v || probe_gen(v) != gen)
+			continue;
+		held++;
+		t = ld_relaxed(&p[i].claimed_at);
+		if (t == INT64_MAX || t < floor) {
+			/* not stamped (claimer in its crash window, or a slot
+			 * taken over from an older gen not stamped yet) */
+			if (daemon)
+				atomic_compare_exchange_strong_explicit(&p[i].claimed_at, &t, now,
+									memory_order_relaxed,
+									memory_order_relaxed);
+			continue;
+		}
+		if (t < oldest)
+			oldest = t;
+	}
+	if (c->half_open_max_wait_ns > 0 && oldest != INT64_MAX &&
+	    now - oldest >= c->half_open_max_wait_ns) {
+		move(x, b, &w, RESIL_STATE_OPEN, streak_up(w), RESIL_WHY_PROBE_TIMEOUT,
+		     (uint64_t)(now - oldest));
+		return;
+	}
+	/* Every answer in, nobody holding a probe, and still HALF_OPEN: the
+	 * decider died between its answer and its CAS. The daemon redoes
+	 * the decision at once; a client only once HALF_OPEN is older than
+	 * half_open_max_wait (60 s when off), so callers do not pile onto
+	 * the decision a live decider is making right now. */
+	if (held != 0)
+		return;
+	if (!daemon &&
+	    elapsed_ns(b, w, now) <
+		(c->half_open_max_wait_ns > 0 ? c->half_open_max_wait_ns : 60 * RESIL_NS_PER_S))
+		return;
+	h = ld_acquire(&b->ho);
+	if (ho_gen(h) == gen && (ho_done(h) >= ho_calls(c) ||
+				 (c->window_kind == RESIL_WINDOW_CONSECUTIVE && ho_fail(h) > 0)))
+		probes_decide(x, b, c, w, h);
+}
+
+/* Add a probe's answer; returns the new ho word, 0 when it did not count
+ * (stale gen, or every answer already in). */
+static uint64_t ho_add(bk_t *b, const struct resil_breaker_conf *c, uint32_t gen, bool fail,
+		       bool slow)
+{
+	uint64_t h = ld_acquire(&b->ho), nh;
+
+	for (;;) {
+		uint64_t base;
+
+		if (ho_gen(h) == gen)
+			base = h;
+		else if (gen_newer(gen, ho_gen(h)))
+			base = ho_make(gen, 0, 0, 0);
+		else
+			return 0;
+		if (ho_done(base) >= ho_calls(c))
+			return 0;
+		nh = ho_make(gen, ho_done(base) + 1, ho_fail(base) + fail, ho_slow(base) + slow);
+		if (cas_acq_rel(&b->ho, &h, nh))
+			return nh;
+	}
+}
+
+/* ---- the component interface -------------------------------------------- */
+
+uint64_t resil_breaker_state_size(const struct resil_breaker_conf *c)
+{
+	uint64_t sz = sizeof(bk_t);
+
+	sz += resil_align_up((uint64_t)nprobe_of(c) * sizeof(struct resil_breaker_probe),
+			     RESIL_HOT_ALIGN);
+	if (c->window_kind == RESIL_WINDOW_COUNT)
+		sz += resil_align_up((uint64_t)wsize_of(c) * sizeof(ra32), RESIL_HOT_ALIGN);
+	else if (c->window_kind == RESIL_WINDOW_TIME)
+		sz += resil_align_up((uint64_t)wsize_of(c) * sizeof(struct resil_breaker_bucket),
+				     RESIL_HOT_ALIGN);
+	return sz;
+}
+
+void resil_breaker_state_init(void *st, const struct resil_breaker_conf *c, int64_t now)
+{
+	bk_t *b = st;
+	uint32_t np = nprobe_of(c);
+
+	memset(st, 0, resil_breaker_state_size(c));
+	b->base_ns = now;
+	b->kind = c->window_kind;
+	b->size = c->window_kind == RESIL_WINDOW_CONSECUTIVE ? c->window_size : wsize_of(c);
+	b->bucket_ns = c->window_kind == RESIL_WINDOW_TIME ? bucket_ns_of(c) : 0;
+	b->nprobe = np;
+	if (c->window_kind == RESIL_WINDOW_COUNT)
+		b->fastmod = UINT64_MAX / wsize_of(c) + 1;
+	b->probe_off = sizeof(bk_t);
+	b->win_off = (uint32_t)(sizeof(bk_t) +
+				resil_align_up((uint64_t)np * sizeof(struct resil_breaker_probe),
+					       RESIL_HOT_ALIGN));
+	for (uint32_t i = 0; i < np; i++)
+		st_relaxed(&probes(b)[i].claimed_at, INT64_MAX);
+	/* published by the record's slot word (release) in seg.c */
+	st_release(&b->word, w_make(RESIL_STATE_CLOSED, 0, 0, 0));
+}
+
+bool resil_breaker_same_shape(const struct resil_breaker_conf *a,
+			      const struct resil_breaker_conf *b)
+{
+	if (a->window_kind != b->window_kind || nprobe_of(a) != nprobe_of(b))
+		return false;
+	switch (a->window_kind) {
+	case RESIL_WINDOW_COUNT:
+		return wsize_of(a) == wsize_of(b);
+	case RESIL_WINDOW_TIME:
+		return wsize_of(a) == wsize_of(b) && bucket_ns_of(a) == bucket_ns_of(b);
+	default:
+		/* consecutive:N: a new N starts a fresh count (carry keeps
+		 * OPEN and forced states) */
+		return a->window_size == b->window_size;
+	}
+}
+
+/* A new block for a new shape: OPEN keeps its opened time and streak,
+ * forced states stay; HALF_OPEN starts its probes over (from now) in the
+ * new block; CLOSED starts with a fresh window. The gen continues, so
+ * permits of the old block (probes included) never match the new. */
+void resil_breaker_carry(void *nst, const struct resil_breaker_conf *nc, const void *ost,
+			 const struct resil_breaker_conf *oc, int64_t now)
+{
+	bk_t *nb = nst;
+	const bk_t *ob = ost;
+	uint64_t ow = ld_acquire(&((bk_t *)ob)->word);
+	int s = w_state(ow);
+	uint32_t gen = w_gen(ow) + 1;
+	int64_t since = now - elapsed_ns(ob, ow, now);
+	uint64_t nw;
+
+	if (s == RESIL_STATE_CLOSED || s == RESIL_STATE_HALF_OPEN)
+		since = now;
+	/* the new base may be after the old since: move the base back */
+	if (since < nb->base_ns)
+		nb->base_ns = since;
+	nw = w_make(s, w_streak(ow), gen, since_of(nb, since));
+	st_release(&nb->word, nw);
+}
+
+static BK_COLD int check_slow(struct resil_ctx *x, const struct resil_breaker_conf *c, bk_t *b,
+			      uint64_t w, struct resil_permit_priv *pm)
+{
+	switch (w_state(w)) {
+	case RESIL_STATE_DISABLED:
+	case RESIL_STATE_METRICS_ONLY:
+		if (slow_on(c))
+			stamp(x, pm);
+		return 0;
+	case RESIL_STATE_OPEN: {
+		int64_t wait = open_wait(c, w_streak(w));
+
+		if (elapsed_ns(b, w, wait_clock(x, wait)) < wait)
+			return RESIL_REJECT_OPEN;
+		pm->flags |= RESIL_PERMIT_PROBE;
+		return 0;
+	}
+	case RESIL_STATE_HALF_OPEN: {
+		/* No probe to be had (every slot busy, or answered + held
+		 * reach the total): reject here, before a later component
+		 * spends anything. A probe held too long, or a decision whose
+		 * maker died, is dealt with on the way (nothing is spent). */
+		uint32_t np = nprobe_of(c), held = probes_held(b, np, w_gen(w));
+
+		if (held >= np || held + answered(b, w_gen(w)) >= ho_calls(c)) {
+			half_open_repair(x, b, c, w, false);
+			return RESIL_REJECT_OPEN;
+		}
+		pm->flags |= RESIL_PERMIT_PROBE;
+		return 0;
+	}
+	default:
+		return RESIL_REJECT_OPEN; /* FORCED_OPEN, or a corrupt word */
+	}
+}
+
+int resil_breaker_check(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			struct resil_permit_priv *pm)
+{
+	bk_t *b = st;
+	uint64_t w = ld_acquire(&b->word);
+
+	pm->breaker_gen = w_gen(w);
+	if (RESIL_LIKELY(w_state(w) == RESIL_STATE_CLOSED)) {
+		if (slow_on(c))
+			stamp(x, pm);
+		return 0;
+	}
+	return check_slow(x, c, b, w, pm);
+}
+
+int resil_breaker_acquire(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			  struct resil_permit_priv *pm)
+{
+	bk_t *b = st;
+	uint64_t w;
+	int i;
+
+	if (!(pm->flags & RESIL_PERMIT_PROBE))
+		return 0;
+	w = ld_acquire(&b->word);
+	for (;;) {
+		int s = w_state(w);
+
+		if (s == RESIL_STATE_HALF_OPEN)
+			break;
+		if (s == RESIL_STATE_OPEN) {
+			int64_t wait = open_wait(c, w_streak(w));
+
+			if (elapsed_ns(b, w, resil_ctx_now(x)) < wait)
+				goto reject;
+			/* the first acquire after the wait: HALF_OPEN, and
+			 * it goes on to claim a probe like any other */
+			move(x, b, &w, RESIL_STATE_HALF_OPEN, w_streak(w), RESIL_WHY_WAIT_OVER,
+			     (uint64_t)wait);
+			continue;
+		}
+		if (s == RESIL_STATE_CLOSED || s == RESIL_STATE_DISABLED ||
+		    s == RESIL_STATE_METRICS_ONLY) {
+			/* closed meanwhile: an ordinary call */
+			pm->flags &= ~RESIL_PERMIT_PROBE;
+			pm->breaker_gen = w_gen(w);
+			if (slow_on(c))
+				stamp(x, pm);
+			return 0;
+		}
+		goto reject;
+	}
+	i = probe_claim(x, b, c, w);
+	if (i < 0) {
+		half_open_repair(x, b, c, w, false);
+		goto reject;
+	}
+	pm->probe_idx = (uint32_t)i + 1;
+	pm->breaker_gen = w_gen(w);
+	if (slow_on(c))
+		stamp(x, pm);
+	return 0;
+reject:
+	pm->flags &= ~RESIL_PERMIT_PROBE;
+	pm->probe_idx = 0;
+	return RESIL_REJECT_OPEN;
+}
+
+void resil_breaker_undo(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			struct resil_permit_priv *pm)
+{
+	if (pm->probe_idx) {
+		if (pm->probe_idx <= nprobe_of(c))
+			probe_free(st, pm->probe_idx - 1, probe_tag(pm->breaker_gen, x->client_id));
+		pm->probe_idx = 0;
+	}
+	pm->flags &= ~RESIL_PERMIT_PROBE;
+}
+
+/* CLOSED (or DISABLED, METRICS_ONLY) and the permit of this gen: record;
+ * CLOSED -> OPEN by the record that crossed a threshold (a lost CAS means
+ * someone else moved it first). */
+static BK_COLD void release_closed(struct resil_ctx *x, const struct resil_breaker_conf *c, bk_t *b,
+				   uint64_t w, uint32_t code)
+{
+	uint32_t why = 0;
+	uint64_t value = 0;
+
+	if (w_state(w) == RESIL_STATE_CLOSED) {
+		if (record(x, b, c, w_gen(w), code, true, &why, &value))
+			closed_open(x, b, w_gen(w), why, value);
+	} else if (w_state(w) == RESIL_STATE_DISABLED || w_state(w) == RESIL_STATE_METRICS_ONLY) {
+		record(x, b, c, w_gen(w), code, false, &why, &value);
+	}
+}
+
+static BK_COLD void release_probe(struct resil_ctx *x, const struct resil_breaker_conf *c, bk_t *b,
+				  struct resil_permit_priv *pm, uint32_t code)
+{
+	uint32_t idx = pm->probe_idx - 1;
+	uint64_t w = ld_acquire(&b->word), h = 0;
+
+	/* an answer of an older gen decides nothing */
+	if (w_state(w) == RESIL_STATE_HALF_OPEN && w_gen(w) == pm->breaker_gen)
+		h = ho_add(b, c, pm->breaker_gen, code & 2, code & RESIL_BK_SLOW);
+	/* answer counted before the slot is freed (see top) */
+	if (idx < nprobe_of(c))
+		probe_free(b, idx, probe_tag(pm->breaker_gen, x->client_id));
+	pm->probe_idx = 0;
+	pm->flags &= ~RESIL_PERMIT_PROBE;
+	if (h)
+		probes_decide(x, b, c, ld_acquire(&b->word), h);
+}
+
+void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			   struct resil_permit_priv *pm, int outcome)
+{
+	bk_t *b = st;
+	uint32_t code;
+	uint64_t w;
+
+	/* The hot path: a success in CLOSED, count window, no slow-call
+	 * threshold, overwriting a success: load, fetch_add, exchange. */
+	if (RESIL_LIKELY(outcome == RESIL_SUCCESS && pm->probe_idx == 0 &&
+			 c->window_kind == RESIL_WINDOW_COUNT && c->slow_rate_bp >= 10000 &&
+			 c->window_size - 1 < RESIL_BK_WINDOW_MAX)) {
+		w = ld_acquire(&b->word);
+		if (RESIL_LIKELY(w == (w & ~(uint64_t)7) && w_gen(w) == pm->breaker_gen)) {
+			uint64_t s = faa_relaxed(&b->seq, 1);
+			ra32 *slot = &cslots(b)[seq_slot(b, s, c->window_size)];
+			uint32_t old =
+			    atomic_exchange_explicit(slot, RESIL_BK_OK, memory_order_relaxed);
+
+			/* CRASH WINDOW: as in record() */
+			if (RESIL_LIKELY(old == RESIL_BK_OK))
+				return;
+			count_after(x, b, c, w_gen(w), old, RESIL_BK_OK);
+			return;
+		}
+	}
+	if (outcome == RESIL_IGNORED) {
+		/* neither: a probe goes back unanswered (another may go) */
+		resil_breaker_undo(x, c, st, pm);
+		return;
+	}
+	code = outcome == RESIL_SUCCESS ? RESIL_BK_OK : RESIL_BK_FAIL;
+	if ((pm->flags & RESIL_PERMIT_TIMED) && slow_on(c) &&
+	    resil_ctx_now(x) - pm->start_ns >= c->slow_call_ns)
+		code |= RESIL_BK_SLOW;
+	if (pm->probe_idx) {
+		release_probe(x, c, b, pm, code);
+		return;
+	}
+	w = ld_acquire(&b->word);
+	if (w_gen(w) != pm->breaker_gen)
+		return; /* granted in another state: not this window's */
+	release_closed(x, c, b, w, code);
+}
+
+void resil_breaker_maintain(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st)
+{
+	bk_t *b = st;
+	uint64_t w = ld_acquire(&b->word);
+
+	if (w_state(w) == RESIL_STATE_OPEN) {
+		int64_t wait = open_wait(c, w_streak(w));
+
+		if (elapsed_ns(b, w, resil_ctx_now(x)) < wait)
+			return;
+		if (!move(x, b, &w, RESIL_STATE_HALF_OPEN, w_streak(w), RESIL_WHY_WAIT_OVER,
+			  (uint64_t)wait))
+			return;
+	}
+	if (w_state(w) == RESIL_STATE_HALF_OPEN)
+		half_open_repair(x, b, c, w, true);
+}
+
+/* Counters from the slots' histogram, from a snapshot where neither seq nor
+ * the counters moved during the scan; a few tries, then give up (the next
+ * reclaim or fresh window repairs). */
+static bool count_repair(bk_t *b, const struct resil_breaker_conf *c)
+{
+	uint32_t n = wsize_of(c);
+	ra32 *s = cslots(b);
+
+	for (int tries = 0; tries < 8; tries++) {
+		uint64_t s1 = ld_acquire(&b->seq), c1 = ld_acquire(&b->counters), hist = 0;
+		uint64_t c2, s2;
+
+		for (uint32_t i = 0; i < n; i++)
+			hist += cnt_delta(RESIL_BK_EMPTY, ld_relaxed(&s[i]) & 7);
+		c2 = ld_acquire(&b->counters);
+		s2 = ld_acquire(&b->seq);
+		if (s1 != s2 || c1 != c2)
+			continue;
+		if (hist == c1)
+			return false;
+		/* a delta, so a record that starts now composes with it */
+		faa_relaxed(&b->counters, hist - c1);
+		return true;
+	}
+	return false;
+}
+
+void resil_breaker_reclaim(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			   uint32_t dead_client, struct resil_reclaim_counts *counts)
+{
+	bk_t *b = st;
+	struct resil_breaker_probe *p = probes(b);
+	uint32_t np = nprobe_of(c);
+
+	if (dead_client != 0) {
+		for (uint32_t i = 0; i < np; i++) {
+			uint64_t v = ld_acquire(&p[i].owner);
+
+			if (!v || probe_client(v) != dead_client)
+				continue;
+			st_relaxed(&p[i].claimed_at, INT64_MAX);
+			if (cas_acq_rel(&p[i].owner, &v, 0) && counts)
+				counts->probes++;
+		}
+	}
+	if (c->window_kind == RESIL_WINDOW_COUNT && count_repair(b, c) && counts)
+		counts->repaired++;
+}
+
+int resil_breaker_state(const void *st)
+{
+	return w_state(ld_acquire(&((bk_t *)st)->word));
+}
+
+int resil_breaker_force(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			int state)
+{
+	bk_t *b = st;
+	uint64_t w;
+
+	if (state != RESIL_STATE_CLOSED && state != RESIL_STATE_DISABLED &&
+	    state != RESIL_STATE_FORCED_OPEN && state != RESIL_STATE_METRICS_ONLY)
+		return -EINVAL;
+	if (state == RESIL_STATE_CLOSED)
+		window_reset(b, c);
+	w = ld_acquire(&b->word);
+	while (!move(x, b, &w, state, 0,
+		     state == RESIL_STATE_CLOSED ? RESIL_WHY_RESET : RESIL_WHY_FORCED, 0))
+		;
+	return 0;
+}
+
+/* ---- outcomes ------------------------------------------------------------ */
+
+#define RULE_HTTP  0
+#define RULE_ERRNO 1
+
+static int rule_match(const struct resil_breaker_conf *c, int kind, int v)
+{
+	uint32_t n = c->nrecord < RESIL_RECORD_RULES ? c->nrecord : RESIL_RECORD_RULES;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct resil_record_rule *r = &c->record[i];
+
+		if (r->pad[0] == kind && v >= r->lo && v <= r->hi)
+			return r->outcome;
+	}
+	return -1;
+}
+
+int resil_breaker_outcome_http(const struct resil_breaker_conf *c, int status)
+{
+	int r = c ? rule_match(c, RULE_HTTP, status) : -1;
+
+	if (r >= 0)
+		return r;
+	if (status >= 500 || status == 408 || status == 429 || status < 100)
+		return RESIL_FAILURE; /* 5xx, timeouts, throttling, no status at all */
+	if (status >= 400)
+		return RESIL_IGNORED; /* the caller's fault, not the dependency's */
+	return RESIL_SUCCESS;
+}
+
+int resil_breaker_outcome_errno(const struct resil_breaker_conf *c, int err)
+{
+	int e = err < 0 ? -err : err;
+	int r = c ? rule_match(c, RULE_ERRNO, e) : -1;
+
+	if (r >= 0)
+		return r;
+	switch (e) {
+	case 0:
+		return RESIL_SUCCESS;
+	/* the caller's own doing: says nothing about the dependency */
+	case EINVAL:
+	case EPERM:
+	case EACCES:
+	case ENOENT:
+	case EINTR:
+	case ECANCELED:
+	case E2BIG:
+	case EBADF:
+	case EFAULT:
+	case ENOMEM:
+	case EMFILE:
+	case ENFILE:
+		return RESIL_IGNORED;
+	default:
+		/* ECONNREFUSED, ECONNRESET, ETIMEDOUT, EHOSTUNREACH,
+		 * ENETUNREACH, EPIPE, ECONNABORTED, ENETDOWN, EAGAIN, EIO and
+		 * anything else: the dependency failed */
+		return RESIL_FAILURE;
+	}
+}
+
+/* ---- configuration -------------------------------------------------------- */
+
+void resil_breaker_conf_defaults(struct resil_breaker_conf *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->window_kind = RESIL_WINDOW_COUNT;
+	c->window_size = 100;
+	c->buckets = 10;
+	c->window_ns = 0;
+	c->failure_rate_bp = 5000;
+	c->slow_rate_bp = 10000;
+	c->slow_call_ns = 60 * RESIL_NS_PER_S;
+	c->min_calls = 100;
+	c->half_open_calls = 10;
+	c->half_open_concurrent = 0; /* = half_open_calls */
+	c->wait_multiplier_milli = 1000;
+	c->wait_ns = 60 * RESIL_NS_PER_S;
+	c->wait_max_ns = 0; /* = wait */
+	c->half_open_max_wait_ns = 60 * RESIL_NS_PER_S;
+}
+
+static int bad(char *err, size_t errlen, const char *key, const char *value, const char *why)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s: '%s' %s", key, value, why);
+	return -EINVAL;
+}
+
+static const char *blank(const char *s)
+{
+	while (*s == ' ' || *s == '\t')
+		s++;
+	return s;
+}
+
+static const struct {
+	const char *name;
+	int e;
+} errnames[] = {
+    {"ECONNREFUSED", ECONNREFUSED},
+    {"ECONNRESET", ECONNRESET},
+    {"ECONNABORTED", ECONNABORTED},
+    {"ETIMEDOUT", ETIMEDOUT},
+    {"EHOSTUNREACH", EHOSTUNREACH},
+    {"ENETUNREACH", ENETUNREACH},
+    {"ENETDOWN", ENETDOWN},
+    {"EHOSTDOWN", EHOSTDOWN},
+    {"EPIPE", EPIPE},
+    {"EAGAIN", EAGAIN},
+    {"EIO", EIO},
+    {"ENOTCONN", ENOTCONN},
+    {"EINVAL", EINVAL},
+    {"EPERM", EPERM},
+    {"EACCES", EACCES},
+    {"ENOENT", ENOENT},
+    {"EINTR", EINTR},
+    {"ECANCELED", ECANCELED},
+    {"ENOMEM", ENOMEM},
+    {"EPROTO", EPROTO},
+    {"EMSGSIZE", EMSGSIZE},
+    {"ENOSPC", ENOSPC},
+    {"EBUSY", EBUSY},
+    {"ENOBUFS", ENOBUFS},
+};
+
+static const char *outcome_word(int o)
+{
+	return o == RESIL_SUCCESS ? "success" : o == RESIL_FAILURE ? "failure" : "ignored";
+}
+
+/* One item of a rule's list: "5xx", "404", "500-504", "ETIMEDOUT", "110". */
+static int parse_item(const char *s, size_t n, int kind, uint16_t *lo, uint16_t *hi)
+{
+	char buf[32];
+	unsigned a, b;
+	char tail;
+
+	if (n == 0 || n >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	if (kind == RULE_ERRNO) {
+		for (size_t i = 0; i < RESIL_ARRAY_SIZE(errnames); i++)
+			if (strcasecmp(buf, errnames[i].name) == 0) {
+				*lo = *hi = (uint16_t)errnames[i].e;
+				return 0;
+			}
+	}
+	if (kind == RULE_HTTP && n == 3 && buf[0] >= '1' && buf[0] <= '5' &&
+	    (buf[1] == 'x' || buf[1] == 'X') && (buf[2] == 'x' || buf[2] == 'X')) {
+		*lo = (uint16_t)((buf[0] - '0') * 100);
+		*hi = (uint16_t)(*lo + 99);
+		return 0;
+	}
+	if (sscanf(buf, "%u-%u%c", &a, &b, &tail) == 2 && buf[0] >= '0' && buf[0] <= '9') {
+		if (a > b || b > 65535)
+			return -EINVAL;
+		*lo = (uint16_t)a;
+		*hi = (uint16_t)b;
+		return 0;
+	}
+	if (sscanf(buf, "%u%c", &a, &tail) == 1 && buf[0] >= '0' && buf[0] <= '9' && a <= 65535) {
+		*lo = *hi = (uint16_t)a;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/*
+ * breaker.record: rules separated by blanks (or ';' when the value holds
+ * them), each "KIND:ITEM,ITEM,...=OUTCOME" with KIND http or errno, ITEM a
+ * status, a class (5xx), a range (500-504), an errno name or number, and
+ * OUTCOME failure, success or ignored. First match wins; the usual mapping
+ * applies when none matches. The value replaces earlier rules; "none"
+ * clears them.
+ */
+static int parse_record(struct resil_breaker_conf *c, const char *key, const char *value, char *err,
+			size_t errlen)
+{
+	struct resil_breaker_conf t = *c;
+	const char *p = blank(value);
+
+	t.nrecord = 0;
+	memset(t.record, 0, sizeof(t.record));
+	if (strcmp(p, "none") == 0) {
+		*c = t;
+		return 0;
+	}
+	while (*p) {
+		const char *e = p, *colon, *eq, *it;
+		int kind, outcome;
+
+		while (*e && *e != ' ' && *e != '\t' && *e != ';')
+			e++;
+		colon = memchr(p, ':', (size_t)(e - p));
+		eq = memchr(p, '=', (size_t)(e - p));
+		if (!colon || !eq || eq < colon)
+			return bad(err, errlen, key, value,
+				   "needs rules like 'http:5xx,408=failure errno:EPIPE=ignored'");
+		if ((size_t)(colon - p) == 4 && strncasecmp(p, "http", 4) == 0)
+			kind = RULE_HTTP;
+		else if ((size_t)(colon - p) == 5 && strncasecmp(p, "errno", 5) == 0)
+			kind = RULE_ERRNO;
+		else
+			return bad(err, errlen, key, value, "rule kind is not http or errno");
+		if ((size_t)(e - eq - 1) == 7 && strncasecmp(eq + 1, "failure", 7) == 0)
+			outcome = RESIL_FAILURE;
+		else if ((size_t)(e - eq - 1) == 7 && strncasecmp(eq + 1, "success", 7) == 0)
+			outcome = RESIL_SUCCESS;
+		else if ((size_t)(e - eq - 1) == 7 && strncasecmp(eq + 1, "ignored", 7) == 0)
+			outcome = RESIL_IGNORED;
+		else
+			return bad(err, errlen, key, value,
+				   "outcome is not failure, success or ignored");
+		for (it = colon + 1; it < eq;) {
+			const char *ie = it;
+			struct resil_record_rule *r;
+
+			while (ie < eq && *ie != ',')
+				ie++;
+			if (t.nrecord >= RESIL_RECORD_RULES)
+				return bad(err, errlen, key, value, "has more than 16 items");
+			r = &t.record[t.nrecord];
+			if (parse_item(it, (size_t)(ie - it), kind, &r->lo, &r->hi) < 0)
+				return bad(err, errlen, key, value,
+					   "has an item that is no status, class, range or errno");
+			r->outcome = (uint8_t)outcome;
+			r->pad[0] = (uint8_t)kind;
+			t.nrecord++;
+			it = ie < eq ? ie + 1 : eq;
+		}
+		p = e;
+		while (*p == ' ' || *p == '\t' || *p == ';')
+			p++;
+	}
+	*c = t;
+	return 0;
+}
+
+int resil_breaker_conf_set(struct resil_breaker_conf *c, const char *key, const char *value,
+			   char *err, size_t errlen)
+{
+	const char *k = key + 8; /* after "breaker." */
+	uint32_t u;
+	int64_t ns;
+
+	if (strncmp(key, "breaker.", 8) != 0)
+		return -ENOENT;
+	if (strcmp(k, "window") == 0) {
+		const char *v = blank(value);
+
+		if (strncmp(v, "count:", 6) == 0) {
+			if (resil_parse_u32(v + 6, &u) < 0 || u == 0 || u > RESIL_BK_WINDOW_MAX)
+				return bad(err, errlen, key, value,
+					   "count:N needs 1 <= N <= 1000000");
+			c->window_kind = RESIL_WINDOW_COUNT;
+			c->window_size = u;
+			c->window_ns = 0;
+		} else if (strncmp(v, "consecutive:", 12) == 0) {
+			if (resil_parse_u32(v + 12, &u) < 0 || u == 0)
+				return bad(err, errlen, key, value, "consecutive:N needs N >= 1");
+			c->window_kind = RESIL_WINDOW_CONSECUTIVE;
+			c->window_size = u;
+			c->window_ns = 0;
+		} else if (strncmp(v, "time:", 5) == 0) {
+			if (resil_parse_duration(v + 5, &ns) < 0 || ns <= 0)
+				return bad(err, errlen, key, value,
+					   "time:DURATION needs a duration above 0");
+			c->window_kind = RESIL_WINDOW_TIME;
+			c->window_size = 0;
+			c->window_ns = ns;
+		} else {
+			return bad(err, errlen, key, value,
+				   "is not count:N, time:DURATION or consecutive:N");
+		}
+	} else if (strcmp(k, "buckets") == 0) {
+		if (resil_parse_u32(value, &u) < 0 || u == 0 || u > RESIL_BK_BUCKETS_MAX)
+			return bad(err, errlen, key, value, "needs 1..4096 buckets");
+		c->buckets = (uint16_t)u;
+	} else if (strcmp(k, "failure_rate") == 0 || strcmp(k, "slow_call_rate") == 0) {
+		if (resil_parse_percent_bp(value, &u) < 0 || u == 0)
+			return bad(err, errlen, key, value, "is not a percent in (0, 100]");
+		if (k[0] == 'f')
+			c->failure_rate_bp = u;
+		else
+			c->slow_rate_bp = u;
+	} else if (strcmp(k, "slow_call") == 0) {
+		if (resil_parse_duration(value, &ns) < 0 || ns <= 0)
+			return bad(err, errlen, key, value, "is not a duration above 0");
+		c->slow_call_ns = ns;
+	} else if (strcmp(k, "min_calls") == 0) {
+		if (resil_parse_u32(value, &u) < 0 || u == 0)
+			return bad(err, errlen, key, value, "is not a number of calls >= 1");
+		c->min_calls = u;
+	} else if (strcmp(k, "wait") == 0 || strcmp(k, "wait_max") == 0 ||
+		   strcmp(k, "half_open_max_wait") == 0) {
+		if (resil_parse_duration(value, &ns) < 0 || ns < 0)
+			return bad(err, errlen, key, value, "is not a duration");
+		if (strcmp(k, "wait") == 0)
+			c->wait_ns = ns;
+		else if (strcmp(k, "wait_max") == 0)
+			c->wait_max_ns = ns;
+		else
+			c->half_open_max_wait_ns = ns;
+	} else if (strcmp(k, "wait_multiplier") == 0) {
+		if (resil_parse_milli(value, &u) < 0 || u < 1000)
+			return bad(err, errlen, key, value, "is not a multiplier >= 1");
+		c->wait_multiplier_milli = u;
+	} else if (strcmp(k, "half_open_calls") == 0) {
+		if (resil_parse_u32(value, &u) < 0 || u == 0 || u > RESIL_BK_HALF_OPEN_MAX)
+			return bad(err, errlen, key, value, "needs 1..10000 probes");
+		c->half_open_calls = u;
+	} else if (strcmp(k, "half_open_concurrent") == 0) {
+		if (resil_parse_u32(value, &u) < 0 || u == 0 || u > RESIL_BK_PROBES_MAX)
+			return bad(err, errlen, key, value, "needs 1..1024 probes at once");
+		c->half_open_concurrent = u;
+	} else if (strcmp(k, "record") == 0) {
+		int r = parse_record(c, key, value, err, errlen);
+
+		if (r < 0)
+			return r;
+	} else {
+		return -ENOENT;
+	}
+	c->on = 1;
+	return 0;
+}
+
+#define PUTF(...)                                                                                  \
+	do {                                                                                       \
+		int w_ = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, __VA_ARGS__);   \
+		if (w_ > 0)                                                                        \
+			n += (size_t)w_;                                                           \
+	} while (0)
+
+size_t resil_breaker_conf_format(const struct resil_breaker_conf *c, char *buf, size_t len)
+{
+	size_t n = 0;
+	char d[32];
+
+	if (buf && len)
+		buf[0] = '\0';
+	if (c->window_kind == RESIL_WINDOW_TIME) {
+		resil_format_duration(c->window_ns, d, sizeof(d));
+		PUTF("breaker.window = time:%s\n", d);
+		PUTF("breaker.buckets = %u\n", (unsigned)c->buckets);
+	} else {
+		PUTF("breaker.window = %s:%" PRIu32 "\n",
+		     c->window_kind == RESIL_WINDOW_CONSECUTIVE ? "consecutive" : "count",
+		     c->window_size);
+	}
+	PUTF("breaker.failure_rate = %" PRIu32 ".%02" PRIu32 "\n", c->failure_rate_bp / 100,
+	     c->failure_rate_bp % 100);
+	PUTF("breaker.slow_call_rate = %" PRIu32 ".%02" PRIu32 "\n", c->slow_rate_bp / 100,
+	     c->slow_rate_bp % 100);
+	resil_format_duration(c->slow_call_ns, d, sizeof(d));
+	PUTF("breaker.slow_call = %s\n", d);
+	PUTF("breaker.min_calls = %" PRIu32 "\n", c->min_calls);
+	resil_format_duration(c->wait_ns, d, sizeof(d));
+	PUTF("breaker.wait = %s\n", d);
+	PUTF("breaker.wait_multiplier = %" PRIu32 ".%03" PRIu32 "\n",
+	     c->wait_multiplier_milli / 1000, c->wait_multiplier_milli % 1000);
+	if (c->wait_max_ns) {
+		resil_format_duration(c->wait_max_ns, d, sizeof(d));
+		PUTF("breaker.wait_max = %s\n", d);
+	}
+	PUTF("breaker.half_open_calls = %" PRIu32 "\n", c->half_open_calls);
+	if (c->half_open_concurrent)
+		PUTF("breaker.half_open_concurrent = %" PRIu32 "\n", c->half_open_concurrent);
+	resil_format_duration(c->half_open_max_wait_ns, d, sizeof(d));
+	PUTF("breaker.half_open_max_wait = %s\n", d);
+	if (c->nrecord) {
+		uint32_t nr = c->nrecord < RESIL_RECORD_RULES ? c->nrecord : RESIL_RECORD_RULES;
+
+		PUTF("breaker.record =");
+		for (uint32_t i = 0; i < nr; i++) {
+			const struct resil_record_rule *r = &c->record[i];
+
+			PUTF(" %s:", r->pad[0] == RULE_ERRNO ? "errno" : "http");
+			if (r->lo == r->hi)
+				PUTF("%u", (unsigned)r->lo);
+			else
+				PUTF("%u-%u", (unsigned)r->lo, (unsigned)r->hi);
+			PUTF("=%s", outcome_word(r->outcome));
+		}
+		PUTF("\n");
+	}
+	return n;
+}
+
+const char *resil_breaker_why(uint32_t reason)
+{
+	static const char *const why[RESIL_WHY_MAX] = {
+	    [RESIL_WHY_NONE] = "none",
+	    [RESIL_WHY_FAILURE_RATE] = "failure rate",
+	    [RESIL_WHY_SLOW_RATE] = "slow-call rate",
+	    [RESIL_WHY_CONSECUTIVE] = "consecutive failures",
+	    [RESIL_WHY_WAIT_OVER] = "wait over",
+	    [RESIL_WHY_PROBES_PASSED] = "probes passed",
+	    [RESIL_WHY_PROBE_FAILED] = "probe failed",
+	    [RESIL_WHY_PROBE_TIMEOUT] = "probe timed out",
+	    [RESIL_WHY_FORCED] = "forced",
+	    [RESIL_WHY_RESET] = "reset",
+	};
+
+	return reason < RESIL_WHY_MAX ? why[reason] : "unknown";
+}
+
+const char *resil_breaker_state_name(int state)
+{
+	switch (state) {
+	case RESIL_STATE_CLOSED:
+		return "closed";
+	case RESIL_STATE_OPEN:
+		return "open";
+	case RESIL_STATE_HALF_OPEN:
+		return "half-open";
+	case RESIL_STATE_DISABLED:
+		return "disabled";
+	case RESIL_STATE_FORCED_OPEN:
+		return "forced-open";
+	case RESIL_STATE_METRICS_ONLY:
+		return "metrics-only";
+	default:
+		return "unknown";
+	}
+}

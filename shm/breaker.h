@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * breaker.h - circuit breaker: count, time and consecutive windows,
+ * half-open probes, forced states.
+ *
+ * The component interface is described in policy.h; the algorithm, the
+ * layout and every crash window in breaker.c.
+ */
+#ifndef RESIL_SHM_BREAKER_H
+#define RESIL_SHM_BREAKER_H
+
+#include "policy.h"
+
+/* Why a transition happened (event field reason). */
+enum resil_breaker_why {
+	RESIL_WHY_NONE = 0,
+	RESIL_WHY_FAILURE_RATE = 1,  /* failure rate at or over its threshold (value: bp) */
+	RESIL_WHY_SLOW_RATE = 2,     /* slow-call rate at or over its threshold (value: bp) */
+	RESIL_WHY_CONSECUTIVE = 3,   /* consecutive failures reached N (value: failures) */
+	RESIL_WHY_WAIT_OVER = 4,     /* OPEN wait over: HALF_OPEN (value: the wait in ns) */
+	RESIL_WHY_PROBES_PASSED = 5, /* every probe answered, rates under thresholds */
+	RESIL_WHY_PROBE_FAILED = 6,  /* consecutive window: one probe failed */
+	RESIL_WHY_PROBE_TIMEOUT = 7, /* a probe held longer than half_open_max_wait (value: ns) */
+	RESIL_WHY_FORCED = 8,	     /* resil_breaker_force to a forced state */
+	RESIL_WHY_RESET = 9,	     /* resil_breaker_force(CLOSED): fresh closed breaker */
+	RESIL_WHY_MAX,
+};
+
+/* Outcome codes stored in a count-window slot and accumulated in the
+ * packed counters: bit 0 present, bit 1 failure, bit 2 slow. */
+#define RESIL_BK_EMPTY 0u
+#define RESIL_BK_OK    1u
+#define RESIL_BK_FAIL  3u
+#define RESIL_BK_SLOW  4u /* or'ed into OK or FAIL */
+
+/*
+ * The state block (shared memory, part of the ABI). Each line below is
+ * written by a different kind of party; see breaker.c for who writes and
+ * reads each word and with which order.
+ *
+ *   word:  state:3 | streak:5 | gen:20 | since_ms:36 (ms after base_ns, rounded up)
+ *   counters: calls:21 | failures:21 | slow:22, each a two's-complement
+ *             field summed with one fetch_add (transiently negative fields
+ *             borrow from the next one; decoding balances them)
+ *   consec: gen:20 << 32 | consecutive failures:32
+ *   ho:     gen:20 << 44 | answered:14 << 28 | failed:14 << 14 | slow:14
+ *   probe owner: (gen | 1 << 31) << 32 | client id; 0 = free
+ */
+struct resil_breaker_probe {
+	ra64 owner;
+	rai64 claimed_at; /* INT64_MAX: not timed (free, or claim not stamped yet) */
+};
+
+struct resil_breaker_bucket {
+	ra64 epoch;    /* tick + 1 of the span it counts; 0 never used */
+	ra64 counters; /* packed like the count window's */
+};
+
+struct resil_breaker_state {
+	/* line 0: the state word (CAS on transitions, loaded by every call) and
+	 * the immutable shape written once by state_init */
+	alignas(RESIL_HOT_ALIGN) ra64 word;
+	RESIL_A8 int64_t base_ns;   /* time origin of since_ms */
+	RESIL_A8 int64_t bucket_ns; /* time window: span of one bucket */
+	uint32_t kind;		    /* enum resil_window_kind */
+	uint32_t size;		    /* count: slots; time: buckets; consecutive: N */
+	uint32_t nprobe;	    /* probe slots = half-open concurrency */
+	uint32_t probe_off;	    /* from the block start */
+	uint32_t win_off;	    /* count slots or time buckets, from the block start */
+	uint32_t reserved32;
+	RESIL_A8 uint64_t fastmod; /* count: 2^64 / size + 1, for seq % size (see breaker.c) */
+	/* line 1: count window position, fetch_add by every recorder */
+	alignas(RESIL_HOT_ALIGN) ra64 seq;
+	/* line 2: count-window counters (on change of a slot's outcome), the
+	 * consecutive-failure word (on failures) */
+	alignas(RESIL_HOT_ALIGN) ra64 counters;
+	ra64 consec;
+	/* line 3: half-open results, CAS by probers */
+	alignas(RESIL_HOT_ALIGN) ra64 ho;
+	alignas(RESIL_HOT_ALIGN) RESIL_A8 uint64_t reserved[16];
+	/* then: nprobe x struct resil_breaker_probe at probe_off;
+	 *       count: size x ra32 slots, time: size x struct resil_breaker_bucket
+	 *       at win_off */
+};
+
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, word) == 0, "breaker word");
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, base_ns) == 8, "breaker base");
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, bucket_ns) == 16, "breaker bucket_ns");
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, kind) == 24, "breaker kind");
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, fastmod) == 48, "breaker fastmod");
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, seq) == 128, "breaker seq line");
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, counters) == 256, "breaker counters");
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, consec) == 264, "breaker consec");
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, ho) == 384, "breaker ho line");
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, reserved) == 512, "breaker reserved");
+RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_state) == 640, "breaker state size");
+RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_probe) == 16, "probe size");
+RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_bucket) == 16, "bucket size");
+
+/* Limits of the configuration (the packed fields above). */
+#define RESIL_BK_WINDOW_MAX    1000000u /* count window slots (21-bit fields) */
+#define RESIL_BK_BUCKETS_MAX   4096u
+#define RESIL_BK_HALF_OPEN_MAX 10000u /* 14-bit fields */
+#define RESIL_BK_PROBES_MAX    1024u  /* probe slots (half-open concurrency) */
+
+/* Decoded packed counters, clamped at 0. */
+struct resil_breaker_counts {
+	int64_t calls;
+	int64_t failures;
+	int64_t slow;
+};
+void resil_breaker_unpack(uint64_t packed, struct resil_breaker_counts *out);
+
+uint64_t resil_breaker_state_size(const struct resil_breaker_conf *c);
+void resil_breaker_state_init(void *st, const struct resil_breaker_conf *c, int64_t now);
+bool resil_breaker_same_shape(const struct resil_breaker_conf *a,
+			      const struct resil_breaker_conf *b);
+void resil_breaker_carry(void *nst, const struct resil_breaker_conf *nc, const void *ost,
+			 const struct resil_breaker_conf *oc, int64_t now);
+int resil_breaker_acquire(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			  struct resil_permit_priv *pm);
+void resil_breaker_undo(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			struct resil_permit_priv *pm);
+void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			   struct resil_permit_priv *pm, int outcome);
+void resil_breaker_maintain(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st);
+void resil_breaker_reclaim(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			   uint32_t dead_client, struct resil_reclaim_counts *counts);
+
+/* Step 1 of acquire, read-only: RESIL_REJECT_OPEN when OPEN and the wait
+ * is not over, or FORCED_OPEN; else 0. Records in pm whether the breaker
+ * needs a probe (the wait is over, or HALF_OPEN), which
+ * resil_breaker_acquire then claims as the last step. */
+int resil_breaker_check(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			struct resil_permit_priv *pm);
+/* RESIL_STATE_* of resil.h. */
+int resil_breaker_state(const void *st);
+/* Force a state (RESIL_STATE_DISABLED, FORCED_OPEN, METRICS_ONLY) or go
+ * back to normal (RESIL_STATE_CLOSED: a fresh, closed breaker). 0 or
+ * -EINVAL. */
+int resil_breaker_force(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			int state);
+/* Outcome for an HTTP status or an errno with the breaker.record rules. */
+int resil_breaker_outcome_http(const struct resil_breaker_conf *c, int status);
+int resil_breaker_outcome_errno(const struct resil_breaker_conf *c, int err);
+
+/* Configuration: defaults, and "breaker.x = y\n" lines (snprintf-like:
+ * returns the length the whole text needs). */
+void resil_breaker_conf_defaults(struct resil_breaker_conf *c);
+size_t resil_breaker_conf_format(const struct resil_breaker_conf *c, char *buf, size_t len);
+
+/* Words for a reason and a state. Never NULL. */
+const char *resil_breaker_why(uint32_t reason);
+const char *resil_breaker_state_name(int state);
+
+#endif

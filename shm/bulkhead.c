@@ -1,0 +1,479 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bulkhead.c - at most bulkhead.max calls in flight for the whole fleet,
+ * with permits that a SIGKILL can neither leak nor double.
+ *
+ * A permit is a slot claimed by CAS 0 -> client id: the claim IS the
+ * record of who holds it, so the daemon gives back exactly what a dead
+ * client held (resil_pool_reclaim) and nothing else. There are exactly
+ * bulkhead.max slots, so "never more than max in flight" holds by
+ * construction, whatever happens to the in-flight word.
+ *
+ * The in-flight word `inflight` is only a hint that makes a rejection
+ * cheap (one load, or one fetch_add and its undo) and gives the priority
+ * partition something to compare with. It is read as a signed number.
+ *
+ * Shared words (state block, see bulkhead.h):
+ *   inflight   writers: every acquirer (fetch_add, seq_cst) and releaser
+ *              (fetch_sub, seq_cst), the daemon (repair, fetch_add).
+ *              Readers: acquirers (relaxed pre-check).
+ *   slots[i]   writers: the claimer (CAS 0 -> id, acq_rel: pairs with the
+ *              previous holder's release store, so a holder sees what the
+ *              one before it did), the holder (store 0, release), the
+ *              daemon (CAS id -> 0 for a dead id). Readers: claimers
+ *              (relaxed pre-check), the daemon (scan).
+ *   wake_seq   futex word; writers: releasers when nwait != 0 (fetch_add,
+ *              release); readers: waiters (acquire) before they sleep.
+ *   nwait      count word of the waiter pool (same protocol as inflight).
+ *   wslots[]   a waiter's claim, so a dead waiter is taken off exactly.
+ *
+ * Linearization points: an admission takes effect at the slot CAS, a
+ * release at the slot store. A rejection at the hint load / fetch_add.
+ *
+ * Crash windows (a process can die between any two instructions):
+ *   A  after the hint fetch_add, before the slot CAS: the hint is one too
+ *      high and no slot records it;
+ *   B  after the slot CAS, before pm->bulkhead_idx is written: the slot
+ *      holds the dead id; reclaim frees it (and takes its hint unit back);
+ *   C  after the release store, before the hint fetch_sub: the hint is one
+ *      too high, the slot is already free;
+ *   D  a rejected acquirer between its fetch_add and the undo fetch_sub:
+ *      like A.
+ * A and C and D leave an excess of the hint over the claims that no live
+ * process will remove: resil_pool_repair (daemon tick) subtracts the part
+ * of the excess that persisted over two ticks (transient excess is live
+ * acquirers in flight). A correction that turns out wrong (a live
+ * acquirer happened to sit in its window at both ticks) shows up as a
+ * deficit at the next ticks and is corrected back the same way. A hint
+ * that is low only admits a little more eagerly: the slots still bound
+ * the total. Until the daemon repairs, a leaked unit lowers the usable
+ * max by one: a spurious rejection, never an excess admission.
+ *
+ * Waiting (bulkhead.wait > 0): a caller that finds no permit claims a
+ * waiter slot (the waiter count is that pool's hint, so a dead waiter's
+ * count is repaired exactly like a permit), then loops: read wake_seq,
+ * try again, FUTEX_WAIT(wake_seq, seen) (shared futex: no
+ * FUTEX_PRIVATE_FLAG, the word lives in a MAP_SHARED segment) until it
+ * claims or the wait is over. A releaser bumps wake_seq and wakes ONE
+ * waiter, and only when nwait != 0: the fail-fast path never makes a
+ * syscall. Lost wakeups are excluded by a Dekker pair: the waiter's
+ * nwait fetch_add (seq_cst) + fence before it looks at the slots, the
+ * releaser's seq_cst fetch_sub on inflight before its seq_cst load of
+ * nwait: either the releaser sees the waiter or the waiter sees the free
+ * slot. A woken waiter that gives up without a permit passes the wakeup
+ * on. The wait is measured on CLOCK_MONOTONIC, not the policy clock: a
+ * futex sleeps in real time (a manual clock would never end it).
+ *
+ * Priorities: bulkhead.critical reserves a share of max for callers with
+ * pm->priority == RESIL_PRIO_CRITICAL; others are rejected once the hint
+ * reaches max - reserve.
+ *
+ * Reshaping (bulkhead.max changes) publishes a new block; permits granted
+ * in the old block are released there (policy.c releases into the block
+ * the permit came from), so nothing is carried: for a moment the old
+ * block's holders and the new max add up.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "resil.h"
+#include "bulkhead.h"
+
+#define seq_faa(p, v) atomic_fetch_add_explicit((p), (v), memory_order_seq_cst)
+#define seq_fas(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst)
+#define seq_ld(p)     atomic_load_explicit((p), memory_order_seq_cst)
+
+/* Where this thread's next claim starts: its last slot + 1 (0: none yet,
+ * start at the client id). A freed slot is usually free again for the
+ * same thread, so an uncontended claim succeeds at the first CAS, and
+ * processes start at different slots. */
+static _Thread_local __attribute__((tls_model("initial-exec"))) uint32_t resil_pool_next;
+
+static inline ra32 *pool_slot(const struct resil_pool *p, uint32_t i)
+{
+	return &p->slots[(size_t)i << p->shift];
+}
+
+uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t id,
+			  uint32_t *inflight)
+{
+	int32_t lim = (int32_t)(limit < (uint32_t)INT32_MAX ? limit : INT32_MAX);
+	uint32_t i, s, n = p->n;
+	int32_t old;
+
+	/* Read-only rejection: the common case of a full pool costs a load. */
+	if ((int32_t)ld_relaxed(p->count) >= lim)
+		goto full;
+	old = (int32_t)seq_faa(p->count, 1);
+	if (old >= lim) {
+		/* crash window D: repaired by resil_pool_repair */
+		seq_fas(p->count, 1);
+		goto full;
+	}
+	/* crash window A: counted, not claimed; repaired by resil_pool_repair */
+	s = resil_pool_next;
+	if (RESIL_UNLIKELY(s == 0 || s > n))
+		s = id % n;
+	else
+		s--;
+	for (i = 0; i < n; i++) {
+		ra32 *w = pool_slot(p, s);
+		uint32_t exp = 0;
+
+		if (ld_relaxed(w) == 0 && cas_acq_rel(w, &exp, id)) {
+			/* crash window B: the slot names us; reclaim frees it */
+			resil_pool_next = s + 1;
+			*inflight = (uint32_t)old + 1;
+			return s + 1;
+		}
+		if (++s == n)
+			s = 0;
+	}
+	/* The hint was low (a correction in flight): every slot is taken. */
+	seq_fas(p->count, 1);
+full:
+	*inflight = 0;
+	return 0;
+}
+
+void resil_pool_free(const struct resil_pool *p, uint32_t idx)
+{
+	if (RESIL_UNLIKELY(idx == 0 || idx > p->n))
+		return;
+	st_release(pool_slot(p, idx - 1), 0);
+	/* crash window C: slot free, hint one too high; repaired */
+	seq_fas(p->count, 1);
+}
+
+uint32_t resil_pool_reclaim(const struct resil_pool *p, uint32_t id)
+{
+	uint32_t i, freed = 0;
+
+	if (id == 0 || id == RESIL_CLIENT_UNREGISTERED)
+		return 0;
+	for (i = 0; i < p->n; i++) {
+		uint32_t exp = id;
+
+		if (cas_acq_rel(pool_slot(p, i), &exp, 0)) {
+			/* The dead holder's fetch_add is still in the hint: take
+			 * it back. A crash between these two lines leaves an
+			 * excess the next repair removes. */
+			seq_fas(p->count, 1);
+			freed++;
+		}
+	}
+	return freed;
+}
+
+uint32_t resil_pool_claimed(const struct resil_pool *p)
+{
+	uint32_t i, held = 0;
+
+	for (i = 0; i < p->n; i++)
+		held += ld_acquire(pool_slot(p, i)) != 0;
+	return held;
+}
+
+int32_t resil_pool_repair(const struct resil_pool *p, int32_t *prev_excess)
+{
+	int32_t excess, prev = *prev_excess, fix = 0;
+	uint32_t held = resil_pool_claimed(p);
+
+	excess = (int32_t)ld_acquire(p->count) - (int32_t)held;
+	if ((excess > 0 && prev > 0) || (excess < 0 && prev < 0)) {
+		/* only what persisted since the last tick */
+		fix =
+		    excess > 0 ? (excess < prev ? excess : prev) : (excess > prev ? excess : prev);
+		/* fetch_add, never a store: concurrent claims are kept */
+		seq_fas(p->count, (uint32_t)fix);
+		excess -= fix;
+	}
+	*prev_excess = excess;
+	return fix;
+}
+
+/* ---- configuration ---- */
+
+void resil_bulkhead_conf_defaults(struct resil_bulkhead_conf *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->max = 25;
+	c->critical_bp = 0;
+	c->wait_ns = 0;
+}
+
+int resil_bulkhead_conf_set(struct resil_bulkhead_conf *c, const char *key, const char *value,
+			    char *err, size_t errlen)
+{
+	if (strcmp(key, "bulkhead.max") == 0) {
+		uint32_t v;
+
+		if (resil_parse_u32(value, &v) < 0 || v == 0 || v > RESIL_POOL_MAX) {
+			snprintf(err, errlen,
+				 "bulkhead.max: '%s' is not a number of permits in 1..%u", value,
+				 RESIL_POOL_MAX);
+			return -EINVAL;
+		}
+		c->max = v;
+	} else if (strcmp(key, "bulkhead.wait") == 0) {
+		int64_t ns;
+
+		if (resil_parse_duration(value, &ns) < 0 || ns < 0) {
+			snprintf(err, errlen,
+				 "bulkhead.wait: '%s' is not a duration (e.g. 200ms, 0)", value);
+			return -EINVAL;
+		}
+		c->wait_ns = ns;
+	} else if (strcmp(key, "bulkhead.critical") == 0) {
+		uint32_t bp;
+
+		if (resil_parse_percent_bp(value, &bp) < 0 || bp > 10000) {
+			snprintf(err, errlen, "bulkhead.critical: '%s' is not a percent in 0..100",
+				 value);
+			return -EINVAL;
+		}
+		c->critical_bp = bp;
+	} else {
+		return -ENOENT;
+	}
+	c->on = 1;
+	return 0;
+}
+
+void resil_priv_put(char *buf, size_t len, size_t *off, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(*off < len ? buf + *off : NULL, *off < len ? len - *off : 0, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*off += (size_t)n;
+}
+
+size_t resil_bulkhead_conf_format(const struct resil_bulkhead_conf *c, char *buf, size_t len)
+{
+	char d[32];
+	size_t off = 0;
+
+	if (len)
+		buf[0] = '\0';
+	resil_priv_put(buf, len, &off, "bulkhead.max = %u\n", c->max);
+	resil_format_duration(c->wait_ns, d, sizeof(d));
+	resil_priv_put(buf, len, &off, "bulkhead.wait = %s\n", d);
+	if (c->critical_bp % 100 == 0)
+		resil_priv_put(buf, len, &off, "bulkhead.critical = %u%%\n", c->critical_bp / 100);
+	else
+		resil_priv_put(buf, len, &off, "bulkhead.critical = %u.%02u%%\n",
+			       c->critical_bp / 100, c->critical_bp % 100);
+	return off;
+}
+
+/* ---- state ---- */
+
+static uint32_t conf_max(const struct resil_bulkhead_conf *c)
+{
+	if (c->max == 0)
+		return 1;
+	return c->max > RESIL_POOL_MAX ? RESIL_POOL_MAX : c->max;
+}
+
+uint64_t resil_bulkhead_state_size(const struct resil_bulkhead_conf *c)
+{
+	return sizeof(struct resil_bulkhead_state) + resil_pool_bytes(conf_max(c));
+}
+
+void resil_bulkhead_state_init(void *st, const struct resil_bulkhead_conf *c, int64_t now)
+{
+	struct resil_bulkhead_state *s = st;
+	uint32_t n = conf_max(c);
+
+	/* Nobody else sees the block before the record that points at it is
+	 * published (release), so plain initialisation is enough. */
+	memset(s, 0, resil_bulkhead_state_size(c));
+	s->nslots = n;
+	s->shift = resil_pool_shift(n);
+	s->slots_off = sizeof(*s);
+}
+
+bool resil_bulkhead_same_shape(const struct resil_bulkhead_conf *a,
+			       const struct resil_bulkhead_conf *b)
+{
+	return conf_max(a) == conf_max(b);
+}
+
+void resil_bulkhead_carry(void *nst, const struct resil_bulkhead_conf *nc, const void *ost,
+			  const struct resil_bulkhead_conf *oc, int64_t now)
+{
+	const struct resil_bulkhead_state *o = ost;
+	struct resil_bulkhead_state *s = nst;
+
+	/* Permits stay in the block they were granted in (see the top). Only
+	 * the statistics carry over. */
+	st_relaxed(&s->reclaimed, ld_relaxed(&o->reclaimed));
+	st_relaxed(&s->repaired, ld_relaxed(&o->repaired));
+	st_relaxed(&s->waits, ld_relaxed(&o->waits));
+}
+
+uint32_t resil_bulkhead_held(const void *st)
+{
+	struct resil_bulkhead_state *s = (struct resil_bulkhead_state *)st;
+	struct resil_pool p = resil_bulkhead_pool(s);
+
+	return resil_pool_claimed(&p);
+}
+
+static inline uint32_t claim_id(const struct resil_ctx *x)
+{
+	return x->client_id ? x->client_id : RESIL_CLIENT_UNREGISTERED;
+}
+
+static inline uint32_t prio_limit(const struct resil_bulkhead_conf *c, uint32_t n,
+				  const struct resil_permit_priv *pm)
+{
+	uint32_t reserve;
+
+	if (RESIL_LIKELY(c->critical_bp == 0) || pm->priority == RESIL_PRIO_CRITICAL)
+		return n;
+	reserve = (uint32_t)((uint64_t)n * c->critical_bp / 10000u);
+	return n - reserve;
+}
+
+static void wake_one(struct resil_bulkhead_state *s)
+{
+	atomic_fetch_add_explicit(&s->wake_seq, 1, memory_order_release);
+	syscall(SYS_futex, (uint32_t *)&s->wake_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+static int bulkhead_wait(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
+			 struct resil_bulkhead_state *s, const struct resil_pool *p, uint32_t limit,
+			 uint32_t id, struct resil_permit_priv *pm)
+{
+	struct resil_pool wp = {
+	    .count = &s->nwait, .slots = s->wslots, .n = RESIL_BULKHEAD_WAITERS, .shift = 0};
+	uint32_t widx, idx = 0, dummy;
+	int64_t deadline, rem;
+	bool woken = false;
+
+	/* The waiter count is this pool's hint: a dead waiter is taken off
+	 * exactly by reclaim (its slot) or by repair (its windows). */
+	widx = resil_pool_claim(&wp, RESIL_BULKHEAD_WAITERS, id, &dummy);
+	if (widx == 0)
+		return RESIL_REJECT_FULL; /* too many waiters: fail fast */
+	faa_relaxed(&s->waits, 1);
+	atomic_thread_fence(memory_order_seq_cst); /* Dekker with the releaser */
+
+	deadline = resil_clock_monotonic(NULL) + c->wait_ns;
+	for (;;) {
+		uint32_t seen = ld_acquire(&s->wake_seq);
+		struct timespec ts;
+
+		idx = resil_pool_claim(p, limit, id, &dummy);
+		if (idx)
+			break;
+		rem = deadline - resil_clock_monotonic(NULL);
+		if (rem <= 0)
+			break;
+		ts.tv_sec = rem / RESIL_NS_PER_S;
+		ts.tv_nsec = rem % RESIL_NS_PER_S;
+		if (syscall(SYS_futex, (uint32_t *)&s->wake_seq, FUTEX_WAIT, seen, &ts, NULL, 0) ==
+		    0)
+			woken = true;
+	}
+	resil_pool_free(&wp, widx);
+	if (!idx && woken && seq_ld(&s->nwait) != 0)
+		wake_one(s); /* the wakeup we took and did not use goes on */
+	x->now = 0;	     /* time went by: the next reading must be fresh */
+	if (!idx)
+		return RESIL_REJECT_FULL;
+	pm->bulkhead_idx = idx;
+	pm->flags |= RESIL_PERMIT_BULKHEAD;
+	return 0;
+}
+
+int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+			   struct resil_permit_priv *pm)
+{
+	struct resil_bulkhead_state *s = st;
+	struct resil_pool p = resil_bulkhead_pool(s);
+	uint32_t id = claim_id(x), limit = prio_limit(c, p.n, pm), inflight, idx;
+
+	idx = resil_pool_claim(&p, limit, id, &inflight);
+	if (RESIL_LIKELY(idx)) {
+		pm->bulkhead_idx = idx;
+		pm->flags |= RESIL_PERMIT_BULKHEAD;
+		return 0;
+	}
+	if (c->wait_ns <= 0)
+		return RESIL_REJECT_FULL;
+	return bulkhead_wait(x, c, s, &p, limit, id, pm);
+}
+
+void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+			    struct resil_permit_priv *pm, int outcome)
+{
+	struct resil_bulkhead_state *s = st;
+	struct resil_pool p;
+
+	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
+		return;
+	p = resil_bulkhead_pool(s);
+	resil_pool_free(&p, pm->bulkhead_idx);
+	pm->bulkhead_idx = 0;
+	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
+	/* seq_cst load after the seq_cst fetch_sub: see "Waiting" above. A
+	 * read-mostly line, so the fail-fast path pays a load, no syscall. */
+	if (RESIL_UNLIKELY(seq_ld(&s->nwait) != 0))
+		wake_one(s);
+}
+
+void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+			 struct resil_permit_priv *pm)
+{
+	resil_bulkhead_release(x, c, st, pm, RESIL_IGNORED);
+}
+
+void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st)
+{
+	struct resil_bulkhead_state *s = st;
+	struct resil_pool p = resil_bulkhead_pool(s);
+	struct resil_pool wp = {
+	    .count = &s->nwait, .slots = s->wslots, .n = RESIL_BULKHEAD_WAITERS, .shift = 0};
+	int32_t fix;
+
+	fix = resil_pool_repair(&p, &s->prev_excess);
+	fix += resil_pool_repair(&wp, &s->prev_wexcess);
+	if (fix)
+		faa_relaxed(&s->repaired, 1);
+}
+
+void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+			    uint32_t dead_client, struct resil_reclaim_counts *counts)
+{
+	struct resil_bulkhead_state *s = st;
+	struct resil_pool p = resil_bulkhead_pool(s);
+	struct resil_pool wp = {
+	    .count = &s->nwait, .slots = s->wslots, .n = RESIL_BULKHEAD_WAITERS, .shift = 0};
+	uint32_t n, w;
+
+	n = resil_pool_reclaim(&p, dead_client);
+	w = resil_pool_reclaim(&wp, dead_client);
+	if (n) {
+		faa_relaxed(&s->reclaimed, n);
+		/* freed permits may let a waiter in */
+		if (seq_ld(&s->nwait) != 0)
+			wake_one(s);
+	}
+	if (counts) {
+		counts->permits += n;
+		counts->waiters += w;
+	}
+}

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bulkhead.h - bulkhead: crash-exact permits claimed by CAS of the client id, futex waits.
+ *
+ * The component interface is described in policy.h. The permit pool below
+ * (resil_pool_*) is shared with the adaptive limit (adaptive.c): the same
+ * crash-exact slots against a limit that changes.
+ */
+#ifndef RESIL_SHM_BULKHEAD_H
+#define RESIL_SHM_BULKHEAD_H
+
+#include "policy.h"
+
+/* The claim value of a process without a client row (the table was full,
+ * or it never registered). Such permits are counted, never reclaimed:
+ * nobody can tell that their holder died. */
+#define RESIL_CLIENT_UNREGISTERED 0xffffffffu
+
+/* Largest bulkhead.max / adaptive.max accepted by the parser. */
+#define RESIL_POOL_MAX 65536u
+/* Pools up to this size give each slot its own 128-byte line (claims by
+ * different processes never share a line); larger pools pack the slots. */
+#define RESIL_POOL_SPREAD_MAX	1024u
+#define RESIL_POOL_SPREAD_SHIFT 5 /* 32 words = 128 bytes */
+
+/* Callers that may wait at once on one bulkhead; more fail fast. */
+#define RESIL_BULKHEAD_WAITERS 64u
+
+/*
+ * A pool of permits: `count` is the in-flight hint (a fast-reject hint,
+ * read as a signed number), `slots` the claims: 0 free, else the holder's
+ * client id. Slot i lives at slots[i << shift]. The claims are the truth;
+ * the daemon recomputes the hint from them (resil_pool_repair).
+ */
+struct resil_pool {
+	ra32 *count;
+	ra32 *slots;
+	uint32_t n;
+	uint32_t shift;
+};
+
+/* Claim a permit against limit: slot + 1, or 0 when full. *inflight gets
+ * the hint value including this claim (0 if rejected). Never a syscall. */
+uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t id,
+			  uint32_t *inflight);
+/* Give back the permit idx (slot + 1) returned by resil_pool_claim. */
+void resil_pool_free(const struct resil_pool *p, uint32_t idx);
+/* Free every slot held by id; returns how many. Daemon side. */
+uint32_t resil_pool_reclaim(const struct resil_pool *p, uint32_t id);
+/* Claimed slots right now (a scan). */
+uint32_t resil_pool_claimed(const struct resil_pool *p);
+/* Daemon tick: correct the hint by the part of its excess over the claims
+ * that persisted since the previous tick (*prev_excess: daemon-private).
+ * Returns the correction applied (0: none). */
+int32_t resil_pool_repair(const struct resil_pool *p, int32_t *prev_excess);
+/* Slot stride (log2 of words) for a pool of n slots. */
+static inline uint32_t resil_pool_shift(uint32_t n)
+{
+	return n <= RESIL_POOL_SPREAD_MAX ? RESIL_POOL_SPREAD_SHIFT : 0;
+}
+static inline uint64_t resil_pool_bytes(uint32_t n)
+{
+	return resil_align_up((uint64_t)n * 4u << resil_pool_shift(n), RESIL_HOT_ALIGN);
+}
+
+/*
+ * State block. Lines:
+ *   0  inflight: fetch_add/fetch_sub by every acquirer and releaser;
+ *   1  waiting regime: wake_seq (futex word: releasers bump it and wake
+ *      one, only when nwait != 0), nwait (waiters' hint, the count word of
+ *      the waiter pool), read by every releaser, written by waiters;
+ *   2  geometry (immutable after init) and daemon-private repair memory;
+ *   3  the waiter slots (claims of client ids, like permits);
+ *   4+ the permit slots.
+ */
+struct resil_bulkhead_state {
+	alignas(RESIL_HOT_ALIGN) ra32 inflight;
+
+	alignas(RESIL_HOT_ALIGN) ra32 wake_seq;
+	ra32 nwait;
+
+	alignas(RESIL_HOT_ALIGN) uint32_t nslots; /* = bulkhead.max at init */
+	uint32_t shift;
+	uint32_t slots_off;   /* from the start of this block */
+	int32_t prev_excess;  /* daemon only: hint excess seen at the last tick */
+	int32_t prev_wexcess; /* same for nwait */
+	uint32_t reserved32;
+	RESIL_A8 ra64 reclaimed; /* permits taken back from dead clients (daemon) */
+	RESIL_A8 ra64 repaired;	 /* hint corrections applied (daemon) */
+	RESIL_A8 ra64 waits;	 /* waits entered (waiters) */
+
+	alignas(RESIL_HOT_ALIGN) ra32 wslots[RESIL_BULKHEAD_WAITERS];
+};
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, inflight) == 0, "bulkhead line 0");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, wake_seq) == 128, "bulkhead line 1");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, nslots) == 256, "bulkhead line 2");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, reclaimed) == 280, "bulkhead stats");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, wslots) == 384, "bulkhead waiters");
+RESIL_STATIC_ASSERT(sizeof(struct resil_bulkhead_state) == 640, "bulkhead state size");
+
+static inline struct resil_pool resil_bulkhead_pool(struct resil_bulkhead_state *s)
+{
+	struct resil_pool p = {
+	    .count = &s->inflight,
+	    .slots = (ra32 *)((char *)s + s->slots_off),
+	    .n = s->nslots,
+	    .shift = s->shift,
+	};
+	return p;
+}
+
+/* Permits held right now (a scan of the claims, not the hint). */
+uint32_t resil_bulkhead_held(const void *st);
+
+/* Append printf output at buf + *off; *off grows by the would-be length,
+ * like snprintf, so a caller can tell truncation (*off >= len). */
+void resil_priv_put(char *buf, size_t len, size_t *off, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+void resil_bulkhead_conf_defaults(struct resil_bulkhead_conf *c);
+size_t resil_bulkhead_conf_format(const struct resil_bulkhead_conf *c, char *buf, size_t len);
+
+uint64_t resil_bulkhead_state_size(const struct resil_bulkhead_conf *c);
+void resil_bulkhead_state_init(void *st, const struct resil_bulkhead_conf *c, int64_t now);
+bool resil_bulkhead_same_shape(const struct resil_bulkhead_conf *a,
+			       const struct resil_bulkhead_conf *b);
+void resil_bulkhead_carry(void *nst, const struct resil_bulkhead_conf *nc, const void *ost,
+			  const struct resil_bulkhead_conf *oc, int64_t now);
+int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+			   struct resil_permit_priv *pm);
+void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+			 struct resil_permit_priv *pm);
+void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+			    struct resil_permit_priv *pm, int outcome);
+void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st);
+void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+			    uint32_t dead_client, struct resil_reclaim_counts *counts);
+
+#endif

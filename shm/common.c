@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * common.c - clocks, the per-thread generator, SipHash.
+ *
+ * The clock is CLOCK_MONOTONIC for every process on the host, so a time
+ * written into the segment by one process compares with another's. The
+ * coarse variant (CLOCK_MONOTONIC_COARSE) shares that time base at a lower
+ * resolution; decisions that can afford it use it (limit.c says when).
+ *
+ * The per-thread generator is splitmix64, seeded from getrandom() the
+ * first time a thread draws, and reseeded in a forked child (libresil's
+ * atfork handler bumps resil_random_epoch): children that kept the
+ * parent's sequence would jitter in lockstep.
+ */
+#include <sys/random.h>
+#include <time.h>
+
+#include "common.h"
+
+int64_t resil_clock_monotonic(void *ctx)
+{
+	struct timespec ts;
+
+	(void)ctx;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * RESIL_NS_PER_S + ts.tv_nsec;
+}
+
+int64_t resil_clock_coarse(void *ctx)
+{
+	struct timespec ts;
+
+	(void)ctx;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (int64_t)ts.tv_sec * RESIL_NS_PER_S + ts.tv_nsec;
+}
+
+int64_t resil_clock_coarse_resolution_ns(void)
+{
+	static _Atomic int64_t res;
+	int64_t r = ld_relaxed(&res);
+	struct timespec ts;
+
+	if (r)
+		return r;
+	if (clock_getres(CLOCK_MONOTONIC_COARSE, &ts) < 0)
+		r = 10 * RESIL_NS_PER_MS;
+	else
+		r = (int64_t)ts.tv_sec * RESIL_NS_PER_S + ts.tv_nsec;
+	if (r <= 0)
+		r = 1;
+	st_relaxed(&res, r);
+	return r;
+}
+
+/* Bumped in a forked child; a thread whose seed epoch differs reseeds. */
+ra32 resil_random_epoch;
+
+static _Thread_local uint64_t rnd_state;
+static _Thread_local uint32_t rnd_epoch;
+static _Thread_local bool rnd_seeded;
+
+uint64_t resil_random_thread(void)
+{
+	uint32_t e = ld_relaxed(&resil_random_epoch);
+
+	if (RESIL_UNLIKELY(!rnd_seeded || rnd_epoch != e)) {
+		uint64_t seed = 0;
+
+		if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
+			seed = (uint64_t)resil_clock_monotonic(NULL) ^ (uint64_t)(uintptr_t)&seed;
+		rnd_state = seed;
+		rnd_epoch = e;
+		rnd_seeded = true;
+	}
+	return resil_splitmix64(&rnd_state);
+}
+
+/* SipHash-2-4, 64-bit output. */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                   \
+	do {                                                                                       \
+		v0 += v1;                                                                          \
+		v1 = ROTL(v1, 13);                                                                 \
+		v1 ^= v0;                                                                          \
+		v0 = ROTL(v0, 32);                                                                 \
+		v2 += v3;                                                                          \
+		v3 = ROTL(v3, 16);                                                                 \
+		v3 ^= v2;                                                                          \
+		v0 += v3;                                                                          \
+		v3 = ROTL(v3, 21);                                                                 \
+		v3 ^= v0;                                                                          \
+		v2 += v1;                                                                          \
+		v1 = ROTL(v1, 17);                                                                 \
+		v1 ^= v2;                                                                          \
+		v2 = ROTL(v2, 32);                                                                 \
+	} while (0)
+
+uint64_t resil_hash64(const void *data, size_t len, uint64_t k0, uint64_t k1)
+{
+	const uint8_t *in = data;
+	uint64_t v0 = 0x736f6d6570736575ULL ^ k0;
+	uint64_t v1 = 0x646f72616e646f6dULL ^ k1;
+	uint64_t v2 = 0x6c7967656e657261ULL ^ k0;
+	uint64_t v3 = 0x7465646279746573ULL ^ k1;
+	uint64_t b = (uint64_t)len << 56;
+	size_t i, left = len & 7;
+	const uint8_t *end = in + len - left;
+
+	for (; in != end; in += 8) {
+		uint64_t m = 0;
+
+		for (i = 0; i < 8; i++)
+			m |= (uint64_t)in[i] << (8 * i);
+		v3 ^= m;
+		SIPROUND;
+		SIPROUND;
+		v0 ^= m;
+	}
+	for (i = 0; i < left; i++)
+		b |= (uint64_t)in[i] << (8 * i);
+	v3 ^= b;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= b;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}

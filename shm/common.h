@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * common.h - types, atomics and small helpers shared by every shm module.
+ *
+ * Everything in shm/ is plain C over a memory region plus a clock: no
+ * sockets, no daemon, no allocation. The daemon and libresil both compile
+ * these files; the unit tests run them on an anonymous region with a
+ * manual clock.
+ *
+ * Only lock-free 32- and 64-bit atomics are used (no 16-byte CAS), always
+ * through the *_explicit forms, so every access states its memory order.
+ */
+#ifndef RESIL_SHM_COMMON_H
+#define RESIL_SHM_COMMON_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if ATOMIC_LLONG_LOCK_FREE != 2 || ATOMIC_INT_LOCK_FREE != 2
+#error "resil needs lock-free 32- and 64-bit atomics"
+#endif
+
+/* One cache line. Hot words written by different parties sit on different
+ * lines; 128 keeps them apart from the adjacent-line prefetcher too. */
+#define RESIL_LINE      64
+#define RESIL_HOT_ALIGN 128
+
+typedef _Atomic uint32_t ra32;
+typedef _Atomic uint64_t ra64;
+typedef _Atomic int64_t rai64;
+
+/* 64-bit fields are aligned to 8 even on i386, where the ABI aligns them
+ * to 4: the layout is shared by processes of different builds. */
+#define RESIL_A8 alignas(8)
+
+#define RESIL_STATIC_ASSERT(c, m) _Static_assert(c, m)
+
+#define ld_relaxed(p)     atomic_load_explicit((p), memory_order_relaxed)
+#define ld_acquire(p)     atomic_load_explicit((p), memory_order_acquire)
+#define st_relaxed(p, v)  atomic_store_explicit((p), (v), memory_order_relaxed)
+#define st_release(p, v)  atomic_store_explicit((p), (v), memory_order_release)
+#define faa_relaxed(p, v) atomic_fetch_add_explicit((p), (v), memory_order_relaxed)
+#define faa_acq_rel(p, v) atomic_fetch_add_explicit((p), (v), memory_order_acq_rel)
+#define cas_acq_rel(p, e, v)                                                                       \
+	atomic_compare_exchange_strong_explicit((p), (e), (v), memory_order_acq_rel,               \
+						memory_order_acquire)
+#define cas_relaxed(p, e, v)                                                                       \
+	atomic_compare_exchange_strong_explicit((p), (e), (v), memory_order_relaxed,               \
+						memory_order_relaxed)
+
+#define RESIL_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define RESIL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+#define RESIL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define RESIL_NS_PER_US 1000LL
+#define RESIL_NS_PER_MS 1000000LL
+#define RESIL_NS_PER_S  1000000000LL
+
+static inline uint64_t resil_align_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) & ~(a - 1);
+}
+
+static inline int64_t resil_max64(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+static inline int64_t resil_min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* The clock every decision uses: CLOCK_MONOTONIC nanoseconds, one time base
+ * for the host. A process may replace it (embedded mode, tests). */
+typedef int64_t (*resil_clock_fn)(void *ctx);
+struct resil_clock {
+	resil_clock_fn fn; /* NULL: CLOCK_MONOTONIC */
+	void *ctx;
+};
+
+int64_t resil_clock_monotonic(void *ctx);
+int64_t resil_clock_coarse(void *ctx);
+/* Resolution of CLOCK_MONOTONIC_COARSE (4 ms here), read once. */
+int64_t resil_clock_coarse_resolution_ns(void);
+
+static inline int64_t resil_clock_now(const struct resil_clock *c)
+{
+	return c->fn ? c->fn(c->ctx) : resil_clock_monotonic(NULL);
+}
+
+/* A coarse reading (4 ms resolution on these machines, same time base):
+ * for decisions whose precision allows it. A manual clock is exact. */
+static inline int64_t resil_clock_now_coarse(const struct resil_clock *c)
+{
+	return c->fn ? c->fn(c->ctx) : resil_clock_coarse(NULL);
+}
+
+/* xoshiro-style splitmix64 step: a fast per-thread generator. */
+static inline uint64_t resil_splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* The random source a decision uses (shedding, jitter). NULL fn: the
+ * process's per-thread generator. */
+struct resil_random {
+	uint64_t (*fn)(void *ctx);
+	void *ctx;
+};
+
+uint64_t resil_random_thread(void);
+/* Bump in a forked child: every thread of it reseeds on its next draw. */
+extern ra32 resil_random_epoch;
+
+static inline uint64_t resil_random_next(const struct resil_random *r)
+{
+	return r->fn ? r->fn(r->ctx) : resil_random_thread();
+}
+
+uint64_t resil_hash64(const void *data, size_t len, uint64_t k0, uint64_t k1);
+
+#endif

@@ -1,0 +1,1421 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * limit.c - the rate limiter: GCRA in one word, an exact sliding window,
+ * keyed tables with eviction.
+ *
+ * GCRA (limit.algorithm = gcra, the default)
+ *   One 64-bit word, the theoretical arrival time (TAT, CLOCK_MONOTONIC ns).
+ *   T = emission interval = period / count (integer ns: the truncation
+ *   makes the limiter faster by < 1 ns per permit, a relative error below
+ *   1 / T); tau = T * burst. n permits at time now:
+ *     ntat = max(tat, now) + n * T;  wait = ntat - tau - now
+ *   wait <= 0 admits (CAS tat -> ntat); 0 < wait <= limit.wait reserves
+ *   (the same CAS; the caller sleeps wait ns, RESIL_PERMIT_LIMIT_WAIT);
+ *   otherwise the call is rejected WITHOUT writing anything and wait is the
+ *   exact Retry-After. From idle (tat <= now) exactly `burst` single
+ *   permits pass at once, then one every T.
+ *   Translations (the README's table):
+ *     token bucket, capacity C, refill R per second -> rate = R/s, burst = C
+ *     limit L per period P (Resilience4j)           -> rate = L/P, burst = L
+ *   Both admit up to 2 x L in the first period from idle (L at once, then
+ *   L more as the bucket refills); `sliding` never does.
+ *   Linearization point: the successful CAS (admission) or the load of the
+ *   word whose value made the decision (rejection).
+ *
+ * Sliding window (limit.algorithm = sliding, unkeyed): never more than
+ * `count` admissions in any half-open span [a, a + period).
+ *   A ring of N = count 64-bit slots holds admission times, and a sequence
+ *   word S (admissions so far) points at the slot of the oldest. Admission
+ *   at t replaces, by CAS, a slot whose time v satisfies v <= t - period
+ *   with t (n permits: n slots, all with the same time).
+ *   Proof: along the history of one slot each stored time is >= the one it
+ *   replaced + period, so two admissions recorded in the same slot are at
+ *   least a period apart. N + 1 admissions inside a span shorter than a
+ *   period would need, by pigeonhole, two of them in one slot. QED. The
+ *   argument uses nothing but the CAS on the slot: S is only a hint that
+ *   finds the oldest slot in O(1), and a process killed anywhere (even
+ *   between the slot CAS and the S advance) cannot break the bound; it can
+ *   leave S one behind, which the next caller detects (the slot S points at
+ *   is newer than the next one) and repairs by advancing S.
+ *   Reservation works the same with t' = max(t, v + period) <= t + wait.
+ *   Times are stored biased by 2^62 so a zeroed slot reads "never".
+ *
+ * Keyed limiters (limit.keys = N): a table of N/2 buckets of 4 entries of
+ *   16 bytes (one cache line per bucket): 32 bytes of table per key of
+ *   capacity (64 bytes for N = 1, one line). An entry is a 64-bit
+ *   fingerprint, SipHash-2-4 of the key under the segment's key
+ *   (cfg->hash_k0/k1, a fixed key when there is no segment), and the
+ *   64-bit state of that key (GCRA TAT, or the sliding-approx window word).
+ *   Every key has two buckets (two choices): lookups read at most two lines
+ *   and are lock-free; a new key goes to the less loaded bucket. Two
+ *   different keys share a fingerprint with probability 2^-64 per pair.
+ *   Insert: CAS the fingerprint into an EMPTY entry (while fewer than N
+ *   keys are in use), a TOMB, or evict: an idle key (its state equals a
+ *   fresh one: nothing is lost), else the least recently used key of the
+ *   two buckets that is not being limited right now (smallest TAT / lowest
+ *   weighted count). A key that is being limited is never evicted (evicting
+ *   it would reset an abuser); when only such keys remain,
+ *   limit.when_full decides (reject by default) and full_rejects /
+ *   full_admits count it.
+ *   One key, one entry: after a claim the inserter re-reads both buckets
+ *   (claims and re-reads are seq_cst, so of two processes inserting the
+ *   same key at once at least one sees the other); of two entries with the
+ *   same fingerprint the one earlier in probe order stays, the later one is
+ *   folded into it (max of the states) and turned into a TOMB.
+ *   Bounded errors, all on rare races: a key inserted by two processes at
+ *   once may forget the admissions made through the losing entry before
+ *   the fold (max, not sum: in practice at most one); an admission racing
+ *   with the eviction of its own idle key is lost (the key regains that one
+ *   permit); a new key that replaced a cold one may inherit, for at most
+ *   tau + limit.wait, the victim's state if the reset CAS lost a race
+ *   (conservative).
+ *   `used` counts keys in the table: +1 when an EMPTY or TOMB entry is
+ *   claimed, -1 when an entry becomes a TOMB. Crash window: a writer
+ *   killed between the entry CAS and the counter update leaves it one off;
+ *   the daemon recounts the table in maintenance and repairs it when no
+ *   insert ran during the count.
+ *
+ * Sliding-approx (limit.algorithm = sliding-approx, or sliding with keys):
+ *   a sliding-window counter in one word: 24 bits of fixed-window index
+ *   (now / period, modulo 2^24), 20 bits count of the current window, 20
+ *   bits count of the previous one. n permits at e ns into the window pass
+ *   iff prev * (period - e) / period + cur + n <= count (exact integer
+ *   arithmetic). Worst-case error: the estimate assumes the previous
+ *   window's admissions were spread evenly. In any span of one period the
+ *   admissions are at most count + floor(prev * e / period) <= 2 * count - 1
+ *   (all of the previous window's admissions at its very end, then the
+ *   current window filling as the weight decays); it can also admit less
+ *   than count when they came early. Tested: no span ever holds more than
+ *   2 * count - 1, and the adversarial pattern reaches the bound's
+ *   neighbourhood. A window index that wraps (2^24 idle periods) reads as
+ *   one window old for one period: conservative.
+ *
+ * Clock. GCRA needs the time on every call; clock_gettime costs ~4.5
+ *   atomics here, CLOCK_MONOTONIC_COARSE ~0.5 at 4 ms resolution (same
+ *   time base). When T >= RESIL_LIMIT_COARSE_FACTOR (16) x the coarse
+ *   resolution (queried once per process: resil_clock_coarse_resolution_ns)
+ *   the coarse reading is used, unless the call already holds a precise
+ *   one (ctx->now). A coarse reading lags the precise time by less than
+ *   one resolution r: the limiter then admits at most floor((elapsed + r)
+ *   / T) + burst in any interval, i.e. at most 1/16 of a permit interval
+ *   early, and reports Retry-After up to r (<= T/16) late. Every process
+ *   of the host makes the same choice (same configuration, same
+ *   resolution). With a manual clock both readings are the clock's.
+ *   Time that appears to go backwards (a stale reading: the process was
+ *   descheduled after reading the clock, or a coarse reading next to a
+ *   precise one) is clamped: GCRA uses max(tat, now); a reported wait is
+ *   capped at what any writer can legitimately have set (tau + wait +
+ *   n*T; sliding: period + wait); sliding-approx reads a word one window
+ *   ahead as the start of that window. A TAT or ring time further ahead
+ *   than any writer can set (corruption: every client can write the
+ *   segment) is healed by the daemon in maintenance, never by clients: a
+ *   client's reading can be stale, the daemon's is fresh.
+ *
+ * Undo (a later component rejected): GCRA gives back n*T: CAS tat ->
+ *   max(tat - n*T, now) while tat > now. Exact when nothing else happened
+ *   in between; concurrent admissions stay correct (the later ones built
+ *   on our increment; removing it shifts them as if we had never come).
+ *   Bounded error: if the limiter drained to idle and was re-entered
+ *   between the admission and the undo (more than T later), up to n*T of
+ *   credit too much is given back (n extra permits once); a stale-reader
+ *   race can leave the TAT a few ns high (conservative). Sliding: the
+ *   slots claimed hold t' and are set back to t' - period, which frees
+ *   them for every reader at a time >= t' and keeps the proof (the next
+ *   claim is >= t'). Sliding-approx: the count of the window admitted in is
+ *   decremented (the previous count if the window turned since). Keyed
+ *   undo re-derives the fingerprint and does nothing if the entry changed
+ *   hands.
+ *
+ * Memory order. Every limiter word is self-contained: it publishes no
+ * other data, and each algorithm only needs the atomicity of one RMW and
+ * the modification order of one word. So loads and CAS are relaxed, except
+ * the keyed-table claims and the re-read after them (seq_cst, above), and
+ * the fingerprint loads of lookups (acquire, pairs with the claim).
+ *
+ * Nothing here allocates, locks, logs or makes a syscall on the hot path
+ * (the first coarse-clock decision of a process queries clock_getres once).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "limit.h"
+#include "resil.h"
+
+#define RING_BIAS   (1LL << 62)
+#define AX_CMASK    ((1u << 20) - 1)
+#define AX_WMASK    0xffffffULL
+#define HEAL_SLACK  RESIL_NS_PER_S /* the daemon's own staleness, generously */
+#define SWEEP_SLACK RESIL_NS_PER_S /* idle this long before maintenance frees a key */
+#define INSERT_TRIES 8
+
+/* fixed SipHash key for keyed limiters without a segment (tests, tools) */
+#define FIXED_K0 0x0706050403020100ULL
+#define FIXED_K1 0x0f0e0d0c0b0a0908ULL
+
+#define cas_sc(p, e, v)                                                                            \
+	atomic_compare_exchange_strong_explicit((p), (e), (v), memory_order_seq_cst,               \
+						memory_order_seq_cst)
+#define ld_sc(p) atomic_load_explicit((p), memory_order_seq_cst)
+
+/* What one decision needs, computed once per call. */
+struct lp {
+	int64_t now;
+	int64_t T;        /* emission interval */
+	int64_t tau;      /* T * burst */
+	int64_t max_wait; /* limit.wait */
+	int64_t P;        /* period */
+	uint32_t L;       /* count */
+	uint32_t n;       /* permits */
+	unsigned algo;
+};
+
+static inline struct resil_limit_state *lstate(void *st)
+{
+	return st;
+}
+
+static inline rai64 *ring_of(struct resil_limit_state *s)
+{
+	return (rai64 *)(void *)s->data;
+}
+
+static inline struct resil_limit_entry *table_of(struct resil_limit_state *s)
+{
+	return (struct resil_limit_entry *)(void *)s->data;
+}
+
+static inline uint32_t nbuckets(const struct resil_limit_conf *c)
+{
+	return c->keys / 2 ? c->keys / 2 : 1;
+}
+
+/* ---------------------------------------------------------------- math */
+
+/* a * b <= c * d, exactly, for unsigned 64-bit operands. */
+static void mul64(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo)
+{
+	uint64_t al = (uint32_t)a, ah = a >> 32, bl = (uint32_t)b, bh = b >> 32;
+	uint64_t ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
+	uint64_t mid = (ll >> 32) + (uint32_t)lh + (uint32_t)hl;
+
+	*lo = (mid << 32) | (uint32_t)ll;
+	*hi = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+}
+
+static bool mul_le(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+	uint64_t h1, l1, h2, l2;
+
+	mul64(a, b, &h1, &l1);
+	mul64(c, d, &h2, &l2);
+	return h1 < h2 || (h1 == h2 && l1 <= l2);
+}
+
+/* floor(a * b / c), c > 0, the result known to fit in 64 bits. */
+static uint64_t muldiv(uint64_t a, uint64_t b, uint64_t c)
+{
+	uint64_t hi, lo, q;
+
+	mul64(a, b, &hi, &lo);
+	if (hi == 0)
+		return lo / c;
+	q = (uint64_t)((long double)a * (long double)b / (long double)c);
+	/* correct the float estimate to the exact floor */
+	while (q > 0 && !mul_le(q, c, a, b))
+		q--;
+	while (mul_le(q + 1, c, a, b))
+		q++;
+	return q;
+}
+
+/* ---------------------------------------------------------------- GCRA */
+
+static int gcra_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp)
+{
+	int64_t inc = p->T * (int64_t)p->n;
+	uint64_t cur = ld_relaxed(w);
+
+	for (;;) {
+		int64_t tat = (int64_t)cur;
+		int64_t ntat = (tat > p->now ? tat : p->now) + inc;
+		int64_t d = ntat - p->tau - p->now;
+
+		if (d > p->max_wait) {
+			/* read-only rejection; a TAT further ahead than any writer sets
+			 * (stale reading, corruption) reports the largest legit wait */
+			*wait = resil_min64(d, p->max_wait + p->tau + inc);
+			return RESIL_REJECT_LIMITED;
+		}
+		if (cas_relaxed(w, &cur, (uint64_t)ntat)) {
+			*wait = d > 0 ? d : 0;
+			*stamp = ntat;
+			return 0;
+		}
+	}
+}
+
+static void gcra_give(ra64 *w, const struct lp *p)
+{
+	int64_t inc = p->T * (int64_t)p->n;
+	uint64_t cur = ld_relaxed(w);
+
+	for (;;) {
+		int64_t tat = (int64_t)cur;
+
+		if (tat <= p->now)
+			return; /* idle already: nothing to give back */
+		if (cas_relaxed(w, &cur, (uint64_t)resil_max64(tat - inc, p->now)))
+			return;
+	}
+}
+
+static bool gcra_idle(uint64_t v, const struct lp *p)
+{
+	return (int64_t)v <= p->now;
+}
+
+/* time until one permit passes (<= 0: now) */
+static int64_t gcra_wait1(uint64_t v, const struct lp *p)
+{
+	int64_t tat = (int64_t)v;
+
+	return (tat > p->now ? tat : p->now) + p->T - p->tau - p->now;
+}
+
+/* ------------------------------------------------- sliding-approx word */
+
+struct ax {
+	uint64_t win; /* the window the decision is made in */
+	int64_t e;    /* ns into it */
+	uint32_t cur, prev;
+};
+
+static inline uint64_t ax_pack(uint64_t win, uint32_t cur, uint32_t prev)
+{
+	return (win & AX_WMASK) << 40 | (uint64_t)cur << 20 | prev;
+}
+
+static void ax_view(uint64_t v, const struct lp *p, struct ax *a)
+{
+	int64_t now = p->now < 0 ? 0 : p->now;
+	uint64_t win = (uint64_t)now / (uint64_t)p->P;
+	uint64_t sw = v >> 40;
+	uint32_t c = (uint32_t)(v >> 20) & AX_CMASK, pv = (uint32_t)v & AX_CMASK;
+
+	a->win = win;
+	a->e = now - (int64_t)(win * (uint64_t)p->P);
+	if (sw == (win & AX_WMASK)) {
+		a->cur = c;
+		a->prev = pv;
+	} else if (sw == ((win - 1) & AX_WMASK)) {
+		a->cur = 0;
+		a->prev = c;
+	} else if (sw == ((win + 1) & AX_WMASK)) {
+		/* our reading lags a window behind a writer's: decide at the
+		 * start of that window (clamped, conservative) */
+		a->win = win + 1;
+		a->e = 0;
+		a->cur = c;
+		a->prev = pv;
+	} else {
+		a->cur = 0;
+		a->prev = 0;
+	}
+}
+
+static bool ax_fits(const struct ax *a, const struct lp *p, uint32_t n)
+{
+	uint64_t P = (uint64_t)p->P;
+
+	if ((uint64_t)a->cur + n > p->L)
+		return false;
+	return mul_le(a->prev, P - (uint64_t)a->e, p->L - a->cur - n, P);
+}
+
+/* time until n permits fit, for a view where they do not */
+static int64_t ax_wait(const struct ax *a, const struct lp *p, uint32_t n)
+{
+	uint64_t P = (uint64_t)p->P, q;
+	int64_t d;
+
+	if ((uint64_t)a->cur + n <= p->L) {
+		q = a->prev ? muldiv(p->L - a->cur - n, P, a->prev) : P;
+		if (q > P - (uint64_t)a->e)
+			q = P - (uint64_t)a->e;
+		return (int64_t)(P - (uint64_t)a->e - q);
+	}
+	d = (int64_t)(P - (uint64_t)a->e);
+	if (a->cur) {
+		q = muldiv(p->L - n, P, a->cur);
+		if (q < P)
+			d += (int64_t)(P - q);
+	}
+	return d;
+}
+
+static int ax_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp)
+{
+	uint64_t cur = ld_relaxed(w);
+	struct ax a;
+
+	for (;;) {
+		ax_view(cur, p, &a);
+		if (!ax_fits(&a, p, p->n)) {
+			*wait = resil_min64(ax_wait(&a, p, p->n), 2 * p->P);
+			return RESIL_REJECT_LIMITED;
+		}
+		if (cas_relaxed(w, &cur, ax_pack(a.win, a.cur + p->n, a.prev))) {
+			*wait = 0;
+			*stamp = (int64_t)a.win;
+			return 0;
+		}
+	}
+}
+
+static void ax_give(ra64 *w, uint64_t win, uint32_t n)
+{
+	uint64_t cur = ld_relaxed(w), nv;
+
+	for (;;) {
+		uint64_t sw = cur >> 40;
+		uint32_t c = (uint32_t)(cur >> 20) & AX_CMASK, pv = (uint32_t)cur & AX_CMASK;
+
+		if (sw == (win & AX_WMASK))
+			c -= c < n ? c : n;
+		else if (sw == ((win + 1) & AX_WMASK))
+			pv -= pv < n ? pv : n;
+		else
+			return;
+		nv = sw << 40 | (uint64_t)c << 20 | pv;
+		if (cas_relaxed(w, &cur, nv))
+			return;
+	}
+}
+
+/* ------------------------------------------------ per-word dispatching */
+
+static int word_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp)
+{
+	if (p->algo == RESIL_LIMIT_GCRA)
+		return gcra_take(w, p, wait, stamp);
+	return ax_take(w, p, wait, stamp);
+}
+
+static void word_give(ra64 *w, const struct lp *p, int64_t stamp)
+{
+	if (p->algo == RESIL_LIMIT_GCRA)
+		gcra_give(w, p);
+	else
+		ax_give(w, (uint64_t)stamp, p->n);
+}
+
+/* The state equals a fresh one: evicting it loses nothing. */
+static bool word_idle(uint64_t v, const struct lp *p)
+{
+	struct ax a;
+
+	if (p->algo == RESIL_LIMIT_GCRA)
+		return gcra_idle(v, p);
+	ax_view(v, p, &a);
+	return a.cur == 0 && a.prev == 0;
+}
+
+/* Time until one permit passes: <= 0 means the key is not being limited. */
+static int64_t word_wait1(uint64_t v, const struct lp *p)
+{
+	struct ax a;
+
+	if (p->algo == RESIL_LIMIT_GCRA)
+		return gcra_wait1(v, p);
+	ax_view(v, p, &a);
+	return ax_fits(&a, p, 1) ? 0 : ax_wait(&a, p, 1);
+}
+
+/* Eviction order among keys not being limited: least recently used first. */
+static int64_t word_age(uint64_t v, const struct lp *p)
+{
+	struct ax a;
+
+	if (p->algo == RESIL_LIMIT_GCRA)
+		return (int64_t)v;
+	ax_view(v, p, &a);
+	return (int64_t)a.cur + (int64_t)muldiv(a.prev, (uint64_t)(p->P - a.e), (uint64_t)p->P);
+}
+
+/* Idle, and last written at least SWEEP_SLACK ago. */
+static bool word_swept(uint64_t v, const struct lp *p)
+{
+	uint64_t win, sw;
+
+	if (p->algo == RESIL_LIMIT_GCRA)
+		return (int64_t)v <= p->now - SWEEP_SLACK;
+	if (!word_idle(v, p))
+		return false;
+	/* the window written last ended at least SWEEP_SLACK ago */
+	win = (uint64_t)(p->now < 0 ? 0 : p->now) / (uint64_t)p->P;
+	sw = v >> 40;
+	return (uint64_t)p->P * (((win & AX_WMASK) - sw) & AX_WMASK) >=
+	       (uint64_t)(p->P + SWEEP_SLACK) || v == 0;
+}
+
+/* Two states of one key, folded (max: never more permissive than either). */
+static uint64_t word_merge(uint64_t x, uint64_t y, const struct lp *p)
+{
+	struct ax a, b;
+
+	if (p->algo == RESIL_LIMIT_GCRA)
+		return (int64_t)x > (int64_t)y ? x : y;
+	ax_view(x, p, &a);
+	ax_view(y, p, &b);
+	if (a.win != b.win)
+		return a.win > b.win ? x : y;
+	return ax_pack(a.win, a.cur > b.cur ? a.cur : b.cur, a.prev > b.prev ? a.prev : b.prev);
+}
+
+/* ---------------------------------------------------------- the clock */
+
+static int64_t limit_now(struct resil_ctx *x, const struct resil_limit_conf *c)
+{
+	if (x->now)
+		return x->now;
+	if (c->interval_ns >= RESIL_LIMIT_COARSE_FACTOR * resil_clock_coarse_resolution_ns())
+		return resil_clock_now_coarse(&x->clock);
+	return resil_ctx_now(x);
+}
+
+static void lp_init(struct lp *p, const struct resil_limit_conf *c, int64_t now, uint32_t n)
+{
+	p->now = now;
+	p->T = c->interval_ns;
+	p->tau = c->interval_ns * (int64_t)(c->burst ? c->burst : 1);
+	p->max_wait = c->wait_ns;
+	p->P = c->period_ns;
+	p->L = c->count;
+	p->n = n ? n : 1;
+	p->algo = resil_limit_algo(c);
+}
+
+/* n permits can never be granted by this configuration */
+static bool too_many(const struct lp *p)
+{
+	if (p->algo == RESIL_LIMIT_GCRA)
+		return (uint64_t)p->n > (uint64_t)(p->tau + p->max_wait) / (uint64_t)p->T;
+	return p->n > p->L;
+}
+
+/* ------------------------------------------------------- sliding ring */
+
+static int slide_take(struct resil_limit_state *s, const struct lp *p,
+		      struct resil_permit_priv *pm)
+{
+	rai64 *ring = ring_of(s);
+	uint32_t N = p->L, n = p->n, k, i;
+	int help = 0;
+	uint64_t seq;
+	int64_t t, v, vi;
+
+again:
+	seq = ld_relaxed(&s->word);
+	i = (uint32_t)(seq % N);
+	t = p->now;
+	for (k = 0; k < n; k++) {
+		v = ld_relaxed(&ring[(i + k) % N]) - RING_BIAS;
+		if (v + p->P > t)
+			t = v + p->P;
+	}
+	if (t - p->now > p->max_wait) {
+		/* S one behind (its advance lost to a race or a crash): the slot
+		 * it names is then newer than the next one */
+		if (N > n && help < 4) {
+			vi = ld_relaxed(&ring[i]);
+			if (ld_relaxed(&ring[(i + 1) % N]) < vi) {
+				help++;
+				cas_relaxed(&s->word, &seq, seq + 1);
+				goto again;
+			}
+		}
+		pm->wait_ns = resil_min64(t - p->now, p->P + p->max_wait);
+		return RESIL_REJECT_LIMITED;
+	}
+	/* the claims: each slot by CAS from a time <= t - period to t */
+	for (k = 0; k < n; k++) {
+		rai64 *slot = &ring[(i + k) % N];
+		int64_t old = ld_relaxed(slot);
+
+		if (old - RING_BIAS + p->P > t || !cas_relaxed(slot, &old, t + RING_BIAS)) {
+			/* lost a slot to another process: free ours (as undo does) */
+			while (k-- > 0) {
+				int64_t mine = t + RING_BIAS;
+
+				cas_relaxed(&ring[(i + k) % N], &mine, t - p->P + RING_BIAS);
+			}
+			goto again;
+		}
+	}
+	/* a crash here leaves S behind: the next caller repairs it (above) */
+	cas_relaxed(&s->word, &seq, seq + n);
+	pm->key_idx = i + 1;
+	pm->limit_tat = (uint64_t)t;
+	pm->wait_ns = t - p->now;
+	return 0;
+}
+
+static void slide_give(struct resil_limit_state *s, const struct lp *p,
+		       const struct resil_permit_priv *pm)
+{
+	rai64 *ring = ring_of(s);
+	int64_t t = (int64_t)pm->limit_tat;
+	uint32_t k, i = pm->key_idx - 1;
+
+	if (!pm->key_idx || i >= p->L)
+		return;
+	for (k = 0; k < p->n; k++) {
+		int64_t mine = t + RING_BIAS;
+
+		cas_relaxed(&ring[(i + k) % p->L], &mine, t - p->P + RING_BIAS);
+	}
+}
+
+/* ---------------------------------------------------------- keyed table */
+
+/*
+ * The probe chain of a key: bucket b1, bucket b2, then, while the bucket
+ * just visited (from b2 on) carries FP_OVF, the next buckets in order. A
+ * new key goes to b1 or b2; only when both are full and the table holds
+ * fewer than limit.keys keys does it go further, to the first bucket after
+ * b2 with an EMPTY entry, after marking every bucket it passed (b2
+ * included) with FP_OVF, so a lookup that follows the chain reaches it
+ * before anyone can see it. Marks are never cleared during a table's life
+ * (they only make some lookups read one more line). At <= 50% load the
+ * chance that both buckets of a key are full is small (two choices) but not
+ * nil, and the chain is what makes "no key is lost while the table is not
+ * full" a guarantee.
+ */
+#define FP_OVF (1ULL << 63) /* in entry 0's fingerprint word: the chain goes on */
+
+static inline uint64_t fp_key(uint64_t f)
+{
+	return f & ~FP_OVF;
+}
+
+static uint64_t key_fp(const struct resil_ctx *x, const void *key, size_t len)
+{
+	uint64_t k0 = FIXED_K0, k1 = FIXED_K1, fp;
+
+	if (x && x->seg && x->seg->cfg) {
+		k0 = x->seg->cfg->hash_k0;
+		k1 = x->seg->cfg->hash_k1;
+	}
+	fp = fp_key(resil_hash64(key, len, k0, k1));
+	return fp < 2 ? fp + 2 : fp;
+}
+
+struct chain {
+	uint32_t b1, b2, nb;
+};
+
+static void chain_init(struct chain *ch, uint64_t fp, uint32_t nb)
+{
+	ch->nb = nb;
+	ch->b1 = (uint32_t)(((fp >> 32) * (uint64_t)nb) >> 32);
+	ch->b2 = nb > 1 ? (ch->b1 + 1 + (uint32_t)fp % (nb - 1)) % nb : ch->b1;
+}
+
+static inline uint32_t chain_bucket(const struct chain *ch, uint32_t k)
+{
+	return k == 0 ? ch->b1 : (ch->b2 + k - 1) % ch->nb;
+}
+
+/* Does the chain go on after its k-th bucket? */
+static bool chain_next(struct resil_limit_entry *t, const struct chain *ch, uint32_t k,
+		       memory_order mo)
+{
+	if (ch->nb == 1)
+		return false;
+	if (k == 0)
+		return true;
+	if (k >= ch->nb)
+		return false; /* every bucket visited */
+	return atomic_load_explicit(&t[chain_bucket(ch, k) * RESIL_LIMIT_BUCKET].fp, mo) & FP_OVF;
+}
+
+/* The entry holding fp, or -1. */
+static int64_t key_find(struct resil_limit_entry *t, const struct chain *ch, uint64_t fp,
+			memory_order mo)
+{
+	uint32_t k, j, i;
+
+	for (k = 0;; k++) {
+		for (j = 0; j < RESIL_LIMIT_BUCKET; j++) {
+			i = chain_bucket(ch, k) * RESIL_LIMIT_BUCKET + j;
+			if (fp_key(atomic_load_explicit(&t[i].fp, mo)) == fp)
+				return i;
+		}
+		if (!chain_next(t, ch, k, mo))
+			return -1;
+	}
+}
+
+static void mark_ovf(struct resil_limit_entry *t, uint32_t bucket)
+{
+	ra64 *w = &t[bucket * RESIL_LIMIT_BUCKET].fp;
+	uint64_t f = ld_sc(w);
+
+	while (!(f & FP_OVF) && !cas_sc(w, &f, f | FP_OVF))
+		;
+}
+
+/* An EMPTY entry past b2 (the chain marked up to it), or -1. */
+static int64_t overflow_slot(struct resil_limit_entry *t, const struct chain *ch, uint64_t *seen)
+{
+	uint32_t k, j, m, i;
+	uint64_t f;
+
+	if (ch->nb == 1)
+		return -1;
+	for (k = 2; k <= ch->nb; k++) {
+		for (j = 0; j < RESIL_LIMIT_BUCKET; j++) {
+			i = chain_bucket(ch, k) * RESIL_LIMIT_BUCKET + j;
+			f = ld_sc(&t[i].fp);
+			if (fp_key(f) != RESIL_LIMIT_FP_EMPTY)
+				continue;
+			for (m = 1; m < k; m++)
+				mark_ovf(t, chain_bucket(ch, m));
+			*seen = ld_sc(&t[i].fp);
+			return i;
+		}
+	}
+	return -1;
+}
+
+/* Reset a claimed entry's state from what the previous owner left. */
+static void entry_reset(struct resil_limit_entry *e, uint64_t seen)
+{
+	if (seen)
+		cas_relaxed(&e->st, &seen, 0); /* lost: someone already built on it */
+}
+
+/*
+ * After a claim: one entry per key. The first holder of fp in chain order
+ * stays; every later one is folded into it and becomes a TOMB. Processes
+ * racing on one key all compute the same order, and the claims and these
+ * loads are seq_cst, so at least one of two racers sees the other's claim.
+ */
+static int64_t key_dedup(struct resil_limit_state *s, struct resil_limit_entry *t,
+			 const struct chain *ch, uint64_t fp, int64_t mine, const struct lp *p)
+{
+	int64_t first = -1;
+	uint32_t k, j, i;
+
+	for (k = 0;; k++) {
+		for (j = 0; j < RESIL_LIMIT_BUCKET; j++) {
+			uint64_t f, v, m;
+
+			i = chain_bucket(ch, k) * RESIL_LIMIT_BUCKET + j;
+			f = ld_sc(&t[i].fp);
+			if (fp_key(f) != fp || (int64_t)i == first)
+				continue;
+			if (first < 0) {
+				first = i;
+				continue;
+			}
+			v = ld_relaxed(&t[i].st);
+			m = ld_relaxed(&t[first].st);
+			while (!cas_relaxed(&t[first].st, &m, word_merge(m, v, p)))
+				;
+			if (cas_sc(&t[i].fp, &f, (f & FP_OVF) | RESIL_LIMIT_FP_TOMB)) {
+				faa_relaxed(&s->used, (uint64_t)-1);
+				faa_relaxed(&s->merges, 1);
+			}
+		}
+		if (!chain_next(t, ch, k, memory_order_seq_cst))
+			break;
+	}
+	return first >= 0 ? first : mine;
+}
+
+/*
+ * Find or insert. Returns the entry index, or -1 when there is no room;
+ * then *full_wait says when the first candidate stops being limited.
+ */
+static int64_t key_get(struct resil_limit_state *s, const struct resil_limit_conf *c,
+		       const struct lp *p, uint64_t fp, int64_t *full_wait)
+{
+	struct resil_limit_entry *t = table_of(s);
+	struct chain ch;
+	int64_t idx;
+	int tries;
+
+	chain_init(&ch, fp, nbuckets(c));
+	idx = key_find(t, &ch, fp, memory_order_acquire);
+	if (RESIL_LIKELY(idx >= 0))
+		return idx;
+
+	*full_wait = INT64_MAX;
+	for (tries = 0; tries < INSERT_TRIES; tries++) {
+		int64_t empty[2] = { -1, -1 }, tomb = -1, idle = -1, cold = -1, pick;
+		int nempty[2] = { 0, 0 };
+		int64_t cold_age = INT64_MAX, w, age;
+		uint64_t fps[2 * RESIL_LIMIT_BUCKET], sts[2 * RESIL_LIMIT_BUCKET] = { 0 };
+		uint64_t expect, seen = 0;
+		uint32_t k, j, nbk = ch.nb > 1 ? 2 : 1;
+		bool room, evict = false;
+		int pos, ppos = -1;
+
+		/* the chain may have grown a holder of fp meanwhile */
+		idx = key_find(t, &ch, fp, memory_order_seq_cst);
+		if (idx >= 0)
+			return idx;
+		for (k = 0; k < nbk; k++) {
+			for (j = 0; j < RESIL_LIMIT_BUCKET; j++) {
+				uint64_t f;
+
+				pos = (int)(k * RESIL_LIMIT_BUCKET + j);
+				f = ld_sc(&t[chain_bucket(&ch, k) * RESIL_LIMIT_BUCKET + j].fp);
+				fps[pos] = f;
+				if (fp_key(f) == RESIL_LIMIT_FP_EMPTY) {
+					if (empty[k] < 0)
+						empty[k] = pos;
+					nempty[k]++;
+					continue;
+				}
+				sts[pos] = ld_relaxed(
+					&t[chain_bucket(&ch, k) * RESIL_LIMIT_BUCKET + j].st);
+				if (fp_key(f) == RESIL_LIMIT_FP_TOMB) {
+					if (tomb < 0)
+						tomb = pos;
+					continue;
+				}
+				if (word_idle(sts[pos], p)) {
+					if (idle < 0)
+						idle = pos;
+					continue;
+				}
+				w = word_wait1(sts[pos], p);
+				if (w > 0) {
+					/* being limited: never evicted */
+					*full_wait = resil_min64(*full_wait, w);
+					continue;
+				}
+				age = word_age(sts[pos], p);
+				if (age < cold_age) {
+					cold_age = age;
+					cold = pos;
+				}
+			}
+		}
+		room = ld_relaxed(&s->used) < c->keys;
+		pick = -1;
+		if (room && (empty[0] >= 0 || empty[1] >= 0))
+			ppos = (int)(nempty[1] > nempty[0] ? empty[1] : empty[0]);
+		else if (tomb >= 0)
+			ppos = (int)tomb;
+		else if (idle >= 0)
+			ppos = (int)idle, evict = true;
+		else if (room && (pick = overflow_slot(t, &ch, &seen)) >= 0)
+			ppos = -1;
+		else if (cold >= 0)
+			ppos = (int)cold, evict = true;
+		else
+			return -1;
+		if (ppos >= 0) {
+			pick = chain_bucket(&ch, (uint32_t)ppos / RESIL_LIMIT_BUCKET) *
+				       RESIL_LIMIT_BUCKET +
+			       (uint32_t)ppos % RESIL_LIMIT_BUCKET;
+			seen = fps[ppos];
+		}
+		expect = seen;
+		if (!cas_sc(&t[pick].fp, &expect, (seen & FP_OVF) | fp)) {
+			if (fp_key(expect) == fp)
+				return pick;
+			continue; /* the entry changed under us: look again */
+		}
+		/* crash window: a writer killed here leaves `used` one low (the
+		 * daemon recounts) or the victim's state in place (conservative) */
+		if (ppos >= 0)
+			entry_reset(&t[pick], sts[ppos]);
+		if (evict)
+			faa_relaxed(&s->evictions, 1);
+		else
+			faa_relaxed(&s->used, 1);
+		return key_dedup(s, t, &ch, fp, pick, p);
+	}
+	return -1;
+}
+
+static int keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
+		      const struct resil_limit_conf *c, const struct lp *p,
+		      struct resil_permit_priv *pm)
+{
+	struct resil_limit_entry *t = table_of(s);
+	uint64_t fp = key_fp(x, x->key, x->key_len);
+	int64_t idx, full_wait = INT64_MAX, wait = 0, stamp = 0;
+	int v;
+
+	idx = key_get(s, c, p, fp, &full_wait);
+	if (idx < 0) {
+		if (c->when_full_admit) {
+			faa_relaxed(&s->full_admits, 1);
+			pm->key_idx = 0;
+			pm->wait_ns = 0;
+			return 0;
+		}
+		faa_relaxed(&s->full_rejects, 1);
+		if (full_wait == INT64_MAX || full_wait <= 0)
+			full_wait = p->algo == RESIL_LIMIT_GCRA ? p->T : p->P;
+		pm->wait_ns = full_wait;
+		return RESIL_REJECT_LIMITED;
+	}
+	v = word_take(&t[idx].st, p, &wait, &stamp);
+	pm->wait_ns = wait;
+	if (v)
+		return v;
+	pm->key_idx = (uint32_t)idx + 1;
+	pm->limit_tat = (uint64_t)stamp;
+	return 0;
+}
+
+/* ------------------------------------------------------ the component */
+
+uint64_t resil_limit_state_size(const struct resil_limit_conf *c)
+{
+	uint64_t size = sizeof(struct resil_limit_state);
+
+	if (c->keys)
+		size += (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET * sizeof(struct resil_limit_entry);
+	else if (c->algorithm == RESIL_LIMIT_SLIDING)
+		size += resil_align_up((uint64_t)c->count * sizeof(int64_t), RESIL_HOT_ALIGN);
+	return size;
+}
+
+void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t now)
+{
+	struct resil_limit_state *s = lstate(st);
+	uint64_t i, n;
+
+	(void)now;
+	st_relaxed(&s->word, 0);
+	st_relaxed(&s->used, 0);
+	st_relaxed(&s->evictions, 0);
+	st_relaxed(&s->full_rejects, 0);
+	st_relaxed(&s->full_admits, 0);
+	st_relaxed(&s->merges, 0);
+	st_relaxed(&s->heals, 0);
+	st_relaxed(&s->swept, 0);
+	st_relaxed(&s->repairs, 0);
+	st_relaxed(&s->ticks, 0);
+	if (c->keys) {
+		struct resil_limit_entry *t = table_of(s);
+
+		n = (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET;
+		for (i = 0; i < n; i++) {
+			st_relaxed(&t[i].fp, RESIL_LIMIT_FP_EMPTY);
+			st_relaxed(&t[i].st, 0);
+		}
+	} else if (c->algorithm == RESIL_LIMIT_SLIDING) {
+		for (i = 0; i < c->count; i++)
+			st_relaxed(&ring_of(s)[i], 0); /* biased: "never" */
+	}
+}
+
+bool resil_limit_same_shape(const struct resil_limit_conf *a, const struct resil_limit_conf *b)
+{
+	if (a->keys != b->keys || a->algorithm != b->algorithm)
+		return false;
+	/* the exact ring has one slot per admission of the period */
+	if (!a->keys && a->algorithm == RESIL_LIMIT_SLIDING && a->count != b->count)
+		return false;
+	/* sliding-approx words count fixed windows of one period */
+	if (resil_limit_algo(a) == RESIL_LIMIT_SLIDING_APPROX && a->period_ns != b->period_ns)
+		return false;
+	return true;
+}
+
+/* Single-threaded (the new block is not published yet): put an old key
+ * into the new table with its state. */
+static void carry_key(struct resil_limit_state *ns, const struct resil_limit_conf *nc,
+		      uint64_t fp, uint64_t v)
+{
+	struct resil_limit_entry *t = table_of(ns);
+	struct chain ch;
+	int64_t pick = -1, i;
+	uint32_t k, j, nbk, best = 0, nempty;
+	uint64_t seen;
+
+	if (ld_relaxed(&ns->used) >= nc->keys)
+		return;
+	chain_init(&ch, fp, nbuckets(nc));
+	nbk = ch.nb > 1 ? 2 : 1;
+	for (k = 0; k < nbk; k++) {
+		for (nempty = 0, i = -1, j = 0; j < RESIL_LIMIT_BUCKET; j++) {
+			int64_t e = chain_bucket(&ch, k) * RESIL_LIMIT_BUCKET + j;
+
+			if (fp_key(ld_relaxed(&t[e].fp)) == RESIL_LIMIT_FP_EMPTY) {
+				nempty++;
+				if (i < 0)
+					i = e;
+			}
+		}
+		if (nempty > best) {
+			best = nempty;
+			pick = i;
+		}
+	}
+	if (pick < 0)
+		pick = overflow_slot(t, &ch, &seen);
+	if (pick < 0)
+		return;
+	st_relaxed(&t[pick].fp, (ld_relaxed(&t[pick].fp) & FP_OVF) | fp);
+	st_relaxed(&t[pick].st, v);
+	faa_relaxed(&ns->used, 1);
+}
+
+void resil_limit_carry(void *nst, const struct resil_limit_conf *nc, const void *ost,
+		       const struct resil_limit_conf *oc, int64_t now)
+{
+	struct resil_limit_state *ns = lstate(nst);
+	struct resil_limit_state *os = lstate((void *)(uintptr_t)ost);
+	struct lp p;
+	uint64_t i, n;
+
+	/* another algorithm: its state means nothing here (fresh) */
+	if (resil_limit_algo(nc) != resil_limit_algo(oc))
+		return;
+	if (resil_limit_algo(nc) == RESIL_LIMIT_SLIDING_APPROX && nc->period_ns != oc->period_ns)
+		return;
+	lp_init(&p, oc, now, 1);
+	if (nc->keys && oc->keys) {
+		/* a new capacity: keys that hold information move over (the
+		 * admissions made on the old block until the swap are lost) */
+		struct resil_limit_entry *t = table_of(os);
+
+		n = (uint64_t)nbuckets(oc) * RESIL_LIMIT_BUCKET;
+		for (i = 0; i < n; i++) {
+			uint64_t f = fp_key(ld_relaxed(&t[i].fp)), v = ld_relaxed(&t[i].st);
+
+			if (f > RESIL_LIMIT_FP_TOMB && !word_idle(v, &p))
+				carry_key(ns, nc, f, v);
+		}
+	} else if (!nc->keys && !oc->keys && nc->algorithm == RESIL_LIMIT_SLIDING) {
+		/* another count: the newest admissions keep their times, so the
+		 * bound holds across the change */
+		rai64 *ro = ring_of(os), *rn = ring_of(ns);
+		uint64_t seq = ld_relaxed(&os->word);
+		uint32_t m = oc->count < nc->count ? oc->count : nc->count, k;
+
+		for (k = 1; k <= m; k++)
+			st_relaxed(&rn[m - k], ld_relaxed(&ro[(seq + oc->count - k) % oc->count]));
+		st_relaxed(&ns->word, m);
+	} else if (!nc->keys && !oc->keys) {
+		st_relaxed(&ns->word, ld_relaxed(&os->word));
+	}
+}
+
+int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
+			struct resil_permit_priv *pm)
+{
+	struct resil_limit_state *s = lstate(st);
+	int64_t wait = 0, stamp = 0;
+	struct lp p;
+	int v;
+
+	if (RESIL_UNLIKELY(c->interval_ns <= 0 || c->period_ns <= 0 || c->count == 0))
+		return -EINVAL;
+	lp_init(&p, c, limit_now(x, c), pm->limit_permits);
+	if (RESIL_UNLIKELY(too_many(&p)))
+		return -E2BIG;
+	pm->key_idx = 0;
+	if (c->keys && x->key) {
+		v = keyed_take(x, s, c, &p, pm);
+	} else if (p.algo == RESIL_LIMIT_SLIDING) {
+		v = slide_take(s, &p, pm);
+	} else {
+		v = word_take(&s->word, &p, &wait, &stamp);
+		pm->wait_ns = wait;
+		pm->limit_tat = (uint64_t)stamp;
+	}
+	if (v)
+		return v;
+	pm->flags |= RESIL_PERMIT_LIMIT;
+	if (pm->wait_ns > 0)
+		pm->flags |= RESIL_PERMIT_LIMIT_WAIT;
+	return 0;
+}
+
+void resil_limit_undo(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
+		      struct resil_permit_priv *pm)
+{
+	struct resil_limit_state *s = lstate(st);
+	struct lp p;
+
+	if (!(pm->flags & RESIL_PERMIT_LIMIT))
+		return;
+	pm->flags &= ~(RESIL_PERMIT_LIMIT | RESIL_PERMIT_LIMIT_WAIT);
+	lp_init(&p, c, limit_now(x, c), pm->limit_permits);
+	if (c->keys && x->key) {
+		struct resil_limit_entry *e;
+		uint64_t idx = pm->key_idx;
+
+		/* admitted by limit.when_full = admit: nothing was taken */
+		if (!idx || idx > (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET)
+			return;
+		e = &table_of(s)[idx - 1];
+		if (fp_key(ld_acquire(&e->fp)) != key_fp(x, x->key, x->key_len))
+			return; /* the entry changed hands meanwhile */
+		word_give(&e->st, &p, (int64_t)pm->limit_tat);
+	} else if (p.algo == RESIL_LIMIT_SLIDING) {
+		slide_give(s, &p, pm);
+	} else {
+		word_give(&s->word, &p, (int64_t)pm->limit_tat);
+	}
+	pm->key_idx = 0;
+	pm->wait_ns = 0;
+}
+
+/* A spent permit is spent: nothing to return on completion. */
+void resil_limit_release(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
+			 struct resil_permit_priv *pm, int outcome)
+{
+	(void)x;
+	(void)c;
+	(void)st;
+	(void)outcome;
+	pm->flags &= ~(RESIL_PERMIT_LIMIT | RESIL_PERMIT_LIMIT_WAIT);
+}
+
+/*
+ * Daemon tick. Heals words further ahead than any writer can set (every
+ * client can write the segment; a corrupt TAT would block the limiter for
+ * ever), frees keys idle for SWEEP_SLACK (TOMB: the race with a client that
+ * found the key and has not CASed its state yet needs that client to stall
+ * for SWEEP_SLACK), and recounts `used`.
+ */
+void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c, void *st)
+{
+	struct resil_limit_state *s = lstate(st);
+	int64_t now = resil_clock_now(&x->clock), lim, cur;
+	struct lp p;
+	uint64_t i, n, live = 0, u1, u2;
+
+	if (c->interval_ns <= 0 || c->period_ns <= 0 || c->count == 0)
+		return;
+	faa_relaxed(&s->ticks, 1);
+	lp_init(&p, c, now, 1);
+	lim = now + p.tau + p.max_wait + HEAL_SLACK;
+	if (!c->keys && p.algo == RESIL_LIMIT_GCRA) {
+		cur = (int64_t)ld_relaxed(&s->word);
+		if (cur > lim) {
+			uint64_t e = (uint64_t)cur;
+
+			if (cas_relaxed(&s->word, &e, (uint64_t)(now + p.tau)))
+				faa_relaxed(&s->heals, 1);
+		}
+		return;
+	}
+	if (!c->keys && p.algo == RESIL_LIMIT_SLIDING) {
+		rai64 *ring = ring_of(s);
+
+		lim = now + p.max_wait + HEAL_SLACK + RING_BIAS;
+		for (i = 0; i < c->count; i++) {
+			int64_t v = ld_relaxed(&ring[i]);
+
+			if (v > lim && cas_relaxed(&ring[i], &v, now + RING_BIAS))
+				faa_relaxed(&s->heals, 1);
+		}
+		return;
+	}
+	if (!c->keys)
+		return;
+
+	n = (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET;
+	u1 = ld_relaxed(&s->used);
+	for (i = 0; i < n; i++) {
+		struct resil_limit_entry *e = &table_of(s)[i];
+		uint64_t f = ld_sc(&e->fp), v;
+
+		if (fp_key(f) <= RESIL_LIMIT_FP_TOMB)
+			continue;
+		v = ld_relaxed(&e->st);
+		if (p.algo == RESIL_LIMIT_GCRA && (int64_t)v > lim &&
+		    cas_relaxed(&e->st, &v, (uint64_t)(now + p.tau)))
+			faa_relaxed(&s->heals, 1);
+		if (word_swept(v, &p) && cas_sc(&e->fp, &f, (f & FP_OVF) | RESIL_LIMIT_FP_TOMB)) {
+			faa_relaxed(&s->used, (uint64_t)-1);
+			faa_relaxed(&s->swept, 1);
+			u1--;
+			continue;
+		}
+		live++;
+	}
+	/* repair only when no insert ran during the count (used unchanged
+	 * except by our own sweeping) */
+	u2 = ld_relaxed(&s->used);
+	if (u1 == u2 && live != u2 && cas_relaxed(&s->used, &u2, live))
+		faa_relaxed(&s->repairs, 1);
+}
+
+/* A dead client holds nothing here: what it took was spent. */
+void resil_limit_reclaim(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
+			 uint32_t dead_client, struct resil_reclaim_counts *counts)
+{
+	(void)x;
+	(void)c;
+	(void)st;
+	(void)dead_client;
+	(void)counts;
+}
+
+/* ---------------------------------------------------------- inspection */
+
+void resil_limit_info(const struct resil_limit_conf *c, const void *st,
+		      struct resil_limit_info *out)
+{
+	struct resil_limit_state *s = lstate((void *)(uintptr_t)st);
+	uint64_t i, n;
+
+	memset(out, 0, sizeof(*out));
+	out->algorithm = resil_limit_algo(c);
+	out->keyed = c->keys != 0;
+	out->capacity = c->keys;
+	out->evictions = ld_relaxed(&s->evictions);
+	out->full_rejects = ld_relaxed(&s->full_rejects);
+	out->full_admits = ld_relaxed(&s->full_admits);
+	out->merges = ld_relaxed(&s->merges);
+	out->word = (int64_t)ld_relaxed(&s->word);
+	if (!c->keys)
+		return;
+	n = (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET;
+	for (i = 0; i < n; i++)
+		if (fp_key(ld_relaxed(&table_of(s)[i].fp)) > RESIL_LIMIT_FP_TOMB)
+			out->size++;
+}
+
+int resil_limit_key_info(struct resil_ctx *x, const struct resil_limit_conf *c, const void *st,
+			 const void *key, size_t len, int64_t *tat_or_count, int64_t *wait_ns)
+{
+	struct resil_limit_state *s = lstate((void *)(uintptr_t)st);
+	uint64_t v;
+	struct lp p;
+	struct ax a;
+	int64_t w;
+
+	if (c->interval_ns <= 0 || c->period_ns <= 0 || c->count == 0)
+		return -EINVAL;
+	lp_init(&p, c, resil_clock_now(&x->clock), 1);
+	if (c->keys && key) {
+		struct resil_limit_entry *t = table_of(s);
+		uint64_t fp = key_fp(x, key, len);
+		struct chain ch;
+		int64_t i;
+
+		chain_init(&ch, fp, nbuckets(c));
+		i = key_find(t, &ch, fp, memory_order_acquire);
+		if (i < 0)
+			return -ENOENT;
+		v = ld_relaxed(&t[i].st);
+	} else if (c->keys) {
+		return -EINVAL;
+	} else if (p.algo == RESIL_LIMIT_SLIDING) {
+		rai64 *ring = ring_of(s);
+		int64_t cnt = 0, oldest = INT64_MAX, ti;
+		uint32_t i;
+
+		for (i = 0; i < c->count; i++) {
+			ti = ld_relaxed(&ring[i]) - RING_BIAS;
+			if (ti + p.P > p.now)
+				cnt++;
+			oldest = resil_min64(oldest, ti);
+		}
+		*tat_or_count = cnt;
+		*wait_ns = cnt < c->count ? 0 : resil_max64(0, oldest + p.P - p.now);
+		return 0;
+	} else {
+		v = ld_relaxed(&s->word);
+	}
+	if (p.algo == RESIL_LIMIT_GCRA) {
+		*tat_or_count = (int64_t)v;
+	} else {
+		ax_view(v, &p, &a);
+		*tat_or_count = (int64_t)a.cur +
+				(int64_t)muldiv(a.prev, (uint64_t)(p.P - a.e), (uint64_t)p.P);
+	}
+	w = word_wait1(v, &p);
+	*wait_ns = w > 0 ? w : 0;
+	return 0;
+}
+
+/* ------------------------------------------------------- configuration */
+
+void resil_limit_conf_defaults(struct resil_limit_conf *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->algorithm = RESIL_LIMIT_GCRA;
+	c->burst = 1;
+}
+
+__attribute__((format(printf, 3, 4))) static int conf_fail(char *err, size_t errlen,
+							   const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/* value without the blanks around it */
+static bool word_is(const char *value, const char *w)
+{
+	size_t n = strlen(w);
+
+	while (*value == ' ' || *value == '\t')
+		value++;
+	if (strncmp(value, w, n) != 0)
+		return false;
+	for (value += n; *value; value++)
+		if (*value != ' ' && *value != '\t' && *value != '\n' && *value != '\r')
+			return false;
+	return true;
+}
+
+int resil_limit_conf_check(const struct resil_limit_conf *c, char *err, size_t errlen)
+{
+	unsigned algo = resil_limit_algo(c);
+
+	if (!c->on)
+		return 0;
+	if (c->count == 0 || c->period_ns <= 0 || c->interval_ns <= 0)
+		return conf_fail(err, errlen, "limit.rate: required (N/DURATION, e.g. 100/s)");
+	if (algo == RESIL_LIMIT_SLIDING && c->count > RESIL_LIMIT_SLIDING_MAX)
+		return conf_fail(err, errlen,
+				 "limit.rate: sliding keeps one slot per admission: at most %u per "
+				 "period (sliding-approx counts more)", RESIL_LIMIT_SLIDING_MAX);
+	if (algo == RESIL_LIMIT_SLIDING_APPROX && c->count > RESIL_LIMIT_APPROX_MAX)
+		return conf_fail(err, errlen, "limit.rate: sliding-approx counts up to %u per period",
+				 RESIL_LIMIT_APPROX_MAX);
+	if (c->burst == 0 ||
+	    (uint64_t)c->burst > (uint64_t)(INT64_MAX / 4) / (uint64_t)c->interval_ns)
+		return conf_fail(err, errlen,
+				 "limit.burst: at least 1, and burst x interval below 2^61 ns");
+	if (c->keys > RESIL_LIMIT_KEYS_MAX)
+		return conf_fail(err, errlen, "limit.keys: at most %u", RESIL_LIMIT_KEYS_MAX);
+	return 0;
+}
+
+int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char *value,
+			 char *err, size_t errlen)
+{
+	struct resil_limit_conf n = *c;
+	uint32_t u;
+	int64_t d;
+	int r;
+
+	if (strcmp(key, "limit.rate") == 0) {
+		if (resil_parse_rate(value, &n.count, &n.period_ns) < 0)
+			return conf_fail(err, errlen,
+					 "limit.rate: '%s' is not N/DURATION (e.g. 100/s, 5/2m)",
+					 value);
+		n.interval_ns = n.period_ns / n.count;
+		if (n.interval_ns <= 0)
+			return conf_fail(err, errlen,
+					 "limit.rate: '%s' is faster than one per nanosecond", value);
+	} else if (strcmp(key, "limit.burst") == 0) {
+		if (resil_parse_u32(value, &u) < 0 || u == 0)
+			return conf_fail(err, errlen, "limit.burst: '%s' is not a count >= 1",
+					 value);
+		n.burst = u;
+	} else if (strcmp(key, "limit.algorithm") == 0) {
+		if (word_is(value, "gcra"))
+			n.algorithm = RESIL_LIMIT_GCRA;
+		else if (word_is(value, "sliding"))
+			n.algorithm = RESIL_LIMIT_SLIDING;
+		else if (word_is(value, "sliding-approx"))
+			n.algorithm = RESIL_LIMIT_SLIDING_APPROX;
+		else
+			return conf_fail(err, errlen,
+					 "limit.algorithm: '%s' is not gcra, sliding or "
+					 "sliding-approx", value);
+	} else if (strcmp(key, "limit.keys") == 0) {
+		if (resil_parse_u32(value, &u) < 0)
+			return conf_fail(err, errlen, "limit.keys: '%s' is not a count", value);
+		n.keys = u;
+	} else if (strcmp(key, "limit.when_full") == 0) {
+		if (word_is(value, "reject"))
+			n.when_full_admit = 0;
+		else if (word_is(value, "admit"))
+			n.when_full_admit = 1;
+		else
+			return conf_fail(err, errlen,
+					 "limit.when_full: '%s' is neither reject nor admit", value);
+	} else if (strcmp(key, "limit.wait") == 0) {
+		if (resil_parse_duration(value, &d) < 0 || d < 0 || d > INT64_MAX / 4)
+			return conf_fail(err, errlen, "limit.wait: '%s' is not a duration", value);
+		n.wait_ns = d;
+	} else {
+		if (err && errlen)
+			snprintf(err, errlen, "unknown key '%s'", key);
+		return -ENOENT;
+	}
+	n.on = 1;
+	/* the combination so far (a missing rate is checked at the end) */
+	if (n.count) {
+		r = resil_limit_conf_check(&n, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	*c = n;
+	return 0;
+}
+
+static const char *algo_name(unsigned a)
+{
+	switch (a) {
+	case RESIL_LIMIT_SLIDING:
+		return "sliding";
+	case RESIL_LIMIT_SLIDING_APPROX:
+		return "sliding-approx";
+	default:
+		return "gcra";
+	}
+}
+
+size_t resil_limit_conf_format(const struct resil_limit_conf *c, char *buf, size_t len)
+{
+	char d[32];
+	size_t n = 0;
+
+#define PUTF(...)                                                                                  \
+	do {                                                                                       \
+		int w_ = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, __VA_ARGS__);   \
+		if (w_ > 0)                                                                        \
+			n += (size_t)w_;                                                           \
+	} while (0)
+
+	if (len)
+		buf[0] = '\0';
+	if (!c->on)
+		return 0;
+	if (c->count) {
+		resil_format_duration(c->period_ns, d, sizeof(d));
+		PUTF("limit.rate = %" PRIu32 "/%s\n", c->count, d);
+	}
+	PUTF("limit.burst = %" PRIu32 "\n", c->burst);
+	PUTF("limit.algorithm = %s\n", algo_name(c->algorithm));
+	if (c->keys) {
+		PUTF("limit.keys = %" PRIu32 "\n", c->keys);
+		PUTF("limit.when_full = %s\n", c->when_full_admit ? "admit" : "reject");
+	}
+	if (c->wait_ns) {
+		resil_format_duration(c->wait_ns, d, sizeof(d));
+		PUTF("limit.wait = %s\n", d);
+	}
+#undef PUTF
+	return n;
+}

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * limit.h - rate limiter: GCRA in one word, exact sliding window, keyed tables.
+ *
+ * The component interface is described in policy.h; limit.c opens with the
+ * design (algorithms, who writes which word, crash windows, error bounds).
+ *
+ * State block (128-byte aligned, in the state segment):
+ *
+ *   line 0   word: the hot word every admission CASes (GCRA: the TAT;
+ *            sliding: the admission sequence, a hint; sliding-approx
+ *            unkeyed: the window word)
+ *   line 1   keyed-table counters, written by clients on rare events
+ *   line 2   daemon-written words (maintenance)
+ *   then     the sliding ring (count x 8 bytes) or the keyed table
+ *            (buckets of 4 x 16-byte entries, one cache line each)
+ */
+#ifndef RESIL_SHM_LIMIT_H
+#define RESIL_SHM_LIMIT_H
+
+#include "policy.h"
+
+/* Most admissions a sliding ring or a sliding-approx counter holds. */
+#define RESIL_LIMIT_SLIDING_MAX (1u << 20)
+#define RESIL_LIMIT_APPROX_MAX  ((1u << 20) - 1)
+/* Largest keyed table (keys). */
+#define RESIL_LIMIT_KEYS_MAX (1u << 24)
+/* The coarse clock is used when the emission interval is at least this
+ * many times its resolution (limit.c: worst-case error). */
+#define RESIL_LIMIT_COARSE_FACTOR 16
+
+/* Keyed table entry: 16 bytes, 4 per cache-line bucket. */
+#define RESIL_LIMIT_FP_EMPTY 0ULL /* never used */
+#define RESIL_LIMIT_FP_TOMB  1ULL /* freed; claimable, does not end a lookup */
+struct resil_limit_entry {
+	ra64 fp; /* SipHash-2-4 fingerprint of the key (>= 2), or EMPTY / TOMB */
+	ra64 st; /* gcra: TAT in ns; sliding-approx: window word */
+};
+#define RESIL_LIMIT_BUCKET 4
+
+struct resil_limit_state {
+	/* line 0: every admission CASes it (clients); the daemon only heals */
+	alignas(RESIL_HOT_ALIGN) ra64 word;
+	/* line 1: clients, rare (inserts, evictions, full table) */
+	alignas(RESIL_HOT_ALIGN) ra64 used; /* keys in the table (entries neither EMPTY nor TOMB) */
+	ra64 evictions;      /* a key replaced to make room for another */
+	ra64 full_rejects;   /* no room: limit.when_full = reject decided */
+	ra64 full_admits;    /* no room: limit.when_full = admit decided */
+	ra64 merges;         /* the same key inserted twice at once, folded into one */
+	/* line 2: daemon only */
+	alignas(RESIL_HOT_ALIGN) ra64 heals; /* a state further ahead than any writer can set, repaired */
+	ra64 swept;          /* idle keys freed by maintenance */
+	ra64 repairs;        /* used recounted after a writer died mid-insert */
+	ra64 ticks;
+	alignas(RESIL_HOT_ALIGN) uint8_t data[]; /* ring or table */
+};
+RESIL_STATIC_ASSERT(sizeof(struct resil_limit_entry) == 16, "limit entry size");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, word) == 0, "limit word");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, used) == 128, "limit line 1");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, heals) == 256, "limit line 2");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, data) == 384, "limit data");
+RESIL_STATIC_ASSERT(sizeof(struct resil_limit_state) == 384, "limit state size");
+
+/* For `resilctl show`. */
+struct resil_limit_info {
+	uint32_t algorithm; /* enum resil_limit_algo, as it is applied */
+	uint32_t keyed;
+	uint64_t size;      /* keys in use (counted in the table) */
+	uint64_t capacity;  /* limit.keys */
+	uint64_t evictions;
+	uint64_t full_rejects;
+	uint64_t full_admits;
+	uint64_t merges;
+	int64_t word;       /* unkeyed: the TAT (gcra), admissions so far (sliding), window word */
+};
+
+uint64_t resil_limit_state_size(const struct resil_limit_conf *c);
+void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t now);
+bool resil_limit_same_shape(const struct resil_limit_conf *a, const struct resil_limit_conf *b);
+void resil_limit_carry(void *nst, const struct resil_limit_conf *nc, const void *ost, const struct resil_limit_conf *oc,
+		int64_t now);
+int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
+		struct resil_permit_priv *pm);
+void resil_limit_undo(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
+		struct resil_permit_priv *pm);
+void resil_limit_release(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
+		struct resil_permit_priv *pm, int outcome);
+void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c, void *st);
+void resil_limit_reclaim(struct resil_ctx *x, const struct resil_limit_conf *c, void *st, uint32_t dead_client,
+		struct resil_reclaim_counts *counts);
+
+/* Configuration: defaults, cross-key check, "limit.x = y\n" lines
+ * (snprintf semantics: the length it needed, NUL-terminated if len > 0). */
+void resil_limit_conf_defaults(struct resil_limit_conf *c);
+int resil_limit_conf_check(const struct resil_limit_conf *c, char *err, size_t errlen);
+size_t resil_limit_conf_format(const struct resil_limit_conf *c, char *buf, size_t len);
+
+/* The algorithm a configuration runs: a keyed `sliding` runs sliding-approx. */
+static inline unsigned resil_limit_algo(const struct resil_limit_conf *c)
+{
+	if (c->keys && c->algorithm == RESIL_LIMIT_SLIDING)
+		return RESIL_LIMIT_SLIDING_APPROX;
+	return c->algorithm;
+}
+
+/*
+ * An admitted permit that was reserved (limit.wait): how long the caller
+ * sleeps before the call, in ns; 0 when it may go at once. The library's
+ * acquire sleeps (clock_nanosleep) for it; the value is also pm->wait_ns
+ * with RESIL_PERMIT_LIMIT_WAIT set.
+ */
+static inline int64_t resil_limit_reserved_wait(const struct resil_permit_priv *pm)
+{
+	return (pm->flags & RESIL_PERMIT_LIMIT_WAIT) ? pm->wait_ns : 0;
+}
+
+void resil_limit_info(const struct resil_limit_conf *c, const void *st, struct resil_limit_info *out);
+/*
+ * One key's state (key NULL: the unkeyed limiter). tat_or_count: gcra the
+ * TAT, sliding-approx the weighted count in the window, sliding the
+ * admissions in the last period; wait_ns: how long until one permit would
+ * be admitted (0: now). 0, -ENOENT (the key holds no state: fresh).
+ */
+int resil_limit_key_info(struct resil_ctx *x, const struct resil_limit_conf *c, const void *st,
+			 const void *key, size_t len, int64_t *tat_or_count, int64_t *wait_ns);
+
+#endif

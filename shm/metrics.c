@@ -1,0 +1,328 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * metrics.c - Prometheus text exposition (0.0.4) of a segment pair.
+ *
+ * What: one pass per metric family over the live policies (slot order),
+ * so every family is contiguous and its # HELP / # TYPE lines come before
+ * its samples, as the format requires. Counters come from the stats
+ * stripes (stats.c), the breaker state from the breaker's own reader, the
+ * budget's tokens from budget.h, the histogram from the stats buckets
+ * folded onto power-of-two bounds (every fold bound is a bucket edge, so
+ * each cumulative count is exact for its le).
+ *
+ * Why no snapshot: the text is assembled while calls run. Each counter is
+ * a sum of relaxed loads (monotonic per stripe), so a scrape never sees a
+ * counter go down; a histogram's buckets, _count and +Inf come from one
+ * copy, so _count always equals the +Inf bucket and le counts are
+ * cumulative. _sum is read apart and may lag by the calls in flight.
+ *
+ * The segment is untrusted input: names are read up to RESIL_NAME_MAX and
+ * escaped, every component's state is bounds-checked against the mapping
+ * before it is read. Reads only: a read-only observer mapping is enough.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "stats.h"
+#include "budget.h"
+#include "bulkhead.h"
+#include "shed.h"
+
+struct out {
+	char *buf;
+	size_t len;
+	size_t pos;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(o->pos < o->len ? o->buf + o->pos : NULL,
+		      o->pos < o->len ? o->len - o->pos : 0, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		o->pos += (size_t)n;
+}
+
+size_t resil_metrics_escape(const char *src, size_t srclen, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < srclen && src[i]; i++) {
+		const char *e = NULL;
+		char one[2] = {src[i], 0};
+
+		if (src[i] == '\\')
+			e = "\\\\";
+		else if (src[i] == '"')
+			e = "\\\"";
+		else if (src[i] == '\n')
+			e = "\\n";
+		else
+			e = one;
+		for (; *e; e++, n++)
+			if (n + 1 < len)
+				buf[n] = *e;
+	}
+	if (len)
+		buf[n < len ? n : len - 1] = '\0';
+	return n;
+}
+
+enum family {
+	F_CALLS,
+	F_SLOW,
+	F_RETRIES,
+	F_GIVEUPS,
+	F_TRANSITIONS,
+	F_EVICTIONS,
+	F_BREAKER_STATE,
+	F_BULKHEAD_MAX,
+	F_BULKHEAD_INFLIGHT,
+	F_SHED_PROBABILITY,
+	F_BUDGET_TOKENS,
+	F_DURATION,
+	F__MAX
+};
+
+static const struct {
+	const char *name;
+	const char *type;
+	const char *help;
+} families[F__MAX] = {
+    [F_CALLS] = {"resil_calls_total", "counter",
+		 "Calls decided by the policy, by outcome or rejection."},
+    [F_SLOW] = {"resil_slow_calls_total", "counter",
+		"Calls that took breaker.slow_call or longer."},
+    [F_RETRIES] = {"resil_retries_total", "counter", "Retries the policy allowed."},
+    [F_GIVEUPS] = {"resil_giveups_total", "counter", "Retry loops that stopped on a failure."},
+    [F_TRANSITIONS] = {"resil_breaker_transitions_total", "counter",
+		       "Circuit breaker state changes."},
+    [F_EVICTIONS] = {"resil_limit_evictions_total", "counter",
+		     "Keys evicted from a keyed rate limiter's table."},
+    [F_BREAKER_STATE] = {"resil_breaker_state", "gauge",
+			 "Circuit breaker state: 0 closed, 1 open, 2 half-open, 3 disabled, "
+			 "4 forced-open, 5 metrics-only."},
+    [F_BULKHEAD_MAX] = {"resil_bulkhead_max", "gauge", "Bulkhead permits (bulkhead.max)."},
+    [F_BULKHEAD_INFLIGHT] = {"resil_bulkhead_inflight", "gauge",
+			     "Bulkhead permits held now (a scan of the claims)."},
+    [F_SHED_PROBABILITY] = {"resil_shed_probability", "gauge",
+			    "Probability the load shedder rejects a call now."},
+    [F_BUDGET_TOKENS] = {"resil_retry_budget_tokens", "gauge",
+			 "Retry budget tokens now (ratio budgets: retries allowed now)."},
+    [F_DURATION] = {"resil_call_duration_seconds", "histogram",
+		    "Duration of timed calls that succeeded or failed."},
+};
+
+static const char *const state_names[] = {"closed",   "open",	     "half_open",
+					  "disabled", "forced_open", "metrics_only"};
+
+static const enum resil_stat call_stats[] = {
+    RESIL_STAT_SUCCESS,	 RESIL_STAT_FAILURE,	 RESIL_STAT_IGNORED,  RESIL_STAT_REJ_OPEN,
+    RESIL_STAT_REJ_FULL, RESIL_STAT_REJ_LIMITED, RESIL_STAT_REJ_SHED, RESIL_STAT_REJ_BUDGET,
+};
+
+struct visit {
+	struct out *o;
+	enum family f;
+	int64_t now;
+};
+
+/*
+ * The state of component comp of rec, if it lies inside the mapping: the
+ * policy's block must be inside the state segment and the component's
+ * size (0: unknown, at least one word) inside the block.
+ */
+static void *comp_state(const struct resil_seg *s, const struct resil_rec *rec,
+			enum resil_comp comp, uint64_t size)
+{
+	uint64_t off = rec->comp_off[comp];
+
+	if (!resil_has(rec, comp) || rec->state_off > s->st_size ||
+	    rec->state_size > s->st_size - rec->state_off || (rec->state_off + off) % 8)
+		return NULL;
+	if (size < 8)
+		size = 8;
+	if (off > rec->state_size || size > rec->state_size - off)
+		return NULL;
+	return resil_seg_state(s, rec->state_off + off);
+}
+
+/* Seconds as the text format reads them ("1.024e-06", "68.719476736"). */
+static void put_seconds(struct out *o, int64_t ns)
+{
+	put(o, "%.9g", (double)ns / 1e9);
+}
+
+static void put_hist(struct out *o, const char *pl, const void *st, const struct resil_conf *c)
+{
+	uint64_t counts[RESIL_HIST_BUCKETS], total = 0, sum = 0, cum = 0;
+	const char *n = families[F_DURATION].name;
+	unsigned b = 0;
+
+	if (resil_stats_hist_read(st, c, counts, NULL, &sum))
+		return;
+	for (unsigned i = 0; i < RESIL_HIST_BUCKETS; i++)
+		total += counts[i];
+	/*
+	 * Fold onto the power-of-two edges 2^10 ns (~1 us) .. 2^36 ns (~69 s):
+	 * the first bucket of each group of 8 starts at one, so le = edge
+	 * counts exactly the buckets below it.
+	 */
+	for (unsigned k = 10; k <= 36; k++) {
+		int64_t edge = (int64_t)1 << k;
+
+		while (b < RESIL_HIST_BUCKETS && resil_hist_lower_ns(b) < edge)
+			cum += counts[b++];
+		put(o, "%s_bucket{%s,le=\"", n, pl);
+		put_seconds(o, edge);
+		put(o, "\"} %" PRIu64 "\n", cum);
+	}
+	put(o, "%s_bucket{%s,le=\"+Inf\"} %" PRIu64 "\n", n, pl, total);
+	put(o, "%s_sum{%s} %" PRIu64 ".%09" PRIu64 "\n", n, pl, sum / 1000000000u,
+	    sum % 1000000000u);
+	put(o, "%s_count{%s} %" PRIu64 "\n", n, pl, total);
+}
+
+static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec, void *ctx)
+{
+	static const enum resil_stat one[F__MAX] = {
+	    [F_SLOW] = RESIL_STAT_SLOW,		  [F_RETRIES] = RESIL_STAT_RETRIES,
+	    [F_GIVEUPS] = RESIL_STAT_GIVEUPS,	  [F_TRANSITIONS] = RESIL_STAT_TRANSITIONS,
+	    [F_EVICTIONS] = RESIL_STAT_EVICTIONS,
+	};
+	struct visit *v = ctx;
+	struct out *o = v->o;
+	const char *fam = families[v->f].name;
+	char esc[RESIL_NAME_MAX * 2 + 1], pl[sizeof(esc) + 16];
+	const struct resil_conf *c = &rec->conf;
+	bool budget_only = rec->flags & RESIL_REC_BUDGET;
+	void *st = resil_stats_state_of(s, rec);
+	void *cs;
+
+	(void)slot;
+	resil_metrics_escape(rec->name, RESIL_NAME_MAX, esc, sizeof(esc));
+	if (!esc[0])
+		return 0;
+	snprintf(pl, sizeof(pl), "policy=\"%s\"", esc);
+
+	switch (v->f) {
+	case F_CALLS:
+		if (!st || budget_only)
+			break;
+		for (unsigned i = 0; i < RESIL_ARRAY_SIZE(call_stats); i++)
+			put(o, "%s{%s,outcome=\"%s\"} %" PRIu64 "\n", fam, pl,
+			    resil_stat_name(call_stats[i]), resil_stats_read(st, call_stats[i]));
+		break;
+	case F_SLOW:
+	case F_RETRIES:
+	case F_GIVEUPS:
+		if (!st || budget_only)
+			break;
+		put(o, "%s{%s} %" PRIu64 "\n", fam, pl, resil_stats_read(st, one[v->f]));
+		break;
+	case F_TRANSITIONS:
+		if (!st || !c->breaker.on)
+			break;
+		put(o, "%s{%s} %" PRIu64 "\n", fam, pl, resil_stats_read(st, one[v->f]));
+		break;
+	case F_EVICTIONS:
+		if (!st || !c->limit.on || !c->limit.keys)
+			break;
+		put(o, "%s{%s} %" PRIu64 "\n", fam, pl, resil_stats_read(st, one[v->f]));
+		break;
+	case F_BREAKER_STATE: {
+		int state;
+
+		if (!c->breaker.on || !comp_state(s, rec, RESIL_C_BREAKER, 0))
+			break;
+		state = resil_policy_breaker_state(s, rec);
+		if (state < 0 || state >= (int)RESIL_ARRAY_SIZE(state_names))
+			break;
+		put(o, "%s{%s,state=\"%s\"} %d\n", fam, pl, state_names[state], state);
+		break;
+	}
+	case F_BULKHEAD_MAX:
+		if (c->bulkhead.on && !budget_only)
+			put(o, "%s{%s} %" PRIu32 "\n", fam, pl, c->bulkhead.max);
+		break;
+	case F_BULKHEAD_INFLIGHT:
+		cs = comp_state(s, rec, RESIL_C_BULKHEAD, resil_bulkhead_state_size(&c->bulkhead));
+		if (cs && c->bulkhead.on && !budget_only)
+			put(o, "%s{%s} %" PRIu32 "\n", fam, pl, resil_bulkhead_held(cs));
+		break;
+	case F_SHED_PROBABILITY:
+		cs = comp_state(s, rec, RESIL_C_SHED, resil_shed_state_size(&c->shed));
+		if (cs && c->shed.on && !budget_only)
+			put(o, "%s{%s} %.6f\n", fam, pl, resil_shed_probability(cs));
+		break;
+	case F_BUDGET_TOKENS: {
+		int64_t t;
+
+		cs = comp_state(s, rec, RESIL_C_BUDGET, sizeof(struct resil_budget_state));
+		if (!cs || !resil_budget_has_state(&c->retry))
+			break;
+		t = resil_budget_tokens_milli(cs, &c->retry, v->now);
+		put(o, "%s{%s} %" PRId64 ".%03" PRId64 "\n", fam, pl, t / 1000,
+		    (t < 0 ? -t : t) % 1000);
+		break;
+	}
+	case F_DURATION:
+		if (st && c->histogram && !budget_only)
+			put_hist(o, pl, st, c);
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
+
+static int count_policy(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+			void *ctx)
+{
+	(void)s;
+	(void)slot;
+	if (!(rec->flags & RESIL_REC_BUDGET))
+		(*(uint64_t *)ctx)++;
+	return 0;
+}
+
+size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len)
+{
+	struct out o = {.buf = buf, .len = len, .pos = 0};
+	struct visit v = {.o = &o, .now = resil_clock_monotonic(NULL)};
+	uint64_t npol = 0;
+
+	if (buf && len)
+		buf[0] = '\0';
+	if (!s || !s->cfg || !s->st)
+		return 0;
+	for (int f = 0; f < F__MAX; f++) {
+		put(&o, "# HELP %s %s\n# TYPE %s %s\n", families[f].name, families[f].help,
+		    families[f].name, families[f].type);
+		v.f = (enum family)f;
+		resil_seg_foreach(s, visit, &v);
+	}
+	resil_seg_foreach(s, count_policy, &npol);
+	put(&o,
+	    "# HELP resil_policies Policies defined (named budgets not counted).\n"
+	    "# TYPE resil_policies gauge\nresil_policies %" PRIu64 "\n",
+	    npol);
+	put(&o,
+	    "# HELP resil_events_dropped_total Events lost before the daemon read them.\n"
+	    "# TYPE resil_events_dropped_total counter\nresil_events_dropped_total %" PRIu64 "\n",
+	    ld_relaxed(&s->st->events_dropped));
+	put(&o,
+	    "# HELP resil_clients_full_total Decisions made unregistered: the client "
+	    "table was full.\n# TYPE resil_clients_full_total counter\n"
+	    "resil_clients_full_total %" PRIu64 "\n",
+	    ld_relaxed(&s->st->clients_full));
+	return o.pos;
+}

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * metrics.h - Prometheus text exposition (format 0.0.4) of a mapped
+ * segment pair: what `resilctl metrics`, the daemon's Metrics request and
+ * `resild --metrics-listen` serve.
+ *
+ * Reads the segments only (a read-only observer mapping is enough); never
+ * writes, never allocates, never makes a syscall but clock_gettime (for
+ * the budget's lazy refill).
+ */
+#ifndef RESIL_SHM_METRICS_H
+#define RESIL_SHM_METRICS_H
+
+#include "seg.h"
+
+/*
+ * Write the exposition of every policy of s into buf. snprintf semantics:
+ * returns the length of the whole text (without the NUL); when that is >=
+ * len the text was cut, and the caller retries with a buffer of at least
+ * the returned length + 1. buf may be NULL when len is 0.
+ *
+ * Families (every sample labelled policy="NAME"):
+ *   resil_calls_total{outcome=success|failure|ignored|rejected_open|
+ *     rejected_full|rejected_limited|rejected_shed|rejected_budget} counter
+ *   resil_slow_calls_total, resil_retries_total, resil_giveups_total,
+ *   resil_breaker_transitions_total, resil_limit_evictions_total  counters
+ *   resil_breaker_state{state="closed|open|..."} gauge (RESIL_STATE_*)
+ *   resil_bulkhead_max (config), resil_bulkhead_inflight,
+ *   resil_shed_probability                                         gauges
+ *   resil_retry_budget_tokens                                      gauge
+ *   resil_call_duration_seconds (histogram = on)                   histogram
+ *   resil_policies, resil_events_dropped_total, resil_clients_full_total
+ */
+size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len);
+
+/* Label value escaping of the text format (\\, \", \n) into buf, snprintf
+ * semantics; src is read up to srclen bytes or its NUL. */
+size_t resil_metrics_escape(const char *src, size_t srclen, char *buf, size_t len);
+
+#endif

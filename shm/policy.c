@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * policy.c - composing a policy's components into one acquire and one
+ * release, and laying out its state block.
+ *
+ * A state block is the concatenation of the components' states, each
+ * 128-byte aligned, in a fixed order (stats, breaker, limit, bulkhead,
+ * adaptive, shed, budget); the counters are always there. rec->comp_off[] says where each one starts; a component
+ * absent from the configuration has no state.
+ *
+ * Acquire order (see policy.h): the breaker's read-only check first, so an
+ * OPEN breaker costs a load and spends nothing; then the shedder; then what
+ * spends, each given back (undo) if a later step rejects; the breaker's
+ * probe last, because a probe is the scarcest thing to hold.
+ *
+ * Crash window: a process killed between a component's acquire and the
+ * undo of an earlier one (a later one rejected) keeps that earlier item:
+ * a rate-limit token is simply spent (bounded error, no repair needed),
+ * a bulkhead or adaptive permit is owned by the client's row and comes back
+ * through resil_policy_reclaim when the daemon sees the process die.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "policy.h"
+#include "breaker.h"
+#include "limit.h"
+#include "bulkhead.h"
+#include "adaptive.h"
+#include "shed.h"
+#include "budget.h"
+#include "stats.h"
+
+static bool budget_own(const struct resil_conf *c)
+{
+	return c->retry.budget_kind == RESIL_BUDGET_GRPC || c->retry.budget_kind == RESIL_BUDGET_AWS ||
+	       c->retry.budget_kind == RESIL_BUDGET_RATIO;
+}
+
+uint64_t resil_policy_state_layout(const struct resil_conf *conf, uint32_t comp_off[RESIL_C_MAX],
+				   uint32_t *components)
+{
+	uint64_t off = 0;
+	uint32_t comps = 0;
+
+#define LAY(comp, present, size_expr)                                                              \
+	do {                                                                                       \
+		if (present) {                                                                     \
+			comp_off[comp] = (uint32_t)off;                                            \
+			comps |= 1u << (comp);                                                     \
+			off += resil_align_up((size_expr), RESIL_HOT_ALIGN);                       \
+		}                                                                                  \
+	} while (0)
+
+	memset(comp_off, 0, sizeof(uint32_t) * RESIL_C_MAX);
+	LAY(RESIL_C_STATS, true, resil_stats_state_size(conf));
+	LAY(RESIL_C_BREAKER, conf->breaker.on, resil_breaker_state_size(&conf->breaker));
+	LAY(RESIL_C_LIMIT, conf->limit.on, resil_limit_state_size(&conf->limit));
+	LAY(RESIL_C_BULKHEAD, conf->bulkhead.on, resil_bulkhead_state_size(&conf->bulkhead));
+	LAY(RESIL_C_ADAPTIVE, conf->adaptive.on, resil_adaptive_state_size(&conf->adaptive));
+	LAY(RESIL_C_SHED, conf->shed.on, resil_shed_state_size(&conf->shed));
+	LAY(RESIL_C_BUDGET, budget_own(conf), resil_budget_state_size(&conf->retry));
+#undef LAY
+	*components = comps;
+	return off ? off : RESIL_HOT_ALIGN;
+}
+
+void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, int64_t now)
+{
+	const struct resil_conf *c = &rec->conf;
+
+	memset(resil_seg_state(s, rec->state_off), 0, rec->state_size);
+	resil_stats_state_init(resil_comp_state(s, rec, RESIL_C_STATS), c, now);
+	if (resil_has(rec, RESIL_C_BREAKER))
+		resil_breaker_state_init(resil_comp_state(s, rec, RESIL_C_BREAKER), &c->breaker, now);
+	if (resil_has(rec, RESIL_C_LIMIT))
+		resil_limit_state_init(resil_comp_state(s, rec, RESIL_C_LIMIT), &c->limit, now);
+	if (resil_has(rec, RESIL_C_BULKHEAD))
+		resil_bulkhead_state_init(resil_comp_state(s, rec, RESIL_C_BULKHEAD), &c->bulkhead,
+					  now);
+	if (resil_has(rec, RESIL_C_ADAPTIVE))
+		resil_adaptive_state_init(resil_comp_state(s, rec, RESIL_C_ADAPTIVE), &c->adaptive,
+					  now);
+	if (resil_has(rec, RESIL_C_SHED))
+		resil_shed_state_init(resil_comp_state(s, rec, RESIL_C_SHED), &c->shed, now);
+	if (resil_has(rec, RESIL_C_BUDGET))
+		resil_budget_state_init(resil_comp_state(s, rec, RESIL_C_BUDGET), &c->retry, now);
+}
+
+bool resil_policy_same_shape(const struct resil_conf *a, const struct resil_conf *b)
+{
+	if (!resil_stats_same_shape(a, b))
+		return false;
+	if (a->breaker.on != b->breaker.on || a->limit.on != b->limit.on ||
+	    a->bulkhead.on != b->bulkhead.on || a->adaptive.on != b->adaptive.on ||
+	    a->shed.on != b->shed.on || budget_own(a) != budget_own(b))
+		return false;
+	if (a->breaker.on && !resil_breaker_same_shape(&a->breaker, &b->breaker))
+		return false;
+	if (a->limit.on && !resil_limit_same_shape(&a->limit, &b->limit))
+		return false;
+	if (a->bulkhead.on && !resil_bulkhead_same_shape(&a->bulkhead, &b->bulkhead))
+		return false;
+	if (a->adaptive.on && !resil_adaptive_same_shape(&a->adaptive, &b->adaptive))
+		return false;
+	if (a->shed.on && !resil_shed_same_shape(&a->shed, &b->shed))
+		return false;
+	if (budget_own(a) && !resil_budget_same_shape(&a->retry, &b->retry))
+		return false;
+	return true;
+}
+
+void resil_policy_carry(const struct resil_seg *s, struct resil_rec *nrec,
+			const struct resil_rec *orec, int64_t now)
+{
+	const struct resil_conf *nc = &nrec->conf, *oc = &orec->conf;
+
+#define CARRY(comp, fn, field)                                                                     \
+	do {                                                                                       \
+		if (resil_has(nrec, comp) && resil_has(orec, comp))                                \
+			fn(resil_comp_state(s, nrec, comp), &nc->field,                            \
+			   resil_comp_state(s, orec, comp), &oc->field, now);                      \
+	} while (0)
+	resil_stats_carry(resil_comp_state(s, nrec, RESIL_C_STATS), nc,
+			  resil_comp_state(s, orec, RESIL_C_STATS), oc, now);
+	CARRY(RESIL_C_BREAKER, resil_breaker_carry, breaker);
+	CARRY(RESIL_C_LIMIT, resil_limit_carry, limit);
+	CARRY(RESIL_C_BULKHEAD, resil_bulkhead_carry, bulkhead);
+	CARRY(RESIL_C_ADAPTIVE, resil_adaptive_carry, adaptive);
+	CARRY(RESIL_C_SHED, resil_shed_carry, shed);
+	CARRY(RESIL_C_BUDGET, resil_budget_carry, retry);
+#undef CARRY
+}
+
+int resil_policy_acquire(struct resil_ctx *c, const struct resil_rec *rec,
+			 struct resil_permit_priv *pm, const void *key, size_t key_len)
+{
+	const struct resil_seg *s = c->seg;
+	const struct resil_conf *cf = &rec->conf;
+	void *bst = NULL, *lst = NULL, *hst = NULL, *ast = NULL, *sst = NULL;
+	int v;
+
+	c->rec = rec;
+	c->key = key;
+	c->key_len = key_len;
+	pm->flags = 0;
+
+	if (resil_has(rec, RESIL_C_BREAKER)) {
+		bst = resil_comp_state(s, rec, RESIL_C_BREAKER);
+		v = resil_breaker_check(c, &cf->breaker, bst, pm);
+		if (v)
+			goto rejected;
+	}
+	if (resil_has(rec, RESIL_C_SHED)) {
+		sst = resil_comp_state(s, rec, RESIL_C_SHED);
+		v = resil_shed_acquire(c, &cf->shed, sst, pm);
+		if (v)
+			goto rejected;
+	}
+	if (resil_has(rec, RESIL_C_LIMIT)) {
+		lst = resil_comp_state(s, rec, RESIL_C_LIMIT);
+		v = resil_limit_acquire(c, &cf->limit, lst, pm);
+		if (v)
+			goto undo_shed;
+	}
+	if (resil_has(rec, RESIL_C_BULKHEAD)) {
+		hst = resil_comp_state(s, rec, RESIL_C_BULKHEAD);
+		v = resil_bulkhead_acquire(c, &cf->bulkhead, hst, pm);
+		if (v)
+			goto undo_limit;
+	}
+	if (resil_has(rec, RESIL_C_ADAPTIVE)) {
+		ast = resil_comp_state(s, rec, RESIL_C_ADAPTIVE);
+		v = resil_adaptive_acquire(c, &cf->adaptive, ast, pm);
+		if (v)
+			goto undo_bulkhead;
+	}
+	if (bst) {
+		v = resil_breaker_acquire(c, &cf->breaker, bst, pm);
+		if (v)
+			goto undo_adaptive;
+	}
+	if (cf->histogram && !(pm->flags & RESIL_PERMIT_TIMED)) {
+		pm->start_ns = resil_ctx_now(c);
+		pm->flags |= RESIL_PERMIT_TIMED;
+	}
+	pm->flags |= RESIL_PERMIT_HELD;
+	return 0;
+
+undo_adaptive:
+	if (ast)
+		resil_adaptive_undo(c, &cf->adaptive, ast, pm);
+undo_bulkhead:
+	if (hst)
+		resil_bulkhead_undo(c, &cf->bulkhead, hst, pm);
+undo_limit:
+	if (lst)
+		resil_limit_undo(c, &cf->limit, lst, pm);
+undo_shed:
+	if (sst)
+		resil_shed_undo(c, &cf->shed, sst, pm);
+rejected:
+	resil_stats_rejected(c, resil_comp_state(s, rec, RESIL_C_STATS), v);
+	return v;
+}
+
+void resil_policy_release(struct resil_ctx *c, const struct resil_rec *rec,
+			  struct resil_permit_priv *pm, int outcome)
+{
+	const struct resil_seg *s = c->seg;
+	const struct resil_conf *cf = &rec->conf;
+
+	if (!(pm->flags & RESIL_PERMIT_HELD))
+		return;
+	c->rec = rec;
+	if (resil_has(rec, RESIL_C_BREAKER))
+		resil_breaker_release(c, &cf->breaker, resil_comp_state(s, rec, RESIL_C_BREAKER), pm,
+				      outcome);
+	if (resil_has(rec, RESIL_C_ADAPTIVE))
+		resil_adaptive_release(c, &cf->adaptive, resil_comp_state(s, rec, RESIL_C_ADAPTIVE),
+				       pm, outcome);
+	if (resil_has(rec, RESIL_C_BULKHEAD))
+		resil_bulkhead_release(c, &cf->bulkhead, resil_comp_state(s, rec, RESIL_C_BULKHEAD),
+				       pm, outcome);
+	if (resil_has(rec, RESIL_C_LIMIT))
+		resil_limit_release(c, &cf->limit, resil_comp_state(s, rec, RESIL_C_LIMIT), pm,
+				    outcome);
+	if (resil_has(rec, RESIL_C_SHED))
+		resil_shed_release(c, &cf->shed, resil_comp_state(s, rec, RESIL_C_SHED), pm, outcome);
+	resil_stats_released(c, cf, resil_comp_state(s, rec, RESIL_C_STATS), pm, outcome,
+			     (pm->flags & RESIL_PERMIT_TIMED) ? resil_ctx_now(c) - pm->start_ns : -1);
+	pm->flags = 0;
+}
+
+void resil_policy_maintain(struct resil_ctx *c, const struct resil_rec *rec)
+{
+	const struct resil_seg *s = c->seg;
+	const struct resil_conf *cf = &rec->conf;
+
+	c->rec = rec;
+	if (resil_has(rec, RESIL_C_BREAKER))
+		resil_breaker_maintain(c, &cf->breaker, resil_comp_state(s, rec, RESIL_C_BREAKER));
+	if (resil_has(rec, RESIL_C_LIMIT))
+		resil_limit_maintain(c, &cf->limit, resil_comp_state(s, rec, RESIL_C_LIMIT));
+	if (resil_has(rec, RESIL_C_BULKHEAD))
+		resil_bulkhead_maintain(c, &cf->bulkhead,
+					resil_comp_state(s, rec, RESIL_C_BULKHEAD));
+	if (resil_has(rec, RESIL_C_ADAPTIVE))
+		resil_adaptive_maintain(c, &cf->adaptive,
+					resil_comp_state(s, rec, RESIL_C_ADAPTIVE));
+	if (resil_has(rec, RESIL_C_SHED))
+		resil_shed_maintain(c, &cf->shed, resil_comp_state(s, rec, RESIL_C_SHED));
+}
+
+void resil_policy_reclaim(struct resil_ctx *c, const struct resil_rec *rec, uint32_t dead_client,
+			  struct resil_reclaim_counts *counts)
+{
+	const struct resil_seg *s = c->seg;
+	const struct resil_conf *cf = &rec->conf;
+
+	c->rec = rec;
+	if (resil_has(rec, RESIL_C_BREAKER))
+		resil_breaker_reclaim(c, &cf->breaker, resil_comp_state(s, rec, RESIL_C_BREAKER),
+				      dead_client, counts);
+	if (resil_has(rec, RESIL_C_LIMIT))
+		resil_limit_reclaim(c, &cf->limit, resil_comp_state(s, rec, RESIL_C_LIMIT),
+				    dead_client, counts);
+	if (resil_has(rec, RESIL_C_BULKHEAD))
+		resil_bulkhead_reclaim(c, &cf->bulkhead, resil_comp_state(s, rec, RESIL_C_BULKHEAD),
+				       dead_client, counts);
+	if (resil_has(rec, RESIL_C_ADAPTIVE))
+		resil_adaptive_reclaim(c, &cf->adaptive, resil_comp_state(s, rec, RESIL_C_ADAPTIVE),
+				       dead_client, counts);
+	if (resil_has(rec, RESIL_C_SHED))
+		resil_shed_reclaim(c, &cf->shed, resil_comp_state(s, rec, RESIL_C_SHED), dead_client,
+				   counts);
+}
+
+int resil_policy_breaker_state(const struct resil_seg *s, const struct resil_rec *rec)
+{
+	if (!resil_has(rec, RESIL_C_BREAKER))
+		return -ENODATA;
+	return resil_breaker_state(resil_comp_state(s, rec, RESIL_C_BREAKER));
+}
+
+int resil_policy_force(struct resil_ctx *c, const struct resil_rec *rec, int state)
+{
+	if (!resil_has(rec, RESIL_C_BREAKER))
+		return -ENODATA;
+	c->rec = rec;
+	return resil_breaker_force(c, &rec->conf.breaker,
+				   resil_comp_state(c->seg, rec, RESIL_C_BREAKER), state);
+}

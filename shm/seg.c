@@ -1,0 +1,773 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * seg.c - creating, validating and mapping the segment pair; the name
+ * directory; publishing configuration records; client rows; the event ring.
+ *
+ * Writers of the config segment: the daemon only (embedded mode: the
+ * embedding process under st->define_lock). Publication order on define:
+ *   1. state block allocated and initialized (plain stores);
+ *   2. record written (plain stores);
+ *   3. slot word stored with release: a reader that loads it with acquire
+ *      sees 1 and 2 complete;
+ *   4. (new name) directory entry stored with release, after the slot word,
+ *      so a lookup that finds the entry finds a published slot.
+ * A reader never waits: a lookup racing with a define finds either the old
+ * record or the new one.
+ *
+ * Crash windows (embedded mode; the daemon is one process and a crash of it
+ * restarts the writer with the same segments):
+ *   - killed after 1: arena space is lost (bounded, reported by
+ *     arena_used); nothing points at it;
+ *   - killed after 2: a record index is used up; nothing points at it;
+ *   - killed after 3, before 4: the slot is live but unnamed; the next
+ *     define of the same name takes a new slot, this one stays unreachable.
+ *   Each wastes capacity, never corrupts a decision.
+ *
+ * Event ring: a writer takes an index with fetch_add on event_head, marks
+ * the entry in progress (seq = 0), writes it, and publishes seq = idx + 1
+ * with release. The reader treats the entry as a seqlock: seq read before
+ * and after the copy must both equal idx + 1. A writer killed in between
+ * leaves seq != idx + 1: the reader skips it after a grace period (the
+ * daemon's events.c), it is never waited on forever.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "seg.h"
+#include "policy.h"
+
+static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return r;
+}
+
+static uint32_t pow2_at_least(uint64_t v)
+{
+	uint32_t p = 1;
+
+	while (p < v && p < (1u << 30))
+		p <<= 1;
+	return p;
+}
+
+static uint64_t random64(void)
+{
+	uint64_t v = 0;
+
+	if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+		v = (uint64_t)resil_clock_monotonic(NULL) * 0x9e3779b97f4a7c15ULL;
+	return v;
+}
+
+struct cfg_geometry {
+	uint32_t slots, dir_cap, rec_cap;
+	uint64_t dir_off, slots_off, recs_off, size;
+};
+
+static void cfg_geometry(uint32_t slots, struct cfg_geometry *g)
+{
+	g->slots = slots;
+	g->dir_cap = pow2_at_least((uint64_t)slots * 2);
+	/* each policy may change shape a few times before records run out */
+	g->rec_cap = slots * 4;
+	g->dir_off = RESIL_HDR_SIZE;
+	g->slots_off = resil_align_up(g->dir_off + (uint64_t)g->dir_cap * 8, RESIL_LINE);
+	g->recs_off = resil_align_up(g->slots_off + (uint64_t)slots * 8, 4096);
+	g->size = resil_align_up(g->recs_off + (uint64_t)g->rec_cap * RESIL_REC_SIZE, 4096);
+}
+
+static int make_memfd(const char *name, uint64_t size, int *ret)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) < 0) {
+		int r = -errno;
+
+		close(fd);
+		return r;
+	}
+	*ret = fd;
+	return 0;
+}
+
+int resil_seg_create(struct resil_seg *s, const struct resil_seg_params *p)
+{
+	struct resil_seg_params d = { 0 };
+	struct cfg_geometry g;
+	uint64_t events, client_off, event_off, arena_off, st_size;
+	uint64_t epoch = random64();
+	int cfd = -1, sfd = -1, r;
+	void *cm = MAP_FAILED, *sm = MAP_FAILED;
+
+	if (!s)
+		return -EINVAL;
+	if (p)
+		d = *p;
+	if (!d.slots)
+		d.slots = RESIL_SLOTS_DEFAULT;
+	if (!d.clients)
+		d.clients = RESIL_CLIENTS_DEFAULT;
+	if (!d.events)
+		d.events = RESIL_EVENTS_DEFAULT;
+	if (!d.state_size)
+		d.state_size = RESIL_STATE_SIZE_DEFAULT;
+	if (d.slots > (1u << 24) || d.clients > (1u << 20) || d.events > (1u << 24))
+		return -EINVAL;
+
+	cfg_geometry(d.slots, &g);
+	events = pow2_at_least(d.events);
+	client_off = RESIL_HDR_SIZE;
+	event_off = resil_align_up(client_off + (uint64_t)d.clients * RESIL_CLIENT_SIZE, 4096);
+	arena_off = resil_align_up(event_off + events * RESIL_EVENT_SIZE, 4096);
+	st_size = resil_align_up(d.state_size, 4096);
+	if (st_size < arena_off + 64 * 1024)
+		return -EINVAL; /* too small for even a few policies */
+
+	r = make_memfd("resil-config", g.size, &cfd);
+	if (r < 0)
+		goto fail;
+	r = make_memfd("resil-state", st_size, &sfd);
+	if (r < 0)
+		goto fail;
+	/* No client may truncate the state (SIGBUS for the fleet) or grow it. */
+	if (fcntl(sfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+	    fcntl(cfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	cm = mmap(NULL, g.size, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
+	sm = mmap(NULL, st_size, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+	if (cm == MAP_FAILED || sm == MAP_FAILED) {
+		r = -errno;
+		goto fail;
+	}
+
+	struct resil_cfg_hdr *ch = cm;
+	ch->abi_major = RESIL_ABI_MAJOR;
+	ch->abi_minor = RESIL_ABI_MINOR;
+	ch->hdr_size = RESIL_HDR_SIZE;
+	ch->seg_size = g.size;
+	ch->epoch = epoch;
+	ch->slot_cap = g.slots;
+	ch->dir_cap = g.dir_cap;
+	ch->rec_cap = g.rec_cap;
+	ch->rec_size = RESIL_REC_SIZE;
+	ch->dir_off = g.dir_off;
+	ch->slots_off = g.slots_off;
+	ch->recs_off = g.recs_off;
+	ch->state_size = st_size;
+	ch->hash_k0 = random64();
+	ch->hash_k1 = random64();
+
+	struct resil_state_hdr *sh = sm;
+	sh->abi_major = RESIL_ABI_MAJOR;
+	sh->abi_minor = RESIL_ABI_MINOR;
+	sh->hdr_size = RESIL_HDR_SIZE;
+	sh->seg_size = st_size;
+	sh->epoch = epoch;
+	sh->client_cap = d.clients;
+	sh->event_cap = (uint32_t)events;
+	sh->client_off = client_off;
+	sh->event_off = event_off;
+	sh->arena_off = arena_off;
+	sh->arena_size = st_size - arena_off;
+
+	/* The magic last: a half-made segment is never taken for a valid one. */
+	atomic_thread_fence(memory_order_release);
+	ch->magic = RESIL_CFG_MAGIC;
+	sh->magic = RESIL_STATE_MAGIC;
+
+	memset(s, 0, sizeof(*s));
+	s->cfg = cm;
+	s->st = sm;
+	s->cfg_size = g.size;
+	s->st_size = st_size;
+	s->cfg_fd = cfd;
+	s->st_fd = sfd;
+	s->cfg_writable = true;
+	return 0;
+fail:
+	if (cm != MAP_FAILED)
+		munmap(cm, g.size);
+	if (sm != MAP_FAILED)
+		munmap(sm, st_size);
+	if (cfd >= 0)
+		close(cfd);
+	if (sfd >= 0)
+		close(sfd);
+	return r;
+}
+
+static bool within(uint64_t off, uint64_t len, uint64_t size)
+{
+	return off <= size && len <= size - off;
+}
+
+int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t st_size,
+		       char *err, size_t errlen)
+{
+	const struct resil_cfg_hdr *c = cfg;
+	const struct resil_state_hdr *s = st;
+
+	if (cfg) {
+		if (cfg_size < RESIL_HDR_SIZE)
+			return fail(err, errlen, -EBADMSG, "config segment too small (%zu bytes)",
+				    cfg_size);
+		if (c->magic != RESIL_CFG_MAGIC)
+			return fail(err, errlen, -EBADMSG, "config segment: bad magic");
+		if (c->abi_major != RESIL_ABI_MAJOR)
+			return fail(err, errlen, -EPROTO,
+				    "config segment has ABI %" PRIu32 ".%" PRIu32
+				    ", this build speaks %d.x: upgrade or restart the older side",
+				    c->abi_major, c->abi_minor, RESIL_ABI_MAJOR);
+		if (atomic_load_explicit((ra32 *)&c->flags, memory_order_acquire) &
+		    RESIL_SEG_RETIRED)
+			return fail(err, errlen, -ESTALE, "config segment retired by a newer daemon");
+		if (c->hdr_size != RESIL_HDR_SIZE || c->seg_size != cfg_size ||
+		    c->rec_size != RESIL_REC_SIZE || c->slot_cap == 0 ||
+		    c->slot_cap > (1u << 24) || c->dir_cap < 2 * (uint64_t)c->slot_cap ||
+		    (c->dir_cap & (c->dir_cap - 1)) || c->rec_cap < c->slot_cap ||
+		    !within(c->dir_off, (uint64_t)c->dir_cap * 8, cfg_size) ||
+		    !within(c->slots_off, (uint64_t)c->slot_cap * 8, cfg_size) ||
+		    !within(c->recs_off, (uint64_t)c->rec_cap * RESIL_REC_SIZE, cfg_size) ||
+		    c->dir_off < RESIL_HDR_SIZE || c->slots_off < c->dir_off + (uint64_t)c->dir_cap * 8 ||
+		    c->recs_off < c->slots_off + (uint64_t)c->slot_cap * 8 || c->dir_off % 8 ||
+		    c->slots_off % 8 || c->recs_off % 8)
+			return fail(err, errlen, -EBADMSG, "config segment: inconsistent header");
+	}
+	if (st) {
+		if (st_size < RESIL_HDR_SIZE)
+			return fail(err, errlen, -EBADMSG, "state segment too small (%zu bytes)",
+				    st_size);
+		if (s->magic != RESIL_STATE_MAGIC)
+			return fail(err, errlen, -EBADMSG, "state segment: bad magic");
+		if (s->abi_major != RESIL_ABI_MAJOR)
+			return fail(err, errlen, -EPROTO,
+				    "state segment has ABI %" PRIu32 ".%" PRIu32
+				    ", this build speaks %d.x",
+				    s->abi_major, s->abi_minor, RESIL_ABI_MAJOR);
+		if (s->hdr_size != RESIL_HDR_SIZE || s->seg_size != st_size ||
+		    s->client_cap == 0 || s->client_cap > (1u << 20) || s->event_cap == 0 ||
+		    (s->event_cap & (s->event_cap - 1)) ||
+		    !within(s->client_off, (uint64_t)s->client_cap * RESIL_CLIENT_SIZE, st_size) ||
+		    !within(s->event_off, (uint64_t)s->event_cap * RESIL_EVENT_SIZE, st_size) ||
+		    !within(s->arena_off, s->arena_size, st_size) || s->client_off < RESIL_HDR_SIZE ||
+		    s->event_off < s->client_off + (uint64_t)s->client_cap * RESIL_CLIENT_SIZE ||
+		    s->arena_off < s->event_off + (uint64_t)s->event_cap * RESIL_EVENT_SIZE ||
+		    s->client_off % 64 || s->event_off % 64 || s->arena_off % 128)
+			return fail(err, errlen, -EBADMSG, "state segment: inconsistent header");
+	}
+	if (cfg && st) {
+		if (c->epoch != s->epoch)
+			return fail(err, errlen, -EBADMSG,
+				    "config and state segments do not belong together");
+		if (c->state_size != st_size)
+			return fail(err, errlen, -EBADMSG, "state segment size mismatch");
+	}
+	return 0;
+}
+
+int resil_seg_map(struct resil_seg *s, int cfg_fd, int st_fd, bool writable_cfg,
+		  bool writable_state, char *err, size_t errlen)
+{
+	struct stat cst, sst;
+	void *cm = MAP_FAILED, *sm = MAP_FAILED;
+	int r;
+
+	if (!s || cfg_fd < 0 || st_fd < 0)
+		return fail(err, errlen, -EINVAL, "invalid arguments");
+	if (fstat(cfg_fd, &cst) < 0 || fstat(st_fd, &sst) < 0)
+		return fail(err, errlen, -errno, "fstat: %s", strerror(errno));
+	if (cst.st_size < RESIL_HDR_SIZE || sst.st_size < RESIL_HDR_SIZE)
+		return fail(err, errlen, -EBADMSG, "segments too small");
+	cm = mmap(NULL, (size_t)cst.st_size, PROT_READ | (writable_cfg ? PROT_WRITE : 0),
+		  MAP_SHARED, cfg_fd, 0);
+	if (cm == MAP_FAILED)
+		return fail(err, errlen, -errno, "mmap config segment: %s", strerror(errno));
+	sm = mmap(NULL, (size_t)sst.st_size, PROT_READ | (writable_state ? PROT_WRITE : 0),
+		  MAP_SHARED, st_fd, 0);
+	if (sm == MAP_FAILED) {
+		r = fail(err, errlen, -errno, "mmap state segment: %s", strerror(errno));
+		munmap(cm, (size_t)cst.st_size);
+		return r;
+	}
+	r = resil_seg_validate(cm, (size_t)cst.st_size, sm, (size_t)sst.st_size, err, errlen);
+	if (r < 0) {
+		munmap(cm, (size_t)cst.st_size);
+		munmap(sm, (size_t)sst.st_size);
+		return r;
+	}
+	memset(s, 0, sizeof(*s));
+	s->cfg = cm;
+	s->st = sm;
+	s->cfg_size = (size_t)cst.st_size;
+	s->st_size = (size_t)sst.st_size;
+	s->cfg_fd = cfg_fd;
+	s->st_fd = st_fd;
+	s->cfg_writable = writable_cfg;
+	return 0;
+}
+
+void resil_seg_unmap(struct resil_seg *s)
+{
+	if (!s)
+		return;
+	if (s->cfg)
+		munmap(s->cfg, s->cfg_size);
+	if (s->st)
+		munmap(s->st, s->st_size);
+	if (s->cfg_fd >= 0)
+		close(s->cfg_fd);
+	if (s->st_fd >= 0)
+		close(s->st_fd);
+	memset(s, 0, sizeof(*s));
+	s->cfg_fd = s->st_fd = -1;
+}
+
+bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec)
+{
+	uint64_t lo = s->st->arena_off, hi = s->st->arena_off + s->st->arena_size;
+
+	if (memchr(rec->name, '\0', sizeof(rec->name)) == NULL || !resil_name_valid(rec->name))
+		return false;
+	if (rec->slot >= s->cfg->slot_cap || rec->components >> RESIL_C_MAX)
+		return false;
+	if (rec->state_off < lo || rec->state_off % RESIL_HOT_ALIGN ||
+	    rec->state_size > hi - rec->state_off)
+		return false;
+	for (int i = 0; i < RESIL_C_MAX; i++) {
+		if (!(rec->components & (1u << i)))
+			continue;
+		if (rec->comp_off[i] >= rec->state_size || rec->comp_off[i] % RESIL_HOT_ALIGN)
+			return false;
+	}
+	if (rec->budget_slot > s->cfg->slot_cap)
+		return false;
+	/* the layout must be the one this build computes for the conf */
+	uint32_t off[RESIL_C_MAX], comps;
+	uint64_t size = resil_policy_state_layout(&rec->conf, off, &comps);
+
+	return comps == rec->components && size == rec->state_size &&
+	       memcmp(off, rec->comp_off, sizeof(off)) == 0;
+}
+
+int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen)
+{
+	ra64 *dir, *slots;
+	int r;
+
+	if (!s || !s->cfg || !s->st)
+		return fail(err, errlen, -EINVAL, "no segments");
+	r = resil_seg_validate(s->cfg, s->cfg_size, s->st, s->st_size, err, errlen);
+	if (r < 0)
+		return r;
+	if (ld_relaxed(&s->st->arena_used) > s->st->arena_size)
+		return fail(err, errlen, -EBADMSG, "state segment: arena use beyond its size");
+	if (ld_relaxed(&s->cfg->rec_used) > s->cfg->rec_cap)
+		return fail(err, errlen, -EBADMSG, "config segment: record count beyond capacity");
+	dir = resil_seg_dir(s);
+	slots = resil_seg_slots(s);
+	for (uint32_t i = 0; i < s->cfg->slot_cap; i++) {
+		uint64_t w = ld_relaxed(&slots[i]);
+		struct resil_rec *rec;
+
+		if (!w)
+			continue;
+		if (resil_slotw_rec(w) >= ld_relaxed(&s->cfg->rec_used))
+			return fail(err, errlen, -EBADMSG, "slot %u: record out of range", i);
+		rec = resil_seg_rec_of(s, w);
+		if (!rec || rec->slot != i || !resil_rec_sane(s, rec) ||
+		    rec->state_off + rec->state_size >
+			    s->st->arena_off + ld_relaxed(&s->st->arena_used))
+			return fail(err, errlen, -EBADMSG, "slot %u: corrupt record", i);
+	}
+	for (uint32_t i = 0; i < s->cfg->dir_cap; i++) {
+		uint64_t e = ld_relaxed(&dir[i]);
+		uint32_t sl = (uint32_t)e;
+
+		if (e && sl != RESIL_DIR_TOMB && (sl == 0 || sl - 1 >= s->cfg->slot_cap))
+			return fail(err, errlen, -EBADMSG, "directory entry %u: bad slot", i);
+	}
+	return 0;
+}
+
+bool resil_name_valid(const char *name)
+{
+	size_t n;
+
+	if (!name || !name[0])
+		return false;
+	for (n = 0; name[n]; n++) {
+		char c = name[n];
+
+		if (n >= RESIL_NAME_MAX - 1)
+			return false;
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		    c == '_' || c == '.' || c == ':' || c == '-')
+			continue;
+		if (c == '@' && n == 0 && name[1])
+			continue;
+		return false;
+	}
+	return true;
+}
+
+static uint64_t name_hash(const struct resil_seg *s, const char *name)
+{
+	return resil_hash64(name, strlen(name), s->cfg->hash_k0, s->cfg->hash_k1);
+}
+
+static uint32_t hash32(uint64_t h)
+{
+	uint32_t v = (uint32_t)(h >> 32);
+
+	return v ? v : 1;
+}
+
+struct resil_rec *resil_seg_rec_of(const struct resil_seg *s, uint64_t w)
+{
+	uint32_t i;
+
+	if (!w)
+		return NULL;
+	i = resil_slotw_rec(w);
+	if (i >= s->cfg->rec_cap)
+		return NULL;
+	return resil_seg_rec(s, i);
+}
+
+/* Directory probe for NAME: the entry index holding it, or -ENOENT; *free
+ * gets the first empty-or-tombstone position met (for inserts). */
+static int dir_find(const struct resil_seg *s, const char *name, uint32_t *ret_slot,
+		    uint64_t *ret_word, uint32_t *ret_pos, int64_t *free_pos)
+{
+	ra64 *dir = resil_seg_dir(s);
+	ra64 *slots = resil_seg_slots(s);
+	uint32_t mask = s->cfg->dir_cap - 1;
+	uint64_t h = name_hash(s, name);
+	uint32_t h32 = hash32(h);
+
+	if (free_pos)
+		*free_pos = -1;
+	for (uint32_t n = 0, i = (uint32_t)h & mask; n <= mask; n++, i = (i + 1) & mask) {
+		uint64_t e = ld_acquire(&dir[i]);
+		uint32_t sl = (uint32_t)e;
+
+		if (e == 0) {
+			if (free_pos && *free_pos < 0)
+				*free_pos = i;
+			return -ENOENT;
+		}
+		if (sl == RESIL_DIR_TOMB) {
+			if (free_pos && *free_pos < 0)
+				*free_pos = i;
+			continue;
+		}
+		if ((uint32_t)(e >> 32) != h32 || sl - 1 >= s->cfg->slot_cap)
+			continue;
+		uint64_t w = ld_acquire(&slots[sl - 1]);
+		struct resil_rec *rec = resil_seg_rec_of(s, w);
+
+		if (rec && strncmp(rec->name, name, RESIL_NAME_MAX) == 0) {
+			if (ret_slot)
+				*ret_slot = sl - 1;
+			if (ret_word)
+				*ret_word = w;
+			if (ret_pos)
+				*ret_pos = i;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+int resil_seg_lookup(const struct resil_seg *s, const char *name, uint32_t *ret_slot,
+		     uint64_t *ret_word)
+{
+	if (!s || !s->cfg || !name)
+		return -EINVAL;
+	return dir_find(s, name, ret_slot, ret_word, NULL, NULL);
+}
+
+static int arena_alloc(struct resil_seg *s, uint64_t size, uint64_t *off, char *err, size_t errlen)
+{
+	uint64_t sz = resil_align_up(size ? size : RESIL_HOT_ALIGN, RESIL_HOT_ALIGN);
+	uint64_t used = ld_relaxed(&s->st->arena_used);
+
+	/* Only one writer (daemon, or embedded under define_lock): no CAS. */
+	if (sz > s->st->arena_size || used > s->st->arena_size - sz)
+		return fail(err, errlen, -ENOSPC,
+			    "state segment full (%" PRIu64 " of %" PRIu64
+			    " bytes used, %" PRIu64 " needed): raise --state-size",
+			    used, s->st->arena_size, sz);
+	*off = s->st->arena_off + used;
+	st_release(&s->st->arena_used, used + sz);
+	return 0;
+}
+
+int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_conf *conf,
+		     uint32_t uid, uint32_t flags, int64_t now, char *err, size_t errlen)
+{
+	ra64 *slots, *dir;
+	uint32_t slot = 0, pos = 0, comp_off[RESIL_C_MAX] = { 0 }, components = 0, budget_slot = 0;
+	uint64_t old_w = 0, state_off, state_size;
+	int64_t free_pos = -1;
+	struct resil_rec *orec = NULL, *rec;
+	uint32_t ri, gen;
+	bool exists, reuse_state;
+	int r;
+
+	if (!s || !s->cfg || !s->cfg_writable || !conf)
+		return fail(err, errlen, -EINVAL, "invalid arguments");
+	if (!resil_name_valid(name))
+		return fail(err, errlen, -EINVAL,
+			    "invalid policy name '%.80s': 1 to %d characters of A-Z a-z 0-9 _ . : -",
+			    name ? name : "", RESIL_NAME_MAX - 1);
+	slots = resil_seg_slots(s);
+	dir = resil_seg_dir(s);
+
+	r = dir_find(s, name, &slot, &old_w, &pos, &free_pos);
+	exists = r == 0;
+	if (exists) {
+		orec = resil_seg_rec_of(s, old_w);
+		if (memcmp(&orec->conf, conf, sizeof(*conf)) == 0 &&
+		    (orec->flags & RESIL_REC_FROM_FILE) == (flags & RESIL_REC_FROM_FILE))
+			return RESIL_DEFINE_UNCHANGED;
+	} else if (free_pos < 0) {
+		return fail(err, errlen, -ENOSPC, "policy directory full: raise --policies");
+	}
+
+	if (conf->retry.budget_kind == RESIL_BUDGET_SHARED) {
+		char bname[RESIL_NAME_MAX];
+		uint32_t bslot;
+
+		snprintf(bname, sizeof(bname), "@%.*s", (int)sizeof(conf->retry.budget_name),
+			 conf->retry.budget_name);
+		if (resil_seg_lookup(s, bname, &bslot, NULL) < 0)
+			return fail(err, errlen, -ENOENT,
+				    "retry.budget: no budget named %s (define [policy %s] with "
+				    "retry.budget = grpc:..., aws:... or ratio:... first)",
+				    bname, bname);
+		budget_slot = bslot + 1;
+	}
+
+	state_size = resil_policy_state_layout(conf, comp_off, &components);
+	reuse_state = exists && resil_policy_same_shape(&orec->conf, conf);
+
+	ri = ld_relaxed(&s->cfg->rec_used);
+	if (ri >= s->cfg->rec_cap)
+		return fail(err, errlen, -ENOSPC,
+			    "configuration records exhausted (%" PRIu32
+			    " changes since start): raise --policies or restart resild",
+			    s->cfg->rec_cap);
+
+	if (reuse_state) {
+		state_off = orec->state_off;
+	} else {
+		r = arena_alloc(s, state_size, &state_off, err, errlen);
+		if (r < 0)
+			return r;
+	}
+
+	if (!exists) {
+		/* a free slot: word 0 */
+		uint32_t i;
+
+		for (i = 0; i < s->cfg->slot_cap; i++)
+			if (ld_relaxed(&slots[i]) == 0)
+				break;
+		if (i == s->cfg->slot_cap)
+			return fail(err, errlen, -ENOSPC,
+				    "all %" PRIu32 " policy slots in use: raise --policies",
+				    s->cfg->slot_cap);
+		slot = i;
+	}
+
+	rec = resil_seg_rec(s, ri);
+	memset(rec, 0, RESIL_REC_SIZE);
+	snprintf(rec->name, sizeof(rec->name), "%s", name);
+	gen = ld_relaxed(&s->cfg->generation) + 1;
+	rec->slot = slot;
+	rec->gen = gen;
+	rec->owner_uid = exists ? orec->owner_uid : uid;
+	rec->flags = flags;
+	rec->components = components;
+	rec->state_gen = reuse_state ? orec->state_gen : (exists ? orec->state_gen + 1 : 1);
+	rec->state_off = state_off;
+	rec->state_size = state_size;
+	memcpy(rec->comp_off, comp_off, sizeof(comp_off));
+	rec->budget_slot = budget_slot;
+	rec->conf = *conf;
+
+	if (!reuse_state) {
+		resil_policy_state_init(s, rec, now);
+		if (exists)
+			resil_policy_carry(s, rec, orec, now);
+	}
+
+	st_relaxed(&s->cfg->rec_used, ri + 1);
+	st_release(&slots[slot], (uint64_t)(ri + 1) | (uint64_t)gen << 32);
+	if (!exists)
+		st_release(&dir[free_pos], (uint64_t)hash32(name_hash(s, name)) << 32 | (slot + 1));
+	st_release(&s->cfg->generation, gen);
+	resil_event_push(s, RESIL_EV_CONFIG, slot, gen, exists ? 1 : 0, reuse_state, 0, 0, now);
+	return exists ? RESIL_DEFINE_CHANGED : RESIL_DEFINE_CREATED;
+}
+
+int resil_seg_delete(struct resil_seg *s, const char *name)
+{
+	uint32_t slot, pos;
+	uint64_t w;
+	ra64 *dir;
+	int r;
+
+	if (!s || !s->cfg || !s->cfg_writable || !name)
+		return -EINVAL;
+	r = dir_find(s, name, &slot, &w, &pos, NULL);
+	if (r < 0)
+		return r;
+	dir = resil_seg_dir(s);
+	/* Entry first: a lookup no longer finds the name; then the slot: a
+	 * handle that still holds it sees 0 and answers -ENOENT. The state
+	 * block is not reused (an old handle may still write to it). */
+	st_release(&dir[pos], (ld_relaxed(&dir[pos]) & 0xffffffff00000000ULL) | RESIL_DIR_TOMB);
+	st_release(&resil_seg_slots(s)[slot], 0);
+	uint32_t gen = ld_relaxed(&s->cfg->generation) + 1;
+	st_release(&s->cfg->generation, gen);
+	resil_event_push(s, RESIL_EV_CONFIG, slot, resil_slotw_gen(w), 2, 0, 0, 0, 0);
+	return 0;
+}
+
+int resil_seg_foreach(const struct resil_seg *s, resil_seg_visit_fn fn, void *ctx)
+{
+	ra64 *slots;
+
+	if (!s || !s->cfg || !fn)
+		return -EINVAL;
+	slots = resil_seg_slots(s);
+	for (uint32_t i = 0; i < s->cfg->slot_cap; i++) {
+		uint64_t w = ld_acquire(&slots[i]);
+		struct resil_rec *rec = resil_seg_rec_of(s, w);
+		int r;
+
+		if (!rec)
+			continue;
+		r = fn(s, i, rec, ctx);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+void resil_event_push(const struct resil_seg *s, uint32_t type, uint32_t slot, uint32_t gen,
+		      uint32_t a, uint32_t b, uint32_t reason, uint64_t value, int64_t now)
+{
+	struct resil_event *e;
+	uint64_t idx;
+
+	if (!s || !s->st || !s->st->event_cap)
+		return;
+	idx = faa_relaxed(&s->st->event_head, 1);
+	e = resil_seg_event(s, idx);
+	/* in progress: a reader that copies now sees seq change */
+	st_relaxed(&e->seq, 0);
+	atomic_thread_fence(memory_order_release);
+	e->time_ns = now;
+	e->type = type;
+	e->slot = slot;
+	e->gen = gen;
+	e->a = a;
+	e->b = b;
+	e->reason = reason;
+	e->pid = 0;
+	e->value = value;
+	/* CRASH WINDOW: killed here, seq stays 0: the reader skips the entry
+	 * after its grace period. */
+	st_release(&e->seq, idx + 1);
+}
+
+int resil_event_read(const struct resil_seg *s, uint64_t idx, struct resil_event *out)
+{
+	struct resil_event *e = resil_seg_event(s, idx);
+	uint64_t s1 = ld_acquire(&e->seq), s2;
+
+	if (s1 != idx + 1)
+		return s1 > idx + 1 ? -ESTALE : -EAGAIN;
+	out->time_ns = e->time_ns;
+	out->type = e->type;
+	out->slot = e->slot;
+	out->gen = e->gen;
+	out->a = e->a;
+	out->b = e->b;
+	out->reason = e->reason;
+	out->pid = e->pid;
+	out->value = e->value;
+	atomic_thread_fence(memory_order_acquire);
+	s2 = ld_relaxed(&e->seq);
+	if (s2 != s1)
+		return s2 > idx + 1 || s2 == 0 ? -ESTALE : -EAGAIN;
+	st_relaxed(&out->seq, s1);
+	return 0;
+}
+
+int resil_client_claim(const struct resil_seg *s, uint32_t pid, uint64_t start_time, uint32_t uid)
+{
+	uint32_t cap, start;
+	uint64_t owner = (uint64_t)pid << 32 | (start_time & 0xffffffffULL);
+
+	if (!s || !s->st || pid == 0)
+		return -EINVAL;
+	cap = s->st->client_cap;
+	start = ld_relaxed(&s->st->client_hint) % cap;
+	for (uint32_t n = 0; n < cap; n++) {
+		uint32_t i = (start + n) % cap;
+		struct resil_client_row *row = resil_seg_client(s, i);
+		uint64_t expect = 0;
+
+		if (ld_relaxed(&row->owner) != 0)
+			continue;
+		/* The claim is one CAS; the owner word alone identifies the
+		 * process (pid plus the low bits of its start time), so a row
+		 * claimed by a process killed right after is still reclaimable. */
+		if (!cas_acq_rel(&row->owner, &expect, owner))
+			continue;
+		row->start_time = start_time;
+		row->uid = uid;
+		st_relaxed(&row->waiting, 0);
+		st_release(&row->flags, RESIL_ROW_LIVE);
+		st_relaxed(&s->st->client_hint, i + 1);
+		return (int)i;
+	}
+	faa_relaxed(&s->st->clients_full, 1);
+	return -ENOSPC;
+}
+
+void resil_client_release(const struct resil_seg *s, uint32_t row)
+{
+	struct resil_client_row *r;
+
+	if (!s || !s->st || row >= s->st->client_cap)
+		return;
+	r = resil_seg_client(s, row);
+	st_relaxed(&r->flags, 0);
+	st_release(&r->owner, 0);
+}

@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * seg.h - the segment format: an ABI between processes of different builds.
+ *
+ * Two memfds make one trust domain:
+ *
+ *   config segment (clients map it read-only, after fchmod 0440 and an
+ *   O_RDONLY reopen):
+ *     [cfg header 4 KiB][directory: dir_cap u64][slot words: slot_cap u64]
+ *     [records: rec_cap x 1 KiB]
+ *   state segment (read-write for clients, sealed SHRINK|GROW|SEAL):
+ *     [state header 4 KiB][client table: client_cap x 64 B]
+ *     [event ring: event_cap x 64 B][arena: policy state blocks]
+ *
+ * Who writes what:
+ *   - cfg header, directory, slot words, records: the daemon (or, in
+ *     embedded mode, the embedding process under st->define_lock) only.
+ *   - a record is immutable once its slot word points at it; a change of
+ *     configuration writes a new record and swaps the slot word (release),
+ *     so a reader that loaded the slot word (acquire) sees a whole record.
+ *     Records are never reused during one segment's life: a handle that
+ *     still holds an old record reads a consistent, if stale, config.
+ *   - arena space is allocated by the daemon only (bump pointer, never
+ *     reused), so a state block an old handle points at stays valid.
+ *   - client rows: claimed by CAS by the client itself, freed by the
+ *     daemon after it reclaimed what the row held (or by the client in
+ *     resil_close).
+ *   - event ring: any process appends, the daemon consumes.
+ *
+ * Offsets, never pointers; fixed-width types; 64-bit fields alignas(8);
+ * every size and offset a client relies on is static_asserted below.
+ */
+#ifndef RESIL_SHM_SEG_H
+#define RESIL_SHM_SEG_H
+
+#include "common.h"
+#include "conf.h"
+
+#define RESIL_CFG_MAGIC   0x4746434c49534552ULL /* "RESILCFG" */
+#define RESIL_STATE_MAGIC 0x5453434c49534552ULL /* "RESILSTA" with a twist */
+#define RESIL_ABI_MAJOR   1
+#define RESIL_ABI_MINOR   0
+
+#define RESIL_HDR_SIZE      4096
+#define RESIL_NAME_MAX      64 /* including the NUL */
+#define RESIL_REC_SIZE      2048
+#define RESIL_CLIENT_SIZE   64
+#define RESIL_EVENT_SIZE    64
+#define RESIL_SLOTS_DEFAULT 4096
+#define RESIL_CLIENTS_DEFAULT 1024
+#define RESIL_EVENTS_DEFAULT  4096
+#define RESIL_STATE_SIZE_DEFAULT (256ULL << 20) /* sparse */
+
+/* header flags */
+#define RESIL_SEG_RETIRED 0x1u /* a newer daemon of another ABI major replaced it */
+
+struct resil_cfg_hdr {
+	RESIL_A8 uint64_t magic;
+	uint32_t abi_major;
+	uint32_t abi_minor;
+	uint32_t hdr_size;
+	ra32 flags; /* RESIL_SEG_*; daemon writes, clients read acquire */
+	RESIL_A8 uint64_t seg_size;
+	RESIL_A8 uint64_t epoch; /* random per segment pair; ties cfg and state together */
+	uint32_t slot_cap;
+	uint32_t dir_cap; /* power of two, >= 2 * slot_cap */
+	uint32_t rec_cap;
+	uint32_t rec_size;
+	RESIL_A8 uint64_t dir_off;
+	RESIL_A8 uint64_t slots_off;
+	RESIL_A8 uint64_t recs_off;
+	RESIL_A8 uint64_t state_size; /* the paired state segment's size */
+	RESIL_A8 uint64_t hash_k0;    /* SipHash key for names and keyed tables */
+	RESIL_A8 uint64_t hash_k1;
+	ra32 rec_used;    /* records handed out (bump); writer: daemon */
+	ra32 generation;  /* bumped on every directory change; observers re-list */
+	RESIL_A8 uint64_t reserved[32];
+};
+
+/* A directory entry: 0 empty, else (hash32 << 32) | (slot + 1). A deleted
+ * entry keeps its hash with slot bits RESIL_DIR_TOMB so probing goes on. */
+#define RESIL_DIR_TOMB 0xffffffffu
+
+/* A slot word: 0 = free; else (rec_index + 1) | (uint64_t)gen << 32.
+ * gen grows on every change of the slot, so a handle that cached the word
+ * compares one load to know it is current. */
+static inline uint32_t resil_slotw_rec(uint64_t w)
+{
+	return (uint32_t)w - 1;
+}
+static inline uint32_t resil_slotw_gen(uint64_t w)
+{
+	return (uint32_t)(w >> 32);
+}
+
+/* Component bits (rec->components) and indexes (rec->comp_off[]). */
+enum resil_comp {
+	RESIL_C_STATS = 0, /* counters and histogram: always present */
+	RESIL_C_BREAKER,
+	RESIL_C_LIMIT,
+	RESIL_C_BULKHEAD,
+	RESIL_C_ADAPTIVE,
+	RESIL_C_SHED,
+	RESIL_C_BUDGET,
+	RESIL_C_MAX = 12,
+};
+
+/* rec->flags */
+#define RESIL_REC_FROM_FILE 0x1u /* defined by a configuration file */
+#define RESIL_REC_BUDGET    0x2u /* a named budget (@NAME), not a callable policy */
+
+/* One policy's configuration: immutable once published. */
+struct resil_rec {
+	char name[RESIL_NAME_MAX];
+	uint32_t slot;
+	uint32_t gen;        /* the slot generation this record was published with */
+	uint32_t owner_uid;  /* who created it (permission to change/delete) */
+	uint32_t flags;      /* RESIL_REC_* */
+	uint32_t components; /* 1u << enum resil_comp */
+	uint32_t state_gen;  /* bumped when the state shape changes (new block) */
+	RESIL_A8 uint64_t state_off;  /* policy state block in the state segment */
+	RESIL_A8 uint64_t state_size;
+	uint32_t comp_off[RESIL_C_MAX]; /* component state, relative to state_off */
+	uint32_t budget_slot;           /* retry.budget = @NAME: that budget's slot + 1 */
+	uint32_t reserved32[7];
+	RESIL_A8 uint64_t reserved[8];
+	struct resil_conf conf;
+};
+
+/* A client row: claimed by the client with one CAS on owner. */
+struct resil_client_row {
+	ra64 owner;   /* 0 free; else pid << 32 | (start_time & 0xffffffff); CAS by client */
+	RESIL_A8 uint64_t start_time; /* /proc/PID/stat field 22, clock ticks since boot */
+	ra32 flags;   /* RESIL_ROW_*; */
+	uint32_t uid;
+	ra32 waiting; /* in a futex wait on some policy: the daemon repairs waiter counts */
+	uint32_t reserved32;
+	RESIL_A8 uint64_t reserved[4];
+};
+#define RESIL_ROW_LIVE    0x1u
+#define RESIL_ROW_DEAD    0x2u /* daemon saw it die; reclaim in progress */
+
+/* An event in the ring; 64 bytes. seq = index + 1 once the entry is whole. */
+enum resil_event_type {
+	RESIL_EV_TRANSITION = 1, /* breaker state change: a = from, b = to */
+	RESIL_EV_BUDGET_EXHAUSTED,
+	RESIL_EV_KEYS_FULL,
+	RESIL_EV_RECLAIMED, /* a = permits, b = probes, taken back from a dead client */
+	RESIL_EV_CLIENTS_FULL,
+	RESIL_EV_CONFIG, /* created, changed, deleted */
+};
+struct resil_event {
+	ra64 seq;
+	RESIL_A8 int64_t time_ns;
+	uint32_t type;
+	uint32_t slot;
+	uint32_t gen;
+	uint32_t a;
+	uint32_t b;
+	uint32_t reason; /* RESIL_WHY_* */
+	uint32_t pid;
+	uint32_t reserved32;
+	RESIL_A8 uint64_t value;
+	RESIL_A8 uint64_t reserved[1];
+};
+
+struct resil_state_hdr {
+	RESIL_A8 uint64_t magic;
+	uint32_t abi_major;
+	uint32_t abi_minor;
+	uint32_t hdr_size;
+	ra32 flags; /* RESIL_SEG_* */
+	RESIL_A8 uint64_t seg_size;
+	RESIL_A8 uint64_t epoch; /* equals the cfg header's */
+	uint32_t client_cap;
+	uint32_t event_cap; /* power of two */
+	RESIL_A8 uint64_t client_off;
+	RESIL_A8 uint64_t event_off;
+	RESIL_A8 uint64_t arena_off;
+	RESIL_A8 uint64_t arena_size;
+	RESIL_A8 uint64_t reserved0[4];
+
+	/* line: daemon-written */
+	alignas(RESIL_HOT_ALIGN) ra64 arena_used; /* bump pointer, relative to arena_off */
+	ra64 events_read;   /* the daemon's consumer position (for observers) */
+	ra64 events_dropped;
+	ra32 daemon_pid;    /* 0 in embedded mode */
+	ra32 define_lock;   /* embedded mode: serializes defines across forked processes */
+
+	/* line: client-written, rare */
+	alignas(RESIL_HOT_ALIGN) ra64 event_head; /* next event index; writers fetch_add */
+	ra64 clients_full;  /* decisions made unregistered because the table was full */
+	ra32 client_hint;   /* where the next row search starts */
+
+	alignas(RESIL_HOT_ALIGN) RESIL_A8 uint64_t reserved[64];
+};
+
+/* Static layout: other processes rely on every one of these. */
+RESIL_STATIC_ASSERT(sizeof(struct resil_cfg_hdr) <= RESIL_HDR_SIZE, "cfg header size");
+RESIL_STATIC_ASSERT(sizeof(struct resil_state_hdr) <= RESIL_HDR_SIZE, "state header size");
+RESIL_STATIC_ASSERT(sizeof(struct resil_rec) <= RESIL_REC_SIZE, "record size");
+RESIL_STATIC_ASSERT(sizeof(struct resil_client_row) == RESIL_CLIENT_SIZE, "client row size");
+RESIL_STATIC_ASSERT(sizeof(struct resil_event) == RESIL_EVENT_SIZE, "event size");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, magic) == 0, "magic first");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, abi_major) == 8, "abi_major offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, abi_minor) == 12, "abi_minor offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, flags) == 20, "flags offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, seg_size) == 24, "seg_size offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, epoch) == 32, "epoch offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, dir_off) == 56, "dir_off offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, hash_k0) == 88, "hash_k0 offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, magic) == 0, "magic first");
+RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, abi_major) == 8, "abi_major offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, flags) == 20, "flags offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, arena_used) % RESIL_HOT_ALIGN == 0,
+		    "daemon line");
+RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, event_head) % RESIL_HOT_ALIGN == 0,
+		    "client line");
+RESIL_STATIC_ASSERT(offsetof(struct resil_rec, state_off) % 8 == 0, "state_off aligned");
+RESIL_STATIC_ASSERT(offsetof(struct resil_rec, conf) % 8 == 0, "conf aligned");
+RESIL_STATIC_ASSERT(offsetof(struct resil_client_row, owner) == 0, "owner first");
+RESIL_STATIC_ASSERT(offsetof(struct resil_event, seq) == 0, "seq first");
+
+/* A mapped segment pair, as one process sees it. */
+struct resil_seg {
+	struct resil_cfg_hdr *cfg; /* read-only for clients */
+	struct resil_state_hdr *st;
+	size_t cfg_size;
+	size_t st_size;
+	int cfg_fd; /* -1 once closed */
+	int st_fd;
+	bool cfg_writable; /* daemon or embedded */
+};
+
+/* Sizes of a new segment pair. */
+struct resil_seg_params {
+	uint32_t slots;   /* policies (default RESIL_SLOTS_DEFAULT) */
+	uint32_t clients; /* client rows (default RESIL_CLIENTS_DEFAULT) */
+	uint32_t events;  /* ring entries, rounded up to a power of two */
+	uint64_t state_size;
+};
+
+/* Create a new pair of sealed memfds, laid out and mapped read-write. */
+int resil_seg_create(struct resil_seg *s, const struct resil_seg_params *p);
+/* Map a received pair; writable_cfg only for the daemon adopting its own.
+ * Validates everything a process relies on: -EPROTO on another ABI major,
+ * -EBADMSG on a corrupt header, -ESTALE on a retired one. */
+int resil_seg_map(struct resil_seg *s, int cfg_fd, int st_fd, bool writable_cfg,
+		  bool writable_state, char *err, size_t errlen);
+/* Validate headers only (pure, for the fuzzer and adoption). */
+int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t st_size,
+		       char *err, size_t errlen);
+void resil_seg_unmap(struct resil_seg *s); /* closes fds too */
+/* Deep validation of an adopted pair (a restarted daemon, the fuzzer):
+ * every directory entry, slot word and live record points inside the
+ * segments, names are terminated, state blocks lie in the used arena.
+ * -EBADMSG with what is wrong in err. */
+int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen);
+/* One record, as resil_seg_check sees it (the daemon checks before use). */
+bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec);
+
+static inline ra64 *resil_seg_dir(const struct resil_seg *s)
+{
+	return (ra64 *)((char *)s->cfg + s->cfg->dir_off);
+}
+static inline ra64 *resil_seg_slots(const struct resil_seg *s)
+{
+	return (ra64 *)((char *)s->cfg + s->cfg->slots_off);
+}
+static inline struct resil_rec *resil_seg_rec(const struct resil_seg *s, uint32_t i)
+{
+	return (struct resil_rec *)((char *)s->cfg + s->cfg->recs_off +
+				    (uint64_t)i * s->cfg->rec_size);
+}
+static inline struct resil_client_row *resil_seg_client(const struct resil_seg *s, uint32_t i)
+{
+	return (struct resil_client_row *)((char *)s->st + s->st->client_off +
+					   (uint64_t)i * RESIL_CLIENT_SIZE);
+}
+static inline struct resil_event *resil_seg_event(const struct resil_seg *s, uint64_t idx)
+{
+	return (struct resil_event *)((char *)s->st + s->st->event_off +
+				      (idx & (s->st->event_cap - 1)) * RESIL_EVENT_SIZE);
+}
+static inline void *resil_seg_state(const struct resil_seg *s, uint64_t off)
+{
+	return (char *)s->st + off;
+}
+
+/* Directory (O(1) expected): find the slot of NAME, -ENOENT if none.
+ * Lock-free for readers; ret_word gets the slot word read (acquire). */
+int resil_seg_lookup(const struct resil_seg *s, const char *name, uint32_t *ret_slot,
+		     uint64_t *ret_word);
+/* The record a slot word points at, NULL if it is free or corrupt. */
+struct resil_rec *resil_seg_rec_of(const struct resil_seg *s, uint64_t slot_word);
+
+/*
+ * Writer side (daemon, or embedded under define_lock): create or replace
+ * NAME with CONF. A change that keeps the state's shape reuses the state
+ * block; one that changes it gets a new block, carrying over what still
+ * means something. -ENOSPC names the limit in err.
+ */
+int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_conf *conf,
+		     uint32_t uid, uint32_t flags, int64_t now, char *err, size_t errlen);
+int resil_seg_delete(struct resil_seg *s, const char *name);
+/* resil_seg_define's positive results. */
+#define RESIL_DEFINE_CREATED   0
+#define RESIL_DEFINE_CHANGED   1
+#define RESIL_DEFINE_UNCHANGED 2
+/* A valid policy name: 1..63 of [A-Za-z0-9_.:@-], '@' only first (budgets). */
+bool resil_name_valid(const char *name);
+/* Visit every live policy in slot order. */
+typedef int (*resil_seg_visit_fn)(const struct resil_seg *s, uint32_t slot,
+				  const struct resil_rec *rec, void *ctx);
+int resil_seg_foreach(const struct resil_seg *s, resil_seg_visit_fn fn, void *ctx);
+
+/* Events: any process appends; never blocks. */
+void resil_event_push(const struct resil_seg *s, uint32_t type, uint32_t slot, uint32_t gen,
+		      uint32_t a, uint32_t b, uint32_t reason, uint64_t value, int64_t now);
+
+/* Consumer side (the daemon, observers): read entry idx into out.
+ * 0: read; -EAGAIN: not written yet (or its writer died: skip it after a
+ * grace period); -ESTALE: overwritten by a writer one lap ahead (lost). */
+int resil_event_read(const struct resil_seg *s, uint64_t idx, struct resil_event *out);
+
+/* Client rows. ret: row index; -ENOSPC when the table is full (the caller
+ * decides unregistered and counts it). */
+int resil_client_claim(const struct resil_seg *s, uint32_t pid, uint64_t start_time,
+		       uint32_t uid);
+void resil_client_release(const struct resil_seg *s, uint32_t row);
+/* A client's identity as stored in claims: row + 1 (0 = nobody). */
+static inline uint32_t resil_client_id(int row)
+{
+	return row < 0 ? 0 : (uint32_t)row + 1;
+}
+
+#endif

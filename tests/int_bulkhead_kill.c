@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * int_bulkhead_kill.c - workers SIGKILLed at random moments while they
+ * take and give back bulkhead permits get exactly their permits back.
+ *
+ * Each round forks 4 workers, each with its own client id (a prefork
+ * child holds permits under its own row), on one bulkhead and one
+ * adaptive limit (the same permit pool, a limit of 3 under the bulkhead's
+ * 4, so the adaptive step rejects and the bulkhead permit is undone, and
+ * windows of 1 ms, so kills land inside a window decision too) in a
+ * MAP_SHARED region, taken in the order of a policy's acquire. Two of them spin acquire/release as
+ * fast as they can (so a kill lands inside a claim or a release: crash windows A to D of
+ * bulkhead.c), one takes permits and sits on them, one waits on the shared futex for a permit
+ * (bulkhead.wait). After a random delay the test SIGKILLs them all and plays the daemon's part:
+ * resil_bulkhead_reclaim for each dead id.
+ *
+ * Asserted after every round:
+ *   - exactly 0 claimed slots (bulkhead and adaptive) and 0 claimed waiter
+ *     slots (none lost, none reclaimed twice: a second reclaim returns
+ *     nothing);
+ *   - after two maintenance ticks, the in-flight hint and the waiter count
+ *     are exactly 0 again (the windows between counter and claim);
+ *   - the bulkhead still admits max callers.
+ * >= 200 rounds (x RESIL_TEST_SCALE). A daemon-driven version of this test
+ * (resild noticing the deaths through pidfds) belongs with the daemon.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "resil.h"
+#include "bulkhead.h"
+#include "adaptive.h"
+#include "testutil.h"
+
+#define WORKERS 4
+#define MAX	4
+
+struct shared {
+	_Atomic long ops[WORKERS]; /* progress, so the test knows they run */
+	struct resil_adaptive_conf aconf;
+	struct resil_adaptive_state *ad; /* after the bulkhead state */
+	alignas(RESIL_HOT_ALIGN) char st[];
+};
+
+/* A policy's acquire order: bulkhead, then adaptive; undo on rejection. */
+static int take(struct shared *sh, const struct resil_bulkhead_conf *conf, struct resil_ctx *x,
+		struct resil_permit_priv *pm)
+{
+	struct resil_bulkhead_state *st = (struct resil_bulkhead_state *)sh->st;
+
+	memset(pm, 0, sizeof(*pm));
+	x->now = 0;
+	if (resil_bulkhead_acquire(x, conf, st, pm) != 0)
+		return -1;
+	if (resil_adaptive_acquire(x, &sh->aconf, sh->ad, pm) != 0) {
+		resil_bulkhead_undo(x, conf, st, pm);
+		return -1;
+	}
+	return 0;
+}
+
+static void give(struct shared *sh, const struct resil_bulkhead_conf *conf, struct resil_ctx *x,
+		 struct resil_permit_priv *pm)
+{
+	x->now = 0;
+	resil_adaptive_release(x, &sh->aconf, sh->ad, pm, RESIL_SUCCESS);
+	resil_bulkhead_release(x, conf, (struct resil_bulkhead_state *)sh->st, pm, RESIL_SUCCESS);
+}
+
+static void spin_worker(struct shared *sh, const struct resil_bulkhead_conf *conf, uint32_t id,
+			int w)
+{
+	struct resil_permit_priv pm;
+	struct resil_ctx x;
+
+	memset(&x, 0, sizeof(x));
+	x.client_id = id;
+	for (;;) {
+		if (take(sh, conf, &x, &pm) == 0)
+			give(sh, conf, &x, &pm);
+		atomic_fetch_add_explicit(&sh->ops[w], 1, memory_order_relaxed);
+	}
+}
+
+static void hold_worker(struct shared *sh, const struct resil_bulkhead_conf *conf, uint32_t id,
+			int w)
+{
+	struct resil_permit_priv pm[2];
+	struct resil_ctx x;
+
+	memset(&x, 0, sizeof(x));
+	x.client_id = id;
+	for (;;) {
+		int got = 0;
+
+		for (int i = 0; i < 2; i++)
+			if (take(sh, conf, &x, &pm[got]) == 0)
+				got++;
+		atomic_fetch_add_explicit(&sh->ops[w], 1, memory_order_relaxed);
+		test_sleep_ms(1); /* sits on them */
+		while (got)
+			give(sh, conf, &x, &pm[--got]);
+	}
+}
+
+int main(void)
+{
+	struct resil_bulkhead_conf conf, wconf;
+	struct shared *sh;
+	int rounds = 200 * resil_test_scale();
+	int excess_rounds = 0, reclaimed_rounds = 0, waiter_rounds = 0, odd_epochs = 0;
+	uint64_t seed = 0x1234567u;
+	char err[128];
+	size_t size;
+
+	resil_bulkhead_conf_defaults(&conf);
+	if (resil_bulkhead_conf_set(&conf, "bulkhead.max", "4", err, sizeof(err)) < 0)
+		return 1;
+	wconf = conf;
+	wconf.wait_ns = 20 * RESIL_NS_PER_MS;
+	struct resil_adaptive_conf aconf;
+	resil_adaptive_conf_defaults(&aconf);
+	if (resil_adaptive_conf_set(&aconf, "adaptive.max", "8", err, sizeof(err)) < 0 ||
+	    resil_adaptive_conf_set(&aconf, "adaptive.initial", "3", err, sizeof(err)) < 0 ||
+	    resil_adaptive_conf_set(&aconf, "adaptive.min", "3", err, sizeof(err)) < 0 ||
+	    resil_adaptive_conf_set(&aconf, "adaptive.window", "1ms", err, sizeof(err)) < 0)
+		return 1;
+	uint64_t boff =
+	    resil_align_up(sizeof(*sh) + resil_bulkhead_state_size(&conf), RESIL_HOT_ALIGN);
+	size = boff + resil_adaptive_state_size(&aconf);
+	sh = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED)
+		return 1;
+	resil_bulkhead_state_init(sh->st, &conf, 0);
+	sh->aconf = aconf;
+	sh->ad = (struct resil_adaptive_state *)((char *)sh + boff);
+	resil_adaptive_state_init(sh->ad, &aconf, test_mono_ns());
+	struct resil_bulkhead_state *st = (struct resil_bulkhead_state *)sh->st;
+
+	for (int r = 0; r < rounds; r++) {
+		struct resil_reclaim_counts counts = {0}, again = {0};
+		pid_t pids[WORKERS];
+		uint32_t ids[WORKERS];
+		struct resil_ctx x;
+		long start[WORKERS];
+
+		for (int w = 0; w < WORKERS; w++) {
+			ids[w] = (uint32_t)(r * WORKERS + w + 1);
+			start[w] = atomic_load(&sh->ops[w]);
+			pids[w] = fork();
+			if (pids[w] < 0) {
+				perror("fork");
+				return 1;
+			}
+			if (pids[w] == 0) {
+				if (w < 2)
+					spin_worker(sh, &conf, ids[w], w);
+				else if (w == 2)
+					hold_worker(sh, &conf, ids[w], w);
+				else
+					spin_worker(sh, &wconf, ids[w], w); /* waits on the futex */
+				_exit(0);
+			}
+		}
+		/* let them all get going, then kill at a random moment */
+		for (int w = 0; w < WORKERS; w++)
+			TEST_CHECK(TEST_EVENTUALLY(atomic_load(&sh->ops[w]) != start[w] ||
+						   (w == 3 && atomic_load(&st->nwait) != 0)));
+		{
+			uint64_t us = resil_splitmix64(&seed) % 3000;
+			struct timespec ts = {0, (long)us * 1000};
+
+			nanosleep(&ts, NULL);
+		}
+		if (atomic_load(&st->nwait) != 0)
+			waiter_rounds++;
+		for (int w = 0; w < WORKERS; w++)
+			kill(pids[w], SIGKILL);
+		for (int w = 0; w < WORKERS; w++)
+			TEST_CHECK(waitpid(pids[w], NULL, 0) == pids[w]);
+
+		/* the daemon's part */
+		memset(&x, 0, sizeof(x));
+		for (int w = 0; w < WORKERS; w++) {
+			resil_bulkhead_reclaim(&x, &conf, st, ids[w], &counts);
+			resil_adaptive_reclaim(&x, &aconf, sh->ad, ids[w], &counts);
+		}
+		if (counts.permits)
+			reclaimed_rounds++;
+		TEST_CHECK(resil_bulkhead_held(st) == 0);
+		TEST_CHECK(resil_adaptive_held(sh->ad) == 0);
+		for (unsigned i = 0; i < RESIL_BULKHEAD_WAITERS; i++)
+			TEST_CHECK(atomic_load(&st->wslots[i]) == 0);
+		for (int w = 0; w < WORKERS; w++) {
+			resil_bulkhead_reclaim(&x, &conf, st, ids[w], &again);
+			resil_adaptive_reclaim(&x, &aconf, sh->ad, ids[w], &again);
+		}
+		TEST_CHECK(again.permits == 0 && again.waiters == 0);
+		TEST_CHECK(counts.permits <= 2 * MAX); /* adaptive permits ride on bulkhead ones */
+
+		if (atomic_load(&st->inflight) != 0 || atomic_load(&st->nwait) != 0 ||
+		    atomic_load(&sh->ad->inflight) != 0)
+			excess_rounds++;
+		resil_bulkhead_maintain(&x, &conf, st);
+		resil_bulkhead_maintain(&x, &conf, st);
+		TEST_CHECK(atomic_load(&st->inflight) == 0);
+		TEST_CHECK(atomic_load(&st->nwait) == 0);
+		resil_adaptive_maintain(&x, &aconf, sh->ad);
+		x.now = 0;
+		resil_adaptive_maintain(&x, &aconf, sh->ad);
+		TEST_CHECK(atomic_load(&sh->ad->inflight) == 0);
+		/* a window decision cut short is taken over (8 windows later) */
+		if (atomic_load(&sh->ad->epoch) & 1) {
+			odd_epochs++;
+			TEST_CHECK(
+			    TEST_EVENTUALLY((x.now = 0, resil_adaptive_maintain(&x, &aconf, sh->ad),
+					     (atomic_load(&sh->ad->epoch) & 1) == 0)));
+		}
+
+		/* and they are whole: max callers get in, one more does not */
+		struct resil_permit_priv pm[16]; /* max + 1 of either */
+		x.client_id = 999999;
+		for (int i = 0; i < MAX; i++) {
+			memset(&pm[i], 0, sizeof(pm[i]));
+			TEST_CHECK(resil_bulkhead_acquire(&x, &conf, st, &pm[i]) == 0);
+		}
+		memset(&pm[MAX], 0, sizeof(pm[MAX]));
+		TEST_CHECK(resil_bulkhead_acquire(&x, &conf, st, &pm[MAX]) == RESIL_REJECT_FULL);
+		for (int i = 0; i < MAX; i++)
+			resil_bulkhead_release(&x, &conf, st, &pm[i], RESIL_SUCCESS);
+		TEST_CHECK(atomic_load(&st->inflight) == 0);
+		uint32_t lim = resil_adaptive_limit(sh->ad);
+		for (uint32_t i = 0; i < lim; i++) {
+			memset(&pm[i], 0, sizeof(pm[i]));
+			TEST_CHECK(resil_adaptive_acquire(&x, &aconf, sh->ad, &pm[i]) == 0);
+		}
+		memset(&pm[lim], 0, sizeof(pm[lim]));
+		TEST_CHECK(resil_adaptive_acquire(&x, &aconf, sh->ad, &pm[lim]) ==
+			   RESIL_REJECT_FULL);
+		for (uint32_t i = 0; i < lim; i++)
+			resil_adaptive_release(&x, &aconf, sh->ad, &pm[i], RESIL_IGNORED);
+		TEST_CHECK(resil_adaptive_held(sh->ad) == 0);
+	}
+	printf("%d rounds: permits reclaimed in %d, a waiter killed in %d, a hint repaired "
+	       "after %d (kills inside a crash window), a window decision taken over in %d\n",
+	       rounds, reclaimed_rounds, waiter_rounds, excess_rounds, odd_epochs);
+	printf("ok\n");
+	munmap(sh, size);
+	return 0;
+}

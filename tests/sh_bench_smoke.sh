@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# label: unit
+# The benchmarks keep building and running: bench/run.sh --smoke runs every
+# part (floors, every hot path, the socket and Redis peers when they are
+# there, several processes, the fleet scenarios, callgrind, plots, the
+# report) in seconds, into a temporary directory. No timed assertion: only
+# that each part produced its rows and that the verdicts are the expected
+# ones (an admission case admits, a rejection case rejects).
+set -euo pipefail
+
+SRC=${SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+BIN=${BIN:-$SRC/build}
+if [[ ! -x $BIN/bench/resil_bench ]]; then
+	echo "sh_bench_smoke: $BIN/bench/resil_bench not built" >&2
+	exit 1
+fi
+out=$(mktemp -d "${TMPDIR:-/tmp}/resil-bench-smoke.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+
+bash "$SRC/bench/run.sh" --smoke --build "$BIN" --out "$out" 2>"$out/log" || {
+	cat "$out/log" >&2
+	exit 1
+}
+tsv=$out/results.tsv
+fail=0
+need() { # group name metric
+	if ! awk -F'\t' -v g="$1" -v n="$2" -v m="$3" \
+		'$1 == g && $2 == n && $3 == m { found = 1 } END { exit !found }' "$tsv"; then
+		echo "sh_bench_smoke: no $1/$2 $3 row" >&2
+		fail=1
+	fi
+}
+admitted() { # group name expected-fraction
+	local v
+	v=$(awk -F'\t' -v g="$1" -v n="$2" '$1 == g && $2 == n && $3 == "ns_op" {
+		sub(/.*admitted=/, "", $8); sub(/ .*/, "", $8); print $8 }' "$tsv")
+	if [[ -z $v ]] || ! awk -v v="$v" -v e="$3" 'BEGIN { d = v - e; exit !(d < 0.01 && d > -0.01) }'; then
+		echo "sh_bench_smoke: $1/$2 admitted '$v', expected $3" >&2
+		fail=1
+	fi
+}
+
+for n in bare_call fetch_add cas clock_monotonic clock_coarse clock_cas; do
+	need floor "$n" ns_op
+done
+for n in breaker.count100.acq_rel breaker.time.acq_rel breaker.open_reject limit.admit \
+	limit.reject bulkhead.acq_rel adaptive.acq_rel shed.acq_rel stack.acq_rel \
+	limit.keyed_1k.random limit.keyed_reject; do
+	need resil "$n" ns_op
+done
+admitted resil breaker.count100.acq_rel 1
+admitted resil bulkhead.acq_rel 1
+admitted resil limit.admit 1
+admitted resil breaker.open_reject 0
+admitted resil limit.reject 0
+admitted resil limit.keyed_reject 0
+need mp breaker.count100.shared.p2 mops
+need fleet breaker.shared dead_calls
+need fleet breaker.process dead_calls
+need fleet rate.all_busy.shared_r admitted_per_s
+if command -v valgrind >/dev/null; then
+	need resil breaker.count100.acq_rel instr_op
+fi
+if grep -q '^smoke: 1' "$out/machine.txt" &&
+	{ [[ -s $out/BENCHMARKS.md ]] || ! command -v python3 >/dev/null; }; then
+	:
+else
+	echo "sh_bench_smoke: no report" >&2
+	fail=1
+fi
+if ((fail)); then
+	cat "$out/log" >&2
+	exit 1
+fi
+echo "sh_bench_smoke: ok ($(grep -vc '^#' "$tsv") rows)"

@@ -1,0 +1,117 @@
+#!/bin/bash
+# label: integration
+#
+# sh_metrics.sh - the Prometheus exposition of a real resild:
+#   - `resilctl metrics` parses with an independent parser (python3's
+#     prometheus_client, when installed) and with `promtool check metrics`
+#     (when installed), and shows what was done (a forced-open breaker);
+#   - `resild --metrics-listen 127.0.0.1:PORT` serves the policies' families on
+#     GET /metrics with the 0.0.4 content type, 404 elsewhere (when this
+#     resild has the option).
+# Needs $RESILD and $RESILCTL (tests/CMakeLists.txt sets them).
+set -u
+
+fail() { echo "sh_metrics: FAIL: $*" >&2; exit 1; }
+
+DIR=$(mktemp -d /tmp/resil-metrics-XXXXXX)
+SOCK=$DIR/control.sock
+DPID=
+cleanup() {
+	if [ -n "$DPID" ]; then
+		kill "$DPID" 2>/dev/null
+		wait "$DPID" 2>/dev/null
+	fi
+	rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+eventually() {
+	for _ in $(seq 100); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+[ -x "${RESILD:-}" ] || fail "RESILD not set"
+[ -x "${RESILCTL:-}" ] || fail "RESILCTL not set"
+
+PY=
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import prometheus_client.parser' 2>/dev/null; then
+	PY=/usr/bin/python3
+else
+	echo "sh_metrics: note: python3-prometheus-client not installed, its parser not used" >&2
+fi
+PROMTOOL=$(command -v promtool || true)
+[ -n "$PROMTOOL" ] || echo "sh_metrics: note: promtool not installed, not used" >&2
+
+# check FILE: parse with every parser we have, and check what we know
+check() {
+	local f=$1
+	grep -q '^# TYPE resil_calls_total counter$' "$f" || fail "no resil_calls_total family in $f"
+	grep -q '^resil_breaker_state{policy="inventory",state="forced_open"} 4$' "$f" ||
+		fail "the forced-open breaker is not in $f: $(grep breaker_state "$f")"
+	grep -q '^resil_bulkhead_max{policy="inventory"} 3$' "$f" || fail "no bulkhead max in $f"
+	grep -q '^resil_call_duration_seconds_count{policy="search"} 0$' "$f" ||
+		fail "no histogram for search in $f"
+	if [ -n "$PY" ]; then
+		"$PY" - "$f" <<'EOF' || fail "prometheus_client rejected $f"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = {f.name: f for f in text_string_to_metric_families(open(sys.argv[1]).read())}
+assert fams["resil_calls"].type == "counter", fams["resil_calls"].type
+h = fams["resil_call_duration_seconds"]
+assert h.type == "histogram"
+les = [float(s.labels["le"]) for s in h.samples if s.name.endswith("_bucket")]
+assert les == sorted(les) and les[-1] == float("inf"), les
+pols = {s.labels["policy"] for s in fams["resil_calls"].samples}
+assert {"inventory", "search"} <= pols, pols
+EOF
+	fi
+	if [ -n "$PROMTOOL" ]; then
+		"$PROMTOOL" check metrics <"$f" || fail "promtool check metrics rejected $f"
+	fi
+}
+
+HTTP=0
+if "$RESILD" --help 2>&1 | grep -q -- '--metrics-listen'; then
+	HTTP=1
+	PORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 19464)
+	EXTRA=(--metrics-listen "127.0.0.1:$PORT")
+else
+	echo "sh_metrics: note: this resild has no --metrics-listen, HTTP part not run" >&2
+	EXTRA=()
+fi
+
+mkdir -p "$DIR/conf"
+"$RESILD" --foreground --socket "$SOCK" --config "$DIR/conf" "${EXTRA[@]}" >"$DIR/resild.log" 2>&1 &
+DPID=$!
+eventually "$RESILCTL" --socket "$SOCK" list >/dev/null 2>&1 || {
+	cat "$DIR/resild.log" >&2
+	fail "resild did not answer within 10 s"
+}
+"$RESILCTL" --socket "$SOCK" create inventory 'breaker.window = count:10; bulkhead.max = 3' >/dev/null ||
+	fail "create inventory"
+"$RESILCTL" --socket "$SOCK" create search 'histogram = on; limit.rate = 100/s' >/dev/null ||
+	fail "create search"
+"$RESILCTL" --socket "$SOCK" force-open inventory >/dev/null || fail "force-open inventory"
+
+"$RESILCTL" --socket "$SOCK" metrics >"$DIR/ctl.txt" || fail "resilctl metrics"
+check "$DIR/ctl.txt"
+
+if [ $HTTP = 1 ]; then
+	eventually curl -sf -o "$DIR/http.txt" -D "$DIR/http.hdr" "http://127.0.0.1:$PORT/metrics" ||
+		fail "GET /metrics on port $PORT: $(cat "$DIR/resild.log")"
+	grep -qi '^content-type: text/plain; version=0.0.4' "$DIR/http.hdr" ||
+		fail "content type: $(cat "$DIR/http.hdr")"
+	check "$DIR/http.txt"
+	# every family served over HTTP is one resilctl shows too (resilctl may
+	# add what only the daemon's loop knows: connections, subscribers...)
+	extra=$(comm -13 <(grep '^# TYPE' "$DIR/ctl.txt" | sort) <(grep '^# TYPE' "$DIR/http.txt" | sort))
+	[ -z "$extra" ] || fail "GET /metrics has families resilctl metrics lacks: $extra"
+	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/other")
+	[ "$code" = 404 ] || fail "GET /other answered $code"
+fi
+
+echo "sh_metrics: ok"
+exit 0

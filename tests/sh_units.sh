@@ -1,0 +1,47 @@
+#!/bin/bash
+# label: unit
+#
+# The systemd units pass `systemd-analyze verify` (with ExecStart pointing
+# at the built resild, in a temporary copy), and their hardening is shown
+# with `systemd-analyze security --offline=true` (printed, and its exposure
+# must stay below 2.0, the "OK" bound).
+# Skips (77) without systemd-analyze.
+set -u
+SRC=${SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+RESILD=${RESILD:-$SRC/build/daemon/resild}
+
+command -v systemd-analyze >/dev/null || { echo "no systemd-analyze: skipped"; exit 77; }
+[ -x "$RESILD" ] || { echo "no resild at $RESILD"; exit 1; }
+
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+cp "$SRC/systemd/resild.service" "$SRC/systemd/resild.socket" "$T/"
+sed -i "s#^ExecStart=/usr/sbin/resild#ExecStart=$RESILD#" "$T/resild.service"
+grep -q "^ExecStart=$RESILD " "$T/resild.service" || { echo "ExecStart not rewritten"; exit 1; }
+
+fail=0
+echo "== systemd-analyze verify"
+if ! systemd-analyze verify "$T/resild.service" "$T/resild.socket"; then
+	echo "FAIL: verify"
+	fail=1
+fi
+
+# the rules the units must keep
+grep -q '^Type=notify$' "$T/resild.service" || { echo "FAIL: Type=notify"; fail=1; }
+grep -q '^RuntimeDirectory=' "$T/resild.service" && { echo "FAIL: RuntimeDirectory= removes the socket's directory"; fail=1; }
+grep -q '^PrivateUsers=' "$T/resild.service" && { echo "FAIL: PrivateUsers= breaks SO_PEERCRED"; fail=1; }
+grep -q '^SocketMode=0660$' "$T/resild.socket" || { echo "FAIL: SocketMode=0660"; fail=1; }
+grep -q '^ListenSequentialPacket=' "$T/resild.socket" || { echo "FAIL: ListenSequentialPacket="; fail=1; }
+
+echo "== systemd-analyze security --offline=true"
+out=$(systemd-analyze security --offline=true "$T/resild.service" 2>&1)
+echo "$out" | grep -E '✗|Overall'
+level=$(echo "$out" | sed -n 's/.*Overall exposure level for resild.service: \([0-9.]*\).*/\1/p')
+if [ -z "$level" ]; then
+	echo "FAIL: no exposure level"
+	fail=1
+elif ! awk -v l="$level" 'BEGIN { exit !(l < 2.0) }'; then
+	echo "FAIL: exposure $level >= 2.0"
+	fail=1
+fi
+exit $fail

@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stress_bulkhead.c - 8 forked processes on one bulkhead in a MAP_SHARED
+ * region, each taking up to 3 permits at once (normal and critical
+ * priority, some waiting, some failing fast) and holding them for random
+ * times.
+ *
+ * Invariants (validate part):
+ *   - the number of claimed slots is never above bulkhead.max: each
+ *     holder counts itself in right after its claim and out right before
+ *     its release (a count of claims, not the racy hint);
+ *   - at the end: 0 claimed slots, hint 0, no waiter counted.
+ * Then (bench part) the throughput of admissions is printed.
+ *
+ * Runs in a few seconds; RESIL_TEST_SCALE multiplies the rounds.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "resil.h"
+#include "bulkhead.h"
+#include "testutil.h"
+
+#define PROCS 8
+#define MAX   5
+
+struct shared {
+	_Atomic int inside; /* holders that counted themselves in */
+	_Atomic int worst;  /* most at once, as holders saw it */
+	_Atomic long admitted;
+	_Atomic long rejected;
+	alignas(RESIL_HOT_ALIGN) char st[]; /* the bulkhead state */
+};
+
+static void worker(struct shared *sh, const struct resil_bulkhead_conf *conf, uint32_t id,
+		   long rounds)
+{
+	struct resil_bulkhead_state *st = (struct resil_bulkhead_state *)sh->st;
+	uint64_t seed = 0x9e3779b97f4a7c15ULL * id;
+	long admitted = 0, rejected = 0;
+	struct resil_permit_priv pm[3];
+	struct resil_ctx x;
+
+	memset(&x, 0, sizeof(x));
+	x.client_id = id;
+	for (long r = 0; r < rounds; r++) {
+		uint64_t rnd = resil_splitmix64(&seed);
+		int want = 1 + (int)(rnd % 3), got = 0, i;
+
+		for (i = 0; i < want; i++) {
+			memset(&pm[got], 0, sizeof(pm[got]));
+			pm[got].priority =
+			    (rnd >> 8) % 4 == 0 ? RESIL_PRIO_CRITICAL : RESIL_PRIO_NORMAL;
+			if (resil_bulkhead_acquire(&x, conf, st, &pm[got]) == 0) {
+				int in = atomic_fetch_add(&sh->inside, 1) + 1;
+				int w = atomic_load(&sh->worst);
+
+				TEST_CHECK(in <= MAX);
+				while (in > w && !atomic_compare_exchange_weak(&sh->worst, &w, in))
+					;
+				got++;
+				admitted++;
+			} else {
+				rejected++;
+			}
+		}
+		/* hold: a random spin, sometimes a yield */
+		for (volatile uint64_t s = 0; s < ((rnd >> 16) & 1023); s++)
+			;
+		if (((rnd >> 32) & 15) == 0)
+			sched_yield();
+		while (got > 0) {
+			got--;
+			atomic_fetch_sub(&sh->inside, 1);
+			resil_bulkhead_release(&x, conf, st, &pm[got], RESIL_SUCCESS);
+		}
+	}
+	atomic_fetch_add(&sh->admitted, admitted);
+	atomic_fetch_add(&sh->rejected, rejected);
+}
+
+int main(void)
+{
+	struct resil_bulkhead_conf conf;
+	struct shared *sh;
+	pid_t pids[PROCS];
+	long rounds = 30000L * resil_test_scale();
+	char err[128];
+	size_t size;
+	int64_t t0, t1;
+	int i, status, failed = 0;
+
+	resil_bulkhead_conf_defaults(&conf);
+	if (resil_bulkhead_conf_set(&conf, "bulkhead.max", "5", err, sizeof(err)) ||
+	    resil_bulkhead_conf_set(&conf, "bulkhead.critical", "20", err, sizeof(err)) ||
+	    resil_bulkhead_conf_set(&conf, "bulkhead.wait", "1ms", err, sizeof(err))) {
+		fprintf(stderr, "conf: %s\n", err);
+		return 1;
+	}
+	size = sizeof(*sh) + resil_bulkhead_state_size(&conf);
+	sh = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED)
+		return 1;
+	resil_bulkhead_state_init(sh->st, &conf, 0);
+
+	t0 = test_mono_ns();
+	for (i = 0; i < PROCS; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0) {
+			/* half of them wait up to 1 ms for a permit, half fail fast */
+			struct resil_bulkhead_conf mine = conf;
+
+			if (i % 2)
+				mine.wait_ns = 0;
+			worker(sh, &mine, 1 + (uint32_t)i, rounds);
+			_exit(0);
+		}
+	}
+	for (i = 0; i < PROCS; i++) {
+		if (waitpid(pids[i], &status, 0) < 0 || !WIFEXITED(status) ||
+		    WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "worker %d failed (status %#x)\n", i, status);
+			failed = 1;
+		}
+	}
+	t1 = test_mono_ns();
+
+	struct resil_bulkhead_state *st = (struct resil_bulkhead_state *)sh->st;
+	printf("max %d: most in flight %d; held at end %u, hint %d, waiters %u\n", MAX,
+	       atomic_load(&sh->worst), resil_bulkhead_held(st),
+	       (int32_t)atomic_load(&st->inflight), atomic_load(&st->nwait));
+	printf("%d processes: %ld admitted, %ld rejected in %.2f s (%.0f admissions/s)\n", PROCS,
+	       atomic_load(&sh->admitted), atomic_load(&sh->rejected), (t1 - t0) / 1e9,
+	       atomic_load(&sh->admitted) / ((t1 - t0) / 1e9));
+	if (atomic_load(&sh->worst) > MAX)
+		failed = 1;
+	if (resil_bulkhead_held(st) != 0 || atomic_load(&st->inflight) != 0 ||
+	    atomic_load(&st->nwait) != 0)
+		failed = 1;
+	if (atomic_load(&sh->admitted) == 0 || atomic_load(&sh->worst) < MAX)
+		failed = 1; /* the test must actually have filled the bulkhead */
+	munmap(sh, size);
+	printf("%s\n", failed ? "FAIL" : "ok");
+	return failed;
+}

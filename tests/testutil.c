@@ -1,0 +1,423 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * testutil.c - helpers for every test (see testutil.h).
+ *
+ * Real-process helpers never wait a fixed time for something to happen:
+ * they poll a condition with a 10 s limit, so a slow, shared 2-core machine
+ * makes a test slower, never wrong.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#ifndef RESILD_PATH
+#define RESILD_PATH "resild"
+#endif
+
+void test_fail(const char *file, int line, const char *what)
+{
+	fprintf(stderr, "%s:%d: check failed: %s (pid %d)\n", file, line, what, (int)getpid());
+	fflush(stderr);
+	_exit(1);
+}
+
+int64_t test_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void test_sleep_ms(int ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+bool test_wait_until(bool (*cond)(void *ctx), void *ctx, int timeout_ms)
+{
+	int64_t end = test_mono_ns() + (int64_t)timeout_ms * 1000000LL;
+
+	for (;;) {
+		if (cond(ctx))
+			return true;
+		if (test_mono_ns() > end)
+			return false;
+		test_sleep_ms(5);
+	}
+}
+
+int resil_test_scale(void)
+{
+	const char *s = getenv("RESIL_TEST_SCALE");
+	long v;
+
+	if (!s || !*s)
+		return 1;
+	v = strtol(s, NULL, 10);
+	return v >= 1 && v <= 1000 ? (int)v : 1;
+}
+
+/* ---- clock ---- */
+
+struct test_clock *test_clock_new(int64_t start_ns)
+{
+	struct test_clock *c =
+	    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (c == MAP_FAILED)
+		return NULL;
+	atomic_store_explicit(&c->ns, start_ns, memory_order_relaxed);
+	return c;
+}
+
+void test_clock_free(struct test_clock *c)
+{
+	if (c)
+		munmap(c, 4096);
+}
+
+int64_t test_clock_fn(void *ctx)
+{
+	struct test_clock *c = ctx;
+
+	/* acquire: pairs with the release of test_clock_set/advance, so what a
+	 * driver wrote before moving time is seen with the new time */
+	return atomic_load_explicit(&c->ns, memory_order_acquire);
+}
+
+void test_clock_set(struct test_clock *c, int64_t ns)
+{
+	atomic_store_explicit(&c->ns, ns, memory_order_release);
+}
+
+void test_clock_advance(struct test_clock *c, int64_t ns)
+{
+	atomic_fetch_add_explicit(&c->ns, ns, memory_order_acq_rel);
+}
+
+/* ---- processes ---- */
+
+int test_wait_pid(pid_t pid, int timeout_ms)
+{
+	int64_t end = test_mono_ns() + (int64_t)timeout_ms * 1000000LL;
+	int status;
+
+	for (;;) {
+		pid_t w = waitpid(pid, &status, WNOHANG);
+
+		if (w == pid)
+			return status;
+		if (w < 0 && errno != EINTR)
+			return -errno;
+		if (test_mono_ns() > end)
+			return -ETIMEDOUT;
+		test_sleep_ms(2);
+	}
+}
+
+static int status_code(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return -EIO;
+}
+
+int test_run(const char *const *argv, const char *const *env, char *out, size_t outlen)
+{
+	int64_t end = test_mono_ns() + 30LL * 1000000000LL;
+	size_t used = 0;
+	int pfd[2], status;
+	pid_t pid;
+
+	if (!argv || !argv[0])
+		return -EINVAL;
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(pfd[0]);
+		close(pfd[1]);
+		return -errno;
+	}
+	if (pid == 0) {
+		int devnull = open("/dev/null", O_RDONLY);
+
+		if (devnull >= 0)
+			dup2(devnull, 0);
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		for (int i = 0; env && env[i]; i++)
+			putenv((char *)env[i]);
+		execvp(argv[0], (char *const *)argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(pfd[1]);
+	for (;;) {
+		struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+		char sink[512];
+		ssize_t n;
+		int left = (int)((end - test_mono_ns()) / 1000000);
+
+		if (left <= 0) {
+			kill(pid, SIGKILL);
+			break;
+		}
+		if (poll(&p, 1, left) <= 0)
+			continue;
+		if (out && used + 1 < outlen)
+			n = read(pfd[0], out + used, outlen - 1 - used);
+		else
+			n = read(pfd[0], sink, sizeof(sink));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (out && used + 1 < outlen)
+			used += (size_t)n;
+	}
+	close(pfd[0]);
+	if (out && outlen)
+		out[used] = 0;
+	status = test_wait_pid(pid, 10000);
+	if (status < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return status;
+	}
+	return status_code(status);
+}
+
+uid_t test_nobody_uid(void)
+{
+	struct passwd *pw = getpwnam("nobody");
+
+	return pw ? pw->pw_uid : 65534;
+}
+
+gid_t test_nobody_gid(void)
+{
+	struct group *gr = getgrnam("nogroup");
+
+	if (!gr)
+		gr = getgrnam("nobody");
+	return gr ? gr->gr_gid : 65534;
+}
+
+int test_drop_to_nobody(void)
+{
+	uid_t u = test_nobody_uid();
+	gid_t g = test_nobody_gid();
+
+	if (geteuid() != 0)
+		return -EPERM;
+	if (setgroups(0, NULL) < 0)
+		return -errno;
+	if (setresgid(g, g, g) < 0)
+		return -errno;
+	if (setresuid(u, u, u) < 0)
+		return -errno;
+	if (getuid() != u || geteuid() != u)
+		return -EPERM;
+	return 0;
+}
+
+/* ---- daemon ---- */
+
+int test_daemon_init(struct test_daemon *d)
+{
+	char tmpl[] = "/tmp/resil-test-XXXXXX";
+
+	memset(d, 0, sizeof(*d));
+	if (!mkdtemp(tmpl))
+		return -errno;
+	/* 0755: a child dropped to nobody must reach the socket */
+	chmod(tmpl, 0755);
+	snprintf(d->dir, sizeof(d->dir), "%s", tmpl);
+	snprintf(d->sock, sizeof(d->sock), "%s/control.sock", tmpl);
+	snprintf(d->confdir, sizeof(d->confdir), "%s/conf.d", tmpl);
+	snprintf(d->log, sizeof(d->log), "%s/resild.log", tmpl);
+	if (mkdir(d->confdir, 0755) < 0)
+		return -errno;
+	return 0;
+}
+
+/* One hello over SOCK_SEQPACKET: any datagram back means it answers. The
+ * request is packed by hand (field 1 id = 1, field 10 Hello{1:1, 2:1}) so
+ * this helper needs nothing of the library. */
+bool test_daemon_answers(const struct test_daemon *d)
+{
+	static const unsigned char hello[] = {0x08, 0x01, 0x52, 0x04, 0x08, 0x01, 0x10, 0x01};
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct pollfd p;
+	char buf[4096];
+	bool ok = false;
+	int fd;
+
+	if (strlen(d->sock) >= sizeof(sa.sun_path))
+		return false;
+	strcpy(sa.sun_path, d->sock);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		goto out;
+	if (send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello))
+		goto out;
+	p.fd = fd;
+	p.events = POLLIN;
+	if (poll(&p, 1, 1000) == 1 && recv(fd, buf, sizeof(buf), 0) > 0)
+		ok = true;
+out:
+	close(fd);
+	return ok;
+}
+
+int test_daemon_start(struct test_daemon *d, const char *const *extra)
+{
+	const char *argv[32];
+	int n = 0, logfd;
+	int64_t end;
+	pid_t pid;
+
+	argv[n++] = RESILD_PATH;
+	argv[n++] = "--foreground";
+	argv[n++] = "--socket";
+	argv[n++] = d->sock;
+	argv[n++] = "--config-dir";
+	argv[n++] = d->confdir;
+	for (int i = 0; extra && extra[i] && n < 31; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+
+	logfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (logfd < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(logfd);
+		return -errno;
+	}
+	if (pid == 0) {
+		int devnull = open("/dev/null", O_RDONLY);
+
+		if (devnull >= 0)
+			dup2(devnull, 0);
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+		unsetenv("NOTIFY_SOCKET");
+		unsetenv("LISTEN_FDS");
+		unsetenv("LISTEN_PID");
+		execv(argv[0], (char *const *)argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(logfd);
+	d->pid = pid;
+	end = test_mono_ns() + (int64_t)TEST_EVENTUALLY_MS * 1000000LL;
+	for (;;) {
+		if (test_daemon_answers(d))
+			return 0;
+		if (waitpid(pid, NULL, WNOHANG) == pid) {
+			d->pid = 0;
+			break;
+		}
+		if (test_mono_ns() > end) {
+			test_daemon_kill(d);
+			break;
+		}
+		test_sleep_ms(10);
+	}
+	/* say why */
+	{
+		char buf[4096];
+		int fd = open(d->log, O_RDONLY | O_CLOEXEC);
+		ssize_t r;
+
+		fprintf(stderr, "resild did not start; its log:\n");
+		if (fd >= 0) {
+			while ((r = read(fd, buf, sizeof(buf))) > 0)
+				fwrite(buf, 1, (size_t)r, stderr);
+			close(fd);
+		}
+	}
+	return -ECONNREFUSED;
+}
+
+int test_daemon_stop(struct test_daemon *d)
+{
+	int st;
+
+	if (d->pid <= 0)
+		return 0;
+	kill(d->pid, SIGTERM);
+	st = test_wait_pid(d->pid, TEST_EVENTUALLY_MS);
+	if (st == -ETIMEDOUT) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, NULL, 0);
+	}
+	d->pid = 0;
+	return st;
+}
+
+void test_daemon_kill(struct test_daemon *d)
+{
+	if (d->pid <= 0)
+		return;
+	kill(d->pid, SIGKILL);
+	waitpid(d->pid, NULL, 0);
+	d->pid = 0;
+}
+
+static void rm_tree(const char *path)
+{
+	DIR *dir = opendir(path);
+	struct dirent *e;
+	char sub[PATH_MAX * 2];
+
+	if (!dir) {
+		unlink(path);
+		return;
+	}
+	while ((e = readdir(dir))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+		if (e->d_type == DT_DIR)
+			rm_tree(sub);
+		else
+			unlink(sub);
+	}
+	closedir(dir);
+	rmdir(path);
+}
+
+void test_daemon_fini(struct test_daemon *d)
+{
+	test_daemon_stop(d);
+	if (d->dir[0] && strncmp(d->dir, "/tmp/resil-test-", 16) == 0)
+		rm_tree(d->dir);
+	d->dir[0] = 0;
+}

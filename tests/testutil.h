@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * testutil.h - helpers every test may use.
+ *
+ *   - a resild of the test's own, on a socket in a fresh temporary
+ *     directory, started and stopped by the test (RESILD_PATH comes from
+ *     tests/CMakeLists.txt);
+ *   - $RESIL_TEST_SCALE for long loops (default 1);
+ *   - a manual clock in a MAP_SHARED page, so forked processes share it;
+ *   - "eventually": poll a condition for up to 10 s, never sleep a fixed
+ *     time to wait for something;
+ *   - run a command and capture what it prints;
+ *   - drop a forked child to uid/gid nobody.
+ *
+ * Exit code 77 means skipped (ctest SKIP_RETURN_CODE).
+ */
+#ifndef RESIL_TESTUTIL_H
+#define RESIL_TESTUTIL_H
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define TEST_SKIP	   77
+#define TEST_EVENTUALLY_MS 10000
+
+/* ---- a resild of the test's own ---- */
+struct test_daemon {
+	pid_t pid;		/* 0 when not running */
+	char dir[PATH_MAX];	/* temporary directory (socket, config, logs) */
+	char sock[PATH_MAX];	/* dir/control.sock */
+	char confdir[PATH_MAX]; /* dir/conf.d: configuration files, empty at start */
+	char log[PATH_MAX];	/* dir/resild.log: the daemon's stdout and stderr */
+};
+
+/* Create the directory (mode 0755) and fill the paths; does not start. */
+int test_daemon_init(struct test_daemon *d);
+/* Start RESILD_PATH --foreground --socket SOCK --config-dir CONFDIR plus
+ * extra (NULL-terminated, may be NULL) and wait until it answers (10 s).
+ * 0 or -errno; on failure the log is printed to stderr. */
+int test_daemon_start(struct test_daemon *d, const char *const *extra);
+/* Does a control request on the socket get an answer right now? */
+bool test_daemon_answers(const struct test_daemon *d);
+/* SIGTERM and wait (10 s, then SIGKILL). Returns the exit status as
+ * waitpid reports it, or -errno. */
+int test_daemon_stop(struct test_daemon *d);
+/* SIGKILL and reap. */
+void test_daemon_kill(struct test_daemon *d);
+/* Stop if running and remove the directory. */
+void test_daemon_fini(struct test_daemon *d);
+
+/* ---- scale ---- */
+/* $RESIL_TEST_SCALE as a positive integer (default 1). */
+int resil_test_scale(void);
+
+/* ---- a manual clock every forked process sees ---- */
+struct test_clock {
+	_Atomic int64_t ns;
+};
+/* A clock in its own MAP_SHARED anonymous page, starting at start_ns. */
+struct test_clock *test_clock_new(int64_t start_ns);
+void test_clock_free(struct test_clock *c);
+int64_t test_clock_fn(void *ctx); /* a resil_clock_fn: ctx = struct test_clock * */
+void test_clock_set(struct test_clock *c, int64_t ns);
+void test_clock_advance(struct test_clock *c, int64_t ns);
+
+/* ---- eventually ---- */
+/* Poll cond(ctx) every few ms until it holds (true) or timeout_ms passed
+ * (false). */
+bool test_wait_until(bool (*cond)(void *ctx), void *ctx, int timeout_ms);
+/* Statement form for an expression: true once it held within 10 s. */
+#define TEST_EVENTUALLY(expr)                                                                      \
+	({                                                                                         \
+		bool ok_ = false;                                                                  \
+		for (int i_ = 0; i_ < TEST_EVENTUALLY_MS / 5; i_++) {                              \
+			if (expr) {                                                                \
+				ok_ = true;                                                        \
+				break;                                                             \
+			}                                                                          \
+			test_sleep_ms(5);                                                          \
+		}                                                                                  \
+		ok_;                                                                               \
+	})
+void test_sleep_ms(int ms);
+int64_t test_mono_ns(void);
+
+/* ---- processes ---- */
+/* Run argv (argv[0] searched in PATH), capture stdout and stderr together
+ * into out (NUL-terminated, truncated to outlen - 1). env: extra
+ * "NAME=value" strings (NULL-terminated, may be NULL). Returns the exit
+ * code (0..255), 128 + signal, or -errno; gives up after 30 s. */
+int test_run(const char *const *argv, const char *const *env, char *out, size_t outlen);
+/* Wait for pid within timeout_ms: its waitpid status, or -ETIMEDOUT. */
+int test_wait_pid(pid_t pid, int timeout_ms);
+
+/* Drop the calling process to uid and gid nobody (setgroups, setresgid,
+ * setresuid). 0, or -EPERM when not root (the caller skips). */
+int test_drop_to_nobody(void);
+uid_t test_nobody_uid(void);
+gid_t test_nobody_gid(void);
+
+/* Plain assertion that works in forked children too (exit 1 with where). */
+#define TEST_CHECK(cond)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			test_fail(__FILE__, __LINE__, #cond);                                      \
+		}                                                                                  \
+	} while (0)
+void test_fail(const char *file, int line, const char *what) __attribute__((noreturn));
+
+#endif

@@ -1,0 +1,868 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * unit_limit.c - the rate limiter on a plain state block and a manual clock.
+ *
+ * Every figure is exact: the clock only moves when the test moves it, and
+ * random arrival sequences come from a seeded splitmix64. The block is
+ * aligned_alloc'ed, the ctx has no segment (fixed SipHash key).
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+#include <cmocka.h>
+
+#include "limit.h"
+#include "resil.h"
+
+#define MS RESIL_NS_PER_MS
+#define S  RESIL_NS_PER_S
+
+struct fx {
+	struct resil_limit_conf c;
+	struct resil_limit_state *st;
+	struct resil_ctx x;
+	int64_t now;
+};
+
+static int64_t clk_fn(void *ctx)
+{
+	return *(int64_t *)ctx;
+}
+
+static int conf_text(struct resil_limit_conf *c, const char *text)
+{
+	char buf[512], err[256], *save = NULL, *pair;
+	int r;
+
+	resil_limit_conf_defaults(c);
+	snprintf(buf, sizeof(buf), "%s", text);
+	for (pair = strtok_r(buf, ";", &save); pair; pair = strtok_r(NULL, ";", &save)) {
+		char *eq = strchr(pair, '='), *k = pair, *v, *e;
+
+		if (!eq)
+			return -EINVAL;
+		*eq = '\0';
+		v = eq + 1;
+		while (*k == ' ')
+			k++;
+		for (e = eq - 1; e >= k && *e == ' '; e--)
+			*e = '\0';
+		while (*v == ' ')
+			v++;
+		r = resil_limit_conf_set(c, k, v, err, sizeof(err));
+		if (r < 0)
+			return r;
+	}
+	return resil_limit_conf_check(c, err, sizeof(err));
+}
+
+static void fx_init(struct fx *f, const char *text, int64_t start)
+{
+	uint64_t size;
+
+	memset(f, 0, sizeof(*f));
+	assert_int_equal(conf_text(&f->c, text), 0);
+	size = resil_limit_state_size(&f->c);
+	f->st = aligned_alloc(RESIL_HOT_ALIGN, resil_align_up(size, RESIL_HOT_ALIGN));
+	assert_non_null(f->st);
+	memset(f->st, 0xa5, size); /* init must not rely on zeroed memory */
+	resil_limit_state_init(f->st, &f->c, start);
+	f->now = start;
+	f->x.clock.fn = clk_fn;
+	f->x.clock.ctx = &f->now;
+}
+
+static void fx_fini(struct fx *f)
+{
+	free(f->st);
+}
+
+/* One acquire as the library makes it: a fresh ctx reading, a fresh permit. */
+static int acq_n(struct fx *f, const char *key, uint32_t n, struct resil_permit_priv *pm)
+{
+	memset(pm, 0, sizeof(*pm));
+	pm->limit_permits = n;
+	f->x.now = 0;
+	f->x.key = key;
+	f->x.key_len = key ? strlen(key) : 0;
+	return resil_limit_acquire(&f->x, &f->c, f->st, pm);
+}
+
+static int acq(struct fx *f, const char *key, int64_t *wait)
+{
+	struct resil_permit_priv pm;
+	int v = acq_n(f, key, 1, &pm);
+
+	if (wait)
+		*wait = pm.wait_ns;
+	return v;
+}
+
+static void undo(struct fx *f, const char *key, struct resil_permit_priv *pm)
+{
+	f->x.now = 0;
+	f->x.key = key;
+	f->x.key_len = key ? strlen(key) : 0;
+	resil_limit_undo(&f->x, &f->c, f->st, pm);
+}
+
+static uint64_t rng_state;
+static uint64_t rnd(void)
+{
+	return resil_splitmix64(&rng_state);
+}
+
+/* ------------------------------------------------------------ config */
+
+static void test_conf(void **unused)
+{
+	struct resil_limit_conf c, d;
+	char err[256], buf[512], *line, *save = NULL;
+
+	(void)unused;
+	resil_limit_conf_defaults(&c);
+	assert_int_equal(c.on, 0);
+	assert_int_equal(c.burst, 1);
+	assert_int_equal(c.algorithm, RESIL_LIMIT_GCRA);
+
+	assert_int_equal(conf_text(&c, "limit.rate = 100/s"), 0);
+	assert_int_equal(c.on, 1);
+	assert_int_equal(c.count, 100);
+	assert_int_equal(c.period_ns, S);
+	assert_int_equal(c.interval_ns, 10 * MS);
+
+	assert_int_equal(conf_text(&c, "limit.rate = 5/2m; limit.burst = 5; limit.wait = 250ms"), 0);
+	assert_int_equal(c.interval_ns, 24 * S);
+	assert_int_equal(c.burst, 5);
+	assert_int_equal(c.wait_ns, 250 * MS);
+
+	assert_int_equal(conf_text(&c, "limit.rate = 10/s; limit.algorithm = sliding-approx; "
+				       "limit.keys = 1000; limit.when_full = admit"),
+			 0);
+	assert_int_equal(c.algorithm, RESIL_LIMIT_SLIDING_APPROX);
+	assert_int_equal(c.keys, 1000);
+	assert_int_equal(c.when_full_admit, 1);
+
+	/* errors name the key; a failed key leaves the configuration as it was */
+	resil_limit_conf_defaults(&c);
+	assert_int_equal(resil_limit_conf_set(&c, "limit.rate", "fast", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "limit.rate"));
+	assert_int_equal(c.on, 0);
+	assert_int_equal(resil_limit_conf_set(&c, "limit.burst", "0", err, sizeof(err)), -EINVAL);
+	assert_int_equal(resil_limit_conf_set(&c, "limit.algorithm", "leaky", err, sizeof(err)),
+			 -EINVAL);
+	assert_int_equal(resil_limit_conf_set(&c, "limit.when_full", "maybe", err, sizeof(err)),
+			 -EINVAL);
+	assert_int_equal(resil_limit_conf_set(&c, "limit.nope", "1", err, sizeof(err)), -ENOENT);
+	assert_int_equal(resil_limit_conf_set(&c, "limit.rate", "2000000000/s", err, sizeof(err)),
+			 -EINVAL); /* faster than one per ns */
+	assert_int_equal(conf_text(&c, "limit.rate = 2000000/s; limit.algorithm = sliding"), -EINVAL);
+	assert_int_equal(conf_text(&c, "limit.algorithm = sliding; limit.rate = 2000000/s"), -EINVAL);
+	assert_int_equal(conf_text(&c, "limit.burst = 3"), -EINVAL); /* no rate */
+
+	/* format writes what parses back to the same configuration */
+	assert_int_equal(conf_text(&c, "limit.rate = 5/2m; limit.burst = 7; limit.algorithm = "
+				       "sliding; limit.keys = 64; limit.when_full = admit; "
+				       "limit.wait = 1500ms"),
+			 0);
+	assert_true(resil_limit_conf_format(&c, buf, sizeof(buf)) < sizeof(buf));
+	assert_non_null(strstr(buf, "limit.rate = 5/2m\n"));
+	assert_non_null(strstr(buf, "limit.wait = 1500ms\n"));
+	resil_limit_conf_defaults(&d);
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *eq = strstr(line, " = ");
+
+		assert_non_null(eq);
+		*eq = '\0';
+		assert_int_equal(resil_limit_conf_set(&d, line, eq + 3, err, sizeof(err)), 0);
+	}
+	assert_memory_equal(&c, &d, sizeof(c));
+	/* snprintf semantics when the buffer is short */
+	assert_true(resil_limit_conf_format(&c, buf, 8) > 8);
+	assert_int_equal(strlen(buf), 7);
+}
+
+/* ------------------------------------------------------------- GCRA */
+
+static void test_gcra_rate_burst(void **unused)
+{
+	struct fx f;
+	int64_t w;
+	uint64_t before;
+	int i;
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 10/s; limit.burst = 3", 1000 * S);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(acq(&f, NULL, &w), 0);
+	before = atomic_load(&f.st->word);
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_int_equal(w, 100 * MS); /* exact Retry-After */
+	assert_int_equal(atomic_load(&f.st->word), before); /* a rejection writes nothing */
+	f.now += 100 * MS - 1;
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_int_equal(w, 1);
+	f.now += 1;
+	assert_int_equal(acq(&f, NULL, &w), 0);
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_int_equal(w, 100 * MS);
+
+	/* a steady caller gets exactly rate x elapsed (+ burst) */
+	{
+		int admitted = 0;
+		int64_t t0 = f.now;
+
+		for (i = 0; i < 10000; i++) {
+			f.now = t0 + (int64_t)i * MS;
+			admitted += acq(&f, NULL, NULL) == 0;
+		}
+		/* 10 s at 10/s: one every 100 ms from t0 + 100 ms, the last at t0 + 9.9 s */
+		assert_int_equal(admitted, 99);
+	}
+	/* idle refills the burst, no more */
+	f.now += 10 * S;
+	for (i = 0; i < 3; i++)
+		assert_int_equal(acq(&f, NULL, NULL), 0);
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+	fx_fini(&f);
+}
+
+static void test_gcra_translations(void **unused)
+{
+	struct fx f;
+	int64_t w, t0;
+	int i, n;
+
+	(void)unused;
+	/* limit per period: 5 per 2 minutes -> rate 5/2m, burst 5 */
+	fx_init(&f, "limit.rate = 5/2m; limit.burst = 5", 0);
+	for (i = 0; i < 5; i++)
+		assert_int_equal(acq(&f, NULL, NULL), 0);
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_int_equal(w, 24 * S);
+	/* ... and, the README's warning, up to 2 x 5 in the first period */
+	for (n = 5, t0 = 0; t0 < 2 * 60 * S; t0 += S) {
+		f.now = t0;
+		n += acq(&f, NULL, NULL) == 0;
+	}
+	assert_int_equal(n, 9); /* 5 at once, then at 24, 48, 72, 96 s: < 2 x 5 */
+	f.now = 2 * 60 * S;
+	assert_int_equal(acq(&f, NULL, NULL), 0); /* the 10th at exactly 120 s */
+	fx_fini(&f);
+
+	/* token bucket: capacity 4, refill 2/s -> rate 2/s, burst 4 */
+	fx_init(&f, "limit.rate = 2/s; limit.burst = 4", 50 * S);
+	for (i = 0; i < 4; i++)
+		assert_int_equal(acq(&f, NULL, NULL), 0);
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_int_equal(w, 500 * MS);
+	f.now += S; /* two tokens refilled */
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+	fx_fini(&f);
+}
+
+static void test_gcra_reservation(void **unused)
+{
+	struct resil_permit_priv pm;
+	struct fx f;
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 10/s; limit.wait = 250ms", 7 * S);
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+	assert_int_equal(resil_limit_reserved_wait(&pm), 0);
+	assert_false(pm.flags & RESIL_PERMIT_LIMIT_WAIT);
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+	assert_true(pm.flags & RESIL_PERMIT_LIMIT_WAIT);
+	assert_int_equal(resil_limit_reserved_wait(&pm), 100 * MS);
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+	assert_int_equal(resil_limit_reserved_wait(&pm), 200 * MS);
+	/* 300 ms > limit.wait: rejected, nothing reserved, exact Retry-After */
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), RESIL_REJECT_LIMITED);
+	assert_int_equal(pm.wait_ns, 300 * MS);
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), RESIL_REJECT_LIMITED);
+	assert_int_equal(pm.wait_ns, 300 * MS);
+	/* a reserved permit given back frees its turn */
+	f.now += 50 * MS;
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+	assert_int_equal(resil_limit_reserved_wait(&pm), 250 * MS);
+	undo(&f, NULL, &pm);
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+	assert_int_equal(resil_limit_reserved_wait(&pm), 250 * MS);
+	fx_fini(&f);
+}
+
+static void test_gcra_permits_undo(void **unused)
+{
+	struct resil_permit_priv a, b, pm;
+	struct fx f;
+	int64_t tat;
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 10/s; limit.burst = 5", 3 * S);
+	assert_int_equal(acq_n(&f, NULL, 3, &pm), 0);
+	assert_int_equal(acq_n(&f, NULL, 3, &pm), RESIL_REJECT_LIMITED);
+	assert_int_equal(pm.wait_ns, 100 * MS);
+	assert_int_equal(acq_n(&f, NULL, 2, &pm), 0);
+	assert_int_equal(acq_n(&f, NULL, 6, &pm), -E2BIG); /* never possible */
+	fx_fini(&f);
+
+	/* undo gives back exactly what was taken, also with admissions between */
+	fx_init(&f, "limit.rate = 10/s; limit.burst = 2", 3 * S);
+	assert_int_equal(acq_n(&f, NULL, 1, &a), 0);
+	assert_int_equal(acq_n(&f, NULL, 1, &b), 0);
+	tat = (int64_t)atomic_load(&f.st->word);
+	assert_int_equal(tat, 3 * S + 200 * MS);
+	undo(&f, NULL, &a);
+	assert_int_equal((int64_t)atomic_load(&f.st->word), 3 * S + 100 * MS);
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), 0); /* a's permit is free again */
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), RESIL_REJECT_LIMITED);
+	undo(&f, NULL, &b);
+	undo(&f, NULL, &b); /* twice is harmless: the flag is cleared */
+	assert_int_equal((int64_t)atomic_load(&f.st->word), 3 * S + 100 * MS);
+	/* an undo never takes the TAT below now (no credit for the past) */
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+	assert_int_equal((int64_t)atomic_load(&f.st->word), 3 * S + 200 * MS);
+	f.now += 150 * MS;
+	undo(&f, NULL, &pm);
+	assert_int_equal((int64_t)atomic_load(&f.st->word), 3 * S + 150 * MS);
+	fx_fini(&f);
+}
+
+static void test_gcra_clock_backwards(void **unused)
+{
+	struct fx f;
+	int64_t w, tat;
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 10/s; limit.burst = 2", 10 * S);
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	tat = (int64_t)atomic_load(&f.st->word);
+	/* a reading 5 s stale: rejected, a sane wait, nothing written */
+	f.now = 5 * S;
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_true(w > 0 && w <= 300 * MS);
+	assert_int_equal((int64_t)atomic_load(&f.st->word), tat);
+	/* a corrupt TAT far ahead: clients report a bounded wait, the daemon heals */
+	f.now = 20 * S;
+	atomic_store(&f.st->word, (uint64_t)(1000000 * S));
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_true(w <= 300 * MS);
+	f.x.now = 0;
+	resil_limit_maintain(&f.x, &f.c, f.st);
+	assert_int_equal(atomic_load(&f.st->heals), 1);
+	f.now += 200 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	fx_fini(&f);
+}
+
+/* ---------------------------------------------------------- sliding */
+
+/* every half-open span [t_i, t_i + P) of sorted times holds at most lim */
+static int max_in_span(const int64_t *t, int n, int64_t P)
+{
+	int i, j = 0, best = 0;
+
+	for (i = 0; i < n; i++) {
+		while (t[j] <= t[i] - P)
+			j++;
+		if (i - j + 1 > best)
+			best = i - j + 1;
+	}
+	return best;
+}
+
+static void test_sliding_exact(void **unused)
+{
+	enum { NARR = 20000 };
+	static int64_t adm[NARR];
+	struct fx f, g;
+	int i, n = 0, ng = 0, checked = 0;
+	int64_t w;
+
+	(void)unused;
+	rng_state = 42;
+	fx_init(&f, "limit.rate = 5/s; limit.algorithm = sliding", 0);
+	fx_init(&g, "limit.rate = 5/s; limit.burst = 5", 0); /* gcra, same numbers */
+	for (i = 0; i < NARR; i++) {
+		/* bursts and gaps: 0..400 ms, often 0 */
+		uint64_t r = rnd();
+
+		f.now += (r & 3) ? (int64_t)(r >> 40) % (40 * MS) : (int64_t)(r >> 40) % (400 * MS);
+		g.now = f.now;
+		if (acq(&f, NULL, &w) == 0) {
+			adm[n++] = f.now;
+		} else if (checked < 200 && (rnd() & 7) == 0) {
+			/* the Retry-After is exact: 1 ns earlier still rejected, then admitted */
+			int64_t save = f.now;
+
+			assert_true(w > 0 && w <= S);
+			f.now = save + w - 1;
+			if (w > 1)
+				assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+			f.now = save + w;
+			assert_int_equal(acq(&f, NULL, NULL), 0);
+			adm[n++] = f.now;
+			checked++;
+		}
+		ng += acq(&g, NULL, NULL) == 0;
+	}
+	assert_true(checked > 50);
+	assert_true(n > 1000);
+	assert_int_equal(max_in_span(adm, n, S), 5);
+	(void)ng;
+	fx_fini(&f);
+	fx_fini(&g);
+
+	/* GCRA with burst = limit admits 2 x limit in the first period; sliding never */
+	fx_init(&g, "limit.rate = 5/s; limit.burst = 5", 0);
+	fx_init(&f, "limit.rate = 5/s; limit.algorithm = sliding", 0);
+	for (ng = n = 0, i = 0; i < 1000; i++) {
+		g.now = f.now = (int64_t)i * MS;
+		ng += acq(&g, NULL, NULL) == 0;
+		n += acq(&f, NULL, NULL) == 0;
+	}
+	assert_int_equal(ng, 9);
+	assert_int_equal(n, 5);
+	fx_fini(&f);
+	fx_fini(&g);
+}
+
+static void test_sliding_permits_undo_repair(void **unused)
+{
+	struct resil_permit_priv pm, a;
+	struct fx f;
+	rai64 *ring;
+	int64_t w;
+	int i;
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 4/s; limit.algorithm = sliding; limit.wait = 300ms", 10 * S);
+	ring = (rai64 *)(void *)f.st->data;
+	assert_int_equal(acq_n(&f, NULL, 3, &a), 0);
+	assert_int_equal(resil_limit_reserved_wait(&a), 0);
+	f.now += 100 * MS;
+	assert_int_equal(acq_n(&f, NULL, 2, &pm), RESIL_REJECT_LIMITED);
+	assert_int_equal(pm.wait_ns, 900 * MS); /* the 2nd oldest frees at 11 s */
+	assert_int_equal(acq_n(&f, NULL, 5, &pm), -E2BIG);
+	/* undo frees the three slots */
+	undo(&f, NULL, &a);
+	assert_int_equal(acq_n(&f, NULL, 4, &pm), 0);
+	/* reservation: the oldest frees at 11.1 s, 250 ms <= 300 ms */
+	f.now = 10 * S + 850 * MS;
+	for (i = 0; i < 4; i++) {
+		assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+		assert_int_equal(resil_limit_reserved_wait(&pm), 250 * MS);
+	}
+	/* the ring now holds 4 x 11.1 s: the next slot frees at 12.1 s */
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), RESIL_REJECT_LIMITED);
+	assert_int_equal(pm.wait_ns, 12 * S + 100 * MS - f.now);
+
+	/* a writer killed between its slot CAS and the advance of S: the next
+	 * caller sees S one behind and repairs it */
+	fx_fini(&f);
+	fx_init(&f, "limit.rate = 3/s; limit.algorithm = sliding", 10 * S);
+	ring = (rai64 *)(void *)f.st->data;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	f.now += 10 * MS;
+	atomic_store(&ring[1], f.now + (1LL << 62)); /* claimed, S not advanced */
+	assert_int_equal(atomic_load(&f.st->word), 1);
+	f.now += 10 * MS;
+	assert_int_equal(acq(&f, NULL, &w), 0); /* slot 2 */
+	assert_int_equal(atomic_load(&f.st->word), 3);
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_int_equal(w, S - 20 * MS); /* the oldest (10 s) frees at 11 s */
+	fx_fini(&f);
+}
+
+/* ------------------------------------------------------------ keyed */
+
+static void test_keyed_independent(void **unused)
+{
+	struct fx f;
+	int64_t w, tat;
+	char k[32];
+	int i;
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 1/s; limit.burst = 2; limit.keys = 16", 100 * S);
+	assert_int_equal(acq(&f, "10.0.0.1", NULL), 0);
+	assert_int_equal(acq(&f, "10.0.0.1", NULL), 0);
+	assert_int_equal(acq(&f, "10.0.0.1", &w), RESIL_REJECT_LIMITED);
+	assert_int_equal(w, S);
+	assert_int_equal(acq(&f, "10.0.0.2", NULL), 0); /* another key: its own burst */
+	assert_int_equal(acq(&f, "10.0.0.2", NULL), 0);
+	assert_int_equal(acq(&f, "10.0.0.2", NULL), RESIL_REJECT_LIMITED);
+	/* keys are byte strings: embedded NULs, binary */
+	for (i = 0; i < 4; i++) {
+		struct resil_permit_priv pm;
+		char bin[4] = { 0, (char)i, 0, 0 };
+
+		memset(&pm, 0, sizeof(pm));
+		f.x.now = 0;
+		f.x.key = bin;
+		f.x.key_len = sizeof(bin);
+		assert_int_equal(resil_limit_acquire(&f.x, &f.c, f.st, &pm), 0);
+	}
+	f.x.now = 0;
+	assert_int_equal(resil_limit_key_info(&f.x, &f.c, f.st, "10.0.0.1", 8, &tat, &w), 0);
+	assert_int_equal(tat, 102 * S);
+	assert_int_equal(w, S);
+	assert_int_equal(resil_limit_key_info(&f.x, &f.c, f.st, "10.0.0.9", 8, &tat, &w), -ENOENT);
+	snprintf(k, sizeof(k), "10.0.0.1");
+	f.now += S;
+	assert_int_equal(acq(&f, k, NULL), 0);
+	fx_fini(&f);
+}
+
+static void test_keyed_fill_evict(void **unused)
+{
+	struct resil_limit_info info;
+	struct fx f;
+	char k[32];
+	int64_t w;
+	int i;
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 1/s; limit.keys = 1000", 100 * S);
+	/* up to capacity: no key lost, no eviction, each keeps its state */
+	for (i = 0; i < 1000; i++) {
+		snprintf(k, sizeof(k), "user-%d", i);
+		assert_int_equal(acq(&f, k, NULL), 0);
+	}
+	for (i = 0; i < 1000; i++) {
+		snprintf(k, sizeof(k), "user-%d", i);
+		assert_int_equal(acq(&f, k, &w), RESIL_REJECT_LIMITED);
+		assert_int_equal(w, S);
+	}
+	resil_limit_info(&f.c, f.st, &info);
+	assert_int_equal(info.size, 1000);
+	assert_int_equal(info.capacity, 1000);
+	assert_int_equal(info.evictions, 0);
+	assert_int_equal(atomic_load(&f.st->used), 1000);
+	/* full, every key being limited: when_full = reject decides, counted */
+	assert_int_equal(acq(&f, "newcomer", &w), RESIL_REJECT_LIMITED);
+	assert_true(w > 0 && w <= S);
+	resil_limit_info(&f.c, f.st, &info);
+	assert_int_equal(info.full_rejects, 1);
+	assert_int_equal(info.size, 1000);
+	/* half a second later the keys are still limited (1/s, burst 1) */
+	f.now += S / 2;
+	assert_int_equal(acq(&f, "newcomer", NULL), RESIL_REJECT_LIMITED);
+	/* a second later they are idle: a new key evicts one (nothing lost) */
+	f.now += S;
+	assert_int_equal(acq(&f, "newcomer", NULL), 0);
+	assert_int_equal(acq(&f, "newcomer", NULL), RESIL_REJECT_LIMITED); /* state kept */
+	resil_limit_info(&f.c, f.st, &info);
+	assert_int_equal(info.evictions, 1);
+	assert_int_equal(info.size, 1000);
+	fx_fini(&f);
+
+	/* when_full = admit */
+	fx_init(&f, "limit.rate = 1/m; limit.keys = 8; limit.when_full = admit", 100 * S);
+	for (i = 0; i < 8; i++) {
+		snprintf(k, sizeof(k), "k%d", i);
+		assert_int_equal(acq(&f, k, NULL), 0);
+	}
+	for (i = 8; i < 20; i++) {
+		snprintf(k, sizeof(k), "k%d", i);
+		assert_int_equal(acq(&f, k, NULL), 0);
+	}
+	resil_limit_info(&f.c, f.st, &info);
+	assert_true(info.size <= 8);
+	assert_int_equal(info.full_admits + info.size, 20);
+	fx_fini(&f);
+
+	/* LRU among keys not being limited: the one closest to fresh goes */
+	fx_init(&f, "limit.rate = 1/s; limit.burst = 10; limit.keys = 2", 100 * S);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(acq(&f, "heavy", NULL), 0);
+	assert_int_equal(acq(&f, "light", NULL), 0);
+	assert_int_equal(acq(&f, "third", NULL), 0); /* evicts light, keeps heavy */
+	f.x.now = 0;
+	assert_int_equal(resil_limit_key_info(&f.x, &f.c, f.st, "heavy", 5, &w, &w), 0);
+	assert_int_equal(resil_limit_key_info(&f.x, &f.c, f.st, "light", 5, &w, &w), -ENOENT);
+	fx_fini(&f);
+}
+
+/* Threads stand in for processes: same atomics, same protocol. */
+struct race {
+	struct fx *f;
+	pthread_barrier_t *bar;
+	int id;
+	int admitted;
+};
+
+static void *race_main(void *arg)
+{
+	struct race *r = arg;
+	struct resil_ctx x = r->f->x;
+	struct resil_permit_priv pm;
+	char k[32];
+	int i;
+
+	pthread_barrier_wait(r->bar);
+	for (i = 0; i < 2000; i++) {
+		snprintf(k, sizeof(k), "key-%d", i);
+		memset(&pm, 0, sizeof(pm));
+		x.now = 0;
+		x.key = k;
+		x.key_len = strlen(k);
+		r->admitted += resil_limit_acquire(&x, &r->f->c, r->f->st, &pm) == 0;
+	}
+	return NULL;
+}
+
+static void test_keyed_same_key_race(void **unused)
+{
+	struct resil_limit_info info;
+	pthread_barrier_t bar;
+	pthread_t th[2];
+	struct race r[2];
+	struct fx f;
+	int round, i;
+
+	(void)unused;
+	for (round = 0; round < 5; round++) {
+		fx_init(&f, "limit.rate = 1/h; limit.keys = 4096", 100 * S);
+		pthread_barrier_init(&bar, NULL, 2);
+		for (i = 0; i < 2; i++) {
+			r[i] = (struct race){ .f = &f, .bar = &bar, .id = i };
+			assert_int_equal(pthread_create(&th[i], NULL, race_main, &r[i]), 0);
+		}
+		for (i = 0; i < 2; i++)
+			pthread_join(th[i], NULL);
+		pthread_barrier_destroy(&bar);
+		resil_limit_info(&f.c, f.st, &info);
+		assert_int_equal(info.size, 2000); /* one entry per key */
+		assert_int_equal(atomic_load(&f.st->used), 2000);
+		/* burst 1: each key admitted once, whoever came first (a merge may
+		 * forget at most the admission made through the losing entry) */
+		assert_true(r[0].admitted + r[1].admitted >= 2000);
+		assert_true(r[0].admitted + r[1].admitted <= 2000 + (int)info.merges);
+		fx_fini(&f);
+	}
+}
+
+/* ---------------------------------------------------- sliding-approx */
+
+static void test_approx_bound(void **unused)
+{
+	enum { NARR = 40000, L = 10 };
+	static int64_t adm[NARR];
+	struct fx f;
+	int i, n = 0, worst;
+	int64_t w, t;
+
+	(void)unused;
+	/* random arrivals: never more than 2L - 1 in any span of a period */
+	rng_state = 7;
+	fx_init(&f, "limit.rate = 10/s; limit.algorithm = sliding-approx", 0);
+	for (i = 0; i < NARR; i++) {
+		uint64_t r = rnd();
+
+		f.now += (r & 1) ? (int64_t)(r >> 40) % (30 * MS) : (int64_t)(r >> 40) % (300 * MS);
+		if (acq(&f, NULL, &w) == 0)
+			adm[n++] = f.now;
+	}
+	assert_true(n > 1000);
+	worst = max_in_span(adm, n, S);
+	assert_true(worst <= 2 * L - 1);
+	fx_fini(&f);
+
+	/* the adversary: L admissions at the very end of a window, then at
+	 * each instant e of the next window as many as the estimate allows.
+	 * Every count obeys count <= L + floor(prev * e / P) <= 2L - 1. */
+	fx_init(&f, "limit.rate = 10/s; limit.algorithm = sliding-approx; limit.keys = 4", 0);
+	f.now = 10 * S - 1;
+	for (i = 0; i < L; i++)
+		assert_int_equal(acq(&f, "adv", NULL), 0);
+	assert_int_equal(acq(&f, "adv", &w), RESIL_REJECT_LIMITED);
+	assert_int_equal(w, 1 + S / 10); /* next window, once the weight fell to 9/10 */
+	n = L;
+	for (t = 10 * S; t < 11 * S - 1; t += MS) {
+		f.now = t;
+		while (acq(&f, "adv", NULL) == 0)
+			n++;
+		/* the span (t - P, t] holds all L of the previous window */
+		assert_true(n <= L + (L * (t - 10 * S)) / S);
+	}
+	assert_int_equal(n, 2 * L - 1); /* the bound is reached */
+	fx_fini(&f);
+
+	/* undo within the window and after it turned */
+	fx_init(&f, "limit.rate = 2/s; limit.algorithm = sliding-approx", 0);
+	{
+		struct resil_permit_priv a, b;
+
+		assert_int_equal(acq_n(&f, NULL, 1, &a), 0);
+		assert_int_equal(acq_n(&f, NULL, 1, &b), 0);
+		assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+		undo(&f, NULL, &a);
+		assert_int_equal(acq(&f, NULL, NULL), 0);
+		f.now = S; /* next window: the previous one weighs fully */
+		assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+		undo(&f, NULL, &b); /* counted in the previous window now */
+		assert_int_equal(acq(&f, NULL, NULL), 0);
+	}
+	fx_fini(&f);
+}
+
+/* -------------------------------------------- shape, carry, maintain */
+
+static void test_shape_carry(void **unused)
+{
+	struct resil_limit_conf a, b;
+	struct fx f, g;
+	char k[32];
+	int i;
+
+	(void)unused;
+	assert_int_equal(conf_text(&a, "limit.rate = 10/s; limit.keys = 100"), 0);
+	assert_int_equal(conf_text(&b, "limit.rate = 50/m; limit.burst = 9; limit.wait = 1s; "
+				       "limit.when_full = admit; limit.keys = 100"),
+			 0);
+	assert_true(resil_limit_same_shape(&a, &b));
+	assert_int_equal(conf_text(&b, "limit.rate = 10/s; limit.keys = 200"), 0);
+	assert_false(resil_limit_same_shape(&a, &b));
+	assert_int_equal(conf_text(&b, "limit.rate = 10/s; limit.keys = 100; limit.algorithm = "
+				       "sliding-approx"),
+			 0);
+	assert_false(resil_limit_same_shape(&a, &b));
+	assert_int_equal(conf_text(&a, "limit.rate = 10/s; limit.algorithm = sliding"), 0);
+	assert_int_equal(conf_text(&b, "limit.rate = 10/m; limit.algorithm = sliding"), 0);
+	assert_true(resil_limit_same_shape(&a, &b));
+	assert_int_equal(conf_text(&b, "limit.rate = 20/s; limit.algorithm = sliding"), 0);
+	assert_false(resil_limit_same_shape(&a, &b));
+
+	/* a new capacity carries the keys that hold information */
+	fx_init(&f, "limit.rate = 1/s; limit.keys = 64", 100 * S);
+	for (i = 0; i < 40; i++) {
+		snprintf(k, sizeof(k), "c%d", i);
+		assert_int_equal(acq(&f, k, NULL), 0);
+	}
+	fx_init(&g, "limit.rate = 1/s; limit.keys = 128", 100 * S);
+	resil_limit_carry(g.st, &g.c, f.st, &f.c, 100 * S);
+	for (i = 0; i < 40; i++) {
+		snprintf(k, sizeof(k), "c%d", i);
+		assert_int_equal(acq(&g, k, NULL), RESIL_REJECT_LIMITED);
+	}
+	assert_int_equal(atomic_load(&g.st->used), 40);
+	fx_fini(&f);
+	fx_fini(&g);
+
+	/* the sliding ring keeps the newest times across a change of count */
+	fx_init(&f, "limit.rate = 5/s; limit.algorithm = sliding", 10 * S);
+	for (i = 0; i < 5; i++) {
+		f.now = 10 * S + i * 100 * MS;
+		assert_int_equal(acq(&f, NULL, NULL), 0);
+	}
+	fx_init(&g, "limit.rate = 3/s; limit.algorithm = sliding", 10 * S);
+	resil_limit_carry(g.st, &g.c, f.st, &f.c, f.now);
+	g.now = f.now;
+	assert_int_equal(acq(&g, NULL, NULL), RESIL_REJECT_LIMITED);
+	g.now = 11 * S + 200 * MS; /* the oldest carried (10.2 s) is a period old */
+	assert_int_equal(acq(&g, NULL, NULL), 0);
+	assert_int_equal(acq(&g, NULL, NULL), RESIL_REJECT_LIMITED);
+	fx_fini(&f);
+	fx_fini(&g);
+}
+
+static void test_maintain_sweep(void **unused)
+{
+	struct resil_limit_info info;
+	struct fx f;
+	char k[32];
+	int i;
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 10/s; limit.keys = 32", 100 * S);
+	for (i = 0; i < 20; i++) {
+		snprintf(k, sizeof(k), "s%d", i);
+		assert_int_equal(acq(&f, k, NULL), 0);
+	}
+	/* a writer killed mid-insert left `used` off by one */
+	atomic_fetch_add(&f.st->used, 1);
+	f.now += 500 * MS; /* idle, but not for SWEEP_SLACK yet */
+	resil_limit_maintain(&f.x, &f.c, f.st);
+	resil_limit_info(&f.c, f.st, &info);
+	assert_int_equal(info.size, 20);
+	assert_int_equal(atomic_load(&f.st->used), 20);
+	assert_int_equal(atomic_load(&f.st->repairs), 1);
+	f.now += 2 * S;
+	resil_limit_maintain(&f.x, &f.c, f.st);
+	resil_limit_info(&f.c, f.st, &info);
+	assert_int_equal(info.size, 0);
+	assert_int_equal(atomic_load(&f.st->used), 0);
+	assert_int_equal(atomic_load(&f.st->swept), 20);
+	/* freed entries are reused */
+	for (i = 0; i < 32; i++) {
+		snprintf(k, sizeof(k), "t%d", i);
+		assert_int_equal(acq(&f, k, NULL), 0);
+	}
+	resil_limit_info(&f.c, f.st, &info);
+	assert_int_equal(info.size, 32);
+	assert_int_equal(info.evictions, 0);
+	fx_fini(&f);
+}
+
+static void test_coarse_choice(void **unused)
+{
+	struct resil_permit_priv pm;
+	struct resil_limit_conf c;
+	struct resil_ctx x;
+	uint64_t st[48] __attribute__((aligned(128)));
+	int64_t res = resil_clock_coarse_resolution_ns();
+
+	(void)unused;
+	assert_true(res > 0);
+	/* real clocks: slow rate (coarse) and fast rate (precise) both decide,
+	 * and a fast limiter's second call within one coarse tick is rejected */
+	assert_int_equal(conf_text(&c, "limit.rate = 1/s"), 0);
+	assert_true(c.interval_ns >= RESIL_LIMIT_COARSE_FACTOR * res);
+	memset(&x, 0, sizeof(x));
+	resil_limit_state_init(st, &c, 0);
+	memset(&pm, 0, sizeof(pm));
+	assert_int_equal(resil_limit_acquire(&x, &c, st, &pm), 0);
+	assert_int_equal(x.now, 0); /* the precise clock was not read */
+	memset(&pm, 0, sizeof(pm));
+	assert_int_equal(resil_limit_acquire(&x, &c, st, &pm), RESIL_REJECT_LIMITED);
+	assert_true(pm.wait_ns > S - 2 * res && pm.wait_ns <= S);
+
+	assert_int_equal(conf_text(&c, "limit.rate = 1000/s"), 0);
+	resil_limit_state_init(st, &c, 0);
+	memset(&pm, 0, sizeof(pm));
+	assert_int_equal(resil_limit_acquire(&x, &c, st, &pm), 0);
+	assert_true(x.now > 0); /* precise, cached in the ctx */
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_conf),
+		cmocka_unit_test(test_gcra_rate_burst),
+		cmocka_unit_test(test_gcra_translations),
+		cmocka_unit_test(test_gcra_reservation),
+		cmocka_unit_test(test_gcra_permits_undo),
+		cmocka_unit_test(test_gcra_clock_backwards),
+		cmocka_unit_test(test_sliding_exact),
+		cmocka_unit_test(test_sliding_permits_undo_repair),
+		cmocka_unit_test(test_keyed_independent),
+		cmocka_unit_test(test_keyed_fill_evict),
+		cmocka_unit_test(test_keyed_same_key_race),
+		cmocka_unit_test(test_approx_bound),
+		cmocka_unit_test(test_shape_carry),
+		cmocka_unit_test(test_maintain_sweep),
+		cmocka_unit_test(test_coarse_choice),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
