@@ -17,7 +17,8 @@ jobs=${JOBS:-$(nproc)}
 
 packages=(build-essential cmake pkg-config liburing-dev libprotobuf-c-dev protobuf-c-compiler
 	libsystemd-dev libcmocka-dev libinih-dev libmicrohttpd-dev libhiredis-dev redis-server
-	systemd valgrind strace clang libclang-rt-14-dev gnuplot-nox tmux gcc-multilib)
+	systemd valgrind strace clang libclang-rt-14-dev gnuplot-nox tmux gcc-multilib
+	python3-prometheus-client)
 
 install_deps() {
 	[ "${RESIL_SKIP_APT:-0}" = 1 ] && return 0
@@ -47,10 +48,27 @@ demo)
 	exec "$top/examples/run-demo.sh" "$build" "$@"
 	;;
 test)
+	# 1. the whole suite on the normal build; 2. unit and integration
+	# again under ASan+UBSan; 3. each libFuzzer target for a short run
+	# (clang). RESIL_TEST_SANITIZE=0 / RESIL_TEST_FUZZ=0 skip 2 / 3.
 	build
 	shift
-	cd "$build"
-	exec ctest --output-on-failure -j "$jobs" "$@"
+	(cd "$build" && ctest --output-on-failure -j "$jobs" -LE fuzz "$@")
+	if [ "${RESIL_TEST_SANITIZE:-1}" = 1 ]; then
+		echo "== ASan+UBSan: unit and integration tests"
+		cmake -S "$top" -B "$build-asan" -DCMAKE_BUILD_TYPE=Debug -DRESIL_SANITIZE=ON >/dev/null
+		cmake --build "$build-asan" -j "$jobs" >/dev/null
+		(cd "$build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+			UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+			ctest --output-on-failure -j "$jobs" -L 'unit|integration' -E 'sh_bench_smoke')
+	fi
+	if [ "${RESIL_TEST_FUZZ:-1}" = 1 ]; then
+		echo "== libFuzzer smoke runs"
+		CC=clang CXX=clang++ cmake -S "$top" -B "$build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+			-DRESIL_SANITIZE=ON -DRESIL_FUZZ=ON >/dev/null
+		cmake --build "$build-fuzz" -j "$jobs" --target fuzzers >/dev/null
+		(cd "$build-fuzz" && ctest --output-on-failure -j "$jobs" -L fuzz)
+	fi
 	;;
 build)
 	build

@@ -10,7 +10,7 @@ set key top left
 
 # cost per decision, log scale: floors, resil, round-trip peers
 set output outdir."/cost.png"
-set title "Cost of one decision, ns, log scale (grey: floors, blue: resil, red: round trips, p50)"
+set title "Cost of one decision, ns, log scale (grey: floors, blue: resil, red: round trips, faster p50)"
 set rmargin 10
 set bmargin 7
 set logscale y

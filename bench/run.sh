@@ -199,7 +199,13 @@ if ((use_cg)) && command -v valgrind >/dev/null; then
 				}
 			}' "$f" >>"$out/results.tsv"
 	done
-	# where the breaker's instructions go, per operation and function
+	rm -f "$out"/cg.out*
+	# where the breaker's instructions go, per operation and function: a run
+	# of its own (callgrind_annotate attributes the later dumps of a run to
+	# main as a whole)
+	valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out/cg.out" \
+		"$bench" --callgrind --only resil/breaker.count100.acq_rel --out /dev/null \
+		2>>"$tmp/valgrind.log" || true
 	f=$(grep -l '^desc: Trigger: Client Request: resil|breaker.count100.acq_rel|' \
 		"$out"/cg.out.* 2>/dev/null | head -1 || true)
 	if [[ -n $f ]] && command -v callgrind_annotate >/dev/null; then

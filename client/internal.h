@@ -7,8 +7,14 @@
  * resil_close, so a pointer a caller keeps never dangles.
  *
  * Thread safety: the hot path reads handles and the segments only; every
- * slow path (define, lookup, re-resolve, fork repair, control requests)
- * takes r->lock.
+ * slow path (define, lookup, re-resolve, fork repair, control requests,
+ * liveness checks and re-attach) takes r->lock (the ones a decision
+ * starts only with trylock).
+ *
+ * Mappings: r->cur is the segment pair decisions use; a daemon restart
+ * without the fd store (or a retired pair) makes libresil.c map the new
+ * daemon's pair and swap r->cur; older pairs stay mapped until
+ * resil_close (struct resil_map).
  */
 #ifndef RESIL_CLIENT_INTERNAL_H
 #define RESIL_CLIENT_INTERNAL_H
@@ -30,12 +36,41 @@ struct resil_policy {
 	struct resil *r;
 	struct resil_policy *next; /* r->policies list, under r->lock */
 	ra32 slot; /* written under r->lock on a re-resolve, read relaxed by the hot path */
-	ra64 word; /* the slot word last validated for this handle; 0: deleted */
+	ra64 word; /* the slot word last validated for this handle, XOR the tag of the
+		    * mapping it was read in (so a word cached from one daemon's
+		    * segments never matches another's); 0: resolve first */
 	char name[RESIL_NAME_MAX];
 };
 
+/*
+ * One mapping of a daemon's segment pair. The first is r->map0 (its seg
+ * is r->seg); each re-attach to a daemon with other segments adds one,
+ * and none is unmapped before resil_close: another thread may still be
+ * deciding on it, and permits granted in it are released into it.
+ * Fields are written before the mapping is published in r->cur (release)
+ * and never change after, except row (after fork, under r->lock).
+ */
+struct resil_map {
+	struct resil_seg *seg; /* &r->seg for map0, &own for later ones */
+	struct resil_seg own;
+	uint64_t tag;		 /* the segments' epoch: random per pair */
+	uint32_t seq;		 /* 0, 1, 2... in attach order; permits carry seq % 32 */
+	_Atomic int row;	 /* this process's row in these segments, -1 none */
+	struct resil_map *older; /* the mapping it replaced, NULL for map0 */
+};
+
+/* A policy this process defined (name + text), re-defined on a daemon
+ * that starts with fresh segments. In definition order, under r->lock. */
+struct resil_def {
+	struct resil_def *next;
+	char name[RESIL_NAME_MAX];
+	char text[];
+};
+
 struct resil {
-	struct resil_seg seg;
+	struct resil_seg seg; /* the segments resil_open mapped (map0's) */
+	struct resil_map map0;
+	struct resil_map *_Atomic cur; /* in use; swapped (release) by a re-attach */
 	bool embedded;
 	char socket_path[108];
 
@@ -54,6 +89,15 @@ struct resil {
 	uint32_t uid;
 
 	struct resil_policy *policies;
+	struct resil_def *defs; /* what resil_define sent, for a fresh daemon */
+
+	/* daemon liveness (daemon mode): the periodic check (resil_priv_check)
+	 * runs when a decision's clock reading passes next_check_ns */
+	ra64 next_check_ns;    /* policy clock; relaxed: a hint, re-checked under lock */
+	ra64 next_probe_ns;    /* CLOCK_MONOTONIC: earliest next socket probe; written
+				* under lock, read relaxed before trylock (a hint) */
+	uint64_t daemon_epoch; /* epoch in the last hello, under lock */
+	ra32 reattaches;       /* re-attaches done (statistics, tests); relaxed */
 
 	/* control connection state, under lock */
 	uint64_t req_id;    /* last request id sent */
@@ -106,6 +150,31 @@ const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, i
  * and *resp NULL. */
 int resil_priv_request(struct resil *r, struct Resil__Request *req, struct Resil__Response **resp,
 		       int *fds, int *nfds);
+
+/* Open the control connection if this process has none, or if the one it
+ * has was closed by the daemon, within timeout_ms; r->daemon_epoch is the
+ * answering daemon's. 0 or -errno as resil_priv_ctl_ensure. Under r->lock. */
+int resil_priv_ctl_probe(struct resil *r, int timeout_ms);
+
+/* Daemon liveness and re-attach, from a decision that read the clock (now,
+ * policy clock): at most once per RESIL_CHECK_NS, never waiting for
+ * r->lock, and without a syscall while the daemon's heartbeat is fresh. */
+#define RESIL_CHECK_NS	    (1000 * RESIL_NS_PER_MS)
+#define RESIL_BEAT_STALE_NS (2000 * RESIL_NS_PER_MS) /* 20 daemon ticks */
+/* bound on a probe made from a decision, ms */
+#define RESIL_PROBE_HOT_MS 20
+void resil_priv_check_slow(struct resil *r, int64_t now);
+static inline void resil_priv_check(struct resil *r, int64_t now)
+{
+	int64_t next;
+
+	if (r->embedded)
+		return;
+	next = (int64_t)ld_relaxed(&r->next_check_ns);
+	/* a clock that went backwards (a manual one) checks too */
+	if (RESIL_UNLIKELY(now >= next || now < next - 2 * RESIL_CHECK_NS))
+		resil_priv_check_slow(r, now);
+}
 
 /* Per-thread generator state, reseeded in a forked child. */
 uint64_t resil_priv_random(void);

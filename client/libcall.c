@@ -4,11 +4,16 @@
  * classify, release, retry, hedge), the interrupting watchdog, and the
  * hedge pool.
  *
- * resil_call runs fn in the calling thread. One clock reading before each
- * attempt (the permit's start, the attempt's deadline) and one after (the
- * permit's end, the retry decision); the acquire and release of the
- * policy use those readings, never their own. Between attempts it sleeps
- * with clock_nanosleep: only when retrying, never on the success path.
+ * resil_call runs fn in the calling thread. At most one clock reading
+ * before each attempt (the permit's start, the attempt's deadline) and one
+ * after (the permit's end, the retry decision), and only when something
+ * needs a time (a timeout, an enclosing deadline, the ratio budget, a
+ * hedge, a component that measures the call, a failure to decide on): a
+ * policy with a count-window breaker and no timeout decides a successful
+ * call without reading the clock at all. The acquire and release of the
+ * policy share those readings (resil_ctx caches it). Between attempts it
+ * sleeps with clock_nanosleep: only when retrying, never on the success
+ * path.
  *
  * Outcome reported to the breaker for each attempt:
  *   RESIL_ERR_NONE                        -> RESIL_SUCCESS
@@ -234,8 +239,15 @@ static void *wd_main(void *arg)
 				continue;
 			if (!cas_acq_rel(&s->state, &e, WD_FIRING))
 				continue;
-			st_relaxed(&s->fired, 1);
-			syscall(SYS_tgkill, wd_pid, ld_relaxed(&s->tid), ld_relaxed(&s->sig));
+			/* FIRING holds the slot still (the owner can neither
+			 * disarm nor re-arm it), so read the deadline again: the
+			 * ARMED seen above may have been an earlier call's, the
+			 * owner having disarmed and re-armed since (ABA) */
+			if (now >= ld_relaxed(&s->deadline)) {
+				st_relaxed(&s->fired, 1);
+				syscall(SYS_tgkill, wd_pid, ld_relaxed(&s->tid),
+					ld_relaxed(&s->sig));
+			}
 			/* release: the caller's CAS that reads ARMED after this
 			 * knows the tgkill returned */
 			st_release(&s->state, WD_ARMED);
@@ -253,11 +265,17 @@ static void *wd_main(void *arg)
 				if (atomic_load_explicit(&wd_slots[i].state,
 							 memory_order_seq_cst) == WD_ARMED)
 					armed = true;
-			if (!armed)
-				syscall(SYS_futex, &wd_sleeping, FUTEX_WAIT_PRIVATE, 1, NULL, NULL,
+			/* a second at most: a bound, should the proof above
+			 * be wrong somewhere */
+			if (!armed) {
+				struct timespec sec = {1, 0};
+
+				syscall(SYS_futex, &wd_sleeping, FUTEX_WAIT_PRIVATE, 1, &sec, NULL,
 					0);
+			}
 			atomic_store_explicit(&wd_sleeping, 0, memory_order_seq_cst);
-			idle = 0;
+			/* sweep once more, and back to sleep if nothing is armed */
+			idle = WD_IDLE_TICKS - 1;
 			continue;
 		}
 		nanosleep(&ts, NULL);
@@ -356,7 +374,13 @@ static int wd_my_slot(void)
 		if (ld_relaxed(&wd_slots[i].owner) == 0 && cas_acq_rel(&wd_slots[i].owner, &e, 1)) {
 			uint32_t h = ld_relaxed(&wd_hwm);
 
-			while (h < (uint32_t)i + 1 && !cas_acq_rel(&wd_hwm, &h, (uint32_t)i + 1))
+			/* seq_cst: in the Dekker below, the watchdog's seq_cst
+			 * load of wd_hwm must see this bump when it cannot see
+			 * our later ARMED */
+			while (h < (uint32_t)i + 1 &&
+			       !atomic_compare_exchange_strong_explicit(
+				   &wd_hwm, &h, (uint32_t)i + 1, memory_order_seq_cst,
+				   memory_order_relaxed))
 				;
 			tl_slot = i;
 			pthread_setspecific(wd_key, (void *)(intptr_t)(i + 1));
@@ -394,6 +418,9 @@ static int wd_arm(int sig, int64_t deadline_mono)
 	return i;
 }
 
+/* Armings during which the watchdog sent the signal (tests read it). */
+ra64 resil_priv_wd_fired;
+
 /* Disarm; true when the watchdog sent the signal during this arming. */
 static bool wd_disarm(int i)
 {
@@ -419,6 +446,7 @@ static bool wd_disarm(int i)
 	while (sigtimedwait(&set, NULL, &zero) == sig)
 		;
 	st_relaxed(&s->fired, 0);
+	faa_relaxed(&resil_priv_wd_fired, 1);
 	return true;
 }
 
@@ -562,6 +590,8 @@ static void *pool_main(void *arg)
 		}
 		j = pool.q[pool.head++ % HEDGE_QUEUE];
 		pthread_mutex_unlock(&pool.lock);
+		if (!j.round)
+			continue; /* withdrawn by its caller */
 
 		run_hedge(j.round, j.k);
 		pthread_mutex_lock(&j.round->lock);
@@ -617,6 +647,23 @@ static bool pool_post(struct hround *h, int k)
 	return ok;
 }
 
+/* The round is over: withdraw its jobs no worker has taken yet, so the
+ * caller does not wait for a worker busy with another call. Lock order:
+ * round, then pool (workers never hold both). */
+static void pool_withdraw(struct hround *h)
+{
+	pthread_mutex_lock(&pool.lock);
+	for (uint32_t i = pool.head; i != pool.tail; i++) {
+		struct hjob *j = &pool.q[i % HEDGE_QUEUE];
+
+		if (j->round == h) {
+			j->round = NULL;
+			h->jobs--;
+		}
+	}
+	pthread_mutex_unlock(&pool.lock);
+}
+
 /* ---------------------------------------------------------------- call */
 
 RESIL_API bool resil_attempt_cancelled(const resil_attempt_t *a)
@@ -650,11 +697,17 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 	rec = resil_priv_ctx(p, &x, &err);
 	if (RESIL_UNLIKELY(!rec))
 		return err ? err : -ENOENT;
-	now = resil_ctx_now(&x);
 	outer = tl_attempt ? tl_attempt->deadline_ns : 0;
+	budget = resil_budget_state_for(x.seg, rec, &bc);
+	/* the clock only when something needs a time: a deadline, the ratio
+	 * budget's buckets, a hedge; else the components read it if they need
+	 * it (x.now caches the one reading either way) */
+	now = 0;
+	if (rec->conf.retry.timeout_ns > 0 || outer || rec->conf.retry.hedge_delay_ns ||
+	    (budget && bc->budget_kind == RESIL_BUDGET_RATIO))
+		now = resil_ctx_now(&x);
 	resil_retry_engine_begin(&rt, now, outer);
 	rt.policy = p;
-	budget = resil_budget_state_for(x.seg, rec, &bc);
 	if (budget)
 		resil_budget_begin(budget, bc, now);
 
@@ -679,6 +732,8 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 		}
 		pm.slot_gen = rec->gen;
 		pm.flags |= RESIL_PERMIT_HELD;
+		if (c->timeout_ns > 0 || c->hedge_delay_ns)
+			now = resil_ctx_now(&x);
 
 		a.round = NULL;
 		a.retry_after_ns = 0;
@@ -704,7 +759,6 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 		} else {
 			struct hround h;
 			pthread_condattr_t ca;
-			int posted = 0;
 
 			memset(&h, 0, sizeof(h));
 			pthread_mutex_init(&h.lock, NULL);
@@ -725,9 +779,7 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 				pthread_mutex_lock(&h.lock);
 				h.jobs++;
 				pthread_mutex_unlock(&h.lock);
-				if (pool_post(&h, (int)k)) {
-					posted++;
-				} else {
+				if (!pool_post(&h, (int)k)) {
 					pthread_mutex_lock(&h.lock);
 					h.jobs--;
 					pthread_mutex_unlock(&h.lock);
@@ -747,12 +799,12 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 			}
 			h.closed = 1;
 			pthread_cond_broadcast(&h.cond);
+			pool_withdraw(&h);
 			while (h.jobs > 0)
 				pthread_cond_wait(&h.cond, &h.lock);
 			pthread_mutex_unlock(&h.lock);
 			pthread_cond_destroy(&h.cond);
 			pthread_mutex_destroy(&h.lock);
-			(void)posted;
 			if (cls != RESIL_ERR_NONE && h.ok) {
 				/* a hedge won: the primary lost and reports nothing */
 				x.now = 0;
@@ -766,8 +818,10 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 		if (cls < 0)
 			cls = RESIL_ERR_TRANSIENT;
 
+		/* after the attempt: a reading if the release needs a duration,
+		 * or the retry decision a time (a failure) */
 		x.now = 0;
-		end = resil_ctx_now(&x);
+		end = cls != RESIL_ERR_NONE ? resil_ctx_now(&x) : 0;
 		resil_policy_release(&x, rec, &pm, outcome_of(cls));
 		d = resil_retry_engine_next(&rt, c, budget, bc, (uint32_t)cls, a.retry_after_ns,
 					    end, &x.random);

@@ -12,6 +12,11 @@
  * activation but never starts gives -ETIMEDOUT, not a hang. A socket
  * nobody listens on answers -ECONNREFUSED or -ENOENT at once.
  *
+ * Every hello records the answering daemon's segment epoch
+ * (r->daemon_epoch): libresil.c compares it with the segments it maps to
+ * know whether the daemon behind the socket still serves them (a restart
+ * that adopted them from the fd store) or started fresh (re-attach).
+ *
  * Ownership: the connection belongs to the process that opened it
  * (r->ctl_pid). A forked child never sends on its parent's connection (the
  * two would read each other's replies): it closes its copy and connects
@@ -343,6 +348,7 @@ static int ctl_open(struct resil *r, int64_t deadline)
 	r->version = resp->hello->version;
 	r->abi_major = resp->hello->abi_major;
 	r->abi_minor = resp->hello->abi_minor;
+	r->daemon_epoch = resp->hello->epoch;
 	resil__response__free_unpacked(resp, NULL);
 	r->ctl_fd = fd;
 	r->ctl_pid = getpid();
@@ -415,6 +421,29 @@ int resil_priv_ctl_ensure(struct resil *r)
 	if (r->ctl_fd >= 0)
 		return 0;
 	return ctl_open(r, mono_ms() + resil_priv_timeout_ms());
+}
+
+/* Did the daemon close our connection? A peer that closed a SOCK_SEQPACKET
+ * connection makes it report POLLHUP (or a read of 0 bytes). */
+static bool ctl_dead(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+	char b;
+
+	if (poll(&p, 1, 0) <= 0)
+		return false;
+	if (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))
+		return true;
+	return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+int resil_priv_ctl_probe(struct resil *r, int timeout_ms)
+{
+	if (r->ctl_fd >= 0 && (r->ctl_pid != getpid() || ctl_dead(r->ctl_fd)))
+		ctl_drop(r);
+	if (r->ctl_fd >= 0)
+		return 0;
+	return ctl_open(r, mono_ms() + timeout_ms);
 }
 
 int resil_priv_recv_any(struct resil *r, struct Resil__Response **resp, int timeout_ms)

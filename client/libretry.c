@@ -16,10 +16,10 @@
  * Report the success too (class RESIL_ERR_NONE): it is what refunds the
  * retry budget (gRPC ratio, AWS refunds). The state is the engine's
  * (shm/budget.c) inside resil_retry_t, on the caller's stack: nothing is
- * allocated, nothing is locked. begin reads the clock once (the start, for
- * the reasons); next reads it once (is the next attempt past the
- * deadline?). Nested loops: a loop begun inside a resil_call attempt
- * never outlives that attempt's deadline (the thread's current attempt,
+ * allocated, nothing is locked. begin reads the clock only with a
+ * deadline (the reasons speak from the start) or a ratio budget; next only
+ * after a failure (is the next attempt past the deadline?). Nested loops: a loop begun inside a
+ *resil_call attempt never outlives that attempt's deadline (the thread's current attempt,
  * libcall.c).
  *
  * Counting: retries, give-ups and budget refusals go to the policy's
@@ -90,11 +90,13 @@ RESIL_API void resil_retry_begin(resil_policy_t *p, resil_retry_t *rt, int64_t d
 		deadline_ns = outer;
 	if (deadline_ns < 0)
 		deadline_ns = 0;
-	if (p) {
+	if (p)
 		rec = resil_priv_ctx(p, &x, &err);
-		if (rec)
-			now = resil_ctx_now(&x);
-	}
+	budget = rec ? resil_budget_state_for(x.seg, rec, &bc) : NULL;
+	/* the clock only for a deadline (the reasons speak from the start)
+	 * or the ratio budget's buckets */
+	if (rec && (deadline_ns || (budget && bc->budget_kind == RESIL_BUDGET_RATIO)))
+		now = resil_ctx_now(&x);
 	t->policy = p;
 	resil_retry_engine_begin(t, now, deadline_ns);
 	if (!rec) {
@@ -102,7 +104,6 @@ RESIL_API void resil_retry_begin(resil_policy_t *p, resil_retry_t *rt, int64_t d
 		t->flags |= RESIL_RETRYF_STOPPED;
 		return;
 	}
-	budget = resil_budget_state_for(x.seg, rec, &bc);
 	if (budget) {
 		resil_budget_begin(budget, bc, now);
 		t->flags |= RESIL_RETRYF_COUNTED;
@@ -132,8 +133,10 @@ RESIL_API int64_t resil_retry_next(resil_retry_t *rt, int error_class, int64_t r
 		return -1;
 	}
 	budget = resil_budget_state_for(x.seg, rec, &bc);
-	d = resil_retry_engine_next(t, &rec->conf.retry, budget, bc, (uint32_t)error_class,
-				    retry_after_ns, resil_ctx_now(&x), &x.random);
+	/* a success needs no time; a failure does (deadline, ratio window) */
+	d = resil_retry_engine_next(
+	    t, &rec->conf.retry, budget, bc, (uint32_t)error_class, retry_after_ns,
+	    error_class != RESIL_ERR_NONE ? resil_ctx_now(&x) : 0, &x.random);
 	resil_priv_retry_counted(&x, rec, t, d);
 	return d;
 }

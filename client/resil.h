@@ -149,7 +149,12 @@ RESIL_API int resil_reset(resil_t *r, const char *name);
 RESIL_API int resil_policy_state(const resil_policy_t *p); /* RESIL_STATE_* or -errno */
 RESIL_API const char *resil_policy_name(const resil_policy_t *p);
 
-/* Retries: state on the caller's stack. */
+/* Retries: state on the caller's stack. begin: deadline_ns absolute on the
+ * policy clock, 0 none (inside a resil_call attempt, never later than that
+ * attempt's deadline). next: report each attempt's class, RESIL_ERR_NONE
+ * for a success too (it refunds the retry budget); returns the delay
+ * before the next attempt (>= 0) or < 0 to stop. reason: why it stopped,
+ * in words (a per-thread buffer, valid until the next call). */
 RESIL_API void resil_retry_begin(resil_policy_t *p, resil_retry_t *rt, int64_t deadline_ns);
 RESIL_API int64_t resil_retry_next(resil_retry_t *rt, int error_class, int64_t retry_after_ns);
 RESIL_API const char *resil_retry_reason(const resil_retry_t *rt);
@@ -158,7 +163,9 @@ RESIL_API const char *resil_retry_reason(const resil_retry_t *rt);
  * retry, hedge. fn returns 0 or a RESIL_ERR_* class. resil_call returns 0
  * on success, a RESIL_REJECT_* verdict when the policy refused the
  * attempt, RESIL_CALL_ERR + the last class when fn's errors ended the
- * retries, or -errno. */
+ * retries, or -errno. A retry the budget refused returns
+ * RESIL_REJECT_BUDGET. The breaker counts TRANSIENT, THROTTLED, TIMEOUT
+ * and user classes as failures and ignores PERMANENT. */
 #define RESIL_CALL_ERR 1000
 RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t *a), void *arg);
 RESIL_API int64_t resil_attempt_deadline(const resil_attempt_t *a);

@@ -186,7 +186,8 @@ static int request(Resil__Request *req, Resil__Response **resp, const char *name
 
 /* ---- commands ---- */
 
-static void print_policy_json(const Resil__PolicyInfo *p, bool stats)
+/* The fields of a policy object, without its closing brace. */
+static void print_policy_fields(const Resil__PolicyInfo *p, bool stats)
 {
 	printf("{\"name\":");
 	json_str(stdout, p->name);
@@ -205,6 +206,11 @@ static void print_policy_json(const Resil__PolicyInfo *p, bool stats)
 		}
 		putchar('}');
 	}
+}
+
+static void print_policy_json(const Resil__PolicyInfo *p, bool stats)
+{
+	print_policy_fields(p, stats);
 	putchar('}');
 }
 
@@ -257,12 +263,140 @@ static int cmd_list(void)
 	return 0;
 }
 
+/* ---- show: the keyed limiter and one key ---- */
+
+/* A stat of the reply by name; false when the daemon sent none. */
+static bool stat_of(const Resil__PolicyInfo *p, const char *name, int64_t *v)
+{
+	for (size_t i = 0; i < p->n_stats; i++) {
+		if (p->stats[i]->name && !strcmp(p->stats[i]->name, name)) {
+			*v = p->stats[i]->value;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The daemon's stats for a keyed limiter (daemon/ctl.c) and their JSON names. */
+static const struct {
+	const char *stat, *json;
+} limit_stats[] = {
+    {.stat = "limit_keys_used", .json = "keys_used"},
+    {.stat = "limit_keys_capacity", .json = "keys_capacity"},
+    {.stat = "limit_evictions", .json = "evictions"},
+    {.stat = "limit_full_rejected", .json = "full_rejected"},
+    {.stat = "limit_full_admitted", .json = "full_admitted"},
+};
+static const char *const key_stats[] = {"key_present", "key_tat_ns", "key_count", "key_wait_ns"};
+
+/* Printed in a section of its own, not among the counters. */
+static bool stat_in_section(const char *name)
+{
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(limit_stats); i++)
+		if (!strcmp(name, limit_stats[i].stat))
+			return true;
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(key_stats); i++)
+		if (!strcmp(name, key_stats[i]))
+			return true;
+	return false;
+}
+
+/* A wait for people, rounded up (a Retry-After is never early): "850 us",
+ * "120 ms", "59 min 59 s", "1 h". */
+static void fmt_wait(int64_t ns, char *buf, size_t len)
+{
+	int64_t s, h, m;
+	int n = 0;
+
+	if (ns < 1000000) {
+		snprintf(buf, len, "%" PRId64 " us", (ns + 999) / 1000);
+		return;
+	}
+	if (ns < 10 * 1000000000LL) {
+		snprintf(buf, len, "%" PRId64 " ms", (ns + 999999) / 1000000);
+		return;
+	}
+	s = (ns + 999999999) / 1000000000;
+	h = s / 3600;
+	m = s / 60 % 60;
+	s %= 60;
+	buf[0] = '\0';
+	if (h)
+		n += snprintf(buf + n, len - (size_t)n, "%" PRId64 " h", h);
+	if (m && (size_t)n < len)
+		n += snprintf(buf + n, len - (size_t)n, "%s%" PRId64 " min", n ? " " : "", m);
+	if (s && (size_t)n < len)
+		snprintf(buf + n, len - (size_t)n, "%s%" PRId64 " s", n ? " " : "", s);
+}
+
+static void show_limit_json(const Resil__PolicyInfo *p)
+{
+	bool first = true;
+	int64_t v;
+
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(limit_stats); i++) {
+		if (!stat_of(p, limit_stats[i].stat, &v))
+			continue;
+		printf("%s\"%s\":%" PRId64, first ? ",\"limiter\":{" : ",", limit_stats[i].json, v);
+		first = false;
+	}
+	if (!first)
+		putchar('}');
+	if (!o.key || !stat_of(p, "key_present", &v))
+		return;
+	printf(",\"key\":{\"key\":");
+	json_str(stdout, o.key);
+	printf(",\"present\":%s", v ? "true" : "false");
+	if (stat_of(p, "key_tat_ns", &v))
+		printf(",\"tat_ns\":%" PRId64, v);
+	if (stat_of(p, "key_count", &v))
+		printf(",\"count\":%" PRId64, v);
+	if (stat_of(p, "key_wait_ns", &v))
+		printf(",\"wait_ns\":%" PRId64, v);
+	putchar('}');
+}
+
+static void show_limit_text(const Resil__PolicyInfo *p)
+{
+	int64_t used, cap, ev = 0, rej = 0, adm = 0, present, wait = 0, count;
+	char w[64];
+
+	if (stat_of(p, "limit_keys_used", &used) && stat_of(p, "limit_keys_capacity", &cap)) {
+		stat_of(p, "limit_evictions", &ev);
+		stat_of(p, "limit_full_rejected", &rej);
+		stat_of(p, "limit_full_admitted", &adm);
+		printf("keyed limiter\n");
+		printf("  keys in use                  %" PRId64 " of %" PRId64 "\n", used, cap);
+		printf("  evictions                    %" PRId64 "\n", ev);
+		printf("  table full, new key refused  %" PRId64 "\n", rej);
+		printf("  table full, new key admitted %" PRId64 "\n", adm);
+	}
+	if (!o.key || !stat_of(p, "key_present", &present))
+		return;
+	if (!present) {
+		printf("key %s: not in the table (a fresh key)\n", o.key);
+		return;
+	}
+	stat_of(p, "key_wait_ns", &wait);
+	printf("key %s: present, ", o.key);
+	if (wait > 0) {
+		fmt_wait(wait, w, sizeof(w));
+		printf("next permit in %s", w);
+	} else {
+		printf("a permit passes now");
+	}
+	if (stat_of(p, "key_count", &count))
+		printf(" (weighted count %" PRId64 " in the window)", count);
+	putchar('\n');
+}
+
 static int cmd_show(const char *name)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__Get g = RESIL__GET__INIT;
 	Resil__Response *resp = NULL;
 	Resil__PolicyInfo *p;
+	int err;
 
 	g.name = (char *)name;
 	if (o.key) {
@@ -272,8 +406,15 @@ static int cmd_show(const char *name)
 	}
 	req.body_case = RESIL__REQUEST__BODY_GET;
 	req.get = &g;
-	if (request(&req, &resp, name))
+	err = resil_priv_request(ctl, &req, &resp, NULL, NULL);
+	if (err == -ENODATA && o.key) {
+		/* --key on a policy without a keyed limiter: the daemon says so */
+		fprintf(stderr, "resilctl: %s\n",
+			*resil_last_error() ? resil_last_error() : "no keyed limiter");
 		return 1;
+	}
+	if (err < 0)
+		return fail(err, name);
 	if (resp->body_case != RESIL__RESPONSE__BODY_POLICY) {
 		resil__response__free_unpacked(resp, NULL);
 		fprintf(stderr, "resilctl: unexpected answer to show\n");
@@ -281,12 +422,11 @@ static int cmd_show(const char *name)
 	}
 	p = resp->policy;
 	if (o.json) {
-		print_policy_json(p, true);
-		putchar('\n');
+		print_policy_fields(p, true);
+		show_limit_json(p);
+		printf("}\n");
 	} else {
 		printf("policy      %s\n", p->name);
-		if (o.key)
-			printf("key         %s\n", o.key);
 		printf("state       %s\n", p->state);
 		printf("slot        %u (generation %u)\n", p->slot, p->generation);
 		printf("owner uid   %u%s\n", p->owner_uid,
@@ -300,10 +440,13 @@ static int cmd_show(const char *name)
 				printf("  %.*s\n", len, s);
 			s = e ? e + 1 : s + len;
 		}
+		show_limit_text(p);
 		if (p->n_stats)
 			printf("counters\n");
 		for (size_t i = 0; i < p->n_stats; i++)
-			printf("  %-28s %" PRId64 "\n", p->stats[i]->name, p->stats[i]->value);
+			if (!stat_in_section(p->stats[i]->name))
+				printf("  %-28s %" PRId64 "\n", p->stats[i]->name,
+				       p->stats[i]->value);
 	}
 	resil__response__free_unpacked(resp, NULL);
 	return 0;

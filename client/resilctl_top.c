@@ -21,6 +21,9 @@
  * not a terminal: plain tables (or JSON lines), no escapes, one per
  * interval, until --iterations or a signal.
  *
+ * policy.scope = process: the STATE column reads "2/5 open" when the
+ * processes' own breakers disagree, INFL/LIM adds up every process's copy.
+ *
  * The segments are untrusted: records are bounds-checked by the stats
  * reader before any state is read; names are printed up to RESIL_NAME_MAX.
  */
@@ -29,6 +32,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +45,8 @@
 #include "resil.pb-c.h"
 #include "resilctl_top.h"
 #include "stats.h"
+#include "adaptive.h"
+#include "breaker.h"
 #include "budget.h"
 #include "bulkhead.h"
 
@@ -49,7 +55,7 @@ static const char *const sort_names[] = {"calls", "failure", "rejections", "name
 
 struct row {
 	char name[RESIL_NAME_MAX];
-	const char *state;
+	char state[16];	 /* "closed"; process scope: "2/5 open" when they differ */
 	bool budget;	 /* a named budget, not a callable policy */
 	double calls_s;	 /* NAN: unknown (first sight) */
 	double fail_pct; /* NAN: no call finished in the interval */
@@ -176,6 +182,109 @@ static uint64_t rejections(const uint64_t *v)
 	       v[RESIL_STAT_REJ_SHED] + v[RESIL_STAT_REJ_BUDGET];
 }
 
+/* A counter below its previous reading: the policy was reset (or a
+ * corrupt segment); no rate for this interval. */
+static bool went_down(const uint64_t *v, const uint64_t *prev)
+{
+	for (int i = 0; i < RESIL_STAT__MAX; i++)
+		if (v[i] < prev[i])
+			return true;
+	return false;
+}
+
+/* The component comp in the block [base, base + bsize), if inside it. */
+static void *block_comp(const struct resil_rec *rec, const struct resil_seg *s, uint64_t base,
+			uint64_t bsize, enum resil_comp comp, uint64_t size)
+{
+	uint64_t off = rec->comp_off[comp];
+
+	if (!resil_has(rec, comp) || base > s->st_size || bsize > s->st_size - base ||
+	    off > bsize || size > bsize - off)
+		return NULL;
+	return resil_seg_state(s, base + off);
+}
+
+struct decided {
+	int state;	  /* RESIL_STATE_*, -1: no breaker */
+	int64_t inflight; /* -1: no bulkhead or adaptive limit */
+	int64_t limit;
+};
+
+/* Breaker state, permits held and limit of one block of decisions. */
+static void decide_block(const struct resil_seg *s, const struct resil_rec *rec, uint64_t base,
+			 uint64_t bsize, struct decided *d)
+{
+	const struct resil_conf *c = &rec->conf;
+	void *cs;
+
+	d->state = -1;
+	d->inflight = d->limit = -1;
+	cs =
+	    block_comp(rec, s, base, bsize, RESIL_C_BREAKER, resil_breaker_state_size(&c->breaker));
+	if (cs && c->breaker.on)
+		d->state = resil_breaker_state(cs);
+	cs = block_comp(rec, s, base, bsize, RESIL_C_BULKHEAD,
+			resil_bulkhead_state_size(&c->bulkhead));
+	if (cs && c->bulkhead.on) {
+		d->inflight = resil_bulkhead_held(cs);
+		d->limit = c->bulkhead.max;
+		return;
+	}
+	cs = block_comp(rec, s, base, bsize, RESIL_C_ADAPTIVE,
+			resil_adaptive_state_size(&c->adaptive));
+	if (cs && c->adaptive.on) {
+		d->inflight = resil_adaptive_held(cs);
+		d->limit = resil_adaptive_limit(cs);
+	}
+}
+
+/*
+ * The decision columns of a row. Fleet scope: the policy's block. Process
+ * scope: every live process's copy; permits and limits add up (the fleet's
+ * capacity), the state is the common one or "N/M open" (N of M processes
+ * see their breaker open or forced open).
+ */
+static void decisions(const struct resil_seg *s, const struct resil_rec *rec, struct row *w)
+{
+	struct decided d;
+	uint32_t cap = s->st->client_cap, live = 0, open = 0;
+	int common = -2;
+
+	snprintf(w->state, sizeof(w->state), "%s", w->budget ? "budget" : "-");
+	w->inflight = w->limit = -1;
+	if (w->budget)
+		return;
+	if (!rec->proc_stride) {
+		decide_block(s, rec, rec->state_off, rec->state_size, &d);
+		snprintf(w->state, sizeof(w->state), "%s", state_word(d.state));
+		w->inflight = d.inflight;
+		w->limit = d.limit;
+		return;
+	}
+	if (rec->proc_off > s->st_size ||
+	    rec->proc_stride > (s->st_size - rec->proc_off) / (cap ? cap : 1))
+		return;
+	for (uint32_t i = 0; i < cap; i++) {
+		const struct resil_client_row *row = resil_seg_client(s, i);
+
+		if (!ld_acquire(&row->owner) || (ld_relaxed(&row->flags) & RESIL_ROW_DEAD))
+			continue;
+		decide_block(s, rec, rec->proc_off + (uint64_t)i * rec->proc_stride,
+			     rec->proc_stride, &d);
+		live++;
+		open += d.state == RESIL_STATE_OPEN || d.state == RESIL_STATE_FORCED_OPEN;
+		common = common == -2 || common == d.state ? d.state : -3;
+		if (d.limit >= 0) {
+			w->inflight = (w->inflight < 0 ? 0 : w->inflight) + d.inflight;
+			w->limit = (w->limit < 0 ? 0 : w->limit) + d.limit;
+		}
+	}
+	if (common == -3)
+		snprintf(w->state, sizeof(w->state), "%u/%u open", open, live);
+	else if (common >= -1)
+		snprintf(w->state, sizeof(w->state), "%s", state_word(common));
+}
+
 static int collect_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
 		       void *ctx)
 {
@@ -207,19 +316,12 @@ static int collect_one(const struct resil_seg *s, uint32_t slot, const struct re
 		if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
 			*p = '?';
 	w->budget = rec->flags & RESIL_REC_BUDGET;
-	/* the whole block is inside the mapping (resil_stats_state_of checked it) */
-	if (w->budget)
-		w->state = "budget";
-	else if (resil_has(rec, RESIL_C_BREAKER) &&
-		 rec->comp_off[RESIL_C_BREAKER] < rec->state_size)
-		w->state = state_word(resil_policy_breaker_state(s, rec));
-	else
-		w->state = "-";
+	decisions(s, rec, w);
 
 	resil_stats_read_all(st, v);
 	w->calls = resil_stats_calls(v);
 	w->calls_s = w->fail_pct = w->slow_pct = w->rej_s = NAN;
-	if (pv && pv->state_off == rec->state_off && t->dt > 0) {
+	if (pv && pv->state_off == rec->state_off && t->dt > 0 && !went_down(v, pv->v)) {
 		uint64_t d[RESIL_STAT__MAX], done;
 
 		for (int i = 0; i < RESIL_STAT__MAX; i++)
@@ -237,15 +339,6 @@ static int collect_one(const struct resil_seg *s, uint32_t slot, const struct re
 		memcpy(pv->v, v, sizeof(v));
 	}
 
-	w->inflight = w->limit = -1;
-	if (c->bulkhead.on && resil_has(rec, RESIL_C_BULKHEAD) &&
-	    rec->comp_off[RESIL_C_BULKHEAD] + resil_bulkhead_state_size(&c->bulkhead) <=
-		rec->state_size) {
-		w->inflight = resil_bulkhead_held(resil_comp_state(s, rec, RESIL_C_BULKHEAD));
-		w->limit = c->bulkhead.max;
-	} else if (c->adaptive.on) {
-		w->limit = c->adaptive.max; /* the adaptive limit itself has no reader yet */
-	}
 	w->p50 = w->p99 = -1;
 	if (resil_stats_percentile_ns(st, c, 0.50, &w->p50))
 		w->p50 = -1;
@@ -348,20 +441,45 @@ static void fmt_num(char *b, size_t n, double v, bool pct)
 		snprintf(b, n, "%.0fM", v / 1e6);
 }
 
-/* Column widths: the name takes what the screen has beyond 79 columns. */
+/* Column widths: the name column is as wide as the longest name, as far as
+ * the screen allows (12 on 80 columns). */
 #define W_REST 67 /* every column but the name, with their separators */
+
+/* One line, cut to width columns (a screen narrower than the table). */
+static void put_line(FILE *f, int width, const char *eol, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void put_line(FILE *f, int width, const char *eol, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n >= (int)sizeof(line))
+		n = (int)sizeof(line) - 1;
+	fwrite(line, 1, (size_t)(n < width ? n : width > 0 ? width : 0), f);
+	fputs(eol, f);
+}
 
 static void render_table(struct top *t, FILE *f, int cols, int maxrows, const char *eol)
 {
-	int nw = cols - 1 - W_REST;
+	int nw = 12, room = cols - 1 - W_REST;
 	char cs[16], fp[16], sp[16], rs[16], il[48], p50[16], p99[16], tk[16];
 
+	/* the longest name, within what the screen leaves (8 at least) */
+	for (size_t i = 0; i < t->nrows; i++)
+		if ((int)strlen(t->rows[i].name) > nw)
+			nw = (int)strlen(t->rows[i].name);
+	if (nw > room)
+		nw = room;
 	if (nw < 8)
 		nw = 8;
-	if (nw > RESIL_NAME_MAX - 1)
-		nw = RESIL_NAME_MAX - 1;
-	fprintf(f, "%-*s %-9s %7s %5s %5s %6s %8s %6s %6s %6s%s", nw, "NAME", "STATE", "CALLS/s",
-		"FAIL%", "SLOW%", "REJ/s", "INFL/LIM", "P50", "P99", "BUDGET", eol);
+	put_line(f, cols - 1, eol, "%-*s %-9s %7s %5s %5s %6s %8s %6s %6s %6s", nw, "NAME", "STATE",
+		 "CALLS/s", "FAIL%", "SLOW%", "REJ/s", "INFL/LIM", "P50", "P99", "BUDGET");
 	for (size_t i = 0; i < t->nrows && (maxrows < 0 || (int)i < maxrows); i++) {
 		const struct row *w = &t->rows[i];
 		char name[RESIL_NAME_MAX];
@@ -384,8 +502,9 @@ static void render_table(struct top *t, FILE *f, int cols, int maxrows, const ch
 		fmt_dur(p50, sizeof(p50), w->p50);
 		fmt_dur(p99, sizeof(p99), w->p99);
 		fmt_num(tk, sizeof(tk), w->tokens, true);
-		fprintf(f, "%-*s %-9.9s %7.7s %5.5s %5.5s %6.6s %8.8s %6.6s %6.6s %6.6s%s", nw,
-			name, w->state, cs, fp, sp, rs, il, p50, p99, tk, eol);
+		put_line(f, cols - 1, eol,
+			 "%-*s %-9.9s %7.7s %5.5s %5.5s %6.6s %8.8s %6.6s %6.6s %6.6s", nw, name,
+			 w->state, cs, fp, sp, rs, il, p50, p99, tk);
 	}
 }
 
@@ -478,15 +597,10 @@ static void render_plain(struct top *t)
 	struct tm tm;
 
 	localtime_r(&now, &tm);
-	size_t longest = 12;
-
-	/* no screen to fit: whole names, so scripts can match them */
-	for (size_t i = 0; i < t->nrows; i++)
-		if (strlen(t->rows[i].name) > longest)
-			longest = strlen(t->rows[i].name);
 	printf("resil top %02d:%02d:%02d  %zu policies  sort: %s\n", tm.tm_hour, tm.tm_min,
 	       tm.tm_sec, t->nrows, sort_names[t->sort]);
-	render_table(t, stdout, (int)longest + 1 + W_REST, -1, "\n");
+	/* no screen to fit: whole names, so scripts can match them */
+	render_table(t, stdout, RESIL_NAME_MAX + 1 + W_REST, -1, "\n");
 	printf("\n");
 	fflush(stdout);
 }

@@ -370,7 +370,8 @@ int resild_cfgset_load_dir(struct resild_cfgset *set, const char *dir, char *err
 		}
 		n++;
 	}
-	qsort(names, n, sizeof(*names), name_cmp);
+	if (n > 1)
+		qsort(names, n, sizeof(*names), name_cmp);
 	for (size_t i = 0; i < n && r == 0; i++) {
 		char path[4096];
 		char *text = NULL;

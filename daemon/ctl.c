@@ -46,6 +46,7 @@
 #include "clients.h"
 #include "ctl.h"
 #include "log.h"
+#include "limit.h"
 #include "loop.h"
 #include "metrics.h"
 #include "policy.h"
@@ -53,7 +54,8 @@
 #include "stats.h"
 
 #define CONF_TEXT_MAX 16384
-#define STATS_MAX     (RESIL_STAT__MAX + 8)
+/* counters, percentiles, keyed limiter and one key (16), up to 64 processes side by side */
+#define STATS_MAX (RESIL_STAT__MAX + 8 + 16 + 64)
 
 const char *resild_state_name(int state)
 {
@@ -285,6 +287,49 @@ static void fill_head(struct resild *d, const struct resil_rec *rec, struct info
 	pi->from_file = !!(rec->flags & RESIL_REC_FROM_FILE);
 }
 
+/*
+ * rec's limiter state, NULL when it has none or its offsets do not lie in
+ * the mapped state segment (the daemon wrote them; the check is what
+ * resil_stats_state_of does, so a reply never reads outside the mapping).
+ * The state's contents are read with relaxed loads: a snapshot, not atomic
+ * across counters, like every counter in a reply.
+ */
+static const void *limit_state_of(struct resild *d, const struct resil_rec *rec)
+{
+	const struct resil_seg *s = &d->seg;
+	uint64_t off, need;
+
+	if (!resil_has(rec, RESIL_C_LIMIT))
+		return NULL;
+	if (rec->state_off > s->st_size || rec->state_size > s->st_size - rec->state_off)
+		return NULL;
+	off = rec->comp_off[RESIL_C_LIMIT];
+	need = resil_limit_state_size(&rec->conf.limit);
+	if (off > rec->state_size || need > rec->state_size - off || (rec->state_off + off) % 8)
+		return NULL;
+	return resil_seg_state(s, rec->state_off + off);
+}
+
+/* A keyed limiter (limit.keys): its table, as `resilctl show` prints it.
+ * The size is counted in the table (one pass over limit.keys entries: at
+ * most 2^24, a few ms, only when asked). */
+static void add_limit_stats(struct resild *d, const struct resil_rec *rec, struct info *in,
+			    size_t *n)
+{
+	const struct resil_limit_conf *c = &rec->conf.limit;
+	struct resil_limit_info li;
+	const void *st = limit_state_of(d, rec);
+
+	if (!st || !c->keys)
+		return;
+	resil_limit_info(c, st, &li);
+	add_stat(in, n, "limit_keys_used", (int64_t)li.size);
+	add_stat(in, n, "limit_keys_capacity", (int64_t)li.capacity);
+	add_stat(in, n, "limit_evictions", (int64_t)li.evictions);
+	add_stat(in, n, "limit_full_rejected", (int64_t)li.full_rejects);
+	add_stat(in, n, "limit_full_admitted", (int64_t)li.full_admits);
+}
+
 static void fill_info(struct resild *d, const struct resil_rec *rec, struct info *in)
 {
 	Resil__PolicyInfo *pi = &in->h.pi;
@@ -315,18 +360,80 @@ static void fill_info(struct resild *d, const struct resil_rec *rec, struct info
 			if (resil_stats_percentile_ns(st, &rec->conf, qs[i], &ns) == 0)
 				add_stat(in, &n, qn[i], ns);
 		}
+		add_limit_stats(d, rec, in, &n);
+		/* policy.scope = process: each live process's breaker, side by
+		 * side ("breaker_pid_1234 = 1" is OPEN, as RESIL_STATE_*) */
+		for (uint32_t i = 0; rec->proc_stride && i < d->seg.st->client_cap; i++) {
+			uint64_t owner = ld_relaxed(&resil_seg_client(&d->seg, i)->owner);
+			int bs = resil_policy_breaker_state_of(&d->seg, rec, i + 1);
+			char nm[32];
+
+			if (!owner || bs < 0)
+				continue;
+			snprintf(nm, sizeof(nm), "breaker_pid_%u", (unsigned)(owner >> 32));
+			add_stat(in, &n, nm, bs);
+		}
 		pi->n_stats = n;
 		pi->stats = in->stp;
 	}
 }
 
+/*
+ * get NAME with a key: that key's state in the keyed limiter, appended to
+ * the policy's stats. key_present 1 with key_tat_ns (gcra: the key's TAT,
+ * CLOCK_MONOTONIC ns) or key_count (sliding-approx: the weighted count in
+ * the window) and key_wait_ns (the Retry-After the key would get now, 0:
+ * a permit passes now); key_present 0 and key_wait_ns 0 for a key the
+ * table does not hold (a fresh key: its first call starts from idle).
+ * Read-only: looking a key up never inserts it. Judged on the daemon's
+ * clock (CLOCK_MONOTONIC; clients on the coarse clock lag it by less than
+ * its resolution).
+ */
+static int add_key_stats(struct resild *d, const struct resil_rec *rec, const Resil__Get *g,
+			 const void *st, struct reply *rp, struct info *in)
+{
+	const struct resil_limit_conf *c = &rec->conf.limit;
+	struct resil_ctx x = {.seg = &d->seg, .rec = rec, .pid = (uint32_t)getpid()};
+	/* an empty key is a key (the library hashes zero bytes too) */
+	const void *key = g->key.len ? (const void *)g->key.data : "";
+	size_t n = in->h.pi.n_stats;
+	int64_t v = 0, wait = 0;
+	int r;
+
+	r = resil_limit_key_info(&x, c, st, key, g->key.len, &v, &wait);
+	if (r < 0 && r != -ENOENT)
+		return reply_error(rp, r, "policy %s: cannot read the key: %s", rec->name,
+				   strerror(-r));
+	add_stat(in, &n, "key_present", r == 0);
+	if (r == 0)
+		add_stat(in, &n,
+			 resil_limit_algo(c) == RESIL_LIMIT_GCRA ? "key_tat_ns" : "key_count", v);
+	add_stat(in, &n, "key_wait_ns", r == 0 ? wait : 0);
+	in->h.pi.n_stats = n;
+	in->h.pi.stats = in->stp;
+	return 0;
+}
+
 static int handle_get(struct resild *d, const Resil__Get *g, struct reply *rp, struct info *in)
 {
 	const struct resil_rec *rec = find_or_fail(d, g->name, rp);
+	const void *lst = NULL;
+	int r;
 
 	if (!rec)
 		return -ENOENT;
+	if (g->has_key) {
+		lst = limit_state_of(d, rec);
+		if (!lst || !rec->conf.limit.keys)
+			return reply_error(
+			    rp, -ENODATA, "policy %s has no keyed limiter (limit.keys)", rec->name);
+	}
 	fill_info(d, rec, in);
+	if (g->has_key) {
+		r = add_key_stats(d, rec, g, lst, rp, in);
+		if (r < 0)
+			return r;
+	}
 	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
 	rp->resp.policy = &in->h.pi;
 	return 0;

@@ -571,6 +571,9 @@ static void on_tick(struct resild *d)
 
 	if (!l->accept_armed && !d->stopping)
 		arm_accept(d);
+	/* the heartbeat clients read on their periodic check (seg.h): a
+	 * relaxed store, it orders nothing; stale means "daemon gone" */
+	st_relaxed(&d->seg.st->daemon_beat_ns, (uint64_t)resil_clock_monotonic(NULL));
 	resil_seg_foreach(&d->seg, maintain_one, NULL);
 	resild_clients_scan(d);
 	resild_events_drain(d);

@@ -455,6 +455,7 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 	 * (release: a reader that sees our pid sees the headers we set up);
 	 * read by observers for display, and by nobody to decide anything */
 	st_release(&d->seg.st->daemon_pid, (uint32_t)getpid());
+	st_relaxed(&d->seg.st->daemon_beat_ns, (uint64_t)resil_clock_monotonic(NULL));
 	if (!d->adopted)
 		resild_notify_store_fds(d->seg.cfg_fd, d->seg.st_fd);
 	return 0;
@@ -551,7 +552,11 @@ out:
 	if (d.socket_created)
 		unlink(d.opts.socket_path);
 	resild_cfgset_free(d.files);
-	if (d.have_seg)
+	if (d.have_seg) {
+		/* a clean stop: clients' next periodic check asks the socket
+		 * at once instead of waiting for the heartbeat to go stale */
+		st_relaxed(&d.seg.st->daemon_beat_ns, 0);
 		resil_seg_unmap(&d.seg);
+	}
 	return r < 0 ? 1 : 0;
 }

@@ -185,9 +185,14 @@ size_t resil_adaptive_conf_format(const struct resil_adaptive_conf *c, char *buf
 	resil_priv_put(buf, len, &off, "adaptive.algorithm = %s\n",
 		       c->algorithm < RESIL_ARRAY_SIZE(algo_names) ? algo_names[c->algorithm]
 								   : "vegas");
-	resil_priv_put(buf, len, &off, "adaptive.min = %u\n", resil_adaptive_min(c));
-	resil_priv_put(buf, len, &off, "adaptive.max = %u\n", resil_adaptive_max(c));
-	resil_priv_put(buf, len, &off, "adaptive.initial = %u\n", resil_adaptive_initial(c));
+	/* only bounds that were given: an unset one follows the algorithm's
+	 * default, and what is written parses back to the same bytes */
+	if (c->min)
+		resil_priv_put(buf, len, &off, "adaptive.min = %u\n", c->min);
+	if (c->max)
+		resil_priv_put(buf, len, &off, "adaptive.max = %u\n", c->max);
+	if (c->initial)
+		resil_priv_put(buf, len, &off, "adaptive.initial = %u\n", c->initial);
 	resil_format_duration(c->window_ns, d, sizeof(d));
 	resil_priv_put(buf, len, &off, "adaptive.window = %s\n", d);
 	if (c->probe_ns > 0)

@@ -41,18 +41,27 @@
  *             one only when non-zero (reset); tagged with gen so a fresh
  *             window needs no reset.
  *   buckets   time window: epoch CAS (acq_rel) by the first recorder of a
- *             new span, which then stores the counters to 0; counters
- *             fetch_add by recorders. Bounded error: increments racing
- *             the rotation (between the winner's CAS and its store) are
- *             lost, at most the records in flight at the bucket boundary;
- *             a record whose clock reading is older than the bucket's
- *             epoch is dropped.
+ *             new span, which then stores its counts to 0; calls (and
+ *             failures/slow calls, when there are some) fetch_add by
+ *             recorders: one atomic for a fast success. Bounded error:
+ *             increments racing the rotation (between the winner's CAS
+ *             and its stores) are lost, at most the records in flight at
+ *             the bucket boundary; a record whose clock reading is older
+ *             than the bucket's epoch is dropped.
  *   probes[]  owner CAS by a prober (claim, any free slot or one left by
  *             an older gen), CAS back to 0 by the same prober (release)
  *             or by reclaim (dead client); claimed_at stored by the owner
  *             after its claim, INT64_MAX while free.
  *   ho        CAS by probers adding a result; tagged with gen, so entering
  *             HALF_OPEN resets it implicitly.
+ *   base_ns, offsets, sizes, fastmod: plain, written once by state_init
+ *             (or carry) before the record's slot word publishes the block
+ *             (release, seg.c); read by everyone.
+ * Lines (breaker.h): the word with the immutable fields (read by every
+ * call, written on transitions only), seq (every count record), counters
+ * and consec (on outcome changes, failures), ho (HALF_OPEN only), then the
+ * probe slots and the window. The daemon writes these words only through
+ * the same operations as a client (maintain, reclaim, force), rarely.
  *
  * Hot path (CLOSED, count window, a success, no slow-call threshold):
  * check = one acquire load of the word; release = one load, fetch_add seq,
@@ -67,14 +76,15 @@
  * no rate can exceed it; the permit is stamped, RESIL_PERMIT_TIMED), the
  * time window, OPEN's wait (a coarse reading when the wait is 100 ms or
  * more: at most 4 ms late) and transitions. An OPEN rejection is one load
- * and one coarse clock reading; FORCED_OPEN one load.
+ * and one clock reading (coarse for waits of 100 ms or more); FORCED_OPEN
+ * one load.
  *
  * Windows: count (last N calls: slots + packed counters), time (last T
  * in B buckets of T/B, each tagged with the tick it counts; a record is
  * tick = now / (T/B); the first recorder of a new tick CASes the epoch and
  * zeroes the counters: increments racing that rotation are lost, at most
  * the records in flight at the boundary, and the span judged is the
- * current bucket plus B - 1 whole ones, i.e. T to T - T/B), consecutive
+ * current bucket plus B - 1 whole ones, between T - T/B and T), consecutive
  * (N failures in a row; slowness not judged). min_calls is capped at N for
  * count windows (as Resilience4j).
  *
@@ -144,17 +154,19 @@
 
 #include "breaker.h"
 #include "resil.h"
+#include "stats.h"
 
 /* ---- packed words ---------------------------------------------------- */
 
 /* Rare paths out of line, so the hot ones stay small. */
 #define BK_COLD __attribute__((noinline, cold))
 
-#define GEN_BITS   20
-#define GEN_MASK   ((1u << GEN_BITS) - 1)
-#define SINCE_BITS 36
-#define SINCE_MASK ((1ULL << SINCE_BITS) - 1)
-#define STREAK_MAX 31u
+#define GEN_BITS	 20
+#define GEN_MASK	 ((1u << GEN_BITS) - 1)
+#define SINCE_BITS	 36
+#define SINCE_MASK	 ((1ULL << SINCE_BITS) - 1)
+#define STREAK_MAX	 31u
+#define ELAPSED_PLAIN_NS ((int64_t)SINCE_MASK * RESIL_NS_PER_MS - 3600 * RESIL_NS_PER_S)
 
 static inline int w_state(uint64_t w)
 {
@@ -352,6 +364,14 @@ static int64_t open_wait(const struct resil_breaker_conf *c, uint32_t streak)
 	return w > cap ? cap : w;
 }
 
+/* open_wait(c, 0) without a loop */
+static inline int64_t first_wait(const struct resil_breaker_conf *c)
+{
+	int64_t w = c->wait_ns < 0 ? 0 : c->wait_ns;
+
+	return c->wait_max_ns > 0 && c->wait_max_ns < w ? c->wait_max_ns : w;
+}
+
 /* seq % n without a division (Lemire's fastmod, 32-bit operands): with
  * m = 2^64 / n + 1, ((m * a mod 2^64) * n) >> 64 == a % n. Whatever m holds
  * (the word is in shared memory), the result is below n, so a corrupt m
@@ -397,13 +417,19 @@ static inline uint64_t since_of(const bk_t *b, int64_t now)
 /* ns since the word's since (0 if not yet or if the clock went back). The
  * 36-bit ms difference is taken modulo and sign-extended: exact for
  * states younger than 397 days. */
-static int64_t elapsed_ns(const bk_t *b, uint64_t w, int64_t now)
+static inline int64_t elapsed_ns(const bk_t *b, uint64_t w, int64_t now)
 {
-	int64_t rel = rel_ns(b, now);
-	uint64_t now_ms = (uint64_t)rel / RESIL_NS_PER_MS;
-	int64_t d = sext((now_ms - w_since(w)) & SINCE_MASK, SINCE_BITS);
-	int64_t e = d * RESIL_NS_PER_MS + (rel - (int64_t)now_ms * RESIL_NS_PER_MS);
+	int64_t rel = rel_ns(b, now), e;
 
+	if (RESIL_LIKELY(rel < ELAPSED_PLAIN_NS)) {
+		/* the first 795 days of the block, less an hour: no wrap */
+		e = rel - (int64_t)w_since(w) * RESIL_NS_PER_MS;
+	} else {
+		uint64_t now_ms = (uint64_t)rel / RESIL_NS_PER_MS;
+		int64_t d = sext((now_ms - w_since(w)) & SINCE_MASK, SINCE_BITS);
+
+		e = d * RESIL_NS_PER_MS + (rel - (int64_t)now_ms * RESIL_NS_PER_MS);
+	}
 	return e < 0 ? 0 : e;
 }
 
@@ -448,6 +474,9 @@ static bool move(struct resil_ctx *x, bk_t *b, uint64_t *w, int to, uint32_t str
 	*w = nw;
 	resil_event_push(x->seg, RESIL_EV_TRANSITION, x->rec ? x->rec->slot : 0,
 			 x->rec ? x->rec->gen : 0, (uint32_t)from, (uint32_t)to, why, value, now);
+	if (x->seg && x->rec)
+		resil_stats_add(x, resil_comp_state(x->seg, x->rec, RESIL_C_STATS),
+				RESIL_STAT_TRANSITIONS, 1);
 	return true;
 }
 
@@ -498,7 +527,8 @@ static void window_reset(bk_t *b, const struct resil_breaker_conf *c)
 
 		for (uint32_t i = 0; i < n; i++) {
 			st_relaxed(&bk[i].epoch, 0);
-			st_relaxed(&bk[i].counters, 0);
+			st_relaxed(&bk[i].calls, 0);
+			st_relaxed(&bk[i].bad, 0);
 		}
 	}
 	/* consecutive: tagged with gen, the transition resets it */
@@ -527,16 +557,19 @@ static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1
 {
 	struct resil_breaker_bucket *bk = buckets(b);
 	uint32_t n = wsize_of(c);
-	uint64_t packed = 0;
 
+	memset(k, 0, sizeof(*k));
 	for (uint32_t i = 0; i < n; i++) {
-		uint64_t e = ld_acquire(&bk[i].epoch);
+		uint64_t e = ld_acquire(&bk[i].epoch), bad;
 
 		/* the span (tick1 - n, tick1] */
-		if (e != 0 && e <= tick1 && e + n > tick1)
-			packed += ld_relaxed(&bk[i].counters);
+		if (e == 0 || e > tick1 || e + n <= tick1)
+			continue;
+		bad = ld_relaxed(&bk[i].bad);
+		k->calls += (int64_t)ld_relaxed(&bk[i].calls);
+		k->failures += (int64_t)(bad >> 32);
+		k->slow += (int64_t)(uint32_t)bad;
 	}
-	resil_breaker_unpack(packed, k);
 }
 
 /* Record one outcome in CLOSED (or DISABLED, METRICS_ONLY). Returns true
@@ -586,12 +619,17 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 			if (cas_acq_rel(&bk->epoch, &e, tick1)) {
 				/* CRASH WINDOW: killed here, the bucket keeps
 				 * the counts of one window ago for one span. */
-				st_relaxed(&bk->counters, 0);
+				st_relaxed(&bk->calls, 0);
+				st_relaxed(&bk->bad, 0);
 			} else if (e > tick1) {
 				return false;
 			}
 		}
-		faa_relaxed(&bk->counters, cnt_delta(RESIL_BK_EMPTY, code));
+		faa_relaxed(&bk->calls, 1);
+		if (code & (RESIL_BK_FAIL & ~RESIL_BK_OK))
+			faa_relaxed(&bk->bad, 1ULL << 32);
+		if (code & RESIL_BK_SLOW)
+			faa_relaxed(&bk->bad, 1);
 		if (!judge)
 			return false;
 		time_sum(b, c, tick1, &k);
@@ -912,6 +950,20 @@ void resil_breaker_carry(void *nst, const struct resil_breaker_conf *nc, const v
 	st_release(&nb->word, nw);
 }
 
+/* OPEN: reject until the wait is over, then a probe is needed. Out of
+ * line so the CLOSED path saves no registers. */
+static __attribute__((noinline)) int check_open(struct resil_ctx *x,
+						const struct resil_breaker_conf *c, bk_t *b,
+						uint64_t w, struct resil_permit_priv *pm)
+{
+	int64_t wait = w_streak(w) ? open_wait(c, w_streak(w)) : first_wait(c);
+
+	if (elapsed_ns(b, w, wait_clock(x, wait)) < wait)
+		return RESIL_REJECT_OPEN;
+	pm->flags |= RESIL_PERMIT_PROBE;
+	return 0;
+}
+
 static BK_COLD int check_slow(struct resil_ctx *x, const struct resil_breaker_conf *c, bk_t *b,
 			      uint64_t w, struct resil_permit_priv *pm)
 {
@@ -960,6 +1012,12 @@ int resil_breaker_check(struct resil_ctx *x, const struct resil_breaker_conf *c,
 			stamp(x, pm);
 		return 0;
 	}
+	/* rejections stay short too: one (coarse) clock reading in OPEN,
+	 * none in FORCED_OPEN */
+	if (w_state(w) == RESIL_STATE_OPEN)
+		return check_open(x, c, b, w, pm);
+	if (w_state(w) == RESIL_STATE_FORCED_OPEN)
+		return RESIL_REJECT_OPEN;
 	return check_slow(x, c, b, w, pm);
 }
 
@@ -1005,7 +1063,7 @@ int resil_breaker_acquire(struct resil_ctx *x, const struct resil_breaker_conf *
 		half_open_repair(x, b, c, w, false);
 		goto reject;
 	}
-	pm->probe_idx = (uint32_t)i + 1;
+	pm->probe_idx = RESIL_BK_PROBE_IDX(x->client_id, (uint32_t)i);
 	pm->breaker_gen = w_gen(w);
 	if (slow_on(c))
 		stamp(x, pm);
@@ -1020,8 +1078,12 @@ void resil_breaker_undo(struct resil_ctx *x, const struct resil_breaker_conf *c,
 			struct resil_permit_priv *pm)
 {
 	if (pm->probe_idx) {
-		if (pm->probe_idx <= nprobe_of(c))
-			probe_free(st, pm->probe_idx - 1, probe_tag(pm->breaker_gen, x->client_id));
+		uint32_t i = RESIL_BK_PROBE_SLOT(pm->probe_idx);
+
+		if (i < nprobe_of(c))
+			probe_free(
+			    st, i,
+			    probe_tag(pm->breaker_gen, RESIL_BK_PROBE_CLIENT(pm->probe_idx)));
 		pm->probe_idx = 0;
 	}
 	pm->flags &= ~RESIL_PERMIT_PROBE;
@@ -1047,7 +1109,7 @@ static BK_COLD void release_closed(struct resil_ctx *x, const struct resil_break
 static BK_COLD void release_probe(struct resil_ctx *x, const struct resil_breaker_conf *c, bk_t *b,
 				  struct resil_permit_priv *pm, uint32_t code)
 {
-	uint32_t idx = pm->probe_idx - 1;
+	uint32_t idx = RESIL_BK_PROBE_SLOT(pm->probe_idx);
 	uint64_t w = ld_acquire(&b->word), h = 0;
 
 	/* an answer of an older gen decides nothing */
@@ -1055,7 +1117,8 @@ static BK_COLD void release_probe(struct resil_ctx *x, const struct resil_breake
 		h = ho_add(b, c, pm->breaker_gen, code & 2, code & RESIL_BK_SLOW);
 	/* answer counted before the slot is freed (see top) */
 	if (idx < nprobe_of(c))
-		probe_free(b, idx, probe_tag(pm->breaker_gen, x->client_id));
+		probe_free(b, idx,
+			   probe_tag(pm->breaker_gen, RESIL_BK_PROBE_CLIENT(pm->probe_idx)));
 	pm->probe_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_PROBE;
 	if (h)

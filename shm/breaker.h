@@ -52,8 +52,10 @@ struct resil_breaker_probe {
 };
 
 struct resil_breaker_bucket {
-	ra64 epoch;    /* tick + 1 of the span it counts; 0 never used */
-	ra64 counters; /* packed like the count window's */
+	ra64 epoch; /* tick + 1 of the span it counts; 0 never used */
+	ra64 calls; /* 64 bits: a busy time window outgrows 21-bit fields */
+	ra64 bad;   /* failures << 32 | slow calls */
+	uint64_t reserved;
 };
 
 struct resil_breaker_state {
@@ -95,7 +97,14 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, ho) == 384, "breaker ho
 RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, reserved) == 512, "breaker reserved");
 RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_state) == 640, "breaker state size");
 RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_probe) == 16, "probe size");
-RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_bucket) == 16, "bucket size");
+RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_bucket) == 32, "bucket size");
+
+/* pm->probe_idx of a probe: the claiming client's id << 11 | slot + 1, so
+ * its release frees the slot it claimed whoever releases it (a thread, a
+ * forked child). 0: no probe. */
+#define RESIL_BK_PROBE_IDX(client, slot) ((uint32_t)(client) << 11 | ((slot) + 1))
+#define RESIL_BK_PROBE_SLOT(idx)	 (((idx)&0x7ffu) - 1)
+#define RESIL_BK_PROBE_CLIENT(idx)	 ((idx) >> 11)
 
 /* Limits of the configuration (the packed fields above). */
 #define RESIL_BK_WINDOW_MAX    1000000u /* count window slots (21-bit fields) */

@@ -10,7 +10,12 @@
  * Retry blocks: ordered, first match wins; classes without a rule use the
  * policy's retry.* values, TRANSIENT, THROTTLED and TIMEOUT retried,
  * PERMANENT and user classes never), counts the failure against that rule,
- * and answers a delay or a stop with its reason. Delays are exponential
+ * and answers a delay or a stop with its reason. A rule's attempts count
+ * like retry.max_attempts, the first included: the loop stops when the
+ * failures matched by that rule reach the number (classes without a rule
+ * share one count against retry.max_attempts); a rule's fields left out
+ * take the policy's retry.* values. retry.on.all matches every class
+ * (Step Functions' States.ALL), so it belongs last. Delays are exponential
  * with a cap, computed by repeated multiplication with saturation (never
  * pow), then jittered (AWS "Exponential Backoff And Jitter"):
  *   none          ceil
@@ -42,6 +47,19 @@
  * (retried only under contention), clamped to [0, MAX]. Nothing refills
  * with time (gRPC and AWS refill on successes only), so no clock is read
  * for them; the ratio buckets take the reading the caller already has.
+ * Cost on the success path: gRPC and AWS one load (no store while the
+ * bucket is full), ratio one CAS on the current request bucket. A hedge
+ * pays like a retry after a transient error.
+ *
+ * Shared budgets: retry.budget = @NAME stores NAME; the definer resolves
+ * the policy "@NAME" (defined with a grpc, aws or ratio budget) into
+ * rec->budget_slot, and resil_budget_state_for() follows that slot word to
+ * the named policy's current record and its budget block, so every policy
+ * and every process naming it spends the same tokens.
+ *
+ * Events: the refusal that finds the budget not yet marked exhausted
+ * marks it (CAS) and its caller pushes RESIL_EV_BUDGET_EXHAUSTED; the next
+ * retry allowed clears the mark: one event per episode.
  */
 #include <errno.h>
 #include <inttypes.h>

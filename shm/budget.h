@@ -178,6 +178,7 @@ struct resil_budget_state {
 };
 RESIL_STATIC_ASSERT(sizeof(struct resil_budget_state) == 512, "budget state size");
 RESIL_STATIC_ASSERT(offsetof(struct resil_budget_state, tokens_milli) == 0, "tokens line");
+RESIL_STATIC_ASSERT(offsetof(struct resil_budget_state, exhausted) == 8, "exhausted offset");
 RESIL_STATIC_ASSERT(offsetof(struct resil_budget_state, req) % RESIL_HOT_ALIGN == 0, "ratio line");
 RESIL_STATIC_ASSERT(offsetof(struct resil_budget_state, counters) % RESIL_HOT_ALIGN == 0,
 		    "counters line");

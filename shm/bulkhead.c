@@ -47,7 +47,9 @@
  * deficit at the next ticks and is corrected back the same way. A hint
  * that is low only admits a little more eagerly: the slots still bound
  * the total. Until the daemon repairs, a leaked unit lowers the usable
- * max by one: a spurious rejection, never an excess admission.
+ * max by one: a spurious rejection, never an excess admission. Two
+ * maintainers at once (embedded processes) may both correct the same
+ * excess; the deficit shows at the next ticks and is corrected back.
  *
  * Waiting (bulkhead.wait > 0): a caller that finds no permit claims a
  * waiter slot (the waiter count is that pool's hint, so a dead waiter's
@@ -93,16 +95,24 @@
 /* Where this thread's next claim starts: its last slot + 1 (0: none yet,
  * start at the client id). A freed slot is usually free again for the
  * same thread, so an uncontended claim succeeds at the first CAS, and
- * processes start at different slots. */
-static _Thread_local __attribute__((tls_model("initial-exec"))) uint32_t resil_pool_next;
+ * processes start at different slots. A few entries, picked by the pool's
+ * address, so a policy's bulkhead and adaptive pools keep their own. */
+#define POOL_NEXT 4
+static _Thread_local __attribute__((tls_model("initial-exec"))) uint32_t resil_pool_next[POOL_NEXT];
+
+static inline uint32_t *pool_next(const struct resil_pool *p)
+{
+	return &resil_pool_next[((uintptr_t)p->count / RESIL_HOT_ALIGN) & (POOL_NEXT - 1)];
+}
 
 static inline ra32 *pool_slot(const struct resil_pool *p, uint32_t i)
 {
 	return &p->slots[(size_t)i << p->shift];
 }
 
-uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t id,
-			  uint32_t *inflight)
+/* Inlined into the bulkhead's hot path; exported below for adaptive.c. */
+static inline __attribute__((always_inline)) uint32_t
+pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t id, uint32_t *inflight)
 {
 	int32_t lim = (int32_t)(limit < (uint32_t)INT32_MAX ? limit : INT32_MAX);
 	uint32_t i, s, n = p->n;
@@ -118,7 +128,7 @@ uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t i
 		goto full;
 	}
 	/* crash window A: counted, not claimed; repaired by resil_pool_repair */
-	s = resil_pool_next;
+	s = *pool_next(p);
 	if (RESIL_UNLIKELY(s == 0 || s > n))
 		s = id % n;
 	else
@@ -129,7 +139,7 @@ uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t i
 
 		if (ld_relaxed(w) == 0 && cas_acq_rel(w, &exp, id)) {
 			/* crash window B: the slot names us; reclaim frees it */
-			resil_pool_next = s + 1;
+			*pool_next(p) = s + 1;
 			*inflight = (uint32_t)old + 1;
 			return s + 1;
 		}
@@ -143,13 +153,25 @@ full:
 	return 0;
 }
 
-void resil_pool_free(const struct resil_pool *p, uint32_t idx)
+static inline __attribute__((always_inline)) void pool_free(const struct resil_pool *p,
+							    uint32_t idx)
 {
 	if (RESIL_UNLIKELY(idx == 0 || idx > p->n))
 		return;
 	st_release(pool_slot(p, idx - 1), 0);
 	/* crash window C: slot free, hint one too high; repaired */
 	seq_fas(p->count, 1);
+}
+
+uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t id,
+			  uint32_t *inflight)
+{
+	return pool_claim(p, limit, id, inflight);
+}
+
+void resil_pool_free(const struct resil_pool *p, uint32_t idx)
+{
+	pool_free(p, idx);
 }
 
 uint32_t resil_pool_reclaim(const struct resil_pool *p, uint32_t id)
@@ -271,6 +293,9 @@ size_t resil_bulkhead_conf_format(const struct resil_bulkhead_conf *c, char *buf
 	resil_priv_put(buf, len, &off, "bulkhead.wait = %s\n", d);
 	if (c->critical_bp % 100 == 0)
 		resil_priv_put(buf, len, &off, "bulkhead.critical = %u%%\n", c->critical_bp / 100);
+	else if (c->critical_bp % 10 == 0)
+		resil_priv_put(buf, len, &off, "bulkhead.critical = %u.%u%%\n",
+			       c->critical_bp / 100, c->critical_bp / 10 % 10);
 	else
 		resil_priv_put(buf, len, &off, "bulkhead.critical = %u.%02u%%\n",
 			       c->critical_bp / 100, c->critical_bp % 100);
@@ -347,15 +372,17 @@ static inline uint32_t prio_limit(const struct resil_bulkhead_conf *c, uint32_t 
 	return n - reserve;
 }
 
-static void wake_one(struct resil_bulkhead_state *s)
+static __attribute__((noinline, cold)) void wake_one(struct resil_bulkhead_state *s)
 {
 	atomic_fetch_add_explicit(&s->wake_seq, 1, memory_order_release);
 	syscall(SYS_futex, (uint32_t *)&s->wake_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-static int bulkhead_wait(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
-			 struct resil_bulkhead_state *s, const struct resil_pool *p, uint32_t limit,
-			 uint32_t id, struct resil_permit_priv *pm)
+static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
+							 const struct resil_bulkhead_conf *c,
+							 struct resil_bulkhead_state *s,
+							 const struct resil_pool *p, uint32_t limit,
+							 uint32_t id, struct resil_permit_priv *pm)
 {
 	struct resil_pool wp = {
 	    .count = &s->nwait, .slots = s->wslots, .n = RESIL_BULKHEAD_WAITERS, .shift = 0};
@@ -406,7 +433,7 @@ int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf
 	struct resil_pool p = resil_bulkhead_pool(s);
 	uint32_t id = claim_id(x), limit = prio_limit(c, p.n, pm), inflight, idx;
 
-	idx = resil_pool_claim(&p, limit, id, &inflight);
+	idx = pool_claim(&p, limit, id, &inflight);
 	if (RESIL_LIKELY(idx)) {
 		pm->bulkhead_idx = idx;
 		pm->flags |= RESIL_PERMIT_BULKHEAD;
@@ -426,7 +453,7 @@ void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_con
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
 	p = resil_bulkhead_pool(s);
-	resil_pool_free(&p, pm->bulkhead_idx);
+	pool_free(&p, pm->bulkhead_idx);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 	/* seq_cst load after the seq_cst fetch_sub: see "Waiting" above. A

@@ -407,6 +407,8 @@ int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, cha
 
 int resil_conf_check(const struct resil_conf *c, char *err, size_t errlen)
 {
+	if (resil_limit_conf_check(&c->limit, err, errlen) < 0)
+		return -EINVAL;
 	return resil_retry_conf_check(&c->retry, err, errlen);
 }
 

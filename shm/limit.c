@@ -17,8 +17,9 @@
  *   Translations (the README's table):
  *     token bucket, capacity C, refill R per second -> rate = R/s, burst = C
  *     limit L per period P (Resilience4j)           -> rate = L/P, burst = L
- *   Both admit up to 2 x L in the first period from idle (L at once, then
- *   L more as the bucket refills); `sliding` never does.
+ *   Both admit up to 2L - 1 inside the first period from idle (L at once,
+ *   then one every P/L; the 2L-th at its closing instant): twice the
+ *   limit in a span of one period. `sliding` never does.
  *   Linearization point: the successful CAS (admission) or the load of the
  *   word whose value made the decision (rejection).
  *
@@ -46,9 +47,14 @@
  *   fingerprint, SipHash-2-4 of the key under the segment's key
  *   (cfg->hash_k0/k1, a fixed key when there is no segment), and the
  *   64-bit state of that key (GCRA TAT, or the sliding-approx window word).
- *   Every key has two buckets (two choices): lookups read at most two lines
- *   and are lock-free; a new key goes to the less loaded bucket. Two
- *   different keys share a fingerprint with probability 2^-64 per pair.
+ *   Every key has two buckets (two choices): lookups read two lines (more
+ *   only on an overflow chain, below) and are lock-free; a new key goes to
+ *   the less loaded bucket. Two different keys share a fingerprint (63
+ *   bits) with probability 2^-63 per pair: they would share a state.
+ *   When both buckets are full and fewer than N keys are in use, the key
+ *   goes on along a chain of following buckets marked FP_OVF (see
+ *   key_find): no key is lost or evicted while the table is under
+ *   capacity.
  *   Insert: CAS the fingerprint into an EMPTY entry (while fewer than N
  *   keys are in use), a TOMB, or evict: an idle key (its state equals a
  *   fresh one: nothing is lost), else the least recently used key of the
@@ -56,12 +62,25 @@
  *   weighted count). A key that is being limited is never evicted (evicting
  *   it would reset an abuser); when only such keys remain,
  *   limit.when_full decides (reject by default) and full_rejects /
- *   full_admits count it.
- *   One key, one entry: after a claim the inserter re-reads both buckets
+ *   full_admits count it (also after INSERT_TRIES lost claim races in a
+ *   row), and RESIL_EV_KEYS_FULL goes into the event ring, at most once a
+ *   second per policy (full_event_ns, below). An eviction is counted in
+ *   the table (evictions) and in the policy's counters
+ *   (RESIL_STAT_EVICTIONS, for metrics). At capacity only the key's own
+ *   two buckets are searched for a victim; idle keys elsewhere are freed
+ *   by the daemon's sweep (keys idle for SWEEP_SLACK become TOMBs at the
+ *   next tick), which lowers `used`.
+ *   A keyed limiter called without a key limits those calls together, on
+ *   the unkeyed word.
+ *   One key, one entry: after a claim the inserter re-reads its chain
  *   (claims and re-reads are seq_cst, so of two processes inserting the
  *   same key at once at least one sees the other); of two entries with the
  *   same fingerprint the one earlier in probe order stays, the later one is
- *   folded into it (max of the states) and turned into a TOMB.
+ *   folded into it (max of the states) and turned into a TOMB. Crash
+ *   window: an inserter killed between its claim and its re-read, whose
+ *   claim the other inserter missed, leaves a twin that lookups never
+ *   reach (they stop at the first holder); the daemon's maintenance folds
+ *   it at the next tick.
  *   Bounded errors, all on rare races: a key inserted by two processes at
  *   once may forget the admissions made through the losing entry before
  *   the fold (max, not sum: in practice at most one); an admission racing
@@ -69,13 +88,16 @@
  *   permit); a new key that replaced a cold one may inherit, for at most
  *   tau + limit.wait, the victim's state if the reset CAS lost a race
  *   (conservative).
- *   `used` counts keys in the table: +1 when an EMPTY or TOMB entry is
- *   claimed, -1 when an entry becomes a TOMB. Crash window: a writer
- *   killed between the entry CAS and the counter update leaves it one off;
- *   the daemon recounts the table in maintenance and repairs it when no
- *   insert ran during the count.
+ *   `used` counts keys in the table, and capacity is taken from it before
+ *   a key is added (fetch_add, given back when over limit.keys or when the
+ *   claim fails), so concurrent inserters never hold more than limit.keys
+ *   keys; -1 when an entry becomes a TOMB. Crash window: a writer killed
+ *   between taking capacity and its claim leaves `used` one high (one key
+ *   less fits); the daemon recounts the table in maintenance and repairs
+ *   it when no insert ran during the count.
  *
- * Sliding-approx (limit.algorithm = sliding-approx, or sliding with keys):
+ * Sliding-approx (limit.algorithm = sliding-approx, keyed or not; a keyed
+ * `sliding` runs it too; limit.burst and limit.wait do not apply):
  *   a sliding-window counter in one word: 24 bits of fixed-window index
  *   (now / period, modulo 2^24), 20 bits count of the current window, 20
  *   bits count of the previous one. n permits at e ns into the window pass
@@ -86,9 +108,8 @@
  *   (all of the previous window's admissions at its very end, then the
  *   current window filling as the weight decays); it can also admit less
  *   than count when they came early. Tested: no span ever holds more than
- *   2 * count - 1, and the adversarial pattern reaches the bound's
- *   neighbourhood. A window index that wraps (2^24 idle periods) reads as
- *   one window old for one period: conservative.
+ *   2 * count - 1, and the adversarial pattern reaches 2 * count - 1. A window index that wraps
+ * (2^24 idle periods) reads as one window old for one period: conservative.
  *
  * Clock. GCRA needs the time on every call; clock_gettime costs ~4.5
  *   atomics here, CLOCK_MONOTONIC_COARSE ~0.5 at 4 ms resolution (same
@@ -106,10 +127,19 @@
  *   precise one) is clamped: GCRA uses max(tat, now); a reported wait is
  *   capped at what any writer can legitimately have set (tau + wait +
  *   n*T; sliding: period + wait); sliding-approx reads a word one window
- *   ahead as the start of that window. A TAT or ring time further ahead
- *   than any writer can set (corruption: every client can write the
- *   segment) is healed by the daemon in maintenance, never by clients: a
- *   client's reading can be stale, the daemon's is fresh.
+ *   ahead as the start of that window (a word further off reads as
+ *   fresh). A TAT or ring time further ahead than any writer can set
+ *   (corruption: every client can write the segment; it would block the
+ *   limiter for ever) is healed by the client that meets it: a TAT more
+ *   than tau + wait + HEAL_SLACK (10 s) ahead of its reading is set
+ *   to now + tau (full at now), a ring time more than wait + HEAL_SLACK
+ *   ahead to now + wait (an admission at the latest time any writer can
+ *   have recorded, so the slot's history stays increasing and the
+ *   sliding proof holds). Both are conservative; a false heal
+ *   needs a reading 10 s stale (the process stalled that long between
+ *   reading the clock and loading the word) and then credits at most that
+ *   stall. The daemon heals nothing: processes that share a manual clock
+ *   (tests, simulations) may run ahead of the daemon's clock.
  *
  * Undo (a later component rejected): GCRA gives back n*T: CAS tat ->
  *   max(tat - n*T, now) while tat > now. Exact when nothing else happened
@@ -129,8 +159,10 @@
  * Memory order. Every limiter word is self-contained: it publishes no
  * other data, and each algorithm only needs the atomicity of one RMW and
  * the modification order of one word. So loads and CAS are relaxed, except
- * the keyed-table claims and the re-read after them (seq_cst, above), and
- * the fingerprint loads of lookups (acquire, pairs with the claim).
+ * the keyed-table claims, FP_OVF marks and the re-reads after them
+ * (seq_cst, above: a mark is set before the claim it leads to, so a load
+ * ordered after the claim also sees the marks on the way to it), and the
+ * fingerprint loads of lookups (acquire, pairs with the claim and marks).
  *
  * Nothing here allocates, locks, logs or makes a syscall on the hot path
  * (the first coarse-clock decision of a process queries clock_getres once).
@@ -144,12 +176,13 @@
 
 #include "limit.h"
 #include "resil.h"
+#include "stats.h"
 
-#define RING_BIAS   (1LL << 62)
-#define AX_CMASK    ((1u << 20) - 1)
-#define AX_WMASK    0xffffffULL
-#define HEAL_SLACK  RESIL_NS_PER_S /* the daemon's own staleness, generously */
-#define SWEEP_SLACK RESIL_NS_PER_S /* idle this long before maintenance frees a key */
+#define RING_BIAS    (1LL << 62)
+#define AX_CMASK     ((1u << 20) - 1)
+#define AX_WMASK     0xffffffULL
+#define HEAL_SLACK   (10 * RESIL_NS_PER_S) /* a reading can be this stale */
+#define SWEEP_SLACK  RESIL_NS_PER_S	   /* idle this long before maintenance frees a key */
 #define INSERT_TRIES 8
 
 /* fixed SipHash key for keyed limiters without a segment (tests, tools) */
@@ -164,13 +197,14 @@
 /* What one decision needs, computed once per call. */
 struct lp {
 	int64_t now;
-	int64_t T;        /* emission interval */
-	int64_t tau;      /* T * burst */
+	int64_t T;	  /* emission interval */
+	int64_t tau;	  /* T * burst */
 	int64_t max_wait; /* limit.wait */
-	int64_t P;        /* period */
-	uint32_t L;       /* count */
-	uint32_t n;       /* permits */
+	int64_t P;	  /* period */
+	uint32_t L;	  /* count */
+	uint32_t n;	  /* permits */
 	unsigned algo;
+	ra64 *heals; /* the state's heal counter */
 };
 
 static inline struct resil_limit_state *lstate(void *st)
@@ -234,7 +268,7 @@ static uint64_t muldiv(uint64_t a, uint64_t b, uint64_t c)
 
 /* ---------------------------------------------------------------- GCRA */
 
-static int gcra_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp)
+static inline int gcra_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp)
 {
 	int64_t inc = p->T * (int64_t)p->n;
 	uint64_t cur = ld_relaxed(w);
@@ -245,8 +279,11 @@ static int gcra_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp)
 		int64_t d = ntat - p->tau - p->now;
 
 		if (d > p->max_wait) {
-			/* read-only rejection; a TAT further ahead than any writer sets
-			 * (stale reading, corruption) reports the largest legit wait */
+			/* a read-only rejection, unless the TAT is further ahead than
+			 * any writer can set it (corruption): heal it (see the top) */
+			if (RESIL_UNLIKELY(d > p->max_wait + inc + HEAL_SLACK) &&
+			    cas_relaxed(w, &cur, (uint64_t)(p->now + p->tau)))
+				faa_relaxed(p->heals, 1);
 			*wait = resil_min64(d, p->max_wait + p->tau + inc);
 			return RESIL_REJECT_LIMITED;
 		}
@@ -398,7 +435,7 @@ static void ax_give(ra64 *w, uint64_t win, uint32_t n)
 
 /* ------------------------------------------------ per-word dispatching */
 
-static int word_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp)
+static inline int word_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp)
 {
 	if (p->algo == RESIL_LIMIT_GCRA)
 		return gcra_take(w, p, wait, stamp);
@@ -458,8 +495,10 @@ static bool word_swept(uint64_t v, const struct lp *p)
 	/* the window written last ended at least SWEEP_SLACK ago */
 	win = (uint64_t)(p->now < 0 ? 0 : p->now) / (uint64_t)p->P;
 	sw = v >> 40;
+	if (v == 0)
+		return true; /* never written, or reset */
 	return (uint64_t)p->P * (((win & AX_WMASK) - sw) & AX_WMASK) >=
-	       (uint64_t)(p->P + SWEEP_SLACK) || v == 0;
+	       (uint64_t)(p->P + SWEEP_SLACK);
 }
 
 /* Two states of one key, folded (max: never more permissive than either). */
@@ -478,7 +517,7 @@ static uint64_t word_merge(uint64_t x, uint64_t y, const struct lp *p)
 
 /* ---------------------------------------------------------- the clock */
 
-static int64_t limit_now(struct resil_ctx *x, const struct resil_limit_conf *c)
+static inline int64_t limit_now(struct resil_ctx *x, const struct resil_limit_conf *c)
 {
 	if (x->now)
 		return x->now;
@@ -497,6 +536,7 @@ static void lp_init(struct lp *p, const struct resil_limit_conf *c, int64_t now,
 	p->L = c->count;
 	p->n = n ? n : 1;
 	p->algo = resil_limit_algo(c);
+	p->heals = NULL;
 }
 
 /* n permits can never be granted by this configuration */
@@ -509,8 +549,7 @@ static bool too_many(const struct lp *p)
 
 /* ------------------------------------------------------- sliding ring */
 
-static int slide_take(struct resil_limit_state *s, const struct lp *p,
-		      struct resil_permit_priv *pm)
+static int slide_take(struct resil_limit_state *s, const struct lp *p, struct resil_permit_priv *pm)
 {
 	rai64 *ring = ring_of(s);
 	uint32_t N = p->L, n = p->n, k, i;
@@ -528,6 +567,17 @@ again:
 			t = v + p->P;
 	}
 	if (t - p->now > p->max_wait) {
+		if (RESIL_UNLIKELY(t - p->now > p->P + p->max_wait + HEAL_SLACK)) {
+			/* a time further ahead than any writer sets: heal it */
+			for (k = 0; k < n; k++) {
+				rai64 *slot = &ring[(i + k) % N];
+				int64_t old = ld_relaxed(slot);
+
+				if (old - RING_BIAS > p->now + p->max_wait + HEAL_SLACK &&
+				    cas_relaxed(slot, &old, p->now + p->max_wait + RING_BIAS))
+					faa_relaxed(&s->heals, 1);
+			}
+		}
 		/* S one behind (its advance lost to a race or a crash): the slot
 		 * it names is then newer than the next one */
 		if (N > n && help < 4) {
@@ -742,8 +792,9 @@ static int64_t key_dedup(struct resil_limit_state *s, struct resil_limit_entry *
  * Find or insert. Returns the entry index, or -1 when there is no room;
  * then *full_wait says when the first candidate stops being limited.
  */
-static int64_t key_get(struct resil_limit_state *s, const struct resil_limit_conf *c,
-		       const struct lp *p, uint64_t fp, int64_t *full_wait)
+static int64_t key_get(struct resil_ctx *x, struct resil_limit_state *s,
+		       const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
+		       int64_t *full_wait)
 {
 	struct resil_limit_entry *t = table_of(s);
 	struct chain ch;
@@ -757,13 +808,13 @@ static int64_t key_get(struct resil_limit_state *s, const struct resil_limit_con
 
 	*full_wait = INT64_MAX;
 	for (tries = 0; tries < INSERT_TRIES; tries++) {
-		int64_t empty[2] = { -1, -1 }, tomb = -1, idle = -1, cold = -1, pick;
-		int nempty[2] = { 0, 0 };
+		int64_t empty[2] = {-1, -1}, tomb = -1, idle = -1, cold = -1, pick;
+		int nempty[2] = {0, 0};
 		int64_t cold_age = INT64_MAX, w, age;
-		uint64_t fps[2 * RESIL_LIMIT_BUCKET], sts[2 * RESIL_LIMIT_BUCKET] = { 0 };
+		uint64_t fps[2 * RESIL_LIMIT_BUCKET], sts[2 * RESIL_LIMIT_BUCKET] = {0};
 		uint64_t expect, seen = 0;
 		uint32_t k, j, nbk = ch.nb > 1 ? 2 : 1;
-		bool room, evict = false;
+		bool grow, evict;
 		int pos, ppos = -1;
 
 		/* the chain may have grown a holder of fp meanwhile */
@@ -784,7 +835,7 @@ static int64_t key_get(struct resil_limit_state *s, const struct resil_limit_con
 					continue;
 				}
 				sts[pos] = ld_relaxed(
-					&t[chain_bucket(&ch, k) * RESIL_LIMIT_BUCKET + j].st);
+				    &t[chain_bucket(&ch, k) * RESIL_LIMIT_BUCKET + j].st);
 				if (fp_key(f) == RESIL_LIMIT_FP_TOMB) {
 					if (tomb < 0)
 						tomb = pos;
@@ -808,43 +859,100 @@ static int64_t key_get(struct resil_limit_state *s, const struct resil_limit_con
 				}
 			}
 		}
-		room = ld_relaxed(&s->used) < c->keys;
+		/*
+		 * Preference: an EMPTY entry of the less loaded bucket, a TOMB,
+		 * an idle key (nothing lost), the chain past b2, the least
+		 * recently used key that is not being limited; else the table is
+		 * full for this key. EMPTY, TOMB and the chain add a key: they
+		 * take capacity first (fetch_add on `used`, given back if over),
+		 * so concurrent inserters never exceed limit.keys. Crash window:
+		 * a writer killed between taking capacity and its claim leaves
+		 * `used` one high (one key less fits) until the daemon recounts.
+		 */
 		pick = -1;
-		if (room && (empty[0] >= 0 || empty[1] >= 0))
+		grow = (tomb >= 0 || empty[0] >= 0 || empty[1] >= 0 || idle < 0) &&
+		       ld_relaxed(&s->used) < c->keys;
+		if (grow && faa_relaxed(&s->used, 1) >= c->keys) {
+			faa_relaxed(&s->used, (uint64_t)-1);
+			grow = false;
+		}
+		if (grow && (empty[0] >= 0 || empty[1] >= 0)) {
 			ppos = (int)(nempty[1] > nempty[0] ? empty[1] : empty[0]);
-		else if (tomb >= 0)
+		} else if (grow && tomb >= 0) {
 			ppos = (int)tomb;
-		else if (idle >= 0)
-			ppos = (int)idle, evict = true;
-		else if (room && (pick = overflow_slot(t, &ch, &seen)) >= 0)
+		} else if (idle >= 0) {
+			ppos = (int)idle;
+		} else if (grow && (pick = overflow_slot(t, &ch, &seen)) >= 0) {
 			ppos = -1;
-		else if (cold >= 0)
-			ppos = (int)cold, evict = true;
-		else
+		} else if (cold >= 0) {
+			ppos = (int)cold;
+		} else {
+			if (grow)
+				faa_relaxed(&s->used, (uint64_t)-1);
 			return -1;
+		}
+		evict = ppos >= 0 && (ppos == idle || ppos == cold);
+		if (grow && evict) {
+			faa_relaxed(&s->used, (uint64_t)-1); /* a replacement adds no key */
+			grow = false;
+		}
 		if (ppos >= 0) {
 			pick = chain_bucket(&ch, (uint32_t)ppos / RESIL_LIMIT_BUCKET) *
-				       RESIL_LIMIT_BUCKET +
+				   RESIL_LIMIT_BUCKET +
 			       (uint32_t)ppos % RESIL_LIMIT_BUCKET;
 			seen = fps[ppos];
 		}
 		expect = seen;
 		if (!cas_sc(&t[pick].fp, &expect, (seen & FP_OVF) | fp)) {
+			if (grow)
+				faa_relaxed(&s->used, (uint64_t)-1);
 			if (fp_key(expect) == fp)
 				return pick;
 			continue; /* the entry changed under us: look again */
 		}
-		/* crash window: a writer killed here leaves `used` one low (the
-		 * daemon recounts) or the victim's state in place (conservative) */
+		/* crash window: a writer killed here leaves the victim's state in
+		 * place (conservative; entry_reset is one CAS) */
 		if (ppos >= 0)
 			entry_reset(&t[pick], sts[ppos]);
-		if (evict)
+		if (evict) {
 			faa_relaxed(&s->evictions, 1);
-		else
-			faa_relaxed(&s->used, 1);
+			/* the policy's counter too (metrics); a crash between the
+			 * two leaves them one apart, both are statistics */
+			if (x->seg && x->rec && resil_has(x->rec, RESIL_C_STATS))
+				resil_stats_add(x, resil_comp_state(x->seg, x->rec, RESIL_C_STATS),
+						RESIL_STAT_EVICTIONS, 1);
+		}
 		return key_dedup(s, t, &ch, fp, pick, p);
 	}
 	return -1;
+}
+
+/*
+ * A new key found no room (limit.when_full decides): RESIL_EV_KEYS_FULL, at
+ * most once a second per policy. full_event_ns (line 1, clients, relaxed:
+ * it publishes nothing, the CAS only elects the one process that pushes)
+ * holds the limiter's reading at the last push; a value more than
+ * HEAL_SLACK ahead of ours (corruption, or a reading from a clock that ran
+ * ahead) does not silence the event for ever: it is replaced. Crash window:
+ * a process killed between its CAS and its push loses that second's event;
+ * the next refusal a second later pushes one (nothing to repair).
+ */
+static void keys_full_event(struct resil_ctx *x, struct resil_limit_state *s,
+			    const struct resil_limit_conf *c, int64_t now)
+{
+	uint64_t last;
+	int64_t d;
+
+	if (!x->seg || !x->rec)
+		return;
+	last = ld_relaxed(&s->full_event_ns);
+	d = now - (int64_t)last;
+	if (last && d < RESIL_NS_PER_S && d > -HEAL_SLACK)
+		return;
+	if (!cas_relaxed(&s->full_event_ns, &last, (uint64_t)(now > 0 ? now : 1)))
+		return; /* another process pushes this one */
+	resil_event_push(x->seg, RESIL_EV_KEYS_FULL, x->rec->slot, x->rec->gen,
+			 c->when_full_admit ? 1u : 0u, 0, 0, c->keys, now);
 }
 
 static int keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
@@ -856,8 +964,9 @@ static int keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
 	int64_t idx, full_wait = INT64_MAX, wait = 0, stamp = 0;
 	int v;
 
-	idx = key_get(s, c, p, fp, &full_wait);
+	idx = key_get(x, s, c, p, fp, &full_wait);
 	if (idx < 0) {
+		keys_full_event(x, s, c, p->now);
 		if (c->when_full_admit) {
 			faa_relaxed(&s->full_admits, 1);
 			pm->key_idx = 0;
@@ -886,7 +995,8 @@ uint64_t resil_limit_state_size(const struct resil_limit_conf *c)
 	uint64_t size = sizeof(struct resil_limit_state);
 
 	if (c->keys)
-		size += (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET * sizeof(struct resil_limit_entry);
+		size +=
+		    (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET * sizeof(struct resil_limit_entry);
 	else if (c->algorithm == RESIL_LIMIT_SLIDING)
 		size += resil_align_up((uint64_t)c->count * sizeof(int64_t), RESIL_HOT_ALIGN);
 	return size;
@@ -905,6 +1015,7 @@ void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t 
 	st_relaxed(&s->full_admits, 0);
 	st_relaxed(&s->merges, 0);
 	st_relaxed(&s->heals, 0);
+	st_relaxed(&s->full_event_ns, 0);
 	st_relaxed(&s->swept, 0);
 	st_relaxed(&s->repairs, 0);
 	st_relaxed(&s->ticks, 0);
@@ -937,8 +1048,8 @@ bool resil_limit_same_shape(const struct resil_limit_conf *a, const struct resil
 
 /* Single-threaded (the new block is not published yet): put an old key
  * into the new table with its state. */
-static void carry_key(struct resil_limit_state *ns, const struct resil_limit_conf *nc,
-		      uint64_t fp, uint64_t v)
+static void carry_key(struct resil_limit_state *ns, const struct resil_limit_conf *nc, uint64_t fp,
+		      uint64_t v)
 {
 	struct resil_limit_entry *t = table_of(ns);
 	struct chain ch;
@@ -1026,7 +1137,9 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 	if (RESIL_UNLIKELY(c->interval_ns <= 0 || c->period_ns <= 0 || c->count == 0))
 		return -EINVAL;
 	lp_init(&p, c, limit_now(x, c), pm->limit_permits);
-	if (RESIL_UNLIKELY(too_many(&p)))
+	p.heals = &s->heals;
+	/* one permit always fits (burst >= 1, count >= 1): no division then */
+	if (p.n > 1 && RESIL_UNLIKELY(too_many(&p)))
 		return -E2BIG;
 	pm->key_idx = 0;
 	if (c->keys && x->key) {
@@ -1088,49 +1201,30 @@ void resil_limit_release(struct resil_ctx *x, const struct resil_limit_conf *c, 
 }
 
 /*
- * Daemon tick. Heals words further ahead than any writer can set (every
- * client can write the segment; a corrupt TAT would block the limiter for
- * ever), frees keys idle for SWEEP_SLACK (TOMB: the race with a client that
- * found the key and has not CASed its state yet needs that client to stall
- * for SWEEP_SLACK), and recounts `used`.
+ * Daemon tick, keyed tables only: folds twins (crash window of an insert:
+ * a writer killed between its claim and its re-read can leave the same key
+ * in two entries if the other inserter missed its claim), frees keys idle
+ * for SWEEP_SLACK (TOMB: the race with a client that found the key and has
+ * not CASed its state yet needs that client to stall for SWEEP_SLACK) and
+ * recounts `used`.
+ * Idleness is judged on the daemon's clock: a key whose state lies in that
+ * clock's future (clients on a manual clock that runs ahead) is kept.
+ * Nothing is healed here (see the top).
  */
 void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c, void *st)
 {
 	struct resil_limit_state *s = lstate(st);
-	int64_t now = resil_clock_now(&x->clock), lim, cur;
-	struct lp p;
 	uint64_t i, n, live = 0, u1, u2;
+	struct chain ch;
+	int64_t first;
+	struct lp p;
 
 	if (c->interval_ns <= 0 || c->period_ns <= 0 || c->count == 0)
 		return;
 	faa_relaxed(&s->ticks, 1);
-	lp_init(&p, c, now, 1);
-	lim = now + p.tau + p.max_wait + HEAL_SLACK;
-	if (!c->keys && p.algo == RESIL_LIMIT_GCRA) {
-		cur = (int64_t)ld_relaxed(&s->word);
-		if (cur > lim) {
-			uint64_t e = (uint64_t)cur;
-
-			if (cas_relaxed(&s->word, &e, (uint64_t)(now + p.tau)))
-				faa_relaxed(&s->heals, 1);
-		}
-		return;
-	}
-	if (!c->keys && p.algo == RESIL_LIMIT_SLIDING) {
-		rai64 *ring = ring_of(s);
-
-		lim = now + p.max_wait + HEAL_SLACK + RING_BIAS;
-		for (i = 0; i < c->count; i++) {
-			int64_t v = ld_relaxed(&ring[i]);
-
-			if (v > lim && cas_relaxed(&ring[i], &v, now + RING_BIAS))
-				faa_relaxed(&s->heals, 1);
-		}
-		return;
-	}
 	if (!c->keys)
 		return;
-
+	lp_init(&p, c, resil_clock_now(&x->clock), 1);
 	n = (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET;
 	u1 = ld_relaxed(&s->used);
 	for (i = 0; i < n; i++) {
@@ -1140,9 +1234,25 @@ void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c,
 		if (fp_key(f) <= RESIL_LIMIT_FP_TOMB)
 			continue;
 		v = ld_relaxed(&e->st);
-		if (p.algo == RESIL_LIMIT_GCRA && (int64_t)v > lim &&
-		    cas_relaxed(&e->st, &v, (uint64_t)(now + p.tau)))
-			faa_relaxed(&s->heals, 1);
+		/* a twin left by an inserter killed before its re-read (or a key
+		 * no lookup can reach): fold it into the entry lookups find */
+		chain_init(&ch, fp_key(f), nbuckets(c));
+		first = key_find(table_of(s), &ch, fp_key(f), memory_order_seq_cst);
+		if (first != (int64_t)i) {
+			if (first >= 0) {
+				uint64_t m = ld_relaxed(&table_of(s)[first].st);
+
+				while (
+				    !cas_relaxed(&table_of(s)[first].st, &m, word_merge(m, v, &p)))
+					;
+			}
+			if (cas_sc(&e->fp, &f, (f & FP_OVF) | RESIL_LIMIT_FP_TOMB)) {
+				faa_relaxed(&s->used, (uint64_t)-1);
+				faa_relaxed(&s->merges, 1);
+				u1--;
+			}
+			continue;
+		}
 		if (word_swept(v, &p) && cas_sc(&e->fp, &f, (f & FP_OVF) | RESIL_LIMIT_FP_TOMB)) {
 			faa_relaxed(&s->used, (uint64_t)-1);
 			faa_relaxed(&s->swept, 1);
@@ -1217,8 +1327,6 @@ int resil_limit_key_info(struct resil_ctx *x, const struct resil_limit_conf *c, 
 		if (i < 0)
 			return -ENOENT;
 		v = ld_relaxed(&t[i].st);
-	} else if (c->keys) {
-		return -EINVAL;
 	} else if (p.algo == RESIL_LIMIT_SLIDING) {
 		rai64 *ring = ring_of(s);
 		int64_t cnt = 0, oldest = INT64_MAX, ti;
@@ -1240,8 +1348,8 @@ int resil_limit_key_info(struct resil_ctx *x, const struct resil_limit_conf *c, 
 		*tat_or_count = (int64_t)v;
 	} else {
 		ax_view(v, &p, &a);
-		*tat_or_count = (int64_t)a.cur +
-				(int64_t)muldiv(a.prev, (uint64_t)(p.P - a.e), (uint64_t)p.P);
+		*tat_or_count =
+		    (int64_t)a.cur + (int64_t)muldiv(a.prev, (uint64_t)(p.P - a.e), (uint64_t)p.P);
 	}
 	w = word_wait1(v, &p);
 	*wait_ns = w > 0 ? w : 0;
@@ -1296,9 +1404,11 @@ int resil_limit_conf_check(const struct resil_limit_conf *c, char *err, size_t e
 	if (algo == RESIL_LIMIT_SLIDING && c->count > RESIL_LIMIT_SLIDING_MAX)
 		return conf_fail(err, errlen,
 				 "limit.rate: sliding keeps one slot per admission: at most %u per "
-				 "period (sliding-approx counts more)", RESIL_LIMIT_SLIDING_MAX);
+				 "period (sliding-approx counts more)",
+				 RESIL_LIMIT_SLIDING_MAX);
 	if (algo == RESIL_LIMIT_SLIDING_APPROX && c->count > RESIL_LIMIT_APPROX_MAX)
-		return conf_fail(err, errlen, "limit.rate: sliding-approx counts up to %u per period",
+		return conf_fail(err, errlen,
+				 "limit.rate: sliding-approx counts up to %u per period",
 				 RESIL_LIMIT_APPROX_MAX);
 	if (c->burst == 0 ||
 	    (uint64_t)c->burst > (uint64_t)(INT64_MAX / 4) / (uint64_t)c->interval_ns)
@@ -1309,8 +1419,8 @@ int resil_limit_conf_check(const struct resil_limit_conf *c, char *err, size_t e
 	return 0;
 }
 
-int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char *value,
-			 char *err, size_t errlen)
+int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char *value, char *err,
+			 size_t errlen)
 {
 	struct resil_limit_conf n = *c;
 	uint32_t u;
@@ -1325,7 +1435,8 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 		n.interval_ns = n.period_ns / n.count;
 		if (n.interval_ns <= 0)
 			return conf_fail(err, errlen,
-					 "limit.rate: '%s' is faster than one per nanosecond", value);
+					 "limit.rate: '%s' is faster than one per nanosecond",
+					 value);
 	} else if (strcmp(key, "limit.burst") == 0) {
 		if (resil_parse_u32(value, &u) < 0 || u == 0)
 			return conf_fail(err, errlen, "limit.burst: '%s' is not a count >= 1",
@@ -1341,7 +1452,8 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 		else
 			return conf_fail(err, errlen,
 					 "limit.algorithm: '%s' is not gcra, sliding or "
-					 "sliding-approx", value);
+					 "sliding-approx",
+					 value);
 	} else if (strcmp(key, "limit.keys") == 0) {
 		if (resil_parse_u32(value, &u) < 0)
 			return conf_fail(err, errlen, "limit.keys: '%s' is not a count", value);
@@ -1353,7 +1465,8 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 			n.when_full_admit = 1;
 		else
 			return conf_fail(err, errlen,
-					 "limit.when_full: '%s' is neither reject nor admit", value);
+					 "limit.when_full: '%s' is neither reject nor admit",
+					 value);
 	} else if (strcmp(key, "limit.wait") == 0) {
 		if (resil_parse_duration(value, &d) < 0 || d < 0 || d > INT64_MAX / 4)
 			return conf_fail(err, errlen, "limit.wait: '%s' is not a duration", value);

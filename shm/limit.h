@@ -22,7 +22,7 @@
 
 /* Most admissions a sliding ring or a sliding-approx counter holds. */
 #define RESIL_LIMIT_SLIDING_MAX (1u << 20)
-#define RESIL_LIMIT_APPROX_MAX  ((1u << 20) - 1)
+#define RESIL_LIMIT_APPROX_MAX	((1u << 20) - 1)
 /* Largest keyed table (keys). */
 #define RESIL_LIMIT_KEYS_MAX (1u << 24)
 /* The coarse clock is used when the emission interval is at least this
@@ -39,25 +39,26 @@ struct resil_limit_entry {
 #define RESIL_LIMIT_BUCKET 4
 
 struct resil_limit_state {
-	/* line 0: every admission CASes it (clients); the daemon only heals */
+	/* line 0: every admission CASes it (clients) */
 	alignas(RESIL_HOT_ALIGN) ra64 word;
-	/* line 1: clients, rare (inserts, evictions, full table) */
+	/* line 1: clients, rare (inserts, evictions, full table, heals) */
 	alignas(RESIL_HOT_ALIGN) ra64 used; /* keys in the table (entries neither EMPTY nor TOMB) */
-	ra64 evictions;      /* a key replaced to make room for another */
-	ra64 full_rejects;   /* no room: limit.when_full = reject decided */
-	ra64 full_admits;    /* no room: limit.when_full = admit decided */
-	ra64 merges;         /* the same key inserted twice at once, folded into one */
-	/* line 2: daemon only */
-	alignas(RESIL_HOT_ALIGN) ra64 heals; /* a state further ahead than any writer can set, repaired */
-	ra64 swept;          /* idle keys freed by maintenance */
-	ra64 repairs;        /* used recounted after a writer died mid-insert */
+	ra64 evictions;			    /* a key replaced to make room for another */
+	ra64 full_rejects;		    /* no room: limit.when_full = reject decided */
+	ra64 full_admits;		    /* no room: limit.when_full = admit decided */
+	ra64 merges; /* the same key inserted twice at once, folded into one */
+	ra64 heals;  /* a state further ahead than any writer sets, repaired */
+	ra64 full_event_ns; /* when the last RESIL_EV_KEYS_FULL was pushed (0: never) */
+	/* line 2: daemon only (maintenance) */
+	alignas(RESIL_HOT_ALIGN) ra64 swept; /* idle keys freed */
+	ra64 repairs;			     /* `used` recounted after a writer died mid-insert */
 	ra64 ticks;
 	alignas(RESIL_HOT_ALIGN) uint8_t data[]; /* ring or table */
 };
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_entry) == 16, "limit entry size");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, word) == 0, "limit word");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, used) == 128, "limit line 1");
-RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, heals) == 256, "limit line 2");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, swept) == 256, "limit line 2");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, data) == 384, "limit data");
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_state) == 384, "limit state size");
 
@@ -65,29 +66,29 @@ RESIL_STATIC_ASSERT(sizeof(struct resil_limit_state) == 384, "limit state size")
 struct resil_limit_info {
 	uint32_t algorithm; /* enum resil_limit_algo, as it is applied */
 	uint32_t keyed;
-	uint64_t size;      /* keys in use (counted in the table) */
-	uint64_t capacity;  /* limit.keys */
+	uint64_t size;	   /* keys in use (counted in the table) */
+	uint64_t capacity; /* limit.keys */
 	uint64_t evictions;
 	uint64_t full_rejects;
 	uint64_t full_admits;
 	uint64_t merges;
-	int64_t word;       /* unkeyed: the TAT (gcra), admissions so far (sliding), window word */
+	int64_t word; /* unkeyed: the TAT (gcra), admissions so far (sliding), window word */
 };
 
 uint64_t resil_limit_state_size(const struct resil_limit_conf *c);
 void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t now);
 bool resil_limit_same_shape(const struct resil_limit_conf *a, const struct resil_limit_conf *b);
-void resil_limit_carry(void *nst, const struct resil_limit_conf *nc, const void *ost, const struct resil_limit_conf *oc,
-		int64_t now);
+void resil_limit_carry(void *nst, const struct resil_limit_conf *nc, const void *ost,
+		       const struct resil_limit_conf *oc, int64_t now);
 int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
-		struct resil_permit_priv *pm);
+			struct resil_permit_priv *pm);
 void resil_limit_undo(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
-		struct resil_permit_priv *pm);
+		      struct resil_permit_priv *pm);
 void resil_limit_release(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
-		struct resil_permit_priv *pm, int outcome);
+			 struct resil_permit_priv *pm, int outcome);
 void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c, void *st);
-void resil_limit_reclaim(struct resil_ctx *x, const struct resil_limit_conf *c, void *st, uint32_t dead_client,
-		struct resil_reclaim_counts *counts);
+void resil_limit_reclaim(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
+			 uint32_t dead_client, struct resil_reclaim_counts *counts);
 
 /* Configuration: defaults, cross-key check, "limit.x = y\n" lines
  * (snprintf semantics: the length it needed, NUL-terminated if len > 0). */
@@ -114,9 +115,11 @@ static inline int64_t resil_limit_reserved_wait(const struct resil_permit_priv *
 	return (pm->flags & RESIL_PERMIT_LIMIT_WAIT) ? pm->wait_ns : 0;
 }
 
-void resil_limit_info(const struct resil_limit_conf *c, const void *st, struct resil_limit_info *out);
+void resil_limit_info(const struct resil_limit_conf *c, const void *st,
+		      struct resil_limit_info *out);
 /*
- * One key's state (key NULL: the unkeyed limiter). tat_or_count: gcra the
+ * One key's state (key NULL: the unkeyed limiter, or the word a keyed
+ * limiter uses for calls without a key). tat_or_count: gcra the
  * TAT, sliding-approx the weighted count in the window, sliding the
  * admissions in the last period; wait_ns: how long until one permit would
  * be admitted (0: now). 0, -ENOENT (the key holds no state: fresh).

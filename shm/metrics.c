@@ -16,6 +16,11 @@
  * copy, so _count always equals the +Inf bucket and le counts are
  * cumulative. _sum is read apart and may lag by the calls in flight.
  *
+ * policy.scope = process: the decision components (breaker, bulkhead,
+ * adaptive limit, shedder) have one copy per client row; each live row's
+ * copy is a sample of its own with a pid label, so the states show side by
+ * side. Counters, histogram and budget are fleet-wide (one block).
+ *
  * The segment is untrusted input: names are read up to RESIL_NAME_MAX and
  * escaped, every component's state is bounds-checked against the mapping
  * before it is read. Reads only: a read-only observer mapping is enough.
@@ -27,6 +32,8 @@
 
 #include "metrics.h"
 #include "stats.h"
+#include "adaptive.h"
+#include "breaker.h"
 #include "budget.h"
 #include "bulkhead.h"
 #include "shed.h"
@@ -86,6 +93,8 @@ enum family {
 	F_BREAKER_STATE,
 	F_BULKHEAD_MAX,
 	F_BULKHEAD_INFLIGHT,
+	F_ADAPTIVE_LIMIT,
+	F_ADAPTIVE_INFLIGHT,
 	F_SHED_PROBABILITY,
 	F_BUDGET_TOKENS,
 	F_DURATION,
@@ -113,6 +122,10 @@ static const struct {
     [F_BULKHEAD_MAX] = {"resil_bulkhead_max", "gauge", "Bulkhead permits (bulkhead.max)."},
     [F_BULKHEAD_INFLIGHT] = {"resil_bulkhead_inflight", "gauge",
 			     "Bulkhead permits held now (a scan of the claims)."},
+    [F_ADAPTIVE_LIMIT] = {"resil_adaptive_limit", "gauge",
+			  "Adaptive concurrency limit now (recomputed each window)."},
+    [F_ADAPTIVE_INFLIGHT] = {"resil_adaptive_inflight", "gauge",
+			     "Adaptive permits held now (a scan of the claims)."},
     [F_SHED_PROBABILITY] = {"resil_shed_probability", "gauge",
 			    "Probability the load shedder rejects a call now."},
     [F_BUDGET_TOKENS] = {"resil_retry_budget_tokens", "gauge",
@@ -136,24 +149,45 @@ struct visit {
 };
 
 /*
- * The state of component comp of rec, if it lies inside the mapping: the
- * policy's block must be inside the state segment and the component's
- * size (0: unknown, at least one word) inside the block.
+ * The state of component comp in the block [base, base + bsize) of rec (the
+ * main block, or one process's copy under policy.scope = process), if it
+ * lies inside the mapping: the block inside the state segment, the
+ * component's size (0: unknown, at least one word) inside the block.
  */
-static void *comp_state(const struct resil_seg *s, const struct resil_rec *rec,
-			enum resil_comp comp, uint64_t size)
+static void *block_comp(const struct resil_seg *s, const struct resil_rec *rec, uint64_t base,
+			uint64_t bsize, enum resil_comp comp, uint64_t size)
 {
 	uint64_t off = rec->comp_off[comp];
 
-	if (!resil_has(rec, comp) || rec->state_off > s->st_size ||
-	    rec->state_size > s->st_size - rec->state_off || (rec->state_off + off) % 8)
+	if (!resil_has(rec, comp) || base > s->st_size || bsize > s->st_size - base ||
+	    (base + off) % 8)
 		return NULL;
 	if (size < 8)
 		size = 8;
-	if (off > rec->state_size || size > rec->state_size - off)
+	if (off > bsize || size > bsize - off)
 		return NULL;
-	return resil_seg_state(s, rec->state_off + off);
+	return resil_seg_state(s, base + off);
 }
+
+static void *comp_state(const struct resil_seg *s, const struct resil_rec *rec,
+			enum resil_comp comp, uint64_t size)
+{
+	return block_comp(s, rec, rec->state_off, rec->state_size, comp, size);
+}
+
+/* Every process's copy (policy.scope = process) lies inside the mapping. */
+static bool copies_inside(const struct resil_seg *s, const struct resil_rec *rec)
+{
+	uint64_t cap = s->st->client_cap;
+
+	return rec->proc_stride && rec->proc_off <= s->st_size &&
+	       rec->proc_stride <= (s->st_size - rec->proc_off) / (cap ? cap : 1);
+}
+
+/* One sample of a decision component's family for the block at base;
+ * pl holds the labels (policy, and pid for a process's copy). */
+static void put_decision(struct out *o, enum family f, const char *pl, const struct resil_seg *s,
+			 const struct resil_rec *rec, uint64_t base, uint64_t bsize);
 
 /* Seconds as the text format reads them ("1.024e-06", "68.719476736"). */
 static void put_seconds(struct out *o, int64_t ns)
@@ -189,6 +223,49 @@ static void put_hist(struct out *o, const char *pl, const void *st, const struct
 	put(o, "%s_sum{%s} %" PRIu64 ".%09" PRIu64 "\n", n, pl, sum / 1000000000u,
 	    sum % 1000000000u);
 	put(o, "%s_count{%s} %" PRIu64 "\n", n, pl, total);
+}
+
+static void put_decision(struct out *o, enum family f, const char *pl, const struct resil_seg *s,
+			 const struct resil_rec *rec, uint64_t base, uint64_t bsize)
+{
+	const struct resil_conf *c = &rec->conf;
+	const char *fam = families[f].name;
+	void *cs;
+	int state;
+
+	switch (f) {
+	case F_BREAKER_STATE:
+		cs = block_comp(s, rec, base, bsize, RESIL_C_BREAKER,
+				resil_breaker_state_size(&c->breaker));
+		if (!cs || !c->breaker.on)
+			break;
+		state = resil_breaker_state(cs);
+		if (state >= 0 && state < (int)RESIL_ARRAY_SIZE(state_names))
+			put(o, "%s{%s,state=\"%s\"} %d\n", fam, pl, state_names[state], state);
+		break;
+	case F_BULKHEAD_INFLIGHT:
+		cs = block_comp(s, rec, base, bsize, RESIL_C_BULKHEAD,
+				resil_bulkhead_state_size(&c->bulkhead));
+		if (cs && c->bulkhead.on)
+			put(o, "%s{%s} %" PRIu32 "\n", fam, pl, resil_bulkhead_held(cs));
+		break;
+	case F_ADAPTIVE_LIMIT:
+	case F_ADAPTIVE_INFLIGHT:
+		cs = block_comp(s, rec, base, bsize, RESIL_C_ADAPTIVE,
+				resil_adaptive_state_size(&c->adaptive));
+		if (cs && c->adaptive.on)
+			put(o, "%s{%s} %" PRIu32 "\n", fam, pl,
+			    f == F_ADAPTIVE_LIMIT ? resil_adaptive_limit(cs)
+						  : resil_adaptive_held(cs));
+		break;
+	case F_SHED_PROBABILITY:
+		cs = block_comp(s, rec, base, bsize, RESIL_C_SHED, resil_shed_state_size(&c->shed));
+		if (cs && c->shed.on)
+			put(o, "%s{%s} %.6f\n", fam, pl, resil_shed_probability(cs));
+		break;
+	default:
+		break;
+	}
 }
 
 static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec, void *ctx)
@@ -238,30 +315,35 @@ static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_re
 			break;
 		put(o, "%s{%s} %" PRIu64 "\n", fam, pl, resil_stats_read(st, one[v->f]));
 		break;
-	case F_BREAKER_STATE: {
-		int state;
+	case F_BREAKER_STATE:
+	case F_BULKHEAD_INFLIGHT:
+	case F_ADAPTIVE_LIMIT:
+	case F_ADAPTIVE_INFLIGHT:
+	case F_SHED_PROBABILITY:
+		if (budget_only)
+			break;
+		if (!rec->proc_stride) {
+			put_decision(o, v->f, pl, s, rec, rec->state_off, rec->state_size);
+			break;
+		}
+		/* policy.scope = process: each live process's copy, side by side */
+		if (!copies_inside(s, rec))
+			break;
+		for (uint32_t i = 0; i < s->st->client_cap; i++) {
+			const struct resil_client_row *row = resil_seg_client(s, i);
+			uint64_t owner = ld_acquire(&row->owner);
+			char ppl[sizeof(pl) + 24];
 
-		if (!c->breaker.on || !comp_state(s, rec, RESIL_C_BREAKER, 0))
-			break;
-		state = resil_policy_breaker_state(s, rec);
-		if (state < 0 || state >= (int)RESIL_ARRAY_SIZE(state_names))
-			break;
-		put(o, "%s{%s,state=\"%s\"} %d\n", fam, pl, state_names[state], state);
+			if (!owner || (ld_relaxed(&row->flags) & RESIL_ROW_DEAD))
+				continue;
+			snprintf(ppl, sizeof(ppl), "%s,pid=\"%u\"", pl, (uint32_t)(owner >> 32));
+			put_decision(o, v->f, ppl, s, rec, rec->proc_off + i * rec->proc_stride,
+				     rec->proc_stride);
+		}
 		break;
-	}
 	case F_BULKHEAD_MAX:
 		if (c->bulkhead.on && !budget_only)
 			put(o, "%s{%s} %" PRIu32 "\n", fam, pl, c->bulkhead.max);
-		break;
-	case F_BULKHEAD_INFLIGHT:
-		cs = comp_state(s, rec, RESIL_C_BULKHEAD, resil_bulkhead_state_size(&c->bulkhead));
-		if (cs && c->bulkhead.on && !budget_only)
-			put(o, "%s{%s} %" PRIu32 "\n", fam, pl, resil_bulkhead_held(cs));
-		break;
-	case F_SHED_PROBABILITY:
-		cs = comp_state(s, rec, RESIL_C_SHED, resil_shed_state_size(&c->shed));
-		if (cs && c->shed.on && !budget_only)
-			put(o, "%s{%s} %.6f\n", fam, pl, resil_shed_probability(cs));
 		break;
 	case F_BUDGET_TOKENS: {
 		int64_t t;

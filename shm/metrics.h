@@ -26,10 +26,14 @@
  *   resil_breaker_transitions_total, resil_limit_evictions_total  counters
  *   resil_breaker_state{state="closed|open|..."} gauge (RESIL_STATE_*)
  *   resil_bulkhead_max (config), resil_bulkhead_inflight,
+ *   resil_adaptive_limit, resil_adaptive_inflight,
  *   resil_shed_probability                                         gauges
  *   resil_retry_budget_tokens                                      gauge
  *   resil_call_duration_seconds (histogram = on)                   histogram
  *   resil_policies, resil_events_dropped_total, resil_clients_full_total
+ * Under policy.scope = process the breaker state, in-flight, adaptive
+ * limit and shed probability are per process: one sample per live client
+ * row, labelled pid="N" too; counters and histograms stay fleet-wide.
  */
 size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len);
 

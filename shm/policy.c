@@ -65,31 +65,62 @@ uint64_t resil_policy_state_layout(const struct resil_conf *conf, uint32_t comp_
 	return off ? off : RESIL_HOT_ALIGN;
 }
 
+/* A component's state in the block at base (the main block, or one
+ * process's copy under policy.scope = process). */
+static void *blk(const struct resil_seg *s, const struct resil_rec *rec, uint64_t base,
+		 enum resil_comp comp)
+{
+	return (char *)s->st + base + rec->comp_off[comp];
+}
+
+/* The block holding the decision components for this caller. */
+static uint64_t decision_base(const struct resil_ctx *c, const struct resil_rec *rec)
+{
+	if (RESIL_LIKELY(!rec->proc_stride) || c->client_id == 0 ||
+	    c->client_id > c->seg->st->client_cap)
+		return rec->state_off;
+	return rec->proc_off + (uint64_t)(c->client_id - 1) * rec->proc_stride;
+}
+
+static void init_decisions(const struct resil_seg *s, const struct resil_rec *rec, uint64_t base,
+			   int64_t now)
+{
+	const struct resil_conf *c = &rec->conf;
+
+	if (resil_has(rec, RESIL_C_BREAKER))
+		resil_breaker_state_init(blk(s, rec, base, RESIL_C_BREAKER), &c->breaker, now);
+	if (resil_has(rec, RESIL_C_LIMIT))
+		resil_limit_state_init(blk(s, rec, base, RESIL_C_LIMIT), &c->limit, now);
+	if (resil_has(rec, RESIL_C_BULKHEAD))
+		resil_bulkhead_state_init(blk(s, rec, base, RESIL_C_BULKHEAD), &c->bulkhead, now);
+	if (resil_has(rec, RESIL_C_ADAPTIVE))
+		resil_adaptive_state_init(blk(s, rec, base, RESIL_C_ADAPTIVE), &c->adaptive, now);
+	if (resil_has(rec, RESIL_C_SHED))
+		resil_shed_state_init(blk(s, rec, base, RESIL_C_SHED), &c->shed, now);
+}
+
 void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, int64_t now)
 {
 	const struct resil_conf *c = &rec->conf;
 
 	memset(resil_seg_state(s, rec->state_off), 0, rec->state_size);
 	resil_stats_state_init(resil_comp_state(s, rec, RESIL_C_STATS), c, now);
-	if (resil_has(rec, RESIL_C_BREAKER))
-		resil_breaker_state_init(resil_comp_state(s, rec, RESIL_C_BREAKER), &c->breaker, now);
-	if (resil_has(rec, RESIL_C_LIMIT))
-		resil_limit_state_init(resil_comp_state(s, rec, RESIL_C_LIMIT), &c->limit, now);
-	if (resil_has(rec, RESIL_C_BULKHEAD))
-		resil_bulkhead_state_init(resil_comp_state(s, rec, RESIL_C_BULKHEAD), &c->bulkhead,
-					  now);
-	if (resil_has(rec, RESIL_C_ADAPTIVE))
-		resil_adaptive_state_init(resil_comp_state(s, rec, RESIL_C_ADAPTIVE), &c->adaptive,
-					  now);
-	if (resil_has(rec, RESIL_C_SHED))
-		resil_shed_state_init(resil_comp_state(s, rec, RESIL_C_SHED), &c->shed, now);
+	init_decisions(s, rec, rec->state_off, now);
 	if (resil_has(rec, RESIL_C_BUDGET))
 		resil_budget_state_init(resil_comp_state(s, rec, RESIL_C_BUDGET), &c->retry, now);
+	/* process scope: every row's copy starts fresh (this touches the
+	 * copies' pages once: client_cap x state_size bytes) */
+	for (uint32_t i = 0; rec->proc_stride && i < s->st->client_cap; i++) {
+		uint64_t base = rec->proc_off + (uint64_t)i * rec->proc_stride;
+
+		memset(resil_seg_state(s, base), 0, rec->proc_stride);
+		init_decisions(s, rec, base, now);
+	}
 }
 
 bool resil_policy_same_shape(const struct resil_conf *a, const struct resil_conf *b)
 {
-	if (!resil_stats_same_shape(a, b))
+	if (a->scope != b->scope || !resil_stats_same_shape(a, b))
 		return false;
 	if (a->breaker.on != b->breaker.on || a->limit.on != b->limit.on ||
 	    a->bulkhead.on != b->bulkhead.on || a->adaptive.on != b->adaptive.on ||
@@ -110,26 +141,39 @@ bool resil_policy_same_shape(const struct resil_conf *a, const struct resil_conf
 	return true;
 }
 
-void resil_policy_carry(const struct resil_seg *s, struct resil_rec *nrec,
-			const struct resil_rec *orec, int64_t now)
+static void carry_decisions(const struct resil_seg *s, struct resil_rec *nrec, uint64_t nbase,
+			    const struct resil_rec *orec, uint64_t obase, int64_t now)
 {
 	const struct resil_conf *nc = &nrec->conf, *oc = &orec->conf;
 
 #define CARRY(comp, fn, field)                                                                     \
 	do {                                                                                       \
 		if (resil_has(nrec, comp) && resil_has(orec, comp))                                \
-			fn(resil_comp_state(s, nrec, comp), &nc->field,                            \
-			   resil_comp_state(s, orec, comp), &oc->field, now);                      \
+			fn(blk(s, nrec, nbase, comp), &nc->field, blk(s, orec, obase, comp),       \
+			   &oc->field, now);                                                       \
 	} while (0)
-	resil_stats_carry(resil_comp_state(s, nrec, RESIL_C_STATS), nc,
-			  resil_comp_state(s, orec, RESIL_C_STATS), oc, now);
 	CARRY(RESIL_C_BREAKER, resil_breaker_carry, breaker);
 	CARRY(RESIL_C_LIMIT, resil_limit_carry, limit);
 	CARRY(RESIL_C_BULKHEAD, resil_bulkhead_carry, bulkhead);
 	CARRY(RESIL_C_ADAPTIVE, resil_adaptive_carry, adaptive);
 	CARRY(RESIL_C_SHED, resil_shed_carry, shed);
-	CARRY(RESIL_C_BUDGET, resil_budget_carry, retry);
 #undef CARRY
+}
+
+void resil_policy_carry(const struct resil_seg *s, struct resil_rec *nrec,
+			const struct resil_rec *orec, int64_t now)
+{
+	resil_stats_carry(resil_comp_state(s, nrec, RESIL_C_STATS), &nrec->conf,
+			  resil_comp_state(s, orec, RESIL_C_STATS), &orec->conf, now);
+	if (resil_has(nrec, RESIL_C_BUDGET) && resil_has(orec, RESIL_C_BUDGET))
+		resil_budget_carry(resil_comp_state(s, nrec, RESIL_C_BUDGET), &nrec->conf.retry,
+				   resil_comp_state(s, orec, RESIL_C_BUDGET), &orec->conf.retry,
+				   now);
+	carry_decisions(s, nrec, nrec->state_off, orec, orec->state_off, now);
+	/* a change of shape within process scope keeps each row's OPEN state */
+	for (uint32_t i = 0; nrec->proc_stride && orec->proc_stride && i < s->st->client_cap; i++)
+		carry_decisions(s, nrec, nrec->proc_off + (uint64_t)i * nrec->proc_stride, orec,
+				orec->proc_off + (uint64_t)i * orec->proc_stride, now);
 }
 
 int resil_policy_acquire(struct resil_ctx *c, const struct resil_rec *rec,
@@ -138,6 +182,7 @@ int resil_policy_acquire(struct resil_ctx *c, const struct resil_rec *rec,
 	const struct resil_seg *s = c->seg;
 	const struct resil_conf *cf = &rec->conf;
 	void *bst = NULL, *lst = NULL, *hst = NULL, *ast = NULL, *sst = NULL;
+	uint64_t base = decision_base(c, rec);
 	int v;
 
 	c->rec = rec;
@@ -146,31 +191,31 @@ int resil_policy_acquire(struct resil_ctx *c, const struct resil_rec *rec,
 	pm->flags = 0;
 
 	if (resil_has(rec, RESIL_C_BREAKER)) {
-		bst = resil_comp_state(s, rec, RESIL_C_BREAKER);
+		bst = blk(s, rec, base, RESIL_C_BREAKER);
 		v = resil_breaker_check(c, &cf->breaker, bst, pm);
 		if (v)
 			goto rejected;
 	}
 	if (resil_has(rec, RESIL_C_SHED)) {
-		sst = resil_comp_state(s, rec, RESIL_C_SHED);
+		sst = blk(s, rec, base, RESIL_C_SHED);
 		v = resil_shed_acquire(c, &cf->shed, sst, pm);
 		if (v)
 			goto rejected;
 	}
 	if (resil_has(rec, RESIL_C_LIMIT)) {
-		lst = resil_comp_state(s, rec, RESIL_C_LIMIT);
+		lst = blk(s, rec, base, RESIL_C_LIMIT);
 		v = resil_limit_acquire(c, &cf->limit, lst, pm);
 		if (v)
 			goto undo_shed;
 	}
 	if (resil_has(rec, RESIL_C_BULKHEAD)) {
-		hst = resil_comp_state(s, rec, RESIL_C_BULKHEAD);
+		hst = blk(s, rec, base, RESIL_C_BULKHEAD);
 		v = resil_bulkhead_acquire(c, &cf->bulkhead, hst, pm);
 		if (v)
 			goto undo_limit;
 	}
 	if (resil_has(rec, RESIL_C_ADAPTIVE)) {
-		ast = resil_comp_state(s, rec, RESIL_C_ADAPTIVE);
+		ast = blk(s, rec, base, RESIL_C_ADAPTIVE);
 		v = resil_adaptive_acquire(c, &cf->adaptive, ast, pm);
 		if (v)
 			goto undo_bulkhead;
@@ -209,71 +254,92 @@ void resil_policy_release(struct resil_ctx *c, const struct resil_rec *rec,
 {
 	const struct resil_seg *s = c->seg;
 	const struct resil_conf *cf = &rec->conf;
+	uint64_t base = decision_base(c, rec);
 
 	if (!(pm->flags & RESIL_PERMIT_HELD))
 		return;
 	c->rec = rec;
 	if (resil_has(rec, RESIL_C_BREAKER))
-		resil_breaker_release(c, &cf->breaker, resil_comp_state(s, rec, RESIL_C_BREAKER), pm,
+		resil_breaker_release(c, &cf->breaker, blk(s, rec, base, RESIL_C_BREAKER), pm,
 				      outcome);
 	if (resil_has(rec, RESIL_C_ADAPTIVE))
-		resil_adaptive_release(c, &cf->adaptive, resil_comp_state(s, rec, RESIL_C_ADAPTIVE),
+		resil_adaptive_release(c, &cf->adaptive, blk(s, rec, base, RESIL_C_ADAPTIVE),
 				       pm, outcome);
 	if (resil_has(rec, RESIL_C_BULKHEAD))
-		resil_bulkhead_release(c, &cf->bulkhead, resil_comp_state(s, rec, RESIL_C_BULKHEAD),
+		resil_bulkhead_release(c, &cf->bulkhead, blk(s, rec, base, RESIL_C_BULKHEAD),
 				       pm, outcome);
 	if (resil_has(rec, RESIL_C_LIMIT))
-		resil_limit_release(c, &cf->limit, resil_comp_state(s, rec, RESIL_C_LIMIT), pm,
+		resil_limit_release(c, &cf->limit, blk(s, rec, base, RESIL_C_LIMIT), pm,
 				    outcome);
 	if (resil_has(rec, RESIL_C_SHED))
-		resil_shed_release(c, &cf->shed, resil_comp_state(s, rec, RESIL_C_SHED), pm, outcome);
+		resil_shed_release(c, &cf->shed, blk(s, rec, base, RESIL_C_SHED), pm, outcome);
 	resil_stats_released(c, cf, resil_comp_state(s, rec, RESIL_C_STATS), pm, outcome,
 			     (pm->flags & RESIL_PERMIT_TIMED) ? resil_ctx_now(c) - pm->start_ns : -1);
 	pm->flags = 0;
 }
 
-void resil_policy_maintain(struct resil_ctx *c, const struct resil_rec *rec)
+static void maintain_block(struct resil_ctx *c, const struct resil_rec *rec, uint64_t base)
 {
 	const struct resil_seg *s = c->seg;
 	const struct resil_conf *cf = &rec->conf;
 
-	c->rec = rec;
 	if (resil_has(rec, RESIL_C_BREAKER))
-		resil_breaker_maintain(c, &cf->breaker, resil_comp_state(s, rec, RESIL_C_BREAKER));
+		resil_breaker_maintain(c, &cf->breaker, blk(s, rec, base, RESIL_C_BREAKER));
 	if (resil_has(rec, RESIL_C_LIMIT))
-		resil_limit_maintain(c, &cf->limit, resil_comp_state(s, rec, RESIL_C_LIMIT));
+		resil_limit_maintain(c, &cf->limit, blk(s, rec, base, RESIL_C_LIMIT));
 	if (resil_has(rec, RESIL_C_BULKHEAD))
-		resil_bulkhead_maintain(c, &cf->bulkhead,
-					resil_comp_state(s, rec, RESIL_C_BULKHEAD));
+		resil_bulkhead_maintain(c, &cf->bulkhead, blk(s, rec, base, RESIL_C_BULKHEAD));
 	if (resil_has(rec, RESIL_C_ADAPTIVE))
-		resil_adaptive_maintain(c, &cf->adaptive,
-					resil_comp_state(s, rec, RESIL_C_ADAPTIVE));
+		resil_adaptive_maintain(c, &cf->adaptive, blk(s, rec, base, RESIL_C_ADAPTIVE));
 	if (resil_has(rec, RESIL_C_SHED))
-		resil_shed_maintain(c, &cf->shed, resil_comp_state(s, rec, RESIL_C_SHED));
+		resil_shed_maintain(c, &cf->shed, blk(s, rec, base, RESIL_C_SHED));
+}
+
+void resil_policy_maintain(struct resil_ctx *c, const struct resil_rec *rec)
+{
+	c->rec = rec;
+	maintain_block(c, rec, rec->state_off);
+	/* process scope: the copies of live rows only */
+	for (uint32_t i = 0; rec->proc_stride && i < c->seg->st->client_cap; i++)
+		if (ld_relaxed(&resil_seg_client(c->seg, i)->owner))
+			maintain_block(c, rec, rec->proc_off + (uint64_t)i * rec->proc_stride);
+}
+
+static void reclaim_block(struct resil_ctx *c, const struct resil_rec *rec, uint64_t base,
+			  uint32_t dead, struct resil_reclaim_counts *counts)
+{
+	const struct resil_seg *s = c->seg;
+	const struct resil_conf *cf = &rec->conf;
+
+	if (resil_has(rec, RESIL_C_BREAKER))
+		resil_breaker_reclaim(c, &cf->breaker, blk(s, rec, base, RESIL_C_BREAKER), dead,
+				      counts);
+	if (resil_has(rec, RESIL_C_LIMIT))
+		resil_limit_reclaim(c, &cf->limit, blk(s, rec, base, RESIL_C_LIMIT), dead, counts);
+	if (resil_has(rec, RESIL_C_BULKHEAD))
+		resil_bulkhead_reclaim(c, &cf->bulkhead, blk(s, rec, base, RESIL_C_BULKHEAD), dead,
+				       counts);
+	if (resil_has(rec, RESIL_C_ADAPTIVE))
+		resil_adaptive_reclaim(c, &cf->adaptive, blk(s, rec, base, RESIL_C_ADAPTIVE), dead,
+				       counts);
+	if (resil_has(rec, RESIL_C_SHED))
+		resil_shed_reclaim(c, &cf->shed, blk(s, rec, base, RESIL_C_SHED), dead, counts);
 }
 
 void resil_policy_reclaim(struct resil_ctx *c, const struct resil_rec *rec, uint32_t dead_client,
 			  struct resil_reclaim_counts *counts)
 {
-	const struct resil_seg *s = c->seg;
-	const struct resil_conf *cf = &rec->conf;
-
 	c->rec = rec;
-	if (resil_has(rec, RESIL_C_BREAKER))
-		resil_breaker_reclaim(c, &cf->breaker, resil_comp_state(s, rec, RESIL_C_BREAKER),
-				      dead_client, counts);
-	if (resil_has(rec, RESIL_C_LIMIT))
-		resil_limit_reclaim(c, &cf->limit, resil_comp_state(s, rec, RESIL_C_LIMIT),
-				    dead_client, counts);
-	if (resil_has(rec, RESIL_C_BULKHEAD))
-		resil_bulkhead_reclaim(c, &cf->bulkhead, resil_comp_state(s, rec, RESIL_C_BULKHEAD),
-				       dead_client, counts);
-	if (resil_has(rec, RESIL_C_ADAPTIVE))
-		resil_adaptive_reclaim(c, &cf->adaptive, resil_comp_state(s, rec, RESIL_C_ADAPTIVE),
-				       dead_client, counts);
-	if (resil_has(rec, RESIL_C_SHED))
-		resil_shed_reclaim(c, &cf->shed, resil_comp_state(s, rec, RESIL_C_SHED), dead_client,
-				   counts);
+	reclaim_block(c, rec, rec->state_off, dead_client, counts);
+	if (rec->proc_stride && dead_client && dead_client <= c->seg->st->client_cap) {
+		/* the dead process's own copy: take back what it held, then
+		 * start it fresh for the next process that gets this row */
+		uint64_t base = rec->proc_off + (uint64_t)(dead_client - 1) * rec->proc_stride;
+
+		reclaim_block(c, rec, base, dead_client, counts);
+		memset(resil_seg_state(c->seg, base), 0, rec->proc_stride);
+		init_decisions(c->seg, rec, base, resil_ctx_now(c));
+	}
 }
 
 int resil_policy_breaker_state(const struct resil_seg *s, const struct resil_rec *rec)
@@ -283,11 +349,30 @@ int resil_policy_breaker_state(const struct resil_seg *s, const struct resil_rec
 	return resil_breaker_state(resil_comp_state(s, rec, RESIL_C_BREAKER));
 }
 
+int resil_policy_breaker_state_of(const struct resil_seg *s, const struct resil_rec *rec,
+				  uint32_t client_id)
+{
+	struct resil_ctx c = { .seg = s, .client_id = client_id };
+
+	if (!resil_has(rec, RESIL_C_BREAKER))
+		return -ENODATA;
+	return resil_breaker_state(blk(s, rec, decision_base(&c, rec), RESIL_C_BREAKER));
+}
+
 int resil_policy_force(struct resil_ctx *c, const struct resil_rec *rec, int state)
 {
+	int r;
+
 	if (!resil_has(rec, RESIL_C_BREAKER))
 		return -ENODATA;
 	c->rec = rec;
-	return resil_breaker_force(c, &rec->conf.breaker,
-				   resil_comp_state(c->seg, rec, RESIL_C_BREAKER), state);
+	r = resil_breaker_force(c, &rec->conf.breaker,
+				resil_comp_state(c->seg, rec, RESIL_C_BREAKER), state);
+	/* an operator's force applies to every process's copy */
+	for (uint32_t i = 0; r >= 0 && rec->proc_stride && i < c->seg->st->client_cap; i++)
+		r = resil_breaker_force(c, &rec->conf.breaker,
+					blk(c->seg, rec, rec->proc_off + (uint64_t)i * rec->proc_stride,
+					    RESIL_C_BREAKER),
+					state);
+	return r;
 }

@@ -107,6 +107,10 @@ void resil_policy_reclaim(struct resil_ctx *c, const struct resil_rec *rec, uint
 
 /* The breaker's RESIL_STATE_*, -ENODATA when the policy has no breaker. */
 int resil_policy_breaker_state(const struct resil_seg *s, const struct resil_rec *rec);
+/* The breaker state a given client decides on: its own copy under
+ * policy.scope = process, the fleet's otherwise. */
+int resil_policy_breaker_state_of(const struct resil_seg *s, const struct resil_rec *rec,
+				  uint32_t client_id);
 /* Force a breaker state (RESIL_STATE_* of resil.h; CLOSED = back to normal,
  * fresh). -ENODATA when the policy has no breaker. */
 int resil_policy_force(struct resil_ctx *c, const struct resil_rec *rec, int state);

@@ -362,12 +362,39 @@ bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec)
 	}
 	if (rec->budget_slot > s->cfg->slot_cap)
 		return false;
+	if (rec->proc_stride) {
+		uint64_t n = s->st->client_cap;
+
+		if (rec->conf.scope != RESIL_SCOPE_PROCESS || rec->proc_stride != rec->state_size ||
+		    rec->proc_off < lo || rec->proc_off % RESIL_HOT_ALIGN ||
+		    rec->proc_stride > (hi - rec->proc_off) / n)
+			return false;
+	} else if (rec->conf.scope == RESIL_SCOPE_PROCESS || rec->proc_off) {
+		return false;
+	}
 	/* the layout must be the one this build computes for the conf */
 	uint32_t off[RESIL_C_MAX], comps;
 	uint64_t size = resil_policy_state_layout(&rec->conf, off, &comps);
 
 	return comps == rec->components && size == rec->state_size &&
 	       memcmp(off, rec->comp_off, sizeof(off)) == 0;
+}
+
+/* A configuration is one the parser can produce (every bound the keys
+ * check holds) when formatting it and parsing the text back gives the same
+ * bytes: the one validator of a conf, whatever its components. */
+static bool conf_round_trips(const struct resil_conf *c)
+{
+	static _Thread_local char text[16384];
+	struct resil_conf back;
+	size_t n = resil_conf_format(c, text, sizeof(text));
+
+	if (n >= sizeof(text))
+		return false;
+	resil_conf_init(&back);
+	if (resil_conf_parse(&back, text, 1, NULL, 0) < 0)
+		return false;
+	return memcmp(&back, c, sizeof(back)) == 0;
 }
 
 int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen)
@@ -395,10 +422,16 @@ int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen)
 		if (resil_slotw_rec(w) >= ld_relaxed(&s->cfg->rec_used))
 			return fail(err, errlen, -EBADMSG, "slot %u: record out of range", i);
 		rec = resil_seg_rec_of(s, w);
+		uint64_t used_end = s->st->arena_off + ld_relaxed(&s->st->arena_used);
+
 		if (!rec || rec->slot != i || !resil_rec_sane(s, rec) ||
-		    rec->state_off + rec->state_size >
-			    s->st->arena_off + ld_relaxed(&s->st->arena_used))
+		    rec->state_off + rec->state_size > used_end ||
+		    (rec->proc_stride &&
+		     rec->proc_off + rec->proc_stride * s->st->client_cap > used_end))
 			return fail(err, errlen, -EBADMSG, "slot %u: corrupt record", i);
+		if (!conf_round_trips(&rec->conf))
+			return fail(err, errlen, -EBADMSG, "slot %u (%s): corrupt configuration", i,
+				    rec->name);
 	}
 	for (uint32_t i = 0; i < s->cfg->dir_cap; i++) {
 		uint64_t e = ld_relaxed(&dir[i]);
@@ -529,7 +562,7 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 {
 	ra64 *slots, *dir;
 	uint32_t slot = 0, pos = 0, comp_off[RESIL_C_MAX] = { 0 }, components = 0, budget_slot = 0;
-	uint64_t old_w = 0, state_off, state_size;
+	uint64_t old_w = 0, state_off = 0, state_size;
 	int64_t free_pos = -1;
 	struct resil_rec *orec = NULL, *rec;
 	uint32_t ri, gen;
@@ -572,6 +605,18 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 
 	state_size = resil_policy_state_layout(conf, comp_off, &components);
 	reuse_state = exists && resil_policy_same_shape(&orec->conf, conf);
+	/* process scope: the main block, then one copy per client row */
+	uint64_t main_size = resil_align_up(state_size, RESIL_HOT_ALIGN);
+	uint64_t alloc_size = main_size;
+
+	if (conf->scope == RESIL_SCOPE_PROCESS) {
+		if (main_size > (s->st->arena_size / s->st->client_cap))
+			return fail(err, errlen, -ENOSPC,
+				    "policy.scope = process needs %" PRIu64
+				    " bytes per client row for %" PRIu32 " rows: raise --state-size",
+				    main_size, s->st->client_cap);
+		alloc_size += main_size * s->st->client_cap;
+	}
 
 	ri = ld_relaxed(&s->cfg->rec_used);
 	if (ri >= s->cfg->rec_cap)
@@ -583,7 +628,7 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	if (reuse_state) {
 		state_off = orec->state_off;
 	} else {
-		r = arena_alloc(s, state_size, &state_off, err, errlen);
+		r = arena_alloc(s, alloc_size, &state_off, err, errlen);
 		if (r < 0)
 			return r;
 	}
@@ -616,6 +661,10 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	rec->state_size = state_size;
 	memcpy(rec->comp_off, comp_off, sizeof(comp_off));
 	rec->budget_slot = budget_slot;
+	if (conf->scope == RESIL_SCOPE_PROCESS) {
+		rec->proc_off = state_off + main_size;
+		rec->proc_stride = state_size;
+	}
 	rec->conf = *conf;
 
 	if (!reuse_state) {

@@ -123,7 +123,13 @@ struct resil_rec {
 	uint32_t comp_off[RESIL_C_MAX]; /* component state, relative to state_off */
 	uint32_t budget_slot;           /* retry.budget = @NAME: that budget's slot + 1 */
 	uint32_t reserved32[7];
-	RESIL_A8 uint64_t reserved[8];
+	/* policy.scope = process: one copy of the decision components per
+	 * client row at proc_off + (client_id - 1) * proc_stride (absolute
+	 * offsets in the state segment); the counters and the retry budget
+	 * stay fleet-wide in the main block. 0 for fleet scope. */
+	RESIL_A8 uint64_t proc_off;
+	RESIL_A8 uint64_t proc_stride;
+	RESIL_A8 uint64_t reserved[6];
 	struct resil_conf conf;
 };
 
@@ -144,7 +150,7 @@ struct resil_client_row {
 enum resil_event_type {
 	RESIL_EV_TRANSITION = 1, /* breaker state change: a = from, b = to */
 	RESIL_EV_BUDGET_EXHAUSTED,
-	RESIL_EV_KEYS_FULL,
+	RESIL_EV_KEYS_FULL, /* keyed table full: a = 1 admitted (limit.when_full), value = keys */
 	RESIL_EV_RECLAIMED, /* a = permits, b = probes, taken back from a dead client */
 	RESIL_EV_CLIENTS_FULL,
 	RESIL_EV_CONFIG, /* created, changed, deleted */
@@ -186,6 +192,9 @@ struct resil_state_hdr {
 	ra64 events_dropped;
 	ra32 daemon_pid;    /* 0 in embedded mode */
 	ra32 define_lock;   /* embedded mode: serializes defines across forked processes */
+	ra64 daemon_beat_ns; /* CLOCK_MONOTONIC of the daemon's last tick, 0: stopped or
+			      * never ran; daemon stores relaxed, clients load relaxed (a
+			      * hint: stale means "ask the socket who serves now") */
 
 	/* line: client-written, rare */
 	alignas(RESIL_HOT_ALIGN) ra64 event_head; /* next event index; writers fetch_add */
@@ -216,8 +225,13 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, arena_used) % RESIL_HOT_ALI
 		    "daemon line");
 RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, event_head) % RESIL_HOT_ALIGN == 0,
 		    "client line");
+RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, daemon_beat_ns) ==
+			    offsetof(struct resil_state_hdr, arena_used) + 32,
+		    "daemon_beat_ns on the daemon line");
 RESIL_STATIC_ASSERT(offsetof(struct resil_rec, state_off) % 8 == 0, "state_off aligned");
 RESIL_STATIC_ASSERT(offsetof(struct resil_rec, conf) % 8 == 0, "conf aligned");
+RESIL_STATIC_ASSERT(offsetof(struct resil_rec, proc_off) == 184, "proc_off offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_rec, conf) == 248, "conf offset");
 RESIL_STATIC_ASSERT(offsetof(struct resil_client_row, owner) == 0, "owner first");
 RESIL_STATIC_ASSERT(offsetof(struct resil_event, seq) == 0, "seq first");
 

@@ -21,8 +21,14 @@
  *   - after two maintenance ticks, the in-flight hint and the waiter count
  *     are exactly 0 again (the windows between counter and claim);
  *   - the bulkhead still admits max callers.
- * >= 200 rounds (x RESIL_TEST_SCALE). A daemon-driven version of this test
- * (resild noticing the deaths through pidfds) belongs with the daemon.
+ * >= 200 rounds (x RESIL_TEST_SCALE).
+ *
+ * Then the same through the whole stack: a resild of the test's own, a
+ * policy "bulkhead.max = 4; bulkhead.wait = 20ms", forked children of a
+ * connected process (each claims its own client row) taking permits with
+ * resil_acquire and SIGKILLed at random moments; the daemon notices the
+ * deaths and reclaims: eventually (10 s) all 4 permits can be taken again
+ * and a fifth is refused. 20 rounds (x RESIL_TEST_SCALE).
  */
 #include <errno.h>
 #include <signal.h>
@@ -108,6 +114,117 @@ static void hold_worker(struct shared *sh, const struct resil_bulkhead_conf *con
 		while (got)
 			give(sh, conf, &x, &pm[--got]);
 	}
+}
+
+/* ---- through the daemon ---- */
+
+#define DPOLICY "bulkhead-kill"
+#define DCONFIG "bulkhead.max = 4; bulkhead.wait = 20ms"
+
+static _Atomic long *dops; /* children's progress, MAP_SHARED */
+
+static void daemon_worker(resil_policy_t *p, int w, uint64_t seed)
+{
+	resil_permit_t pm[2];
+
+	for (;;) {
+		int got = 0, want = 1 + (int)(resil_splitmix64(&seed) % 2);
+
+		for (int i = 0; i < want; i++)
+			if (resil_acquire(p, &pm[got]) == RESIL_ADMIT)
+				got++;
+		atomic_fetch_add(&dops[w], 1);
+		if (resil_splitmix64(&seed) % 4 == 0)
+			test_sleep_ms(1); /* sometimes sits on them */
+		while (got)
+			resil_release(p, &pm[--got], RESIL_SUCCESS);
+	}
+}
+
+/* All max permits can be taken and one more cannot. */
+static bool whole(resil_policy_t *p)
+{
+	resil_permit_t pm[5];
+	int got = 0;
+	bool ok;
+
+	for (int i = 0; i < 4; i++)
+		if (resil_acquire(p, &pm[got]) == RESIL_ADMIT)
+			got++;
+	ok = got == 4;
+	if (ok) {
+		resil_permit_t extra;
+
+		ok = resil_acquire(p, &extra) == RESIL_REJECT_FULL;
+	}
+	while (got)
+		resil_release(p, &pm[--got], RESIL_IGNORED);
+	return ok;
+}
+
+static int through_daemon(void)
+{
+	int rounds = 20 * resil_test_scale(), slowest_ms = 0;
+	uint64_t seed = 0xfeedu;
+	struct test_daemon d;
+	resil_policy_t *p;
+	resil_t *r = NULL;
+	int err;
+
+	dops = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	TEST_CHECK(dops != MAP_FAILED);
+	TEST_CHECK(test_daemon_init(&d) == 0);
+	err = test_daemon_start(&d, NULL);
+	if (err < 0) {
+		fprintf(stderr, "cannot start resild: %s\n", strerror(-err));
+		test_daemon_fini(&d);
+		return 1;
+	}
+	err = resil_open(&r, d.sock);
+	if (err < 0) {
+		fprintf(stderr, "resil_open: %s: %s\n", strerror(-err), resil_last_error());
+		test_daemon_fini(&d);
+		return 1;
+	}
+	TEST_CHECK(resil_define(r, DPOLICY, DCONFIG) == 0);
+	TEST_CHECK(resil_policy(r, DPOLICY, &p) == 0);
+	TEST_CHECK(whole(p));
+
+	for (int round = 0; round < rounds; round++) {
+		pid_t pids[3];
+		long start[3];
+		int64_t t0;
+
+		for (int w = 0; w < 3; w++) {
+			start[w] = atomic_load(&dops[w]);
+			pids[w] = fork();
+			TEST_CHECK(pids[w] >= 0);
+			if (pids[w] == 0)
+				daemon_worker(p, w, resil_splitmix64(&seed) + (uint64_t)w);
+		}
+		for (int w = 0; w < 3; w++)
+			TEST_CHECK(TEST_EVENTUALLY(atomic_load(&dops[w]) != start[w]));
+		{
+			struct timespec ts = {0, (long)(resil_splitmix64(&seed) % 3000) * 1000};
+
+			nanosleep(&ts, NULL);
+		}
+		for (int w = 0; w < 3; w++)
+			kill(pids[w], SIGKILL);
+		for (int w = 0; w < 3; w++)
+			TEST_CHECK(waitpid(pids[w], NULL, 0) == pids[w]);
+		/* the daemon's pidfds see the deaths; reclaim and repair follow */
+		t0 = test_mono_ns();
+		TEST_CHECK(TEST_EVENTUALLY(whole(p)));
+		if ((test_mono_ns() - t0) / RESIL_NS_PER_MS > slowest_ms)
+			slowest_ms = (int)((test_mono_ns() - t0) / RESIL_NS_PER_MS);
+	}
+	printf("through resild: %d rounds, every permit back each time (slowest %d ms)\n", rounds,
+	       slowest_ms);
+	resil_close(r);
+	test_daemon_fini(&d);
+	munmap(dops, 4096);
+	return 0;
 }
 
 int main(void)
@@ -251,7 +368,9 @@ int main(void)
 	printf("%d rounds: permits reclaimed in %d, a waiter killed in %d, a hint repaired "
 	       "after %d (kills inside a crash window), a window decision taken over in %d\n",
 	       rounds, reclaimed_rounds, waiter_rounds, excess_rounds, odd_epochs);
-	printf("ok\n");
 	munmap(sh, size);
+	if (through_daemon())
+		return 1;
+	printf("ok\n");
 	return 0;
 }

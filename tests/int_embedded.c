@@ -11,7 +11,8 @@
  * verdict, and either releases at once or keeps the permit until its next
  * turn, with seeded outcomes (failure-heavy in two stretches, so the
  * breaker opens, probes and closes again; kept permits fill the bulkhead).
- * The three verdict sequences must be identical, and the workload must
+ * The three verdict sequences (and the breaker state after every step)
+ * must be identical, and the workload must
  * have exercised admissions, breaker rejections and full-bulkhead
  * rejections.
  *
@@ -51,6 +52,7 @@ struct shared {
 	_Atomic int turn;
 	_Atomic int ready;
 	int verdict[STEPS];
+	int state[STEPS]; /* breaker state after the step */
 };
 
 static struct shared *sh;
@@ -89,14 +91,15 @@ static void one_step(resil_policy_t *p, int s, resil_permit_t *held, int *held_s
 	test_clock_advance(&sh->clock, dt);
 	v = resil_acquire(p, &pm);
 	sh->verdict[s] = v;
-	if (v != RESIL_ADMIT)
-		return;
-	if ((rnd >> 40) & 1) {
-		*held = pm;
-		*held_step = s;
-		return;
+	if (v == RESIL_ADMIT) {
+		if ((rnd >> 40) & 1) {
+			*held = pm;
+			*held_step = s;
+		} else {
+			resil_release(p, &pm, outcome_of(s, rnd));
+		}
 	}
-	resil_release(p, &pm, outcome_of(s, rnd));
+	sh->state[s] = resil_policy_state(p);
 }
 
 static void worker(resil_t *r, int id)
@@ -120,7 +123,7 @@ static void worker(resil_t *r, int id)
 	_exit(0);
 }
 
-static int run(int mode, int *out)
+static int run(int mode, int *out, int *states)
 {
 	struct test_daemon d = {0};
 	resil_t *r = NULL;
@@ -181,6 +184,7 @@ static int run(int mode, int *out)
 		}
 	}
 	memcpy(out, sh->verdict, sizeof(sh->verdict));
+	memcpy(states, sh->state, sizeof(sh->state));
 	resil_close(r);
 	test_daemon_fini(&d);
 	return fails ? -EIO : 0;
@@ -188,15 +192,15 @@ static int run(int mode, int *out)
 
 int main(void)
 {
-	static int v[MODES][STEPS];
-	int count[6] = {0};
+	static int v[MODES][STEPS], stv[MODES][STEPS];
+	int count[6] = {0}, half_open = 0;
 	int err, diff = 0;
 
 	signal(SIGPIPE, SIG_IGN);
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	TEST_CHECK(sh != MAP_FAILED);
 	for (int m = 0; m < MODES; m++) {
-		err = run(m, v[m]);
+		err = run(m, v[m], stv[m]);
 		if (err < 0) {
 			fprintf(stderr, "mode %s failed: %s\n", mode_name[m], strerror(-err));
 			return 1;
@@ -209,7 +213,16 @@ int main(void)
 			count[x]++;
 		else
 			diff++;
+		half_open += stv[MODE_EMBEDDED][s] == RESIL_STATE_HALF_OPEN;
 		for (int m = 1; m < MODES; m++) {
+			if (stv[m][s] != stv[MODE_EMBEDDED][s]) {
+				if (diff < 10)
+					fprintf(stderr, "step %d: %s state %s, %s %s\n", s,
+						mode_name[MODE_EMBEDDED],
+						resil_strstate(stv[MODE_EMBEDDED][s]), mode_name[m],
+						resil_strstate(stv[m][s]));
+				diff++;
+			}
 			if (v[m][s] != x) {
 				if (diff < 10)
 					fprintf(stderr, "step %d: %s %s, %s %s\n", s,
@@ -226,5 +239,6 @@ int main(void)
 	TEST_CHECK(count[RESIL_ADMIT] > 0);
 	TEST_CHECK(count[RESIL_REJECT_OPEN] > 0);
 	TEST_CHECK(count[RESIL_REJECT_FULL] > 0);
+	TEST_CHECK(half_open > 0); /* probes went out */
 	return 0;
 }

@@ -6,8 +6,8 @@
 #     --sort, --json;
 #   - in tmux (80x24): the table shows the policy, the n key sorts by name,
 #     q quits and the pane's process exits (polled, 10 s at most);
-#   - the terminal settings are the same after top as before, after q and
-#     after ^C.
+#   - the terminal settings are the same after top as before, after q,
+#     ^C and SIGTERM.
 # Needs $RESILD and $RESILCTL (tests/CMakeLists.txt sets them) and tmux
 # (skipped without it).
 set -u
@@ -17,12 +17,12 @@ skip() { echo "sh_top: skipped: $*" >&2; cleanup; exit 77; }
 
 DIR=$(mktemp -d /tmp/resil-top-XXXXXX)
 SOCK=$DIR/control.sock
-TMUX_SOCK=resil-top-$$ # one tmux server per session: -1, -2, -3
+TMUX_SOCK=resil-top-$$ # one tmux server per session: -1 .. -4
 TS=$TMUX_SOCK-1
 DPID=
 
 cleanup() {
-	for n in 1 2 3; do tmux -L "$TMUX_SOCK-$n" kill-server >/dev/null 2>&1; done
+	for n in 1 2 3 4; do tmux -L "$TMUX_SOCK-$n" kill-server >/dev/null 2>&1; done
 	if [ -n "$DPID" ]; then
 		kill "$DPID" 2>/dev/null
 		wait "$DPID" 2>/dev/null
@@ -94,13 +94,23 @@ eventually gone || fail "top did not exit within 10 s of q"
 
 # the terminal comes back as it was: after q and after ^C
 n=1
-for how in q C-c; do
+hows="q C-c"
+command -v pgrep >/dev/null && hows="$hows TERM"
+for how in $hows; do
 	n=$((n + 1))
 	TS=$TMUX_SOCK-$n
 	T new-session -d -s top -x 80 -y 24 "bash --norc --noprofile" || fail "tmux new-session"
 	T send-keys -t top "stty -g > $DIR/before; $RESILCTL --socket $SOCK top; stty -g > $DIR/after; echo TOP-EXITED-\$?" Enter
 	eventually pane_has 'checkout-api' || fail "($how) the table never showed: $(pane)"
-	T send-keys -t top "$how"
+	if [ "$how" = TERM ]; then
+		# the pane's shell runs top as its child
+		shell=$(T display-message -p -t top '#{pane_pid}')
+		toppid=$(pgrep -P "$shell" | head -n 1)
+		[ -n "$toppid" ] || fail "(TERM) no top process under the pane's shell $shell"
+		kill -TERM "$toppid"
+	else
+		T send-keys -t top "$how"
+	fi
 	eventually pane_has 'TOP-EXITED-[0-9]' || fail "($how) top did not exit within 10 s: $(pane)"
 	eventually test -s "$DIR/after" || fail "($how) no terminal settings after top"
 	cmp -s "$DIR/before" "$DIR/after" ||

@@ -1,8 +1,9 @@
 #!/bin/bash
 # label: unit
 #
-# The systemd units pass `systemd-analyze verify` (with ExecStart pointing
-# at the built resild, in a temporary copy), and their hardening is shown
+# The systemd units (and the resild@ tenant template, as an instance)
+# pass `systemd-analyze verify` (with ExecStart pointing at the built
+# resild, in a temporary copy), and their hardening is shown
 # with `systemd-analyze security --offline=true` (printed, and its exposure
 # must stay below 2.0, the "OK" bound).
 # Skips (77) without systemd-analyze.
@@ -16,12 +17,16 @@ command -v systemd-analyze >/dev/null || { echo "no systemd-analyze: skipped"; e
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 cp "$SRC/systemd/resild.service" "$SRC/systemd/resild.socket" "$T/"
-sed -i "s#^ExecStart=/usr/sbin/resild#ExecStart=$RESILD#" "$T/resild.service"
+# the tenant template, as an instance
+cp "$SRC/systemd/resild@.service" "$T/resild@demo.service"
+cp "$SRC/systemd/resild@.socket" "$T/resild@demo.socket"
+sed -i "s#^ExecStart=/usr/sbin/resild#ExecStart=$RESILD#" "$T/resild.service" "$T/resild@demo.service"
 grep -q "^ExecStart=$RESILD " "$T/resild.service" || { echo "ExecStart not rewritten"; exit 1; }
 
 fail=0
 echo "== systemd-analyze verify"
-if ! systemd-analyze verify "$T/resild.service" "$T/resild.socket"; then
+if ! systemd-analyze verify "$T/resild.service" "$T/resild.socket" \
+	"$T/resild@demo.service" "$T/resild@demo.socket"; then
 	echo "FAIL: verify"
 	fail=1
 fi
@@ -32,6 +37,17 @@ grep -q '^RuntimeDirectory=' "$T/resild.service" && { echo "FAIL: RuntimeDirecto
 grep -q '^PrivateUsers=' "$T/resild.service" && { echo "FAIL: PrivateUsers= breaks SO_PEERCRED"; fail=1; }
 grep -q '^SocketMode=0660$' "$T/resild.socket" || { echo "FAIL: SocketMode=0660"; fail=1; }
 grep -q '^ListenSequentialPacket=' "$T/resild.socket" || { echo "FAIL: ListenSequentialPacket="; fail=1; }
+grep -q '^RuntimeDirectory=' "$T/resild@demo.service" && { echo "FAIL: RuntimeDirectory= in the template"; fail=1; }
+grep -q '^PrivateUsers=' "$T/resild@demo.service" && { echo "FAIL: PrivateUsers= in the template"; fail=1; }
+
+if command -v systemd-sysusers >/dev/null; then
+	echo "== systemd-sysusers --dry-run"
+	mkdir -p "$T/root/etc"
+	: >"$T/root/etc/passwd"; : >"$T/root/etc/group"
+	out=$(systemd-sysusers --root="$T/root" --dry-run "$SRC/systemd/resild-sysusers.conf" 2>&1)
+	echo "$out"
+	echo "$out" | grep -q "Creating user 'resild'" || { echo "FAIL: sysusers"; fail=1; }
+fi
 
 echo "== systemd-analyze security --offline=true"
 out=$(systemd-analyze security --offline=true "$T/resild.service" 2>&1)

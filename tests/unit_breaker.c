@@ -597,6 +597,32 @@ static void test_time_window(void **unused)
 	t_free(t);
 }
 
+/* A busy time window: millions of calls in one span, counts exact */
+static void test_time_window_busy(void **unused)
+{
+	struct t *t = t_new("breaker.window = time:10s; breaker.min_calls = 1;"
+			    "breaker.failure_rate = 40");
+	struct resil_breaker_bucket *bk;
+	int64_t calls = 0, bad = 0;
+
+	for (int i = 0; i < 3000000; i++)
+		assert_int_equal(t_call(t, RESIL_SUCCESS, 0), 0);
+	for (int i = 0; i < 1500000; i++) /* 33%: under 40% */
+		assert_int_equal(t_call(t, RESIL_FAILURE, 0), 0);
+	assert_int_equal(t_state(t), RESIL_STATE_CLOSED);
+	bk = (struct resil_breaker_bucket *)((char *)t->st + t->st->win_off);
+	for (uint32_t i = 0; i < t->st->size; i++) {
+		calls += (int64_t)atomic_load(&bk[i].calls);
+		bad += (int64_t)(atomic_load(&bk[i].bad) >> 32);
+	}
+	assert_int_equal(calls, 4500000);
+	assert_int_equal(bad, 1500000);
+	for (int i = 0; i < 1000000 && t_state(t) == RESIL_STATE_CLOSED; i++)
+		assert_int_equal(t_call(t, RESIL_FAILURE, 0), 0);
+	assert_int_equal(t_state(t), RESIL_STATE_OPEN); /* 40% reached */
+	t_free(t);
+}
+
 /* ---- half-open ---- */
 
 static void open_it(struct t *t)
@@ -1021,6 +1047,27 @@ static void test_reclaim_probe(void **unused)
 	t_free(t);
 }
 
+/* A probe released by another identity (a forked child releasing its
+ * parent's permit) still frees the slot it claimed. */
+static void test_probe_released_elsewhere(void **unused)
+{
+	struct t *t = t_new("breaker.window = consecutive:1; breaker.wait = 1s;"
+			    "breaker.half_open_calls = 2; breaker.half_open_concurrent = 1");
+	struct resil_permit_priv p, q;
+
+	open_it(t);
+	t->x.client_id = 5;
+	assert_int_equal(t_acq(t, &p), 0);
+	assert_int_equal(RESIL_BK_PROBE_CLIENT(p.probe_idx), 5);
+	t->x.client_id = 6;
+	assert_int_equal(t_acq(t, &q), RESIL_REJECT_OPEN); /* 1 at once */
+	t_rel(t, &p, RESIL_SUCCESS);
+	assert_int_equal(t_acq(t, &q), 0);
+	t_rel(t, &q, RESIL_SUCCESS);
+	assert_int_equal(t_state(t), RESIL_STATE_CLOSED);
+	t_free(t);
+}
+
 /* A probe claimed but never stamped (killed between the claim and the
  * stamp): maintain stamps it, so half_open_max_wait still applies. */
 static void test_unstamped_probe(void **unused)
@@ -1034,7 +1081,8 @@ static void test_unstamped_probe(void **unused)
 	t->x.client_id = 0; /* unregistered: never reclaimed */
 	assert_int_equal(t_acq(t, &p), 0);
 	pr = (struct resil_breaker_probe *)((char *)t->st + t->st->probe_off);
-	atomic_store(&pr[p.probe_idx - 1].claimed_at, INT64_MAX); /* the crash window */
+	atomic_store(&pr[RESIL_BK_PROBE_SLOT(p.probe_idx)].claimed_at,
+		     INT64_MAX); /* the crash window */
 	t_advance(t, 60 * S);
 	t->x.now = 0;
 	resil_breaker_maintain(&t->x, &t->conf, t->st); /* stamps */
@@ -1067,7 +1115,7 @@ static void test_dead_decider(void **unused)
 		gen = (uint32_t)(w >> 8) & 0xfffff;
 		atomic_store(&t->st->ho, (uint64_t)gen << 44 | 1ULL << 28);
 		pr = (struct resil_breaker_probe *)((char *)t->st + t->st->probe_off);
-		atomic_store(&pr[p.probe_idx - 1].owner, 0);
+		atomic_store(&pr[RESIL_BK_PROBE_SLOT(p.probe_idx)].owner, 0);
 		t_advance(t, 1 * S);
 		assert_int_equal(t_acq(t, &q), RESIL_REJECT_OPEN);
 		assert_int_equal(t_state(t), RESIL_STATE_HALF_OPEN);
@@ -1208,6 +1256,7 @@ int main(void)
 	    cmocka_unit_test(test_slow_rate),
 	    cmocka_unit_test(test_no_clock_fast_path),
 	    cmocka_unit_test(test_time_window),
+	    cmocka_unit_test(test_time_window_busy),
 	    cmocka_unit_test(test_half_open_limits),
 	    cmocka_unit_test(test_half_open_rates),
 	    cmocka_unit_test(test_half_open_max_wait),
@@ -1217,6 +1266,7 @@ int main(void)
 	    cmocka_unit_test(test_outcomes),
 	    cmocka_unit_test(test_same_shape_and_carry),
 	    cmocka_unit_test(test_reclaim_probe),
+	    cmocka_unit_test(test_probe_released_elsewhere),
 	    cmocka_unit_test(test_unstamped_probe),
 	    cmocka_unit_test(test_dead_decider),
 	    cmocka_unit_test(test_counter_repair),

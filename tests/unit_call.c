@@ -34,6 +34,7 @@
 #define S  RESIL_NS_PER_S
 
 extern void (*resil_priv_call_sleep)(void *clock_ctx, int64_t ns);
+extern ra64 resil_priv_wd_fired;
 
 /* ---- an allocation counter: active between two points of a test ----
  * (not under ASan or TSan, which interpose malloc themselves) */
@@ -483,6 +484,8 @@ static int blocked_read(void *arg, resil_attempt_t *a)
 	return n == 1 ? 0 : RESIL_ERR_TRANSIENT;
 }
 
+static int64_t mono(void);
+
 static resil_t *open_real(void)
 {
 	resil_t *r = NULL;
@@ -503,7 +506,14 @@ static void test_watchdog_interrupts_read(void **state)
 	(void)state;
 	assert_int_equal(pipe(fds), 0);
 	alarm(20); /* a hang fails the test instead of the suite */
-	assert_int_equal(resil_call(p, blocked_read, fds), RESIL_CALL_ERR + RESIL_ERR_TIMEOUT);
+	{
+		int64_t t = mono();
+
+		assert_int_equal(resil_call(p, blocked_read, fds),
+				 RESIL_CALL_ERR + RESIL_ERR_TIMEOUT);
+		/* never before the deadline (after it: whenever the machine lets) */
+		assert_true(mono() - t >= 50 * MS);
+	}
 	/* nothing pending afterwards: a blocking call is not disturbed */
 	{
 		struct pollfd pf = {fds[0], POLLIN, 0};
@@ -512,6 +522,25 @@ static void test_watchdog_interrupts_read(void **state)
 		assert_int_equal(poll(&pf, 1, 1000), 1);
 		assert_int_equal(resil_call(p, blocked_read, fds), 0);
 	}
+	/* a forked child has no watchdog thread: it starts its own (TSan
+	 * cannot start threads after a multi-threaded fork) */
+#ifndef __SANITIZE_THREAD__
+	{
+		pid_t pid = fork();
+		int st;
+
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			alarm(20);
+			_exit(resil_call(p, blocked_read, fds) == RESIL_CALL_ERR + RESIL_ERR_TIMEOUT
+				  ? 0
+				  : 1);
+		}
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+	}
+#endif
 	alarm(0);
 	close(fds[0]);
 	close(fds[1]);
@@ -548,6 +577,8 @@ static void test_watchdog_no_stray_signal(void **state)
 	uint64_t seed = 99;
 	int n = 10000 * scale(), stray = 0;
 
+	uint64_t fired0 = ld_relaxed(&resil_priv_wd_fired);
+
 	(void)state;
 	/* blocked in this thread: a signal that was sent stays pending where
 	 * sigpending sees it, instead of landing somewhere unseen */
@@ -564,6 +595,10 @@ static void test_watchdog_no_stray_signal(void **state)
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	assert_int_equal(stray, 0);
+	/* the race was run: some calls were still running when the
+	 * watchdog fired, some had ended */
+	assert_true(ld_relaxed(&resil_priv_wd_fired) - fired0 > 0);
+	assert_true(ld_relaxed(&resil_priv_wd_fired) - fired0 < (uint64_t)n);
 	resil_close(r);
 }
 
@@ -710,6 +745,62 @@ static void test_hedging_p95(void **state)
 	resil_close(r);
 }
 
+/* hedges pay the retry budget: aws:14 pays for exactly one */
+static _Atomic int hedge_ran;
+static resil_policy_t *hb_policy;
+
+static struct resil_budget_state *budget_of(resil_policy_t *p)
+{
+	const struct resil_retry_conf *bc;
+	struct resil_ctx x;
+	int err;
+	const struct resil_rec *rec = resil_priv_ctx(p, &x, &err);
+
+	assert_non_null(rec);
+	return resil_budget_state_for(x.seg, rec, &bc);
+}
+
+static int hedge_or_wait(void *arg, resil_attempt_t *a)
+{
+	struct resil_budget_state *b = arg;
+
+	if (resil_attempt_number(a) > 1) {
+		atomic_fetch_add(&hedge_ran, 1);
+		return RESIL_ERR_TRANSIENT; /* the hedge fails: its 14 stay spent */
+	}
+	/* the primary: until its hedge ran or was refused (10 s at most) */
+	for (int i = 0; i < 2000; i++) {
+		struct timespec ts = {0, 5 * MS};
+
+		if (atomic_load(&hedge_ran) ||
+		    ld_relaxed(&b->counters[RESIL_BUDGET_CNT_REFUSED]) > 0)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+static void test_hedging_budget(void **state)
+{
+	resil_t *r = open_real();
+	struct resil_budget_state *b;
+
+	(void)state;
+	hb_policy = define(r, "hb", "retry.budget = aws:14; hedge.delay = 1ms; idempotent = yes");
+	b = budget_of(hb_policy);
+	atomic_store(&hedge_ran, 0);
+	assert_int_equal(resil_call(hb_policy, hedge_or_wait, b), 0);
+	assert_int_equal(atomic_load(&hedge_ran), 1);
+	assert_int_equal(ld_relaxed(&b->counters[RESIL_BUDGET_CNT_HEDGES]), 1);
+	/* a first attempt that succeeds refunds 1: 14 - 14 + 1 */
+	assert_int_equal(ld_relaxed(&b->tokens_milli), 1000);
+	atomic_store(&hedge_ran, 0);
+	assert_int_equal(resil_call(hb_policy, hedge_or_wait, b), 0);
+	assert_int_equal(atomic_load(&hedge_ran), 0);
+	assert_int_equal(ld_relaxed(&b->counters[RESIL_BUDGET_CNT_REFUSED]), 1);
+	resil_close(r);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 2 && strcmp(argv[1], "--hot-loop") == 0)
@@ -726,6 +817,7 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_watchdog_no_stray_signal),
 	    cmocka_unit_test(test_hedging_tail),
 	    cmocka_unit_test(test_hedging_p95),
+	    cmocka_unit_test(test_hedging_budget),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -137,7 +137,8 @@ static void test_conf(void **unused)
 	assert_int_equal(c.period_ns, S);
 	assert_int_equal(c.interval_ns, 10 * MS);
 
-	assert_int_equal(conf_text(&c, "limit.rate = 5/2m; limit.burst = 5; limit.wait = 250ms"), 0);
+	assert_int_equal(conf_text(&c, "limit.rate = 5/2m; limit.burst = 5; limit.wait = 250ms"),
+			 0);
 	assert_int_equal(c.interval_ns, 24 * S);
 	assert_int_equal(c.burst, 5);
 	assert_int_equal(c.wait_ns, 250 * MS);
@@ -162,8 +163,10 @@ static void test_conf(void **unused)
 	assert_int_equal(resil_limit_conf_set(&c, "limit.nope", "1", err, sizeof(err)), -ENOENT);
 	assert_int_equal(resil_limit_conf_set(&c, "limit.rate", "2000000000/s", err, sizeof(err)),
 			 -EINVAL); /* faster than one per ns */
-	assert_int_equal(conf_text(&c, "limit.rate = 2000000/s; limit.algorithm = sliding"), -EINVAL);
-	assert_int_equal(conf_text(&c, "limit.algorithm = sliding; limit.rate = 2000000/s"), -EINVAL);
+	assert_int_equal(conf_text(&c, "limit.rate = 2000000/s; limit.algorithm = sliding"),
+			 -EINVAL);
+	assert_int_equal(conf_text(&c, "limit.algorithm = sliding; limit.rate = 2000000/s"),
+			 -EINVAL);
 	assert_int_equal(conf_text(&c, "limit.burst = 3"), -EINVAL); /* no rate */
 
 	/* format writes what parses back to the same configuration */
@@ -203,7 +206,7 @@ static void test_gcra_rate_burst(void **unused)
 		assert_int_equal(acq(&f, NULL, &w), 0);
 	before = atomic_load(&f.st->word);
 	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
-	assert_int_equal(w, 100 * MS); /* exact Retry-After */
+	assert_int_equal(w, 100 * MS);			    /* exact Retry-After */
 	assert_int_equal(atomic_load(&f.st->word), before); /* a rejection writes nothing */
 	f.now += 100 * MS - 1;
 	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
@@ -351,15 +354,36 @@ static void test_gcra_clock_backwards(void **unused)
 	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
 	assert_true(w > 0 && w <= 300 * MS);
 	assert_int_equal((int64_t)atomic_load(&f.st->word), tat);
-	/* a corrupt TAT far ahead: clients report a bounded wait, the daemon heals */
+	/* a TAT 9 s ahead is left alone (a reading may be that stale) ... */
 	f.now = 20 * S;
-	atomic_store(&f.st->word, (uint64_t)(1000000 * S));
+	atomic_store(&f.st->word, (uint64_t)(29 * S));
 	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
-	assert_true(w <= 300 * MS);
+	assert_int_equal(atomic_load(&f.st->word), 29 * S);
+	assert_int_equal(atomic_load(&f.st->heals), 0);
+	/* ... a corrupt one far ahead: a bounded wait, and the caller heals it
+	 * to "full at now"; the daemon never touches it (manual clocks) */
+	atomic_store(&f.st->word, (uint64_t)(1000000 * S));
 	f.x.now = 0;
 	resil_limit_maintain(&f.x, &f.c, f.st);
+	assert_int_equal(atomic_load(&f.st->word), 1000000 * S);
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_true(w <= 300 * MS);
 	assert_int_equal(atomic_load(&f.st->heals), 1);
-	f.now += 200 * MS;
+	assert_int_equal(atomic_load(&f.st->word), 20 * S + 200 * MS);
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+	f.now += 100 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+
+	/* the same for a sliding ring */
+	fx_fini(&f);
+	fx_init(&f, "limit.rate = 2/s; limit.algorithm = sliding", 10 * S);
+	atomic_store(&((rai64 *)(void *)f.st->data)[0], 1000000 * S + (1LL << 62));
+	/* healed to "an admission now", and the next slot admits */
+	assert_int_equal(acq(&f, NULL, &w), 0);
+	assert_int_equal(atomic_load(&f.st->heals), 1);
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_int_equal(w, S);
+	f.now += S;
 	assert_int_equal(acq(&f, NULL, NULL), 0);
 	fx_fini(&f);
 }
@@ -504,7 +528,7 @@ static void test_keyed_independent(void **unused)
 	/* keys are byte strings: embedded NULs, binary */
 	for (i = 0; i < 4; i++) {
 		struct resil_permit_priv pm;
-		char bin[4] = { 0, (char)i, 0, 0 };
+		char bin[4] = {0, (char)i, 0, 0};
 
 		memset(&pm, 0, sizeof(pm));
 		f.x.now = 0;
@@ -533,6 +557,8 @@ static void test_keyed_fill_evict(void **unused)
 
 	(void)unused;
 	fx_init(&f, "limit.rate = 1/s; limit.keys = 1000", 100 * S);
+	/* at most 32 bytes of table per key of capacity */
+	assert_true(resil_limit_state_size(&f.c) - sizeof(struct resil_limit_state) <= 32 * 1000);
 	/* up to capacity: no key lost, no eviction, each keeps its state */
 	for (i = 0; i < 1000; i++) {
 		snprintf(k, sizeof(k), "user-%d", i);
@@ -611,7 +637,10 @@ static void *race_main(void *arg)
 
 	pthread_barrier_wait(r->bar);
 	for (i = 0; i < 2000; i++) {
-		snprintf(k, sizeof(k), "key-%d", i);
+		if (r->f->c.keys < 2000)
+			snprintf(k, sizeof(k), "t%d-key-%d", r->id, i); /* distinct keys */
+		else
+			snprintf(k, sizeof(k), "key-%d", i); /* the same keys */
 		memset(&pm, 0, sizeof(pm));
 		x.now = 0;
 		x.key = k;
@@ -635,7 +664,7 @@ static void test_keyed_same_key_race(void **unused)
 		fx_init(&f, "limit.rate = 1/h; limit.keys = 4096", 100 * S);
 		pthread_barrier_init(&bar, NULL, 2);
 		for (i = 0; i < 2; i++) {
-			r[i] = (struct race){ .f = &f, .bar = &bar, .id = i };
+			r[i] = (struct race){.f = &f, .bar = &bar, .id = i};
 			assert_int_equal(pthread_create(&th[i], NULL, race_main, &r[i]), 0);
 		}
 		for (i = 0; i < 2; i++)
@@ -648,6 +677,23 @@ static void test_keyed_same_key_race(void **unused)
 		 * forget at most the admission made through the losing entry) */
 		assert_true(r[0].admitted + r[1].admitted >= 2000);
 		assert_true(r[0].admitted + r[1].admitted <= 2000 + (int)info.merges);
+		fx_fini(&f);
+
+		/* concurrent inserters of different keys never exceed capacity */
+		fx_init(&f, "limit.rate = 1/h; limit.keys = 64", 100 * S);
+		pthread_barrier_init(&bar, NULL, 2);
+		for (i = 0; i < 2; i++) {
+			r[i] = (struct race){.f = &f, .bar = &bar, .id = i};
+			assert_int_equal(pthread_create(&th[i], NULL, race_main, &r[i]), 0);
+		}
+		for (i = 0; i < 2; i++)
+			pthread_join(th[i], NULL);
+		pthread_barrier_destroy(&bar);
+		resil_limit_info(&f.c, f.st, &info);
+		assert_int_equal(info.size, 64);
+		assert_int_equal(atomic_load(&f.st->used), 64);
+		assert_int_equal(r[0].admitted + r[1].admitted, 64);
+		assert_int_equal(info.full_rejects, 4000 - 64);
 		fx_fini(&f);
 	}
 }
@@ -812,6 +858,36 @@ static void test_maintain_sweep(void **unused)
 	assert_int_equal(info.size, 32);
 	assert_int_equal(info.evictions, 0);
 	fx_fini(&f);
+
+	/* an inserter killed between its claim and its re-read left a twin:
+	 * the tick folds it, whichever entry it sits in */
+	for (i = 0; i < 8; i++) {
+		struct resil_limit_entry *t;
+		int64_t o = -1, k2, n = 64, tat, w; /* 32 keys: 64 entries */
+
+		fx_init(&f, "limit.rate = 10/s; limit.burst = 3; limit.keys = 32", 100 * S);
+		t = (struct resil_limit_entry *)(void *)f.st->data;
+		assert_int_equal(acq(&f, "twin", NULL), 0);
+		for (k2 = 0; k2 < n; k2++)
+			if (atomic_load(&t[k2].fp) > RESIL_LIMIT_FP_TOMB)
+				o = k2;
+		assert_true(o >= 0);
+		k2 = (o + 1 + i * 3) % n;
+		atomic_store(&t[k2].fp, atomic_load(&t[o].fp));
+		atomic_store(&t[k2].st, 100 * S + 300 * MS); /* 3 admissions there */
+		atomic_store(&f.st->used, 2);
+		f.x.now = 0;
+		resil_limit_maintain(&f.x, &f.c, f.st);
+		resil_limit_info(&f.c, f.st, &info);
+		assert_int_equal(info.size, 1);
+		assert_int_equal(info.merges, 1);
+		assert_int_equal(atomic_load(&f.st->used), 1);
+		/* folded by max: the key holds the larger state */
+		f.x.now = 0;
+		assert_int_equal(resil_limit_key_info(&f.x, &f.c, f.st, "twin", 4, &tat, &w), 0);
+		assert_int_equal(tat, 100 * S + 300 * MS);
+		fx_fini(&f);
+	}
 }
 
 static void test_coarse_choice(void **unused)
@@ -847,21 +923,21 @@ static void test_coarse_choice(void **unused)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_conf),
-		cmocka_unit_test(test_gcra_rate_burst),
-		cmocka_unit_test(test_gcra_translations),
-		cmocka_unit_test(test_gcra_reservation),
-		cmocka_unit_test(test_gcra_permits_undo),
-		cmocka_unit_test(test_gcra_clock_backwards),
-		cmocka_unit_test(test_sliding_exact),
-		cmocka_unit_test(test_sliding_permits_undo_repair),
-		cmocka_unit_test(test_keyed_independent),
-		cmocka_unit_test(test_keyed_fill_evict),
-		cmocka_unit_test(test_keyed_same_key_race),
-		cmocka_unit_test(test_approx_bound),
-		cmocka_unit_test(test_shape_carry),
-		cmocka_unit_test(test_maintain_sweep),
-		cmocka_unit_test(test_coarse_choice),
+	    cmocka_unit_test(test_conf),
+	    cmocka_unit_test(test_gcra_rate_burst),
+	    cmocka_unit_test(test_gcra_translations),
+	    cmocka_unit_test(test_gcra_reservation),
+	    cmocka_unit_test(test_gcra_permits_undo),
+	    cmocka_unit_test(test_gcra_clock_backwards),
+	    cmocka_unit_test(test_sliding_exact),
+	    cmocka_unit_test(test_sliding_permits_undo_repair),
+	    cmocka_unit_test(test_keyed_independent),
+	    cmocka_unit_test(test_keyed_fill_evict),
+	    cmocka_unit_test(test_keyed_same_key_race),
+	    cmocka_unit_test(test_approx_bound),
+	    cmocka_unit_test(test_shape_carry),
+	    cmocka_unit_test(test_maintain_sweep),
+	    cmocka_unit_test(test_coarse_choice),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,6 +24,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -524,20 +525,102 @@ static void test_exposition(void **state)
 	assert_int_equal(must(p, "resil_bulkhead_inflight", "policy=db,", NULL), 0);
 	free(text);
 
-	/* one permit held: in flight */
+	/* one permit held in each: in flight; the adaptive limit as configured */
 	{
-		resil_permit_t a;
+		resil_permit_t a, b;
+		resil_policy_t *ad;
 
+		assert_int_equal(resil_define(r, "ad",
+					      "adaptive.algorithm = aimd; "
+					      "adaptive.initial = 7; adaptive.min = 1; "
+					      "adaptive.max = 50"),
+				 0);
+		assert_int_equal(resil_policy(r, "ad", &ad), 0);
 		assert_int_equal(resil_acquire(db, &a), 0);
+		assert_int_equal(resil_acquire(ad, &b), 0);
 		text = metrics(&r->seg);
 		parse(p, text);
 		assert_int_equal(must(p, "resil_bulkhead_inflight", "policy=db,", NULL), 1);
+		assert_int_equal(must(p, "resil_adaptive_inflight", "policy=ad,", NULL), 1);
+		assert_int_equal(must(p, "resil_adaptive_limit", "policy=ad,", NULL), 7);
+		assert_false(value_of(p, "resil_adaptive_limit", "policy=db,", NULL, &v));
 		free(text);
 		resil_release(db, &a, RESIL_IGNORED);
+		resil_release(ad, &b, RESIL_IGNORED);
 	}
 
 	resil_close(r);
 	test_clock_free(clk);
+	free(p);
+}
+
+/* policy.scope = process: each live process's breaker and bulkhead, side
+ * by side, labelled with its pid. */
+static void test_process_scope(void **state)
+{
+	struct parsed *p = malloc(sizeof(*p));
+	int up[2], down[2];
+	resil_t *r;
+	resil_policy_t *loc;
+	char *text, lab[128];
+	pid_t child;
+	int ws;
+
+	assert_non_null(p);
+	assert_int_equal(resil_open_embedded(&r, NULL), 0);
+	assert_int_equal(resil_define(r, "local",
+				      "policy.scope = process; "
+				      "breaker.window = consecutive:2; breaker.wait = 60s; "
+				      "bulkhead.max = 4"),
+			 0);
+	assert_int_equal(resil_policy(r, "local", &loc), 0);
+	for (int i = 0; i < 2; i++) {
+		resil_permit_t pm;
+
+		assert_int_equal(resil_acquire(loc, &pm), 0);
+		resil_release(loc, &pm, RESIL_FAILURE);
+	}
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		resil_permit_t pm;
+		char c = 0;
+
+		/* its own copy: closed, a permit held until the parent is done */
+		TEST_CHECK(resil_acquire(loc, &pm) == 0);
+		TEST_CHECK(write(up[1], "x", 1) == 1);
+		TEST_CHECK(read(down[0], &c, 1) == 1);
+		resil_release(loc, &pm, RESIL_SUCCESS);
+		_exit(0);
+	}
+	{
+		char c;
+
+		assert_int_equal(read(up[0], &c, 1), 1);
+	}
+	text = metrics(&r->seg);
+	parse(p, text);
+	snprintf(lab, sizeof(lab), "policy=local,pid=%d,state=open,", (int)getpid());
+	assert_int_equal(must(p, "resil_breaker_state", lab, NULL), 1);
+	snprintf(lab, sizeof(lab), "policy=local,pid=%d,state=closed,", (int)child);
+	assert_int_equal(must(p, "resil_breaker_state", lab, NULL), 0);
+	snprintf(lab, sizeof(lab), "policy=local,pid=%d,", (int)child);
+	assert_int_equal(must(p, "resil_bulkhead_inflight", lab, NULL), 1);
+	snprintf(lab, sizeof(lab), "policy=local,pid=%d,", (int)getpid());
+	assert_int_equal(must(p, "resil_bulkhead_inflight", lab, NULL), 0);
+	/* the counters stay fleet-wide: one series */
+	assert_int_equal(must(p, "resil_calls_total", "policy=local,outcome=failure,", NULL), 2);
+	free(text);
+	assert_int_equal(write(down[1], "x", 1), 1);
+	assert_int_equal(waitpid(child, &ws, 0), child);
+	assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	close(up[0]);
+	close(up[1]);
+	close(down[0]);
+	close(down[1]);
+	resil_close(r);
 	free(p);
 }
 
@@ -714,9 +797,8 @@ static void test_http(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_parser_rejects),
-	    cmocka_unit_test(test_exposition),
-	    cmocka_unit_test(test_hostile),
+	    cmocka_unit_test(test_parser_rejects), cmocka_unit_test(test_exposition),
+	    cmocka_unit_test(test_hostile),	   cmocka_unit_test(test_process_scope),
 	    cmocka_unit_test(test_http),
 	};
 

@@ -603,7 +603,7 @@ static void test_through_policy(void **state)
 	resil_policy_t *p;
 	const struct resil_rec *rec;
 	uint32_t slot;
-	uint64_t word, count;
+	uint64_t word, count, sum;
 	void *st;
 	int64_t ns;
 	int ok = 0, slow = 0;
@@ -635,8 +635,9 @@ static void test_through_policy(void **state)
 	assert_int_equal(resil_stats_read(st, RESIL_STAT_FAILURE), 25);
 	assert_int_equal(resil_stats_read(st, RESIL_STAT_REJ_FULL), 100);
 	assert_int_equal(resil_stats_read(st, RESIL_STAT_SLOW), slow);
-	assert_int_equal(resil_stats_hist_read(st, &rec->conf, NULL, &count, NULL), 0);
+	assert_int_equal(resil_stats_hist_read(st, &rec->conf, NULL, &count, &sum), 0);
 	assert_int_equal(count, ok);
+	assert_int_equal(sum, 5050 * RESIL_NS_PER_MS / 2); /* 0.5 ms * (1 + ... + 100) */
 	/* the durations were exact (manual clock): p50 is the 50th, 25 ms */
 	assert_int_equal(resil_stats_percentile_ns(st, &rec->conf, 0.5, &ns), 0);
 	assert_true(llabs(ns - 25 * RESIL_NS_PER_MS) <= 25 * RESIL_NS_PER_MS / 16);
@@ -764,8 +765,11 @@ static void test_no_syscall_strace(void **state)
 			rmdir(tmp);
 			skip();
 		}
-		if (rc != 0)
+		if (rc != 0) {
+			unlink(out);
+			rmdir(tmp);
 			fail_msg("strace run: %d: %s", rc, msg);
+		}
 	}
 	f = fopen(out, "r");
 	assert_non_null(f);
@@ -836,6 +840,35 @@ static void test_bench(void **state)
 		munmap(res, 4096);
 		munmap(st, resil_stats_state_size(&c));
 	}
+	/* through the library: acquire + release of a breaker policy, embedded */
+	{
+		static const char *const confs[] = {"breaker.window = count:100",
+						    "breaker.window = count:100; histogram = on"};
+		resil_t *r;
+
+		assert_int_equal(resil_open_embedded(&r, NULL), 0);
+		for (int h = 0; h < 2; h++) {
+			char name[16];
+			resil_policy_t *p;
+			int64_t t0;
+			long m = n / 4;
+
+			snprintf(name, sizeof(name), "bench%d", h);
+			assert_int_equal(resil_define(r, name, confs[h]), 0);
+			assert_int_equal(resil_policy(r, name, &p), 0);
+			t0 = test_mono_ns();
+			for (long i = 0; i < m; i++) {
+				resil_permit_t pm;
+
+				if (resil_acquire(p, &pm) == 0)
+					resil_release(p, &pm, RESIL_SUCCESS);
+			}
+			print_message("resil_acquire + resil_release, breaker, histogram %s: %.2f "
+				      "ns/op\n",
+				      h ? "on " : "off", (double)(test_mono_ns() - t0) / (double)m);
+		}
+		resil_close(r);
+	}
 	/* the same two processes on ONE line, for comparison: what striping avoids */
 	{
 		ra64 *word = map_shared(4096);
@@ -888,6 +921,26 @@ int main(int argc, char **argv)
 
 	if (argc == 3 && strcmp(argv[1], "--hot-loop") == 0)
 		return hot_loop(atol(argv[2]));
+	/* for callgrind: N acquire + release of an embedded breaker policy */
+	if (argc == 4 && strcmp(argv[1], "--policy-loop") == 0) {
+		long n = atol(argv[2]);
+		resil_t *r;
+		resil_policy_t *p;
+
+		if (resil_open_embedded(&r, NULL) ||
+		    resil_define(r, "b",
+				 atoi(argv[3]) ? "histogram = on" : "breaker.min_calls = 100") ||
+		    resil_policy(r, "b", &p))
+			return 1;
+		for (long i = 0; i < n; i++) {
+			resil_permit_t pm;
+
+			if (resil_acquire(p, &pm) == 0)
+				resil_release(p, &pm, RESIL_SUCCESS);
+		}
+		resil_close(r);
+		return 0;
+	}
 	/* for callgrind: N counted releases, histogram off (0) or on (1) */
 	if (argc == 4 && strcmp(argv[1], "--count-loop") == 0) {
 		struct resil_conf c;
