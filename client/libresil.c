@@ -72,6 +72,7 @@
 
 #include "breaker.h"
 #include "internal.h"
+#include "limit.h"
 #include "resil.pb-c.h"
 
 RESIL_STATIC_ASSERT(sizeof(struct resil_permit_priv) == sizeof(resil_permit_t),
@@ -1102,7 +1103,28 @@ static inline uint32_t permit_where(const struct resil_map *m, uint32_t idx)
 	return (m->seq % 32) << RESIL_PERMIT_IDX_BITS | (idx + 1);
 }
 
-/* ---- hot path ---- */
+/*
+ * limit.wait: the limiter reserved a permit that becomes free wait_ns from
+ * now; the caller sleeps until then (a syscall, on this path only). With a
+ * clock of the application's (resil_set_clock: a simulation) nothing
+ * sleeps: the caller reads resil_permit_wait_ns() and advances its own
+ * time. A call that measures its duration starts after the sleep.
+ */
+static void reservation_sleep(struct resil *r, struct resil_permit_priv *pm)
+{
+	struct timespec ts;
+	int64_t until;
+
+	if (r->clock.fn)
+		return;
+	until = resil_clock_monotonic(NULL) + pm->wait_ns;
+	ts.tv_sec = until / RESIL_NS_PER_S;
+	ts.tv_nsec = until % RESIL_NS_PER_S;
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+	if (pm->flags & RESIL_PERMIT_TIMED)
+		pm->start_ns += pm->wait_ns;
+}
 
 /* ---- hot path ---- */
 
@@ -1145,6 +1167,8 @@ RESIL_API int resil_acquire_ex(resil_policy_t *p, const struct resil_req *req,
 		pm->slot_gen = rec->gen;
 		pm->reserved32 = permit_where(m, rec_index(m->seg, rec));
 		pm->flags |= RESIL_PERMIT_HELD;
+		if (RESIL_UNLIKELY(resil_limit_reserved_wait(pm) > 0))
+			reservation_sleep(p->r, pm);
 	}
 	after_decision(p->r, &x);
 	return ret;
