@@ -1088,10 +1088,12 @@ const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, i
 	return rec;
 }
 
+/* rec_size is RESIL_REC_SIZE in every segment this build maps
+ * (resil_seg_validate checks it): a shift, not a division. */
 static uint32_t rec_index(const struct resil_seg *s, const struct resil_rec *rec)
 {
 	return (uint32_t)(((const char *)rec - (const char *)s->cfg - s->cfg->recs_off) /
-			  s->cfg->rec_size);
+			  RESIL_REC_SIZE);
 }
 
 /* A permit names the record it was granted under (index + 1) and the
@@ -1193,11 +1195,10 @@ RESIL_API void resil_release(resil_policy_t *p, resil_permit_t *permit, int outc
 {
 	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
 	const struct resil_rec *rec;
-	struct resil_map *m = NULL;
+	struct resil_map *m;
 	struct resil *r;
 	struct resil_ctx x;
 	uint32_t idx, seq32;
-	int err = 0;
 
 	if (RESIL_UNLIKELY(!p || !permit || !(pm->flags & RESIL_PERMIT_HELD)))
 		return;
@@ -1206,21 +1207,25 @@ RESIL_API void resil_release(resil_policy_t *p, resil_permit_t *permit, int outc
 	r = p->r;
 	seq32 = pm->reserved32 >> RESIL_PERMIT_IDX_BITS;
 	idx = pm->reserved32 & (RESIL_PERMIT_IDX_MAX - 1);
-	rec = ctx_map(p, &x, &m, &err);
-	if (RESIL_UNLIKELY(!rec || rec->gen != pm->slot_gen || (m->seq % 32) != seq32)) {
-		/* re-resolved, deleted or re-attached since the grant:
-		 * release into the record (and state block, and mapping)
-		 * the permit came from */
+	/*
+	 * A release goes to the record (and so the state block) the permit
+	 * was granted under, whatever happened to the name since: a changed
+	 * configuration, a delete, a re-attach to a new daemon. Records are
+	 * never reused during a segment pair's life and mappings stay until
+	 * resil_close, so the permit's (mapping, record) pair is all it
+	 * takes: no directory or slot word on this path.
+	 */
+	fork_check(r);
+	m = ld_acquire(&r->cur);
+	if (RESIL_UNLIKELY((m->seq % 32) != seq32))
 		m = find_map(r, seq32);
-		if (!m || idx == 0 || idx > m->seg->cfg->rec_cap) {
-			pm->flags = 0;
-			return;
-		}
-		rec = resil_seg_rec(m->seg, idx - 1);
-		x.seg = m->seg;
-		x.client_id = resil_client_id(atomic_load_explicit(&m->row, memory_order_relaxed));
-		x.rec = rec;
+	if (RESIL_UNLIKELY(!m || idx == 0 || idx > m->seg->cfg->rec_cap)) {
+		pm->flags = 0;
+		return;
 	}
+	rec = resil_seg_rec(m->seg, idx - 1);
+	fill_ctx(r, m, &x);
+	x.rec = rec;
 	resil_policy_release(&x, rec, pm, outcome);
 	pm->flags = 0;
 }

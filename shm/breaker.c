@@ -1133,7 +1133,7 @@ void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf 
 	uint64_t w;
 
 	/* The hot path: a success in CLOSED, count window, no slow-call
-	 * threshold, overwriting a success: load, fetch_add, exchange. */
+	 * threshold, overwriting a success: load, fetch_add, load. */
 	if (RESIL_LIKELY(outcome == RESIL_SUCCESS && pm->probe_idx == 0 &&
 			 c->window_kind == RESIL_WINDOW_COUNT && c->slow_rate_bp >= 10000 &&
 			 c->window_size - 1 < RESIL_BK_WINDOW_MAX)) {
@@ -1141,9 +1141,18 @@ void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf 
 		if (RESIL_LIKELY(w == (w & ~(uint64_t)7) && w_gen(w) == pm->breaker_gen)) {
 			uint64_t s = faa_relaxed(&b->seq, 1);
 			ra32 *slot = &cslots(b)[seq_slot(b, s, c->window_size)];
-			uint32_t old =
-			    atomic_exchange_explicit(slot, RESIL_BK_OK, memory_order_relaxed);
+			uint32_t old;
 
+			/* A slot that already says "success" needs no write:
+			 * the exchange would store the same code and leave the
+			 * counters as they are. Skipping it is the ordering in
+			 * which this record came just before any concurrent
+			 * writer of the same slot (a lapping recorder, a window
+			 * reset), which the exchange allows too. So a healthy
+			 * window costs one fetch_add and a load here. */
+			if (RESIL_LIKELY(ld_relaxed(slot) == RESIL_BK_OK))
+				return;
+			old = atomic_exchange_explicit(slot, RESIL_BK_OK, memory_order_relaxed);
 			/* CRASH WINDOW: as in record() */
 			if (RESIL_LIKELY(old == RESIL_BK_OK))
 				return;

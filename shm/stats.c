@@ -46,6 +46,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <sched.h>
+#include <sys/rseq.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -96,10 +97,22 @@ static inline ra64 *hist_of(const void *st, unsigned stripe)
 	return (ra64 *)((char *)st + HIST_OFF + stripe * HIST_STRIPE_BYTES);
 }
 
-/* The stripe of the calling CPU. sched_getcpu() is served from rseq (glibc
- * 2.35+) or the vDSO; -1 (unknown) lands on the last stripe. */
+/* The stripe of the calling CPU: the cpu_id the kernel keeps in the
+ * thread's rseq area (glibc 2.35+ registers it; __rseq_size says so), read
+ * in place, one load with no call; else sched_getcpu() (the vDSO, or a
+ * syscall where nothing else serves: valgrind, for one). -1 (unknown)
+ * lands on the last stripe. */
 static inline unsigned my_stripe(void)
 {
+#if defined(__x86_64__) && defined(RSEQ_SIG)
+	if (RESIL_LIKELY(__rseq_size != 0)) {
+		char *tp;
+
+		__asm__("mov %%fs:0, %0" : "=r"(tp));
+		return ((const volatile struct rseq *)(tp + __rseq_offset))->cpu_id &
+		       (RESIL_STATS_STRIPES - 1);
+	}
+#endif
 	return (unsigned)sched_getcpu() & (RESIL_STATS_STRIPES - 1);
 }
 
