@@ -51,7 +51,7 @@
  * control connection before any permit is taken.
  *
  * Permits: a permit records the slot generation and the record it was
- * granted under (reserved32 = mapping seq % 32 << 27 | record index + 1),
+ * granted under (where = mapping seq % 32 << 27 | record index + 1),
  * so a release after the handle re-resolved (or after a deletion, or a
  * re-attach) frees what it holds in the state block and the segments it
  * came from: records and arena blocks are never reused during a segment's
@@ -80,7 +80,7 @@ RESIL_STATIC_ASSERT(sizeof(struct resil_permit_priv) == sizeof(resil_permit_t),
 RESIL_STATIC_ASSERT(alignof(resil_permit_t) >= alignof(struct resil_permit_priv),
 		    "permit alignment");
 
-/* permit->reserved32 in daemon mode: mapping seq % 32 << 27 | record + 1 */
+/* permit->where: mapping seq % 32 << 27 | record + 1 */
 #define RESIL_PERMIT_IDX_BITS 27
 #define RESIL_PERMIT_IDX_MAX  (1u << RESIL_PERMIT_IDX_BITS)
 
@@ -1167,7 +1167,7 @@ RESIL_API int resil_acquire_ex(resil_policy_t *p, const struct resil_req *req,
 	ret = resil_policy_acquire(&x, rec, pm, key, key_len);
 	if (ret == RESIL_ADMIT) {
 		pm->slot_gen = rec->gen;
-		pm->reserved32 = permit_where(m, rec_index(m->seg, rec));
+		pm->where = permit_where(m, rec_index(m->seg, rec));
 		pm->flags |= RESIL_PERMIT_HELD;
 		if (RESIL_UNLIKELY(resil_limit_reserved_wait(pm) > 0))
 			reservation_sleep(p->r, pm);
@@ -1205,8 +1205,8 @@ RESIL_API void resil_release(resil_policy_t *p, resil_permit_t *permit, int outc
 	if (outcome != RESIL_SUCCESS && outcome != RESIL_FAILURE && outcome != RESIL_IGNORED)
 		outcome = RESIL_IGNORED;
 	r = p->r;
-	seq32 = pm->reserved32 >> RESIL_PERMIT_IDX_BITS;
-	idx = pm->reserved32 & (RESIL_PERMIT_IDX_MAX - 1);
+	seq32 = pm->where >> RESIL_PERMIT_IDX_BITS;
+	idx = pm->where & (RESIL_PERMIT_IDX_MAX - 1);
 	/*
 	 * A release goes to the record (and so the state block) the permit
 	 * was granted under, whatever happened to the name since: a changed

@@ -1281,7 +1281,7 @@ static int rule_match(const struct resil_breaker_conf *c, int kind, int v)
 	for (uint32_t i = 0; i < n; i++) {
 		const struct resil_record_rule *r = &c->record[i];
 
-		if (r->pad[0] == kind && v >= r->lo && v <= r->hi)
+		if (r->kind == kind && v >= r->lo && v <= r->hi)
 			return r->outcome;
 	}
 	return -1;
@@ -1499,7 +1499,7 @@ static int parse_record(struct resil_breaker_conf *c, const char *key, const cha
 				return bad(err, errlen, key, value,
 					   "has an item that is no status, class, range or errno");
 			r->outcome = (uint8_t)outcome;
-			r->pad[0] = (uint8_t)kind;
+			r->kind = (uint8_t)kind;
 			t.nrecord++;
 			it = ie < eq ? ie + 1 : eq;
 		}
@@ -1650,7 +1650,7 @@ size_t resil_breaker_conf_format(const struct resil_breaker_conf *c, char *buf, 
 		for (uint32_t i = 0; i < nr; i++) {
 			const struct resil_record_rule *r = &c->record[i];
 
-			PUTF(" %s:", r->pad[0] == RULE_ERRNO ? "errno" : "http");
+			PUTF(" %s:", r->kind == RULE_ERRNO ? "errno" : "http");
 			if (r->lo == r->hi)
 				PUTF("%u", (unsigned)r->lo);
 			else

@@ -28,13 +28,14 @@ enum resil_window_kind {
 };
 
 #define RESIL_RECORD_RULES 16
-/* breaker.record: HTTP statuses lo..hi map to an outcome (RESIL_SUCCESS,
- * RESIL_FAILURE, RESIL_IGNORED of resil.h). */
+/* breaker.record: HTTP statuses or errno values lo..hi map to an outcome
+ * (RESIL_SUCCESS, RESIL_FAILURE, RESIL_IGNORED of resil.h). */
 struct resil_record_rule {
 	uint16_t lo;
 	uint16_t hi;
 	uint8_t outcome;
-	uint8_t pad[3];
+	uint8_t kind; /* 0: HTTP statuses lo..hi; 1: errno values lo..hi */
+	uint8_t pad[2];
 };
 
 struct resil_breaker_conf {
