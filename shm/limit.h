@@ -46,8 +46,8 @@ struct resil_limit_state {
 	ra64 evictions;			    /* a key replaced to make room for another */
 	ra64 full_rejects;		    /* no room: limit.when_full = reject decided */
 	ra64 full_admits;		    /* no room: limit.when_full = admit decided */
-	ra64 merges; /* the same key inserted twice at once, folded into one */
-	ra64 heals;  /* a state further ahead than any writer sets, repaired */
+	ra64 merges;	    /* the same key inserted twice at once, folded into one */
+	ra64 heals;	    /* a state further ahead than any writer sets, repaired */
 	ra64 full_event_ns; /* when the last RESIL_EV_KEYS_FULL was pushed (0: never) */
 	/* line 2: daemon only (maintenance) */
 	alignas(RESIL_HOT_ALIGN) ra64 swept; /* idle keys freed */

@@ -263,14 +263,13 @@ void resil_policy_release(struct resil_ctx *c, const struct resil_rec *rec,
 		resil_breaker_release(c, &cf->breaker, blk(s, rec, base, RESIL_C_BREAKER), pm,
 				      outcome);
 	if (resil_has(rec, RESIL_C_ADAPTIVE))
-		resil_adaptive_release(c, &cf->adaptive, blk(s, rec, base, RESIL_C_ADAPTIVE),
-				       pm, outcome);
+		resil_adaptive_release(c, &cf->adaptive, blk(s, rec, base, RESIL_C_ADAPTIVE), pm,
+				       outcome);
 	if (resil_has(rec, RESIL_C_BULKHEAD))
-		resil_bulkhead_release(c, &cf->bulkhead, blk(s, rec, base, RESIL_C_BULKHEAD),
-				       pm, outcome);
+		resil_bulkhead_release(c, &cf->bulkhead, blk(s, rec, base, RESIL_C_BULKHEAD), pm,
+				       outcome);
 	if (resil_has(rec, RESIL_C_LIMIT))
-		resil_limit_release(c, &cf->limit, blk(s, rec, base, RESIL_C_LIMIT), pm,
-				    outcome);
+		resil_limit_release(c, &cf->limit, blk(s, rec, base, RESIL_C_LIMIT), pm, outcome);
 	if (resil_has(rec, RESIL_C_SHED))
 		resil_shed_release(c, &cf->shed, blk(s, rec, base, RESIL_C_SHED), pm, outcome);
 	resil_stats_released(c, cf, resil_comp_state(s, rec, RESIL_C_STATS), pm, outcome,
@@ -352,7 +351,7 @@ int resil_policy_breaker_state(const struct resil_seg *s, const struct resil_rec
 int resil_policy_breaker_state_of(const struct resil_seg *s, const struct resil_rec *rec,
 				  uint32_t client_id)
 {
-	struct resil_ctx c = { .seg = s, .client_id = client_id };
+	struct resil_ctx c = {.seg = s, .client_id = client_id};
 
 	if (!resil_has(rec, RESIL_C_BREAKER))
 		return -ENODATA;
@@ -371,7 +370,8 @@ int resil_policy_force(struct resil_ctx *c, const struct resil_rec *rec, int sta
 	/* an operator's force applies to every process's copy */
 	for (uint32_t i = 0; r >= 0 && rec->proc_stride && i < c->seg->st->client_cap; i++)
 		r = resil_breaker_force(c, &rec->conf.breaker,
-					blk(c->seg, rec, rec->proc_off + (uint64_t)i * rec->proc_stride,
+					blk(c->seg, rec,
+					    rec->proc_off + (uint64_t)i * rec->proc_stride,
 					    RESIL_C_BREAKER),
 					state);
 	return r;

@@ -67,7 +67,7 @@ struct resil_permit_priv {
 	uint32_t key_idx;          /* keyed limiter entry + 1 */
 	uint32_t limit_permits;
 	uint32_t priority;
-	uint32_t where;             /* libresil: the mapping and record it was granted under */
+	uint32_t where;		     /* libresil: the mapping and record it was granted under */
 	RESIL_A8 uint64_t limit_tat; /* undo information for the limiter */
 };
 RESIL_STATIC_ASSERT(sizeof(struct resil_permit_priv) == 64, "permit size");

@@ -613,7 +613,8 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 		if (main_size > (s->st->arena_size / s->st->client_cap))
 			return fail(err, errlen, -ENOSPC,
 				    "policy.scope = process needs %" PRIu64
-				    " bytes per client row for %" PRIu32 " rows: raise --state-size",
+				    " bytes per client row for %" PRIu32
+				    " rows: raise --state-size",
 				    main_size, s->st->client_cap);
 		alloc_size += main_size * s->st->client_cap;
 	}

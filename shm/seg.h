@@ -226,7 +226,7 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, arena_used) % RESIL_HOT_ALI
 RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, event_head) % RESIL_HOT_ALIGN == 0,
 		    "client line");
 RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, daemon_beat_ns) ==
-			    offsetof(struct resil_state_hdr, arena_used) + 32,
+			offsetof(struct resil_state_hdr, arena_used) + 32,
 		    "daemon_beat_ns on the daemon line");
 RESIL_STATIC_ASSERT(offsetof(struct resil_rec, state_off) % 8 == 0, "state_off aligned");
 RESIL_STATIC_ASSERT(offsetof(struct resil_rec, conf) % 8 == 0, "conf aligned");

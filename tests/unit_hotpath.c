@@ -66,30 +66,32 @@ void *realloc(void *p, size_t n)
 struct kind {
 	const char *name;
 	const char *config;
-	int outcome;     /* what each call reports */
+	int outcome;	 /* what each call reports */
 	int expect_last; /* the verdict the loop ends on */
 	bool keyed;
 };
 
 static const struct kind kinds[] = {
-	{ "breaker-count", "breaker.window = count:100", RESIL_SUCCESS, RESIL_ADMIT },
-	{ "breaker-time", "breaker.window = time:10s; breaker.slow_call = 1s; breaker.slow_call_rate = 50",
-	  RESIL_SUCCESS, RESIL_ADMIT },
-	{ "breaker-open", "breaker.window = consecutive:3; breaker.wait = 1h", RESIL_FAILURE,
-	  RESIL_REJECT_OPEN },
-	{ "gcra", "limit.rate = 1000000000/s; limit.burst = 1000000", RESIL_SUCCESS, RESIL_ADMIT },
-	{ "gcra-reject", "limit.rate = 1/h", RESIL_SUCCESS, RESIL_REJECT_LIMITED },
-	{ "sliding", "limit.rate = 100/h; limit.algorithm = sliding", RESIL_SUCCESS,
-	  RESIL_REJECT_LIMITED },
-	{ "keyed", "limit.rate = 1000/s; limit.burst = 100000; limit.keys = 1024", RESIL_SUCCESS,
-	  RESIL_ADMIT, true },
-	{ "bulkhead", "bulkhead.max = 4", RESIL_SUCCESS, RESIL_ADMIT },
-	{ "adaptive", "adaptive.algorithm = aimd; adaptive.window = 10ms", RESIL_SUCCESS, RESIL_ADMIT },
-	{ "shed", "shed.k = 2; shed.window = 10s", RESIL_FAILURE, RESIL_REJECT_SHED },
-	{ "histogram", "breaker.window = count:100; histogram = on", RESIL_SUCCESS, RESIL_ADMIT },
-	{ "everything", "breaker.window = count:100; limit.rate = 1000000000/s; limit.burst = 1000000;"
-			"bulkhead.max = 8; shed.k = 2; histogram = on",
-	  RESIL_SUCCESS, RESIL_ADMIT },
+    {"breaker-count", "breaker.window = count:100", RESIL_SUCCESS, RESIL_ADMIT},
+    {"breaker-time",
+     "breaker.window = time:10s; breaker.slow_call = 1s; breaker.slow_call_rate = 50",
+     RESIL_SUCCESS, RESIL_ADMIT},
+    {"breaker-open", "breaker.window = consecutive:3; breaker.wait = 1h", RESIL_FAILURE,
+     RESIL_REJECT_OPEN},
+    {"gcra", "limit.rate = 1000000000/s; limit.burst = 1000000", RESIL_SUCCESS, RESIL_ADMIT},
+    {"gcra-reject", "limit.rate = 1/h", RESIL_SUCCESS, RESIL_REJECT_LIMITED},
+    {"sliding", "limit.rate = 100/h; limit.algorithm = sliding", RESIL_SUCCESS,
+     RESIL_REJECT_LIMITED},
+    {"keyed", "limit.rate = 1000/s; limit.burst = 100000; limit.keys = 1024", RESIL_SUCCESS,
+     RESIL_ADMIT, true},
+    {"bulkhead", "bulkhead.max = 4", RESIL_SUCCESS, RESIL_ADMIT},
+    {"adaptive", "adaptive.algorithm = aimd; adaptive.window = 10ms", RESIL_SUCCESS, RESIL_ADMIT},
+    {"shed", "shed.k = 2; shed.window = 10s", RESIL_FAILURE, RESIL_REJECT_SHED},
+    {"histogram", "breaker.window = count:100; histogram = on", RESIL_SUCCESS, RESIL_ADMIT},
+    {"everything",
+     "breaker.window = count:100; limit.rate = 1000000000/s; limit.burst = 1000000;"
+     "bulkhead.max = 8; shed.k = 2; histogram = on",
+     RESIL_SUCCESS, RESIL_ADMIT},
 };
 
 #define CALLS 20000
@@ -103,14 +105,14 @@ static int64_t stepping(void *ctx)
 static int deny_syscalls(void)
 {
 	struct sock_filter f[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_write, 3, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit, 2, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit_group, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_write, 3, 0),
+	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit, 2, 0),
+	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit_group, 1, 0),
+	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 	};
-	struct sock_fprog prog = { sizeof(f) / sizeof(f[0]), f };
+	struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
 
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
 		return -1;
@@ -182,7 +184,7 @@ static void test_no_syscall(void **state)
 		resil_policy_t *p;
 		int pipefd[2], status;
 		pid_t pid;
-		char buf[8] = { 0 };
+		char buf[8] = {0};
 
 		assert_int_equal(resil_open_embedded(&r, NULL), 0);
 		if (manual)
@@ -223,8 +225,8 @@ static void test_no_syscall(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_no_allocation),
-		cmocka_unit_test(test_no_syscall),
+	    cmocka_unit_test(test_no_allocation),
+	    cmocka_unit_test(test_no_syscall),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

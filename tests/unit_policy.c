@@ -38,7 +38,7 @@ static const struct resil_rec *define(struct resil_seg *s, const char *name, con
 
 static int call(struct resil_seg *s, const struct resil_rec *rec, uint32_t client, int outcome)
 {
-	struct resil_ctx x = { .seg = s, .clock = { manual, NULL }, .client_id = client };
+	struct resil_ctx x = {.seg = s, .clock = {manual, NULL}, .client_id = client};
 	struct resil_permit_priv pm;
 	int v;
 
@@ -56,9 +56,8 @@ static int call(struct resil_seg *s, const struct resil_rec *rec, uint32_t clien
 static void test_nothing_spent_on_reject(void **state)
 {
 	struct resil_seg s;
-	struct resil_seg_params p = { .slots = 8, .clients = 8, .events = 64,
-				      .state_size = 8 << 20 };
-	struct resil_ctx x = { .seg = &s, .clock = { manual, NULL }, .client_id = 1 };
+	struct resil_seg_params p = {.slots = 8, .clients = 8, .events = 64, .state_size = 8 << 20};
+	struct resil_ctx x = {.seg = &s, .clock = {manual, NULL}, .client_id = 1};
 	struct resil_permit_priv a, b;
 	const struct resil_rec *rec;
 
@@ -89,15 +88,15 @@ static void test_nothing_spent_on_reject(void **state)
 static void test_process_scope(void **state)
 {
 	struct resil_seg s;
-	struct resil_seg_params p = { .slots = 8, .clients = 8, .events = 64,
-				      .state_size = 8 << 20 };
-	struct resil_ctx x = { .seg = &s, .clock = { manual, NULL } };
-	struct resil_reclaim_counts counts = { 0 };
+	struct resil_seg_params p = {.slots = 8, .clients = 8, .events = 64, .state_size = 8 << 20};
+	struct resil_ctx x = {.seg = &s, .clock = {manual, NULL}};
+	struct resil_reclaim_counts counts = {0};
 	const struct resil_rec *rec;
 
 	assert_int_equal(resil_seg_create(&s, &p), 0);
-	rec = define(&s, "local", "policy.scope = process; breaker.window = consecutive:2;"
-				  "breaker.wait = 1h");
+	rec = define(&s, "local",
+		     "policy.scope = process; breaker.window = consecutive:2;"
+		     "breaker.wait = 1h");
 	assert_true(rec->proc_stride > 0);
 	assert_int_equal(resil_seg_check(&s, NULL, 0), 0);
 	/* client 1's failures open client 1's breaker only */
@@ -109,9 +108,8 @@ static void test_process_scope(void **state)
 	assert_int_equal(resil_policy_breaker_state_of(&s, rec, 1), RESIL_STATE_OPEN);
 	assert_int_equal(resil_policy_breaker_state_of(&s, rec, 2), RESIL_STATE_CLOSED);
 	/* the counters stay fleet-wide */
-	assert_int_equal(resil_stats_read(resil_comp_state(&s, rec, RESIL_C_STATS),
-					  RESIL_STAT_FAILURE),
-			 2);
+	assert_int_equal(
+	    resil_stats_read(resil_comp_state(&s, rec, RESIL_C_STATS), RESIL_STAT_FAILURE), 2);
 	/* a dead process's copy starts fresh for the next one on its row */
 	resil_policy_reclaim(&x, rec, 1, &counts);
 	assert_int_equal(resil_policy_breaker_state_of(&s, rec, 1), RESIL_STATE_CLOSED);
@@ -130,8 +128,8 @@ static void test_process_scope(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_nothing_spent_on_reject),
-		cmocka_unit_test(test_process_scope),
+	    cmocka_unit_test(test_nothing_spent_on_reject),
+	    cmocka_unit_test(test_process_scope),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

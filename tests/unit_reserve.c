@@ -31,8 +31,8 @@ static void test_sleeps_for_reserved_permit(void **state)
 	int64_t t0, w;
 
 	assert_int_equal(resil_open_embedded(&r, NULL), 0);
-	assert_int_equal(resil_define(r, "res", "limit.rate = 10/s; limit.burst = 1; limit.wait = 150ms"),
-			 0);
+	assert_int_equal(
+	    resil_define(r, "res", "limit.rate = 10/s; limit.burst = 1; limit.wait = 150ms"), 0);
 	assert_int_equal(resil_policy(r, "res", &p), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	resil_release(p, &a, RESIL_SUCCESS);
@@ -62,8 +62,8 @@ static void test_manual_clock_reports_wait(void **state)
 
 	assert_int_equal(resil_open_embedded(&r, NULL), 0);
 	assert_int_equal(resil_set_clock(r, manual, NULL), 0);
-	assert_int_equal(resil_define(r, "res", "limit.rate = 10/s; limit.burst = 1; limit.wait = 250ms"),
-			 0);
+	assert_int_equal(
+	    resil_define(r, "res", "limit.rate = 10/s; limit.burst = 1; limit.wait = 250ms"), 0);
 	assert_int_equal(resil_policy(r, "res", &p), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal(resil_permit_wait_ns(&a), 0);
@@ -86,8 +86,8 @@ static void test_manual_clock_reports_wait(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sleeps_for_reserved_permit),
-		cmocka_unit_test(test_manual_clock_reports_wait),
+	    cmocka_unit_test(test_sleeps_for_reserved_permit),
+	    cmocka_unit_test(test_manual_clock_reports_wait),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
