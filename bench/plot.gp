@@ -29,10 +29,12 @@ set bmargin
 
 # several processes: shared policy vs one policy each
 set output outdir."/mp.png"
-set title "Aggregate decisions per second (millions), 2 CPUs"
+set title "Aggregate decisions per second (millions, log scale), 2 CPUs"
 set xlabel "processes"
 set ylabel "M decisions / s"
-set yrange [0:*]
+set logscale y
+set yrange [1:*]
+set key outside right
 set logscale x 2
 set xrange [0.9:4.4]
 set xtics (1, 2, 4)
@@ -47,6 +49,8 @@ plot outdir."/mp.dat" using 1:2 with linespoints lw 2 lc rgb "#999999" title "fe
 	"" using 1:9 with linespoints lw 2 dt 2 lc rgb "#d7301f" title "GCRA, one each"
 unset xlabel
 unset logscale x
+unset logscale y
+set key inside
 set xrange [*:*]
 
 # fleet: the outage and the rate limit

@@ -647,7 +647,7 @@ static const struct simple_case simple_cases[] = {
      PREP_FAIL_ONCE, loop_acq_rel},
     {"limit.admit", "ladmit", "limit.rate = 1000000000/s; limit.burst = 1000000", PREP_NONE,
      loop_acq_rel},
-    {"limit.admit_slow_rate", "lslow", "limit.rate = 100/s; limit.burst = 100000000", PREP_NONE,
+    {"limit.admit_slow_rate", "lslow", "limit.rate = 10/s; limit.burst = 100000000", PREP_NONE,
      loop_acq_rel},
     {"limit.reject", "lrej", "limit.rate = 1/h", PREP_ADMIT_ONCE, loop_acq_rel},
     {"bulkhead.acq_rel", "bulk", "bulkhead.max = 25", PREP_NONE, loop_acq_rel},

@@ -104,6 +104,9 @@ log() { echo "run.sh: $*" >&2; }
 	echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)"
 	echo "compiler: $(${CC:-cc} --version 2>/dev/null | head -1)"
 	echo "build: $(grep -E '^CMAKE_BUILD_TYPE:' "$build/CMakeCache.txt" 2>/dev/null | cut -d= -f2)"
+	lto=$(grep -o -- '-flto[^ ]*' "$build/bench/CMakeFiles/resil_bench.dir/link.txt" \
+		2>/dev/null | head -1 || true)
+	echo "resil_bench linked with: ${lto:-no LTO} (libresil.a, static)"
 	echo "redis: $(redis-server --version 2>/dev/null | head -1 || echo none)"
 	echo "valgrind: $(valgrind --version 2>/dev/null || echo none)"
 	echo "smoke: $smoke"

@@ -42,8 +42,10 @@
  * slots every millisecond (no timerfd, no timer per call). A thread owns
  * one slot for its life (claimed once by CAS, freed by a thread-exit
  * destructor); arming is plain stores plus a seq_cst store of the state
- * word (no syscall; the one exception is the first arm after the watchdog
- * went to sleep because nothing was armed for a second: a futex wake).
+ * word, never a syscall. After a second with nothing armed the watchdog
+ * ticks every 10 ms instead of every 1 ms (100 wake-ups a second in a
+ * quiet process that uses interruption), so the interrupt of the first
+ * call after a quiet second may land up to 10 ms late.
  * At the deadline, and again every tick until the call ends (a signal that
  * lands just before a blocking syscall starts is lost: the next one gets
  * it), the watchdog sends the signal to the calling thread with tgkill.
@@ -95,7 +97,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -172,7 +173,8 @@ static void sleep_ns(const struct resil_clock *c, int64_t ns)
 
 #define WD_SLOTS      1024
 #define WD_TICK_NS    (1 * RESIL_NS_PER_MS)
-#define WD_IDLE_TICKS 1000 /* nothing armed for this many ticks: sleep on a futex */
+#define WD_IDLE_TICKS 1000 /* nothing armed for this many ticks: tick slower */
+#define WD_IDLE_TICK_NS (10 * RESIL_NS_PER_MS)
 
 enum { WD_IDLE = 0, WD_ARMED = 1, WD_FIRING = 2 };
 
@@ -195,7 +197,6 @@ struct wd_slot {
 
 static struct wd_slot wd_slots[WD_SLOTS];
 static ra32 wd_hwm;	     /* slots ever claimed: the sweep bound */
-static ra32 wd_sleeping;     /* 1: the watchdog waits on this futex */
 static ra32 wd_gen;	     /* bumped in a forked child: thread-local slots are stale */
 static _Atomic int wd_state; /* 0 not started, 1 running */
 static ra64 wd_sigs;	     /* signals whose no-op handler is installed */
@@ -252,32 +253,13 @@ static void *wd_main(void *arg)
 			 * knows the tgkill returned */
 			st_release(&s->state, WD_ARMED);
 		}
+		/* Nothing armed for a second: tick at WD_IDLE_TICK_NS instead.
+		 * Arming never wakes the watchdog (no syscall on the caller's
+		 * path); the price is that an interrupt of the first call after
+		 * a quiet second lands up to one idle tick late. */
 		idle = any ? 0 : idle + 1;
-		if (idle >= WD_IDLE_TICKS) {
-			bool armed = false;
-
-			/* Dekker with arm(): store sleeping, then look at the
-			 * slots; arm() stores ARMED, then looks at sleeping.
-			 * seq_cst on both sides: one of them sees the other. */
-			atomic_store_explicit(&wd_sleeping, 1, memory_order_seq_cst);
-			n = atomic_load_explicit(&wd_hwm, memory_order_seq_cst);
-			for (uint32_t i = 0; i < n && i < WD_SLOTS; i++)
-				if (atomic_load_explicit(&wd_slots[i].state,
-							 memory_order_seq_cst) == WD_ARMED)
-					armed = true;
-			/* a second at most: a bound, should the proof above
-			 * be wrong somewhere */
-			if (!armed) {
-				struct timespec sec = {1, 0};
-
-				syscall(SYS_futex, &wd_sleeping, FUTEX_WAIT_PRIVATE, 1, &sec, NULL,
-					0);
-			}
-			atomic_store_explicit(&wd_sleeping, 0, memory_order_seq_cst);
-			/* sweep once more, and back to sleep if nothing is armed */
-			idle = WD_IDLE_TICKS - 1;
-			continue;
-		}
+		if (idle >= WD_IDLE_TICKS)
+			ts.tv_nsec = WD_IDLE_TICK_NS;
 		nanosleep(&ts, NULL);
 	}
 	return NULL;
@@ -297,7 +279,6 @@ static void wd_atfork_child(void)
 	 * watchdog must be started anew */
 	memset(wd_slots, 0, sizeof(wd_slots));
 	st_relaxed(&wd_hwm, 0);
-	st_relaxed(&wd_sleeping, 0);
 	atomic_store_explicit(&wd_state, 0, memory_order_relaxed);
 	faa_relaxed(&wd_gen, 1);
 	pthread_mutex_init(&wd_lock, NULL);
@@ -411,10 +392,6 @@ static int wd_arm(int sig, int64_t deadline_mono)
 	st_relaxed(&s->deadline, deadline_mono);
 	st_relaxed(&s->fired, 0);
 	atomic_store_explicit(&s->state, WD_ARMED, memory_order_seq_cst);
-	if (RESIL_UNLIKELY(atomic_load_explicit(&wd_sleeping, memory_order_seq_cst))) {
-		st_relaxed(&wd_sleeping, 0);
-		syscall(SYS_futex, &wd_sleeping, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-	}
 	return i;
 }
 
