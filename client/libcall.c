@@ -173,7 +173,7 @@ static void sleep_ns(const struct resil_clock *c, int64_t ns)
 
 #define WD_SLOTS      1024
 #define WD_TICK_NS    (1 * RESIL_NS_PER_MS)
-#define WD_IDLE_TICKS 1000 /* nothing armed for this many ticks: tick slower */
+#define WD_IDLE_TICKS	1000 /* nothing armed for this many ticks: tick slower */
 #define WD_IDLE_TICK_NS (10 * RESIL_NS_PER_MS)
 
 enum { WD_IDLE = 0, WD_ARMED = 1, WD_FIRING = 2 };

@@ -169,23 +169,11 @@ static int through_daemon(void)
 	struct test_daemon d;
 	resil_policy_t *p;
 	resil_t *r = NULL;
-	int err;
 
 	dops = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	TEST_CHECK(dops != MAP_FAILED);
-	TEST_CHECK(test_daemon_init(&d) == 0);
-	err = test_daemon_start(&d, NULL);
-	if (err < 0) {
-		fprintf(stderr, "cannot start resild: %s\n", strerror(-err));
-		test_daemon_fini(&d);
+	if (test_daemon_open(&d, &r) < 0)
 		return 1;
-	}
-	err = resil_open(&r, d.sock);
-	if (err < 0) {
-		fprintf(stderr, "resil_open: %s: %s\n", strerror(-err), resil_last_error());
-		test_daemon_fini(&d);
-		return 1;
-	}
 	TEST_CHECK(resil_define(r, DPOLICY, DCONFIG) == 0);
 	TEST_CHECK(resil_policy(r, DPOLICY, &p) == 0);
 	TEST_CHECK(whole(p));

@@ -153,19 +153,8 @@ int main(void)
 	memset(sh, 0, sizeof(*sh));
 	atomic_store(&sh->turn, -1);
 
-	TEST_CHECK(test_daemon_init(&d) == 0);
-	err = test_daemon_start(&d, NULL);
-	if (err < 0) {
-		fprintf(stderr, "cannot start resild: %s\n", strerror(-err));
-		test_daemon_fini(&d);
+	if (test_daemon_open(&d, &r) < 0)
 		return 1;
-	}
-	err = resil_open(&r, d.sock);
-	if (err < 0) {
-		fprintf(stderr, "resil_open: %s: %s\n", strerror(-err), resil_last_error());
-		test_daemon_fini(&d);
-		return 1;
-	}
 	TEST_CHECK(resil_define(r, POLICY, CONFIG) == 0);
 	TEST_CHECK(resil_policy(r, POLICY, &p) == 0);
 

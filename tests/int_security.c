@@ -96,25 +96,15 @@ int main(void)
 	struct test_daemon d;
 	resil_t *r = NULL;
 	pid_t pid;
-	int err, fails = 0;
+	int fails = 0;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (geteuid() != 0) {
 		fprintf(stderr, "int_security: needs root to drop to nobody: skipped\n");
 		return TEST_SKIP;
 	}
-	TEST_CHECK(test_daemon_init(&d) == 0);
-	err = test_daemon_start(&d, NULL);
-	if (err < 0) {
-		test_daemon_fini(&d);
+	if (test_daemon_open(&d, &r) < 0)
 		return 1;
-	}
-	err = resil_open(&r, d.sock);
-	if (err < 0) {
-		fprintf(stderr, "resil_open: %s: %s\n", strerror(-err), resil_last_error());
-		test_daemon_fini(&d);
-		return 1;
-	}
 	TEST_CHECK(resil_define(r, "sec", "bulkhead.max = 2") == 0);
 
 	pid = fork();

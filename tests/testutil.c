@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "resil.h"
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -420,4 +421,25 @@ void test_daemon_fini(struct test_daemon *d)
 	if (d->dir[0] && strncmp(d->dir, "/tmp/resil-test-", 16) == 0)
 		rm_tree(d->dir);
 	d->dir[0] = 0;
+}
+
+int test_daemon_open(struct test_daemon *d, struct resil **r)
+{
+	int err = test_daemon_init(d);
+
+	if (err < 0)
+		return err;
+	err = test_daemon_start(d, NULL);
+	if (err < 0) {
+		fprintf(stderr, "cannot start resild: %s\n", strerror(-err));
+		test_daemon_fini(d);
+		return err;
+	}
+	err = resil_open(r, d->sock);
+	if (err < 0) {
+		fprintf(stderr, "resil_open: %s: %s\n", strerror(-err), resil_last_error());
+		test_daemon_fini(d);
+		return err;
+	}
+	return 0;
 }

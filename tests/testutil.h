@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "resil.h"
+
 #define TEST_SKIP	   77
 #define TEST_EVENTUALLY_MS 10000
 
@@ -52,6 +54,9 @@ int test_daemon_stop(struct test_daemon *d);
 void test_daemon_kill(struct test_daemon *d);
 /* Stop if running and remove the directory. */
 void test_daemon_fini(struct test_daemon *d);
+/* init + start + resil_open on its socket: 0, or -errno with what failed
+ * on stderr and d cleaned up. */
+int test_daemon_open(struct test_daemon *d, resil_t **r);
 
 /* ---- scale ---- */
 /* $RESIL_TEST_SCALE as a positive integer (default 1). */
