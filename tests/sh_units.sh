@@ -56,8 +56,10 @@ level=$(echo "$out" | sed -n 's/.*Overall exposure level for resild.service: \([
 if [ -z "$level" ]; then
 	echo "FAIL: no exposure level"
 	fail=1
-elif ! awk -v l="$level" 'BEGIN { exit !(l < 2.0) }'; then
-	echo "FAIL: exposure $level >= 2.0"
+elif ! awk -v l="$level" 'BEGIN { exit !(l <= 1.5) }'; then
+	echo "FAIL: exposure $level > 1.5"
 	fail=1
+else
+	echo "exposure $level <= 1.5"
 fi
 exit $fail
