@@ -49,10 +49,12 @@ demo)
 	;;
 test)
 	# 1. the whole suite on the normal build; 2. unit and integration
-	# again under ASan+UBSan; 3. each libFuzzer target for a short run
-	# (clang). RESIL_TEST_SANITIZE=0 / RESIL_TEST_FUZZ=0 skip 2 / 3. The
-	# strace-driven syscall count is left out of 2: LeakSanitizer cannot
-	# run under ptrace.
+	# again under ASan+UBSan; 3. the unit tests under TSan; 4. each
+	# libFuzzer target for a short run (clang). RESIL_TEST_SANITIZE=0,
+	# RESIL_TEST_TSAN=0, RESIL_TEST_FUZZ=0 skip 2, 3, 4. The strace-driven
+	# syscall count is left out of 2 (LeakSanitizer cannot run under
+	# ptrace); the benchmark smoke run is left out of 2 and 3 (it measures,
+	# it does not test).
 	build
 	shift
 	(cd "$build" && ctest --output-on-failure -j "$jobs" -LE fuzz "$@")
@@ -63,6 +65,13 @@ test)
 		(cd "$build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 			UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 			ctest --output-on-failure -j "$jobs" -L 'unit|integration' -E 'sh_bench_smoke|sh_retry_syscalls')
+	fi
+	if [ "${RESIL_TEST_TSAN:-1}" = 1 ]; then
+		echo "== TSan: unit tests"
+		cmake -S "$top" -B "$build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRESIL_TSAN=ON >/dev/null
+		cmake --build "$build-tsan" -j "$jobs" >/dev/null
+		(cd "$build-tsan" && TSAN_OPTIONS=halt_on_error=1 \
+			ctest --output-on-failure -j "$jobs" -L unit -E 'sh_bench_smoke')
 	fi
 	if [ "${RESIL_TEST_FUZZ:-1}" = 1 ]; then
 		echo "== libFuzzer smoke runs"
