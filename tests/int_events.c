@@ -120,7 +120,8 @@ int main(void)
 	TEST_CHECK(watcher >= 0);
 	if (watcher == 0) {
 		dup2(fd, 1);
-		execl(RESILCTL_PATH, "resilctl", "--socket", d.sock, "watch", "--json", (char *)NULL);
+		execl(RESILCTL_PATH, "resilctl", "--socket", d.sock, "watch", "--json",
+		      (char *)NULL);
 		_exit(127);
 	}
 	close(fd);
