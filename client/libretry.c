@@ -23,8 +23,9 @@
  * libcall.c).
  *
  * Counting: retries, give-ups and budget refusals go to the policy's
- * stats counters (RESIL_STAT_RETRIES, _GIVEUPS, _REJ_BUDGET) and to the
- * budget's own counters when it has a budget.
+ * stats counters (RESIL_STAT_RETRIES, _GIVEUPS, _REJ_BUDGET), give-ups
+ * also by reason (resil_stats_giveup), and to the budget's own counters
+ * when it has a budget.
  */
 #include <errno.h>
 #include <string.h>
@@ -35,6 +36,7 @@
 
 RESIL_STATIC_ASSERT(sizeof(struct resil_retry_priv) <= sizeof(resil_retry_t),
 		    "retry state fits resil_retry_t");
+RESIL_STATIC_ASSERT(RESIL_RSTOP_MAX <= RESIL_GIVEUP_REASONS, "a counter per give-up reason");
 
 void resil_priv_budget_event(struct resil_ctx *x, const struct resil_rec *rec);
 
@@ -57,6 +59,7 @@ void resil_priv_retry_counted(struct resil_ctx *x, const struct resil_rec *rec,
 	if (t->reason == RESIL_RSTOP_SUCCESS)
 		return;
 	count(x, rec, RESIL_STAT_GIVEUPS);
+	resil_stats_giveup(x, resil_comp_state(x->seg, rec, RESIL_C_STATS), t->reason);
 	if (t->reason == RESIL_RSTOP_BUDGET)
 		count(x, rec, RESIL_STAT_REJ_BUDGET);
 	if (t->flags & RESIL_RETRYF_EXHAUSTED)

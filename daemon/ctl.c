@@ -52,10 +52,11 @@
 #include "policy.h"
 #include "resil.h"
 #include "stats.h"
+#include "budget.h"
 
 #define CONF_TEXT_MAX 16384
 /* counters, percentiles, keyed limiter and one key (16), up to 64 processes side by side */
-#define STATS_MAX (RESIL_STAT__MAX + 8 + 16 + 64)
+#define STATS_MAX (RESIL_STAT__MAX + 8 + 16 + 8 + 64)
 
 const char *resild_state_name(int state)
 {
@@ -361,6 +362,21 @@ static void fill_info(struct resild *d, const struct resil_rec *rec, struct info
 				add_stat(in, &n, qn[i], ns);
 		}
 		add_limit_stats(d, rec, in, &n);
+		/* give-ups by reason (RESIL_RSTOP_* of budget.h) */
+		{
+			static const char *const why[] = {
+			    [RESIL_RSTOP_NOT_RETRIED] = "giveups_not_retried",
+			    [RESIL_RSTOP_ATTEMPTS] = "giveups_attempts",
+			    [RESIL_RSTOP_DEADLINE] = "giveups_deadline",
+			    [RESIL_RSTOP_BUDGET] = "giveups_budget",
+			    [RESIL_RSTOP_GONE] = "giveups_deleted",
+			    [RESIL_RSTOP_REJECTED] = "giveups_rejected",
+			};
+			for (size_t i = 0; i < RESIL_ARRAY_SIZE(why); i++)
+				if (why[i])
+					add_stat(in, &n, why[i],
+						 (int64_t)resil_stats_giveups_by(st, (unsigned)i));
+		}
 		/* policy.scope = process: each live process's breaker, side by
 		 * side ("breaker_pid_1234 = 1" is OPEN, as RESIL_STATE_*) */
 		for (uint32_t i = 0; rec->proc_stride && i < d->seg.st->client_cap; i++) {

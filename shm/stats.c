@@ -72,12 +72,16 @@ struct resil_stats_state {
 	/* line: the p95 cache, written rarely by whoever recomputes it */
 	alignas(RESIL_HOT_ALIGN) rai64 p95_ns; /* 0: not computed yet */
 	ra64 p95_calls;			       /* timed outcomes when it was computed */
-	RESIL_A8 uint64_t pad[14];
+	/* give-ups by reason (RESIL_RSTOP_* of budget.h): rare, so one word
+	 * each, not striped; fetch_add relaxed by the giving-up client */
+	ra64 giveup_by[RESIL_GIVEUP_REASONS];
+	RESIL_A8 uint64_t pad[14 - RESIL_GIVEUP_REASONS];
 	/* with a histogram: ra64 hist[RESIL_STATS_STRIPES][RESIL_HIST_BUCKETS] follows */
 };
 
 RESIL_STATIC_ASSERT(sizeof(struct resil_stats_stripe) == RESIL_HOT_ALIGN, "one stripe, one line");
 RESIL_STATIC_ASSERT(W__MAX == 16, "counters fill a stripe");
+RESIL_STATIC_ASSERT(RESIL_GIVEUP_REASONS <= 14, "give-up counters fit the p95 line");
 RESIL_STATIC_ASSERT((RESIL_STATS_STRIPES & (RESIL_STATS_STRIPES - 1)) == 0, "stripes pow2");
 RESIL_STATIC_ASSERT(offsetof(struct resil_stats_state, stripe) == 0, "stripes first");
 RESIL_STATIC_ASSERT(offsetof(struct resil_stats_state, p95_ns) ==
@@ -475,4 +479,23 @@ size_t resil_stats_format(const struct resil_seg *s, const struct resil_rec *rec
 		}
 	}
 	return pos;
+}
+
+void resil_stats_giveup(struct resil_ctx *x, void *st, unsigned reason)
+{
+	struct resil_stats_state *s = st;
+
+	(void)x;
+	if (!s || reason >= RESIL_GIVEUP_REASONS)
+		return;
+	faa_relaxed(&s->giveup_by[reason], 1);
+}
+
+uint64_t resil_stats_giveups_by(const void *st, unsigned reason)
+{
+	const struct resil_stats_state *s = st;
+
+	if (!s || reason >= RESIL_GIVEUP_REASONS)
+		return 0;
+	return ld_relaxed((ra64 *)&s->giveup_by[reason]);
 }

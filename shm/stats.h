@@ -86,6 +86,12 @@ void resil_stats_rejected(struct resil_ctx *x, void *st, int verdict);
  * failures) when c->histogram. */
 void resil_stats_released(struct resil_ctx *x, const struct resil_conf *c, void *st,
 			  const struct resil_permit_priv *pm, int outcome, int64_t dur_ns);
+/* Give-ups by reason (a RESIL_RSTOP_* of budget.h, < RESIL_GIVEUP_REASONS),
+ * besides RESIL_STAT_GIVEUPS: one word each, not striped (rare). */
+#define RESIL_GIVEUP_REASONS 8
+void resil_stats_giveup(struct resil_ctx *x, void *st, unsigned reason);
+uint64_t resil_stats_giveups_by(const void *st, unsigned reason);
+
 /* Any counter: retries, give-ups, transitions, evictions, budget refusals. */
 void resil_stats_add(struct resil_ctx *x, void *st, enum resil_stat which, uint64_t n);
 

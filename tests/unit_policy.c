@@ -13,6 +13,8 @@
 #include <cmocka.h>
 
 #include "resil.h"
+#include "internal.h"
+#include "budget.h"
 #include "policy.h"
 #include "bulkhead.h"
 #include "stats.h"
@@ -125,11 +127,48 @@ static void test_process_scope(void **state)
 	resil_seg_unmap(&s);
 }
 
+/* Each give-up is counted with its reason, whatever the policy has. */
+static void test_giveups_by_reason(void **state)
+{
+	resil_t *r;
+	resil_policy_t *p;
+	resil_retry_t rt;
+	const struct resil_rec *rec;
+	uint64_t w;
+	void *st;
+
+	assert_int_equal(resil_open_embedded(&r, NULL), 0);
+	assert_int_equal(resil_set_clock(r, manual, NULL), 0);
+	assert_int_equal(resil_define(r, "g", "retry.max_attempts = 2; retry.jitter = none"), 0);
+	assert_int_equal(resil_policy(r, "g", &p), 0);
+	/* attempts used up: one retry, then a stop */
+	resil_retry_begin(p, &rt, 0);
+	assert_true(resil_retry_next(&rt, RESIL_ERR_TRANSIENT, 0) >= 0);
+	assert_true(resil_retry_next(&rt, RESIL_ERR_TRANSIENT, 0) < 0);
+	/* never retried */
+	resil_retry_begin(p, &rt, 0);
+	assert_true(resil_retry_next(&rt, RESIL_ERR_PERMANENT, 0) < 0);
+	/* past the deadline */
+	resil_retry_begin(p, &rt, manual_ns + 1000);
+	assert_true(resil_retry_next(&rt, RESIL_ERR_TRANSIENT, 0) < 0);
+	assert_int_equal(resil_seg_lookup(&r->seg, "g", NULL, &w), 0);
+	rec = resil_seg_rec_of(&r->seg, w);
+	st = resil_comp_state(&r->seg, rec, RESIL_C_STATS);
+	assert_int_equal(resil_stats_read(st, RESIL_STAT_GIVEUPS), 3);
+	assert_int_equal(resil_stats_read(st, RESIL_STAT_RETRIES), 1);
+	assert_int_equal(resil_stats_giveups_by(st, RESIL_RSTOP_ATTEMPTS), 1);
+	assert_int_equal(resil_stats_giveups_by(st, RESIL_RSTOP_NOT_RETRIED), 1);
+	assert_int_equal(resil_stats_giveups_by(st, RESIL_RSTOP_DEADLINE), 1);
+	assert_int_equal(resil_stats_giveups_by(st, RESIL_RSTOP_BUDGET), 0);
+	resil_close(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_nothing_spent_on_reject),
 	    cmocka_unit_test(test_process_scope),
+	    cmocka_unit_test(test_giveups_by_reason),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
