@@ -483,6 +483,11 @@ static int64_t word_age(uint64_t v, const struct lp *p)
 	return (int64_t)a.cur + (int64_t)muldiv(a.prev, (uint64_t)(p->P - a.e), (uint64_t)p->P);
 }
 
+/* The sweep's mark on an entry it found claimed with no permit taken:
+ * GCRA reads it as a TAT far in the past, sliding-approx as a window long
+ * gone with no counts, so any take starts fresh from it. */
+#define SWEEP_MARK (1ULL << 63)
+
 /* Idle, and last written at least SWEEP_SLACK ago. */
 static bool word_swept(uint64_t v, const struct lp *p)
 {
@@ -841,6 +846,12 @@ static int64_t key_get(struct resil_ctx *x, struct resil_limit_state *s,
 						tomb = pos;
 					continue;
 				}
+				/* state 0 under a key: claimed by an inserter that has
+				 * not taken its first permit yet. Never a victim: its
+				 * take would land on the evicting key's state. (One
+				 * whose inserter died is freed by the sweep.) */
+				if (sts[pos] == 0)
+					continue;
 				if (word_idle(sts[pos], p)) {
 					if (idle < 0)
 						idle = pos;
@@ -1251,6 +1262,15 @@ void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c,
 				faa_relaxed(&s->merges, 1);
 				u1--;
 			}
+			continue;
+		}
+		if (v == 0) {
+			/* claimed, no permit taken yet: an inserter in flight, or
+			 * one killed in that window. Mark it (a state any take
+			 * reads as fresh); a later sweep that still finds the mark
+			 * frees it, an inserter's take replaces it. */
+			cas_relaxed(&e->st, &v, SWEEP_MARK);
+			live++;
 			continue;
 		}
 		if (word_swept(v, &p) && cas_sc(&e->fp, &f, (f & FP_OVF) | RESIL_LIMIT_FP_TOMB)) {

@@ -822,6 +822,54 @@ static void test_shape_carry(void **unused)
 	fx_fini(&g);
 }
 
+/* An entry claimed by an inserter that has not taken its first permit yet
+ * (state 0 under a key) is no victim for another inserter: evicting it
+ * would make the first inserter's take land on the other key's state (a
+ * race once seen with two threads on a full table). The sweep frees such
+ * an entry only when a later tick still finds it untouched (its inserter
+ * died), and a take in between starts fresh from the sweep's mark. */
+static void test_inflight_insert_not_evicted(void **unused)
+{
+	struct resil_limit_info info;
+	struct resil_limit_entry *t;
+	struct fx f;
+	int64_t n, e = -1;
+	char k[16];
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 1/h; limit.keys = 4", 100 * S);
+	t = (struct resil_limit_entry *)(void *)f.st->data;
+	n = 2 * 4; /* 4 keys: 2 buckets' worth of entries and more */
+	for (int i = 0; i < 4; i++) {
+		snprintf(k, sizeof(k), "k%d", i);
+		assert_int_equal(acq(&f, k, NULL), 0);
+	}
+	/* make one key look just claimed: fingerprint set, no permit taken */
+	for (int64_t i = 0; i < n && e < 0; i++)
+		if (atomic_load(&t[i].fp) > RESIL_LIMIT_FP_TOMB)
+			e = i;
+	assert_true(e >= 0);
+	atomic_store(&t[e].st, 0);
+	/* full, every other key limited: a new key is refused, not placed
+	 * over the in-flight one */
+	assert_int_equal(acq(&f, "new", NULL), RESIL_REJECT_LIMITED);
+	resil_limit_info(&f.c, f.st, &info);
+	assert_int_equal(info.evictions, 0);
+	assert_int_equal(info.full_rejects, 1);
+	/* the sweep marks it first, frees it on a later tick */
+	f.now += 2 * S;
+	resil_limit_maintain(&f.x, &f.c, f.st);
+	resil_limit_info(&f.c, f.st, &info);
+	assert_int_equal(info.size, 4);
+	f.now += 2 * S;
+	resil_limit_maintain(&f.x, &f.c, f.st);
+	resil_limit_info(&f.c, f.st, &info);
+	assert_int_equal(info.size, 3);
+	/* and a take on a marked entry starts fresh: mark, then take */
+	assert_int_equal(acq(&f, "new", NULL), 0);
+	fx_fini(&f);
+}
+
 static void test_maintain_sweep(void **unused)
 {
 	struct resil_limit_info info;
@@ -937,6 +985,7 @@ int main(void)
 	    cmocka_unit_test(test_approx_bound),
 	    cmocka_unit_test(test_shape_carry),
 	    cmocka_unit_test(test_maintain_sweep),
+	    cmocka_unit_test(test_inflight_insert_not_evicted),
 	    cmocka_unit_test(test_coarse_choice),
 	};
 
