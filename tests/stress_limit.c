@@ -359,11 +359,29 @@ static void report(const char *what, int n, int64_t el, uint64_t admitted)
 	       (unsigned long long)admitted);
 }
 
+/* Every key admitted at least once and at most rate x elapsed + burst
+ * (summed over the processes); returns the total admitted. */
+static uint64_t keys_within(int64_t el, const struct resil_limit_conf *c)
+{
+	uint64_t total = 0;
+
+	for (int k = 0; k < NKEYS; k++) {
+		uint64_t per = 0;
+
+		for (int i = 0; i < NPROC; i++)
+			per += sh->key_admitted[i][k];
+		CHECK(per > 0);
+		CHECK((int64_t)per <= el / c->interval_ns + c->burst);
+		total += per;
+	}
+	return total;
+}
+
 int main(void)
 {
 	int64_t dur = (int64_t)scale() * RESIL_NS_PER_S, el, bound;
 	uint64_t total;
-	int i, k;
+	int i;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	sh = map_shared(sizeof(*sh));
@@ -419,15 +437,7 @@ int main(void)
 	/* 4. keyed gcra: every key within its own bound */
 	setup("limit.rate = 5000/s; limit.burst = 10; limit.keys = 64");
 	el = run(NPROC, hammer_keys, dur);
-	for (total = 0, k = 0; k < NKEYS; k++) {
-		uint64_t per = 0;
-
-		for (i = 0; i < NPROC; i++)
-			per += sh->key_admitted[i][k];
-		CHECK(per > 0);
-		CHECK((int64_t)per <= el / conf.interval_ns + conf.burst);
-		total += per;
-	}
+	total = keys_within(el, &conf);
 	report("keyed", NPROC, el, total);
 
 	/* 5. the same keys inserted by 2 processes at once: one entry each */
@@ -464,15 +474,7 @@ int main(void)
 		CHECK(resil_seg_define(&seg, "api", &pc, 0, 0, now_ns(), err, sizeof(err)) == 0);
 		memset(sh, 0, sizeof(*sh));
 		el = run(NPROC, hammer_policy, dur);
-		for (total = 0, k = 0; k < NKEYS; k++) {
-			uint64_t per = 0;
-
-			for (i = 0; i < NPROC; i++)
-				per += sh->key_admitted[i][k];
-			CHECK(per > 0);
-			CHECK((int64_t)per <= el / pc.limit.interval_ns + pc.limit.burst);
-			total += per;
-		}
+		total = keys_within(el, &pc.limit);
 		report("policy", NPROC, el, total);
 		/* a change of rate keeps the block and every key's state */
 		off = policy_rec("api")->state_off;

@@ -650,26 +650,34 @@ static void *race_main(void *arg)
 	return NULL;
 }
 
+/* Two threads run race_main on f at once (a barrier lines them up). */
+static void race_run(struct fx *f, struct race r[2])
+{
+	pthread_barrier_t bar;
+	pthread_t th[2];
+	int i;
+
+	pthread_barrier_init(&bar, NULL, 2);
+	for (i = 0; i < 2; i++) {
+		r[i] = (struct race){.f = f, .bar = &bar, .id = i};
+		assert_int_equal(pthread_create(&th[i], NULL, race_main, &r[i]), 0);
+	}
+	for (i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	pthread_barrier_destroy(&bar);
+}
+
 static void test_keyed_same_key_race(void **unused)
 {
 	struct resil_limit_info info;
-	pthread_barrier_t bar;
-	pthread_t th[2];
 	struct race r[2];
 	struct fx f;
-	int round, i;
+	int round;
 
 	(void)unused;
 	for (round = 0; round < 5; round++) {
 		fx_init(&f, "limit.rate = 1/h; limit.keys = 4096", 100 * S);
-		pthread_barrier_init(&bar, NULL, 2);
-		for (i = 0; i < 2; i++) {
-			r[i] = (struct race){.f = &f, .bar = &bar, .id = i};
-			assert_int_equal(pthread_create(&th[i], NULL, race_main, &r[i]), 0);
-		}
-		for (i = 0; i < 2; i++)
-			pthread_join(th[i], NULL);
-		pthread_barrier_destroy(&bar);
+		race_run(&f, r);
 		resil_limit_info(&f.c, f.st, &info);
 		assert_int_equal(info.size, 2000); /* one entry per key */
 		assert_int_equal(atomic_load(&f.st->used), 2000);
@@ -681,14 +689,7 @@ static void test_keyed_same_key_race(void **unused)
 
 		/* concurrent inserters of different keys never exceed capacity */
 		fx_init(&f, "limit.rate = 1/h; limit.keys = 64", 100 * S);
-		pthread_barrier_init(&bar, NULL, 2);
-		for (i = 0; i < 2; i++) {
-			r[i] = (struct race){.f = &f, .bar = &bar, .id = i};
-			assert_int_equal(pthread_create(&th[i], NULL, race_main, &r[i]), 0);
-		}
-		for (i = 0; i < 2; i++)
-			pthread_join(th[i], NULL);
-		pthread_barrier_destroy(&bar);
+		race_run(&f, r);
 		resil_limit_info(&f.c, f.st, &info);
 		assert_int_equal(info.size, 64);
 		assert_int_equal(atomic_load(&f.st->used), 64);
