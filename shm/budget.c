@@ -64,7 +64,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,20 +72,6 @@
 #include "conf.h"
 
 #define MILLI 1000
-
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return r;
-}
 
 /* ---------------------------------------------------------------- config */
 
@@ -167,7 +152,7 @@ static int parse_rule(const char *key, const char *value, struct resil_retry_rul
 	char buf[256], *save = NULL, *tok;
 
 	if (strlen(value) >= sizeof(buf))
-		return fail(err, errlen, -EINVAL, "%s: value too long", key);
+		return resil_errf(err, errlen, -EINVAL, "%s: value too long", key);
 	memset(r, 0, sizeof(*r));
 	r->retry = 1;
 	r->jitter = RESIL_RETRY_JITTER_INHERIT;
@@ -182,7 +167,7 @@ static int parse_rule(const char *key, const char *value, struct resil_retry_rul
 			continue;
 		}
 		if (!colon)
-			return fail(err, errlen, -EINVAL,
+			return resil_errf(err, errlen, -EINVAL,
 				    "%s: '%s' is not NAME:VALUE (base, attempts, max_delay, "
 				    "multiplier, jitter) or 'never'",
 				    key, tok);
@@ -207,14 +192,14 @@ static int parse_rule(const char *key, const char *value, struct resil_retry_rul
 		} else if (strcmp(tok, "jitter") == 0) {
 			rc = parse_jitter(v, &r->jitter);
 		} else {
-			return fail(
+			return resil_errf(
 			    err, errlen, -EINVAL,
 			    "%s: unknown field '%s' (base, attempts, max_delay, multiplier, "
 			    "jitter)",
 			    key, tok);
 		}
 		if (rc < 0)
-			return fail(err, errlen, -EINVAL, "%s: bad %s '%s'", key, tok, v);
+			return resil_errf(err, errlen, -EINVAL, "%s: bad %s '%s'", key, tok, v);
 	}
 	return 0;
 }
@@ -226,7 +211,7 @@ static int parse_budget(struct resil_retry_conf *c, const char *v, char *err, si
 	uint32_t max = 0, ratio = 0;
 
 	if (strlen(v) >= sizeof(buf))
-		return fail(err, errlen, -EINVAL, "retry.budget: value too long");
+		return resil_errf(err, errlen, -EINVAL, "retry.budget: value too long");
 	strcpy(buf, v);
 	if (strcmp(buf, "none") == 0 || strcmp(buf, "off") == 0) {
 		c->budget_kind = RESIL_BUDGET_NONE;
@@ -239,7 +224,7 @@ static int parse_budget(struct resil_retry_conf *c, const char *v, char *err, si
 		size_t n = strlen(buf);
 
 		if (n < 2 || n - 1 >= sizeof(c->budget_name))
-			return fail(err, errlen, -EINVAL,
+			return resil_errf(err, errlen, -EINVAL,
 				    "retry.budget: '%s': a shared budget is @NAME, 1 to %zu "
 				    "characters",
 				    v, sizeof(c->budget_name) - 2);
@@ -285,7 +270,7 @@ static int parse_budget(struct resil_retry_conf *c, const char *v, char *err, si
 	memset(c->budget_name, 0, sizeof(c->budget_name));
 	return 0;
 bad:
-	return fail(err, errlen, -EINVAL,
+	return resil_errf(err, errlen, -EINVAL,
 		    "retry.budget: '%s' is not grpc:MAX_TOKENS:RATIO, aws:TOKENS, "
 		    "ratio:PERCENT or @NAME",
 		    v);
@@ -339,7 +324,7 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 	while (n && (value[n - 1] == ' ' || value[n - 1] == '\t'))
 		n--;
 	if (n >= sizeof(v))
-		return fail(err, errlen, -EINVAL, "%s: value too long", key);
+		return resil_errf(err, errlen, -EINVAL, "%s: value too long", key);
 	memcpy(v, value, n);
 	v[n] = '\0';
 
@@ -347,7 +332,7 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 		uint32_t a;
 
 		if (resil_parse_u32(v, &a) < 0 || a < 1 || a > 255)
-			return fail(err, errlen, -EINVAL,
+			return resil_errf(err, errlen, -EINVAL,
 				    "retry.max_attempts: '%s' is not 1..255 (attempts including "
 				    "the first; 1 disables retries)",
 				    v);
@@ -356,26 +341,26 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 		int64_t d;
 
 		if (resil_parse_duration(v, &d) < 0 || d <= 0)
-			return fail(err, errlen, -EINVAL, "retry.base: '%s' is not a duration > 0",
+			return resil_errf(err, errlen, -EINVAL, "retry.base: '%s' is not a duration > 0",
 				    v);
 		c->base_ns = d;
 	} else if (strcmp(key, "retry.multiplier") == 0) {
 		uint32_t m;
 
 		if (resil_parse_milli(v, &m) < 0 || m < MILLI || m > 100 * MILLI)
-			return fail(err, errlen, -EINVAL, "retry.multiplier: '%s' is not 1..100",
+			return resil_errf(err, errlen, -EINVAL, "retry.multiplier: '%s' is not 1..100",
 				    v);
 		c->multiplier_milli = m;
 	} else if (strcmp(key, "retry.max_delay") == 0) {
 		int64_t d;
 
 		if (resil_parse_duration(v, &d) < 0 || d <= 0)
-			return fail(err, errlen, -EINVAL,
+			return resil_errf(err, errlen, -EINVAL,
 				    "retry.max_delay: '%s' is not a duration > 0", v);
 		c->max_delay_ns = d;
 	} else if (strcmp(key, "retry.jitter") == 0) {
 		if (parse_jitter(v, &c->jitter) < 0)
-			return fail(err, errlen, -EINVAL,
+			return resil_errf(err, errlen, -EINVAL,
 				    "retry.jitter: '%s' is not full, equal, decorrelated or none",
 				    v);
 	} else if (strncmp(key, "retry.on.", 9) == 0) {
@@ -383,7 +368,7 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 		uint32_t cls, i;
 
 		if (parse_class(key + 9, &cls) < 0)
-			return fail(err, errlen, -EINVAL,
+			return resil_errf(err, errlen, -EINVAL,
 				    "%s: class '%s' is not transient, throttled, timeout, "
 				    "permanent, all or a number from 100",
 				    key, key + 9);
@@ -397,7 +382,7 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 				break;
 		if (i == c->nrules) {
 			if (c->nrules == RESIL_RETRY_RULES)
-				return fail(err, errlen, -EINVAL, "%s: at most %d retry.on rules",
+				return resil_errf(err, errlen, -EINVAL, "%s: at most %d retry.on rules",
 					    key, RESIL_RETRY_RULES);
 			c->nrules++;
 		}
@@ -412,11 +397,11 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 		if (strcmp(v, "none") == 0)
 			d = 0;
 		else if (resil_parse_duration(v, &d) < 0 || d < 0)
-			return fail(err, errlen, -EINVAL, "timeout: '%s' is not a duration", v);
+			return resil_errf(err, errlen, -EINVAL, "timeout: '%s' is not a duration", v);
 		c->timeout_ns = d;
 	} else if (strcmp(key, "timeout.interrupt") == 0) {
 		if (parse_signal(v, &c->interrupt_signal) < 0)
-			return fail(err, errlen, -EINVAL,
+			return resil_errf(err, errlen, -EINVAL,
 				    "timeout.interrupt: '%s' is not none or a signal (SIGUSR2, "
 				    "SIGRTMIN+N, a number)",
 				    v);
@@ -428,18 +413,18 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 		else if (strcmp(v, "off") == 0 || strcmp(v, "none") == 0)
 			d = 0;
 		else if (resil_parse_duration(v, &d) < 0 || d < 0)
-			return fail(err, errlen, -EINVAL,
+			return resil_errf(err, errlen, -EINVAL,
 				    "hedge.delay: '%s' is not a duration, p95 or off", v);
 		c->hedge_delay_ns = d;
 	} else if (strcmp(key, "hedge.max") == 0) {
 		uint32_t m;
 
 		if (resil_parse_u32(v, &m) < 0 || m < 1 || m > 4)
-			return fail(err, errlen, -EINVAL, "hedge.max: '%s' is not 1..4", v);
+			return resil_errf(err, errlen, -EINVAL, "hedge.max: '%s' is not 1..4", v);
 		c->hedge_max = m;
 	} else if (strcmp(key, "idempotent") == 0) {
 		if (resil_parse_bool(v, &c->idempotent) < 0)
-			return fail(err, errlen, -EINVAL, "idempotent: '%s' is not yes or no", v);
+			return resil_errf(err, errlen, -EINVAL, "idempotent: '%s' is not yes or no", v);
 	} else {
 		return -ENOENT;
 	}
@@ -452,15 +437,15 @@ int resil_retry_conf_check(const struct resil_retry_conf *c, char *err, size_t e
 	if (!c->on)
 		return 0;
 	if (c->hedge_delay_ns != 0 && !c->idempotent)
-		return fail(err, errlen, -EINVAL,
+		return resil_errf(err, errlen, -EINVAL,
 			    "hedge.delay needs idempotent = yes: a hedge runs the call more "
 			    "than once at the same time");
 	if (c->interrupt_signal && c->timeout_ns <= 0)
-		return fail(err, errlen, -EINVAL,
+		return resil_errf(err, errlen, -EINVAL,
 			    "timeout.interrupt needs a timeout: set timeout = DURATION");
 	if ((c->budget_kind == RESIL_BUDGET_GRPC || c->budget_kind == RESIL_BUDGET_AWS) &&
 	    c->budget_max == 0)
-		return fail(err, errlen, -EINVAL, "retry.budget: no tokens");
+		return resil_errf(err, errlen, -EINVAL, "retry.budget: no tokens");
 	return 0;
 }
 

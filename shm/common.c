@@ -12,6 +12,8 @@
  * atfork handler bumps resil_random_epoch): children that kept the
  * parent's sequence would jitter in lockstep.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -129,4 +131,16 @@ uint64_t resil_hash64(const void *data, size_t len, uint64_t k0, uint64_t k1)
 	SIPROUND;
 	SIPROUND;
 	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+int resil_errf(char *err, size_t errlen, int r, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return r;
 }

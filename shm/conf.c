@@ -15,7 +15,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,20 +29,6 @@
 
 #define KEY_MAX   96
 #define VALUE_MAX 512
-
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return r;
-}
 
 void resil_conf_init(struct resil_conf *c)
 {
@@ -306,13 +291,13 @@ int resil_conf_set(struct resil_conf *c, const char *key, const char *value, cha
 		else if (strcmp(v, "process") == 0)
 			c->scope = RESIL_SCOPE_PROCESS;
 		else
-			return fail(err, errlen, -EINVAL,
+			return resil_errf(err, errlen, -EINVAL,
 				    "policy.scope: '%s' is neither 'fleet' nor 'process'", value);
 		return 0;
 	}
 	if (strcmp(key, "histogram") == 0) {
 		if (resil_parse_bool(value, &c->histogram) < 0)
-			return fail(err, errlen, -EINVAL, "histogram: '%s' is not on or off",
+			return resil_errf(err, errlen, -EINVAL, "histogram: '%s' is not on or off",
 				    value);
 		return 0;
 	}
@@ -333,7 +318,7 @@ int resil_conf_set(struct resil_conf *c, const char *key, const char *value, cha
 	else
 		r = -ENOENT;
 	if (r == -ENOENT)
-		return fail(err, errlen, -EINVAL, "unknown key '%s'", key);
+		return resil_errf(err, errlen, -EINVAL, "unknown key '%s'", key);
 	return r;
 }
 
@@ -358,7 +343,7 @@ int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, cha
 	int line = first_line;
 
 	if (!c || !text)
-		return fail(err, errlen, -EINVAL, "no configuration text");
+		return resil_errf(err, errlen, -EINVAL, "no configuration text");
 	while (*p) {
 		const char *end = p, *eq;
 		char key[KEY_MAX], value[VALUE_MAX], msg[256];
@@ -381,23 +366,23 @@ int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, cha
 			while (q < stop && isspace((unsigned char)*q))
 				q++;
 			if (q != stop)
-				return fail(err, errlen, -EINVAL,
+				return resil_errf(err, errlen, -EINVAL,
 					    "line %d: expected 'key = value', got '%.*s'", this_line,
 					    (int)(stop - q), q);
 		} else {
 			if (copy_trim(p, eq, key, sizeof(key)) < 0 || !key[0])
-				return fail(err, errlen, -EINVAL, "line %d: missing or too long key",
+				return resil_errf(err, errlen, -EINVAL, "line %d: missing or too long key",
 					    this_line);
 			if (copy_trim(eq + 1, stop, value, sizeof(value)) < 0)
-				return fail(err, errlen, -EINVAL, "line %d: value of '%s' too long",
+				return resil_errf(err, errlen, -EINVAL, "line %d: value of '%s' too long",
 					    this_line, key);
 			if (!value[0])
-				return fail(err, errlen, -EINVAL, "line %d: key '%s' has no value",
+				return resil_errf(err, errlen, -EINVAL, "line %d: key '%s' has no value",
 					    this_line, key);
 			msg[0] = '\0';
 			r = resil_conf_set(c, key, value, msg, sizeof(msg));
 			if (r < 0)
-				return fail(err, errlen, -EINVAL, "line %d: %s", this_line,
+				return resil_errf(err, errlen, -EINVAL, "line %d: %s", this_line,
 					    msg[0] ? msg : "invalid value");
 		}
 		p = *end ? end + 1 : end;

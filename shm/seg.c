@@ -33,7 +33,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -43,20 +42,6 @@
 
 #include "seg.h"
 #include "policy.h"
-
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return r;
-}
 
 static uint32_t pow2_at_least(uint64_t v)
 {
@@ -230,18 +215,18 @@ int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t 
 
 	if (cfg) {
 		if (cfg_size < RESIL_HDR_SIZE)
-			return fail(err, errlen, -EBADMSG, "config segment too small (%zu bytes)",
+			return resil_errf(err, errlen, -EBADMSG, "config segment too small (%zu bytes)",
 				    cfg_size);
 		if (c->magic != RESIL_CFG_MAGIC)
-			return fail(err, errlen, -EBADMSG, "config segment: bad magic");
+			return resil_errf(err, errlen, -EBADMSG, "config segment: bad magic");
 		if (c->abi_major != RESIL_ABI_MAJOR)
-			return fail(err, errlen, -EPROTO,
+			return resil_errf(err, errlen, -EPROTO,
 				    "config segment has ABI %" PRIu32 ".%" PRIu32
 				    ", this build speaks %d.x: upgrade or restart the older side",
 				    c->abi_major, c->abi_minor, RESIL_ABI_MAJOR);
 		if (atomic_load_explicit((ra32 *)&c->flags, memory_order_acquire) &
 		    RESIL_SEG_RETIRED)
-			return fail(err, errlen, -ESTALE, "config segment retired by a newer daemon");
+			return resil_errf(err, errlen, -ESTALE, "config segment retired by a newer daemon");
 		if (c->hdr_size != RESIL_HDR_SIZE || c->seg_size != cfg_size ||
 		    c->rec_size != RESIL_REC_SIZE || c->slot_cap == 0 ||
 		    c->slot_cap > (1u << 24) || c->dir_cap < 2 * (uint64_t)c->slot_cap ||
@@ -252,16 +237,16 @@ int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t 
 		    c->dir_off < RESIL_HDR_SIZE || c->slots_off < c->dir_off + (uint64_t)c->dir_cap * 8 ||
 		    c->recs_off < c->slots_off + (uint64_t)c->slot_cap * 8 || c->dir_off % 8 ||
 		    c->slots_off % 8 || c->recs_off % 8)
-			return fail(err, errlen, -EBADMSG, "config segment: inconsistent header");
+			return resil_errf(err, errlen, -EBADMSG, "config segment: inconsistent header");
 	}
 	if (st) {
 		if (st_size < RESIL_HDR_SIZE)
-			return fail(err, errlen, -EBADMSG, "state segment too small (%zu bytes)",
+			return resil_errf(err, errlen, -EBADMSG, "state segment too small (%zu bytes)",
 				    st_size);
 		if (s->magic != RESIL_STATE_MAGIC)
-			return fail(err, errlen, -EBADMSG, "state segment: bad magic");
+			return resil_errf(err, errlen, -EBADMSG, "state segment: bad magic");
 		if (s->abi_major != RESIL_ABI_MAJOR)
-			return fail(err, errlen, -EPROTO,
+			return resil_errf(err, errlen, -EPROTO,
 				    "state segment has ABI %" PRIu32 ".%" PRIu32
 				    ", this build speaks %d.x",
 				    s->abi_major, s->abi_minor, RESIL_ABI_MAJOR);
@@ -274,14 +259,14 @@ int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t 
 		    s->event_off < s->client_off + (uint64_t)s->client_cap * RESIL_CLIENT_SIZE ||
 		    s->arena_off < s->event_off + (uint64_t)s->event_cap * RESIL_EVENT_SIZE ||
 		    s->client_off % 64 || s->event_off % 64 || s->arena_off % 128)
-			return fail(err, errlen, -EBADMSG, "state segment: inconsistent header");
+			return resil_errf(err, errlen, -EBADMSG, "state segment: inconsistent header");
 	}
 	if (cfg && st) {
 		if (c->epoch != s->epoch)
-			return fail(err, errlen, -EBADMSG,
+			return resil_errf(err, errlen, -EBADMSG,
 				    "config and state segments do not belong together");
 		if (c->state_size != st_size)
-			return fail(err, errlen, -EBADMSG, "state segment size mismatch");
+			return resil_errf(err, errlen, -EBADMSG, "state segment size mismatch");
 	}
 	return 0;
 }
@@ -294,19 +279,19 @@ int resil_seg_map(struct resil_seg *s, int cfg_fd, int st_fd, bool writable_cfg,
 	int r;
 
 	if (!s || cfg_fd < 0 || st_fd < 0)
-		return fail(err, errlen, -EINVAL, "invalid arguments");
+		return resil_errf(err, errlen, -EINVAL, "invalid arguments");
 	if (fstat(cfg_fd, &cst) < 0 || fstat(st_fd, &sst) < 0)
-		return fail(err, errlen, -errno, "fstat: %s", strerror(errno));
+		return resil_errf(err, errlen, -errno, "fstat: %s", strerror(errno));
 	if (cst.st_size < RESIL_HDR_SIZE || sst.st_size < RESIL_HDR_SIZE)
-		return fail(err, errlen, -EBADMSG, "segments too small");
+		return resil_errf(err, errlen, -EBADMSG, "segments too small");
 	cm = mmap(NULL, (size_t)cst.st_size, PROT_READ | (writable_cfg ? PROT_WRITE : 0),
 		  MAP_SHARED, cfg_fd, 0);
 	if (cm == MAP_FAILED)
-		return fail(err, errlen, -errno, "mmap config segment: %s", strerror(errno));
+		return resil_errf(err, errlen, -errno, "mmap config segment: %s", strerror(errno));
 	sm = mmap(NULL, (size_t)sst.st_size, PROT_READ | (writable_state ? PROT_WRITE : 0),
 		  MAP_SHARED, st_fd, 0);
 	if (sm == MAP_FAILED) {
-		r = fail(err, errlen, -errno, "mmap state segment: %s", strerror(errno));
+		r = resil_errf(err, errlen, -errno, "mmap state segment: %s", strerror(errno));
 		munmap(cm, (size_t)cst.st_size);
 		return r;
 	}
@@ -403,14 +388,14 @@ int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen)
 	int r;
 
 	if (!s || !s->cfg || !s->st)
-		return fail(err, errlen, -EINVAL, "no segments");
+		return resil_errf(err, errlen, -EINVAL, "no segments");
 	r = resil_seg_validate(s->cfg, s->cfg_size, s->st, s->st_size, err, errlen);
 	if (r < 0)
 		return r;
 	if (ld_relaxed(&s->st->arena_used) > s->st->arena_size)
-		return fail(err, errlen, -EBADMSG, "state segment: arena use beyond its size");
+		return resil_errf(err, errlen, -EBADMSG, "state segment: arena use beyond its size");
 	if (ld_relaxed(&s->cfg->rec_used) > s->cfg->rec_cap)
-		return fail(err, errlen, -EBADMSG, "config segment: record count beyond capacity");
+		return resil_errf(err, errlen, -EBADMSG, "config segment: record count beyond capacity");
 	dir = resil_seg_dir(s);
 	slots = resil_seg_slots(s);
 	for (uint32_t i = 0; i < s->cfg->slot_cap; i++) {
@@ -420,7 +405,7 @@ int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen)
 		if (!w)
 			continue;
 		if (resil_slotw_rec(w) >= ld_relaxed(&s->cfg->rec_used))
-			return fail(err, errlen, -EBADMSG, "slot %u: record out of range", i);
+			return resil_errf(err, errlen, -EBADMSG, "slot %u: record out of range", i);
 		rec = resil_seg_rec_of(s, w);
 		uint64_t used_end = s->st->arena_off + ld_relaxed(&s->st->arena_used);
 
@@ -428,9 +413,9 @@ int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen)
 		    rec->state_off + rec->state_size > used_end ||
 		    (rec->proc_stride &&
 		     rec->proc_off + rec->proc_stride * s->st->client_cap > used_end))
-			return fail(err, errlen, -EBADMSG, "slot %u: corrupt record", i);
+			return resil_errf(err, errlen, -EBADMSG, "slot %u: corrupt record", i);
 		if (!conf_round_trips(&rec->conf))
-			return fail(err, errlen, -EBADMSG, "slot %u (%s): corrupt configuration", i,
+			return resil_errf(err, errlen, -EBADMSG, "slot %u (%s): corrupt configuration", i,
 				    rec->name);
 	}
 	for (uint32_t i = 0; i < s->cfg->dir_cap; i++) {
@@ -438,7 +423,7 @@ int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen)
 		uint32_t sl = (uint32_t)e;
 
 		if (e && sl != RESIL_DIR_TOMB && (sl == 0 || sl - 1 >= s->cfg->slot_cap))
-			return fail(err, errlen, -EBADMSG, "directory entry %u: bad slot", i);
+			return resil_errf(err, errlen, -EBADMSG, "directory entry %u: bad slot", i);
 	}
 	return 0;
 }
@@ -548,7 +533,7 @@ static int arena_alloc(struct resil_seg *s, uint64_t size, uint64_t *off, char *
 
 	/* Only one writer (daemon, or embedded under define_lock): no CAS. */
 	if (sz > s->st->arena_size || used > s->st->arena_size - sz)
-		return fail(err, errlen, -ENOSPC,
+		return resil_errf(err, errlen, -ENOSPC,
 			    "state segment full (%" PRIu64 " of %" PRIu64
 			    " bytes used, %" PRIu64 " needed): raise --state-size",
 			    used, s->st->arena_size, sz);
@@ -570,9 +555,9 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	int r;
 
 	if (!s || !s->cfg || !s->cfg_writable || !conf)
-		return fail(err, errlen, -EINVAL, "invalid arguments");
+		return resil_errf(err, errlen, -EINVAL, "invalid arguments");
 	if (!resil_name_valid(name))
-		return fail(err, errlen, -EINVAL,
+		return resil_errf(err, errlen, -EINVAL,
 			    "invalid policy name '%.80s': 1 to %d characters of A-Z a-z 0-9 _ . : -",
 			    name ? name : "", RESIL_NAME_MAX - 1);
 	slots = resil_seg_slots(s);
@@ -586,7 +571,7 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 		    (orec->flags & RESIL_REC_FROM_FILE) == (flags & RESIL_REC_FROM_FILE))
 			return RESIL_DEFINE_UNCHANGED;
 	} else if (free_pos < 0) {
-		return fail(err, errlen, -ENOSPC, "policy directory full: raise --policies");
+		return resil_errf(err, errlen, -ENOSPC, "policy directory full: raise --policies");
 	}
 
 	if (conf->retry.budget_kind == RESIL_BUDGET_SHARED) {
@@ -596,7 +581,7 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 		snprintf(bname, sizeof(bname), "@%.*s", (int)sizeof(conf->retry.budget_name),
 			 conf->retry.budget_name);
 		if (resil_seg_lookup(s, bname, &bslot, NULL) < 0)
-			return fail(err, errlen, -ENOENT,
+			return resil_errf(err, errlen, -ENOENT,
 				    "retry.budget: no budget named %s (define [policy %s] with "
 				    "retry.budget = grpc:..., aws:... or ratio:... first)",
 				    bname, bname);
@@ -611,7 +596,7 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 
 	if (conf->scope == RESIL_SCOPE_PROCESS) {
 		if (main_size > (s->st->arena_size / s->st->client_cap))
-			return fail(err, errlen, -ENOSPC,
+			return resil_errf(err, errlen, -ENOSPC,
 				    "policy.scope = process needs %" PRIu64
 				    " bytes per client row for %" PRIu32
 				    " rows: raise --state-size",
@@ -621,7 +606,7 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 
 	ri = ld_relaxed(&s->cfg->rec_used);
 	if (ri >= s->cfg->rec_cap)
-		return fail(err, errlen, -ENOSPC,
+		return resil_errf(err, errlen, -ENOSPC,
 			    "configuration records exhausted (%" PRIu32
 			    " changes since start): raise --policies or restart resild",
 			    s->cfg->rec_cap);
@@ -642,7 +627,7 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 			if (ld_relaxed(&slots[i]) == 0)
 				break;
 		if (i == s->cfg->slot_cap)
-			return fail(err, errlen, -ENOSPC,
+			return resil_errf(err, errlen, -ENOSPC,
 				    "all %" PRIu32 " policy slots in use: raise --policies",
 				    s->cfg->slot_cap);
 		slot = i;
