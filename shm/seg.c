@@ -370,7 +370,9 @@ bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec)
  * bytes: the one validator of a conf, whatever its components. */
 static bool conf_round_trips(const struct resil_conf *c)
 {
-	static _Thread_local char text[16384];
+	/* on the stack: this runs when a daemon adopts segments, and a
+	 * thread-local buffer would cost every thread of every client */
+	char text[16384];
 	struct resil_conf back;
 	size_t n = resil_conf_format(c, text, sizeof(text));
 
