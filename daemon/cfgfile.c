@@ -68,29 +68,21 @@ int resild_name_check(const char *name, char *err, size_t errlen)
 {
 	size_t n = name ? strlen(name) : 0;
 
-	if (n == 0) {
+	/* the verdict is resil_name_valid's; this only finds the words */
+	if (resil_name_valid(name))
+		return 0;
+	if (n == 0)
 		snprintf(err, errlen, "empty policy name");
-		return -EINVAL;
-	}
-	if (n >= RESIL_NAME_MAX) {
+	else if (n >= RESIL_NAME_MAX)
 		snprintf(err, errlen, "policy name longer than %d characters", RESIL_NAME_MAX - 1);
-		return -EINVAL;
-	}
-	if (name[0] == '.' || name[0] == '-') {
+	else if (name[0] == '.' || name[0] == '-')
 		snprintf(err, errlen, "policy name \"%s\" starts with '%c'", name, name[0]);
-		return -EINVAL;
-	}
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-
-		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		    c == '_' || c == '.' || c == ':' || c == '-' || c == '@')
-			continue;
+	else if (strchr(name + 1, '@') || (name[0] == '@' && n == 1))
+		snprintf(err, errlen, "policy name \"%s\": '@' only starts a budget's name", name);
+	else
 		snprintf(err, errlen,
 			 "policy name has a character other than A-Z a-z 0-9 _ . : - @");
-		return -EINVAL;
-	}
-	return 0;
+	return -EINVAL;
 }
 
 /* Parser state for one file. */

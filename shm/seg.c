@@ -434,7 +434,7 @@ bool resil_name_valid(const char *name)
 {
 	size_t n;
 
-	if (!name || !name[0])
+	if (!name || !name[0] || name[0] == '.' || name[0] == '-')
 		return false;
 	for (n = 0; name[n]; n++) {
 		char c = name[n];

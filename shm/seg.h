@@ -321,7 +321,8 @@ int resil_seg_delete(struct resil_seg *s, const char *name);
 #define RESIL_DEFINE_CREATED   0
 #define RESIL_DEFINE_CHANGED   1
 #define RESIL_DEFINE_UNCHANGED 2
-/* A valid policy name: 1..63 of [A-Za-z0-9_.:@-], '@' only first (budgets). */
+/* A valid policy name: 1..63 of [A-Za-z0-9_.:@-], not starting with '.' or
+ * '-', '@' only first (budgets). The one rule, for every way in. */
 bool resil_name_valid(const char *name);
 /* Visit every live policy in slot order. */
 typedef int (*resil_seg_visit_fn)(const struct resil_seg *s, uint32_t slot,

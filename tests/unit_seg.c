@@ -182,6 +182,13 @@ static void test_bad_names_and_full(void **state)
 	assert_int_equal(resil_seg_define(&s, "", &c, 0, 0, 1, err, sizeof(err)), -EINVAL);
 	assert_int_equal(resil_seg_define(&s, "a b", &c, 0, 0, 1, err, sizeof(err)), -EINVAL);
 	assert_int_equal(resil_seg_define(&s, NULL, &c, 0, 0, 1, err, sizeof(err)), -EINVAL);
+	/* one rule for every way in (the daemon words it, resil_name_valid decides) */
+	assert_false(resil_name_valid("-x"));
+	assert_false(resil_name_valid(".x"));
+	assert_false(resil_name_valid("a@b"));
+	assert_false(resil_name_valid("@"));
+	assert_true(resil_name_valid("@budget"));
+	assert_true(resil_name_valid("api.v2:read-x"));
 	memset(name, 'x', sizeof(name));
 	name[31] = 0;
 	char longname[100];
