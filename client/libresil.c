@@ -1241,19 +1241,8 @@ RESIL_API int64_t resil_permit_wait_ns(const resil_permit_t *permit)
 
 /* ---- outcomes ---- */
 
-static int default_http(int status)
-{
-	if (status >= 500 || status == 408 || status == 429)
-		return RESIL_FAILURE;
-	return RESIL_SUCCESS;
-}
-
-static int default_errno(int err)
-{
-	if (err < 0)
-		err = -err;
-	return err == 0 ? RESIL_SUCCESS : RESIL_FAILURE;
-}
+/* Without a policy (NULL, or deleted) the usual mapping is the breaker's
+ * own without overrides: one mapping, wherever it is asked for. */
 
 RESIL_API int resil_outcome_http(const resil_policy_t *p, int status)
 {
@@ -1264,10 +1253,10 @@ RESIL_API int resil_outcome_http(const resil_policy_t *p, int status)
 	if (status < 100 || status > 999)
 		return -EINVAL;
 	if (!p)
-		return default_http(status);
+		return resil_breaker_outcome_http(NULL, status);
 	rec = resil_priv_ctx((resil_policy_t *)p, &x, &err);
 	if (!rec)
-		return default_http(status);
+		return resil_breaker_outcome_http(NULL, status);
 	return resil_breaker_outcome_http(&rec->conf.breaker, status);
 }
 
@@ -1278,10 +1267,10 @@ RESIL_API int resil_outcome_errno(const resil_policy_t *p, int e)
 	int err = 0;
 
 	if (!p)
-		return default_errno(e);
+		return resil_breaker_outcome_errno(NULL, e);
 	rec = resil_priv_ctx((resil_policy_t *)p, &x, &err);
 	if (!rec)
-		return default_errno(e);
+		return resil_breaker_outcome_errno(NULL, e);
 	return resil_breaker_outcome_errno(&rec->conf.breaker, e < 0 ? -e : e);
 }
 

@@ -168,9 +168,9 @@ static int parse_rule(const char *key, const char *value, struct resil_retry_rul
 		}
 		if (!colon)
 			return resil_errf(err, errlen, -EINVAL,
-				    "%s: '%s' is not NAME:VALUE (base, attempts, max_delay, "
-				    "multiplier, jitter) or 'never'",
-				    key, tok);
+					  "%s: '%s' is not NAME:VALUE (base, attempts, max_delay, "
+					  "multiplier, jitter) or 'never'",
+					  key, tok);
 		*colon = '\0';
 		v = colon + 1;
 		if (strcmp(tok, "base") == 0) {
@@ -225,9 +225,9 @@ static int parse_budget(struct resil_retry_conf *c, const char *v, char *err, si
 
 		if (n < 2 || n - 1 >= sizeof(c->budget_name))
 			return resil_errf(err, errlen, -EINVAL,
-				    "retry.budget: '%s': a shared budget is @NAME, 1 to %zu "
-				    "characters",
-				    v, sizeof(c->budget_name) - 2);
+					  "retry.budget: '%s': a shared budget is @NAME, 1 to %zu "
+					  "characters",
+					  v, sizeof(c->budget_name) - 2);
 		c->budget_kind = RESIL_BUDGET_SHARED;
 		c->budget_max = 0;
 		c->budget_ratio_milli = 0;
@@ -271,9 +271,9 @@ static int parse_budget(struct resil_retry_conf *c, const char *v, char *err, si
 	return 0;
 bad:
 	return resil_errf(err, errlen, -EINVAL,
-		    "retry.budget: '%s' is not grpc:MAX_TOKENS:RATIO, aws:TOKENS, "
-		    "ratio:PERCENT or @NAME",
-		    v);
+			  "retry.budget: '%s' is not grpc:MAX_TOKENS:RATIO, aws:TOKENS, "
+			  "ratio:PERCENT or @NAME",
+			  v);
 }
 
 static const struct {
@@ -332,46 +332,47 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 		uint32_t a;
 
 		if (resil_parse_u32(v, &a) < 0 || a < 1 || a > 255)
-			return resil_errf(err, errlen, -EINVAL,
-				    "retry.max_attempts: '%s' is not 1..255 (attempts including "
-				    "the first; 1 disables retries)",
-				    v);
+			return resil_errf(
+			    err, errlen, -EINVAL,
+			    "retry.max_attempts: '%s' is not 1..255 (attempts including "
+			    "the first; 1 disables retries)",
+			    v);
 		c->max_attempts = a;
 	} else if (strcmp(key, "retry.base") == 0) {
 		int64_t d;
 
 		if (resil_parse_duration(v, &d) < 0 || d <= 0)
-			return resil_errf(err, errlen, -EINVAL, "retry.base: '%s' is not a duration > 0",
-				    v);
+			return resil_errf(err, errlen, -EINVAL,
+					  "retry.base: '%s' is not a duration > 0", v);
 		c->base_ns = d;
 	} else if (strcmp(key, "retry.multiplier") == 0) {
 		uint32_t m;
 
 		if (resil_parse_milli(v, &m) < 0 || m < MILLI || m > 100 * MILLI)
-			return resil_errf(err, errlen, -EINVAL, "retry.multiplier: '%s' is not 1..100",
-				    v);
+			return resil_errf(err, errlen, -EINVAL,
+					  "retry.multiplier: '%s' is not 1..100", v);
 		c->multiplier_milli = m;
 	} else if (strcmp(key, "retry.max_delay") == 0) {
 		int64_t d;
 
 		if (resil_parse_duration(v, &d) < 0 || d <= 0)
 			return resil_errf(err, errlen, -EINVAL,
-				    "retry.max_delay: '%s' is not a duration > 0", v);
+					  "retry.max_delay: '%s' is not a duration > 0", v);
 		c->max_delay_ns = d;
 	} else if (strcmp(key, "retry.jitter") == 0) {
 		if (parse_jitter(v, &c->jitter) < 0)
-			return resil_errf(err, errlen, -EINVAL,
-				    "retry.jitter: '%s' is not full, equal, decorrelated or none",
-				    v);
+			return resil_errf(
+			    err, errlen, -EINVAL,
+			    "retry.jitter: '%s' is not full, equal, decorrelated or none", v);
 	} else if (strncmp(key, "retry.on.", 9) == 0) {
 		struct resil_retry_rule rule;
 		uint32_t cls, i;
 
 		if (parse_class(key + 9, &cls) < 0)
 			return resil_errf(err, errlen, -EINVAL,
-				    "%s: class '%s' is not transient, throttled, timeout, "
-				    "permanent, all or a number from 100",
-				    key, key + 9);
+					  "%s: class '%s' is not transient, throttled, timeout, "
+					  "permanent, all or a number from 100",
+					  key, key + 9);
 		r = parse_rule(key, v, &rule, err, errlen);
 		if (r < 0)
 			return r;
@@ -382,8 +383,9 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 				break;
 		if (i == c->nrules) {
 			if (c->nrules == RESIL_RETRY_RULES)
-				return resil_errf(err, errlen, -EINVAL, "%s: at most %d retry.on rules",
-					    key, RESIL_RETRY_RULES);
+				return resil_errf(err, errlen, -EINVAL,
+						  "%s: at most %d retry.on rules", key,
+						  RESIL_RETRY_RULES);
 			c->nrules++;
 		}
 		c->rules[i] = rule;
@@ -397,14 +399,16 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 		if (strcmp(v, "none") == 0)
 			d = 0;
 		else if (resil_parse_duration(v, &d) < 0 || d < 0)
-			return resil_errf(err, errlen, -EINVAL, "timeout: '%s' is not a duration", v);
+			return resil_errf(err, errlen, -EINVAL, "timeout: '%s' is not a duration",
+					  v);
 		c->timeout_ns = d;
 	} else if (strcmp(key, "timeout.interrupt") == 0) {
 		if (parse_signal(v, &c->interrupt_signal) < 0)
-			return resil_errf(err, errlen, -EINVAL,
-				    "timeout.interrupt: '%s' is not none or a signal (SIGUSR2, "
-				    "SIGRTMIN+N, a number)",
-				    v);
+			return resil_errf(
+			    err, errlen, -EINVAL,
+			    "timeout.interrupt: '%s' is not none or a signal (SIGUSR2, "
+			    "SIGRTMIN+N, a number)",
+			    v);
 	} else if (strcmp(key, "hedge.delay") == 0) {
 		int64_t d;
 
@@ -414,7 +418,7 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 			d = 0;
 		else if (resil_parse_duration(v, &d) < 0 || d < 0)
 			return resil_errf(err, errlen, -EINVAL,
-				    "hedge.delay: '%s' is not a duration, p95 or off", v);
+					  "hedge.delay: '%s' is not a duration, p95 or off", v);
 		c->hedge_delay_ns = d;
 	} else if (strcmp(key, "hedge.max") == 0) {
 		uint32_t m;
@@ -424,7 +428,8 @@ int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char
 		c->hedge_max = m;
 	} else if (strcmp(key, "idempotent") == 0) {
 		if (resil_parse_bool(v, &c->idempotent) < 0)
-			return resil_errf(err, errlen, -EINVAL, "idempotent: '%s' is not yes or no", v);
+			return resil_errf(err, errlen, -EINVAL, "idempotent: '%s' is not yes or no",
+					  v);
 	} else {
 		return -ENOENT;
 	}
@@ -438,11 +443,11 @@ int resil_retry_conf_check(const struct resil_retry_conf *c, char *err, size_t e
 		return 0;
 	if (c->hedge_delay_ns != 0 && !c->idempotent)
 		return resil_errf(err, errlen, -EINVAL,
-			    "hedge.delay needs idempotent = yes: a hedge runs the call more "
-			    "than once at the same time");
+				  "hedge.delay needs idempotent = yes: a hedge runs the call more "
+				  "than once at the same time");
 	if (c->interrupt_signal && c->timeout_ns <= 0)
 		return resil_errf(err, errlen, -EINVAL,
-			    "timeout.interrupt needs a timeout: set timeout = DURATION");
+				  "timeout.interrupt needs a timeout: set timeout = DURATION");
 	if ((c->budget_kind == RESIL_BUDGET_GRPC || c->budget_kind == RESIL_BUDGET_AWS) &&
 	    c->budget_max == 0)
 		return resil_errf(err, errlen, -EINVAL, "retry.budget: no tokens");

@@ -130,6 +130,6 @@ uint64_t resil_hash64(const void *data, size_t len, uint64_t k0, uint64_t k1);
 /* Words for an error: formats into err (when err and errlen are given) and
  * returns r, so a caller reports and fails in one step. */
 int resil_errf(char *err, size_t errlen, int r, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 #endif

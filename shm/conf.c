@@ -292,13 +292,14 @@ int resil_conf_set(struct resil_conf *c, const char *key, const char *value, cha
 			c->scope = RESIL_SCOPE_PROCESS;
 		else
 			return resil_errf(err, errlen, -EINVAL,
-				    "policy.scope: '%s' is neither 'fleet' nor 'process'", value);
+					  "policy.scope: '%s' is neither 'fleet' nor 'process'",
+					  value);
 		return 0;
 	}
 	if (strcmp(key, "histogram") == 0) {
 		if (resil_parse_bool(value, &c->histogram) < 0)
 			return resil_errf(err, errlen, -EINVAL, "histogram: '%s' is not on or off",
-				    value);
+					  value);
 		return 0;
 	}
 	if (strncmp(key, "breaker.", 8) == 0)
@@ -367,23 +368,24 @@ int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, cha
 				q++;
 			if (q != stop)
 				return resil_errf(err, errlen, -EINVAL,
-					    "line %d: expected 'key = value', got '%.*s'", this_line,
-					    (int)(stop - q), q);
+						  "line %d: expected 'key = value', got '%.*s'",
+						  this_line, (int)(stop - q), q);
 		} else {
 			if (copy_trim(p, eq, key, sizeof(key)) < 0 || !key[0])
-				return resil_errf(err, errlen, -EINVAL, "line %d: missing or too long key",
-					    this_line);
+				return resil_errf(err, errlen, -EINVAL,
+						  "line %d: missing or too long key", this_line);
 			if (copy_trim(eq + 1, stop, value, sizeof(value)) < 0)
-				return resil_errf(err, errlen, -EINVAL, "line %d: value of '%s' too long",
-					    this_line, key);
+				return resil_errf(err, errlen, -EINVAL,
+						  "line %d: value of '%s' too long", this_line,
+						  key);
 			if (!value[0])
-				return resil_errf(err, errlen, -EINVAL, "line %d: key '%s' has no value",
-					    this_line, key);
+				return resil_errf(err, errlen, -EINVAL,
+						  "line %d: key '%s' has no value", this_line, key);
 			msg[0] = '\0';
 			r = resil_conf_set(c, key, value, msg, sizeof(msg));
 			if (r < 0)
 				return resil_errf(err, errlen, -EINVAL, "line %d: %s", this_line,
-					    msg[0] ? msg : "invalid value");
+						  msg[0] ? msg : "invalid value");
 		}
 		p = *end ? end + 1 : end;
 	}

@@ -1384,7 +1384,6 @@ void resil_limit_conf_defaults(struct resil_limit_conf *c)
 	c->burst = 1;
 }
 
-
 /* value without the blanks around it */
 static bool word_is(const char *value, const char *w)
 {
@@ -1407,22 +1406,25 @@ int resil_limit_conf_check(const struct resil_limit_conf *c, char *err, size_t e
 	if (!c->on)
 		return 0;
 	if (c->count == 0 || c->period_ns <= 0 || c->interval_ns <= 0)
-		return resil_errf(err, errlen, -EINVAL, "limit.rate: required (N/DURATION, e.g. 100/s)");
-	if (algo == RESIL_LIMIT_SLIDING && c->count > RESIL_LIMIT_SLIDING_MAX)
 		return resil_errf(err, errlen, -EINVAL,
-				 "limit.rate: sliding keeps one slot per admission: at most %u per "
-				 "period (sliding-approx counts more)",
-				 RESIL_LIMIT_SLIDING_MAX);
+				  "limit.rate: required (N/DURATION, e.g. 100/s)");
+	if (algo == RESIL_LIMIT_SLIDING && c->count > RESIL_LIMIT_SLIDING_MAX)
+		return resil_errf(
+		    err, errlen, -EINVAL,
+		    "limit.rate: sliding keeps one slot per admission: at most %u per "
+		    "period (sliding-approx counts more)",
+		    RESIL_LIMIT_SLIDING_MAX);
 	if (algo == RESIL_LIMIT_SLIDING_APPROX && c->count > RESIL_LIMIT_APPROX_MAX)
 		return resil_errf(err, errlen, -EINVAL,
-				 "limit.rate: sliding-approx counts up to %u per period",
-				 RESIL_LIMIT_APPROX_MAX);
+				  "limit.rate: sliding-approx counts up to %u per period",
+				  RESIL_LIMIT_APPROX_MAX);
 	if (c->burst == 0 ||
 	    (uint64_t)c->burst > (uint64_t)(INT64_MAX / 4) / (uint64_t)c->interval_ns)
 		return resil_errf(err, errlen, -EINVAL,
-				 "limit.burst: at least 1, and burst x interval below 2^61 ns");
+				  "limit.burst: at least 1, and burst x interval below 2^61 ns");
 	if (c->keys > RESIL_LIMIT_KEYS_MAX)
-		return resil_errf(err, errlen, -EINVAL, "limit.keys: at most %u", RESIL_LIMIT_KEYS_MAX);
+		return resil_errf(err, errlen, -EINVAL, "limit.keys: at most %u",
+				  RESIL_LIMIT_KEYS_MAX);
 	return 0;
 }
 
@@ -1437,17 +1439,17 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 	if (strcmp(key, "limit.rate") == 0) {
 		if (resil_parse_rate(value, &n.count, &n.period_ns) < 0)
 			return resil_errf(err, errlen, -EINVAL,
-					 "limit.rate: '%s' is not N/DURATION (e.g. 100/s, 5/2m)",
-					 value);
+					  "limit.rate: '%s' is not N/DURATION (e.g. 100/s, 5/2m)",
+					  value);
 		n.interval_ns = n.period_ns / n.count;
 		if (n.interval_ns <= 0)
 			return resil_errf(err, errlen, -EINVAL,
-					 "limit.rate: '%s' is faster than one per nanosecond",
-					 value);
+					  "limit.rate: '%s' is faster than one per nanosecond",
+					  value);
 	} else if (strcmp(key, "limit.burst") == 0) {
 		if (resil_parse_u32(value, &u) < 0 || u == 0)
-			return resil_errf(err, errlen, -EINVAL, "limit.burst: '%s' is not a count >= 1",
-					 value);
+			return resil_errf(err, errlen, -EINVAL,
+					  "limit.burst: '%s' is not a count >= 1", value);
 		n.burst = u;
 	} else if (strcmp(key, "limit.algorithm") == 0) {
 		if (word_is(value, "gcra"))
@@ -1458,12 +1460,13 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 			n.algorithm = RESIL_LIMIT_SLIDING_APPROX;
 		else
 			return resil_errf(err, errlen, -EINVAL,
-					 "limit.algorithm: '%s' is not gcra, sliding or "
-					 "sliding-approx",
-					 value);
+					  "limit.algorithm: '%s' is not gcra, sliding or "
+					  "sliding-approx",
+					  value);
 	} else if (strcmp(key, "limit.keys") == 0) {
 		if (resil_parse_u32(value, &u) < 0)
-			return resil_errf(err, errlen, -EINVAL, "limit.keys: '%s' is not a count", value);
+			return resil_errf(err, errlen, -EINVAL, "limit.keys: '%s' is not a count",
+					  value);
 		n.keys = u;
 	} else if (strcmp(key, "limit.when_full") == 0) {
 		if (word_is(value, "reject"))
@@ -1472,11 +1475,12 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 			n.when_full_admit = 1;
 		else
 			return resil_errf(err, errlen, -EINVAL,
-					 "limit.when_full: '%s' is neither reject nor admit",
-					 value);
+					  "limit.when_full: '%s' is neither reject nor admit",
+					  value);
 	} else if (strcmp(key, "limit.wait") == 0) {
 		if (resil_parse_duration(value, &d) < 0 || d < 0 || d > INT64_MAX / 4)
-			return resil_errf(err, errlen, -EINVAL, "limit.wait: '%s' is not a duration", value);
+			return resil_errf(err, errlen, -EINVAL,
+					  "limit.wait: '%s' is not a duration", value);
 		n.wait_ns = d;
 	} else {
 		if (err && errlen)

@@ -215,18 +215,20 @@ int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t 
 
 	if (cfg) {
 		if (cfg_size < RESIL_HDR_SIZE)
-			return resil_errf(err, errlen, -EBADMSG, "config segment too small (%zu bytes)",
-				    cfg_size);
+			return resil_errf(err, errlen, -EBADMSG,
+					  "config segment too small (%zu bytes)", cfg_size);
 		if (c->magic != RESIL_CFG_MAGIC)
 			return resil_errf(err, errlen, -EBADMSG, "config segment: bad magic");
 		if (c->abi_major != RESIL_ABI_MAJOR)
-			return resil_errf(err, errlen, -EPROTO,
-				    "config segment has ABI %" PRIu32 ".%" PRIu32
-				    ", this build speaks %d.x: upgrade or restart the older side",
-				    c->abi_major, c->abi_minor, RESIL_ABI_MAJOR);
+			return resil_errf(
+			    err, errlen, -EPROTO,
+			    "config segment has ABI %" PRIu32 ".%" PRIu32
+			    ", this build speaks %d.x: upgrade or restart the older side",
+			    c->abi_major, c->abi_minor, RESIL_ABI_MAJOR);
 		if (atomic_load_explicit((ra32 *)&c->flags, memory_order_acquire) &
 		    RESIL_SEG_RETIRED)
-			return resil_errf(err, errlen, -ESTALE, "config segment retired by a newer daemon");
+			return resil_errf(err, errlen, -ESTALE,
+					  "config segment retired by a newer daemon");
 		if (c->hdr_size != RESIL_HDR_SIZE || c->seg_size != cfg_size ||
 		    c->rec_size != RESIL_REC_SIZE || c->slot_cap == 0 ||
 		    c->slot_cap > (1u << 24) || c->dir_cap < 2 * (uint64_t)c->slot_cap ||
@@ -237,19 +239,20 @@ int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t 
 		    c->dir_off < RESIL_HDR_SIZE || c->slots_off < c->dir_off + (uint64_t)c->dir_cap * 8 ||
 		    c->recs_off < c->slots_off + (uint64_t)c->slot_cap * 8 || c->dir_off % 8 ||
 		    c->slots_off % 8 || c->recs_off % 8)
-			return resil_errf(err, errlen, -EBADMSG, "config segment: inconsistent header");
+			return resil_errf(err, errlen, -EBADMSG,
+					  "config segment: inconsistent header");
 	}
 	if (st) {
 		if (st_size < RESIL_HDR_SIZE)
-			return resil_errf(err, errlen, -EBADMSG, "state segment too small (%zu bytes)",
-				    st_size);
+			return resil_errf(err, errlen, -EBADMSG,
+					  "state segment too small (%zu bytes)", st_size);
 		if (s->magic != RESIL_STATE_MAGIC)
 			return resil_errf(err, errlen, -EBADMSG, "state segment: bad magic");
 		if (s->abi_major != RESIL_ABI_MAJOR)
 			return resil_errf(err, errlen, -EPROTO,
-				    "state segment has ABI %" PRIu32 ".%" PRIu32
-				    ", this build speaks %d.x",
-				    s->abi_major, s->abi_minor, RESIL_ABI_MAJOR);
+					  "state segment has ABI %" PRIu32 ".%" PRIu32
+					  ", this build speaks %d.x",
+					  s->abi_major, s->abi_minor, RESIL_ABI_MAJOR);
 		if (s->hdr_size != RESIL_HDR_SIZE || s->seg_size != st_size ||
 		    s->client_cap == 0 || s->client_cap > (1u << 20) || s->event_cap == 0 ||
 		    (s->event_cap & (s->event_cap - 1)) ||
@@ -259,12 +262,13 @@ int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t 
 		    s->event_off < s->client_off + (uint64_t)s->client_cap * RESIL_CLIENT_SIZE ||
 		    s->arena_off < s->event_off + (uint64_t)s->event_cap * RESIL_EVENT_SIZE ||
 		    s->client_off % 64 || s->event_off % 64 || s->arena_off % 128)
-			return resil_errf(err, errlen, -EBADMSG, "state segment: inconsistent header");
+			return resil_errf(err, errlen, -EBADMSG,
+					  "state segment: inconsistent header");
 	}
 	if (cfg && st) {
 		if (c->epoch != s->epoch)
 			return resil_errf(err, errlen, -EBADMSG,
-				    "config and state segments do not belong together");
+					  "config and state segments do not belong together");
 		if (c->state_size != st_size)
 			return resil_errf(err, errlen, -EBADMSG, "state segment size mismatch");
 	}
@@ -395,9 +399,11 @@ int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen)
 	if (r < 0)
 		return r;
 	if (ld_relaxed(&s->st->arena_used) > s->st->arena_size)
-		return resil_errf(err, errlen, -EBADMSG, "state segment: arena use beyond its size");
+		return resil_errf(err, errlen, -EBADMSG,
+				  "state segment: arena use beyond its size");
 	if (ld_relaxed(&s->cfg->rec_used) > s->cfg->rec_cap)
-		return resil_errf(err, errlen, -EBADMSG, "config segment: record count beyond capacity");
+		return resil_errf(err, errlen, -EBADMSG,
+				  "config segment: record count beyond capacity");
 	dir = resil_seg_dir(s);
 	slots = resil_seg_slots(s);
 	for (uint32_t i = 0; i < s->cfg->slot_cap; i++) {
@@ -417,8 +423,8 @@ int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen)
 		     rec->proc_off + rec->proc_stride * s->st->client_cap > used_end))
 			return resil_errf(err, errlen, -EBADMSG, "slot %u: corrupt record", i);
 		if (!conf_round_trips(&rec->conf))
-			return resil_errf(err, errlen, -EBADMSG, "slot %u (%s): corrupt configuration", i,
-				    rec->name);
+			return resil_errf(err, errlen, -EBADMSG,
+					  "slot %u (%s): corrupt configuration", i, rec->name);
 	}
 	for (uint32_t i = 0; i < s->cfg->dir_cap; i++) {
 		uint64_t e = ld_relaxed(&dir[i]);
@@ -536,9 +542,9 @@ static int arena_alloc(struct resil_seg *s, uint64_t size, uint64_t *off, char *
 	/* Only one writer (daemon, or embedded under define_lock): no CAS. */
 	if (sz > s->st->arena_size || used > s->st->arena_size - sz)
 		return resil_errf(err, errlen, -ENOSPC,
-			    "state segment full (%" PRIu64 " of %" PRIu64
-			    " bytes used, %" PRIu64 " needed): raise --state-size",
-			    used, s->st->arena_size, sz);
+				  "state segment full (%" PRIu64 " of %" PRIu64
+				  " bytes used, %" PRIu64 " needed): raise --state-size",
+				  used, s->st->arena_size, sz);
 	*off = s->st->arena_off + used;
 	st_release(&s->st->arena_used, used + sz);
 	return 0;
@@ -559,9 +565,10 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	if (!s || !s->cfg || !s->cfg_writable || !conf)
 		return resil_errf(err, errlen, -EINVAL, "invalid arguments");
 	if (!resil_name_valid(name))
-		return resil_errf(err, errlen, -EINVAL,
-			    "invalid policy name '%.80s': 1 to %d characters of A-Z a-z 0-9 _ . : -",
-			    name ? name : "", RESIL_NAME_MAX - 1);
+		return resil_errf(
+		    err, errlen, -EINVAL,
+		    "invalid policy name '%.80s': 1 to %d characters of A-Z a-z 0-9 _ . : -",
+		    name ? name : "", RESIL_NAME_MAX - 1);
 	slots = resil_seg_slots(s);
 	dir = resil_seg_dir(s);
 
@@ -583,10 +590,11 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 		snprintf(bname, sizeof(bname), "@%.*s", (int)sizeof(conf->retry.budget_name),
 			 conf->retry.budget_name);
 		if (resil_seg_lookup(s, bname, &bslot, NULL) < 0)
-			return resil_errf(err, errlen, -ENOENT,
-				    "retry.budget: no budget named %s (define [policy %s] with "
-				    "retry.budget = grpc:..., aws:... or ratio:... first)",
-				    bname, bname);
+			return resil_errf(
+			    err, errlen, -ENOENT,
+			    "retry.budget: no budget named %s (define [policy %s] with "
+			    "retry.budget = grpc:..., aws:... or ratio:... first)",
+			    bname, bname);
 		budget_slot = bslot + 1;
 	}
 
@@ -599,19 +607,19 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	if (conf->scope == RESIL_SCOPE_PROCESS) {
 		if (main_size > (s->st->arena_size / s->st->client_cap))
 			return resil_errf(err, errlen, -ENOSPC,
-				    "policy.scope = process needs %" PRIu64
-				    " bytes per client row for %" PRIu32
-				    " rows: raise --state-size",
-				    main_size, s->st->client_cap);
+					  "policy.scope = process needs %" PRIu64
+					  " bytes per client row for %" PRIu32
+					  " rows: raise --state-size",
+					  main_size, s->st->client_cap);
 		alloc_size += main_size * s->st->client_cap;
 	}
 
 	ri = ld_relaxed(&s->cfg->rec_used);
 	if (ri >= s->cfg->rec_cap)
 		return resil_errf(err, errlen, -ENOSPC,
-			    "configuration records exhausted (%" PRIu32
-			    " changes since start): raise --policies or restart resild",
-			    s->cfg->rec_cap);
+				  "configuration records exhausted (%" PRIu32
+				  " changes since start): raise --policies or restart resild",
+				  s->cfg->rec_cap);
 
 	if (reuse_state) {
 		state_off = orec->state_off;
@@ -630,8 +638,8 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 				break;
 		if (i == s->cfg->slot_cap)
 			return resil_errf(err, errlen, -ENOSPC,
-				    "all %" PRIu32 " policy slots in use: raise --policies",
-				    s->cfg->slot_cap);
+					  "all %" PRIu32 " policy slots in use: raise --policies",
+					  s->cfg->slot_cap);
 		slot = i;
 	}
 

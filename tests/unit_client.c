@@ -89,6 +89,13 @@ static void test_null_args(void **state)
 	assert_int_equal(resil_outcome_http(NULL, 7), -EINVAL);
 	assert_int_equal(resil_outcome_http(NULL, 503), RESIL_FAILURE);
 	assert_int_equal(resil_outcome_http(NULL, 200), RESIL_SUCCESS);
+	/* the same mapping with or without a policy: other 4xx are the
+	 * caller's doing, connection errors fail, EINVAL is ignored */
+	assert_int_equal(resil_outcome_http(NULL, 404), RESIL_IGNORED);
+	assert_int_equal(resil_outcome_http(NULL, 429), RESIL_FAILURE);
+	assert_int_equal(resil_outcome_errno(NULL, -ECONNREFUSED), RESIL_FAILURE);
+	assert_int_equal(resil_outcome_errno(NULL, EINVAL), RESIL_IGNORED);
+	assert_int_equal(resil_outcome_errno(NULL, 0), RESIL_SUCCESS);
 	assert_non_null(resil_last_error());
 
 	/* a real handle with bad arguments */
