@@ -1448,19 +1448,5 @@ RESIL_API const char *resil_strverdict(int verdict)
 
 RESIL_API const char *resil_strstate(int state)
 {
-	switch (state) {
-	case RESIL_STATE_CLOSED:
-		return "closed";
-	case RESIL_STATE_OPEN:
-		return "open";
-	case RESIL_STATE_HALF_OPEN:
-		return "half-open";
-	case RESIL_STATE_DISABLED:
-		return "disabled";
-	case RESIL_STATE_FORCED_OPEN:
-		return "forced-open";
-	case RESIL_STATE_METRICS_ONLY:
-		return "metrics-only";
-	}
-	return "unknown";
+	return resil_breaker_state_name(state);
 }

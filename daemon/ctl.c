@@ -51,6 +51,7 @@
 #include "metrics.h"
 #include "policy.h"
 #include "resil.h"
+#include "breaker.h"
 #include "stats.h"
 #include "budget.h"
 
@@ -60,22 +61,7 @@
 
 const char *resild_state_name(int state)
 {
-	switch (state) {
-	case RESIL_STATE_CLOSED:
-		return "closed";
-	case RESIL_STATE_OPEN:
-		return "open";
-	case RESIL_STATE_HALF_OPEN:
-		return "half-open";
-	case RESIL_STATE_DISABLED:
-		return "disabled";
-	case RESIL_STATE_FORCED_OPEN:
-		return "forced-open";
-	case RESIL_STATE_METRICS_ONLY:
-		return "metrics-only";
-	default:
-		return "unknown";
-	}
+	return resil_breaker_state_name(state);
 }
 
 static const char *policy_state(struct resild *d, const struct resil_rec *rec)
