@@ -886,6 +886,43 @@ uint64_t resil_breaker_state_size(const struct resil_breaker_conf *c)
 	return sz;
 }
 
+/*
+ * The layout words of line 0 (kind, size, bucket_ns, nprobe, fastmod and
+ * the offsets) are all derived from the configuration, which lives in the
+ * read-only config segment. Written at init; the state segment is
+ * writable by every client, so the daemon, which must never trust it,
+ * rewrites them from the configuration before each of its passes
+ * (maintain, reclaim): a corrupted offset cannot make it read or write
+ * outside the block. Plain stores: the values are the ones every reader
+ * already expects.
+ */
+static void layout_repair(bk_t *b, const struct resil_breaker_conf *c)
+{
+	uint32_t np = nprobe_of(c);
+	uint32_t size = c->window_kind == RESIL_WINDOW_CONSECUTIVE ? c->window_size : wsize_of(c);
+	int64_t bucket_ns = c->window_kind == RESIL_WINDOW_TIME ? bucket_ns_of(c) : 0;
+	uint64_t fastmod = c->window_kind == RESIL_WINDOW_COUNT ? UINT64_MAX / wsize_of(c) + 1 : 0;
+	uint32_t probe_off = sizeof(bk_t);
+	uint32_t win_off = (uint32_t)(sizeof(bk_t) +
+				      resil_align_up((uint64_t)np * sizeof(struct resil_breaker_probe),
+						     RESIL_HOT_ALIGN));
+
+	if (b->kind != c->window_kind)
+		b->kind = c->window_kind;
+	if (b->size != size)
+		b->size = size;
+	if (b->bucket_ns != bucket_ns)
+		b->bucket_ns = bucket_ns;
+	if (b->nprobe != np)
+		b->nprobe = np;
+	if (b->fastmod != fastmod)
+		b->fastmod = fastmod;
+	if (b->probe_off != probe_off)
+		b->probe_off = probe_off;
+	if (b->win_off != win_off)
+		b->win_off = win_off;
+}
+
 void resil_breaker_state_init(void *st, const struct resil_breaker_conf *c, int64_t now)
 {
 	bk_t *b = st;
@@ -893,16 +930,7 @@ void resil_breaker_state_init(void *st, const struct resil_breaker_conf *c, int6
 
 	memset(st, 0, resil_breaker_state_size(c));
 	b->base_ns = now;
-	b->kind = c->window_kind;
-	b->size = c->window_kind == RESIL_WINDOW_CONSECUTIVE ? c->window_size : wsize_of(c);
-	b->bucket_ns = c->window_kind == RESIL_WINDOW_TIME ? bucket_ns_of(c) : 0;
-	b->nprobe = np;
-	if (c->window_kind == RESIL_WINDOW_COUNT)
-		b->fastmod = UINT64_MAX / wsize_of(c) + 1;
-	b->probe_off = sizeof(bk_t);
-	b->win_off = (uint32_t)(sizeof(bk_t) +
-				resil_align_up((uint64_t)np * sizeof(struct resil_breaker_probe),
-					       RESIL_HOT_ALIGN));
+	layout_repair(b, c);
 	for (uint32_t i = 0; i < np; i++)
 		st_relaxed(&probes(b)[i].claimed_at, INT64_MAX);
 	/* published by the record's slot word (release) in seg.c */
@@ -1182,7 +1210,10 @@ void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf 
 void resil_breaker_maintain(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st)
 {
 	bk_t *b = st;
-	uint64_t w = ld_acquire(&b->word);
+	uint64_t w;
+
+	layout_repair(b, c);
+	w = ld_acquire(&b->word);
 
 	if (w_state(w) == RESIL_STATE_OPEN) {
 		int64_t wait = open_wait(c, w_streak(w));
@@ -1228,9 +1259,11 @@ void resil_breaker_reclaim(struct resil_ctx *x, const struct resil_breaker_conf 
 			   uint32_t dead_client, struct resil_reclaim_counts *counts)
 {
 	bk_t *b = st;
-	struct resil_breaker_probe *p = probes(b);
+	struct resil_breaker_probe *p;
 	uint32_t np = nprobe_of(c);
 
+	layout_repair(b, c);
+	p = probes(b);
 	if (dead_client != 0) {
 		for (uint32_t i = 0; i < np; i++) {
 			uint64_t v = ld_acquire(&p[i].owner);
