@@ -5,12 +5,12 @@
  *
  * Counters are striped by CPU: RESIL_STATS_STRIPES stripes of one 128-byte
  * line each, a stripe holding every counter of the CPUs that map to it
- * (cpu % RESIL_STATS_STRIPES, read with sched_getcpu(), which glibc >= 2.35
- * answers from the rseq area: no syscall). A reader sums the stripes. With
- * `histogram = off` a call costs one uncontended relaxed fetch_add (the
- * outcome on release, or the verdict on a rejection); with `histogram = on`
- * a timed success or failure adds one to a log-linear bucket and its
- * duration to a per-stripe sum (three fetch_adds, all on lines of this CPU).
+ * (pcpu.h: on hosts of up to 15 CPUs a plain add on the CPU's own stripe
+ * in a restartable sequence, else a relaxed fetch_add on cpu % 16). A
+ * reader sums the stripes. With `histogram = off` a call costs one such
+ * add (the outcome on release, or the verdict on a rejection); with
+ * `histogram = on` a timed success or failure adds one to a log-linear
+ * bucket and its duration to a per-stripe sum (three adds).
  *
  * Calls = the sum of the outcomes and the rejections.
  */
