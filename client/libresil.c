@@ -212,7 +212,7 @@ static void atfork_register(void)
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
-void resil_priv_after_fork(struct resil *r)
+RESIL_COLD void resil_priv_after_fork(struct resil *r)
 {
 	uint32_t g;
 
@@ -772,7 +772,7 @@ RESIL_API int resil_delete(resil_t *r, const char *name)
  * segment pair's touched pages alive per process until resil_close.
  */
 
-static struct resil_map *find_map(struct resil *r, uint32_t seq32)
+static RESIL_COLD struct resil_map *find_map(struct resil *r, uint32_t seq32)
 {
 	for (struct resil_map *m = ld_acquire(&r->cur); m; m = m->older) {
 		if (m->seq % 32 == seq32)
@@ -864,7 +864,7 @@ static int follow(struct resil *r)
 	return reattach(r);
 }
 
-void resil_priv_check_slow(struct resil *r, int64_t now)
+RESIL_COLD void resil_priv_check_slow(struct resil *r, int64_t now)
 {
 	int64_t next = (int64_t)ld_relaxed(&r->next_check_ns);
 
@@ -1000,8 +1000,8 @@ static void fill_ctx(struct resil *r, struct resil_map *m, struct resil_ctx *x)
 /* Slow path: the slot word changed, or the mapping did. Re-read the
  * directory by name. A handle to a deleted policy comes here on every
  * call (and answers -ENOENT) until the name is defined again. */
-static const struct resil_rec *resolve(struct resil_policy *p, struct resil_ctx *x,
-				       struct resil_map **ret_m, int *err)
+static RESIL_COLD const struct resil_rec *resolve(struct resil_policy *p, struct resil_ctx *x,
+						  struct resil_map **ret_m, int *err)
 {
 	struct resil *r = p->r;
 	const struct resil_rec *rec = NULL;
@@ -1112,7 +1112,7 @@ static inline uint32_t permit_where(const struct resil_map *m, uint32_t idx)
  * sleeps: the caller reads resil_permit_wait_ns() and advances its own
  * time. A call that measures its duration starts after the sleep.
  */
-static void reservation_sleep(struct resil *r, struct resil_permit_priv *pm)
+static RESIL_COLD void reservation_sleep(struct resil *r, struct resil_permit_priv *pm)
 {
 	struct timespec ts;
 	int64_t until;
@@ -1130,8 +1130,8 @@ static void reservation_sleep(struct resil *r, struct resil_permit_priv *pm)
 
 /* ---- hot path ---- */
 
-RESIL_API int resil_acquire_ex(resil_policy_t *p, const struct resil_req *req,
-			       resil_permit_t *permit)
+RESIL_API __attribute__((flatten)) int
+resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t *permit)
 {
 	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
 	const struct resil_rec *rec;
@@ -1191,7 +1191,8 @@ RESIL_API int resil_acquire_key(resil_policy_t *p, const void *key, size_t len,
 	return resil_acquire_ex(p, &req, permit);
 }
 
-RESIL_API void resil_release(resil_policy_t *p, resil_permit_t *permit, int outcome)
+RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_permit_t *permit,
+						      int outcome)
 {
 	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
 	const struct resil_rec *rec;

@@ -159,7 +159,7 @@
 /* ---- packed words ---------------------------------------------------- */
 
 /* Rare paths out of line, so the hot ones stay small. */
-#define BK_COLD __attribute__((noinline, cold))
+#define BK_COLD RESIL_COLD
 
 #define GEN_BITS	 20
 #define GEN_MASK	 ((1u << GEN_BITS) - 1)

@@ -52,6 +52,7 @@ typedef _Atomic int64_t rai64;
 						memory_order_relaxed)
 
 #define RESIL_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define RESIL_COLD	  __attribute__((noinline, cold)) /* kept out of inlined hot paths */
 #define RESIL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 #define RESIL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
