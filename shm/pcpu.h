@@ -46,7 +46,7 @@
 
 #include "common.h"
 
-#define RESIL_PCPU_SPARE 15u /* words per counter: RESIL_PCPU_SPARE + 1 */
+#define RESIL_PCPU_SPARE 15 /* words per counter: RESIL_PCPU_SPARE + 1 */
 
 #if defined(__x86_64__) && defined(RSEQ_SIG) && !defined(RESIL_NO_RSEQ)
 #define RESIL_PCPU_RSEQ	   1
