@@ -32,13 +32,28 @@ struct Resil__Response;
 #define RESIL_XSTR(x) #x
 #define RESIL_STR(x)  RESIL_XSTR(x)
 
+/*
+ * A handle. Its binding (m .. where) is what the last resolve of the name
+ * found: the mapping, the slot word and the record, so that a decision
+ * reads them from the handle (one line) instead of walking resil ->
+ * mapping -> segment -> directory -> record. Written under r->lock by a
+ * re-resolve, inside the seqlock bseq (odd while writing); read by every
+ * decision between two loads of bseq (acquire, then fence + relaxed), so
+ * a decision never pairs a record with another mapping. The binding is
+ * only a cache: every decision still compares the slot word (acquire)
+ * with `word`, and m with r->cur.
+ */
 struct resil_policy {
 	struct resil *r;
 	struct resil_policy *next; /* r->policies list, under r->lock */
-	ra32 slot; /* written under r->lock on a re-resolve, read relaxed by the hot path */
-	ra64 word; /* the slot word last validated for this handle, XOR the tag of the
-		    * mapping it was read in (so a word cached from one daemon's
-		    * segments never matches another's); 0: resolve first */
+	ra32 bseq;		   /* seqlock over the binding */
+	ra32 where;		   /* the permit's where for rec (permit_where) */
+	ra64 word;		   /* the slot word bound; 0: resolve first */
+	struct resil_map *_Atomic m;
+	struct resil_seg *_Atomic seg; /* m->seg */
+	ra64 *_Atomic slotp;	       /* the slot word's address in m */
+	ra32 *_Atomic flagsp;	       /* m's cfg->flags (RESIL_SEG_RETIRED) */
+	const struct resil_rec *_Atomic rec;
 	char name[RESIL_NAME_MAX];
 };
 

@@ -258,6 +258,7 @@ static struct resil *resil_alloc(void)
 		return NULL;
 	pthread_mutex_init(&r->lock, NULL);
 	r->ctl_fd = -1;
+	r->random.fn = random_thread_fn;
 	r->seg.cfg_fd = -1;
 	r->seg.st_fd = -1;
 	r->map0.seg = &r->seg;
@@ -927,13 +928,70 @@ static int lookup(struct resil *r, const char *name, struct resil_map **ret_m, u
 	return err;
 }
 
-/* Cache (slot, word) in the handle for mapping m; only for the current
- * mapping (a name found in an older one is looked up again each call). */
-static void cache(struct resil *r, struct resil_policy *p, struct resil_map *m, uint32_t slot,
-		  uint64_t word)
+/* rec_size is RESIL_REC_SIZE in every segment this build maps
+ * (resil_seg_validate checks it): a shift, not a division. */
+static uint32_t rec_index(const struct resil_seg *s, const struct resil_rec *rec)
 {
-	st_relaxed(&p->slot, slot);
-	st_release(&p->word, m == ld_relaxed(&r->cur) ? word ^ m->tag : 0);
+	return (uint32_t)(((const char *)rec - (const char *)s->cfg - s->cfg->recs_off) /
+			  RESIL_REC_SIZE);
+}
+
+/* A permit names the record it was granted under (index + 1) and the
+ * mapping (seq % 32 in the top bits; always 0 in embedded mode): records
+ * are never reused during a segment pair's life and mappings stay until
+ * close. */
+static inline uint32_t permit_where(const struct resil_map *m, uint32_t idx)
+{
+	return (m->seq % 32) << RESIL_PERMIT_IDX_BITS | (idx + 1);
+}
+
+/* Bind handle p to what lookup found: (m, slot, word). Under r->lock.
+ * Only a name found in the current mapping is bound (word != 0); one
+ * found in an older mapping is looked up again on each call. */
+static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, uint32_t slot,
+		 uint64_t word)
+{
+	const struct resil_rec *rec = word ? resil_seg_rec_of(m->seg, word) : NULL;
+	uint32_t s = ld_relaxed(&p->bseq);
+
+	if (m != ld_relaxed(&r->cur) || !rec)
+		word = 0;
+	st_relaxed(&p->bseq, s + 1);
+	/* the odd count before any field (seqlock writer) */
+	atomic_thread_fence(memory_order_release);
+	st_relaxed(&p->m, m);
+	st_relaxed(&p->seg, m->seg);
+	st_relaxed(&p->slotp, &resil_seg_slots(m->seg)[slot]);
+	st_relaxed(&p->flagsp, &m->seg->cfg->flags);
+	st_relaxed(&p->rec, rec);
+	st_relaxed(&p->where, rec ? permit_where(m, rec_index(m->seg, rec)) : 0);
+	st_relaxed(&p->word, word);
+	st_release(&p->bseq, s + 2);
+}
+
+/* A handle's binding as one consistent copy. */
+struct binding {
+	struct resil_map *m;
+	ra64 *slotp;
+	ra32 *flagsp;
+	const struct resil_rec *rec;
+	uint64_t word;
+	uint32_t where;
+};
+
+/* false while a re-resolve rewrites it (seqlock reader) */
+static inline bool read_binding(struct resil_policy *p, struct binding *b)
+{
+	uint32_t s = ld_acquire(&p->bseq);
+
+	b->m = ld_relaxed(&p->m);
+	b->slotp = ld_relaxed(&p->slotp);
+	b->flagsp = ld_relaxed(&p->flagsp);
+	b->rec = ld_relaxed(&p->rec);
+	b->word = ld_relaxed(&p->word);
+	b->where = ld_relaxed(&p->where);
+	atomic_thread_fence(memory_order_acquire);
+	return !(s & 1) && ld_relaxed(&p->bseq) == s;
 }
 
 RESIL_API int resil_policy(resil_t *r, const char *name, resil_policy_t **ret)
@@ -969,7 +1027,7 @@ RESIL_API int resil_policy(resil_t *r, const char *name, resil_policy_t **ret)
 		p->next = r->policies;
 		r->policies = p;
 	}
-	cache(r, p, m, slot, word);
+	bind(r, p, m, slot, word);
 	*ret = p;
 	err = 0;
 out:
@@ -989,9 +1047,7 @@ static void fill_ctx(struct resil *r, struct resil_map *m, struct resil_ctx *x)
 	x->key = NULL;
 	x->key_len = 0;
 	x->clock = r->clock;
-	x->random = r->random;
-	if (!x->random.fn)
-		x->random.fn = random_thread_fn;
+	x->random = r->random; /* fn never NULL: random_thread_fn by default */
 	x->client_id = resil_client_id(row);
 	x->pid = r->pid;
 	x->now = 0;
@@ -1018,7 +1074,7 @@ static RESIL_COLD const struct resil_rec *resolve(struct resil_policy *p, struct
 			e = -ENOENT;
 	}
 	if (e == 0) {
-		cache(r, p, m, slot, word);
+		bind(r, p, m, slot, word);
 		fill_ctx(r, m, x);
 		*ret_m = m;
 	} else {
@@ -1029,80 +1085,63 @@ static RESIL_COLD const struct resil_rec *resolve(struct resil_policy *p, struct
 	return rec;
 }
 
-/* The record and mapping of a decision on handle p. No syscall unless a
- * fork, a changed configuration or a retired mapping sends it down a slow
- * path. */
-static inline __attribute__((always_inline)) const struct resil_rec *
-ctx_map(resil_policy_t *p, struct resil_ctx *x, struct resil_map **ret_m, int *err)
+/* ctx_map's slow path: the handle is not bound to the current mapping's
+ * record (first use, a changed configuration, a re-attach), or the
+ * mapping is retired. */
+static RESIL_COLD const struct resil_rec *ctx_slow(resil_policy_t *p, struct resil_ctx *x,
+						   struct resil_map **ret_m, uint32_t *where,
+						   int *err)
 {
 	struct resil *r = p->r;
+	struct resil_map *m = ld_acquire(&r->cur);
 	const struct resil_rec *rec;
-	const struct resil_seg *s;
-	struct resil_cfg_hdr *cfg;
-	struct resil_map *m;
-	uint32_t slot;
-	uint64_t w, cached;
 
-	fork_check(r);
-	/* acquire: pairs with the release that published the mapping, so
-	 * its fields and row are visible; they never change after */
-	m = ld_acquire(&r->cur);
-	s = m->seg;
-	cfg = s->cfg;
-	/* relaxed: a hint on the line slot_cap shares (read just below);
-	 * the slow path re-reads it with acquire under the lock */
-	if (RESIL_UNLIKELY(ld_relaxed(&cfg->flags) & RESIL_SEG_RETIRED)) {
+	/* relaxed: a hint; the slow path re-reads it with acquire under the lock */
+	if (ld_relaxed(&m->seg->cfg->flags) & RESIL_SEG_RETIRED)
 		retired_slow(r);
-		m = ld_acquire(&r->cur);
-		s = m->seg;
-		cfg = s->cfg;
-	}
-	fill_ctx(r, m, x);
-	slot = ld_relaxed(&p->slot);
-	cached = ld_acquire(&p->word);
-	/* acquire: pairs with the release store of the slot word that
-	 * published the record, so the record below is whole */
-	w = slot < cfg->slot_cap ? ld_acquire(&resil_seg_slots(s)[slot]) : 0;
-	if (RESIL_LIKELY(w != 0 && (w ^ m->tag) == cached)) {
-		rec = resil_seg_rec_of(s, w);
-		if (RESIL_LIKELY(rec != NULL)) {
-			x->rec = rec;
-			*ret_m = m;
-			return rec;
-		}
-	}
 	rec = resolve(p, x, ret_m, err);
 	x->rec = rec;
+	if (rec)
+		*where = permit_where(*ret_m, rec_index((*ret_m)->seg, rec));
 	return rec;
+}
+
+/* The record and mapping of a decision on handle p, and the permit's
+ * where. No syscall unless a fork, a changed configuration or a retired
+ * mapping sends it down a slow path. */
+static inline __attribute__((always_inline)) const struct resil_rec *
+ctx_map(resil_policy_t *p, struct resil_ctx *x, struct resil_map **ret_m, uint32_t *where, int *err)
+{
+	struct resil *r = p->r;
+	struct binding b;
+
+	fork_check(r);
+	/* acquire on the slot word: pairs with the release store that
+	 * published the record, so the record is whole; cur: the binding
+	 * is only good for the mapping decisions use now */
+	if (RESIL_LIKELY(read_binding(p, &b) && b.word != 0 && b.m == ld_acquire(&r->cur) &&
+			 !(ld_relaxed(b.flagsp) & RESIL_SEG_RETIRED) &&
+			 ld_acquire(b.slotp) == b.word)) {
+		fill_ctx(r, b.m, x);
+		x->rec = b.rec;
+		*ret_m = b.m;
+		*where = b.where;
+		return b.rec;
+	}
+	return ctx_slow(p, x, ret_m, where, err);
 }
 
 const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err)
 {
 	const struct resil_rec *rec;
 	struct resil_map *m;
+	uint32_t where;
 
-	rec = ctx_map(p, x, &m, err);
+	rec = ctx_map(p, x, &m, &where, err);
 	/* resil_call and retries decide through here: they get the periodic
 	 * check too (no clock read yet: the clockless count) */
 	after_decision(p->r, x);
 	return rec;
-}
-
-/* rec_size is RESIL_REC_SIZE in every segment this build maps
- * (resil_seg_validate checks it): a shift, not a division. */
-static uint32_t rec_index(const struct resil_seg *s, const struct resil_rec *rec)
-{
-	return (uint32_t)(((const char *)rec - (const char *)s->cfg - s->cfg->recs_off) /
-			  RESIL_REC_SIZE);
-}
-
-/* A permit names the record it was granted under (index + 1) and the
- * mapping (seq % 32 in the top bits; always 0 in embedded mode): records
- * are never reused during a segment pair's life and mappings stay until
- * close. */
-static inline uint32_t permit_where(const struct resil_map *m, uint32_t idx)
-{
-	return (m->seq % 32) << RESIL_PERMIT_IDX_BITS | (idx + 1);
 }
 
 /*
@@ -1140,6 +1179,7 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	const void *key = NULL;
 	size_t key_len = 0;
 	int err = -ENOENT, ret;
+	uint32_t where = 0;
 
 	if (RESIL_UNLIKELY(!p || !permit))
 		return -EINVAL;
@@ -1153,7 +1193,7 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		key_len = req->key_len;
 	}
 	memset(pm, 0, sizeof(*pm));
-	rec = ctx_map(p, &x, &m, &err);
+	rec = ctx_map(p, &x, &m, &where, &err);
 	if (RESIL_UNLIKELY(!rec))
 		return err;
 	if (req) {
@@ -1167,7 +1207,7 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	ret = resil_policy_acquire(&x, rec, pm, key, key_len);
 	if (ret == RESIL_ADMIT) {
 		pm->slot_gen = rec->gen;
-		pm->where = permit_where(m, rec_index(m->seg, rec));
+		pm->where = where;
 		pm->flags |= RESIL_PERMIT_HELD;
 		if (RESIL_UNLIKELY(resil_limit_reserved_wait(pm) > 0))
 			reservation_sleep(p->r, pm);
@@ -1199,6 +1239,7 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	struct resil_map *m;
 	struct resil *r;
 	struct resil_ctx x;
+	struct binding b;
 	uint32_t idx, seq32;
 
 	if (RESIL_UNLIKELY(!p || !permit || !(pm->flags & RESIL_PERMIT_HELD)))
@@ -1217,14 +1258,20 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	 * takes: no directory or slot word on this path.
 	 */
 	fork_check(r);
-	m = ld_acquire(&r->cur);
-	if (RESIL_UNLIKELY((m->seq % 32) != seq32))
-		m = find_map(r, seq32);
-	if (RESIL_UNLIKELY(!m || idx == 0 || idx > m->seg->cfg->rec_cap)) {
-		pm->flags = 0;
-		return;
+	if (RESIL_LIKELY(read_binding(p, &b) && b.rec && b.where == pm->where)) {
+		/* the record the handle is bound to: no walk */
+		m = b.m;
+		rec = b.rec;
+	} else {
+		m = ld_acquire(&r->cur);
+		if (RESIL_UNLIKELY((m->seq % 32) != seq32))
+			m = find_map(r, seq32);
+		if (RESIL_UNLIKELY(!m || idx == 0 || idx > m->seg->cfg->rec_cap)) {
+			pm->flags = 0;
+			return;
+		}
+		rec = resil_seg_rec(m->seg, idx - 1);
 	}
-	rec = resil_seg_rec(m->seg, idx - 1);
 	fill_ctx(r, m, &x);
 	x.rec = rec;
 	resil_policy_release(&x, rec, pm, outcome);
@@ -1413,7 +1460,7 @@ RESIL_API int resil_set_random(resil_t *r, uint64_t (*fn)(void *ctx), void *ctx)
 	if (!r)
 		return -EINVAL;
 	pthread_mutex_lock(&r->lock);
-	r->random.fn = fn;
+	r->random.fn = fn ? fn : random_thread_fn;
 	r->random.ctx = fn ? ctx : NULL;
 	pthread_mutex_unlock(&r->lock);
 	return 0;
