@@ -54,8 +54,11 @@
 #define RESIL_PCPU_STR(x)  RESIL_PCPU_STR_(x)
 #endif
 
-/* Owned mode, see above. Written once by a constructor, then only read. */
+/* Owned mode, see above, and __rseq_offset copied (one load of our own
+ * instead of two through libc's GOT entry). Written once by a
+ * constructor, then only read. */
 extern int resil_pcpu_owned;
+extern long resil_pcpu_off;
 
 /* The word index a locked writer uses outside owned mode. */
 static inline unsigned resil_pcpu_index(void)
@@ -108,7 +111,7 @@ static inline __attribute__((always_inline)) void resil_pcpu_add(ra64 *w0, uint6
 			     "jmp %l[spare]\n\t"
 			     ".popsection\n\t"
 			     :
-			     : [off] "r"((long)__rseq_offset), [w0] "r"(w0), [stride] "r"(stride),
+			     : [off] "r"(resil_pcpu_off), [w0] "r"(w0), [stride] "r"(stride),
 			       [n] "r"(n)
 			     : "rax", "memory", "cc"
 			     : spare);

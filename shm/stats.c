@@ -106,12 +106,14 @@ static inline ra64 *hist_of(const void *st, unsigned stripe)
 RESIL_STATIC_ASSERT(RESIL_STATS_STRIPES == RESIL_PCPU_SPARE + 1, "a stripe per pcpu word");
 
 int resil_pcpu_owned;
+long resil_pcpu_off;
 
 static __attribute__((constructor)) void pcpu_mode(void)
 {
 #ifdef RESIL_PCPU_RSEQ
 	long cpus = sysconf(_SC_NPROCESSORS_CONF);
 
+	resil_pcpu_off = (long)__rseq_offset;
 	resil_pcpu_owned = __rseq_size != 0 && cpus > 0 && cpus <= (long)RESIL_PCPU_SPARE;
 #endif
 }
