@@ -27,6 +27,28 @@
 #define RESIL_BULKHEAD_WAITERS 64u
 
 /*
+ * The two regimes of a bulkhead (bulkhead.c says why and how):
+ *   SCAN     bulkhead.wait = 0, bulkhead.critical = 0 (the defaults) and
+ *            bulkhead.max <= RESIL_BULKHEAD_SCAN_MAX: no in-flight word,
+ *            an admission is one CAS on a slot, a release one store;
+ *   COUNTED  everything else: the in-flight hint (fetch_add/fetch_sub),
+ *            waiters, priority partitions.
+ * The regime is part of the state's shape: a change of regime publishes a
+ * fresh block.
+ */
+#define RESIL_BULKHEAD_COUNTED	0u
+#define RESIL_BULKHEAD_SCAN	1u
+#define RESIL_BULKHEAD_SCAN_MAX 128u
+/* Scan-regime slots: one per 128-byte line, as the counted regime's up to
+ * RESIL_POOL_SPREAD_MAX: claims by different processes never share a line
+ * (at most 16 KiB a pool). */
+#define RESIL_BULKHEAD_SCAN_SHIFT RESIL_POOL_SPREAD_SHIFT
+/* A thread that rejects on the full hint walks the slots anyway every
+ * this many times (a power of two): the repair of a stale hint that needs
+ * no release and no daemon. */
+#define RESIL_BULKHEAD_RECHECK 16u
+
+/*
  * A pool of permits: `count` is the in-flight hint (a fast-reject hint,
  * read as a signed number), `slots` the claims: 0 free, else the holder's
  * client id. Slot i lives at slots[i << shift]. The claims are the truth;
@@ -63,28 +85,59 @@ static inline uint64_t resil_pool_bytes(uint32_t n)
 	return resil_align_up((uint64_t)n * 4u << resil_pool_shift(n), RESIL_HOT_ALIGN);
 }
 
+/* bulkhead.max as the state sees it: 1..RESIL_POOL_MAX. */
+static inline uint32_t resil_bulkhead_max_of(const struct resil_bulkhead_conf *c)
+{
+	if (c->max == 0)
+		return 1;
+	return c->max > RESIL_POOL_MAX ? RESIL_POOL_MAX : c->max;
+}
+
+/* RESIL_BULKHEAD_SCAN or RESIL_BULKHEAD_COUNTED, from the configuration. */
+static inline uint32_t resil_bulkhead_regime(const struct resil_bulkhead_conf *c)
+{
+	return c->wait_ns == 0 && c->critical_bp == 0 && c->max <= RESIL_BULKHEAD_SCAN_MAX
+		   ? RESIL_BULKHEAD_SCAN
+		   : RESIL_BULKHEAD_COUNTED;
+}
+
+/* Slot stride (log2 of words) of a bulkhead's pool of n slots. */
+static inline uint32_t resil_bulkhead_shift(uint32_t regime, uint32_t n)
+{
+	return regime == RESIL_BULKHEAD_SCAN ? RESIL_BULKHEAD_SCAN_SHIFT : resil_pool_shift(n);
+}
+
 /*
  * State block. Lines:
- *   0  inflight: fetch_add/fetch_sub by every acquirer and releaser;
- *   1  waiting regime: wake_seq (futex word: releasers bump it and wake
- *      one, only when nwait != 0), nwait (waiters' hint, the count word of
- *      the waiter pool), read by every releaser, written by waiters;
- *   2  geometry (immutable after init) and daemon-private repair memory;
+ *   0  counted regime: inflight, fetch_add/fetch_sub by every acquirer
+ *      and releaser; scan regime: full, the read-mostly "every slot
+ *      taken" hint (set by a walk that found no slot, cleared by
+ *      releasers);
+ *   1  waiting (counted regime): wake_seq (futex word: releasers bump it
+ *      and wake one, only when nwait != 0), nwait (waiters' hint, the
+ *      count word of the waiter pool), read by every releaser, written by
+ *      waiters;
+ *   2  geometry (written at init before publication, rewritten from the
+ *      configuration by the daemon's tick; for observers: the hot path and
+ *      the daemon take the geometry from the configuration) and
+ *      daemon-private repair memory;
  *   3  the waiter slots (claims of client ids, like permits);
- *   4+ the permit slots.
+ *   4+ the permit slots (resil_bulkhead_shift: one per 128-byte line up to
+ *      RESIL_POOL_SPREAD_MAX, packed above).
  */
 struct resil_bulkhead_state {
 	alignas(RESIL_HOT_ALIGN) ra32 inflight;
+	ra32 full; /* scan regime: 1 = the last walk found every slot taken */
 
 	alignas(RESIL_HOT_ALIGN) ra32 wake_seq;
 	ra32 nwait;
 
 	alignas(RESIL_HOT_ALIGN) uint32_t nslots; /* = bulkhead.max at init */
 	uint32_t shift;
-	uint32_t slots_off;   /* from the start of this block */
-	int32_t prev_excess;  /* daemon only: hint excess seen at the last tick */
-	int32_t prev_wexcess; /* same for nwait */
-	uint32_t reserved32;
+	uint32_t slots_off;	 /* from the start of this block */
+	int32_t prev_excess;	 /* daemon only: hint excess seen at the last tick */
+	int32_t prev_wexcess;	 /* same for nwait */
+	uint32_t regime;	 /* RESIL_BULKHEAD_SCAN or _COUNTED */
 	RESIL_A8 ra64 reclaimed; /* permits taken back from dead clients (daemon) */
 	RESIL_A8 ra64 repaired;	 /* hint corrections applied (daemon) */
 	RESIL_A8 ra64 waits;	 /* waits entered (waiters) */
@@ -92,8 +145,10 @@ struct resil_bulkhead_state {
 	alignas(RESIL_HOT_ALIGN) ra32 wslots[RESIL_BULKHEAD_WAITERS];
 };
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, inflight) == 0, "bulkhead line 0");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, full) == 4, "bulkhead full hint");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, wake_seq) == 128, "bulkhead line 1");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, nslots) == 256, "bulkhead line 2");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, regime) == 276, "bulkhead regime");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, reclaimed) == 280, "bulkhead stats");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, wslots) == 384, "bulkhead waiters");
 RESIL_STATIC_ASSERT(sizeof(struct resil_bulkhead_state) == 640, "bulkhead state size");
@@ -109,7 +164,8 @@ static inline struct resil_pool resil_bulkhead_pool(struct resil_bulkhead_state 
 	return p;
 }
 
-/* Permits held right now (a scan of the claims, not the hint). */
+/* Permits held right now (a scan of the claims, not the hint), by the
+ * geometry words of the block. */
 uint32_t resil_bulkhead_held(const void *st);
 
 /* Append printf output at buf + *off; *off grows by the would-be length,

@@ -8,27 +8,40 @@
  * adaptive limit (the same permit pool, a limit of 3 under the bulkhead's
  * 4, so the adaptive step rejects and the bulkhead permit is undone, and
  * windows of 1 ms, so kills land inside a window decision too) in a
- * MAP_SHARED region, taken in the order of a policy's acquire. Two of them spin acquire/release as
- * fast as they can (so a kill lands inside a claim or a release: crash windows A to D of
- * bulkhead.c), one takes permits and sits on them, one waits on the shared futex for a permit
- * (bulkhead.wait). After a random delay the test SIGKILLs them all and plays the daemon's part:
- * resil_bulkhead_reclaim for each dead id.
+ * MAP_SHARED region, taken in the order of a policy's acquire. Two of
+ * them spin acquire/release as fast as they can (so a kill lands inside a
+ * claim or a release: the crash windows of bulkhead.c), one takes permits
+ * and sits on them, and the fourth, in the counted regime, waits on the
+ * shared futex for a permit (bulkhead.wait), in the scan regime (where
+ * nobody waits) spins too. After a random delay the test SIGKILLs them
+ * all and plays the daemon's part: resil_bulkhead_reclaim for each dead
+ * id.
+ *
+ * Both regimes of the bulkhead, one after the other, each on a fresh
+ * block: scan (bulkhead.max = 4, the defaults otherwise: a permit is one
+ * CAS, a release one store, a full hint) and counted (bulkhead.critical
+ * = 20%, which reserves nothing of 4, and bulkhead.wait = 20ms for the
+ * waiter; every worker of a block uses the same regime, as every record
+ * of one block does).
  *
  * Asserted after every round:
  *   - exactly 0 claimed slots (bulkhead and adaptive) and 0 claimed waiter
  *     slots (none lost, none reclaimed twice: a second reclaim returns
  *     nothing);
  *   - after two maintenance ticks, the in-flight hint and the waiter count
- *     are exactly 0 again (the windows between counter and claim);
+ *     are exactly 0 again (the windows between counter and claim), and
+ *     the scan regime's full hint is clear (a kill between a walk and
+ *     the hint, or between a release and clearing it);
  *   - the bulkhead still admits max callers.
- * >= 200 rounds (x RESIL_TEST_SCALE).
+ * >= 200 rounds per regime (x RESIL_TEST_SCALE).
  *
  * Then the same through the whole stack: a resild of the test's own, a
- * policy "bulkhead.max = 4; bulkhead.wait = 20ms", forked children of a
- * connected process (each claims its own client row) taking permits with
- * resil_acquire and SIGKILLed at random moments; the daemon notices the
- * deaths and reclaims: eventually (10 s) all 4 permits can be taken again
- * and a fifth is refused. 20 rounds (x RESIL_TEST_SCALE).
+ * policy "bulkhead.max = 4; bulkhead.wait = 20ms" (counted) and one
+ * "bulkhead.max = 4" (scan), forked children of a connected process (each
+ * claims its own client row) taking permits with resil_acquire and
+ * SIGKILLed at random moments; the daemon notices the deaths and
+ * reclaims: eventually (10 s) all 4 permits can be taken again and a
+ * fifth is refused. 20 rounds per policy (x RESIL_TEST_SCALE).
  */
 #include <errno.h>
 #include <signal.h>
@@ -118,9 +131,6 @@ static void hold_worker(struct shared *sh, const struct resil_bulkhead_conf *con
 
 /* ---- through the daemon ---- */
 
-#define DPOLICY "bulkhead-kill"
-#define DCONFIG "bulkhead.max = 4; bulkhead.wait = 20ms"
-
 static _Atomic long *dops; /* children's progress, MAP_SHARED */
 
 static void daemon_worker(resil_policy_t *p, int w, uint64_t seed)
@@ -162,20 +172,14 @@ static bool whole(resil_policy_t *p)
 	return ok;
 }
 
-static int through_daemon(void)
+static void daemon_rounds(resil_t *r, const char *name, const char *config)
 {
 	int rounds = 20 * resil_test_scale(), slowest_ms = 0;
 	uint64_t seed = 0xfeedu;
-	struct test_daemon d;
 	resil_policy_t *p;
-	resil_t *r = NULL;
 
-	dops = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	TEST_CHECK(dops != MAP_FAILED);
-	if (test_daemon_open(&d, &r) < 0)
-		return 1;
-	TEST_CHECK(resil_define(r, DPOLICY, DCONFIG) == 0);
-	TEST_CHECK(resil_policy(r, DPOLICY, &p) == 0);
+	TEST_CHECK(resil_define(r, name, config) == 0);
+	TEST_CHECK(resil_policy(r, name, &p) == 0);
 	TEST_CHECK(whole(p));
 
 	for (int round = 0; round < rounds; round++) {
@@ -207,29 +211,42 @@ static int through_daemon(void)
 		if ((test_mono_ns() - t0) / RESIL_NS_PER_MS > slowest_ms)
 			slowest_ms = (int)((test_mono_ns() - t0) / RESIL_NS_PER_MS);
 	}
-	printf("through resild: %d rounds, every permit back each time (slowest %d ms)\n", rounds,
-	       slowest_ms);
+	printf("through resild, '%s': %d rounds, every permit back each time (slowest %d ms)\n",
+	       config, rounds, slowest_ms);
+}
+
+static int through_daemon(void)
+{
+	struct test_daemon d;
+	resil_t *r = NULL;
+
+	dops = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	TEST_CHECK(dops != MAP_FAILED);
+	if (test_daemon_open(&d, &r) < 0)
+		return 1;
+	daemon_rounds(r, "bulkhead-kill", "bulkhead.max = 4; bulkhead.wait = 20ms");
+	daemon_rounds(r, "bulkhead-kill-scan", "bulkhead.max = 4");
 	resil_close(r);
 	test_daemon_fini(&d);
 	munmap(dops, 4096);
 	return 0;
 }
 
-int main(void)
+/* Rounds of kills on one bulkhead block of the regime of conf (and of
+ * wconf, the waiter's: the same regime). */
+static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_bulkhead_conf *wcf)
 {
-	struct resil_bulkhead_conf conf, wconf;
+	const struct resil_bulkhead_conf conf = *cf, wconf = *wcf;
 	struct shared *sh;
 	int rounds = 200 * resil_test_scale();
 	int excess_rounds = 0, reclaimed_rounds = 0, waiter_rounds = 0, odd_epochs = 0;
+	int aexcess_rounds = 0;
+	bool scan = resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_SCAN;
 	uint64_t seed = 0x1234567u;
 	char err[128];
 	size_t size;
 
-	resil_bulkhead_conf_defaults(&conf);
-	if (resil_bulkhead_conf_set(&conf, "bulkhead.max", "4", err, sizeof(err)) < 0)
-		return 1;
-	wconf = conf;
-	wconf.wait_ns = 20 * RESIL_NS_PER_MS;
+	TEST_CHECK(resil_bulkhead_regime(&conf) == resil_bulkhead_regime(&wconf));
 	struct resil_adaptive_conf aconf;
 	resil_adaptive_conf_defaults(&aconf);
 	if (resil_adaptive_conf_set(&aconf, "adaptive.max", "8", err, sizeof(err)) < 0 ||
@@ -244,6 +261,7 @@ int main(void)
 	if (sh == MAP_FAILED)
 		return 1;
 	resil_bulkhead_state_init(sh->st, &conf, 0);
+	TEST_CHECK(((struct resil_bulkhead_state *)sh->st)->regime == resil_bulkhead_regime(&conf));
 	sh->aconf = aconf;
 	sh->ad = (struct resil_adaptive_state *)((char *)sh + boff);
 	resil_adaptive_state_init(sh->ad, &aconf, test_mono_ns());
@@ -269,8 +287,8 @@ int main(void)
 					spin_worker(sh, &conf, ids[w], w);
 				else if (w == 2)
 					hold_worker(sh, &conf, ids[w], w);
-				else
-					spin_worker(sh, &wconf, ids[w], w); /* waits on the futex */
+				else /* counted: waits on the futex */
+					spin_worker(sh, &wconf, ids[w], w);
 				_exit(0);
 			}
 		}
@@ -311,12 +329,15 @@ int main(void)
 		TEST_CHECK(counts.permits <= 2 * MAX); /* adaptive permits ride on bulkhead ones */
 
 		if (atomic_load(&st->inflight) != 0 || atomic_load(&st->nwait) != 0 ||
-		    atomic_load(&sh->ad->inflight) != 0)
+		    atomic_load(&st->full) != 0)
 			excess_rounds++;
+		if (atomic_load(&sh->ad->inflight) != 0)
+			aexcess_rounds++;
 		resil_bulkhead_maintain(&x, &conf, st);
 		resil_bulkhead_maintain(&x, &conf, st);
 		TEST_CHECK(atomic_load(&st->inflight) == 0);
 		TEST_CHECK(atomic_load(&st->nwait) == 0);
+		TEST_CHECK(atomic_load(&st->full) == 0);
 		resil_adaptive_maintain(&x, &aconf, sh->ad);
 		x.now = 0;
 		resil_adaptive_maintain(&x, &aconf, sh->ad);
@@ -353,10 +374,35 @@ int main(void)
 			resil_adaptive_release(&x, &aconf, sh->ad, &pm[i], RESIL_IGNORED);
 		TEST_CHECK(resil_adaptive_held(sh->ad) == 0);
 	}
-	printf("%d rounds: permits reclaimed in %d, a waiter killed in %d, a hint repaired "
-	       "after %d (kills inside a crash window), a window decision taken over in %d\n",
-	       rounds, reclaimed_rounds, waiter_rounds, excess_rounds, odd_epochs);
+	printf("%s regime, %d rounds: permits reclaimed in %d, a waiter killed in %d, a "
+	       "bulkhead hint repaired after %d and the adaptive hint after %d (kills inside a "
+	       "crash window), a window decision taken over in %d\n",
+	       scan ? "scan" : "counted", rounds, reclaimed_rounds, waiter_rounds, excess_rounds,
+	       aexcess_rounds, odd_epochs);
 	munmap(sh, size);
+	return 0;
+}
+
+int main(void)
+{
+	struct resil_bulkhead_conf conf, wconf;
+	char err[128];
+
+	/* scan: the defaults; nobody waits */
+	resil_bulkhead_conf_defaults(&conf);
+	if (resil_bulkhead_conf_set(&conf, "bulkhead.max", "4", err, sizeof(err)) < 0)
+		return 1;
+	TEST_CHECK(resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_SCAN);
+	if (kill_rounds(&conf, &conf))
+		return 1;
+	/* counted: a partition that reserves nothing of 4; the waiter waits */
+	if (resil_bulkhead_conf_set(&conf, "bulkhead.critical", "20", err, sizeof(err)) < 0)
+		return 1;
+	wconf = conf;
+	wconf.wait_ns = 20 * RESIL_NS_PER_MS;
+	TEST_CHECK(resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_COUNTED);
+	if (kill_rounds(&conf, &wconf))
+		return 1;
 	if (through_daemon())
 		return 1;
 	printf("ok\n");

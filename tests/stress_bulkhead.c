@@ -2,14 +2,21 @@
 /*
  * stress_bulkhead.c - 8 forked processes on one bulkhead in a MAP_SHARED
  * region, each taking up to 3 permits at once (normal and critical
- * priority, some waiting, some failing fast) and holding them for random
- * times.
+ * priority) and holding them for random times; in both regimes, one after
+ * the other, each on a fresh block:
+ *   - counted: bulkhead.critical = 20% and bulkhead.wait = 1ms for half
+ *     of the processes (the others fail fast: the same regime, as for two
+ *     records of one block);
+ *   - scan: the defaults (every process fails fast; a permit is one CAS,
+ *     a release one store, a saturated pool rejects on the full hint).
  *
  * Invariants (validate part):
  *   - the number of claimed slots is never above bulkhead.max: each
  *     holder counts itself in right after its claim and out right before
  *     its release (a count of claims, not the racy hint);
- *   - at the end: 0 claimed slots, hint 0, no waiter counted.
+ *   - at the end: 0 claimed slots, hint 0, no waiter counted; in the scan
+ *     regime, after one daemon tick, no full hint (the race a release can
+ *     lose against a walk is repaired there at the latest).
  * Then (bench part) the throughput of admissions is printed.
  *
  * Runs in a few seconds; RESIL_TEST_SCALE multiplies the rounds.
@@ -36,6 +43,7 @@ struct shared {
 	_Atomic int worst;  /* most at once, as holders saw it */
 	_Atomic long admitted;
 	_Atomic long rejected;
+	_Atomic int ready;		    /* workers that are forked and about to start */
 	alignas(RESIL_HOT_ALIGN) char st[]; /* the bulkhead state */
 };
 
@@ -50,6 +58,11 @@ static void worker(struct shared *sh, const struct resil_bulkhead_conf *conf, ui
 
 	memset(&x, 0, sizeof(x));
 	x.client_id = id;
+	/* start together, so the processes overlap (a scan-regime round is
+	 * short: a late fork would find the others done) */
+	atomic_fetch_add(&sh->ready, 1);
+	while (atomic_load(&sh->ready) < PROCS)
+		sched_yield();
 	for (long r = 0; r < rounds; r++) {
 		uint64_t rnd = resil_splitmix64(&seed);
 		int want = 1 + (int)(rnd % 3), got = 0, i;
@@ -86,24 +99,18 @@ static void worker(struct shared *sh, const struct resil_bulkhead_conf *conf, ui
 	atomic_fetch_add(&sh->rejected, rejected);
 }
 
-int main(void)
+static int run(const struct resil_bulkhead_conf *cf)
 {
-	struct resil_bulkhead_conf conf;
+	const struct resil_bulkhead_conf conf = *cf;
+	bool scan = resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_SCAN;
 	struct shared *sh;
 	pid_t pids[PROCS];
-	long rounds = 30000L * resil_test_scale();
-	char err[128];
+	/* a scan-regime round never sleeps: more of them for as long a run */
+	long rounds = (scan ? 300000L : 30000L) * resil_test_scale();
 	size_t size;
 	int64_t t0, t1;
 	int i, status, failed = 0;
 
-	resil_bulkhead_conf_defaults(&conf);
-	if (resil_bulkhead_conf_set(&conf, "bulkhead.max", "5", err, sizeof(err)) ||
-	    resil_bulkhead_conf_set(&conf, "bulkhead.critical", "20", err, sizeof(err)) ||
-	    resil_bulkhead_conf_set(&conf, "bulkhead.wait", "1ms", err, sizeof(err))) {
-		fprintf(stderr, "conf: %s\n", err);
-		return 1;
-	}
 	size = sizeof(*sh) + resil_bulkhead_state_size(&conf);
 	sh = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
@@ -114,11 +121,14 @@ int main(void)
 	for (i = 0; i < PROCS; i++) {
 		pids[i] = fork();
 		if (pids[i] == 0) {
-			/* half of them wait up to 1 ms for a permit, half fail fast */
+			/* counted: half of them wait up to 1 ms for a permit, half
+			 * fail fast */
 			struct resil_bulkhead_conf mine = conf;
 
 			if (i % 2)
 				mine.wait_ns = 0;
+			if (resil_bulkhead_regime(&mine) != resil_bulkhead_regime(&conf))
+				_exit(2);
 			worker(sh, &mine, 1 + (uint32_t)i, rounds);
 			_exit(0);
 		}
@@ -133,20 +143,52 @@ int main(void)
 	t1 = test_mono_ns();
 
 	struct resil_bulkhead_state *st = (struct resil_bulkhead_state *)sh->st;
-	printf("max %d: most in flight %d; held at end %u, hint %d, waiters %u\n", MAX,
-	       atomic_load(&sh->worst), resil_bulkhead_held(st),
-	       (int32_t)atomic_load(&st->inflight), atomic_load(&st->nwait));
+	uint32_t full_at_end = atomic_load(&st->full);
+	struct resil_ctx x;
+
+	memset(&x, 0, sizeof(x));
+	resil_bulkhead_maintain(&x, &conf, st); /* the daemon's tick */
+	printf("%s regime, max %d: most in flight %d; held at end %u, hint %d, waiters %u, full "
+	       "hint %u (%u after a tick)\n",
+	       scan ? "scan" : "counted", MAX, atomic_load(&sh->worst), resil_bulkhead_held(st),
+	       (int32_t)atomic_load(&st->inflight), atomic_load(&st->nwait), full_at_end,
+	       atomic_load(&st->full));
 	printf("%d processes: %ld admitted, %ld rejected in %.2f s (%.0f admissions/s)\n", PROCS,
 	       atomic_load(&sh->admitted), atomic_load(&sh->rejected), (t1 - t0) / 1e9,
 	       atomic_load(&sh->admitted) / ((t1 - t0) / 1e9));
 	if (atomic_load(&sh->worst) > MAX)
 		failed = 1;
 	if (resil_bulkhead_held(st) != 0 || atomic_load(&st->inflight) != 0 ||
-	    atomic_load(&st->nwait) != 0)
+	    atomic_load(&st->nwait) != 0 || atomic_load(&st->full) != 0)
 		failed = 1;
 	if (atomic_load(&sh->admitted) == 0 || atomic_load(&sh->worst) < MAX)
 		failed = 1; /* the test must actually have filled the bulkhead */
 	munmap(sh, size);
 	printf("%s\n", failed ? "FAIL" : "ok");
+	return failed;
+}
+
+int main(void)
+{
+	struct resil_bulkhead_conf conf;
+	char err[128];
+	int failed;
+
+	resil_bulkhead_conf_defaults(&conf);
+	if (resil_bulkhead_conf_set(&conf, "bulkhead.max", "5", err, sizeof(err))) {
+		fprintf(stderr, "conf: %s\n", err);
+		return 1;
+	}
+	if (resil_bulkhead_regime(&conf) != RESIL_BULKHEAD_SCAN)
+		return 1;
+	failed = run(&conf);
+	if (resil_bulkhead_conf_set(&conf, "bulkhead.critical", "20", err, sizeof(err)) ||
+	    resil_bulkhead_conf_set(&conf, "bulkhead.wait", "1ms", err, sizeof(err))) {
+		fprintf(stderr, "conf: %s\n", err);
+		return 1;
+	}
+	if (resil_bulkhead_regime(&conf) != RESIL_BULKHEAD_COUNTED)
+		return 1;
+	failed |= run(&conf);
 	return failed;
 }

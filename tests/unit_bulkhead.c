@@ -3,7 +3,12 @@
  * unit_bulkhead.c - the bulkhead on a plain aligned_alloc region, ctx with
  * no segment: limits, unregistered callers, priority partitions, reclaim
  * of a dead client's permits, hint repair after each crash window, waits
- * across threads (shared futex), and a multi-thread invariant.
+ * across threads (shared futex), and a multi-thread invariant; both
+ * regimes (scan: the defaults; counted: here bulkhead.critical = 1%,
+ * which reserves nothing below 100 permits), the full hint of the scan
+ * regime and its race, the regime as part of the shape (a fresh block on
+ * a real segment when bulkhead.wait goes from 0 to 200ms), and geometry
+ * words a client scribbled on.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -26,6 +31,7 @@
 
 #include "resil.h"
 #include "bulkhead.h"
+#include "policy.h"
 
 static int64_t mono_ns(void)
 {
@@ -104,6 +110,53 @@ static int32_t hint(struct bh *b)
 	return (int32_t)atomic_load(&b->st->inflight);
 }
 
+static void maintain(struct bh *b)
+{
+	struct resil_ctx x;
+
+	ctx_init(&x, 0);
+	resil_bulkhead_maintain(&x, &b->conf, b->st);
+}
+
+/* A test run in one regime: the counted one through bulkhead.critical =
+ * 1%, which reserves nothing for fewer than 100 permits. */
+struct regime {
+	const char *critical;
+	uint32_t want;
+};
+static struct regime scan_r = {NULL, RESIL_BULKHEAD_SCAN};
+static struct regime counted_r = {"1", RESIL_BULKHEAD_COUNTED};
+
+static void bh_new_r(struct bh *b, const char *max, void **state)
+{
+	const struct regime *r = *state;
+
+	bh_new(b, max, NULL, r->critical);
+	assert_int_equal(resil_bulkhead_regime(&b->conf), r->want);
+	assert_int_equal(b->st->regime, r->want);
+}
+
+static bool counted(struct bh *b)
+{
+	return resil_bulkhead_regime(&b->conf) == RESIL_BULKHEAD_COUNTED;
+}
+
+/* The hint a regime keeps: the in-flight count (counted), nothing (scan:
+ * the word stays 0 whatever happens). */
+static void check_hint(struct bh *b, int32_t held)
+{
+	assert_int_equal(hint(b), counted(b) ? held : 0);
+}
+
+/* The slot words of a pool, to compare before and after. */
+static void slot_words(struct bh *b, uint32_t *out)
+{
+	struct resil_pool p = resil_bulkhead_pool(b->st);
+
+	for (uint32_t i = 0; i < p.n; i++)
+		out[i] = atomic_load(&p.slots[(size_t)i << p.shift]);
+}
+
 /* parse(format(c)) gives c back, byte for byte (equal configurations
  * compare equal with memcmp) */
 static void roundtrip_bulkhead(const struct resil_bulkhead_conf *c)
@@ -175,17 +228,111 @@ static void test_shape(void **state)
 
 	resil_bulkhead_conf_defaults(&a);
 	resil_bulkhead_conf_defaults(&b);
-	b.wait_ns = RESIL_NS_PER_S;
+	assert_int_equal(resil_bulkhead_regime(&a), RESIL_BULKHEAD_SCAN);
+	assert_true(resil_bulkhead_same_shape(&a, &b));
+	/* the regime is part of the shape: a wait or a partition counts */
+	b.wait_ns = 200 * RESIL_NS_PER_MS;
+	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_COUNTED);
+	assert_false(resil_bulkhead_same_shape(&a, &b));
+	assert_false(resil_bulkhead_same_shape(&b, &a));
+	b.wait_ns = 0;
 	b.critical_bp = 1000;
+	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_COUNTED);
+	assert_false(resil_bulkhead_same_shape(&a, &b));
+	/* within the counted regime, waits and shares change in place */
+	a.wait_ns = RESIL_NS_PER_S;
+	assert_true(resil_bulkhead_same_shape(&a, &b));
+	a.critical_bp = 500;
 	assert_true(resil_bulkhead_same_shape(&a, &b));
 	b.max = 26;
 	assert_false(resil_bulkhead_same_shape(&a, &b));
-	/* one 128-byte line per permit up to RESIL_POOL_SPREAD_MAX */
+	/* the bound: scan up to RESIL_BULKHEAD_SCAN_MAX, counted above */
+	resil_bulkhead_conf_defaults(&a);
+	resil_bulkhead_conf_defaults(&b);
+	a.max = RESIL_BULKHEAD_SCAN_MAX;
+	b.max = RESIL_BULKHEAD_SCAN_MAX + 1;
+	assert_int_equal(resil_bulkhead_regime(&a), RESIL_BULKHEAD_SCAN);
+	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_COUNTED);
+	/* one 128-byte line per permit in both regimes up to
+	 * RESIL_POOL_SPREAD_MAX, packed above */
+	resil_bulkhead_conf_defaults(&a);
+	assert_int_equal(resil_bulkhead_state_size(&a),
+			 sizeof(struct resil_bulkhead_state) + resil_align_up(25 * 128, 128));
+	a.critical_bp = 100;
 	assert_int_equal(resil_bulkhead_state_size(&a),
 			 sizeof(struct resil_bulkhead_state) + resil_align_up(25 * 128, 128));
 	b.max = 5000;
 	assert_int_equal(resil_bulkhead_state_size(&b),
 			 sizeof(struct resil_bulkhead_state) + resil_align_up(5000 * 4, 128));
+}
+
+/* Through a real segment: a change of regime publishes a fresh block; a
+ * change within a regime keeps the block; a permit of the old block goes
+ * back to the old block, under the old record's regime. */
+static int64_t seg_now = 1000 * RESIL_NS_PER_S;
+
+static const struct resil_rec *seg_define(struct resil_seg *s, const char *text)
+{
+	struct resil_conf c;
+	char err[256];
+	uint64_t w;
+
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c, text, 1, err, sizeof(err)), 0);
+	assert_true(resil_seg_define(s, "dep", &c, 0, 0, seg_now, err, sizeof(err)) >= 0);
+	assert_int_equal(resil_seg_lookup(s, "dep", NULL, &w), 0);
+	return resil_seg_rec_of(s, w);
+}
+
+static void test_fresh_block_on_regime_change(void **state)
+{
+	struct resil_seg s;
+	struct resil_seg_params p = {.slots = 8, .clients = 8, .events = 64, .state_size = 8 << 20};
+	struct resil_ctx x = {.seg = &s, .clock = {manual_clock, &manual_now}, .client_id = 3};
+	const struct resil_rec *r0, *r1, *r2;
+	struct resil_bulkhead_state *b0, *b1;
+	struct resil_permit_priv pm, pm1;
+
+	assert_int_equal(resil_seg_create(&s, &p), 0);
+	r0 = seg_define(&s, "bulkhead.max = 2");
+	b0 = resil_comp_state(&s, r0, RESIL_C_BULKHEAD);
+	assert_int_equal(b0->regime, RESIL_BULKHEAD_SCAN);
+	memset(&pm, 0, sizeof(pm));
+	assert_int_equal(resil_policy_acquire(&x, r0, &pm, NULL, 0), 0);
+	assert_int_equal(resil_bulkhead_held(b0), 1);
+
+	r1 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 200ms");
+	assert_true(r1 != r0);
+	assert_true(r1->state_off != r0->state_off); /* a fresh block */
+	b1 = resil_comp_state(&s, r1, RESIL_C_BULKHEAD);
+	assert_int_equal(b1->regime, RESIL_BULKHEAD_COUNTED);
+	assert_int_equal(resil_bulkhead_held(b1), 0);
+	assert_int_equal(atomic_load(&b1->inflight), 0);
+	/* the new block counts from zero: both of its permits are there */
+	memset(&pm1, 0, sizeof(pm1));
+	assert_int_equal(resil_policy_acquire(&x, r1, &pm1, NULL, 0), 0);
+	assert_int_equal(atomic_load(&b1->inflight), 1);
+	x.now = 0;
+	resil_policy_release(&x, r1, &pm1, RESIL_SUCCESS);
+	assert_int_equal(atomic_load(&b1->inflight), 0);
+
+	/* the old permit goes back where it came from, by the old record */
+	x.now = 0;
+	resil_policy_release(&x, r0, &pm, RESIL_SUCCESS);
+	assert_int_equal(resil_bulkhead_held(b0), 0);
+	assert_int_equal(atomic_load(&b1->inflight), 0);
+	assert_int_equal(atomic_load(&b0->inflight), 0);
+
+	/* within the counted regime a longer wait keeps the block */
+	r2 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 300ms");
+	assert_true(r2->state_off == r1->state_off);
+	/* and back to fail-fast: a fresh scan block again */
+	r2 = seg_define(&s, "bulkhead.max = 2");
+	assert_true(r2->state_off != r1->state_off);
+	assert_int_equal(
+	    ((struct resil_bulkhead_state *)resil_comp_state(&s, r2, RESIL_C_BULKHEAD))->regime,
+	    RESIL_BULKHEAD_SCAN);
+	resil_seg_unmap(&s);
 }
 
 static void test_limit(void **state)
@@ -194,7 +341,7 @@ static void test_limit(void **state)
 	struct bh b;
 	int i;
 
-	bh_new(&b, NULL, NULL, NULL); /* max 25, fail fast */
+	bh_new_r(&b, NULL, state); /* max 25, fail fast */
 	for (i = 0; i < 25; i++) {
 		assert_int_equal(take(&b, 1 + i % 3, RESIL_PRIO_NORMAL, &pm[i]), 0);
 		assert_true(pm[i].flags & RESIL_PERMIT_BULKHEAD);
@@ -205,7 +352,9 @@ static void test_limit(void **state)
 	assert_int_equal(pm[25].bulkhead_idx, 0);
 	assert_false(pm[25].flags & RESIL_PERMIT_BULKHEAD);
 	assert_int_equal(resil_bulkhead_held(b.st), 25);
-	assert_int_equal(hint(&b), 25); /* rejections undid their fetch_add */
+	check_hint(&b, 25); /* rejections undid their fetch_add */
+	if (!counted(&b))
+		assert_int_equal(atomic_load(&b.st->full), 1); /* the walk said so */
 
 	/* every slot is distinct */
 	for (i = 0; i < 25; i++)
@@ -216,7 +365,8 @@ static void test_limit(void **state)
 	assert_int_equal(pm[7].bulkhead_idx, 0);
 	give(&b, 1, &pm[7]); /* a second release of the same permit is a no-op */
 	assert_int_equal(resil_bulkhead_held(b.st), 24);
-	assert_int_equal(hint(&b), 24);
+	check_hint(&b, 24);
+	assert_int_equal(atomic_load(&b.st->full), 0); /* the release cleared it */
 	assert_int_equal(take(&b, 3, RESIL_PRIO_NORMAL, &pm[25]), 0);
 	assert_int_equal(take(&b, 3, RESIL_PRIO_NORMAL, &pm[7]), RESIL_REJECT_FULL);
 
@@ -224,7 +374,153 @@ static void test_limit(void **state)
 		if (i != 7)
 			give(&b, 1, &pm[i]);
 	assert_int_equal(resil_bulkhead_held(b.st), 0);
-	assert_int_equal(hint(&b), 0);
+	check_hint(&b, 0);
+	bh_free(&b);
+}
+
+/* Scan regime: a rejection claims nothing, ever, and walks read-only:
+ * every slot word is the same after 100 rejections (walks included: the
+ * hint sends one in RESIL_BULKHEAD_RECHECK there). */
+static void test_scan_reject_never_claims(void **state)
+{
+	struct resil_permit_priv pm[25], r;
+	uint32_t before[25], after[25];
+	struct bh b;
+	int i;
+
+	bh_new(&b, NULL, NULL, NULL);
+	assert_int_equal(resil_bulkhead_regime(&b.conf), RESIL_BULKHEAD_SCAN);
+	for (i = 0; i < 25; i++)
+		assert_int_equal(take(&b, 1 + (uint32_t)i, RESIL_PRIO_NORMAL, &pm[i]), 0);
+	slot_words(&b, before);
+	for (i = 0; i < 100; i++) {
+		assert_int_equal(take(&b, 40 + (uint32_t)(i % 3),
+				      i % 2 ? RESIL_PRIO_CRITICAL : RESIL_PRIO_NORMAL, &r),
+				 RESIL_REJECT_FULL);
+		assert_int_equal(r.bulkhead_idx, 0);
+		assert_false(r.flags & RESIL_PERMIT_BULKHEAD);
+	}
+	slot_words(&b, after);
+	assert_memory_equal(before, after, sizeof(before));
+	assert_int_equal(resil_bulkhead_held(b.st), 25);
+	assert_int_equal(hint(&b), 0); /* nothing counts in this regime */
+	for (i = 0; i < 25; i++)
+		give(&b, 1 + (uint32_t)i, &pm[i]);
+	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	bh_free(&b);
+}
+
+/* The full hint's race: a release that misses the hint (its slot store,
+ * then a load of the hint before the walk stored it) leaves the hint set
+ * while a slot is free. Played here by freeing a slot with a bare store.
+ * Repairs: a rejecting thread walks anyway within RESIL_BULKHEAD_RECHECK
+ * rejections; the daemon's tick; any release; a reclaim. */
+static void test_full_hint_race(void **state)
+{
+	struct resil_reclaim_counts counts = {0};
+	struct resil_permit_priv pm[4], r;
+	struct resil_pool p;
+	struct resil_ctx x;
+	struct bh b;
+	int i, tries;
+
+	bh_new(&b, "4", NULL, NULL);
+	p = resil_bulkhead_pool(b.st);
+	for (i = 0; i < 4; i++)
+		assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[i]), 0);
+	assert_int_equal(atomic_load(&b.st->full), 0); /* no walk has failed yet */
+	assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
+	assert_int_equal(atomic_load(&b.st->full), 1);
+
+	/* 1. the rejecting threads repair it themselves */
+	atomic_store(&p.slots[(size_t)(pm[2].bulkhead_idx - 1) << p.shift], 0);
+	memset(&pm[2], 0, sizeof(pm[2]));
+	for (tries = 1; tries <= (int)RESIL_BULKHEAD_RECHECK + 1; tries++)
+		if (take(&b, 6, RESIL_PRIO_NORMAL, &pm[2]) == 0)
+			break;
+	/* a bounded number of spurious rejections, then found stale: cleared */
+	assert_true(tries <= (int)RESIL_BULKHEAD_RECHECK);
+	assert_int_equal(atomic_load(&b.st->full), 0);
+	assert_int_equal(resil_bulkhead_held(b.st), 4);
+
+	/* 2. the daemon's tick: clears a stale hint, keeps a true one */
+	assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
+	assert_int_equal(atomic_load(&b.st->full), 1);
+	maintain(&b);
+	assert_int_equal(atomic_load(&b.st->full), 1); /* every slot is taken: true */
+	atomic_store(&p.slots[(size_t)(pm[2].bulkhead_idx - 1) << p.shift], 0);
+	memset(&pm[2], 0, sizeof(pm[2]));
+	maintain(&b);
+	assert_int_equal(atomic_load(&b.st->full), 0);
+	assert_int_equal(atomic_load(&b.st->repaired), 1);
+	assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &pm[2]), 0);
+
+	/* 3. any release clears it (here: a slot that was free already) */
+	assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
+	assert_int_equal(atomic_load(&b.st->full), 1);
+	give(&b, 5, &pm[0]);
+	assert_int_equal(atomic_load(&b.st->full), 0);
+	assert_int_equal(take(&b, 7, RESIL_PRIO_NORMAL, &pm[0]), 0);
+
+	/* 4. a reclaim frees slots, so it clears it too */
+	assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
+	assert_int_equal(atomic_load(&b.st->full), 1);
+	ctx_init(&x, 0);
+	resil_bulkhead_reclaim(&x, &b.conf, b.st, 7, &counts);
+	assert_int_equal(counts.permits, 1);
+	assert_int_equal(atomic_load(&b.st->full), 0);
+	assert_int_equal(resil_bulkhead_held(b.st), 3);
+	for (i = 1; i < 4; i++)
+		give(&b, 5, &pm[i]);
+	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	bh_free(&b);
+}
+
+/* Geometry words are client-writable: whatever a client writes there, the
+ * hot path, the release and the daemon's maintain/reclaim stay within the
+ * pool (they take the geometry from the configuration: under ASan an
+ * access out of the block is caught), an observer reads nothing it should
+ * not, and the daemon's tick puts the words back. */
+static void test_geometry_scribbled(void **state)
+{
+	struct resil_reclaim_counts counts = {0};
+	struct resil_permit_priv pm[3], r;
+	struct resil_ctx x;
+	struct bh b;
+	int i;
+
+	bh_new_r(&b, "3", state);
+	for (i = 0; i < 2; i++)
+		assert_int_equal(take(&b, 8, RESIL_PRIO_NORMAL, &pm[i]), 0);
+	b.st->nslots = 60000;
+	b.st->slots_off = 1u << 30;
+	b.st->shift = 31;
+	b.st->regime = counted(&b) ? RESIL_BULKHEAD_SCAN : RESIL_BULKHEAD_COUNTED;
+	assert_int_equal(resil_bulkhead_held(b.st), 0); /* no garbage geometry is walked */
+	assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &pm[2]), 0);
+	assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
+	give(&b, 9, &pm[2]);
+	ctx_init(&x, 0);
+	resil_bulkhead_reclaim(&x, &b.conf, b.st, 8, &counts);
+	assert_int_equal(counts.permits, 2);
+	/* a geometry init could have written, but not this block's */
+	b.st->nslots = 50;
+	b.st->shift = resil_bulkhead_shift(b.st->regime, 50);
+	b.st->slots_off = sizeof(struct resil_bulkhead_state);
+	maintain(&b);
+	assert_int_equal(b.st->nslots, 3);
+	assert_int_equal(b.st->slots_off, sizeof(struct resil_bulkhead_state));
+	assert_int_equal(b.st->shift, resil_bulkhead_shift(resil_bulkhead_regime(&b.conf), 3));
+	assert_int_equal(b.st->regime, resil_bulkhead_regime(&b.conf));
+	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &pm[i]), 0);
+	assert_int_equal(resil_bulkhead_held(b.st), 3);
+	for (i = 0; i < 3; i++)
+		give(&b, 9, &pm[i]);
+	maintain(&b);
+	maintain(&b);
+	check_hint(&b, 0);
 	bh_free(&b);
 }
 
@@ -236,7 +532,7 @@ static void test_same_slot_again(void **state)
 	int i;
 
 	/* An uncontended caller reuses the slot it freed: one CAS per claim. */
-	bh_new(&b, "100", NULL, NULL);
+	bh_new_r(&b, "100", state);
 	assert_int_equal(take(&b, 42, RESIL_PRIO_NORMAL, &pm), 0);
 	first = pm.bulkhead_idx;
 	give(&b, 42, &pm);
@@ -256,7 +552,7 @@ static void test_unregistered(void **state)
 	struct bh b;
 	int i;
 
-	bh_new(&b, "3", NULL, NULL);
+	bh_new_r(&b, "3", state);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(take(&b, 0, RESIL_PRIO_NORMAL, &pm[i]), 0);
 	assert_int_equal(resil_bulkhead_held(b.st), 3);
@@ -314,7 +610,7 @@ static void test_reclaim(void **state)
 	struct bh b;
 	int i;
 
-	bh_new(&b, "10", NULL, NULL);
+	bh_new_r(&b, "10", state);
 	/* clients 7 (4 permits), 8 (3), 9 (3): a prefork parent and two children */
 	for (i = 0; i < 10; i++)
 		assert_int_equal(take(&b, i < 4 ? 7 : i < 7 ? 8 : 9, RESIL_PRIO_NORMAL, &pm[i]), 0);
@@ -325,7 +621,7 @@ static void test_reclaim(void **state)
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 8, &counts);
 	assert_int_equal(counts.permits, 3);
 	assert_int_equal(resil_bulkhead_held(b.st), 7);
-	assert_int_equal(hint(&b), 7);
+	check_hint(&b, 7);
 	assert_int_equal(atomic_load(&b.st->reclaimed), 3);
 	/* exactly once */
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 8, &counts);
@@ -346,16 +642,8 @@ static void test_reclaim(void **state)
 	for (i = 0; i < 3; i++)
 		give(&b, 12, &more[i]);
 	assert_int_equal(resil_bulkhead_held(b.st), 0);
-	assert_int_equal(hint(&b), 0);
+	check_hint(&b, 0);
 	bh_free(&b);
-}
-
-static void maintain(struct bh *b)
-{
-	struct resil_ctx x;
-
-	ctx_init(&x, 0);
-	resil_bulkhead_maintain(&x, &b->conf, b->st);
 }
 
 static void test_repair_windows(void **state)
@@ -365,7 +653,8 @@ static void test_repair_windows(void **state)
 	struct bh b;
 	int i;
 
-	bh_new(&b, "4", NULL, NULL);
+	bh_new(&b, "4", NULL, "1"); /* the counted regime: windows A, C, D */
+	assert_int_equal(resil_bulkhead_regime(&b.conf), RESIL_BULKHEAD_COUNTED);
 	p = resil_bulkhead_pool(b.st);
 	for (i = 0; i < 2; i++)
 		assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[i]), 0);
@@ -614,6 +903,7 @@ static void *hammer_main(void *arg)
 
 static void test_threads(void **state)
 {
+	const struct regime *r = *state;
 	_Atomic int inside = 0, worst = 0;
 	struct hammer h[4];
 	pthread_t th[4];
@@ -621,7 +911,9 @@ static void test_threads(void **state)
 	long total = 0;
 	int i;
 
-	bh_new(&b, "3", NULL, "34");
+	/* counted: a partition that matters (1 of 3 reserved) */
+	bh_new(&b, "3", NULL, r->want == RESIL_BULKHEAD_COUNTED ? "34" : NULL);
+	assert_int_equal(resil_bulkhead_regime(&b.conf), r->want);
 	for (i = 0; i < 4; i++) {
 		h[i] = (struct hammer){.b = &b,
 				       .client = 1 + (uint32_t)i,
@@ -637,7 +929,7 @@ static void test_threads(void **state)
 	assert_true(atomic_load(&worst) <= 3);
 	assert_true(total > 0);
 	assert_int_equal(resil_bulkhead_held(b.st), 0);
-	assert_int_equal(hint(&b), 0);
+	check_hint(&b, 0);
 	bh_free(&b);
 }
 
@@ -685,7 +977,7 @@ static void test_no_syscall(void **state)
 	skip(); /* a strict-seccomp child of a TSan process never finishes dying */
 #endif
 
-	bh_new(&b, "3", NULL, NULL);
+	bh_new_r(&b, "3", state);
 	status = run_strict(strict_body, &b);
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
 		skip();
@@ -712,7 +1004,7 @@ static void test_cost(void **state)
 	int64_t t0, t1, t2, t3;
 	struct bh b;
 
-	bh_new(&b, "2", NULL, NULL);
+	bh_new_r(&b, "2", state);
 	ctx_init(&x, 9);
 	t0 = mono_ns();
 	for (i = 0; i < n; i++)
@@ -734,9 +1026,11 @@ static void test_cost(void **state)
 			fail();
 	}
 	t3 = mono_ns();
-	print_message("fetch_add %.1f ns; bulkhead enter+exit %.1f ns (%.1fx), rejection %.1f ns\n",
-		      (double)(t1 - t0) / n, (double)(t2 - t1) / n,
-		      (double)(t2 - t1) / (double)(t1 - t0), (double)(t3 - t2) / n);
+	print_message("%s: fetch_add %.1f ns; bulkhead enter+exit %.1f ns (%.1fx), rejection "
+		      "%.1f ns\n",
+		      counted(&b) ? "counted" : "scan", (double)(t1 - t0) / n,
+		      (double)(t2 - t1) / n, (double)(t2 - t1) / (double)(t1 - t0),
+		      (double)(t3 - t2) / n);
 	give(&b, 9, &full[0]);
 	give(&b, 9, &full[1]);
 	bh_free(&b);
@@ -764,19 +1058,31 @@ int main(void)
 	    cmocka_unit_test(test_conf),
 	    cmocka_unit_test(test_roundtrip),
 	    cmocka_unit_test(test_shape),
-	    cmocka_unit_test(test_limit),
-	    cmocka_unit_test(test_same_slot_again),
-	    cmocka_unit_test(test_unregistered),
+	    cmocka_unit_test(test_fresh_block_on_regime_change),
+	    cmocka_unit_test_prestate(test_limit, &scan_r),
+	    cmocka_unit_test_prestate(test_limit, &counted_r),
+	    cmocka_unit_test(test_scan_reject_never_claims),
+	    cmocka_unit_test(test_full_hint_race),
+	    cmocka_unit_test_prestate(test_geometry_scribbled, &scan_r),
+	    cmocka_unit_test_prestate(test_geometry_scribbled, &counted_r),
+	    cmocka_unit_test_prestate(test_same_slot_again, &scan_r),
+	    cmocka_unit_test_prestate(test_same_slot_again, &counted_r),
+	    cmocka_unit_test_prestate(test_unregistered, &scan_r),
+	    cmocka_unit_test_prestate(test_unregistered, &counted_r),
 	    cmocka_unit_test(test_priority),
-	    cmocka_unit_test(test_reclaim),
+	    cmocka_unit_test_prestate(test_reclaim, &scan_r),
+	    cmocka_unit_test_prestate(test_reclaim, &counted_r),
 	    cmocka_unit_test(test_repair_windows),
 	    cmocka_unit_test(test_wait_admitted),
 	    cmocka_unit_test(test_wait_timeout),
 	    cmocka_unit_test(test_wait_one_per_release),
 	    cmocka_unit_test(test_dead_waiter),
-	    cmocka_unit_test(test_threads),
-	    cmocka_unit_test(test_no_syscall),
-	    cmocka_unit_test(test_cost),
+	    cmocka_unit_test_prestate(test_threads, &scan_r),
+	    cmocka_unit_test_prestate(test_threads, &counted_r),
+	    cmocka_unit_test_prestate(test_no_syscall, &scan_r),
+	    cmocka_unit_test_prestate(test_no_syscall, &counted_r),
+	    cmocka_unit_test_prestate(test_cost, &scan_r),
+	    cmocka_unit_test_prestate(test_cost, &counted_r),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
