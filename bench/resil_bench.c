@@ -142,12 +142,27 @@ static void emit(const char *group, const char *name, const char *metric, double
 
 static bool selected(const char *group, const char *name)
 {
+	const char *o = opt.only;
 	char full[256];
 
-	if (!opt.only)
+	if (!o)
 		return true;
 	snprintf(full, sizeof(full), "%s/%s", group, name);
-	return strstr(full, opt.only) != NULL;
+	/* --only A,B: any of the comma-separated parts */
+	for (;;) {
+		size_t len = strcspn(o, ",");
+		char part[256];
+
+		if (len > 0 && len < sizeof(part)) {
+			memcpy(part, o, len);
+			part[len] = '\0';
+			if (strstr(full, part))
+				return true;
+		}
+		if (!o[len])
+			return false;
+		o += len + 1;
+	}
 }
 
 /* ---------------------------------------------------------------------- */
@@ -635,7 +650,10 @@ struct simple_case {
 	loop_fn fn;
 };
 
-enum { PREP_NONE, PREP_FAIL_ONCE, PREP_ADMIT_ONCE };
+/* PREP_HOLD_ALL: the bench process takes every permit it can and holds
+ * them during the loop, so each acquire of the loop is a rejection. */
+enum { PREP_NONE, PREP_FAIL_ONCE, PREP_ADMIT_ONCE, PREP_HOLD_ALL };
+#define HOLD_MAX 64
 
 static const struct simple_case simple_cases[] = {
     {"empty.acq_rel", "empty", "policy.scope = fleet", PREP_NONE, loop_acq_rel},
@@ -651,6 +669,7 @@ static const struct simple_case simple_cases[] = {
      loop_acq_rel},
     {"limit.reject", "lrej", "limit.rate = 1/h", PREP_ADMIT_ONCE, loop_acq_rel},
     {"bulkhead.acq_rel", "bulk", "bulkhead.max = 25", PREP_NONE, loop_acq_rel},
+    {"bulkhead.reject", "bulkrej", "bulkhead.max = 25", PREP_HOLD_ALL, loop_acq_rel},
     {"adaptive.acq_rel", "adapt", "adaptive.algorithm = vegas", PREP_NONE, loop_acq_rel},
     {"shed.acq_rel", "shed", "shed.k = 2", PREP_NONE, loop_acq_rel},
     {"budget.acq_rel", "budget", "retry.budget = grpc:100:0.1", PREP_NONE, loop_acq_rel},
@@ -669,18 +688,25 @@ static void run_resil(resil_t *r, const char *group, bool keyed)
 	fprintf(stderr, "%s\n", group);
 	for (size_t i = 0; i < ARRAY_LEN(simple_cases); i++) {
 		const struct simple_case *c = &simple_cases[i];
+		resil_permit_t pm, held[HOLD_MAX];
 		struct pctx x = {0};
-		resil_permit_t pm;
+		int nheld = 0;
 
 		if (!selected(group, c->name))
 			continue;
 		x.p = mkpol(r, c->base, c->cfg);
 		if (!x.p)
 			continue;
-		if (c->prep != PREP_NONE && resil_acquire(x.p, &pm) == RESIL_ADMIT)
+		if (c->prep == PREP_HOLD_ALL) {
+			while (nheld < HOLD_MAX && resil_acquire(x.p, &held[nheld]) == RESIL_ADMIT)
+				nheld++;
+		} else if (c->prep != PREP_NONE && resil_acquire(x.p, &pm) == RESIL_ADMIT) {
 			resil_release(x.p, &pm,
 				      c->prep == PREP_FAIL_ONCE ? RESIL_FAILURE : RESIL_SUCCESS);
+		}
 		measure(group, c->name, c->fn, &x);
+		while (nheld > 0)
+			resil_release(x.p, &held[--nheld], RESIL_IGNORED);
 	}
 	keyed_reject_case(r, group);
 	if (!keyed)
@@ -1179,6 +1205,7 @@ static const struct mp_case mp_cases[] = {
     {"fetch_add", NULL, NULL},
     {"breaker.count100", "mpb", "breaker.window = count:100"},
     {"bulkhead", "mpbulk", "bulkhead.max = 1000"},
+    {"bulkhead25", "mpbulk25", "bulkhead.max = 25"},
     {"limit.admit", "mplim", "limit.rate = 1000000000/s; limit.burst = 1000000"},
 };
 
@@ -1362,7 +1389,7 @@ static void run_fleet_rate(resil_t *r, const char *where)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: resil_bench [--smoke] [--callgrind] [--only GROUP/NAME-PART]\n"
+	fprintf(f, "usage: resil_bench [--smoke] [--callgrind] [--only GROUP/NAME-PART[,...]]\n"
 		   "                   [--socket PATH] [--redis PATH] [--out FILE] [--runs N]\n"
 		   "                   [--target-ms MS] [--cg-iters N]\n");
 }
