@@ -226,14 +226,14 @@ static void decide_block(const struct resil_seg *s, const struct resil_rec *rec,
 	cs = block_comp(rec, s, base, bsize, RESIL_C_BULKHEAD,
 			resil_bulkhead_state_size(&c->bulkhead));
 	if (cs && c->bulkhead.on) {
-		d->inflight = resil_bulkhead_held(cs);
+		d->inflight = resil_bulkhead_held(&c->bulkhead, cs);
 		d->limit = c->bulkhead.max;
 		return;
 	}
 	cs = block_comp(rec, s, base, bsize, RESIL_C_ADAPTIVE,
 			resil_adaptive_state_size(&c->adaptive));
 	if (cs && c->adaptive.on) {
-		d->inflight = resil_adaptive_held(cs);
+		d->inflight = resil_adaptive_held(&c->adaptive, cs);
 		d->limit = resil_adaptive_limit(cs);
 	}
 }

@@ -279,9 +279,9 @@ uint32_t resil_adaptive_limit(const void *st)
 	return ld_relaxed(&((struct resil_adaptive_state *)st)->limit);
 }
 
-uint32_t resil_adaptive_held(const void *st)
+uint32_t resil_adaptive_held(const struct resil_adaptive_conf *c, const void *st)
 {
-	struct resil_pool p = resil_adaptive_pool((struct resil_adaptive_state *)st);
+	struct resil_pool p = resil_adaptive_pool((struct resil_adaptive_state *)st, c);
 
 	return resil_pool_claimed(&p);
 }
@@ -524,7 +524,7 @@ int resil_adaptive_acquire(struct resil_ctx *x, const struct resil_adaptive_conf
 			   struct resil_permit_priv *pm)
 {
 	struct resil_adaptive_state *s = st;
-	struct resil_pool p = resil_adaptive_pool(s);
+	struct resil_pool p = resil_adaptive_pool(s, c);
 	uint32_t inflight, idx, mx;
 
 	idx = resil_pool_claim(&p, ld_relaxed(&s->limit), claim_id(x), &inflight);
@@ -551,7 +551,7 @@ void resil_adaptive_undo(struct resil_ctx *x, const struct resil_adaptive_conf *
 
 	if (!(pm->flags & RESIL_PERMIT_ADAPTIVE))
 		return;
-	p = resil_adaptive_pool(s);
+	p = resil_adaptive_pool(s, c);
 	resil_pool_free(&p, pm->adaptive_idx);
 	pm->adaptive_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_ADAPTIVE;
@@ -586,7 +586,7 @@ void resil_adaptive_release(struct resil_ctx *x, const struct resil_adaptive_con
 void resil_adaptive_maintain(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st)
 {
 	struct resil_adaptive_state *s = st;
-	struct resil_pool p = resil_adaptive_pool(s);
+	struct resil_pool p = resil_adaptive_pool(s, c);
 
 	resil_pool_repair(&p, &s->prev_excess);
 	maybe_decide(x, c, s, resil_ctx_now(x));
@@ -596,7 +596,7 @@ void resil_adaptive_reclaim(struct resil_ctx *x, const struct resil_adaptive_con
 			    uint32_t dead_client, struct resil_reclaim_counts *counts)
 {
 	struct resil_adaptive_state *s = st;
-	struct resil_pool p = resil_adaptive_pool(s);
+	struct resil_pool p = resil_adaptive_pool(s, c);
 	uint32_t n = resil_pool_reclaim(&p, dead_client);
 
 	if (n)

@@ -71,13 +71,19 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_adaptive_state, limit_milli) == 384, "
 RESIL_STATIC_ASSERT(offsetof(struct resil_adaptive_state, reclaimed) == 472, "adaptive stats");
 RESIL_STATIC_ASSERT(sizeof(struct resil_adaptive_state) == 512, "adaptive state size");
 
-static inline struct resil_pool resil_adaptive_pool(struct resil_adaptive_state *s)
+uint32_t resil_adaptive_max(const struct resil_adaptive_conf *c);
+
+/* The pool, from the configuration: never from the block's geometry words,
+ * which clients can write (the daemon walks these slots). */
+static inline struct resil_pool resil_adaptive_pool(struct resil_adaptive_state *s,
+						    const struct resil_adaptive_conf *c)
 {
+	uint32_t n = resil_adaptive_max(c);
 	struct resil_pool p = {
 	    .count = &s->inflight,
-	    .slots = (ra32 *)((char *)s + s->slots_off),
-	    .n = s->nslots,
-	    .shift = s->shift,
+	    .slots = (ra32 *)(s + 1),
+	    .n = n,
+	    .shift = resil_pool_shift(n),
 	};
 	return p;
 }
@@ -86,11 +92,10 @@ static inline struct resil_pool resil_adaptive_pool(struct resil_adaptive_state 
  * (Netflix concurrency-limits: Vegas initial 20 max 1000; Gradient2
  * initial 20 min 20 max 200; AIMD initial 20 min 20 max 200). */
 uint32_t resil_adaptive_min(const struct resil_adaptive_conf *c);
-uint32_t resil_adaptive_max(const struct resil_adaptive_conf *c);
 uint32_t resil_adaptive_initial(const struct resil_adaptive_conf *c);
 /* The published limit and the permits held right now (a scan). */
 uint32_t resil_adaptive_limit(const void *st);
-uint32_t resil_adaptive_held(const void *st);
+uint32_t resil_adaptive_held(const struct resil_adaptive_conf *c, const void *st);
 
 void resil_adaptive_conf_defaults(struct resil_adaptive_conf *c);
 size_t resil_adaptive_conf_format(const struct resil_adaptive_conf *c, char *buf, size_t len);

@@ -47,15 +47,12 @@
  * old block go back to the old block (a permit is released under the
  * record it was granted under: that record's block and regime). The regime
  * and geometry are written into the block's geometry line at init (before
- * publication) for observers (resil_bulkhead_held), but the hot path, the
- * release and the daemon's maintain/reclaim take them from the
- * configuration (the read-only segment): a client that scribbles on the
- * geometry words cannot send anyone out of bounds. The daemon's tick
- * rewrites them from the configuration (layout_repair), so an observer
- * is misled at most until then, and resil_bulkhead_held reads only a
- * geometry that init could have written: it has no configuration to
- * compare with, so a forged one still reads up to
- * resil_pool_bytes(RESIL_POOL_MAX) (256 KiB) from the block.
+ * publication) for someone reading a dump of the segment, but every
+ * reader in the code (the hot path, the release, the daemon's
+ * maintain/reclaim, the observers' resil_bulkhead_held) takes them from
+ * the configuration (the read-only segment): a client that scribbles on
+ * the geometry words cannot send anyone out of bounds. The daemon's tick
+ * rewrites them from the configuration (layout_repair).
  *
  * Shared words (state block, see bulkhead.h):
  *   slots[i]   writers: the claimer (CAS 0 -> id, acq_rel: pairs with the
@@ -63,7 +60,7 @@
  *              one before it did), the holder (store 0, release), the
  *              daemon (CAS id -> 0 for a dead id). Readers: claimers
  *              (relaxed pre-check and walks), the daemon and observers
- *              (scan, acquire).
+ *              (scan, acquire; geometry from the configuration).
  *   full       scan regime only, line 0 (nothing else is written there in
  *              this regime). Writers: a walk that found no slot free
  *              (store 1, relaxed, only if it read 0), releasers and a walk
@@ -81,7 +78,7 @@
  *   nwait      count word of the waiter pool (same protocol as inflight).
  *   wslots[]   a waiter's claim, so a dead waiter is taken off exactly.
  *   geometry   nslots, shift, slots_off, regime: init, then the daemon's
- *              tick when they differ; read by observers only.
+ *              tick when they differ; read by no code (dumps).
  *
  * Linearization points: an admission takes effect at the slot CAS, a
  * release at the slot store. A counted rejection at the hint load or
@@ -400,11 +397,10 @@ uint64_t resil_bulkhead_state_size(const struct resil_bulkhead_conf *c)
 	       resil_align_up((uint64_t)n * 4u << shift, RESIL_HOT_ALIGN);
 }
 
-/* The geometry words, from the configuration. For observers only (the
- * hot path and the daemon take the geometry from the configuration): the
- * daemon rewrites them at each tick, so a client that scribbled on them
- * misleads resil_bulkhead_held at most until then. Stores only when a word
- * differs: the line stays clean and shared otherwise. */
+/* The geometry words, from the configuration (no code reads them: they
+ * are for a dump of the segment): the daemon rewrites them at each tick.
+ * Stores only when a word differs: the line stays clean and shared
+ * otherwise. */
 static void layout_repair(struct resil_bulkhead_state *s, const struct resil_bulkhead_conf *c)
 {
 	uint32_t n = resil_bulkhead_max_of(c), regime = resil_bulkhead_regime(c);
@@ -452,21 +448,6 @@ void resil_bulkhead_carry(void *nst, const struct resil_bulkhead_conf *nc, const
 	st_relaxed(&s->waits, ld_relaxed(&o->waits));
 }
 
-uint32_t resil_bulkhead_held(const void *st)
-{
-	struct resil_bulkhead_state *s = (struct resil_bulkhead_state *)st;
-	struct resil_pool p = resil_bulkhead_pool(s);
-
-	/* Words a client can write: read only a geometry init could have
-	 * written (the daemon's tick puts the right one back). */
-	if (p.n == 0 || p.n > RESIL_POOL_MAX || s->slots_off != sizeof(*s) ||
-	    (s->regime != RESIL_BULKHEAD_SCAN && s->regime != RESIL_BULKHEAD_COUNTED) ||
-	    (s->regime == RESIL_BULKHEAD_SCAN && p.n > RESIL_BULKHEAD_SCAN_MAX) ||
-	    p.shift != resil_bulkhead_shift(s->regime, p.n))
-		return 0;
-	return resil_pool_claimed(&p);
-}
-
 /* The pool, from the configuration (never from the block's geometry
  * words, which clients can write). The scan regime has no count word. */
 static inline struct resil_pool conf_pool(struct resil_bulkhead_state *s,
@@ -480,6 +461,13 @@ static inline struct resil_pool conf_pool(struct resil_bulkhead_state *s,
 	    .shift = resil_bulkhead_shift(resil_bulkhead_regime(c), n),
 	};
 	return p;
+}
+
+uint32_t resil_bulkhead_held(const struct resil_bulkhead_conf *c, const void *st)
+{
+	struct resil_pool p = conf_pool((struct resil_bulkhead_state *)st, c);
+
+	return resil_pool_claimed(&p);
 }
 
 static inline bool scan_regime(const struct resil_bulkhead_conf *c)

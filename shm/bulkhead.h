@@ -118,8 +118,8 @@ static inline uint32_t resil_bulkhead_shift(uint32_t regime, uint32_t n)
  *      count word of the waiter pool), read by every releaser, written by
  *      waiters;
  *   2  geometry (written at init before publication, rewritten from the
- *      configuration by the daemon's tick; for observers: the hot path and
- *      the daemon take the geometry from the configuration) and
+ *      configuration by the daemon's tick; for dumps: every reader in the
+ *      code takes the geometry from the configuration) and
  *      daemon-private repair memory;
  *   3  the waiter slots (claims of client ids, like permits);
  *   4+ the permit slots (resil_bulkhead_shift: one per 128-byte line up to
@@ -166,7 +166,7 @@ static inline struct resil_pool resil_bulkhead_pool(struct resil_bulkhead_state 
 
 /* Permits held right now (a scan of the claims, not the hint), by the
  * geometry words of the block. */
-uint32_t resil_bulkhead_held(const void *st);
+uint32_t resil_bulkhead_held(const struct resil_bulkhead_conf *c, const void *st);
 
 /* Append printf output at buf + *off; *off grows by the would-be length,
  * like snprintf, so a caller can tell truncation (*off >= len). */

@@ -247,7 +247,8 @@ static void put_decision(struct out *o, enum family f, const char *pl, const str
 		cs = block_comp(s, rec, base, bsize, RESIL_C_BULKHEAD,
 				resil_bulkhead_state_size(&c->bulkhead));
 		if (cs && c->bulkhead.on)
-			put(o, "%s{%s} %" PRIu32 "\n", fam, pl, resil_bulkhead_held(cs));
+			put(o, "%s{%s} %" PRIu32 "\n", fam, pl,
+			    resil_bulkhead_held(&c->bulkhead, cs));
 		break;
 	case F_ADAPTIVE_LIMIT:
 	case F_ADAPTIVE_INFLIGHT:
@@ -256,7 +257,7 @@ static void put_decision(struct out *o, enum family f, const char *pl, const str
 		if (cs && c->adaptive.on)
 			put(o, "%s{%s} %" PRIu32 "\n", fam, pl,
 			    f == F_ADAPTIVE_LIMIT ? resil_adaptive_limit(cs)
-						  : resil_adaptive_held(cs));
+						  : resil_adaptive_held(&c->adaptive, cs));
 		break;
 	case F_SHED_PROBABILITY:
 		cs = block_comp(s, rec, base, bsize, RESIL_C_SHED, resil_shed_state_size(&c->shed));

@@ -317,8 +317,8 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 		}
 		if (counts.permits)
 			reclaimed_rounds++;
-		TEST_CHECK(resil_bulkhead_held(st) == 0);
-		TEST_CHECK(resil_adaptive_held(sh->ad) == 0);
+		TEST_CHECK(resil_bulkhead_held(&conf, st) == 0);
+		TEST_CHECK(resil_adaptive_held(&aconf, sh->ad) == 0);
 		for (unsigned i = 0; i < RESIL_BULKHEAD_WAITERS; i++)
 			TEST_CHECK(atomic_load(&st->wslots[i]) == 0);
 		for (int w = 0; w < WORKERS; w++) {
@@ -372,7 +372,7 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 			   RESIL_REJECT_FULL);
 		for (uint32_t i = 0; i < lim; i++)
 			resil_adaptive_release(&x, &aconf, sh->ad, &pm[i], RESIL_IGNORED);
-		TEST_CHECK(resil_adaptive_held(sh->ad) == 0);
+		TEST_CHECK(resil_adaptive_held(&aconf, sh->ad) == 0);
 	}
 	printf("%s regime, %d rounds: permits reclaimed in %d, a waiter killed in %d, a "
 	       "bulkhead hint repaired after %d and the adaptive hint after %d (kills inside a "

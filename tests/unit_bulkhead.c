@@ -299,14 +299,14 @@ static void test_fresh_block_on_regime_change(void **state)
 	assert_int_equal(b0->regime, RESIL_BULKHEAD_SCAN);
 	memset(&pm, 0, sizeof(pm));
 	assert_int_equal(resil_policy_acquire(&x, r0, &pm, NULL, 0), 0);
-	assert_int_equal(resil_bulkhead_held(b0), 1);
+	assert_int_equal(resil_bulkhead_held(&r0->conf.bulkhead, b0), 1);
 
 	r1 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 200ms");
 	assert_true(r1 != r0);
 	assert_true(r1->state_off != r0->state_off); /* a fresh block */
 	b1 = resil_comp_state(&s, r1, RESIL_C_BULKHEAD);
 	assert_int_equal(b1->regime, RESIL_BULKHEAD_COUNTED);
-	assert_int_equal(resil_bulkhead_held(b1), 0);
+	assert_int_equal(resil_bulkhead_held(&r1->conf.bulkhead, b1), 0);
 	assert_int_equal(atomic_load(&b1->inflight), 0);
 	/* the new block counts from zero: both of its permits are there */
 	memset(&pm1, 0, sizeof(pm1));
@@ -319,7 +319,7 @@ static void test_fresh_block_on_regime_change(void **state)
 	/* the old permit goes back where it came from, by the old record */
 	x.now = 0;
 	resil_policy_release(&x, r0, &pm, RESIL_SUCCESS);
-	assert_int_equal(resil_bulkhead_held(b0), 0);
+	assert_int_equal(resil_bulkhead_held(&r0->conf.bulkhead, b0), 0);
 	assert_int_equal(atomic_load(&b1->inflight), 0);
 	assert_int_equal(atomic_load(&b0->inflight), 0);
 
@@ -351,7 +351,7 @@ static void test_limit(void **state)
 	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &pm[25]), RESIL_REJECT_FULL);
 	assert_int_equal(pm[25].bulkhead_idx, 0);
 	assert_false(pm[25].flags & RESIL_PERMIT_BULKHEAD);
-	assert_int_equal(resil_bulkhead_held(b.st), 25);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 25);
 	check_hint(&b, 25); /* rejections undid their fetch_add */
 	if (!counted(&b))
 		assert_int_equal(atomic_load(&b.st->full), 1); /* the walk said so */
@@ -364,7 +364,7 @@ static void test_limit(void **state)
 	give(&b, 1, &pm[7]);
 	assert_int_equal(pm[7].bulkhead_idx, 0);
 	give(&b, 1, &pm[7]); /* a second release of the same permit is a no-op */
-	assert_int_equal(resil_bulkhead_held(b.st), 24);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 24);
 	check_hint(&b, 24);
 	assert_int_equal(atomic_load(&b.st->full), 0); /* the release cleared it */
 	assert_int_equal(take(&b, 3, RESIL_PRIO_NORMAL, &pm[25]), 0);
@@ -373,7 +373,7 @@ static void test_limit(void **state)
 	for (i = 0; i < 26; i++)
 		if (i != 7)
 			give(&b, 1, &pm[i]);
-	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	check_hint(&b, 0);
 	bh_free(&b);
 }
@@ -402,11 +402,11 @@ static void test_scan_reject_never_claims(void **state)
 	}
 	slot_words(&b, after);
 	assert_memory_equal(before, after, sizeof(before));
-	assert_int_equal(resil_bulkhead_held(b.st), 25);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 25);
 	assert_int_equal(hint(&b), 0); /* nothing counts in this regime */
 	for (i = 0; i < 25; i++)
 		give(&b, 1 + (uint32_t)i, &pm[i]);
-	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	bh_free(&b);
 }
 
@@ -441,7 +441,7 @@ static void test_full_hint_race(void **state)
 	/* a bounded number of spurious rejections, then found stale: cleared */
 	assert_true(tries <= (int)RESIL_BULKHEAD_RECHECK);
 	assert_int_equal(atomic_load(&b.st->full), 0);
-	assert_int_equal(resil_bulkhead_held(b.st), 4);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 4);
 
 	/* 2. the daemon's tick: clears a stale hint, keeps a true one */
 	assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
@@ -469,10 +469,10 @@ static void test_full_hint_race(void **state)
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 7, &counts);
 	assert_int_equal(counts.permits, 1);
 	assert_int_equal(atomic_load(&b.st->full), 0);
-	assert_int_equal(resil_bulkhead_held(b.st), 3);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 3);
 	for (i = 1; i < 4; i++)
 		give(&b, 5, &pm[i]);
-	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	bh_free(&b);
 }
 
@@ -496,7 +496,8 @@ static void test_geometry_scribbled(void **state)
 	b.st->slots_off = 1u << 30;
 	b.st->shift = 31;
 	b.st->regime = counted(&b) ? RESIL_BULKHEAD_SCAN : RESIL_BULKHEAD_COUNTED;
-	assert_int_equal(resil_bulkhead_held(b.st), 0); /* no garbage geometry is walked */
+	/* the geometry comes from the configuration: garbage is not walked */
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 2);
 	assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &pm[2]), 0);
 	assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
 	give(&b, 9, &pm[2]);
@@ -512,10 +513,10 @@ static void test_geometry_scribbled(void **state)
 	assert_int_equal(b.st->slots_off, sizeof(struct resil_bulkhead_state));
 	assert_int_equal(b.st->shift, resil_bulkhead_shift(resil_bulkhead_regime(&b.conf), 3));
 	assert_int_equal(b.st->regime, resil_bulkhead_regime(&b.conf));
-	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &pm[i]), 0);
-	assert_int_equal(resil_bulkhead_held(b.st), 3);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 3);
 	for (i = 0; i < 3; i++)
 		give(&b, 9, &pm[i]);
 	maintain(&b);
@@ -555,7 +556,7 @@ static void test_unregistered(void **state)
 	bh_new_r(&b, "3", state);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(take(&b, 0, RESIL_PRIO_NORMAL, &pm[i]), 0);
-	assert_int_equal(resil_bulkhead_held(b.st), 3);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 3);
 	struct resil_pool p = resil_bulkhead_pool(b.st);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(atomic_load(&p.slots[(pm[i].bulkhead_idx - 1) << p.shift]),
@@ -565,10 +566,10 @@ static void test_unregistered(void **state)
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 0, &counts);
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, RESIL_CLIENT_UNREGISTERED, &counts);
 	assert_int_equal(counts.permits, 0);
-	assert_int_equal(resil_bulkhead_held(b.st), 3);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 3);
 	for (i = 0; i < 3; i++)
 		give(&b, 0, &pm[i]);
-	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	bh_free(&b);
 }
 
@@ -585,7 +586,7 @@ static void test_priority(void **state)
 	for (i = 0; i < 5; i++)
 		assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &pm[n++]), 0);
 	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &pm[n]), RESIL_REJECT_FULL);
-	assert_int_equal(resil_bulkhead_held(b.st), 25);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 25);
 
 	/* a normal caller sees room only once in-flight drops below 20 */
 	give(&b, 2, &pm[24]);
@@ -598,7 +599,7 @@ static void test_priority(void **state)
 	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &pm[0]), 0);
 	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &pm[1]), RESIL_REJECT_FULL);
 	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &pm[1]), 0);
-	assert_int_equal(resil_bulkhead_held(b.st), 21);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 21);
 	bh_free(&b);
 }
 
@@ -620,7 +621,7 @@ static void test_reclaim(void **state)
 	ctx_init(&x, 0);
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 8, &counts);
 	assert_int_equal(counts.permits, 3);
-	assert_int_equal(resil_bulkhead_held(b.st), 7);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 7);
 	check_hint(&b, 7);
 	assert_int_equal(atomic_load(&b.st->reclaimed), 3);
 	/* exactly once */
@@ -641,7 +642,7 @@ static void test_reclaim(void **state)
 		give(&b, 9, &pm[i]);
 	for (i = 0; i < 3; i++)
 		give(&b, 12, &more[i]);
-	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	check_hint(&b, 0);
 	bh_free(&b);
 }
@@ -664,7 +665,7 @@ static void test_repair_windows(void **state)
 	/* window C: a process freed its slot and died before the fetch_sub */
 	assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &pm[2]), 0);
 	atomic_store(&p.slots[(pm[2].bulkhead_idx - 1) << p.shift], 0);
-	assert_int_equal(resil_bulkhead_held(b.st), 2);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 2);
 	assert_int_equal(hint(&b), 4);
 
 	/* until the daemon repairs, the leak costs capacity, never safety */
@@ -701,7 +702,7 @@ static void test_repair_windows(void **state)
 	assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[3]), 0);
 	struct resil_permit_priv scratch;
 	assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &scratch), RESIL_REJECT_FULL);
-	assert_int_equal(resil_bulkhead_held(b.st), 4);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 4);
 	assert_int_equal(hint(&b), 3);
 	maintain(&b);
 	maintain(&b);
@@ -709,7 +710,7 @@ static void test_repair_windows(void **state)
 	for (i = 0; i < 4; i++)
 		give(&b, 5, &pm[i]);
 	assert_int_equal(hint(&b), 0);
-	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	bh_free(&b);
 }
 
@@ -765,9 +766,9 @@ static void test_wait_admitted(void **state)
 	assert_true(w.pm.flags & RESIL_PERMIT_BULKHEAD);
 	assert_true(w.waited_ns < 20 * RESIL_NS_PER_S); /* woken, not timed out */
 	assert_int_equal(atomic_load(&b.st->nwait), 0);
-	assert_int_equal(resil_bulkhead_held(b.st), 1);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 1);
 	give(&b, 2, &w.pm);
-	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	bh_free(&b);
 }
 
@@ -811,7 +812,7 @@ static void test_wait_one_per_release(void **state)
 	assert_true(eventually_nwait(&b, 3));
 	give(&b, 1, &held[1]);
 	assert_true(eventually_nwait(&b, 2));
-	assert_int_equal(resil_bulkhead_held(b.st), 2);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 2);
 	/* the two admitted ones leave (once they have returned), letting the
 	 * last two in */
 	for (int tries = 0; tries < 2000; tries++) {
@@ -840,7 +841,7 @@ static void test_wait_one_per_release(void **state)
 		assert_int_equal(w[i].verdict, 0);
 		give(&b, w[i].client, &w[i].pm);
 	}
-	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	assert_int_equal(hint(&b), 0);
 	bh_free(&b);
 }
@@ -928,7 +929,7 @@ static void test_threads(void **state)
 	}
 	assert_true(atomic_load(&worst) <= 3);
 	assert_true(total > 0);
-	assert_int_equal(resil_bulkhead_held(b.st), 0);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	check_hint(&b, 0);
 	bh_free(&b);
 }

@@ -77,7 +77,9 @@ static void test_nothing_spent_on_reject(void **state)
 	resil_policy_release(&x, rec, &a, RESIL_SUCCESS);
 	assert_int_equal(call(&s, rec, 1, RESIL_FAILURE), 0); /* second token: opens the breaker */
 	assert_int_equal(call(&s, rec, 1, RESIL_SUCCESS), RESIL_REJECT_OPEN);
-	assert_int_equal(resil_bulkhead_held(resil_comp_state(&s, rec, RESIL_C_BULKHEAD)), 0);
+	assert_int_equal(
+	    resil_bulkhead_held(&rec->conf.bulkhead, resil_comp_state(&s, rec, RESIL_C_BULKHEAD)),
+	    0);
 	uint64_t v[RESIL_STAT__MAX];
 	resil_stats_read_all(resil_comp_state(&s, rec, RESIL_C_STATS), v);
 	assert_int_equal(v[RESIL_STAT_REJ_FULL], 1);
