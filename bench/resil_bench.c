@@ -54,6 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h" /* resil_clock_fast, inline */
 #include "resil.h"
 #include "resil.pb-c.h"
 
@@ -361,6 +362,32 @@ static void loop_clock_cas(void *ctx, uint64_t n)
 	}
 }
 
+/* The decision clock (shm/clock.c and common.h, linked from libresil.a):
+ * CLOCK_MONOTONIC extrapolated from the TSC where the host allows it. */
+
+static void loop_clock_fast(void *ctx, uint64_t n)
+{
+	uint64_t s = 0;
+
+	for (uint64_t i = 0; i < n; i++)
+		s += (uint64_t)resil_clock_fast();
+	sink += s;
+}
+
+/* GCRA's floor on the decision clock: one fast clock read and one CAS. */
+static void loop_fast_cas(void *ctx, uint64_t n)
+{
+	uint64_t e = atomic_load_explicit(&floor_page[48], memory_order_relaxed);
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t t = (uint64_t)resil_clock_fast();
+
+		if (atomic_compare_exchange_strong_explicit(
+			&floor_page[48], &e, e + t, memory_order_acq_rel, memory_order_acquire))
+			e += t;
+	}
+}
+
 static void loop_syscall(void *ctx, uint64_t n)
 {
 	for (uint64_t i = 0; i < n; i++)
@@ -392,8 +419,10 @@ static void run_floors(void)
 	measure("floor", "load_acquire", loop_load, NULL);
 	measure("floor", "cas", loop_cas, NULL);
 	measure("floor", "clock_monotonic", loop_clock, (void *)(intptr_t)CLOCK_MONOTONIC);
+	measure("floor", "clock_fast", loop_clock_fast, NULL);
 	measure("floor", "clock_coarse", loop_clock, (void *)(intptr_t)CLOCK_MONOTONIC_COARSE);
 	measure("floor", "clock_cas", loop_clock_cas, (void *)(intptr_t)CLOCK_MONOTONIC);
+	measure("floor", "fast_cas", loop_fast_cas, NULL);
 	measure("floor", "coarse_cas", loop_clock_cas, (void *)(intptr_t)CLOCK_MONOTONIC_COARSE);
 	if (!opt.callgrind)
 		measure("floor", "syscall_getppid", loop_syscall, NULL);

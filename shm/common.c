@@ -6,6 +6,10 @@
  * written into the segment by one process compares with another's. The
  * coarse variant (CLOCK_MONOTONIC_COARSE) shares that time base at a lower
  * resolution; decisions that can afford it use it (limit.c says when).
+ * Decisions read the precise one through resil_clock_fast() (clock.c: the
+ * same time base extrapolated from the TSC, within a stated error);
+ * resil_clock_monotonic() here is the plain clock_gettime, for deadlines
+ * and sleeps the kernel measures.
  *
  * The per-thread generator is splitmix64, seeded from getrandom() the
  * first time a thread draws, and reseeded in a forked child (libresil's

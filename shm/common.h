@@ -86,12 +86,51 @@ struct resil_clock {
 
 int64_t resil_clock_monotonic(void *ctx);
 int64_t resil_clock_coarse(void *ctx);
+/* CLOCK_MONOTONIC extrapolated from the TSC where the host allows it
+ * (clock.c: eligibility, error bound, RESIL_CLOCK=monotonic), else
+ * clock_gettime. It may step back at a re-anchor by its error bound:
+ * readers clamp. resil_clock_fast_tsc(): the TSC is in use right now. */
+bool resil_clock_fast_tsc(void);
+#if defined(__x86_64__)
+/* clock.c: the calibration (a seqlock over an anchor and a rate) and its
+ * cold path; the reader below is inlined into every decision. */
+struct resil_tsc_cal {
+	ra32 seq;    /* seqlock: odd while a writer stores the words below */
+	ra32 usable; /* 1: eligible (constructor); 0: clock_gettime */
+	ra64 tsc0;   /* anchor TSC; 0: no anchor yet */
+	ra64 ns0;    /* CLOCK_MONOTONIC at tsc0 */
+	ra64 mult;   /* ns per tick, 32.32; 0: not calibrated */
+	ra64 limit;  /* ticks after tsc0 that extrapolate; 0: not calibrated */
+};
+extern struct resil_tsc_cal resil_tsc_cal;
+int64_t resil_tsc_anchor(void);
+
+static inline int64_t resil_clock_fast(void)
+{
+	uint32_t s = ld_acquire(&resil_tsc_cal.seq);
+	uint64_t tsc0 = ld_relaxed(&resil_tsc_cal.tsc0);
+	uint64_t ns0 = ld_relaxed(&resil_tsc_cal.ns0);
+	uint64_t mult = ld_relaxed(&resil_tsc_cal.mult);
+	uint64_t limit = ld_relaxed(&resil_tsc_cal.limit);
+	uint64_t d = __builtin_ia32_rdtsc() - tsc0;
+
+	atomic_thread_fence(memory_order_acquire);
+	if (__builtin_expect(d < limit && ld_relaxed(&resil_tsc_cal.seq) == s && !(s & 1), 1))
+		return (int64_t)(ns0 + ((d * mult) >> 32));
+	return resil_tsc_anchor();
+}
+#else
+static inline int64_t resil_clock_fast(void)
+{
+	return resil_clock_monotonic(NULL);
+}
+#endif
 /* Resolution of CLOCK_MONOTONIC_COARSE (4 ms here), read once. */
 int64_t resil_clock_coarse_resolution_ns(void);
 
 static inline int64_t resil_clock_now(const struct resil_clock *c)
 {
-	return c->fn ? c->fn(c->ctx) : resil_clock_monotonic(NULL);
+	return c->fn ? c->fn(c->ctx) : resil_clock_fast();
 }
 
 /* A coarse reading (4 ms resolution on these machines, same time base):

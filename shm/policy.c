@@ -273,7 +273,9 @@ void resil_policy_release(struct resil_ctx *c, const struct resil_rec *rec,
 	if (resil_has(rec, RESIL_C_SHED))
 		resil_shed_release(c, &cf->shed, blk(s, rec, base, RESIL_C_SHED), pm, outcome);
 	resil_stats_released(c, cf, resil_comp_state(s, rec, RESIL_C_STATS), pm, outcome,
-			     (pm->flags & RESIL_PERMIT_TIMED) ? resil_ctx_now(c) - pm->start_ns : -1);
+			     (pm->flags & RESIL_PERMIT_TIMED)
+				 ? resil_max64(resil_ctx_now(c) - pm->start_ns, 0)
+				 : -1);
 	pm->flags = 0;
 }
 
