@@ -180,11 +180,69 @@ static double run_once(loop_fn fn, void *ctx, uint64_t n)
 	return (double)(mono_ns() - t);
 }
 
+/*
+ * Interleaved runs: between batch_begin() and batch_flush(), measure()
+ * only calibrates a case; the flush then runs run 1 of every case, run 2
+ * of every case, and so on. A neighbour that loads the shared machine for
+ * a few hundred ms then slows one run of many cases (the median drops it)
+ * instead of every run of one case, and the floors a ratio divides by are
+ * measured in the same rounds as the operations.
+ */
+struct pending {
+	const char *group, *name;
+	loop_fn fn;
+	void *ctx;
+	uint64_t n, admits;
+	double v[MAX_RUNS];
+};
+static struct pending batch[64];
+static int nbatch;
+static bool batching;
+
+static void report_case(const char *group, const char *name, double *v, uint64_t n,
+			uint64_t admitted)
+{
+	char note[128];
+
+	qsort(v, opt.runs, sizeof(v[0]), cmp_double);
+	if (strcmp(group, "floor") == 0)
+		snprintf(note, sizeof(note), "n=%llu", (unsigned long long)n);
+	else
+		snprintf(note, sizeof(note), "admitted=%.4f n=%llu",
+			 (double)admitted / (double)(n * (uint64_t)opt.runs),
+			 (unsigned long long)n);
+	emit(group, name, "ns_op", v[opt.runs / 2], v[0], v[opt.runs - 1], "ns", note);
+	fprintf(stderr, "  %-14s %-34s %9.2f ns/op [%.2f-%.2f] %s\n", group, name, v[opt.runs / 2],
+		v[0], v[opt.runs - 1], note);
+}
+
+static void batch_begin(void)
+{
+	batching = !opt.callgrind;
+	nbatch = 0;
+}
+
+static void batch_flush(void)
+{
+	for (int i = 0; i < opt.runs; i++) {
+		for (int k = 0; k < nbatch; k++) {
+			struct pending *b = &batch[k];
+
+			admits = 0;
+			b->v[i] = run_once(b->fn, b->ctx, b->n) / (double)b->n;
+			b->admits += admits;
+		}
+	}
+	for (int k = 0; k < nbatch; k++)
+		report_case(batch[k].group, batch[k].name, batch[k].v, batch[k].n, batch[k].admits);
+	nbatch = 0;
+	batching = false;
+}
+
 static void measure(const char *group, const char *name, loop_fn fn, void *ctx)
 {
 	double v[MAX_RUNS], target = opt.target_ms * 1e6, el;
-	uint64_t n = 64, total = 0;
-	char note[128];
+	uint64_t n = 64;
 	int i;
 
 	if (!selected(group, name))
@@ -214,20 +272,15 @@ static void measure(const char *group, const char *name, loop_fn fn, void *ctx)
 	n = (uint64_t)((double)n * target / (el > 1 ? el : 1));
 	if (n < 16)
 		n = 16;
-	admits = 0;
-	for (i = 0; i < opt.runs; i++) {
-		v[i] = run_once(fn, ctx, n) / (double)n;
-		total += n;
+	if (batching && nbatch < (int)ARRAY_LEN(batch)) {
+		batch[nbatch++] =
+		    (struct pending){.group = group, .name = name, .fn = fn, .ctx = ctx, .n = n};
+		return;
 	}
-	qsort(v, opt.runs, sizeof(v[0]), cmp_double);
-	if (strcmp(group, "floor") == 0)
-		snprintf(note, sizeof(note), "n=%llu", (unsigned long long)n);
-	else
-		snprintf(note, sizeof(note), "admitted=%.4f n=%llu", (double)admits / total,
-			 (unsigned long long)n);
-	emit(group, name, "ns_op", v[opt.runs / 2], v[0], v[opt.runs - 1], "ns", note);
-	fprintf(stderr, "  %-14s %-34s %9.2f ns/op [%.2f-%.2f] %s\n", group, name, v[opt.runs / 2],
-		v[0], v[opt.runs - 1], note);
+	admits = 0;
+	for (i = 0; i < opt.runs; i++)
+		v[i] = run_once(fn, ctx, n) / (double)n;
+	report_case(group, name, v, n, admits);
 }
 
 /* Latency distribution of a round-trip case: p50, p99, mean. */
@@ -713,31 +766,51 @@ static const struct simple_case simple_cases[] = {
      PREP_NONE, loop_acq_rel},
 };
 
-static void run_resil(resil_t *r, const char *group, bool keyed)
+/* The simple cases of one group: measured (or queued into the batch),
+ * their contexts and held permits kept until release_simple(). */
+struct simple_group {
+	struct pctx x[ARRAY_LEN(simple_cases)];
+	resil_policy_t *held_p;
+	resil_permit_t held[HOLD_MAX];
+	int nheld;
+};
+
+static void run_simple(resil_t *r, const char *group, struct simple_group *g)
 {
 	fprintf(stderr, "%s\n", group);
+	memset(g, 0, sizeof(*g));
 	for (size_t i = 0; i < ARRAY_LEN(simple_cases); i++) {
 		const struct simple_case *c = &simple_cases[i];
-		resil_permit_t pm, held[HOLD_MAX];
-		struct pctx x = {0};
-		int nheld = 0;
+		struct pctx *x = &g->x[i];
+		resil_permit_t pm;
 
 		if (!selected(group, c->name))
 			continue;
-		x.p = mkpol(r, c->base, c->cfg);
-		if (!x.p)
+		x->p = mkpol(r, c->base, c->cfg);
+		if (!x->p)
 			continue;
-		if (c->prep == PREP_HOLD_ALL) {
-			while (nheld < HOLD_MAX && resil_acquire(x.p, &held[nheld]) == RESIL_ADMIT)
-				nheld++;
-		} else if (c->prep != PREP_NONE && resil_acquire(x.p, &pm) == RESIL_ADMIT) {
-			resil_release(x.p, &pm,
+		if (c->prep == PREP_HOLD_ALL && !g->held_p) {
+			g->held_p = x->p;
+			while (g->nheld < HOLD_MAX &&
+			       resil_acquire(x->p, &g->held[g->nheld]) == RESIL_ADMIT)
+				g->nheld++;
+		} else if (c->prep != PREP_NONE && c->prep != PREP_HOLD_ALL &&
+			   resil_acquire(x->p, &pm) == RESIL_ADMIT) {
+			resil_release(x->p, &pm,
 				      c->prep == PREP_FAIL_ONCE ? RESIL_FAILURE : RESIL_SUCCESS);
 		}
-		measure(group, c->name, c->fn, &x);
-		while (nheld > 0)
-			resil_release(x.p, &held[--nheld], RESIL_IGNORED);
+		measure(group, c->name, c->fn, x);
 	}
+}
+
+static void release_simple(struct simple_group *g)
+{
+	while (g->nheld > 0)
+		resil_release(g->held_p, &g->held[--g->nheld], RESIL_IGNORED);
+}
+
+static void run_keyed(resil_t *r, const char *group, bool keyed)
+{
 	keyed_reject_case(r, group);
 	if (!keyed)
 		return;
@@ -1593,6 +1666,7 @@ int main(int argc, char **argv)
 	fprintf(opt.out, "#group\tname\tmetric\tmedian\tmin\tmax\tunit\tnote\n");
 	if (floors_init() < 0)
 		return 1;
+	batch_begin();
 	run_floors();
 
 	/* the fleet's segments: resild's when it runs, else embedded */
@@ -1609,10 +1683,23 @@ int main(int argc, char **argv)
 		fprintf(stderr, "resil_bench: resil_open_embedded: %s\n", strerror(-ret));
 		emb = NULL;
 	}
-	if (dmn)
-		run_resil(dmn, "resil", true);
-	if (emb)
-		run_resil(emb, dmn ? "resil-process" : "resil", !dmn || !opt.smoke);
+	{
+		static struct simple_group gd, ge;
+		const char *eg = dmn ? "resil-process" : "resil";
+
+		if (dmn)
+			run_simple(dmn, "resil", &gd);
+		if (emb)
+			run_simple(emb, eg, &ge);
+		fprintf(stderr, "interleaved runs of the cases above\n");
+		batch_flush();
+		release_simple(&gd);
+		release_simple(&ge);
+		if (dmn)
+			run_keyed(dmn, "resil", true);
+		if (emb)
+			run_keyed(emb, eg, !dmn || !opt.smoke);
+	}
 
 	if (!opt.callgrind) {
 		resil_t *fleet = dmn ? dmn : emb;
