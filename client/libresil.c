@@ -72,6 +72,8 @@
 
 #include "breaker.h"
 #include "internal.h"
+#include "bulkhead.h"
+#include "stats.h"
 #include "limit.h"
 #include "resil.pb-c.h"
 
@@ -945,6 +947,29 @@ static inline uint32_t permit_where(const struct resil_map *m, uint32_t idx)
 	return (m->seq % 32) << RESIL_PERMIT_IDX_BITS | (idx + 1);
 }
 
+/*
+ * Lean decisions. A policy whose only component besides the counters is a
+ * fail-fast bulkhead (its scan regime: no wait, no critical share), with
+ * no histogram and fleet scope, is decided without the general context
+ * and dispatch: the binding carries the two state blocks, acquire is the
+ * bulkhead's claim, release its store and the outcome's count. The same
+ * component functions as resil_policy_acquire/release, on the same words,
+ * and a lean permit is a complete one: either path releases what the
+ * other granted (a permit outlives a re-bind).
+ */
+#define RESIL_LEAN_NONE	    0u
+#define RESIL_LEAN_BULKHEAD 1u
+
+static uint32_t lean_kind(const struct resil_rec *rec)
+{
+	if (!rec || rec->proc_stride || rec->conf.histogram ||
+	    rec->components != (1u << RESIL_C_STATS | 1u << RESIL_C_BULKHEAD))
+		return RESIL_LEAN_NONE;
+	if (resil_bulkhead_regime(&rec->conf.bulkhead) != RESIL_BULKHEAD_SCAN)
+		return RESIL_LEAN_NONE;
+	return RESIL_LEAN_BULKHEAD;
+}
+
 /* Bind handle p to what lookup found: (m, slot, word). Under r->lock.
  * Only a name found in the current mapping is bound (word != 0); one
  * found in an older mapping is looked up again on each call. */
@@ -964,6 +989,9 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 	st_relaxed(&p->slotp, &resil_seg_slots(m->seg)[slot]);
 	st_relaxed(&p->flagsp, &m->seg->cfg->flags);
 	st_relaxed(&p->rec, rec);
+	st_relaxed(&p->lean, word ? lean_kind(rec) : RESIL_LEAN_NONE);
+	st_relaxed(&p->lean_st, rec ? resil_comp_state(m->seg, rec, RESIL_C_BULKHEAD) : NULL);
+	st_relaxed(&p->stats_st, rec ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL);
 	st_relaxed(&p->where, rec ? permit_where(m, rec_index(m->seg, rec)) : 0);
 	st_relaxed(&p->word, word);
 	st_release(&p->bseq, s + 2);
@@ -975,8 +1003,9 @@ struct binding {
 	ra64 *slotp;
 	ra32 *flagsp;
 	const struct resil_rec *rec;
+	void *lean_st, *stats_st;
 	uint64_t word;
-	uint32_t where;
+	uint32_t where, lean;
 };
 
 /* false while a re-resolve rewrites it (seqlock reader) */
@@ -990,6 +1019,12 @@ static inline bool read_binding(struct resil_policy *p, struct binding *b)
 	b->rec = ld_relaxed(&p->rec);
 	b->word = ld_relaxed(&p->word);
 	b->where = ld_relaxed(&p->where);
+	b->lean = ld_relaxed(&p->lean);
+	b->lean_st = b->stats_st = NULL;
+	if (b->lean) {
+		b->lean_st = ld_relaxed(&p->lean_st);
+		b->stats_st = ld_relaxed(&p->stats_st);
+	}
 	atomic_thread_fence(memory_order_acquire);
 	return !(s & 1) && ld_relaxed(&p->bseq) == s;
 }
@@ -1106,29 +1141,44 @@ static RESIL_COLD const struct resil_rec *ctx_slow(resil_policy_t *p, struct res
 	return rec;
 }
 
-/* The record and mapping of a decision on handle p, and the permit's
- * where. No syscall unless a fork, a changed configuration or a retired
- * mapping sends it down a slow path. */
-static inline __attribute__((always_inline)) const struct resil_rec *
-ctx_map(resil_policy_t *p, struct resil_ctx *x, struct resil_map **ret_m, uint32_t *where, int *err)
+/* Handle p's binding, if it is good for a decision now: the mapping is
+ * the current one and not retired, and the slot word still names the
+ * bound record. No syscall (fork_check's slow path aside). */
+static inline __attribute__((always_inline)) bool bound(resil_policy_t *p, struct binding *b)
 {
 	struct resil *r = p->r;
-	struct binding b;
 
 	fork_check(r);
 	/* acquire on the slot word: pairs with the release store that
 	 * published the record, so the record is whole; cur: the binding
 	 * is only good for the mapping decisions use now */
-	if (RESIL_LIKELY(read_binding(p, &b) && b.word != 0 && b.m == ld_acquire(&r->cur) &&
-			 !(ld_relaxed(b.flagsp) & RESIL_SEG_RETIRED) &&
-			 ld_acquire(b.slotp) == b.word)) {
-		fill_ctx(r, b.m, x);
-		x->rec = b.rec;
-		*ret_m = b.m;
-		*where = b.where;
-		return b.rec;
+	return read_binding(p, b) && b->word != 0 && b->m == ld_acquire(&r->cur) &&
+	       !(ld_relaxed(b->flagsp) & RESIL_SEG_RETIRED) && ld_acquire(b->slotp) == b->word;
+}
+
+/* The record and mapping of a decision on handle p, and the permit's
+ * where, from the binding b when it is good (ok), else the slow path. */
+static inline __attribute__((always_inline)) const struct resil_rec *
+ctx_bound(resil_policy_t *p, const struct binding *b, bool ok, struct resil_ctx *x,
+	  struct resil_map **ret_m, uint32_t *where, int *err)
+{
+	if (RESIL_LIKELY(ok)) {
+		fill_ctx(p->r, b->m, x);
+		x->rec = b->rec;
+		*ret_m = b->m;
+		*where = b->where;
+		return b->rec;
 	}
 	return ctx_slow(p, x, ret_m, where, err);
+}
+
+static inline __attribute__((always_inline)) const struct resil_rec *
+ctx_map(resil_policy_t *p, struct resil_ctx *x, struct resil_map **ret_m, uint32_t *where, int *err)
+{
+	struct binding b;
+	bool ok = bound(p, &b);
+
+	return ctx_bound(p, &b, ok, x, ret_m, where, err);
 }
 
 const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err)
@@ -1169,6 +1219,29 @@ static RESIL_COLD void reservation_sleep(struct resil *r, struct resil_permit_pr
 
 /* ---- hot path ---- */
 
+/* A lean acquire (see "Lean decisions"): the bulkhead's own claim, with
+ * a context that holds the client id only (the scan regime reads nothing
+ * else), and the rejection counted as resil_policy_acquire counts it. */
+static inline __attribute__((always_inline)) int
+acquire_lean(resil_policy_t *p, const struct binding *b, struct resil_permit_priv *pm)
+{
+	struct resil_ctx x = {.client_id = resil_client_id(ld_relaxed(&b->m->row))};
+	const struct resil_rec *rec = b->rec;
+	int v;
+
+	memset(pm, 0, sizeof(*pm));
+	pm->limit_permits = 1;
+	v = resil_bulkhead_acquire(&x, &rec->conf.bulkhead, b->lean_st, pm);
+	if (RESIL_UNLIKELY(v)) {
+		resil_stats_rejected(&x, b->stats_st, v);
+	} else {
+		pm->where = b->where;
+		pm->flags |= RESIL_PERMIT_HELD;
+	}
+	after_decision(p->r, &x);
+	return v;
+}
+
 RESIL_API __attribute__((flatten)) int
 resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t *permit)
 {
@@ -1180,6 +1253,8 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	size_t key_len = 0;
 	int err = -ENOENT, ret;
 	uint32_t where = 0;
+	struct binding b;
+	bool ok;
 
 	if (RESIL_UNLIKELY(!p || !permit))
 		return -EINVAL;
@@ -1192,8 +1267,11 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		key = req->key;
 		key_len = req->key_len;
 	}
+	ok = bound(p, &b);
+	if (RESIL_LIKELY(ok) && b.lean == RESIL_LEAN_BULKHEAD)
+		return acquire_lean(p, &b, pm);
 	memset(pm, 0, sizeof(*pm));
-	rec = ctx_map(p, &x, &m, &where, &err);
+	rec = ctx_bound(p, &b, ok, &x, &m, &where, &err);
 	if (RESIL_UNLIKELY(!rec))
 		return err;
 	if (req) {
@@ -1260,6 +1338,16 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	fork_check(r);
 	if (RESIL_LIKELY(read_binding(p, &b) && b.rec && b.where == pm->where)) {
 		/* the record the handle is bound to: no walk */
+		if (b.lean == RESIL_LEAN_BULKHEAD) {
+			/* lean (see "Lean decisions"): the bulkhead's release
+			 * (the scan regime reads no context) and the count */
+			struct resil_ctx lx = {.client_id = 0};
+
+			resil_bulkhead_release(&lx, &b.rec->conf.bulkhead, b.lean_st, pm, outcome);
+			resil_stats_released(&lx, &b.rec->conf, b.stats_st, pm, outcome, -1);
+			pm->flags = 0;
+			return;
+		}
 		m = b.m;
 		rec = b.rec;
 	} else {

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * unit_lean.c - libresil's lean decisions (libresil.c, "Lean decisions"):
+ * a policy that is only a fail-fast bulkhead is decided without the
+ * general context, on the same words and with the same counts, and its
+ * permits are complete ones that the general path releases after a
+ * re-bind.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "internal.h"
+#include "bulkhead.h"
+#include "stats.h"
+
+static resil_t *r;
+
+static int open_emb(void **state)
+{
+	(void)state;
+	return resil_open_embedded(&r, NULL);
+}
+
+static int close_emb(void **state)
+{
+	(void)state;
+	resil_close(r);
+	r = NULL;
+	return 0;
+}
+
+/* The record NAME is bound to now, and its blocks. */
+static const struct resil_rec *rec_of(const char *name)
+{
+	uint64_t w;
+
+	assert_int_equal(resil_seg_lookup(&r->seg, name, NULL, &w), 0);
+	return resil_seg_rec_of(&r->seg, w);
+}
+
+static uint64_t count(const struct resil_rec *rec, enum resil_stat which)
+{
+	return resil_stats_read(resil_comp_state(&r->seg, rec, RESIL_C_STATS), which);
+}
+
+static uint32_t held(const struct resil_rec *rec)
+{
+	return resil_bulkhead_held(&rec->conf.bulkhead,
+				   resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD));
+}
+
+static void test_lean_counts_as_general(void **state)
+{
+	resil_policy_t *p;
+	resil_permit_t a, b, c;
+	const struct resil_rec *rec;
+
+	(void)state;
+	assert_int_equal(resil_define(r, "pool", "bulkhead.max = 2"), 0);
+	assert_int_equal(resil_policy(r, "pool", &p), 0);
+	rec = rec_of("pool");
+	assert_int_equal(p->lean, 1); /* bound lean: the path under test */
+
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	assert_int_equal(resil_acquire(p, &b), RESIL_ADMIT);
+	assert_int_equal(held(rec), 2);
+	assert_int_equal(resil_acquire(p, &c), RESIL_REJECT_FULL);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_FULL), 1);
+	assert_int_equal(held(rec), 2);
+
+	resil_release(p, &a, RESIL_SUCCESS);
+	resil_release(p, &b, RESIL_FAILURE);
+	assert_int_equal(held(rec), 0);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 1);
+	assert_int_equal(count(rec, RESIL_STAT_FAILURE), 1);
+	/* a released permit is spent: a second release changes nothing */
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 1);
+
+	/* through resil_acquire_ex too, whatever the request says */
+	struct resil_req req = {.priority = RESIL_PRIO_CRITICAL, .permits = 3};
+
+	assert_int_equal(resil_acquire_ex(p, &req, &a), RESIL_ADMIT);
+	assert_int_equal(held(rec), 1);
+	resil_release(p, &a, RESIL_IGNORED);
+	assert_int_equal(count(rec, RESIL_STAT_IGNORED), 1);
+	assert_int_equal(held(rec), 0);
+}
+
+/* Not lean: a second component, a histogram, a wait or a critical share. */
+static void test_lean_only_when_alone(void **state)
+{
+	static const char *const general[] = {
+	    "bulkhead.max = 2; breaker.window = count:10",
+	    "bulkhead.max = 2; histogram = on",
+	    "bulkhead.max = 2; bulkhead.wait = 10ms",
+	    "bulkhead.max = 2; bulkhead.critical = 50%",
+	    "bulkhead.max = 2; policy.scope = process",
+	    "bulkhead.max = 200",
+	};
+	resil_policy_t *p;
+	resil_permit_t a;
+
+	(void)state;
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(general); i++) {
+		assert_int_equal(resil_define(r, "mixed", general[i]), 0);
+		assert_int_equal(resil_policy(r, "mixed", &p), 0);
+		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* binds */
+		resil_release(p, &a, RESIL_SUCCESS);
+		assert_int_equal(p->lean, 0);
+	}
+}
+
+/* A lean permit outlives a redefinition: the general path releases it into
+ * the block it came from; and a general permit of the old shape is
+ * released while the handle is bound lean. */
+static void test_lean_permit_outlives_rebind(void **state)
+{
+	const struct resil_rec *lean_rec, *gen_rec;
+	resil_policy_t *p;
+	resil_permit_t a, g;
+
+	(void)state;
+	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2"), 0);
+	assert_int_equal(resil_policy(r, "dep", &p), 0);
+	lean_rec = rec_of("dep");
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	assert_int_equal(p->lean, 1);
+
+	/* a breaker joins: a new record, a new block, bound general */
+	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2; breaker.window = count:10"), 0);
+	gen_rec = rec_of("dep");
+	assert_ptr_not_equal(gen_rec, lean_rec);
+	assert_int_equal(resil_acquire(p, &g), RESIL_ADMIT);
+	assert_int_equal(p->lean, 0);
+	assert_int_equal(held(gen_rec), 1);
+
+	resil_release(p, &a, RESIL_SUCCESS); /* the lean permit, by the general path */
+	assert_int_equal(held(lean_rec), 0);
+	assert_int_equal(count(lean_rec, RESIL_STAT_SUCCESS), 1);
+	assert_int_equal(held(gen_rec), 1);
+
+	/* back to the bulkhead alone: bound lean again, the general permit
+	 * still goes back to its own block */
+	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2"), 0);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	assert_int_equal(p->lean, 1);
+	resil_release(p, &g, RESIL_FAILURE);
+	assert_int_equal(held(gen_rec), 0);
+	assert_int_equal(count(gen_rec, RESIL_STAT_FAILURE), 1);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(held(rec_of("dep")), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_lean_counts_as_general, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_only_when_alone, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_permit_outlives_rebind, open_emb, close_emb),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
