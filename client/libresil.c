@@ -948,26 +948,40 @@ static inline uint32_t permit_where(const struct resil_map *m, uint32_t idx)
 }
 
 /*
- * Lean decisions. A policy whose only component besides the counters is a
- * fail-fast bulkhead (its scan regime: no wait, no critical share), with
- * no histogram and fleet scope, is decided without the general context
- * and dispatch: the binding carries the two state blocks, acquire is the
- * bulkhead's claim, release its store and the outcome's count. The same
- * component functions as resil_policy_acquire/release, on the same words,
- * and a lean permit is a complete one: either path releases what the
- * other granted (a permit outlives a re-bind).
+ * Lean decisions. A policy whose only component besides the counters is
+ * a fail-fast bulkhead (its scan regime: no wait, no critical share) or an
+ * unkeyed rate limiter without reservation (limit.wait = 0), with no
+ * histogram and fleet scope, is decided without the general context and
+ * dispatch: the binding carries the two state blocks; acquire is the
+ * component's own acquire with a context holding what it reads (the
+ * client id; the clock), release the component's release and the
+ * outcome's count. The same component functions as
+ * resil_policy_acquire/release, on the same words, and a lean permit is a
+ * complete one: either path releases what the other granted (a permit
+ * outlives a re-bind).
  */
 #define RESIL_LEAN_NONE	    0u
 #define RESIL_LEAN_BULKHEAD 1u
+#define RESIL_LEAN_LIMIT    2u
 
 static uint32_t lean_kind(const struct resil_rec *rec)
 {
-	if (!rec || rec->proc_stride || rec->conf.histogram ||
-	    rec->components != (1u << RESIL_C_STATS | 1u << RESIL_C_BULKHEAD))
+	const uint32_t stats = 1u << RESIL_C_STATS;
+
+	if (!rec || rec->proc_stride || rec->conf.histogram)
 		return RESIL_LEAN_NONE;
-	if (resil_bulkhead_regime(&rec->conf.bulkhead) != RESIL_BULKHEAD_SCAN)
-		return RESIL_LEAN_NONE;
-	return RESIL_LEAN_BULKHEAD;
+	if (rec->components == (stats | 1u << RESIL_C_BULKHEAD) &&
+	    resil_bulkhead_regime(&rec->conf.bulkhead) == RESIL_BULKHEAD_SCAN)
+		return RESIL_LEAN_BULKHEAD;
+	if (rec->components == (stats | 1u << RESIL_C_LIMIT) && rec->conf.limit.keys == 0 &&
+	    rec->conf.limit.wait_ns == 0)
+		return RESIL_LEAN_LIMIT;
+	return RESIL_LEAN_NONE;
+}
+
+static enum resil_comp lean_comp(uint32_t kind)
+{
+	return kind == RESIL_LEAN_LIMIT ? RESIL_C_LIMIT : RESIL_C_BULKHEAD;
 }
 
 /* Bind handle p to what lookup found: (m, slot, word). Under r->lock.
@@ -977,7 +991,7 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 		 uint64_t word)
 {
 	const struct resil_rec *rec = word ? resil_seg_rec_of(m->seg, word) : NULL;
-	uint32_t s = ld_relaxed(&p->bseq);
+	uint32_t s = ld_relaxed(&p->bseq), lean;
 
 	if (m != ld_relaxed(&r->cur) || !rec)
 		word = 0;
@@ -989,8 +1003,9 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 	st_relaxed(&p->slotp, &resil_seg_slots(m->seg)[slot]);
 	st_relaxed(&p->flagsp, &m->seg->cfg->flags);
 	st_relaxed(&p->rec, rec);
-	st_relaxed(&p->lean, word ? lean_kind(rec) : RESIL_LEAN_NONE);
-	st_relaxed(&p->lean_st, rec ? resil_comp_state(m->seg, rec, RESIL_C_BULKHEAD) : NULL);
+	lean = word ? lean_kind(rec) : RESIL_LEAN_NONE;
+	st_relaxed(&p->lean, lean);
+	st_relaxed(&p->lean_st, lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL);
 	st_relaxed(&p->stats_st, rec ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL);
 	st_relaxed(&p->where, rec ? permit_where(m, rec_index(m->seg, rec)) : 0);
 	st_relaxed(&p->word, word);
@@ -1219,27 +1234,49 @@ static RESIL_COLD void reservation_sleep(struct resil *r, struct resil_permit_pr
 
 /* ---- hot path ---- */
 
-/* A lean acquire (see "Lean decisions"): the bulkhead's own claim, with
- * a context that holds the client id only (the scan regime reads nothing
- * else), and the rejection counted as resil_policy_acquire counts it. */
-static inline __attribute__((always_inline)) int
-acquire_lean(resil_policy_t *p, const struct binding *b, struct resil_permit_priv *pm)
+/* A lean acquire's end: the rejection counted as resil_policy_acquire
+ * counts it, or the permit made whole. */
+static inline __attribute__((always_inline)) int lean_done(resil_policy_t *p,
+							   const struct binding *b,
+							   struct resil_ctx *x,
+							   struct resil_permit_priv *pm, int v)
 {
-	struct resil_ctx x = {.client_id = resil_client_id(ld_relaxed(&b->m->row))};
-	const struct resil_rec *rec = b->rec;
-	int v;
-
-	memset(pm, 0, sizeof(*pm));
-	pm->limit_permits = 1;
-	v = resil_bulkhead_acquire(&x, &rec->conf.bulkhead, b->lean_st, pm);
 	if (RESIL_UNLIKELY(v)) {
-		resil_stats_rejected(&x, b->stats_st, v);
+		resil_stats_rejected(x, b->stats_st, v);
 	} else {
 		pm->where = b->where;
 		pm->flags |= RESIL_PERMIT_HELD;
 	}
-	after_decision(p->r, &x);
+	after_decision(p->r, x);
 	return v;
+}
+
+/* Lean acquires (see "Lean decisions"): the component's own acquire with
+ * a context that holds what it reads, one function per kind so that each
+ * context stays in registers. The scan bulkhead reads the client id. */
+static inline __attribute__((always_inline)) int
+acquire_lean_bulkhead(resil_policy_t *p, const struct binding *b, struct resil_permit_priv *pm)
+{
+	struct resil_ctx x = {.client_id = resil_client_id(ld_relaxed(&b->m->row))};
+
+	memset(pm, 0, sizeof(*pm));
+	pm->limit_permits = 1;
+	return lean_done(p, b, &x, pm,
+			 resil_bulkhead_acquire(&x, &b->rec->conf.bulkhead, b->lean_st, pm));
+}
+
+/* The unkeyed limiter reads the clock (and caches its reading in x). */
+static inline __attribute__((always_inline)) int acquire_lean_limit(resil_policy_t *p,
+								    const struct binding *b,
+								    const struct resil_req *req,
+								    struct resil_permit_priv *pm)
+{
+	struct resil_ctx x = {.seg = b->m->seg, .rec = b->rec, .clock = p->r->clock};
+
+	memset(pm, 0, sizeof(*pm));
+	pm->limit_permits = req && req->permits > 1 ? (uint32_t)req->permits : 1;
+	return lean_done(p, b, &x, pm,
+			 resil_limit_acquire(&x, &b->rec->conf.limit, b->lean_st, pm));
 }
 
 RESIL_API __attribute__((flatten)) int
@@ -1269,7 +1306,9 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	}
 	ok = bound(p, &b);
 	if (RESIL_LIKELY(ok) && b.lean == RESIL_LEAN_BULKHEAD)
-		return acquire_lean(p, &b, pm);
+		return acquire_lean_bulkhead(p, &b, pm);
+	if (RESIL_LIKELY(ok) && b.lean == RESIL_LEAN_LIMIT)
+		return acquire_lean_limit(p, &b, req, pm);
 	memset(pm, 0, sizeof(*pm));
 	rec = ctx_bound(p, &b, ok, &x, &m, &where, &err);
 	if (RESIL_UNLIKELY(!rec))
@@ -1338,12 +1377,17 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	fork_check(r);
 	if (RESIL_LIKELY(read_binding(p, &b) && b.rec && b.where == pm->where)) {
 		/* the record the handle is bound to: no walk */
-		if (b.lean == RESIL_LEAN_BULKHEAD) {
-			/* lean (see "Lean decisions"): the bulkhead's release
-			 * (the scan regime reads no context) and the count */
+		if (b.lean) {
+			/* lean (see "Lean decisions"): the component's release
+			 * (neither reads a context here) and the count */
 			struct resil_ctx lx = {.client_id = 0};
 
-			resil_bulkhead_release(&lx, &b.rec->conf.bulkhead, b.lean_st, pm, outcome);
+			if (b.lean == RESIL_LEAN_LIMIT)
+				resil_limit_release(&lx, &b.rec->conf.limit, b.lean_st, pm,
+						    outcome);
+			else
+				resil_bulkhead_release(&lx, &b.rec->conf.bulkhead, b.lean_st, pm,
+						       outcome);
 			resil_stats_released(&lx, &b.rec->conf, b.stats_st, pm, outcome, -1);
 			pm->flags = 0;
 			return;

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * unit_lean.c - libresil's lean decisions (libresil.c, "Lean decisions"):
- * a policy that is only a fail-fast bulkhead is decided without the
- * general context, on the same words and with the same counts, and its
- * permits are complete ones that the general path releases after a
- * re-bind.
+ * a policy that is only a fail-fast bulkhead or an unkeyed limiter is
+ * decided without the general context, on the same words and with the
+ * same counts, and its permits are complete ones that the general path
+ * releases after a re-bind.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -156,12 +156,67 @@ static void test_lean_permit_outlives_rebind(void **state)
 	assert_int_equal(held(rec_of("dep")), 0);
 }
 
+static int64_t manual_ns = 1000 * 1000000000LL;
+
+static int64_t manual(void *ctx)
+{
+	(void)ctx;
+	return manual_ns;
+}
+
+/* The unkeyed limiter, lean: the same admissions, Retry-After and counts
+ * as the limiter's own tests expect (rate 10/s, burst 2), on the manual
+ * clock; several permits at once. */
+static void test_lean_limit(void **state)
+{
+	const struct resil_rec *rec;
+	resil_policy_t *p;
+	resil_permit_t a;
+
+	(void)state;
+	assert_int_equal(resil_set_clock(r, manual, NULL), 0);
+	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.burst = 2"), 0);
+	assert_int_equal(resil_policy(r, "rate", &p), 0);
+	rec = rec_of("rate");
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	assert_int_equal(p->lean, 2);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* the burst */
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_LIMITED);
+	assert_int_equal(resil_permit_wait_ns(&a), 100 * 1000000LL); /* Retry-After */
+	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 1);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 2);
+
+	manual_ns += 200 * 1000000LL; /* two intervals: two permits again */
+	struct resil_req req = {.permits = 2};
+
+	assert_int_equal(resil_acquire_ex(p, &req, &a), RESIL_ADMIT);
+	resil_release(p, &a, RESIL_FAILURE);
+	assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_LIMITED);
+	req.permits = 3; /* more than the burst: never */
+	assert_int_equal(resil_acquire_ex(p, &req, &a), -E2BIG);
+	assert_int_equal(count(rec, RESIL_STAT_FAILURE), 1);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 2);
+
+	/* keyed, reserving, or with a histogram: the general path */
+	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.wait = 1s"), 0);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	assert_int_equal(p->lean, 0);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.keys = 100"), 0);
+	assert_int_equal(resil_acquire_key(p, "k", 1, &a), RESIL_ADMIT);
+	assert_int_equal(p->lean, 0);
+	resil_release(p, &a, RESIL_SUCCESS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_lean_counts_as_general, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_only_when_alone, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_permit_outlives_rebind, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
