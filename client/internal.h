@@ -33,10 +33,11 @@ struct Resil__Response;
 #define RESIL_STR(x)  RESIL_XSTR(x)
 
 /*
- * A handle. Its binding (m .. where) is what the last resolve of the name
- * found: the mapping, the slot word and the record, so that a decision
- * reads them from the handle (one line) instead of walking resil ->
- * mapping -> segment -> directory -> record. Written under r->lock by a
+ * A handle. Its binding (where .. stats_st) is what the last resolve of
+ * the name found: the mapping, the slot word, the record and, for a lean
+ * policy (libresil.c), its state blocks, so that a decision reads them
+ * from the handle instead of walking resil -> mapping -> segment ->
+ * directory -> record. Written under r->lock by a
  * re-resolve, inside the seqlock bseq (odd while writing); read by every
  * decision between two loads of bseq (acquire, then fence + relaxed), so
  * a decision never pairs a record with another mapping. The binding is
@@ -50,9 +51,8 @@ struct resil_policy {
 	ra32 where;		   /* the permit's where for rec (permit_where) */
 	ra64 word;		   /* the slot word bound; 0: resolve first */
 	struct resil_map *_Atomic m;
-	struct resil_seg *_Atomic seg; /* m->seg */
-	ra64 *_Atomic slotp;	       /* the slot word's address in m */
-	ra32 *_Atomic flagsp;	       /* m's cfg->flags (RESIL_SEG_RETIRED) */
+	ra64 *_Atomic slotp;  /* the slot word's address in m */
+	ra32 *_Atomic flagsp; /* m's cfg->flags (RESIL_SEG_RETIRED) */
 	const struct resil_rec *_Atomic rec;
 	ra32 lean;		/* RESIL_LEAN_* of rec (libresil.c) */
 	void *_Atomic lean_st;	/* lean: the component's state block */

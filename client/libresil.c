@@ -999,7 +999,6 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 	/* the odd count before any field (seqlock writer) */
 	atomic_thread_fence(memory_order_release);
 	st_relaxed(&p->m, m);
-	st_relaxed(&p->seg, m->seg);
 	st_relaxed(&p->slotp, &resil_seg_slots(m->seg)[slot]);
 	st_relaxed(&p->flagsp, &m->seg->cfg->flags);
 	st_relaxed(&p->rec, rec);
