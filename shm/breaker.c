@@ -903,9 +903,10 @@ static void layout_repair(bk_t *b, const struct resil_breaker_conf *c)
 	int64_t bucket_ns = c->window_kind == RESIL_WINDOW_TIME ? bucket_ns_of(c) : 0;
 	uint64_t fastmod = c->window_kind == RESIL_WINDOW_COUNT ? UINT64_MAX / wsize_of(c) + 1 : 0;
 	uint32_t probe_off = sizeof(bk_t);
-	uint32_t win_off = (uint32_t)(sizeof(bk_t) +
-				      resil_align_up((uint64_t)np * sizeof(struct resil_breaker_probe),
-						     RESIL_HOT_ALIGN));
+	uint32_t win_off =
+	    (uint32_t)(sizeof(bk_t) +
+		       resil_align_up((uint64_t)np * sizeof(struct resil_breaker_probe),
+				      RESIL_HOT_ALIGN));
 
 	if (b->kind != c->window_kind)
 		b->kind = c->window_kind;
