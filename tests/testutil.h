@@ -108,6 +108,11 @@ int test_drop_to_nobody(void);
 uid_t test_nobody_uid(void);
 gid_t test_nobody_gid(void);
 
+/* From now on, any syscall but write, exit and exit_group kills the
+ * calling process (a seccomp filter; no_new_privs first). 0 or -1.
+ * (SECCOMP_MODE_STRICT cannot serve where read must be refused too.) */
+int test_deny_syscalls(void);
+
 /* Plain assertion that works in forked children too (exit 1 with where). */
 #define TEST_CHECK(cond)                                                                           \
 	do {                                                                                       \

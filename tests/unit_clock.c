@@ -32,10 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -362,23 +358,6 @@ static void test_escape_hatch(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
-static int deny_syscalls(void)
-{
-	struct sock_filter f[] = {
-	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_write, 3, 0),
-	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit, 2, 0),
-	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit_group, 1, 0),
-	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
-
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-		return -1;
-	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
-}
-
 /* The time is measured with the clock under test (no syscall): 250 ms of
  * it outlive two extrapolation spans, so tsc_anchor runs at least twice. */
 static void test_no_syscall(void **state)
@@ -395,7 +374,7 @@ static void test_no_syscall(void **state)
 	if (pid == 0) {
 		int64_t start, now, prev;
 
-		if (deny_syscalls() != 0)
+		if (test_deny_syscalls() != 0)
 			_exit(3);
 		start = prev = resil_clock_fast();
 		do {

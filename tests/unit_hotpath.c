@@ -14,10 +14,7 @@
  * application clock stepping 100 us per read, where the verdict the loop
  * ends on is exact (the shedder, for one, needs time to pass).
  */
-#include <linux/audit.h>
-#include <linux/filter.h>
 #include <errno.h>
-#include <linux/seccomp.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -25,13 +22,13 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include "resil.h"
+#include "testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define NO_MALLOC_COUNT 1
@@ -100,23 +97,6 @@ static _Atomic int64_t step_ns = 1000000000;
 static int64_t stepping(void *ctx)
 {
 	return atomic_fetch_add_explicit(&step_ns, 100000, memory_order_relaxed);
-}
-
-static int deny_syscalls(void)
-{
-	struct sock_filter f[] = {
-	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_write, 3, 0),
-	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit, 2, 0),
-	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit_group, 1, 0),
-	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
-
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-		return -1;
-	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
 }
 
 /* The loop under test: returns the last verdict, or -1 on an error. */
@@ -198,7 +178,7 @@ static void test_no_syscall(void **state)
 			int v;
 
 			loop(p, &kinds[i]); /* the child's first calls claim its row */
-			if (deny_syscalls() != 0)
+			if (test_deny_syscalls() != 0)
 				syscall(SYS_exit, 3);
 			v = loop(p, &kinds[i]);
 			buf[0] = (char)('0' + (v < 0 ? 9 : v));
