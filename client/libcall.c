@@ -515,7 +515,6 @@ static void run_hedge(struct hround *h, int k)
 	pm.limit_permits = 1;
 	if (resil_policy_acquire(&x, rec, &pm, NULL, 0) != RESIL_ADMIT)
 		return;
-	pm.slot_gen = rec->gen;
 	pm.flags |= RESIL_PERMIT_HELD;
 	a.round = h;
 	a.number = h->number + k;
@@ -707,7 +706,6 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 			}
 			return v;
 		}
-		pm.slot_gen = rec->gen;
 		pm.flags |= RESIL_PERMIT_HELD;
 		if (c->timeout_ns > 0 || c->hedge_delay_ns)
 			now = resil_ctx_now(&x);

@@ -1005,7 +1005,7 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 	lean = word ? lean_kind(rec) : RESIL_LEAN_NONE;
 	st_relaxed(&p->lean, lean);
 	st_relaxed(&p->lean_st, lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL);
-	st_relaxed(&p->stats_st, rec ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL);
+	st_relaxed(&p->stats_st, lean ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL);
 	st_relaxed(&p->where, rec ? permit_where(m, rec_index(m->seg, rec)) : 0);
 	st_relaxed(&p->word, word);
 	st_release(&p->bseq, s + 2);
@@ -1322,7 +1322,6 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	x.key_len = key_len;
 	ret = resil_policy_acquire(&x, rec, pm, key, key_len);
 	if (ret == RESIL_ADMIT) {
-		pm->slot_gen = rec->gen;
 		pm->where = where;
 		pm->flags |= RESIL_PERMIT_HELD;
 		if (RESIL_UNLIKELY(resil_limit_reserved_wait(pm) > 0))
