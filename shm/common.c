@@ -123,8 +123,32 @@ uint64_t resil_hash64(const void *data, size_t len, uint64_t k0, uint64_t k1)
 		SIPROUND;
 		v0 ^= m;
 	}
-	for (i = 0; i < left; i++)
-		b |= (uint64_t)in[i] << (8 * i);
+	/* the last 0-7 bytes, little-endian, without a loop */
+	switch (left) {
+	case 7:
+		b |= (uint64_t)in[6] << 48;
+		/* fallthrough */
+	case 6:
+		b |= (uint64_t)in[5] << 40;
+		/* fallthrough */
+	case 5:
+		b |= (uint64_t)in[4] << 32;
+		/* fallthrough */
+	case 4:
+		b |= (uint64_t)in[3] << 24 | (uint64_t)in[2] << 16 | (uint64_t)in[1] << 8 | in[0];
+		break;
+	case 3:
+		b |= (uint64_t)in[2] << 16;
+		/* fallthrough */
+	case 2:
+		b |= (uint64_t)in[1] << 8;
+		/* fallthrough */
+	case 1:
+		b |= in[0];
+		break;
+	default:
+		break;
+	}
 	v3 ^= b;
 	SIPROUND;
 	SIPROUND;

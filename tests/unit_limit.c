@@ -969,10 +969,32 @@ static void test_coarse_choice(void **unused)
 	assert_true(x.now > 0); /* precise, cached in the ctx */
 }
 
+/* Keys are hashed with SipHash-2-4: the reference vectors (key 00..0f,
+ * message 00..len-1), every tail length. */
+static void test_siphash_vectors(void **state)
+{
+	static const uint64_t want[16] = {
+	    0x726fdb47dd0e0e31ULL, 0x74f839c593dc67fdULL, 0x0d6c8009d9a94f5aULL,
+	    0x85676696d7fb7e2dULL, 0xcf2794e0277187b7ULL, 0x18765564cd99a68dULL,
+	    0xcbc9466e58fee3ceULL, 0xab0200f58b01d137ULL, 0x93f5f5799a932462ULL,
+	    0x9e0082df0ba9e4b0ULL, 0x7a5dbbc594ddb9f3ULL, 0xf4b32f46226bada7ULL,
+	    0x751e8fbc860ee5fbULL, 0x14ea5627c0843d90ULL, 0xf723ca908e7af2eeULL,
+	    0xa129ca6149be45e5ULL};
+	uint64_t k0 = 0x0706050403020100ULL, k1 = 0x0f0e0d0c0b0a0908ULL;
+	uint8_t m[16];
+
+	(void)state;
+	for (int i = 0; i < 16; i++)
+		m[i] = (uint8_t)i;
+	for (size_t len = 0; len < 16; len++)
+		assert_true(resil_hash64(m, len, k0, k1) == want[len]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_conf),
+	    cmocka_unit_test(test_siphash_vectors),
 	    cmocka_unit_test(test_gcra_rate_burst),
 	    cmocka_unit_test(test_gcra_translations),
 	    cmocka_unit_test(test_gcra_reservation),
