@@ -47,10 +47,14 @@
  *   fingerprint, SipHash-2-4 of the key under the segment's key
  *   (cfg->hash_k0/k1, a fixed key when there is no segment), and the
  *   64-bit state of that key (GCRA TAT, or the sliding-approx window word).
- *   Every key has two buckets (two choices): lookups read two lines (more
- *   only on an overflow chain, below) and are lock-free; a new key goes to
- *   the less loaded bucket. Two different keys share a fingerprint (63
- *   bits) with probability 2^-63 per pair: they would share a state.
+ *   Every key has two buckets: a new key goes to its first bucket b1 while
+ *   b1 has room, else to b2, so a lookup mostly reads one line (at the
+ *   table's full 50% load about 4% of keys sit in b2 and 0.4% further, on
+ *   an overflow chain, below; filling the less loaded of the two would put
+ *   27% in b2, a second line waited for on every fourth decision, to make
+ *   chains rarer still). Lookups are lock-free. Two different keys share
+ *   a fingerprint (63 bits) with probability 2^-63 per pair: they would
+ *   share a state.
  *   When both buckets are full and fewer than N keys are in use, the key
  *   goes on along a chain of following buckets marked FP_OVF (see
  *   key_find): no key is lost or evicted while the table is under
@@ -645,9 +649,9 @@ static void slide_give(struct resil_limit_state *s, const struct lp *p,
  * included) with FP_OVF, so a lookup that follows the chain reaches it
  * before anyone can see it. Marks are never cleared during a table's life
  * (they only make some lookups read one more line). At <= 50% load the
- * chance that both buckets of a key are full is small (two choices) but not
- * nil, and the chain is what makes "no key is lost while the table is not
- * full" a guarantee.
+ * chance that both buckets of a key are full is small (0.4% of keys at
+ * 50%, see the top) but not nil, and the chain is what makes "no key is
+ * lost while the table is not full" a guarantee.
  */
 #define FP_OVF (1ULL << 63) /* in entry 0's fingerprint word: the chain goes on */
 
@@ -672,16 +676,25 @@ struct chain {
 	uint32_t b1, b2, nb;
 };
 
-static void chain_init(struct chain *ch, uint64_t fp, uint32_t nb)
+/* b2 != b1 (when nb > 1): b1 + 1 + [0, nb - 2] wraps at most once, so a
+ * subtraction replaces the modulo (the one division left is fp's). */
+static inline void chain_init(struct chain *ch, uint64_t fp, uint32_t nb)
 {
+	uint32_t b2;
+
 	ch->nb = nb;
 	ch->b1 = (uint32_t)(((fp >> 32) * (uint64_t)nb) >> 32);
-	ch->b2 = nb > 1 ? (ch->b1 + 1 + (uint32_t)fp % (nb - 1)) % nb : ch->b1;
+	b2 = nb > 1 ? ch->b1 + 1 + (uint32_t)fp % (nb - 1) : ch->b1;
+	ch->b2 = b2 >= nb ? b2 - nb : b2;
 }
 
+/* The k-th bucket of the chain, k <= nb: b2 + k - 1 < 2 nb wraps at most
+ * once. */
 static inline uint32_t chain_bucket(const struct chain *ch, uint32_t k)
 {
-	return k == 0 ? ch->b1 : (ch->b2 + k - 1) % ch->nb;
+	uint32_t b = ch->b2 + k - 1;
+
+	return k == 0 ? ch->b1 : b >= ch->nb ? b - ch->nb : b;
 }
 
 /* Does the chain go on after its k-th bucket? */
@@ -813,7 +826,6 @@ static int64_t key_get(struct resil_ctx *x, struct resil_limit_state *s,
 	*full_wait = INT64_MAX;
 	for (tries = 0; tries < INSERT_TRIES; tries++) {
 		int64_t empty[2] = {-1, -1}, tomb = -1, idle = -1, cold = -1, pick;
-		int nempty[2] = {0, 0};
 		int64_t cold_age = INT64_MAX, w, age;
 		uint64_t fps[2 * RESIL_LIMIT_BUCKET], sts[2 * RESIL_LIMIT_BUCKET] = {0};
 		uint64_t expect, seen = 0;
@@ -835,7 +847,6 @@ static int64_t key_get(struct resil_ctx *x, struct resil_limit_state *s,
 				if (fp_key(f) == RESIL_LIMIT_FP_EMPTY) {
 					if (empty[k] < 0)
 						empty[k] = pos;
-					nempty[k]++;
 					continue;
 				}
 				sts[pos] = ld_relaxed(
@@ -870,7 +881,7 @@ static int64_t key_get(struct resil_ctx *x, struct resil_limit_state *s,
 			}
 		}
 		/*
-		 * Preference: an EMPTY entry of the less loaded bucket, a TOMB,
+		 * Preference: an EMPTY entry, of b1 first, a TOMB,
 		 * an idle key (nothing lost), the chain past b2, the least
 		 * recently used key that is not being limited; else the table is
 		 * full for this key. EMPTY, TOMB and the chain add a key: they
@@ -887,7 +898,7 @@ static int64_t key_get(struct resil_ctx *x, struct resil_limit_state *s,
 			grow = false;
 		}
 		if (grow && (empty[0] >= 0 || empty[1] >= 0)) {
-			ppos = (int)(nempty[1] > nempty[0] ? empty[1] : empty[0]);
+			ppos = (int)(empty[0] >= 0 ? empty[0] : empty[1]);
 		} else if (grow && tomb >= 0) {
 			ppos = (int)tomb;
 		} else if (idle >= 0) {
@@ -1063,27 +1074,21 @@ static void carry_key(struct resil_limit_state *ns, const struct resil_limit_con
 {
 	struct resil_limit_entry *t = table_of(ns);
 	struct chain ch;
-	int64_t pick = -1, i;
-	uint32_t k, j, nbk, best = 0, nempty;
+	int64_t pick = -1;
+	uint32_t k, j, nbk;
 	uint64_t seen;
 
 	if (ld_relaxed(&ns->used) >= nc->keys)
 		return;
 	chain_init(&ch, fp, nbuckets(nc));
 	nbk = ch.nb > 1 ? 2 : 1;
-	for (k = 0; k < nbk; k++) {
-		for (nempty = 0, i = -1, j = 0; j < RESIL_LIMIT_BUCKET; j++) {
+	/* the first EMPTY entry of b1, then of b2 (as key_get fills) */
+	for (k = 0; k < nbk && pick < 0; k++) {
+		for (j = 0; j < RESIL_LIMIT_BUCKET && pick < 0; j++) {
 			int64_t e = chain_bucket(&ch, k) * RESIL_LIMIT_BUCKET + j;
 
-			if (fp_key(ld_relaxed(&t[e].fp)) == RESIL_LIMIT_FP_EMPTY) {
-				nempty++;
-				if (i < 0)
-					i = e;
-			}
-		}
-		if (nempty > best) {
-			best = nempty;
-			pick = i;
+			if (fp_key(ld_relaxed(&t[e].fp)) == RESIL_LIMIT_FP_EMPTY)
+				pick = e;
 		}
 	}
 	if (pick < 0)
