@@ -949,8 +949,8 @@ static inline uint32_t permit_where(const struct resil_map *m, uint32_t idx)
 
 /*
  * Lean decisions. A policy whose only component besides the counters is
- * a fail-fast bulkhead (its scan regime: no wait, no critical share) or an
- * unkeyed rate limiter without reservation (limit.wait = 0), with no
+ * a fail-fast bulkhead (its scan regime: no wait, no critical share) or a
+ * rate limiter without reservation (limit.wait = 0; keyed or not), with no
  * histogram and fleet scope, is decided without the general context and
  * dispatch: the binding carries the two state blocks; acquire is the
  * component's own acquire with a context holding what it reads (the
@@ -973,8 +973,7 @@ static uint32_t lean_kind(const struct resil_rec *rec)
 	if (rec->components == (stats | 1u << RESIL_C_BULKHEAD) &&
 	    resil_bulkhead_regime(&rec->conf.bulkhead) == RESIL_BULKHEAD_SCAN)
 		return RESIL_LEAN_BULKHEAD;
-	if (rec->components == (stats | 1u << RESIL_C_LIMIT) && rec->conf.limit.keys == 0 &&
-	    rec->conf.limit.wait_ns == 0)
+	if (rec->components == (stats | 1u << RESIL_C_LIMIT) && rec->conf.limit.wait_ns == 0)
 		return RESIL_LEAN_LIMIT;
 	return RESIL_LEAN_NONE;
 }
@@ -1264,7 +1263,9 @@ acquire_lean_bulkhead(resil_policy_t *p, const struct binding *b, struct resil_p
 			 resil_bulkhead_acquire(&x, &b->rec->conf.bulkhead, b->lean_st, pm));
 }
 
-/* The unkeyed limiter reads the clock (and caches its reading in x). */
+/* The limiter reads the clock (and caches its reading in x); a keyed one
+ * the key, and the segment and record (the table's hash seed, the
+ * full-table event, the eviction count). */
 static inline __attribute__((always_inline)) int acquire_lean_limit(resil_policy_t *p,
 								    const struct binding *b,
 								    const struct resil_req *req,
@@ -1273,7 +1274,12 @@ static inline __attribute__((always_inline)) int acquire_lean_limit(resil_policy
 	struct resil_ctx x = {.seg = b->m->seg, .rec = b->rec, .clock = p->r->clock};
 
 	memset(pm, 0, sizeof(*pm));
-	pm->limit_permits = req && req->permits > 1 ? (uint32_t)req->permits : 1;
+	pm->limit_permits = 1;
+	if (req) {
+		pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
+		x.key = req->key;
+		x.key_len = req->key_len;
+	}
 	return lean_done(p, b, &x, pm,
 			 resil_limit_acquire(&x, &b->rec->conf.limit, b->lean_st, pm));
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * unit_lean.c - libresil's lean decisions (libresil.c, "Lean decisions"):
- * a policy that is only a fail-fast bulkhead or an unkeyed limiter is
+ * a policy that is only a fail-fast bulkhead or a limiter (keyed or not) is
  * decided without the general context, on the same words and with the
  * same counts, and its permits are complete ones that the general path
  * releases after a re-bind.
@@ -199,14 +199,44 @@ static void test_lean_limit(void **state)
 	assert_int_equal(count(rec, RESIL_STAT_FAILURE), 1);
 	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 2);
 
-	/* keyed, reserving, or with a histogram: the general path */
+	/* reserving: the general path */
 	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.wait = 1s"), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal(p->lean, 0);
 	resil_release(p, &a, RESIL_SUCCESS);
-	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.keys = 100"), 0);
-	assert_int_equal(resil_acquire_key(p, "k", 1, &a), RESIL_ADMIT);
-	assert_int_equal(p->lean, 0);
+}
+
+/* A keyed limiter is lean too: keys apart, Retry-After per key, the
+ * table's full answer and its eviction counted where the general path
+ * counts them. */
+static void test_lean_keyed(void **state)
+{
+	const struct resil_rec *rec;
+	resil_policy_t *p;
+	resil_permit_t a;
+
+	(void)state;
+	assert_int_equal(resil_set_clock(r, manual, NULL), 0);
+	assert_int_equal(resil_define(r, "ip", "limit.rate = 10/s; limit.keys = 1"), 0);
+	assert_int_equal(resil_policy(r, "ip", &p), 0);
+	rec = rec_of("ip");
+	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_ADMIT);
+	assert_int_equal(p->lean, 2);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_REJECT_LIMITED);
+	assert_int_equal(resil_permit_wait_ns(&a), 100 * 1000000LL);
+	/* one key of room, held by a key being limited: the default
+	 * limit.when_full = reject */
+	assert_int_equal(resil_acquire_key(p, "10.0.0.2", 8, &a), RESIL_REJECT_LIMITED);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 2);
+	assert_int_equal(count(rec, RESIL_STAT_EVICTIONS), 0);
+	manual_ns += 100 * 1000000LL; /* 10.0.0.1 is idle again: evicted */
+	assert_int_equal(resil_acquire_key(p, "10.0.0.2", 8, &a), RESIL_ADMIT);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(count(rec, RESIL_STAT_EVICTIONS), 1);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 2);
+	/* no key: the limiter's own word, as on the general path */
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	resil_release(p, &a, RESIL_SUCCESS);
 }
 
@@ -217,6 +247,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lean_only_when_alone, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_permit_outlives_rebind, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_keyed, open_emb, close_emb),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
