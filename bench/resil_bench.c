@@ -29,12 +29,15 @@
  *
  * Shared memory here: the floors use one MAP_SHARED memfd page (written by
  * this process only, except in the multi-process floor where each child
- * adds to one word, or to its own 128-byte line). The multi-process boards
- * are MAP_SHARED anonymous pages: the parent publishes t0 (release) after
- * every child said ready (fetch_add), children read it (acquire); each child
- * writes only its own 128-byte row, read by the parent after waitpid(). A
- * child killed mid-run leaves its row unwritten: the parent reports the run
- * as failed. Nothing here survives the process: no crash repair needed.
+ * adds to one word, or to its own 128-byte line), and the keyed table's
+ * memory floor a MAP_SHARED memfd the size of a keyed table (written, then
+ * read, by this process only; unmapped after the keyed case's runs). The
+ * multi-process boards are MAP_SHARED anonymous pages: the parent publishes
+ * t0 (release) after every child said ready (fetch_add), children read it
+ * (acquire); each child writes only its own 128-byte row, read by the
+ * parent after waitpid(). A child killed mid-run leaves its row unwritten:
+ * the parent reports the run as failed. Nothing here survives the process:
+ * no crash repair needed.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -56,6 +59,7 @@
 #include <unistd.h>
 
 #include "common.h" /* resil_clock_fast, inline */
+#include "limit.h"  /* the keyed table's size, for its memory floor */
 #include "resil.h"
 #include "resil.pb-c.h"
 
@@ -448,6 +452,86 @@ static void loop_syscall(void *ctx, uint64_t n)
 		sink += (uint64_t)syscall(SYS_getppid);
 }
 
+/*
+ * The keyed limiter's memory floor. A keyed decision at many keys reads a
+ * line of its table that no cache holds and waits for it before it can
+ * decide: a floor no software removes. It is measured on a MAP_SHARED memfd
+ * (the same kind of mapping as a segment) exactly the size of the keyed
+ * case's table (limit.keys = keys, as keyed_case defines it; the bytes
+ * come from the library's own layout, resil_limit_state_size), every line
+ * written first, then walked by a chain of 8-byte loads where the next
+ * index is the loaded value mixed with a splitmix step: each load waits for
+ * the one before and no prefetcher can guess it, and the step (independent
+ * of the loads) keeps the walk from closing into a short cycle that a cache
+ * would hold. One load per op. Written and read by this process only; the
+ * mapping lives for the keyed case's runs (keyed_case).
+ */
+struct mem_floor {
+	uint32_t keys;	     /* the keyed case whose table this is */
+	char name[40];	     /* "mem_random_<MB>mb", kept: the batch holds the pointer */
+	uint64_t bytes;	     /* the table's bytes */
+	uint64_t words;	     /* 8-byte words walked, < 2^32 */
+	size_t map_len;	     /* bytes rounded up to a page */
+	_Atomic uint64_t *a; /* NULL: not mapped */
+	uint64_t idx, s;     /* where the chain is, carried from run to run */
+};
+
+static uint64_t splitmix(uint64_t *s);
+
+static void loop_mem_random(void *ctx, uint64_t n)
+{
+	struct mem_floor *m = ctx;
+	uint64_t idx = m->idx, s = m->s;
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t v = atomic_load_explicit(&m->a[idx], memory_order_relaxed);
+
+		/* multiply-shift: the top 32 bits of the mix onto [0, words) */
+		idx = (((v ^ splitmix(&s)) >> 32) * m->words) >> 32;
+	}
+	m->idx = idx;
+	m->s = s;
+}
+
+static int mem_floor_init(struct mem_floor *m)
+{
+	struct resil_limit_conf c = {.algorithm = RESIL_LIMIT_GCRA, .keys = m->keys};
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t s = 11;
+	int fd;
+
+	m->bytes = resil_limit_state_size(&c) - sizeof(struct resil_limit_state);
+	m->words = m->bytes / sizeof(uint64_t);
+	m->map_len = (size_t)((m->bytes + (uint64_t)page - 1) / (uint64_t)page * (uint64_t)page);
+	snprintf(m->name, sizeof(m->name), "mem_random_%.3gmb", (double)m->bytes / 1e6);
+	if (!selected("floor", m->name) || m->words < 2 || m->words >= (1ULL << 32))
+		return 0;
+	fd = memfd_create("resil-bench-table", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)m->map_len) < 0) {
+		int e = errno;
+
+		if (fd >= 0)
+			close(fd);
+		fprintf(stderr, "resil_bench: memfd %zu bytes: %s\n", m->map_len, strerror(e));
+		return -e;
+	}
+	m->a = mmap(NULL, m->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m->a == MAP_FAILED) {
+		int e = errno;
+
+		m->a = NULL;
+		fprintf(stderr, "resil_bench: mmap %zu bytes: %s\n", m->map_len, strerror(e));
+		return -e;
+	}
+	/* every line written: the walk finds it mapped, and its values random */
+	for (uint64_t i = 0; i < m->words; i++)
+		atomic_store_explicit(&m->a[i], splitmix(&s), memory_order_relaxed);
+	m->idx = 0;
+	m->s = 13;
+	return 0;
+}
+
 static int floors_init(void)
 {
 	int fd = memfd_create("resil-bench-floor", MFD_CLOEXEC);
@@ -463,6 +547,13 @@ static int floors_init(void)
 		return -errno;
 	}
 	return 0;
+}
+
+static void mem_floor_fini(struct mem_floor *m)
+{
+	if (m->a)
+		munmap((void *)m->a, m->map_len);
+	m->a = NULL;
 }
 
 static void run_floors(void)
@@ -482,12 +573,29 @@ static void run_floors(void)
 		measure("floor", "syscall_getppid", loop_syscall, NULL);
 }
 
+/* A keyed case's memory floor, measured in the case's own interleaved
+ * runs (memory latency moves with the neighbours' load more than anything
+ * else here). */
+static void measure_mem_floor(struct mem_floor *m)
+{
+	char note[96];
+
+	if (!m->a)
+		return;
+	/* which table it stands for, for the report */
+	snprintf(note, sizeof(note), "the table of limit.keyed_* with %u keys (limit.keys = %u)",
+		 m->keys, m->keys);
+	emit("floor", m->name, "keys", m->keys, m->keys, m->keys, "keys", note);
+	emit("floor", m->name, "bytes", (double)m->bytes, (double)m->bytes, (double)m->bytes, "B",
+	     note);
+	measure("floor", m->name, loop_mem_random, m);
+}
+
 /* ---------------------------------------------------------------------- */
 /* resil hot paths */
 
 struct pctx {
 	resil_policy_t *p;
-	const uint32_t *keys; /* keyed: key values */
 	const uint32_t *seq;  /* keyed: index sequence, SEQ_LEN long */
 	uint64_t pos;
 };
@@ -508,16 +616,26 @@ static void loop_acq_rel(void *ctx, uint64_t n)
 	admits += a;
 }
 
+/* Key i of a keyed case: a bijection of the 32-bit integers (an odd
+ * multiplier), so keys are distinct and scattered, and computed where it
+ * is used: the loop reads no key array (a real caller has its key in the
+ * request it is deciding, in cache), so a case's figure is the library's
+ * own memory traffic. */
+static inline uint32_t key_of(uint32_t i)
+{
+	return i * 2654435761u;
+}
+
 static void loop_keyed(void *ctx, uint64_t n)
 {
 	struct pctx *x = ctx;
 	uint64_t a = 0, pos = x->pos;
 
 	for (uint64_t i = 0; i < n; i++, pos++) {
-		const uint32_t *k = &x->keys[x->seq[pos & (SEQ_LEN - 1)]];
+		uint32_t k = key_of(x->seq[pos & (SEQ_LEN - 1)]);
 		resil_permit_t pm;
 
-		if (resil_acquire_key(x->p, k, sizeof(*k), &pm) == RESIL_ADMIT) {
+		if (resil_acquire_key(x->p, &k, sizeof(k), &pm) == RESIL_ADMIT) {
 			a++;
 			resil_release(x->p, &pm, RESIL_SUCCESS);
 		}
@@ -596,17 +714,6 @@ static uint64_t splitmix(uint64_t *s)
 
 /* Distinct IPv4-like keys and index sequences: uniform, or Zipf (s = 0.99,
  * as YCSB) over nkeys, from a fixed seed. */
-static uint32_t *make_keys(uint32_t nkeys)
-{
-	uint32_t *k = malloc(sizeof(*k) * nkeys);
-	uint64_t s = 42;
-
-	if (!k)
-		return NULL;
-	for (uint32_t i = 0; i < nkeys; i++)
-		k[i] = (uint32_t)(splitmix(&s) & 0xffff0000u) | i; /* distinct: low half is i */
-	return k;
-}
 
 static uint32_t *make_seq(uint32_t nkeys, bool zipf)
 {
@@ -651,77 +758,73 @@ static uint32_t *make_seq(uint32_t nkeys, bool zipf)
 
 static void keyed_case(resil_t *r, const char *group, uint32_t nkeys, const char *label)
 {
-	char cfg[160], base[32], name[64];
-	struct pctx x = {0};
-	uint32_t *keys;
+	struct mem_floor floor = {.keys = nkeys};
+	char cfg[160], base[32], names[2][64];
+	struct pctx x[2] = {{0}};
+	bool any = false;
 
-	snprintf(name, sizeof(name), "limit.keyed_%s.random", label);
-	if (!selected(group, name)) {
-		snprintf(name, sizeof(name), "limit.keyed_%s.zipf", label);
-		if (!selected(group, name))
-			return;
+	for (int z = 0; z < 2; z++) {
+		snprintf(names[z], sizeof(names[z]), "limit.keyed_%s.%s", label,
+			 z ? "zipf" : "random");
+		any |= selected(group, names[z]);
 	}
-	keys = make_keys(nkeys);
-	snprintf(base, sizeof(base), "keyed%s", label);
-	snprintf(cfg, sizeof(cfg),
-		 "limit.rate = 1000000000/s; limit.burst = 1000000; limit.keys = %u", nkeys * 2);
-	x.p = mkpol(r, base, cfg);
-	if (!x.p) {
-		/* a smaller table still holds every key when it can */
-		snprintf(cfg, sizeof(cfg),
-			 "limit.rate = 1000000000/s; limit.burst = 1000000; limit.keys = %u",
-			 nkeys);
-		x.p = mkpol(r, base, cfg);
-	}
-	if (!x.p || !keys) {
-		free(keys);
+	if (!any)
 		return;
-	}
-	x.keys = keys;
+	snprintf(base, sizeof(base), "keyed%s", label);
+	/* a table sized for the keys, as one would configure it */
+	snprintf(cfg, sizeof(cfg),
+		 "limit.rate = 1000000000/s; limit.burst = 1000000; limit.keys = %u", nkeys);
+	x[0].p = mkpol(r, base, cfg);
+	if (!x[0].p)
+		return;
 	/* every key once, so the measured loop finds them in the table */
 	for (uint32_t i = 0; i < nkeys; i++) {
+		uint32_t k = key_of(i);
 		resil_permit_t pm;
 
-		if (resil_acquire_key(x.p, &keys[i], sizeof(keys[i]), &pm) == RESIL_ADMIT)
-			resil_release(x.p, &pm, RESIL_SUCCESS);
+		if (resil_acquire_key(x[0].p, &k, sizeof(k), &pm) == RESIL_ADMIT)
+			resil_release(x[0].p, &pm, RESIL_SUCCESS);
 	}
+	/* the table's floor (from 100k keys: smaller tables stay in cache),
+	 * the uniform and the Zipf case, interleaved */
+	if (nkeys >= 100000 && mem_floor_init(&floor) < 0)
+		floor.a = NULL;
+	batch_begin();
+	if (nkeys >= 100000)
+		measure_mem_floor(&floor);
 	for (int z = 0; z < 2; z++) {
-		uint32_t *seq = make_seq(nkeys, z);
-
-		if (!seq)
-			continue;
-		x.seq = seq;
-		x.pos = 0;
-		snprintf(name, sizeof(name), "limit.keyed_%s.%s", label, z ? "zipf" : "random");
-		measure(group, name, loop_keyed, &x);
-		free(seq);
+		x[z].p = x[0].p;
+		x[z].seq = make_seq(nkeys, z);
+		if (x[z].seq)
+			measure(group, names[z], loop_keyed, &x[z]);
 	}
-	free(keys);
+	batch_flush();
+	mem_floor_fini(&floor);
+	for (int z = 0; z < 2; z++)
+		free((void *)x[z].seq);
 }
 
 static void keyed_reject_case(resil_t *r, const char *group)
 {
 	struct pctx x = {0};
-	uint32_t nkeys = 1000, *keys, *seq;
+	uint32_t nkeys = 1000, *seq;
 
 	if (!selected(group, "limit.keyed_reject"))
 		return;
-	keys = make_keys(nkeys);
 	seq = make_seq(nkeys, false);
 	x.p = mkpol(r, "keyedrej", "limit.rate = 1/h; limit.keys = 2048");
-	if (!x.p || !keys || !seq)
+	if (!x.p || !seq)
 		goto out;
 	for (uint32_t i = 0; i < nkeys; i++) { /* spend each key's one permit */
+		uint32_t k = key_of(i);
 		resil_permit_t pm;
 
-		if (resil_acquire_key(x.p, &keys[i], sizeof(keys[i]), &pm) == RESIL_ADMIT)
+		if (resil_acquire_key(x.p, &k, sizeof(k), &pm) == RESIL_ADMIT)
 			resil_release(x.p, &pm, RESIL_SUCCESS);
 	}
-	x.keys = keys;
 	x.seq = seq;
 	measure(group, "limit.keyed_reject", loop_keyed, &x);
 out:
-	free(keys);
 	free(seq);
 }
 
