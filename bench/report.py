@@ -97,8 +97,39 @@ def load(outdir):
     machine = []
     mp = os.path.join(outdir, "machine.txt")
     if os.path.exists(mp):
-        machine = [l.rstrip("\n") for l in open(mp)]
+        with open(mp) as f:
+            machine = [l.rstrip("\n") for l in f]
     return rows, machine
+
+
+def rt_p50_idle_ns(r, g, n):
+    """The p50 of a round trip in ns as it comes (no spinner): how ANCHORS.md
+    measures Redis and the socketpair."""
+    v = r.get(g, n, "p50_us")
+    return None if v is None else v * 1e3
+
+
+def keys_label(n):
+    n = int(n)
+    if n >= 1000000 and n % 1000000 == 0:
+        return f"{n // 1000000}M"
+    if n >= 1000 and n % 1000 == 0:
+        return f"{n // 1000}k"
+    return str(n)
+
+
+def mem_floors(r):
+    """The keyed table's memory floors of this run, {keys: (name, bytes)}:
+    floor rows whose "keys" metric names the keyed case they stand for."""
+    out = {}
+    for (g, n, m), (v, _, _) in r.rows.items():
+        if g == "floor" and m == "keys" and r.get(g, n) is not None:
+            out[int(v[0])] = (n, r.get(g, n, "bytes"))
+    return out
+
+
+def fmt_mb(b):
+    return "n/a" if b is None else f"{b / 1e6:.3g} MB"
 
 
 def rt_p50_ns(r, g, n):
@@ -179,6 +210,20 @@ def verdict(ok):
     if ok is None:
         return "not measured"
     return "**met**" if ok else "**not met**"
+
+
+def two_ways(as_comes, best, bound, how):
+    """Verdict of a "N x cheaper than a round trip" target, from the ratios of
+    the round trip as it comes and of its best case on this VM."""
+    if any(x is None for x in as_comes):
+        return verdict(None)
+    if not all(x >= bound for x in as_comes):
+        return f"{verdict(False)} {how}"
+    if any(x is None for x in best):
+        return f"{verdict(True)} {how}; its best case not measured"
+    if all(x >= bound for x in best):
+        return f"{verdict(True)} {how}, and against its best case here"
+    return f"{verdict(True)} {how}; not against its best case here"
 
 
 def plots(outdir):
@@ -330,19 +375,42 @@ def report(outdir, path):
     w(f"| GCRA within 4x fetch_add with a coarse clock (rate 10/s) | {fmt(ls)} ns = "
       f"{fmt_ratio(x)} fetch_add | {verdict(None if x is None else x <= 4)} |")
     x = ratio(k1m, la)
-    w(f"| keyed GCRA at 1M keys within 2x unkeyed | {fmt(k1m)} ns = {fmt_ratio(x)} unkeyed "
-      f"| {verdict(None if x is None else x <= 2)} |")
-    rg = rt_p50_ns(r, "redis", "gcra_evalsha")
-    rb = rt_p50_ns(r, "redis", "breaker_lua")
-    x1, x2 = ratio(rg, la), ratio(rb, br)
-    both = None if x1 is None or x2 is None else (x1 >= 1000 and x2 >= 1000)
-    w(f"| >= 1000x cheaper than Redis (faster p50 of a round trip / resil median) | "
-      f"GCRA: Redis {fmt(rg)} ns / resil {fmt(la)} ns = "
-      f"{fmt_ratio(x1)}; breaker: {fmt(rb)} / {fmt(br)} = {fmt_ratio(x2)} | {verdict(both)} |")
-    so = rt_p50_ns(r, "socket", "get_roundtrip")
-    x = ratio(so, br)
-    w(f"| >= 500x cheaper than a socket round trip (faster p50) | {fmt(so)} ns / breaker {fmt(br)} ns = "
-      f"{fmt_ratio(x)} | {verdict(None if x is None else x >= 500)} |")
+    fl = mem_floors(r).get(1000000)
+    fm = r.get("floor", fl[0]) if fl else None
+    txt = f"{fmt(k1m)} ns = {fmt_ratio(x)} unkeyed ({fmt(la)} ns)"
+    if fm is not None:
+        txt += (f"; one random line of its {fmt_mb(fl[1])} table, waited for, is "
+                f"{fmt(fm)} ns = {fmt_ratio(ratio(fm, la))} unkeyed (the loop overlaps "
+                f"consecutive decisions' misses and can come in under it; a server doing "
+                f"other work between two decisions pays it whole)")
+    if x is None or x <= 2 or fm is None or la is None:
+        vtxt = verdict(None if x is None else x <= 2)
+    elif fm > 2 * la:
+        vtxt = (f"**not met** (2x unkeyed = {fmt(2 * la)} ns is below the memory floor: "
+                f"unreachable with per-key state in memory)")
+    else:
+        vtxt = (f"**not met** (the memory floor is within 2x unkeyed = {fmt(2 * la)} ns: "
+                f"the software above it is the gap)")
+    w(f"| keyed GCRA at 1M keys within 2x unkeyed | {txt} | {vtxt} |")
+    # Redis and the socket: ANCHORS.md times a round trip as it comes (1 client,
+    # p50, no spinner), and the targets were set against that; the faster p50
+    # (other vCPU kept awake) is the peer's best case on this VM.
+    rg, rb = rt_p50_idle_ns(r, "redis", "gcra_evalsha"), rt_p50_idle_ns(r, "redis", "breaker_lua")
+    bg, bb = rt_p50_ns(r, "redis", "gcra_evalsha"), rt_p50_ns(r, "redis", "breaker_lua")
+    n1, n2 = ratio(rg, la), ratio(rb, br)
+    m1, m2 = ratio(bg, la), ratio(bb, br)
+    w(f"| >= 1000x cheaper than Redis (a round trip / resil median) | "
+      f"as ANCHORS measures it (1 client, p50 as it comes): GCRA: Redis {fmt(rg)} ns / "
+      f"resil {fmt(la)} ns = {fmt_ratio(n1)}; breaker: {fmt(rb)} / {fmt(br)} = "
+      f"{fmt_ratio(n2)}; Redis's best case on this VM (faster p50, other vCPU kept awake): "
+      f"GCRA {fmt(bg)} ns = {fmt_ratio(m1)}, breaker {fmt(bb)} ns = {fmt_ratio(m2)} | "
+      f"{two_ways([n1, n2], [m1, m2], 1000, 'as the anchors measure Redis')} |")
+    so, sb = rt_p50_idle_ns(r, "socket", "get_roundtrip"), rt_p50_ns(r, "socket", "get_roundtrip")
+    n1, m1 = ratio(so, br), ratio(sb, br)
+    w(f"| >= 500x cheaper than a socket round trip | as it comes (p50, as ANCHORS times "
+      f"round trips): {fmt(so)} ns / breaker {fmt(br)} ns = {fmt_ratio(n1)}; best case on "
+      f"this VM (faster p50, other vCPU kept awake): {fmt(sb)} ns = {fmt_ratio(m1)} | "
+      f"{two_ways([n1], [m1], 500, 'as the anchors time round trips')} |")
     mpv = [(k, r.get("mp", f"{k}.shared.p2", "mops"))
            for k in ("breaker.count100", "bulkhead25", "bulkhead", "limit.admit")]
     txt = ", ".join(f"{k} {fmt(v)}" for k, v in mpv)
@@ -391,6 +459,28 @@ def report(outdir, path):
             line += f" {fmt_range(r.full('resil-process', n))} |"
         w(line)
     w("")
+    mf = mem_floors(r)
+    if mf:
+        w("The keyed limiter against its memory floor: one random line of a shared table the")
+        w("size of the case's own (limit.keys = the keys), waited for, measured in the case's")
+        w("own interleaved runs (Floors, below). A keyed decision on a key no cache holds")
+        w("waits for that line once (twice for the 4% of keys in their second bucket). The")
+        w("benchmark loop decides independent keys back to back, so the processor overlaps")
+        w("one decision's miss with the next and a case can come in under the floor; a server")
+        w("that does other work between two decisions pays the floor whole.")
+        w("")
+        w("| keys | table | uniform ns/op | memory floor ns/op | uniform - floor | "
+          "Zipf 0.99 ns/op |")
+        w("|---|---|---|---|---|---|")
+        for keys, (fn, nbytes) in sorted(mf.items()):
+            lab = keys_label(keys).lower()
+            u = r.get("resil", f"limit.keyed_{lab}.random")
+            z = r.get("resil", f"limit.keyed_{lab}.zipf")
+            fv = r.get("floor", fn)
+            d = None if u is None or fv is None else u - fv
+            w(f"| {keys_label(keys)} | {fmt_mb(nbytes)} | {fmt(u)} | "
+              f"{fmt_range(r.full('floor', fn))} | {fmt(d)} | {fmt(z)} |")
+        w("")
     w("Admitted fraction per case (a rejection case must show 0, an admission case 1):")
     w("")
     notes = []
@@ -407,10 +497,11 @@ def report(outdir, path):
         w("")
         w("| instr/op | function |")
         w("|---|---|")
-        for line in open(cgb):
-            p = line.rstrip("\n").split("\t")
-            if len(p) == 2:
-                w(f"| {fmt_instr(float(p[0]))} | `{p[1]}` |")
+        with open(cgb) as f:
+            for line in f:
+                p = line.rstrip("\n").split("\t")
+                if len(p) == 2:
+                    w(f"| {fmt_instr(float(p[0]))} | `{p[1]}` |")
         w("")
     w("![cost per decision, log scale](bench/cost.png)")
     w("")
@@ -427,17 +518,22 @@ def report(outdir, path):
         if n in ("clock_monotonic", "clock_coarse", "clock_cas", "coarse_cas") and ins != "n/a":
             ins += " (vDSO not counted)"
         w(f"| {label} | {fmt_range(f)} | {ins} | {anchor} |")
+    for keys, (n, nbytes) in sorted(mem_floors(r).items()):
+        w(f"| one random line of a {fmt_mb(nbytes)} shared table, waited for (what a keyed "
+          f"decision at {keys_label(keys)} keys must wait for once) | "
+          f"{fmt_range(r.full('floor', n))} | {fmt_instr(r.get('floor', n, 'instr_op'))} | |")
     w("")
 
     w("## Peers: a round trip per decision (same run)")
     w("")
     w("Each round trip is timed twice: as it comes, and with a spinning process at the lowest")
     w("priority keeping the other vCPU awake (on a VM, waking an idle vCPU goes through the")
-    w("hypervisor and can dominate a round trip). Ratios use the faster p50 of the two.")
+    w("hypervisor and can dominate a round trip). ANCHORS.md times them as they come; the")
+    w("faster p50 of the two is the peer's best case on this VM. Ratios are given for both.")
     w("")
     w("| decision | mean ns | p50 / p99 us | p50 / p99 us, other vCPU busy | "
-      "decisions/s, 1 / 4 clients | memory | faster p50 / resil |")
-    w("|---|---|---|---|---|---|---|")
+      "decisions/s, 1 / 4 clients | memory | faster p50 / resil | p50 as it comes / resil |")
+    w("|---|---|---|---|---|---|---|---|")
     peers = [("socket", "get_roundtrip", "resild control socket, Get per decision",
               "breaker.count100.acq_rel"),
              ("redis", "ping", "Redis PING (transport floor)", None),
@@ -465,7 +561,8 @@ def report(outdir, path):
         tp = f"{fmt(t1, 0)} / {fmt(t4, 0)}" if t1 is not None else "n/a"
         w(f"| {label} | {fmt(mean)} | {fmt(p50)} / {fmt(p99)} | {fmt(p50w)} / {fmt(p99w)} | "
           f"{tp} | {memtxt} | "
-          f"{fmt_ratio(ratio(best, r.get('resil', cmp))) if cmp and best else ''} |")
+          f"{fmt_ratio(ratio(best, r.get('resil', cmp))) if cmp and best else ''} | "
+          f"{fmt_ratio(ratio(us_to_ns(p50), r.get('resil', cmp))) if cmp and p50 else ''} |")
     w("")
     w("Cited for comparison, " + ANCHOR_NOTE + ":")
     w("")
