@@ -607,7 +607,8 @@ def report(outdir, path):
                      ("breaker.count100", "breaker count 100"),
                      ("bulkhead25", "bulkhead, max 25 (fail-fast: one CAS)"),
                      ("bulkhead", "bulkhead, max 1000 (counted)"),
-                     ("limit.admit", "GCRA admit")):
+                     ("limit.admit", "GCRA admit"),
+                     ("limit.keyed_1k", "keyed GCRA, 1k keys, uniform")):
         vals = [r.get("mp", f"{k}.{s}.p{p}", "mops")
                 for s in ("shared", "separate") for p in (1, 2, 4)]
         if all(v is None for v in vals):

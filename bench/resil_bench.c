@@ -1335,10 +1335,13 @@ struct mp_board {
 
 enum { MP_FAA_ONE_WORD, MP_FAA_OWN_LINE, MP_POLICY };
 
-static void mp_child(struct mp_board *b, int i, int kind, resil_policy_t *p, int64_t run_ns)
+/* keys: a keyed policy, decided on uniform keys 0..keys-1 (each child its
+ * own sequence) */
+static void mp_child(struct mp_board *b, int i, int kind, resil_policy_t *p, uint32_t keys,
+		     int64_t run_ns)
 {
 	_Atomic uint64_t *word = &b->line[kind == MP_FAA_ONE_WORD ? 0 : i].word;
-	uint64_t ops = 0, adm = 0;
+	uint64_t ops = 0, adm = 0, s = 1000 + (uint64_t)i;
 	int64_t t0, end;
 
 	atomic_fetch_add_explicit(&b->ready, 1, memory_order_release);
@@ -1355,8 +1358,16 @@ static void mp_child(struct mp_board *b, int i, int kind, resil_policy_t *p, int
 				atomic_fetch_add_explicit(word, 1, memory_order_relaxed);
 			} else {
 				resil_permit_t pm;
+				uint32_t key;
+				int v;
 
-				if (resil_acquire(p, &pm) == RESIL_ADMIT) {
+				if (keys) {
+					key = key_of((uint32_t)(splitmix(&s) % keys));
+					v = resil_acquire_key(p, &key, sizeof(key), &pm);
+				} else {
+					v = resil_acquire(p, &pm);
+				}
+				if (v == RESIL_ADMIT) {
 					adm++;
 					resil_release(p, &pm, RESIL_SUCCESS);
 				}
@@ -1371,7 +1382,7 @@ static void mp_child(struct mp_board *b, int i, int kind, resil_policy_t *p, int
 }
 
 /* Aggregate operations per second; pols[i] is child i's policy. */
-static double mp_once(int kind, int nproc, resil_policy_t **pols, int64_t run_ns)
+static double mp_once(int kind, int nproc, resil_policy_t **pols, uint32_t keys, int64_t run_ns)
 {
 	struct mp_board *b;
 	pid_t pids[MAX_PROCS];
@@ -1384,7 +1395,7 @@ static double mp_once(int kind, int nproc, resil_policy_t **pols, int64_t run_ns
 	for (i = 0; i < nproc; i++) {
 		pids[i] = fork();
 		if (pids[i] == 0)
-			mp_child(b, i, kind, pols[i], run_ns);
+			mp_child(b, i, kind, pols[i], keys, run_ns);
 	}
 	while (atomic_load_explicit(&b->ready, memory_order_acquire) < (uint32_t)nproc)
 		usleep(1000);
@@ -1405,6 +1416,7 @@ struct mp_case {
 	const char *name;
 	const char *base;
 	const char *cfg; /* NULL: the fetch_add floor */
+	uint32_t keys;	 /* keyed: decided on this many keys */
 };
 
 static const struct mp_case mp_cases[] = {
@@ -1413,6 +1425,8 @@ static const struct mp_case mp_cases[] = {
     {"bulkhead", "mpbulk", "bulkhead.max = 1000"},
     {"bulkhead25", "mpbulk25", "bulkhead.max = 25"},
     {"limit.admit", "mplim", "limit.rate = 1000000000/s; limit.burst = 1000000"},
+    {"limit.keyed_1k", "mpkeyed",
+     "limit.rate = 1000000000/s; limit.burst = 1000000; limit.keys = 1000", 1000},
 };
 
 static void run_mp(resil_t *r, const char *where)
@@ -1451,7 +1465,7 @@ static void run_mp(resil_t *r, const char *where)
 				if (!ok)
 					continue;
 				for (int j = 0; j < runs; j++) {
-					v[j] = mp_once(kind, np, pols, run_ns);
+					v[j] = mp_once(kind, np, pols, c->keys, run_ns);
 					if (v[j] < 0)
 						ok = 0;
 				}
