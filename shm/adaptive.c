@@ -16,12 +16,28 @@
  *   gradient2  long-term EWMA of the RTT (600 samples, 10 of warmup);
  *              gradient = clamp(tolerance * long / short, 0.5, 1);
  *              limit = limit * gradient + 4, smoothed 0.2. Initial 20,
- *              min 20, max 200, tolerance 1.5.
+ *              min 20, max 200, tolerance adaptive.tolerance (1.5, as
+ *              Netflix's rttTolerance; 1..10, gradient2 only).
  *   aimd       a drop (FAILURE, or an RTT over 5 s): limit * 0.9; else +1
  *              when the limit is being used. Initial 20, min 20, max 200.
  * Neither vegas nor gradient2 grows the limit when the window never used
  * half of it (app-limited). A window with fewer than 10 samples decides
  * nothing.
+ *
+ * Gradient2 does not settle at the knee. The gradient stays 1 (and the
+ * limit grows by the queue term, 4 a window) until the window's RTT is
+ * over tolerance x the long-term RTT, so at 1.5 it runs the dependency at
+ * up to 1.5x its latency by design; and the long-term average follows the
+ * RTT it sees (600 windows), so between two min-RTT probes it catches up
+ * with the queueing latency and the limit creeps on (a known behaviour of
+ * Netflix concurrency-limits too). In the simulation of
+ * tests/unit_adaptive.c (knee 50, probe 60s) tolerance 1.5 averages 1.7x
+ * the knee with a 1s window and 2.7x with a 100ms one (600 windows are
+ * then as long as the probe interval: a saw-tooth up to adaptive.max);
+ * tolerance 1.0 1.09-1.15x (at knee 25: 1.18-1.31x, the queue term weighs
+ * more on a small limit). adaptive.tolerance, a configuration word, is
+ * read at every window: a change applies at the next one, in the same
+ * state. Vegas, which compares with the no-load RTT, needs no tolerance.
  *
  * Min-RTT re-probe (Envoy's adaptive concurrency filter): every
  * adaptive.probe (60 s, jittered by +-15%) the limit drops to 3 for one
@@ -70,7 +86,9 @@
 
 #define STEAL_WINDOWS	  8
 #define AIMD_TIMEOUT_NS	  (5 * RESIL_NS_PER_S)
-#define G2_TOLERANCE	  1.5
+#define G2_TOLERANCE	  1.5  /* adaptive.tolerance when not given (Netflix's) */
+#define G2_TOLERANCE_MIN  1000 /* adaptive.tolerance bounds, thousandths */
+#define G2_TOLERANCE_MAX  10000
 #define G2_SMOOTHING	  0.2
 #define G2_QUEUE	  4.0
 #define G2_LONG_WINDOW	  600
@@ -96,6 +114,17 @@ uint32_t resil_adaptive_max(const struct resil_adaptive_conf *c)
 	uint32_t v = c->max ? c->max : c->algorithm == RESIL_ADAPTIVE_VEGAS ? 1000 : 200;
 
 	return v > RESIL_POOL_MAX ? RESIL_POOL_MAX : v;
+}
+
+uint32_t resil_adaptive_tolerance_milli(const struct resil_adaptive_conf *c)
+{
+	uint32_t v = c->tolerance_milli;
+
+	if (!v)
+		return (uint32_t)(G2_TOLERANCE * 1000);
+	if (v < G2_TOLERANCE_MIN)
+		return G2_TOLERANCE_MIN;
+	return v > G2_TOLERANCE_MAX ? G2_TOLERANCE_MAX : v;
 }
 
 uint32_t resil_adaptive_initial(const struct resil_adaptive_conf *c)
@@ -168,6 +197,15 @@ int resil_adaptive_conf_set(struct resil_adaptive_conf *c, const char *key, cons
 		} else {
 			c->probe_ns = ns;
 		}
+	} else if (strcmp(key, "adaptive.tolerance") == 0) {
+		if (resil_parse_milli(value, &v) < 0 || v < G2_TOLERANCE_MIN ||
+		    v > G2_TOLERANCE_MAX) {
+			snprintf(err, errlen,
+				 "adaptive.tolerance: '%s' is not a number in 1..10 (e.g. 1.5)",
+				 value);
+			return -EINVAL;
+		}
+		c->tolerance_milli = v;
 	} else {
 		return -ENOENT;
 	}
@@ -200,6 +238,22 @@ size_t resil_adaptive_conf_format(const struct resil_adaptive_conf *c, char *buf
 	else
 		snprintf(d, sizeof(d), "off");
 	resil_priv_put(buf, len, &off, "adaptive.probe = %s\n", d);
+	/* only when given, as the bounds: 0 (not given) follows the default */
+	if (c->tolerance_milli) {
+		uint32_t f = c->tolerance_milli % 1000;
+		int w = 3;
+
+		while (f && f % 10 == 0) {
+			f /= 10;
+			w--;
+		}
+		if (f)
+			resil_priv_put(buf, len, &off, "adaptive.tolerance = %u.%0*u\n",
+				       c->tolerance_milli / 1000, w, f);
+		else
+			resil_priv_put(buf, len, &off, "adaptive.tolerance = %u\n",
+				       c->tolerance_milli / 1000);
+	}
 	return off;
 }
 
@@ -361,7 +415,8 @@ static double ewma_add(struct resil_adaptive_state *s, double rtt)
 	return v;
 }
 
-static double gradient2(struct resil_adaptive_state *s, double limit, const struct sample *m)
+static double gradient2(struct resil_adaptive_state *s, double limit, const struct sample *m,
+			double tolerance)
 {
 	double lrtt = ewma_add(s, m->rtt), grad, nl;
 
@@ -372,7 +427,7 @@ static double gradient2(struct resil_adaptive_state *s, double limit, const stru
 	}
 	if ((double)m->inflight < limit / 2)
 		return limit;
-	grad = G2_TOLERANCE * lrtt / m->rtt;
+	grad = tolerance * lrtt / m->rtt;
 	grad = grad < 0.5 ? 0.5 : grad > 1.0 ? 1.0 : grad;
 	nl = limit * grad + G2_QUEUE;
 	return limit * (1 - G2_SMOOTHING) + nl * G2_SMOOTHING;
@@ -461,7 +516,9 @@ static void decide(struct resil_ctx *x, const struct resil_adaptive_conf *c,
 		m.drop = drops != 0;
 		switch (c->algorithm) {
 		case RESIL_ADAPTIVE_GRADIENT2:
-			nl = count ? gradient2(s, limit, &m) : limit;
+			nl = count ? gradient2(s, limit, &m,
+					       resil_adaptive_tolerance_milli(c) / 1000.0)
+				   : limit;
 			break;
 		case RESIL_ADAPTIVE_AIMD:
 			nl = aimd(limit, &m);

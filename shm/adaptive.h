@@ -93,6 +93,9 @@ static inline struct resil_pool resil_adaptive_pool(struct resil_adaptive_state 
  * initial 20 min 20 max 200; AIMD initial 20 min 20 max 200). */
 uint32_t resil_adaptive_min(const struct resil_adaptive_conf *c);
 uint32_t resil_adaptive_initial(const struct resil_adaptive_conf *c);
+/* Gradient2's RTT tolerance in thousandths: adaptive.tolerance, 1500 when
+ * not given (Netflix's rttTolerance), within 1000..10000. */
+uint32_t resil_adaptive_tolerance_milli(const struct resil_adaptive_conf *c);
 /* The published limit and the permits held right now (a scan). */
 uint32_t resil_adaptive_limit(const void *st);
 uint32_t resil_adaptive_held(const struct resil_adaptive_conf *c, const void *st);

@@ -105,8 +105,15 @@ struct resil_adaptive_conf {
 	uint32_t initial;
 	RESIL_A8 int64_t window_ns;
 	RESIL_A8 int64_t probe_ns; /* min-RTT re-probe interval, 0 = never */
-	RESIL_A8 uint64_t reserved[11];
+	uint32_t tolerance_milli;  /* Gradient2's RTT tolerance x1000, 0 = 1.5 */
+	uint32_t reserved32;
+	RESIL_A8 uint64_t reserved[10];
 };
+RESIL_STATIC_ASSERT(offsetof(struct resil_adaptive_conf, probe_ns) == 24, "adaptive probe_ns");
+RESIL_STATIC_ASSERT(offsetof(struct resil_adaptive_conf, tolerance_milli) == 32,
+		    "adaptive tolerance_milli");
+RESIL_STATIC_ASSERT(offsetof(struct resil_adaptive_conf, reserved) == 40, "adaptive reserved");
+RESIL_STATIC_ASSERT(sizeof(struct resil_adaptive_conf) == 120, "adaptive conf size");
 
 struct resil_shed_conf {
 	uint8_t on;
