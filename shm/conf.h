@@ -70,7 +70,7 @@ struct resil_limit_conf {
 	uint8_t on;
 	uint8_t algorithm; /* enum resil_limit_algo */
 	uint8_t when_full_admit;
-	uint8_t pad;
+	uint8_t dry_run; /* limit.dry_run: count what would be rejected, admit it */
 	uint32_t burst;
 	uint32_t count;             /* limit.rate = count / period */
 	uint32_t keys;              /* keyed table capacity, 0 = unkeyed */
@@ -79,6 +79,9 @@ struct resil_limit_conf {
 	RESIL_A8 int64_t wait_ns;     /* reservation: longest wait */
 	RESIL_A8 uint64_t reserved[8];
 };
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, dry_run) == 3, "limit dry_run");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, burst) == 4, "limit burst");
+RESIL_STATIC_ASSERT(sizeof(struct resil_limit_conf) == 104, "limit conf size");
 
 struct resil_bulkhead_conf {
 	uint8_t on;

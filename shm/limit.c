@@ -160,6 +160,37 @@
  *   undo re-derives the fingerprint and does nothing if the entry changed
  *   hands.
  *
+ * Dry run (limit.dry_run = yes, nginx's limit_req_dry_run): every call is
+ *   decided exactly as above, on the same words, and a call the decision
+ *   rejects with RESIL_REJECT_LIMITED (rate exceeded, or a full keyed
+ *   table with limit.when_full = reject) is admitted instead. The state is
+ *   left as that rejection leaves it (the word unwritten; full_rejects and
+ *   RESIL_EV_KEYS_FULL as usual: they say what the limiter decided), the
+ *   permit holds nothing of the limiter (as when_full = admit: key_idx 0,
+ *   no RESIL_PERMIT_LIMIT, so undo and release give nothing back), its
+ *   wait is 0, and dry_run_rejects counts it. limit.wait reserves nothing
+ *   under dry run (the rate is not limited, so nobody sleeps for it): the
+ *   decision is made as if limit.wait were 0 (struct lp's `grant`), and a
+ *   call that would have waited is counted and goes at once; the bounds
+ *   that clamp and heal still use limit.wait, since states written before
+ *   a live switch to dry run can hold reservations. -E2BIG (more permits
+ *   than the configuration can ever give) stays an error. The check sits
+ *   on the rejection branch: an admission costs what it costs without dry
+ *   run (plus one test of limit.wait, already in a register).
+ *
+ * Who writes what. Line 0 (the hot word), the sliding ring and the keyed
+ *   table: every client, by CAS, as above. Line 1 (used, evictions,
+ *   full_rejects, full_admits, merges, heals, full_event_ns,
+ *   dry_run_rejects): clients, on rare events (and on every would-be
+ *   rejection under dry run), with relaxed RMWs; `used` gates inserts and
+ *   the daemon repairs it (above), full_event_ns elects the process that
+ *   pushes an event (keys_full_event), the others are statistics that the
+ *   daemon and observers read with relaxed loads (resil_limit_info).
+ *   Line 2: the daemon only (maintenance). A client killed anywhere around
+ *   a dry-run count leaves nothing to repair: the count is one fetch_add,
+ *   and a call killed before it never returned (at most that one
+ *   would-be rejection goes uncounted).
+ *
  * Memory order. Every limiter word is self-contained: it publishes no
  * other data, and each algorithm only needs the atomicity of one RMW and
  * the modification order of one word. So loads and CAS are relaxed, except
@@ -202,7 +233,8 @@ struct lp {
 	int64_t now;
 	int64_t T;	  /* emission interval */
 	int64_t tau;	  /* T * burst */
-	int64_t max_wait; /* limit.wait */
+	int64_t max_wait; /* limit.wait (the bounds: what any writer can have set) */
+	int64_t grant;	  /* longest reservation granted now: limit.wait, 0 under dry run */
 	int64_t P;	  /* period */
 	uint32_t L;	  /* count */
 	uint32_t n;	  /* permits */
@@ -281,7 +313,7 @@ static inline int gcra_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t 
 		int64_t ntat = (tat > p->now ? tat : p->now) + inc;
 		int64_t d = ntat - p->tau - p->now;
 
-		if (d > p->max_wait) {
+		if (d > p->grant) {
 			/* a read-only rejection, unless the TAT is further ahead than
 			 * any writer can set it (corruption): heal it (see the top) */
 			if (RESIL_UNLIKELY(d > p->max_wait + inc + HEAL_SLACK) &&
@@ -540,6 +572,7 @@ static void lp_init(struct lp *p, const struct resil_limit_conf *c, int64_t now,
 	p->T = c->interval_ns;
 	p->tau = c->interval_ns * (int64_t)(c->burst ? c->burst : 1);
 	p->max_wait = c->wait_ns;
+	p->grant = c->wait_ns;
 	p->P = c->period_ns;
 	p->L = c->count;
 	p->n = n ? n : 1;
@@ -574,7 +607,7 @@ again:
 		if (v + p->P > t)
 			t = v + p->P;
 	}
-	if (t - p->now > p->max_wait) {
+	if (t - p->now > p->grant) {
 		if (RESIL_UNLIKELY(t - p->now > p->P + p->max_wait + HEAL_SLACK)) {
 			/* a time further ahead than any writer sets: heal it */
 			for (k = 0; k < n; k++) {
@@ -1037,6 +1070,7 @@ void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t 
 	st_relaxed(&s->merges, 0);
 	st_relaxed(&s->heals, 0);
 	st_relaxed(&s->full_event_ns, 0);
+	st_relaxed(&s->dry_run_rejects, 0);
 	st_relaxed(&s->swept, 0);
 	st_relaxed(&s->repairs, 0);
 	st_relaxed(&s->ticks, 0);
@@ -1141,6 +1175,20 @@ void resil_limit_carry(void *nst, const struct resil_limit_conf *nc, const void 
 	}
 }
 
+/*
+ * limit.dry_run: the call just rejected goes (see the top). The state is as
+ * the rejection left it; the permit holds nothing of the limiter.
+ * dry_run_rejects: line 1, clients, relaxed (a statistic: it orders nothing).
+ */
+static int dry_run_admit(struct resil_limit_state *s, struct resil_permit_priv *pm)
+{
+	faa_relaxed(&s->dry_run_rejects, 1);
+	pm->key_idx = 0;
+	pm->limit_tat = 0;
+	pm->wait_ns = 0;
+	return 0;
+}
+
 int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
 			struct resil_permit_priv *pm)
 {
@@ -1156,6 +1204,10 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 	/* one permit always fits (burst >= 1, count >= 1): no division then */
 	if (p.n > 1 && RESIL_UNLIKELY(too_many(&p)))
 		return -E2BIG;
+	/* dry run reserves nothing: a call that would wait is one that would
+	 * be rejected (see the top) */
+	if (RESIL_UNLIKELY(p.max_wait != 0) && c->dry_run)
+		p.grant = 0;
 	pm->key_idx = 0;
 	if (c->keys && x->key) {
 		v = keyed_take(x, s, c, &p, pm);
@@ -1166,8 +1218,11 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 		pm->wait_ns = wait;
 		pm->limit_tat = (uint64_t)stamp;
 	}
-	if (v)
+	if (v) {
+		if (c->dry_run && v == RESIL_REJECT_LIMITED)
+			return dry_run_admit(s, pm);
 		return v;
+	}
 	pm->flags |= RESIL_PERMIT_LIMIT;
 	if (pm->wait_ns > 0)
 		pm->flags |= RESIL_PERMIT_LIMIT_WAIT;
@@ -1319,6 +1374,7 @@ void resil_limit_info(const struct resil_limit_conf *c, const void *st,
 	out->full_rejects = ld_relaxed(&s->full_rejects);
 	out->full_admits = ld_relaxed(&s->full_admits);
 	out->merges = ld_relaxed(&s->merges);
+	out->dry_run_rejects = ld_relaxed(&s->dry_run_rejects);
 	out->word = (int64_t)ld_relaxed(&s->word);
 	if (!c->keys)
 		return;
@@ -1326,6 +1382,11 @@ void resil_limit_info(const struct resil_limit_conf *c, const void *st,
 	for (i = 0; i < n; i++)
 		if (fp_key(ld_relaxed(&table_of(s)[i].fp)) > RESIL_LIMIT_FP_TOMB)
 			out->size++;
+}
+
+uint64_t resil_limit_dry_run_rejects(const void *st)
+{
+	return ld_relaxed(&lstate((void *)(uintptr_t)st)->dry_run_rejects);
 }
 
 int resil_limit_key_info(struct resil_ctx *x, const struct resil_limit_conf *c, const void *st,
@@ -1487,6 +1548,10 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 			return resil_errf(err, errlen, -EINVAL,
 					  "limit.wait: '%s' is not a duration", value);
 		n.wait_ns = d;
+	} else if (strcmp(key, "limit.dry_run") == 0) {
+		if (resil_parse_bool(value, &n.dry_run) < 0)
+			return resil_errf(err, errlen, -EINVAL,
+					  "limit.dry_run: '%s' is not yes or no", value);
 	} else {
 		if (err && errlen)
 			snprintf(err, errlen, "unknown key '%s'", key);
@@ -1545,6 +1610,8 @@ size_t resil_limit_conf_format(const struct resil_limit_conf *c, char *buf, size
 		resil_format_duration(c->wait_ns, d, sizeof(d));
 		PUTF("limit.wait = %s\n", d);
 	}
+	if (c->dry_run)
+		PUTF("limit.dry_run = yes\n");
 #undef PUTF
 	return n;
 }

@@ -10,7 +10,8 @@
  *   line 0   word: the hot word every admission CASes (GCRA: the TAT;
  *            sliding: the admission sequence, a hint; sliding-approx
  *            unkeyed: the window word)
- *   line 1   keyed-table counters, written by clients on rare events
+ *   line 1   counters written by clients on rare events (keyed table,
+ *            heals, and the calls limit.dry_run admits instead of rejecting)
  *   line 2   daemon-written words (maintenance)
  *   then     the sliding ring (count x 8 bytes) or the keyed table
  *            (buckets of 4 x 16-byte entries, one cache line each)
@@ -41,14 +42,16 @@ struct resil_limit_entry {
 struct resil_limit_state {
 	/* line 0: every admission CASes it (clients) */
 	alignas(RESIL_HOT_ALIGN) ra64 word;
-	/* line 1: clients, rare (inserts, evictions, full table, heals) */
+	/* line 1: clients, rare (inserts, evictions, full table, heals; under
+	 * limit.dry_run every call that would be rejected) */
 	alignas(RESIL_HOT_ALIGN) ra64 used; /* keys in the table (entries neither EMPTY nor TOMB) */
 	ra64 evictions;			    /* a key replaced to make room for another */
 	ra64 full_rejects;		    /* no room: limit.when_full = reject decided */
 	ra64 full_admits;		    /* no room: limit.when_full = admit decided */
-	ra64 merges;	    /* the same key inserted twice at once, folded into one */
-	ra64 heals;	    /* a state further ahead than any writer sets, repaired */
-	ra64 full_event_ns; /* when the last RESIL_EV_KEYS_FULL was pushed (0: never) */
+	ra64 merges;	      /* the same key inserted twice at once, folded into one */
+	ra64 heals;	      /* a state further ahead than any writer sets, repaired */
+	ra64 full_event_ns;   /* when the last RESIL_EV_KEYS_FULL was pushed (0: never) */
+	ra64 dry_run_rejects; /* limit.dry_run: calls admitted that would have been rejected */
 	/* line 2: daemon only (maintenance) */
 	alignas(RESIL_HOT_ALIGN) ra64 swept; /* idle keys freed */
 	ra64 repairs;			     /* `used` recounted after a writer died mid-insert */
@@ -58,6 +61,7 @@ struct resil_limit_state {
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_entry) == 16, "limit entry size");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, word) == 0, "limit word");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, used) == 128, "limit line 1");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, dry_run_rejects) == 184, "limit dry run");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, swept) == 256, "limit line 2");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, data) == 384, "limit data");
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_state) == 384, "limit state size");
@@ -72,6 +76,7 @@ struct resil_limit_info {
 	uint64_t full_rejects;
 	uint64_t full_admits;
 	uint64_t merges;
+	uint64_t dry_run_rejects; /* limit.dry_run: admitted, would have been rejected */
 	int64_t word; /* unkeyed: the TAT (gcra), admissions so far (sliding), window word */
 };
 
@@ -117,6 +122,9 @@ static inline int64_t resil_limit_reserved_wait(const struct resil_permit_priv *
 
 void resil_limit_info(const struct resil_limit_conf *c, const void *st,
 		      struct resil_limit_info *out);
+/* limit.dry_run's count alone (resil_limit_info's dry_run_rejects), without
+ * the pass over a keyed table: for metrics, on every scrape. */
+uint64_t resil_limit_dry_run_rejects(const void *st);
 /*
  * One key's state (key NULL: the unkeyed limiter, or the word a keyed
  * limiter uses for calls without a key). tat_or_count: gcra the
