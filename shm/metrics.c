@@ -5,7 +5,8 @@
  * What: one pass per metric family over the live policies (slot order),
  * so every family is contiguous and its # HELP / # TYPE lines come before
  * its samples, as the format requires. Counters come from the stats
- * stripes (stats.c), the breaker state from the breaker's own reader, the
+ * stripes (stats.c), but the limiter's dry-run count from its state
+ * (limit.h), the breaker state from the breaker's own reader, the
  * budget's tokens from budget.h, the histogram from the stats buckets
  * folded onto power-of-two bounds (every fold bound is a bucket edge, so
  * each cumulative count is exact for its le).
@@ -16,10 +17,14 @@
  * copy, so _count always equals the +Inf bucket and le counts are
  * cumulative. _sum is read apart and may lag by the calls in flight.
  *
- * policy.scope = process: the decision components (breaker, bulkhead,
- * adaptive limit, shedder) have one copy per client row; each live row's
- * copy is a sample of its own with a pid label, so the states show side by
- * side. Counters, histogram and budget are fleet-wide (one block).
+ * policy.scope = process: the decision components (breaker, limiter,
+ * bulkhead, adaptive limit, shedder) have one copy per client row; each
+ * live row's copy is a sample of its own with a pid label, so the states
+ * show side by side. The stats counters, histogram and budget are
+ * fleet-wide (one block); the limiter's dry-run count lives in the
+ * limiter's state, so it is per process there too (a row reclaimed from a
+ * dead process starts again from 0: a counter reset, as Prometheus
+ * expects of a restarted process).
  *
  * The segment is untrusted input: names are read up to RESIL_NAME_MAX and
  * escaped, every component's state is bounds-checked against the mapping
@@ -36,6 +41,7 @@
 #include "breaker.h"
 #include "budget.h"
 #include "bulkhead.h"
+#include "limit.h"
 #include "shed.h"
 
 struct out {
@@ -90,6 +96,7 @@ enum family {
 	F_GIVEUPS,
 	F_TRANSITIONS,
 	F_EVICTIONS,
+	F_LIMIT_DRY_RUN,
 	F_BREAKER_STATE,
 	F_BULKHEAD_MAX,
 	F_BULKHEAD_INFLIGHT,
@@ -116,6 +123,8 @@ static const struct {
 		       "Circuit breaker state changes."},
     [F_EVICTIONS] = {"resil_limit_evictions_total", "counter",
 		     "Keys evicted from a keyed rate limiter's table."},
+    [F_LIMIT_DRY_RUN] = {"resil_limit_dry_run_rejects_total", "counter",
+			 "Calls a rate limiter in limit.dry_run would have rejected (admitted)."},
     [F_BREAKER_STATE] = {"resil_breaker_state", "gauge",
 			 "Circuit breaker state: 0 closed, 1 open, 2 half-open, 3 disabled, "
 			 "4 forced-open, 5 metrics-only."},
@@ -259,6 +268,12 @@ static void put_decision(struct out *o, enum family f, const char *pl, const str
 			    f == F_ADAPTIVE_LIMIT ? resil_adaptive_limit(cs)
 						  : resil_adaptive_held(&c->adaptive, cs));
 		break;
+	case F_LIMIT_DRY_RUN:
+		cs = block_comp(s, rec, base, bsize, RESIL_C_LIMIT,
+				resil_limit_state_size(&c->limit));
+		if (cs && c->limit.on)
+			put(o, "%s{%s} %" PRIu64 "\n", fam, pl, resil_limit_dry_run_rejects(cs));
+		break;
 	case F_SHED_PROBABILITY:
 		cs = block_comp(s, rec, base, bsize, RESIL_C_SHED, resil_shed_state_size(&c->shed));
 		if (cs && c->shed.on)
@@ -320,6 +335,7 @@ static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_re
 	case F_BULKHEAD_INFLIGHT:
 	case F_ADAPTIVE_LIMIT:
 	case F_ADAPTIVE_INFLIGHT:
+	case F_LIMIT_DRY_RUN:
 	case F_SHED_PROBABILITY:
 		if (budget_only)
 			break;

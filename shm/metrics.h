@@ -23,7 +23,8 @@
  *   resil_calls_total{outcome=success|failure|ignored|rejected_open|
  *     rejected_full|rejected_limited|rejected_shed|rejected_budget} counter
  *   resil_slow_calls_total, resil_retries_total, resil_giveups_total,
- *   resil_breaker_transitions_total, resil_limit_evictions_total  counters
+ *   resil_breaker_transitions_total, resil_limit_evictions_total,
+ *   resil_limit_dry_run_rejects_total (every limiter)              counters
  *   resil_breaker_state{state="closed|open|..."} gauge (RESIL_STATE_*)
  *   resil_bulkhead_max (config), resil_bulkhead_inflight,
  *   resil_adaptive_limit, resil_adaptive_inflight,
@@ -32,8 +33,9 @@
  *   resil_call_duration_seconds (histogram = on)                   histogram
  *   resil_policies, resil_events_dropped_total, resil_clients_full_total
  * Under policy.scope = process the breaker state, in-flight, adaptive
- * limit and shed probability are per process: one sample per live client
- * row, labelled pid="N" too; counters and histograms stay fleet-wide.
+ * limit, shed probability and the limiter's dry-run count are per process:
+ * one sample per live client row, labelled pid="N" too; the other counters
+ * and histograms stay fleet-wide.
  */
 size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len);
 
