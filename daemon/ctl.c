@@ -297,9 +297,10 @@ static const void *limit_state_of(struct resild *d, const struct resil_rec *rec)
 	return resil_seg_state(s, rec->state_off + off);
 }
 
-/* A keyed limiter (limit.keys): its table, as `resilctl show` prints it.
- * The size is counted in the table (one pass over limit.keys entries: at
- * most 2^24, a few ms, only when asked). */
+/* A limiter: the calls limit.dry_run admitted instead of rejecting (every
+ * limiter), and a keyed one's table, as `resilctl show` prints them. The
+ * size is counted in the table (one pass over limit.keys entries: at most
+ * 2^24, a few ms, only when asked). */
 static void add_limit_stats(struct resild *d, const struct resil_rec *rec, struct info *in,
 			    size_t *n)
 {
@@ -307,14 +308,17 @@ static void add_limit_stats(struct resild *d, const struct resil_rec *rec, struc
 	struct resil_limit_info li;
 	const void *st = limit_state_of(d, rec);
 
-	if (!st || !c->keys)
+	if (!st)
 		return;
 	resil_limit_info(c, st, &li);
-	add_stat(in, n, "limit_keys_used", (int64_t)li.size);
-	add_stat(in, n, "limit_keys_capacity", (int64_t)li.capacity);
-	add_stat(in, n, "limit_evictions", (int64_t)li.evictions);
-	add_stat(in, n, "limit_full_rejected", (int64_t)li.full_rejects);
-	add_stat(in, n, "limit_full_admitted", (int64_t)li.full_admits);
+	if (c->keys) {
+		add_stat(in, n, "limit_keys_used", (int64_t)li.size);
+		add_stat(in, n, "limit_keys_capacity", (int64_t)li.capacity);
+		add_stat(in, n, "limit_evictions", (int64_t)li.evictions);
+		add_stat(in, n, "limit_full_rejected", (int64_t)li.full_rejects);
+		add_stat(in, n, "limit_full_admitted", (int64_t)li.full_admits);
+	}
+	add_stat(in, n, "limit_dry_run_rejects", (int64_t)li.dry_run_rejects);
 }
 
 static void fill_info(struct resild *d, const struct resil_rec *rec, struct info *in)
