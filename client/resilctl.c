@@ -277,7 +277,9 @@ static bool stat_of(const Resil__PolicyInfo *p, const char *name, int64_t *v)
 	return false;
 }
 
-/* The daemon's stats for a keyed limiter (daemon/ctl.c) and their JSON names. */
+/* The daemon's stats for a limiter (daemon/ctl.c) and their JSON names: a
+ * keyed table's, then limit.dry_run's count (shown only when the policy
+ * has dry_run on or the count is not 0: see dry_run_shown). */
 static const struct {
 	const char *stat, *json;
 } limit_stats[] = {
@@ -286,6 +288,7 @@ static const struct {
     {.stat = "limit_evictions", .json = "evictions"},
     {.stat = "limit_full_rejected", .json = "full_rejected"},
     {.stat = "limit_full_admitted", .json = "full_admitted"},
+    {.stat = "limit_dry_run_rejects", .json = "dry_run_rejects"},
 };
 static const char *const key_stats[] = {"key_present", "key_tat_ns", "key_count", "key_wait_ns"};
 
@@ -329,6 +332,31 @@ static void fmt_wait(int64_t ns, char *buf, size_t len)
 		snprintf(buf + n, len - (size_t)n, "%s%" PRId64 " s", n ? " " : "", s);
 }
 
+/* The configuration (as the daemon formats it) holds this line. */
+static bool config_has_line(const Resil__PolicyInfo *p, const char *line)
+{
+	size_t n = strlen(line);
+
+	for (const char *s = p->config; s && *s;) {
+		const char *e = strchr(s, '\n');
+		size_t len = e ? (size_t)(e - s) : strlen(s);
+
+		if (len == n && !strncmp(s, line, n))
+			return true;
+		s = e ? e + 1 : s + len;
+	}
+	return false;
+}
+
+/* limit.dry_run's count, when there is something to say: the policy counts
+ * in dry run, or it did before (the count is not 0). */
+static bool dry_run_shown(const Resil__PolicyInfo *p, int64_t *v)
+{
+	if (!stat_of(p, "limit_dry_run_rejects", v))
+		return false;
+	return *v != 0 || config_has_line(p, "limit.dry_run = yes");
+}
+
 static void show_limit_json(const Resil__PolicyInfo *p)
 {
 	bool first = true;
@@ -336,6 +364,8 @@ static void show_limit_json(const Resil__PolicyInfo *p)
 
 	for (size_t i = 0; i < RESIL_ARRAY_SIZE(limit_stats); i++) {
 		if (!stat_of(p, limit_stats[i].stat, &v))
+			continue;
+		if (!strcmp(limit_stats[i].stat, "limit_dry_run_rejects") && !dry_run_shown(p, &v))
 			continue;
 		printf("%s\"%s\":%" PRId64, first ? ",\"limiter\":{" : ",", limit_stats[i].json, v);
 		first = false;
@@ -358,10 +388,12 @@ static void show_limit_json(const Resil__PolicyInfo *p)
 
 static void show_limit_text(const Resil__PolicyInfo *p)
 {
-	int64_t used, cap, ev = 0, rej = 0, adm = 0, present, wait = 0, count;
+	int64_t used, cap, ev = 0, rej = 0, adm = 0, present, wait = 0, count, dry = 0;
+	bool keyed =
+	    stat_of(p, "limit_keys_used", &used) && stat_of(p, "limit_keys_capacity", &cap);
 	char w[64];
 
-	if (stat_of(p, "limit_keys_used", &used) && stat_of(p, "limit_keys_capacity", &cap)) {
+	if (keyed) {
 		stat_of(p, "limit_evictions", &ev);
 		stat_of(p, "limit_full_rejected", &rej);
 		stat_of(p, "limit_full_admitted", &adm);
@@ -370,6 +402,11 @@ static void show_limit_text(const Resil__PolicyInfo *p)
 		printf("  evictions                    %" PRId64 "\n", ev);
 		printf("  table full, new key refused  %" PRId64 "\n", rej);
 		printf("  table full, new key admitted %" PRId64 "\n", adm);
+	}
+	if (dry_run_shown(p, &dry)) {
+		if (!keyed)
+			printf("limiter\n");
+		printf("  dry-run rejections           %" PRId64 "\n", dry);
 	}
 	if (!o.key || !stat_of(p, "key_present", &present))
 		return;
