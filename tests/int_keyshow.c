@@ -22,6 +22,11 @@
  *     the table's count equals the policy's `evictions` counter, at most
  *     two, at most 4 keys in use.
  *   - a sliding-approx key shows its weighted count instead of a TAT.
+ *   - limit.dry_run: show prints "dry-run rejections" (JSON
+ *     dry_run_rejects) for a limiter in dry run (unkeyed: under a
+ *     "limiter" heading; keyed: in the table's section), and for one that
+ *     counted before dry run went off; never for a limiter that never ran
+ *     dry.
  *   - exact counting on a manual clock (embedded mode): six keys at one
  *     instant evict exactly two, counted in the table and in the policy's
  *     RESIL_STAT_EVICTIONS; refusals of new keys at one instant push one
@@ -217,6 +222,8 @@ static void test_show_keyed(void **state)
 	expect_in("  table full, new key refused  2\n");
 	expect_in("  table full, new key admitted 0\n");
 	expect_not_in("limit_keys_used"); /* not repeated among the counters */
+	expect_not_in("dry-run");	  /* never in dry run */
+	expect_not_in("limit_dry_run_rejects");
 
 	/* JSON: the limiter object and the raw stats */
 	assert_int_equal(ctl("show", name, "--json", NULL), 0);
@@ -266,6 +273,11 @@ static void test_show_keyed(void **state)
 	expect_in("policy keyshow-breaker has no keyed limiter (limit.keys)");
 	assert_int_equal(ctl("show", "keyshow-unkeyed", NULL), 0);
 	expect_not_in("keyed limiter");
+	expect_not_in("limiter\n");
+	expect_not_in("dry-run");
+	assert_int_equal(ctl("show", "keyshow-unkeyed", "--json", NULL), 0);
+	expect_not_in("\"limiter\":");
+	assert_int_equal(json_int(out, "limit_dry_run_rejects"), 0); /* the raw stat */
 	assert_int_equal(ctl("show", "keyshow-nosuch", "--key", "x", NULL), 1);
 	expect_in("unknown policy keyshow-nosuch");
 
@@ -373,6 +385,58 @@ static void test_sliding_key(void **state)
 	resil_close(r);
 }
 
+/* limit.dry_run: what show says of it, unkeyed and keyed */
+static void test_show_dry_run(void **state)
+{
+	resil_t *r = NULL;
+	resil_policy_t *p, *k;
+	resil_permit_t pm;
+
+	(void)state;
+	assert_int_equal(resil_open(&r, daemon_.sock), 0);
+	/* in dry run, nothing counted yet: shown, 0 */
+	assert_int_equal(resil_define(r, "keyshow-dry", "limit.rate = 1/h; limit.dry_run = yes"),
+			 0);
+	assert_int_equal(resil_policy(r, "keyshow-dry", &p), 0);
+	assert_int_equal(ctl("show", "keyshow-dry", NULL), 0);
+	expect_in("limiter\n  dry-run rejections           0\n");
+	/* three calls: one admitted by the limiter, two by dry run */
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(resil_acquire(p, &pm), RESIL_ADMIT);
+		resil_release(p, &pm, RESIL_SUCCESS);
+	}
+	assert_int_equal(ctl("show", "keyshow-dry", NULL), 0);
+	expect_in("limiter\n  dry-run rejections           2\n");
+	expect_not_in("keyed limiter");
+	expect_not_in("limit_dry_run_rejects"); /* not repeated among the counters */
+	assert_int_equal(ctl("show", "keyshow-dry", "--json", NULL), 0);
+	expect_in("\"limiter\":{\"dry_run_rejects\":2}");
+	assert_int_equal(json_int(out, "rejected_limited"), 0);
+	assert_int_equal(json_int(out, "success"), 3);
+	/* dry run off: the count is still said while it is not 0 */
+	assert_int_equal(ctl("update", "keyshow-dry", "limit.dry_run = no", NULL), 0);
+	assert_int_equal(ctl("show", "keyshow-dry", NULL), 0);
+	expect_not_in("limit.dry_run");
+	expect_in("  dry-run rejections           2\n");
+	assert_int_equal(resil_acquire(p, &pm), RESIL_REJECT_LIMITED);
+
+	/* keyed: in the table's section, last in the JSON object */
+	assert_int_equal(resil_define(r, "keyshow-drykeys",
+				      "limit.rate = 1/h; limit.keys = 4; limit.dry_run = yes"),
+			 0);
+	assert_int_equal(resil_policy(r, "keyshow-drykeys", &k), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(resil_acquire_key(k, "a", 1, &pm), RESIL_ADMIT);
+		resil_release(k, &pm, RESIL_SUCCESS);
+	}
+	assert_int_equal(ctl("show", "keyshow-drykeys", NULL), 0);
+	expect_in("  table full, new key admitted 0\n  dry-run rejections           1\n");
+	assert_int_equal(ctl("show", "keyshow-drykeys", "--json", NULL), 0);
+	expect_in("\"limiter\":{\"keys_used\":1,\"keys_capacity\":4,\"evictions\":0,"
+		  "\"full_rejected\":0,\"full_admitted\":0,\"dry_run_rejects\":1}");
+	resil_close(r);
+}
+
 /* ---- exact, on a manual clock, without a daemon ---- */
 
 static void limit_info_of(resil_t *r, const char *name, struct resil_limit_info *li,
@@ -459,11 +523,9 @@ static void test_counting_manual_clock(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_show_keyed),
-	    cmocka_unit_test(test_when_full_admit),
-	    cmocka_unit_test(test_evictions_daemon),
-	    cmocka_unit_test(test_sliding_key),
-	    cmocka_unit_test(test_counting_manual_clock),
+	    cmocka_unit_test(test_show_keyed),	     cmocka_unit_test(test_when_full_admit),
+	    cmocka_unit_test(test_evictions_daemon), cmocka_unit_test(test_sliding_key),
+	    cmocka_unit_test(test_show_dry_run),     cmocka_unit_test(test_counting_manual_clock),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -54,6 +54,8 @@ check() {
 	grep -q '^resil_bulkhead_max{policy="inventory"} 3$' "$f" || fail "no bulkhead max in $f"
 	grep -q '^resil_call_duration_seconds_count{policy="search"} 0$' "$f" ||
 		fail "no histogram for search in $f"
+	grep -q '^resil_limit_dry_run_rejects_total{policy="search"} 0$' "$f" ||
+		fail "no dry-run count for search's limiter in $f"
 	if [ -n "$PY" ]; then
 		"$PY" - "$f" <<'EOF' || fail "prometheus_client rejected $f"
 import sys

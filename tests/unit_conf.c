@@ -114,11 +114,13 @@ static void test_parse_text(void **state)
 static void test_round_trip(void **state)
 {
 	static const char *texts[] = {
-		"breaker.window = consecutive:5; breaker.wait = 2s",
-		"breaker.window = count:100; breaker.failure_rate = 25; breaker.min_calls = 10",
-		"limit.rate = 100/s; limit.burst = 10",
-		"bulkhead.max = 10",
-		"histogram = on; policy.scope = process",
+	    "breaker.window = consecutive:5; breaker.wait = 2s",
+	    "breaker.window = count:100; breaker.failure_rate = 25; breaker.min_calls = 10",
+	    "limit.rate = 100/s; limit.burst = 10",
+	    "limit.rate = 5/s; limit.dry_run = yes",
+	    "limit.rate = 5/s; limit.keys = 8; limit.wait = 1s; limit.dry_run = no",
+	    "bulkhead.max = 10",
+	    "histogram = on; policy.scope = process",
 	};
 	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
 		struct resil_conf a, b;

@@ -149,6 +149,28 @@ static void test_conf(void **unused)
 	assert_int_equal(c.algorithm, RESIL_LIMIT_SLIDING_APPROX);
 	assert_int_equal(c.keys, 1000);
 	assert_int_equal(c.when_full_admit, 1);
+	assert_int_equal(c.dry_run, 0); /* the default */
+
+	/* limit.dry_run: a boolean, formatted only when yes */
+	assert_int_equal(conf_text(&c, "limit.rate = 5/s; limit.dry_run = yes"), 0);
+	assert_int_equal(c.dry_run, 1);
+	assert_true(resil_limit_conf_format(&c, buf, sizeof(buf)) < sizeof(buf));
+	assert_non_null(strstr(buf, "limit.dry_run = yes\n"));
+	assert_int_equal(conf_text(&c, "limit.rate = 5/s; limit.dry_run = yes; limit.dry_run = no"),
+			 0);
+	assert_int_equal(c.dry_run, 0);
+	assert_true(resil_limit_conf_format(&c, buf, sizeof(buf)) < sizeof(buf));
+	assert_null(strstr(buf, "dry_run"));
+	assert_int_equal(conf_text(&c, "limit.dry_run = yes"), -EINVAL); /* no rate */
+	resil_limit_conf_defaults(&c);
+	assert_int_equal(resil_limit_conf_set(&c, "limit.dry_run", "x", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "limit.dry_run: 'x' is not yes or no");
+	assert_int_equal(c.on, 0);
+	/* a live change: the state stays */
+	assert_int_equal(conf_text(&c, "limit.rate = 5/s; limit.keys = 8"), 0);
+	d = c;
+	d.dry_run = 1;
+	assert_true(resil_limit_same_shape(&c, &d));
 
 	/* errors name the key; a failed key leaves the configuration as it was */
 	resil_limit_conf_defaults(&c);
@@ -172,11 +194,12 @@ static void test_conf(void **unused)
 	/* format writes what parses back to the same configuration */
 	assert_int_equal(conf_text(&c, "limit.rate = 5/2m; limit.burst = 7; limit.algorithm = "
 				       "sliding; limit.keys = 64; limit.when_full = admit; "
-				       "limit.wait = 1500ms"),
+				       "limit.wait = 1500ms; limit.dry_run = on"),
 			 0);
 	assert_true(resil_limit_conf_format(&c, buf, sizeof(buf)) < sizeof(buf));
 	assert_non_null(strstr(buf, "limit.rate = 5/2m\n"));
 	assert_non_null(strstr(buf, "limit.wait = 1500ms\n"));
+	assert_non_null(strstr(buf, "limit.dry_run = yes\n"));
 	resil_limit_conf_defaults(&d);
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char *eq = strstr(line, " = ");
@@ -763,6 +786,250 @@ static void test_approx_bound(void **unused)
 	fx_fini(&f);
 }
 
+/* ------------------------------------------------------------ dry run */
+
+/* The decision state: line 0 (the word) and the ring or table; line 1
+ * holds the counters, which a rejection may move. */
+struct snap {
+	uint64_t word;
+	uint8_t *data;
+	size_t len;
+};
+
+static void snap_take(struct fx *f, struct snap *sn)
+{
+	sn->word = atomic_load(&f->st->word);
+	sn->len = resil_limit_state_size(&f->c) - sizeof(struct resil_limit_state);
+	sn->data = malloc(sn->len + 1);
+	assert_non_null(sn->data);
+	memcpy(sn->data, f->st->data, sn->len);
+}
+
+/* The state is what sn holds; frees sn. */
+static void snap_same(struct fx *f, struct snap *sn)
+{
+	assert_int_equal(atomic_load(&f->st->word), sn->word);
+	assert_memory_equal(f->st->data, sn->data, sn->len);
+	free(sn->data);
+}
+
+static uint64_t dry_count(struct fx *f)
+{
+	struct resil_limit_info info;
+
+	resil_limit_info(&f->c, f->st, &info);
+	assert_int_equal(info.dry_run_rejects, resil_limit_dry_run_rejects(f->st));
+	return info.dry_run_rejects;
+}
+
+/* A would-be rejection admitted by dry run: a permit with nothing of the
+ * limiter in it. */
+static void dry_admitted(struct fx *f, const char *key, uint32_t n)
+{
+	struct resil_permit_priv pm;
+	struct snap sn;
+	uint64_t before = dry_count(f);
+
+	snap_take(f, &sn);
+	assert_int_equal(acq_n(f, key, n, &pm), 0);
+	assert_false(pm.flags & (RESIL_PERMIT_LIMIT | RESIL_PERMIT_LIMIT_WAIT));
+	assert_int_equal(pm.key_idx, 0);
+	assert_int_equal(pm.wait_ns, 0);
+	assert_int_equal(resil_limit_reserved_wait(&pm), 0);
+	/* undo (a later component rejected) gives nothing back */
+	undo(f, key, &pm);
+	snap_same(f, &sn);
+	assert_int_equal(dry_count(f), before + 1);
+}
+
+static void test_dry_run_gcra(void **unused)
+{
+	struct resil_permit_priv pm;
+	struct fx f, g;
+	int64_t w;
+	int i;
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 10/s; limit.burst = 2; limit.dry_run = yes", 1000 * S);
+	fx_init(&g, "limit.rate = 10/s; limit.burst = 2", 1000 * S); /* the same, enforcing */
+	assert_int_equal(dry_count(&f), 0);
+	/* five at one instant: the burst passes as usual, the rest as dry run */
+	for (i = 0; i < 5; i++) {
+		if (i < 2) {
+			assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+			assert_true(pm.flags & RESIL_PERMIT_LIMIT);
+			assert_int_equal(acq(&g, NULL, NULL), 0);
+		} else {
+			dry_admitted(&f, NULL, 1);
+			assert_int_equal(acq(&g, NULL, &w), RESIL_REJECT_LIMITED);
+			assert_int_equal(w, 100 * MS);
+		}
+	}
+	assert_int_equal(dry_count(&f), 3);
+	/* the TAT two admissions give, as without dry run */
+	assert_int_equal(atomic_load(&f.st->word), 1000 * S + 200 * MS);
+	assert_int_equal(atomic_load(&f.st->word), atomic_load(&g.st->word));
+
+	/* dry run off, live (the same state): the next call at the same
+	 * instant is rejected with the ordinary Retry-After */
+	assert_int_equal(conf_text(&f.c, "limit.rate = 10/s; limit.burst = 2"), 0);
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_int_equal(w, 100 * MS);
+	assert_int_equal(dry_count(&f), 3);
+	/* and on again: an admission is an ordinary one */
+	f.c.dry_run = 1;
+	f.now += 100 * MS;
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+	assert_true(pm.flags & RESIL_PERMIT_LIMIT);
+	assert_int_equal(atomic_load(&f.st->word), 1000 * S + 300 * MS);
+	dry_admitted(&f, NULL, 1);
+	/* several permits that do not fit now: dry run; more than the
+	 * configuration can ever give: still an error */
+	dry_admitted(&f, NULL, 2);
+	assert_int_equal(acq_n(&f, NULL, 3, &pm), -E2BIG);
+	assert_int_equal(dry_count(&f), 5);
+	fx_fini(&f);
+	fx_fini(&g);
+}
+
+static void test_dry_run_keyed(void **unused)
+{
+	struct resil_limit_info info;
+	struct resil_permit_priv pm;
+	struct fx f;
+	int64_t w, tat;
+
+	(void)unused;
+	/* per key: each key's burst passes, the rest is counted */
+	fx_init(&f, "limit.rate = 1/s; limit.burst = 2; limit.keys = 16; limit.dry_run = yes",
+		100 * S);
+	for (int k = 0; k < 2; k++) {
+		const char *key = k ? "10.0.0.2" : "10.0.0.1";
+
+		for (int i = 0; i < 2; i++) {
+			assert_int_equal(acq_n(&f, key, 1, &pm), 0);
+			assert_true(pm.flags & RESIL_PERMIT_LIMIT);
+			assert_true(pm.key_idx > 0);
+		}
+		dry_admitted(&f, key, 1);
+		dry_admitted(&f, key, 1);
+		f.x.now = 0;
+		assert_int_equal(resil_limit_key_info(&f.x, &f.c, f.st, key, 8, &tat, &w), 0);
+		assert_int_equal(tat, 102 * S); /* two admissions' worth */
+		assert_int_equal(w, S);
+	}
+	assert_int_equal(dry_count(&f), 4);
+	fx_fini(&f);
+
+	/* a full table (one key, limited) refuses a new key: admitted, counted;
+	 * the table says what the limiter decided */
+	fx_init(&f, "limit.rate = 1/h; limit.keys = 1; limit.dry_run = yes", 100 * S);
+	assert_int_equal(acq(&f, "holder", NULL), 0);
+	dry_admitted(&f, "holder", 1);
+	dry_admitted(&f, "newcomer", 1);
+	dry_admitted(&f, "newcomer", 1);
+	resil_limit_info(&f.c, f.st, &info);
+	assert_int_equal(info.dry_run_rejects, 3);
+	assert_int_equal(info.full_rejects, 2);
+	assert_int_equal(info.full_admits, 0);
+	assert_int_equal(info.size, 1);
+	f.x.now = 0;
+	assert_int_equal(resil_limit_key_info(&f.x, &f.c, f.st, "newcomer", 8, &tat, &w), -ENOENT);
+	assert_int_equal(resil_limit_key_info(&f.x, &f.c, f.st, "holder", 6, &tat, &w), 0);
+	/* a keyed limiter's calls without a key share the unkeyed word */
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	dry_admitted(&f, NULL, 1);
+	assert_int_equal(dry_count(&f), 4);
+	fx_fini(&f);
+
+	/* sliding-approx keys: the count stays at what was admitted */
+	fx_init(&f,
+		"limit.rate = 2/s; limit.algorithm = sliding-approx; limit.keys = 4; "
+		"limit.dry_run = yes",
+		10 * S);
+	assert_int_equal(acq(&f, "k", NULL), 0);
+	assert_int_equal(acq(&f, "k", NULL), 0);
+	dry_admitted(&f, "k", 1);
+	f.x.now = 0;
+	assert_int_equal(resil_limit_key_info(&f.x, &f.c, f.st, "k", 1, &tat, &w), 0);
+	assert_int_equal(tat, 2);
+	assert_int_equal(dry_count(&f), 1);
+	fx_fini(&f);
+}
+
+static void test_dry_run_sliding(void **unused)
+{
+	struct resil_permit_priv pm;
+	struct fx f;
+	int64_t w;
+
+	(void)unused;
+	/* a full period admits and counts; the ring keeps only real admissions */
+	fx_init(&f, "limit.rate = 3/s; limit.algorithm = sliding; limit.dry_run = yes", 5 * S);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+		assert_true(pm.flags & RESIL_PERMIT_LIMIT);
+		f.now += 100 * MS;
+	}
+	dry_admitted(&f, NULL, 1);
+	dry_admitted(&f, NULL, 2);
+	assert_int_equal(dry_count(&f), 2);
+	/* enforcing again: the oldest admission frees its slot at 6 s */
+	f.c.dry_run = 0;
+	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
+	assert_int_equal(w, 6 * S - f.now);
+	f.now = 6 * S;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+	fx_fini(&f);
+
+	/* unkeyed sliding-approx */
+	fx_init(&f, "limit.rate = 2/s; limit.algorithm = sliding-approx; limit.dry_run = yes", 0);
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	dry_admitted(&f, NULL, 1);
+	assert_int_equal(dry_count(&f), 1);
+	fx_fini(&f);
+}
+
+/* limit.wait under dry run: no reservation, nobody waits; counted */
+static void test_dry_run_wait(void **unused)
+{
+	struct resil_permit_priv pm;
+	struct fx f;
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 10/s; limit.wait = 1s; limit.dry_run = yes", 7 * S);
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+	assert_true(pm.flags & RESIL_PERMIT_LIMIT);
+	assert_int_equal(resil_limit_reserved_wait(&pm), 0);
+	/* would have waited 100 ms, 200 ms: goes at once, nothing reserved */
+	dry_admitted(&f, NULL, 1);
+	dry_admitted(&f, NULL, 1);
+	/* several permits within what limit.wait could give: the same; more
+	 * than tau + wait can ever give: -E2BIG */
+	dry_admitted(&f, NULL, 5);
+	assert_int_equal(acq_n(&f, NULL, 12, &pm), -E2BIG);
+	assert_int_equal(dry_count(&f), 3);
+	assert_int_equal(atomic_load(&f.st->word), 7 * S + 100 * MS);
+	/* dry run off: the reservation comes back, on the same state */
+	f.c.dry_run = 0;
+	assert_int_equal(acq_n(&f, NULL, 1, &pm), 0);
+	assert_true(pm.flags & RESIL_PERMIT_LIMIT_WAIT);
+	assert_int_equal(resil_limit_reserved_wait(&pm), 100 * MS);
+	fx_fini(&f);
+
+	/* sliding with a wait: the same */
+	fx_init(&f,
+		"limit.rate = 1/s; limit.algorithm = sliding; limit.wait = 2s; "
+		"limit.dry_run = yes",
+		0);
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	dry_admitted(&f, NULL, 1);
+	assert_int_equal(dry_count(&f), 1);
+	fx_fini(&f);
+}
+
 /* -------------------------------------------- shape, carry, maintain */
 
 static void test_shape_carry(void **unused)
@@ -1006,6 +1273,10 @@ int main(void)
 	    cmocka_unit_test(test_keyed_fill_evict),
 	    cmocka_unit_test(test_keyed_same_key_race),
 	    cmocka_unit_test(test_approx_bound),
+	    cmocka_unit_test(test_dry_run_gcra),
+	    cmocka_unit_test(test_dry_run_keyed),
+	    cmocka_unit_test(test_dry_run_sliding),
+	    cmocka_unit_test(test_dry_run_wait),
 	    cmocka_unit_test(test_shape_carry),
 	    cmocka_unit_test(test_maintain_sweep),
 	    cmocka_unit_test(test_inflight_insert_not_evicted),

@@ -549,6 +549,48 @@ static void test_exposition(void **state)
 		resil_release(ad, &b, RESIL_IGNORED);
 	}
 
+	/* limit.dry_run: what the limiter would have rejected, admitted; a
+	 * limiter without dry run says 0, a policy without a limiter nothing */
+	{
+		resil_policy_t *dry, *lim;
+		resil_permit_t a;
+
+		assert_int_equal(resil_define(r, "dry", "limit.rate = 1/h; limit.dry_run = yes"),
+				 0);
+		assert_int_equal(resil_define(r, "lim", "limit.rate = 1/h; limit.keys = 4"), 0);
+		assert_int_equal(resil_policy(r, "dry", &dry), 0);
+		assert_int_equal(resil_policy(r, "lim", &lim), 0);
+		for (int i = 0; i < 4; i++) {
+			assert_int_equal(resil_acquire(dry, &a), 0);
+			resil_release(dry, &a, RESIL_SUCCESS);
+		}
+		assert_int_equal(resil_acquire_key(lim, "k", 1, &a), 0);
+		resil_release(lim, &a, RESIL_SUCCESS);
+		assert_int_equal(resil_acquire_key(lim, "k", 1, &a), RESIL_REJECT_LIMITED);
+		text = metrics(&r->seg);
+		parse(p, text);
+		{
+			const char *fam = "resil_limit_dry_run_rejects_total";
+			int fi = find_family(p, fam, strlen(fam));
+
+			assert_true(fi >= 0);
+			assert_string_equal(p->type[fi], "counter");
+		}
+		assert_int_equal(must(p, "resil_limit_dry_run_rejects_total", "policy=dry,", NULL),
+				 3);
+		assert_int_equal(must(p, "resil_limit_dry_run_rejects_total", "policy=lim,", NULL),
+				 0);
+		assert_false(
+		    value_of(p, "resil_limit_dry_run_rejects_total", "policy=db,", NULL, &v));
+		assert_int_equal(
+		    must(p, "resil_calls_total", "policy=dry,outcome=rejected_limited,", NULL), 0);
+		assert_int_equal(must(p, "resil_calls_total", "policy=dry,outcome=success,", NULL),
+				 4);
+		assert_int_equal(
+		    must(p, "resil_calls_total", "policy=lim,outcome=rejected_limited,", NULL), 1);
+		free(text);
+	}
+
 	resil_close(r);
 	test_clock_free(clk);
 	free(p);
@@ -571,7 +613,7 @@ static void test_process_scope(void **state)
 	assert_int_equal(resil_define(r, "local",
 				      "policy.scope = process; "
 				      "breaker.window = consecutive:2; breaker.wait = 60s; "
-				      "bulkhead.max = 4"),
+				      "bulkhead.max = 4; limit.rate = 1/h; limit.dry_run = yes"),
 			 0);
 	assert_int_equal(resil_policy(r, "local", &loc), 0);
 	for (int i = 0; i < 2; i++) {
@@ -610,6 +652,11 @@ static void test_process_scope(void **state)
 	assert_int_equal(must(p, "resil_bulkhead_inflight", lab, NULL), 1);
 	snprintf(lab, sizeof(lab), "policy=local,pid=%d,", (int)getpid());
 	assert_int_equal(must(p, "resil_bulkhead_inflight", lab, NULL), 0);
+	/* each process's limiter: the parent's second call was a dry-run
+	 * admission, the child's one call an ordinary one */
+	assert_int_equal(must(p, "resil_limit_dry_run_rejects_total", lab, NULL), 1);
+	snprintf(lab, sizeof(lab), "policy=local,pid=%d,", (int)child);
+	assert_int_equal(must(p, "resil_limit_dry_run_rejects_total", lab, NULL), 0);
 	/* the counters stay fleet-wide: one series */
 	assert_int_equal(must(p, "resil_calls_total", "policy=local,outcome=failure,", NULL), 2);
 	free(text);
