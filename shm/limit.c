@@ -572,7 +572,7 @@ static void lp_init(struct lp *p, const struct resil_limit_conf *c, int64_t now,
 	p->T = c->interval_ns;
 	p->tau = c->interval_ns * (int64_t)(c->burst ? c->burst : 1);
 	p->max_wait = c->wait_ns;
-	p->grant = c->wait_ns;
+	p->grant = c->dry_run ? 0 : c->wait_ns; /* dry run reserves nothing (see the top) */
 	p->P = c->period_ns;
 	p->L = c->count;
 	p->n = n ? n : 1;
@@ -1204,10 +1204,6 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 	/* one permit always fits (burst >= 1, count >= 1): no division then */
 	if (p.n > 1 && RESIL_UNLIKELY(too_many(&p)))
 		return -E2BIG;
-	/* dry run reserves nothing: a call that would wait is one that would
-	 * be rejected (see the top) */
-	if (RESIL_UNLIKELY(p.max_wait != 0) && c->dry_run)
-		p.grant = 0;
 	pm->key_idx = 0;
 	if (c->keys && x->key) {
 		v = keyed_take(x, s, c, &p, pm);
