@@ -442,13 +442,8 @@ static void test_show_dry_run(void **state)
 static void limit_info_of(resil_t *r, const char *name, struct resil_limit_info *li,
 			  uint64_t *stat_evictions)
 {
-	const struct resil_rec *rec;
-	uint32_t slot;
-	uint64_t w;
+	const struct resil_rec *rec = test_rec_of(r, name);
 
-	assert_int_equal(resil_seg_lookup(&r->seg, name, &slot, &w), 0);
-	rec = resil_seg_rec_of(&r->seg, w);
-	assert_non_null(rec);
 	assert_true(resil_has(rec, RESIL_C_LIMIT));
 	resil_limit_info(&rec->conf.limit, resil_comp_state(&r->seg, rec, RESIL_C_LIMIT), li);
 	*stat_evictions =

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "internal.h"
 #include "resil.h"
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -465,4 +466,15 @@ int test_deny_syscalls(void)
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
 		return -1;
 	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
+const struct resil_rec *test_rec_of(resil_t *r, const char *name)
+{
+	const struct resil_rec *rec;
+	uint64_t w;
+
+	TEST_CHECK(resil_seg_lookup(&r->seg, name, NULL, &w) == 0);
+	rec = resil_seg_rec_of(&r->seg, w);
+	TEST_CHECK(rec != NULL);
+	return rec;
 }

@@ -113,6 +113,11 @@ gid_t test_nobody_gid(void);
  * (SECCOMP_MODE_STRICT cannot serve where read must be refused too.) */
 int test_deny_syscalls(void);
 
+/* The record policy NAME of r is bound to now (the directory's current
+ * entry); fails the test when there is none. */
+struct resil_rec;
+const struct resil_rec *test_rec_of(resil_t *r, const char *name);
+
 /* Plain assertion that works in forked children too (exit 1 with where). */
 #define TEST_CHECK(cond)                                                                           \
 	do {                                                                                       \

@@ -28,6 +28,7 @@
 #include "internal.h"
 #include "limit.h"
 #include "stats.h"
+#include "testutil.h"
 
 #define MS 1000000LL
 #define S  1000000000LL
@@ -58,25 +59,16 @@ static int close_emb(void **state)
 	return 0;
 }
 
-/* The record NAME is bound to now. */
-static const struct resil_rec *rec_of(const char *name)
-{
-	uint64_t w;
-
-	assert_int_equal(resil_seg_lookup(&r->seg, name, NULL, &w), 0);
-	return resil_seg_rec_of(&r->seg, w);
-}
-
 static uint64_t count(const char *name, enum resil_stat which)
 {
-	const struct resil_rec *rec = rec_of(name);
+	const struct resil_rec *rec = test_rec_of(r, name);
 
 	return resil_stats_read(resil_comp_state(&r->seg, rec, RESIL_C_STATS), which);
 }
 
 static struct resil_limit_info limit_of(const char *name)
 {
-	const struct resil_rec *rec = rec_of(name);
+	const struct resil_rec *rec = test_rec_of(r, name);
 	struct resil_limit_info li;
 
 	resil_limit_info(&rec->conf.limit, resil_comp_state(&r->seg, rec, RESIL_C_LIMIT), &li);

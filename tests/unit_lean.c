@@ -16,6 +16,7 @@
 #include "internal.h"
 #include "bulkhead.h"
 #include "stats.h"
+#include "testutil.h"
 
 static resil_t *r;
 
@@ -31,15 +32,6 @@ static int close_emb(void **state)
 	resil_close(r);
 	r = NULL;
 	return 0;
-}
-
-/* The record NAME is bound to now, and its blocks. */
-static const struct resil_rec *rec_of(const char *name)
-{
-	uint64_t w;
-
-	assert_int_equal(resil_seg_lookup(&r->seg, name, NULL, &w), 0);
-	return resil_seg_rec_of(&r->seg, w);
 }
 
 static uint64_t count(const struct resil_rec *rec, enum resil_stat which)
@@ -62,7 +54,7 @@ static void test_lean_counts_as_general(void **state)
 	(void)state;
 	assert_int_equal(resil_define(r, "pool", "bulkhead.max = 2"), 0);
 	assert_int_equal(resil_policy(r, "pool", &p), 0);
-	rec = rec_of("pool");
+	rec = test_rec_of(r, "pool");
 	assert_int_equal(p->lean, 1); /* bound lean: the path under test */
 
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
@@ -127,13 +119,13 @@ static void test_lean_permit_outlives_rebind(void **state)
 	(void)state;
 	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2"), 0);
 	assert_int_equal(resil_policy(r, "dep", &p), 0);
-	lean_rec = rec_of("dep");
+	lean_rec = test_rec_of(r, "dep");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal(p->lean, 1);
 
 	/* a breaker joins: a new record, a new block, bound general */
 	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2; breaker.window = count:10"), 0);
-	gen_rec = rec_of("dep");
+	gen_rec = test_rec_of(r, "dep");
 	assert_ptr_not_equal(gen_rec, lean_rec);
 	assert_int_equal(resil_acquire(p, &g), RESIL_ADMIT);
 	assert_int_equal(p->lean, 0);
@@ -153,7 +145,7 @@ static void test_lean_permit_outlives_rebind(void **state)
 	assert_int_equal(held(gen_rec), 0);
 	assert_int_equal(count(gen_rec, RESIL_STAT_FAILURE), 1);
 	resil_release(p, &a, RESIL_SUCCESS);
-	assert_int_equal(held(rec_of("dep")), 0);
+	assert_int_equal(held(test_rec_of(r, "dep")), 0);
 }
 
 static int64_t manual_ns = 1000 * 1000000000LL;
@@ -177,7 +169,7 @@ static void test_lean_limit(void **state)
 	assert_int_equal(resil_set_clock(r, manual, NULL), 0);
 	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.burst = 2"), 0);
 	assert_int_equal(resil_policy(r, "rate", &p), 0);
-	rec = rec_of("rate");
+	rec = test_rec_of(r, "rate");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal(p->lean, 2);
 	resil_release(p, &a, RESIL_SUCCESS);
@@ -219,7 +211,7 @@ static void test_lean_keyed(void **state)
 	assert_int_equal(resil_set_clock(r, manual, NULL), 0);
 	assert_int_equal(resil_define(r, "ip", "limit.rate = 10/s; limit.keys = 1"), 0);
 	assert_int_equal(resil_policy(r, "ip", &p), 0);
-	rec = rec_of("ip");
+	rec = test_rec_of(r, "ip");
 	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_ADMIT);
 	assert_int_equal(p->lean, 2);
 	resil_release(p, &a, RESIL_SUCCESS);
