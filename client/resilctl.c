@@ -45,10 +45,12 @@ static const char usage_text[] =
     "  reset NAME                 fresh state: counters, windows, breaker closed\n"
     "  metrics                    Prometheus text exposition\n"
     "  watch [NAME...]            one line per event (--json: one object per line)\n"
+    "  top [--sort ...]           a live table of every policy (top --help)\n"
     "\n"
     "options:\n"
     "  --socket PATH   control socket ($RESIL_SOCKET, else /run/resild/control.sock)\n"
     "  --json          machine-readable output\n"
+    "  --version       the version of resilctl\n"
     "  --help          this text\n";
 
 struct opts {
@@ -711,6 +713,10 @@ int main(int argc, char **argv)
 
 		if (!strcmp(a, "--help") || !strcmp(a, "-h"))
 			return usage(NULL);
+		if (!strcmp(a, "--version")) {
+			printf("resilctl " RESIL_VERSION_STRING "\n");
+			return 0;
+		}
 		if (!strcmp(a, "--json")) {
 			o.json = true;
 		} else if (!strcmp(a, "--socket") || !strcmp(a, "--key")) {

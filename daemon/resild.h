@@ -16,8 +16,9 @@
 
 #include "seg.h"
 
-#define RESILD_VERSION	       "0.1.0"
+#define RESILD_VERSION	       RESIL_VERSION_STRING /* project(VERSION) in CMakeLists.txt */
 #define RESILD_PROTO_VERSION   1
+#define RESILD_EXIT_CONFIG     78 /* EX_CONFIG: RestartPreventExitStatus= in the units */
 #define RESILD_MSG_MAX	       (64 * 1024) /* one request or response */
 #define RESILD_CONNS_DEFAULT   1024
 #define RESILD_SUBSCRIBERS_MAX 64
@@ -47,6 +48,7 @@ struct resild {
 	struct resil_seg seg;
 	bool have_seg;
 	bool adopted; /* segments came back from the fd store */
+	bool check_config; /* --check-config: check the files and exit */
 
 	uid_t uid; /* the daemon's own uid (owner of file policies) */
 	gid_t admin_gid;
