@@ -27,6 +27,7 @@
 
 static int max_level = LOG_INFO;
 static int use_journal;
+static int plain; /* a command a person runs (--check-config): no "<N>" */
 
 void log_open(void)
 {
@@ -45,6 +46,12 @@ void log_open(void)
 void log_set_max_level(int level)
 {
 	max_level = level;
+}
+
+void log_set_plain(void)
+{
+	plain = 1;
+	use_journal = 0;
 }
 
 int log_get_max_level(void)
@@ -118,7 +125,10 @@ int log_internalv(int level, int err, const char *fields, const char *fmt, va_li
 			return err;
 		}
 	}
-	fprintf(stderr, "<%d>%s\n", level, line);
+	if (plain)
+		fprintf(stderr, "resild: %s\n", line);
+	else
+		fprintf(stderr, "<%d>%s\n", level, line);
 	errno = saved;
 	return err;
 }

@@ -22,6 +22,8 @@
 void log_open(void);
 /* Messages above this priority (LOG_DEBUG > LOG_INFO ...) are dropped. */
 void log_set_max_level(int level);
+/* Plain "resild: message" lines on stderr, for commands a person runs. */
+void log_set_plain(void);
 int log_get_max_level(void);
 
 /* Logs and returns err (a negative errno, or 0). */

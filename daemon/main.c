@@ -5,7 +5,8 @@
  * Start: options; segments (adopted from systemd's fd store when a
  * previous daemon of this unit stored them and they validate, else new
  * sealed memfds); the configuration files (a bad file is fatal here, with
- * FILE:LINE on stderr and exit status 1); the control socket (passed by
+ * FILE:LINE on stderr and exit status 78, EX_CONFIG, on which the units do
+ * not restart); the control socket (passed by
  * systemd, or created with mode 0660 after removing a stale file nothing
  * listens on); the loop; READY=1. Stop (SIGTERM, SIGINT): the loop ends,
  * connections close, the socket file we created is removed. Clients keep
@@ -62,7 +63,12 @@ static void usage(FILE *f)
 		"  --socket-group NAME   group of the socket file (default: our group)\n"
 		"  --metrics-listen ADDR:PORT  serve GET /metrics over HTTP (Prometheus)\n"
 		"  --verbose             log debug messages too\n"
-		"  --help, --version\n",
+		"  --check-config        check the configuration directory and exit: 0 if\n"
+		"                        it would load, else 78 with FILE:LINE errors\n"
+		"  --help, --version\n"
+		"\n"
+		"Exit status: 0 stopped cleanly; 2 bad options; 78 (EX_CONFIG) a\n"
+		"configuration error (the units do not restart on it); 1 other errors.\n",
 		RESIL_SLOTS_DEFAULT, RESIL_CLIENTS_DEFAULT, RESILD_CONNS_DEFAULT);
 }
 
@@ -156,7 +162,8 @@ static int parse_args(struct resild *d, int argc, char **argv)
 		O_FG,
 		O_VERSION,
 		O_VERBOSE,
-		O_METRICS
+		O_METRICS,
+		O_CHECK
 	};
 	static const struct option opts[] = {{"foreground", no_argument, NULL, O_FG},
 					     {"socket", required_argument, NULL, O_SOCKET},
@@ -172,6 +179,7 @@ static int parse_args(struct resild *d, int argc, char **argv)
 					     {"metrics-listen", required_argument, NULL, O_METRICS},
 					     {"help", no_argument, NULL, 'h'},
 					     {"version", no_argument, NULL, O_VERSION},
+					     {"check-config", no_argument, NULL, O_CHECK},
 					     {}};
 	const char *env = getenv("RESIL_SOCKET");
 	int c;
@@ -233,6 +241,9 @@ static int parse_args(struct resild *d, int argc, char **argv)
 			break;
 		case O_METRICS:
 			d->opts.metrics_listen = optarg;
+			break;
+		case O_CHECK:
+			d->check_config = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -461,6 +472,60 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 	return 0;
 }
 
+/*
+ * resild --check-config (nginx -t): the configuration directory is parsed
+ * and applied as a start would apply it, to a private pair of segments
+ * sized by the same options, so what only applying finds (a shared retry
+ * budget that no section defines, a state segment too small for the keyed
+ * tables) is found too. Nothing is touched: no socket, no fd store, no
+ * running daemon. Errors go to stderr with FILE:LINE.
+ */
+static int check_config(struct resild *d)
+{
+	struct resil_seg_params sp = {
+	    .slots = d->opts.policies,
+	    .clients = d->opts.clients,
+	    .state_size = d->opts.state_size,
+	};
+	struct resild_cfgset *set = resild_cfgset_new();
+	char err[1024] = "";
+	int r, failed;
+
+	log_set_plain();
+	if (!set) {
+		log_error_errno(-ENOMEM, "cannot check the configuration: %m");
+		return 1;
+	}
+	r = resild_cfgset_load_dir(set, d->opts.config_dir, err, sizeof(err));
+	if (r < 0) {
+		log_error("%s", err[0] ? err : "cannot load the configuration");
+		resild_cfgset_free(set);
+		return RESILD_EXIT_CONFIG;
+	}
+	r = resil_seg_create(&d->seg, &sp);
+	if (r < 0) {
+		resild_cfgset_free(set);
+		log_error_errno(r, "cannot create segments to check against: %m");
+		return 1;
+	}
+	log_set_max_level(LOG_WARNING); /* errors only, not "policy X: created" */
+	failed = resild_cfgset_apply(d, set);
+	resil_seg_unmap(&d->seg);
+	if (failed < 0) {
+		resild_cfgset_free(set);
+		return 1; /* logged */
+	}
+	if (failed) {
+		log_error("%s: %d of %zu policies cannot be defined (see above)",
+			  d->opts.config_dir, failed, set->n);
+		resild_cfgset_free(set);
+		return RESILD_EXIT_CONFIG;
+	}
+	printf("%s: configuration OK, %zu policies\n", d->opts.config_dir, set->n);
+	resild_cfgset_free(set);
+	return 0;
+}
+
 /* The HTTP thread's text: the segments only (resil_metrics_text reads
  * them as any observer does), never the loop's structures. */
 static size_t http_text(char *buf, size_t len, void *ctx)
@@ -475,7 +540,7 @@ int main(int argc, char **argv)
 	struct resild d = {.listen_fd = -1};
 	struct resild_passed passed;
 	char status[128];
-	int r;
+	int r, exit_code = 1;
 
 	sigset_t mask;
 
@@ -502,14 +567,18 @@ int main(int argc, char **argv)
 	}
 	if (parse_args(&d, argc, argv) < 0)
 		return 2;
+	if (d.check_config)
+		return check_config(&d);
 
 	resild_notify_listen_fds(&passed);
 	r = segments_open(&d, &passed);
 	if (r < 0)
 		goto out;
 	r = resild_config_load(&d, true);
-	if (r < 0)
+	if (r < 0) {
+		exit_code = RESILD_EXIT_CONFIG;
 		goto out;
+	}
 	if (passed.listen_fd >= 0) {
 		d.listen_fd = passed.listen_fd;
 		d.socket_activated = true;
@@ -558,5 +627,5 @@ out:
 		st_relaxed(&d.seg.st->daemon_beat_ns, 0);
 		resil_seg_unmap(&d.seg);
 	}
-	return r < 0 ? 1 : 0;
+	return r < 0 ? exit_code : 0;
 }

@@ -6,8 +6,8 @@
  *   - a malformed request (random bytes) and an oversized one (over
  *     64 KiB) each get an error Response and their connection is closed,
  *     while another connection keeps being served (hello, list);
- *   - a configuration file with an error: resild exits with status 1 and
- *     stderr names FILE:LINE;
+ *   - a configuration file with an error: resild exits with status 78
+ *     (EX_CONFIG) and stderr names FILE:LINE;
  *   - SIGHUP with a broken file keeps the old configuration running;
  *   - a reload applies only the differences: an unchanged policy keeps its
  *     live state (a forced breaker stays forced, same generation), a
@@ -421,7 +421,7 @@ static void test_bad_config_exits(void **state)
 	snprintf(path, sizeof(path), "%s/20-bad.conf", d.confdir);
 	write_file(path, "# a comment\n[policy ok]\nbreaker.failure_rate = 50\n"
 			 "breaker.failure_rate = 250\n");
-	assert_int_equal(test_run(argv, NULL, out, sizeof(out)), 1);
+	assert_int_equal(test_run(argv, NULL, out, sizeof(out)), 78); /* EX_CONFIG */
 	snprintf(want, sizeof(want), "%s:4: ", path);
 	if (!strstr(out, want))
 		fprintf(stderr, "resild said: %s\n", out);
@@ -430,7 +430,7 @@ static void test_bad_config_exits(void **state)
 	assert_int_equal(access(d.sock, F_OK), -1);
 
 	write_file(path, "[policy ok]\nno equals sign here\n");
-	assert_int_equal(test_run(argv, NULL, out, sizeof(out)), 1);
+	assert_int_equal(test_run(argv, NULL, out, sizeof(out)), 78); /* EX_CONFIG */
 	snprintf(want, sizeof(want), "%s:2: ", path);
 	assert_non_null(strstr(out, want));
 	test_daemon_fini(&d);
