@@ -37,7 +37,7 @@ install_deps() {
 
 build() {
 	install_deps
-	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr >/dev/null
 	cmake --build "$build" -j "$jobs"
 }
 

@@ -13,14 +13,27 @@ if grep -q '^RESIL_SANITIZE:BOOL=ON' "$BIN/CMakeCache.txt" 2>/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-prefix=$tmp/prefix
+# DESTDIR, not --prefix: the units name the configured prefix's resild,
+# and outside /usr they go to /etc, which --prefix would not move
+root=$tmp/root
+cfg_prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$BIN/CMakeCache.txt")
+prefix=$root$cfg_prefix
 
-cmake --install "$BIN" --prefix "$prefix" >"$tmp/install.log"
+DESTDIR=$root cmake --install "$BIN" >"$tmp/install.log"
 libdir=$(dirname "$(find "$prefix" -name resil.pc | head -n1)")/..
-for f in include/resil.h sbin/resild bin/resilctl lib/systemd/system/resild.service \
-	lib/systemd/system/resild.socket lib/systemd/system/resild@.service; do
+for f in include/resil.h sbin/resild bin/resilctl; do
 	[ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
+# units, sysusers and tmpfiles where systemd reads them
+if [ "$cfg_prefix" = /usr ]; then sd=$root/usr/lib; else sd=$root/etc; fi
+for f in systemd/system/resild.service systemd/system/resild.socket \
+	systemd/system/resild@.service systemd/system/resild@.socket sysusers.d/resild.conf \
+	tmpfiles.d/resild.conf; do
+	[ -e "$sd/$f" ] || { echo "FAIL: $sd/$f not installed"; exit 1; }
+done
+exe=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$sd/systemd/system/resild.service")
+[ -x "$root$exe" ] || { echo "FAIL: the unit's ExecStart=$exe is not the installed resild"; exit 1; }
+echo "units in $sd/systemd/system start $exe, which is installed"
 so=$(find "$prefix" -name 'libresil.so.0' | head -n1)
 [ -n "$so" ] || { echo "FAIL: no libresil.so.0"; exit 1; }
 [ -n "$(find "$prefix" -name 'libresil.a')" ] || { echo "FAIL: no libresil.a"; exit 1; }

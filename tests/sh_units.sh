@@ -1,7 +1,9 @@
 #!/bin/bash
 # label: unit
 #
-# The systemd units (and the resild@ tenant template, as an instance)
+# The systemd units as the build generates them for its prefix
+# (ExecStart= names the installed resild; a configuration error, exit 78,
+# is not restarted) and the resild@ tenant template, as an instance,
 # pass `systemd-analyze verify` (with ExecStart pointing at the built
 # resild, in a temporary copy), and their hardening is shown
 # with `systemd-analyze security --offline=true` (printed, and its exposure
@@ -16,14 +18,27 @@ command -v systemd-analyze >/dev/null || { echo "no systemd-analyze: skipped"; e
 
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-cp "$SRC/systemd/resild.service" "$SRC/systemd/resild.socket" "$T/"
+# the units as the build generated them for its install prefix
+UNITS=${BIN:-$SRC/build}/systemd
+[ -f "$UNITS/resild.service" ] || { echo "no generated units in $UNITS"; exit 1; }
+fail=0
+prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "${BIN:-$SRC/build}/CMakeCache.txt")
+for u in resild.service resild@.service; do
+	grep -qE "^ExecStart=$prefix/sbin/resild( |$)" "$UNITS/$u" ||
+		{ echo "FAIL: $u: ExecStart= is not $prefix/sbin/resild"; fail=1; }
+	grep -q '^RestartPreventExitStatus=78$' "$UNITS/$u" ||
+		{ echo "FAIL: $u: a configuration error (78) would be restarted"; fail=1; }
+done
+grep -q '@[A-Z_]*@' "$UNITS"/resild* && { echo "FAIL: an unsubstituted @VAR@"; fail=1; }
+
+cp "$UNITS/resild.service" "$UNITS/resild.socket" "$T/"
 # the tenant template, as an instance
-cp "$SRC/systemd/resild@.service" "$T/resild@demo.service"
-cp "$SRC/systemd/resild@.socket" "$T/resild@demo.socket"
-sed -i "s#^ExecStart=/usr/sbin/resild#ExecStart=$RESILD#" "$T/resild.service" "$T/resild@demo.service"
+cp "$UNITS/resild@.service" "$T/resild@demo.service"
+cp "$UNITS/resild@.socket" "$T/resild@demo.socket"
+# verify checks that ExecStart= exists: point it at the built resild
+sed -i "s#^ExecStart=[^ ]*/resild#ExecStart=$RESILD#" "$T/resild.service" "$T/resild@demo.service"
 grep -q "^ExecStart=$RESILD " "$T/resild.service" || { echo "ExecStart not rewritten"; exit 1; }
 
-fail=0
 echo "== systemd-analyze verify"
 if ! systemd-analyze verify "$T/resild.service" "$T/resild.socket" \
 	"$T/resild@demo.service" "$T/resild@demo.socket"; then
