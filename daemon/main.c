@@ -598,9 +598,20 @@ int main(int argc, char **argv)
 	if (r < 0)
 		goto out;
 	if (d.opts.metrics_listen) {
+		/* a malformed address is a configuration error; a listener that
+		 * cannot bind (the port taken, a unit's PrivateNetwork=) is not
+		 * worth stopping every policy's daemon for: logged, and the
+		 * control socket's `resilctl metrics` still serves the same text */
 		r = resild_http_start(d.opts.metrics_listen, http_text, &d.seg);
-		if (r < 0)
+		if (r == -EINVAL) {
+			exit_code = RESILD_EXIT_CONFIG;
 			goto out; /* logged */
+		}
+		if (r < 0)
+			log_warning("--metrics-listen %s: not serving HTTP metrics; "
+				    "resilctl metrics still answers",
+				    d.opts.metrics_listen);
+		r = 0;
 	}
 	/* rows claimed while no daemon ran (or before a restart) */
 	resild_clients_scan(&d);

@@ -115,5 +115,29 @@ if [ $HTTP = 1 ]; then
 	[ "$code" = 404 ] || fail "GET /other answered $code"
 fi
 
+if [ $HTTP = 1 ]; then
+	# the port taken (by the first resild): a second resild still serves
+	# its control socket and says why it serves no HTTP
+	SOCK2=$DIR/control2.sock
+	mkdir -p "$DIR/conf2"
+	"$RESILD" --foreground --socket "$SOCK2" --config "$DIR/conf2" "${EXTRA[@]}" \
+		>"$DIR/resild2.log" 2>&1 &
+	DPID2=$!
+	eventually "$RESILCTL" --socket "$SOCK2" list >/dev/null 2>&1 || {
+		cat "$DIR/resild2.log" >&2
+		kill $DPID2 2>/dev/null
+		fail "a resild whose metrics port is taken did not serve its socket"
+	}
+	grep -q "cannot serve metrics on 127.0.0.1:$PORT" "$DIR/resild2.log" ||
+		fail "no error about the taken port: $(cat "$DIR/resild2.log")"
+	kill $DPID2
+	wait $DPID2 2>/dev/null
+	# a malformed address is a configuration error: 78
+	"$RESILD" --foreground --socket "$DIR/control3.sock" --config "$DIR/conf2" \
+		--metrics-listen nonsense >"$DIR/resild3.log" 2>&1
+	rc=$?
+	[ $rc = 78 ] || fail "--metrics-listen nonsense: exit $rc, want 78"
+fi
+
 echo "sh_metrics: ok"
 exit 0
