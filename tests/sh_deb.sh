@@ -18,12 +18,28 @@ grep -q '^CMAKE_INSTALL_PREFIX:PATH=/usr$' "$BIN/CMakeCache.txt" ||
 command -v cpack >/dev/null && command -v dpkg >/dev/null || skip "no cpack or dpkg"
 fail() { echo "FAIL: $*"; exit 1; }
 
+# one package test at a time on this machine (two suites side by side)
+exec 9>/var/lock/resil-sh-deb.lock
+flock 9
+# dpkg with its lock taken by someone else (an apt-get elsewhere) fails at
+# once: try again while that is the reason, up to a minute
+dpkg_retry() {
+	local out
+	for _ in $(seq 60); do
+		out=$(dpkg "$@" 2>&1) && return 0
+		grep -q "lock" <<<"$out" || { echo "$out"; return 1; }
+		sleep 1
+	done
+	echo "$out"
+	return 1
+}
+
 tmp=$(mktemp -d)
 pid=
 was_installed=$(dpkg-query -W -f='${Status}' resil 2>/dev/null | grep -c "ok installed" || true)
 cleanup() {
 	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-	[ "$was_installed" = 0 ] && dpkg --purge resil >/dev/null 2>&1
+	[ "$was_installed" = 0 ] && dpkg_retry --purge resil >/dev/null 2>&1
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -40,7 +56,7 @@ for f in ./usr/sbin/resild ./usr/bin/resilctl ./usr/include/resil.h \
 done
 dpkg-deb -I "$deb" | grep -q "Depends:.*liburing" || fail "no shared-library dependencies"
 
-dpkg -i "$deb" >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; fail "dpkg -i"; }
+dpkg_retry -i "$deb" >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; fail "dpkg -i"; }
 getent passwd resild >/dev/null || fail "postinst did not create the user resild"
 getent group resild >/dev/null || fail "postinst did not create the group resild"
 [ -d /run/resild ] && [ -d /etc/resild ] || fail "postinst did not create /run/resild, /etc/resild"
@@ -63,7 +79,7 @@ wait "$pid" || true
 pid=
 
 if [ "$was_installed" = 0 ]; then
-	dpkg --purge resil >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; fail "dpkg --purge"; }
+	dpkg_retry --purge resil >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; fail "dpkg --purge"; }
 	[ ! -e /usr/sbin/resild ] || fail "dpkg --purge left /usr/sbin/resild"
 	[ ! -e /usr/lib/systemd/system/resild.service ] || fail "dpkg --purge left the unit"
 fi
