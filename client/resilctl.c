@@ -36,7 +36,8 @@ static const char usage_text[] =
     "  list                       every policy with its state\n"
     "  show NAME [--key K]        state, configuration and counters (K: one key of\n"
     "                             a keyed limiter)\n"
-    "  create NAME 'k = v; ...'   define a new policy\n"
+    "  create NAME 'k = v; ...'   define a new policy (refused if NAME exists)\n"
+    "  apply NAME 'k = v; ...'    create NAME, or re-define it (state kept where it can)\n"
     "  update NAME 'k = v; ...'   change a policy's configuration (state is kept)\n"
     "  delete NAME                remove a policy\n"
     "  force-open NAME            hold the breaker open\n"
@@ -144,7 +145,8 @@ static int fail(int err, const char *name)
 		fprintf(stderr, "resilctl: permission denied%s%s\n", *msg ? ": " : "", msg);
 		return 1;
 	case EINVAL:
-		if (name && (!strcmp(o.pos[0], "create") || !strcmp(o.pos[0], "update")))
+		if (name && (!strcmp(o.pos[0], "create") || !strcmp(o.pos[0], "apply") ||
+			     !strcmp(o.pos[0], "update")))
 			fprintf(stderr, "resilctl: invalid configuration for %s: %s\n", name,
 				*msg ? msg : strerror(-err));
 		else if (name)
@@ -505,16 +507,21 @@ static int done(const char *what, const char *name)
 	return 0;
 }
 
-static int cmd_define(bool create, const char *name, const char *config)
+/* create: a new name only; apply: create, or re-define (state kept where
+ * the shape allows); update: an existing policy, the keys given replace
+ * those keys. */
+static int cmd_define(const char *cmd, const char *name, const char *config)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__Create c = RESIL__CREATE__INIT;
 	Resil__Update u = RESIL__UPDATE__INIT;
 	Resil__Response *resp = NULL;
+	bool create = strcmp(cmd, "update") != 0;
 
 	if (create) {
 		c.name = (char *)name;
 		c.config = (char *)config;
+		c.exclusive = !strcmp(cmd, "create");
 		req.body_case = RESIL__REQUEST__BODY_CREATE;
 		req.create = &c;
 	} else {
@@ -526,7 +533,7 @@ static int cmd_define(bool create, const char *name, const char *config)
 	if (request(&req, &resp, name))
 		return 1;
 	resil__response__free_unpacked(resp, NULL);
-	return done(create ? "created" : "updated", name);
+	return done(!strcmp(cmd, "create") ? "created" : create ? "applied" : "updated", name);
 }
 
 static int cmd_delete(const char *name)
@@ -758,7 +765,7 @@ int main(int argc, char **argv)
 		   !strcmp(cmd, "reset")) {
 		if ((ret = need(1, cmd)))
 			return ret;
-	} else if (!strcmp(cmd, "create") || !strcmp(cmd, "update")) {
+	} else if (!strcmp(cmd, "create") || !strcmp(cmd, "apply") || !strcmp(cmd, "update")) {
 		if ((ret = need(2, cmd)))
 			return ret;
 	} else if (strcmp(cmd, "watch")) {
@@ -769,7 +776,8 @@ int main(int argc, char **argv)
 	}
 	for (int i = 1; i < o.npos; i++) {
 		if (strlen(o.pos[i]) >= RESIL_NAME_MAX &&
-		    !(i == 2 && (!strcmp(cmd, "create") || !strcmp(cmd, "update")))) {
+		    !(i == 2 && (!strcmp(cmd, "create") || !strcmp(cmd, "apply") ||
+				 !strcmp(cmd, "update")))) {
 			fprintf(stderr, "resilctl: policy name too long (at most %d bytes): %s\n",
 				RESIL_NAME_MAX - 1, o.pos[i]);
 			return EXIT_USAGE;
@@ -784,10 +792,8 @@ int main(int argc, char **argv)
 		ret = cmd_list();
 	else if (!strcmp(cmd, "show"))
 		ret = cmd_show(o.pos[1]);
-	else if (!strcmp(cmd, "create"))
-		ret = cmd_define(true, o.pos[1], o.pos[2]);
-	else if (!strcmp(cmd, "update"))
-		ret = cmd_define(false, o.pos[1], o.pos[2]);
+	else if (!strcmp(cmd, "create") || !strcmp(cmd, "apply") || !strcmp(cmd, "update"))
+		ret = cmd_define(cmd, o.pos[1], o.pos[2]);
 	else if (!strcmp(cmd, "delete"))
 		ret = cmd_delete(o.pos[1]);
 	else if (!strcmp(cmd, "force-open"))

@@ -549,7 +549,8 @@ static int define(struct resild *d, const char *name, const struct resil_conf *c
 /* create (update = false) or update (must exist; keys given replace those
  * keys, the others keep their values). */
 static int handle_define(struct resild *d, const struct resild_peer *p, const char *name,
-			 const char *text, bool update, struct reply *rp, struct info *in)
+			 const char *text, bool update, bool exclusive, struct reply *rp,
+			 struct info *in)
 {
 	const struct resil_rec *rec;
 	struct resil_conf c;
@@ -560,6 +561,11 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 	rec = find(d, name, NULL);
 	if (update && !rec)
 		return reply_error(rp, -ENOENT, "no policy named %s", name);
+	if (exclusive && rec)
+		return reply_error(rp, -EEXIST,
+				   "policy %s exists (resilctl update changes it, resilctl apply "
+				   "creates or updates)",
+				   name);
 	if (update)
 		c = rec->conf;
 	else
@@ -851,10 +857,12 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		handle_get(d, req->get, &rp, in);
 		break;
 	case RESIL__REQUEST__BODY_CREATE:
-		handle_define(d, peer, req->create->name, req->create->config, false, &rp, in);
+		handle_define(d, peer, req->create->name, req->create->config, false,
+			      req->create->exclusive, &rp, in);
 		break;
 	case RESIL__REQUEST__BODY_UPDATE:
-		handle_define(d, peer, req->update->name, req->update->config, true, &rp, in);
+		handle_define(d, peer, req->update->name, req->update->config, true, false, &rp,
+			      in);
 		break;
 	case RESIL__REQUEST__BODY_DELETE:
 		handle_delete(d, peer, req->delete_->name, &rp);
