@@ -18,7 +18,8 @@ jobs=${JOBS:-$(nproc)}
 packages=(build-essential cmake pkg-config liburing-dev libprotobuf-c-dev protobuf-c-compiler
 	libsystemd-dev libcmocka-dev libinih-dev libmicrohttpd-dev libhiredis-dev redis-server
 	systemd valgrind strace clang libclang-rt-14-dev gnuplot-nox tmux gcc-multilib
-	python3 python3-prometheus-client prometheus scdoc man-db bsdextrautils)
+	python3 python3-prometheus-client prometheus scdoc man-db bsdextrautils
+	systemd-container)
 
 install_deps() {
 	[ "${RESIL_SKIP_APT:-0}" = 1 ] && return 0
