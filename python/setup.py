@@ -29,12 +29,23 @@ def pkgconfig(*args):
     return shlex.split(out)
 
 
+def source_of(tree):
+    """The repository a build tree was configured from (its resil.h)."""
+    if os.path.exists(os.path.join(top, "client", "resil.h")):
+        return top
+    with open(os.path.join(tree, "CMakeCache.txt")) as f:
+        for line in f:
+            if line.startswith("CMAKE_HOME_DIRECTORY:"):
+                return line.split("=", 1)[1].strip()
+    raise SystemExit("resil: cannot find resil.h for the build tree " + tree)
+
+
 tree = static_tree()
 if tree:
     # libresil.a carries the shm and protobuf objects; protobuf-c and
     # pthread come from the system
     ext = Extension("resil._resil", ["src/_resil.c"],
-                    include_dirs=[os.path.join(top, "client")],
+                    include_dirs=[os.path.join(source_of(tree), "client")],
                     extra_objects=[os.path.join(tree, "client", "libresil.a")],
                     libraries=["protobuf-c", "pthread", "m"],
                     define_macros=[("RESIL_PY_VERSION", '"0.1.0"')])
