@@ -27,6 +27,9 @@ def client():
 
 
 def whoami(request):
+    # a request takes a little while, as real ones do: concurrent clients
+    # then find the other workers accepting (sync workers serve one at a time)
+    time.sleep(0.005)
     return JsonResponse({"pid": os.getpid(), "ip": resil.django.client_ip(request)})
 
 
