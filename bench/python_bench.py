@@ -17,7 +17,9 @@ the machine did), both reported:
            breaker class like the seed's; python3-limits' moving window in
            memory and on Redis; the seed's Redis sorted-set middleware logic
            (ZREMRANGEBYSCORE, ZADD, ZCARD, EXPIRE in one MULTI) on a private
-           redis-server (TCP on 127.0.0.1, started and stopped here).
+           redis-server (TCP on 127.0.0.1, started and stopped here);
+  gunicorn requests/s on python/tests/djapp with the rate-limit middleware
+           off and on, against a private resild.
 Limiters all see the seed's workload: 100 requests per 60 s per client IP,
 60000 client IPs in turn, every request admitted.
 
@@ -297,6 +299,93 @@ if redis_server and redis_py:
 else:
     print("redis-server or python3-redis missing: the Redis cases are left out")
 
+
+
+def gunicorn_rps():
+    """gunicorn (4 sync workers) serving python/tests/djapp's /ping with the
+    rate-limit middleware off and on (a keyed limit admitting everything,
+    the client IP from X-Forwarded-For through a trusted proxy), against a
+    private resild; the client: 8 threads of http.client, a connection per
+    request (sync workers close it)."""
+    import concurrent.futures as cf
+    import http.client
+    resild = os.path.join(args.build, "daemon", "resild")
+    try:
+        import django  # noqa: F401
+        import gunicorn  # noqa: F401
+    except ImportError:
+        print("django or gunicorn missing: no requests/s")
+        return []
+    if not os.access(resild, os.X_OK):
+        print("no resild: no requests/s")
+        return []
+    tmp = tempfile.mkdtemp(prefix="resil-pybench-")
+    sock = os.path.join(tmp, "control.sock")
+    daemon = subprocess.Popen([resild, "--foreground", "--socket", sock],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = []
+    try:
+        end = time.monotonic() + 10
+        while True:
+            try:
+                resil.open(sock).close()
+                break
+            except resil.Error:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.05)
+        for label, off in (("middleware off", "1"), ("middleware on", "")):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            env = dict(os.environ, RESIL_SOCKET=sock, DJAPP_NO_LIMIT=off,
+                       DJAPP_LIMIT="limit.rate = 1000000/1s; limit.burst = 1000000;"
+                                   "limit.keys = 4096",
+                       PYTHONPATH=os.path.join(top, "python", "tests") + os.pathsep
+                       + os.path.join(args.build, "python"))
+            gun = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", "4", "-k", "sync",
+                                    "-b", f"127.0.0.1:{port}", "djapp.wsgi"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+            def get(i):
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                try:
+                    c.request("GET", "/ping",
+                              headers={"X-Forwarded-For": f"10.0.{i // 250 % 250}.{i % 250}"})
+                    return c.getresponse().status
+                finally:
+                    c.close()
+            try:
+                end = time.monotonic() + 30
+                while True:
+                    try:
+                        if get(0) == 200:
+                            break
+                    except OSError:
+                        pass
+                    if time.monotonic() > end:
+                        raise RuntimeError("gunicorn did not answer")
+                    time.sleep(0.1)
+                n = 500 if args.quick else 5000
+                with cf.ThreadPoolExecutor(8) as ex:
+                    list(ex.map(get, range(200)))  # every worker warm
+                    t = time.perf_counter()
+                    codes = list(ex.map(get, range(n)))
+                    rps = n / (time.perf_counter() - t)
+                assert codes.count(200) == n, "some requests were refused"
+                print(f"{'gunicorn /ping, ' + label:58s} {rps:10.0f} req/s", flush=True)
+                out.append((label, rps))
+            finally:
+                gun.terminate()
+                gun.wait(20)
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+rps = gunicorn_rps()
 bound = 1.5 * (noop2 + c_brk)
 ok_raw = raw <= bound
 ok_with = wth <= 250
@@ -324,6 +413,12 @@ def table():
               f"- the with form: {wth:.1f} ns against 250 ns: "
               f"**{'met' if ok_with else 'not met'}** (an empty pure-Python context "
               f"manager: {cm:.1f} ns).", ""]
+    if rps:
+        lines += ["gunicorn (4 sync workers, Django 3.2, `/ping`), 8 client threads of "
+                  "`http.client` in one process, a connection per request (the client "
+                  "is a bound of its own):", "", "| gunicorn | requests/s |", "|---|---:|"]
+        lines += [f"| {label} | {v:.0f} |" for label, v in rps]
+        lines.append("")
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ ROOT_URLCONF = "djapp.urls"
 INSTALLED_APPS = []
 DATABASES = {}
 USE_TZ = True
-MIDDLEWARE = ["resil.django.RateLimitMiddleware"]
+MIDDLEWARE = [] if os.environ.get("DJAPP_NO_LIMIT") else ["resil.django.RateLimitMiddleware"]
 
 RESIL = {"socket": os.environ["RESIL_SOCKET"]}
 RESIL_RATELIMIT = {

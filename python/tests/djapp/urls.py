@@ -33,6 +33,10 @@ def whoami(request):
     return JsonResponse({"pid": os.getpid(), "ip": resil.django.client_ip(request)})
 
 
+def ping(request):
+    return HttpResponse("ok")
+
+
 def dep(request):
     try:
         r = client().get(os.environ["DJAPP_DEP_URL"])
@@ -64,4 +68,5 @@ def slot(request):
         return HttpResponse("full", status=503)
 
 
-urlpatterns = [path("whoami", whoami), path("dep", dep), path("hold", hold), path("slot", slot)]
+urlpatterns = [path("ping", ping), path("whoami", whoami), path("dep", dep), path("hold", hold),
+               path("slot", slot)]
