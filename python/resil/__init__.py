@@ -196,9 +196,23 @@ class Policy(_resil.Policy):
             return b
         return exc
 
+    def _failed(self, permit: Permit, exc: BaseException) -> int:
+        """Release an attempt's permit after exc; its retry class. As
+        resil_call does, a permanent error is no evidence against the
+        dependency: the breaker ignores it unless `record`/`ignore` say
+        otherwise."""
+        cls = self.error_class(exc)
+        outcome = self.outcome_of(type(exc), exc)
+        if outcome == FAILURE and cls == ERR_PERMANENT and not any(
+                isinstance(exc, t) for t in self.record):
+            outcome = IGNORED
+        permit.release(outcome)
+        return cls
+
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """fn(*args, **kwargs) under the whole policy: each attempt acquires
-        (a rejection raises), reports its outcome, and failures are retried
+        (a rejection raises), reports its outcome (a permanent error is
+        ignored by the breaker, as resil_call does), and failures are retried
         by the policy's retry.* rules, budget and deadline, sleeping the
         delays resil_retry_next gives (the GIL released; a manual clock
         advances instead). Raises the last error (BudgetExhausted when the
@@ -206,17 +220,20 @@ class Policy(_resil.Policy):
         rt = self._retry()
         h: Resil = self.handle  # type: ignore[assignment]
         while True:
+            permit = self.acquire()
             try:
-                with self.acquire():
-                    result = fn(*args, **kwargs)
-            except Rejected:
-                raise
+                result = fn(*args, **kwargs)
             except Exception as exc:
-                d = rt.next(self.error_class(exc), int(_retry_after_of(exc) * 1e9))
+                cls = self._failed(permit, exc)
+                d = rt.next(cls, int(_retry_after_of(exc) * 1e9))
                 if d < 0:
                     raise self._give_up(rt, exc) from exc
                 h.sleep_ns(d)
                 continue
+            except BaseException:
+                permit.release(IGNORED)
+                raise
+            permit.release(SUCCESS)
             rt.next(ERR_NONE)
             return result
 
@@ -226,17 +243,20 @@ class Policy(_resil.Policy):
         rt = self._retry()
         h: Resil = self.handle  # type: ignore[assignment]
         while True:
+            permit = self.acquire()
             try:
-                with self.acquire():
-                    result = await fn(*args, **kwargs)
-            except Rejected:
-                raise
+                result = await fn(*args, **kwargs)
             except Exception as exc:
-                d = rt.next(self.error_class(exc), int(_retry_after_of(exc) * 1e9))
+                cls = self._failed(permit, exc)
+                d = rt.next(cls, int(_retry_after_of(exc) * 1e9))
                 if d < 0:
                     raise self._give_up(rt, exc) from exc
                 await h.asleep_ns(d)
                 continue
+            except BaseException:  # cancelled: the dependency never judged it
+                permit.release(IGNORED)
+                raise
+            permit.release(SUCCESS)
             rt.next(ERR_NONE)
             return result
 

@@ -319,14 +319,24 @@ def test_retry_full_jitter_exact(r):
 
 
 def test_retry_success_and_permanent(r):
-    p = pol(r, "rs", "retry.max_attempts = 5; retry.base = 1ms; retry.jitter = none",
+    p = pol(r, "rs", "retry.max_attempts = 5; retry.base = 1ms; retry.jitter = none;"
+            "breaker.window = consecutive:3; breaker.wait = 10s",
             errors={ValueError: "permanent"})
     fn, st = failing(2)
     assert p.call(fn) == 3
-    fn, st = failing(2, ValueError)
-    with pytest.raises(ValueError):
+    for _ in range(3):
+        fn, st = failing(2, ValueError)
+        with pytest.raises(ValueError):
+            p.call(fn)
+        assert st["calls"] == 1  # permanent: never retried
+    # and no evidence against the dependency (as resil_call)
+    assert p.state() == resil.STATE_CLOSED
+    fn, st = failing(2)
+    assert p.call(fn) == 3
+    fn, st = failing(9)
+    with pytest.raises(resil.CircuitOpen):   # the fourth attempt is refused
         p.call(fn)
-    assert st["calls"] == 1  # permanent: never retried
+    assert st["calls"] == 3 and p.state() == resil.STATE_OPEN
 
 
 def test_retry_deadline(r):
