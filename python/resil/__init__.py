@@ -23,7 +23,6 @@ limit.wait, retry sleeps) release it. A handle opened before a fork
 from __future__ import annotations
 
 import asyncio
-import errno as _errno
 import functools
 import inspect
 import time
@@ -45,7 +44,8 @@ __all__ = [
     "RateLimited", "BulkheadFull", "Shed", "BudgetExhausted", "SUCCESS", "FAILURE", "IGNORED",
     "ERR_NONE", "ERR_TRANSIENT", "ERR_THROTTLED", "ERR_TIMEOUT", "ERR_PERMANENT", "ERR_USER",
     "STATE_CLOSED", "STATE_OPEN", "STATE_HALF_OPEN", "STATE_DISABLED", "STATE_FORCED_OPEN",
-    "STATE_METRICS_ONLY", "HTTPStatus", "status_of", "__version__",
+    "STATE_METRICS_ONLY", "HTTPStatus", "status_of", "__version__", "ADMIT", "REJECT_OPEN",
+    "REJECT_FULL", "REJECT_LIMITED", "REJECT_SHED", "REJECT_BUDGET", "strverdict", "strstate",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -120,7 +120,8 @@ class Policy(_resil.Policy):
     errors:  {exception type: error class} for retries ('transient',
              'throttled', 'timeout', 'permanent' or ERR_*); unmatched
              exceptions are transient, TimeoutError a timeout, an HTTP
-             status 429 throttled, 5xx transient, other 4xx permanent
+             status 429 or 503 throttled, other 5xx and 408 transient,
+             other 4xx permanent
     deadline: seconds a `call` may take in all, retries included (None)
 
     An exception carrying an HTTP status (see `status_of`) and not
@@ -367,5 +368,3 @@ def open_embedded(*, slots: int = 0, clients: int = 0, state_size: int = 0) -> R
     Decides exactly as daemon mode does."""
     return Resil(None, embedded=True, slots=slots, clients=clients, state_size=state_size)
 
-
-del _errno
