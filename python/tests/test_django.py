@@ -118,7 +118,7 @@ def fleet(request, tmp_path_factory):
             except OSError:
                 assert gun.poll() is None, open(d / "gunicorn.log").read()
                 return False
-        eventually(ready, 30, "gunicorn answers")
+        eventually(ready, 90, "gunicorn answers (4 workers import Django)")
         yield {"base": base, "dep": dep, "sock": sock, "dir": d, "gunicorn": gun}
     finally:
         for p in procs:
@@ -141,9 +141,11 @@ class Answer:
         return json.loads(self.text)
 
 
-def get(url, headers=None, local="127.0.0.1", timeout=10):
+def get(url, headers=None, local="127.0.0.1", timeout=120):
     """One GET on a fresh connection from address `local` (http.client:
-    cheap enough to send hundreds from threads on a busy machine)."""
+    cheap enough to send hundreds from threads on a busy machine). The
+    timeout only catches a server that never answers: a loaded machine may
+    stall a worker for seconds."""
     u = urllib.parse.urlsplit(url)
     c = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout,
                                    source_address=(local, 0))
