@@ -19,7 +19,9 @@ packages=(build-essential cmake pkg-config liburing-dev libprotobuf-c-dev protob
 	libsystemd-dev libcmocka-dev libinih-dev libmicrohttpd-dev libhiredis-dev redis-server
 	systemd valgrind strace clang libclang-rt-14-dev gnuplot-nox tmux gcc-multilib
 	python3 python3-prometheus-client prometheus scdoc man-db bsdextrautils
-	systemd-container)
+	systemd-container
+	python3-dev python3-django gunicorn python3-httpx python3-pytest python3-limits python3-redis
+	python3-setuptools python3-pip)
 
 install_deps() {
 	[ "${RESIL_SKIP_APT:-0}" = 1 ] && return 0

@@ -676,6 +676,13 @@ def report(outdir, path):
     w("")
     w("![fleet scenarios](bench/fleet.png)")
     w("")
+    # the Python table of record (bench/python_bench.py --write), kept
+    # across reports: a run of its own, with its date and load
+    py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python.md")
+    if os.path.exists(py):
+        with open(py) as f:
+            w(f.read().rstrip("\n"))
+        w("")
     text = "\n".join(L) + "\n"
     if path == "-":
         sys.stdout.write(text)

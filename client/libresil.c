@@ -1573,6 +1573,31 @@ RESIL_API int resil_policy_state(const resil_policy_t *p)
 	return resil_breaker_state(resil_comp_state(x.seg, rec, RESIL_C_BREAKER));
 }
 
+/*
+ * Whether an acquire on p may sleep: a bulkhead or a limiter with a wait
+ * (bulkhead.wait, limit.wait). Bindings ask it before each acquire to
+ * give up their own lock (Python's GIL) only around a decision that can
+ * block: giving it up costs more than a decision that cannot. A lean
+ * binding answers from the handle alone (lean kinds never wait).
+ */
+RESIL_API int resil_policy_may_wait(const resil_policy_t *p)
+{
+	const struct resil_rec *rec;
+	struct resil_ctx x;
+	struct binding b;
+	int err = -ENOENT;
+
+	if (!p)
+		return -EINVAL;
+	if (bound((resil_policy_t *)p, &b) && b.lean)
+		return 0;
+	rec = resil_priv_ctx((resil_policy_t *)p, &x, &err);
+	if (!rec)
+		return err;
+	return (resil_has(rec, RESIL_C_BULKHEAD) && rec->conf.bulkhead.wait_ns > 0) ||
+	       (resil_has(rec, RESIL_C_LIMIT) && rec->conf.limit.wait_ns > 0);
+}
+
 RESIL_API const char *resil_policy_name(const resil_policy_t *p)
 {
 	return p ? p->name : "";

@@ -148,6 +148,9 @@ RESIL_API int resil_force_state(resil_t *r, const char *name, int state); /* RES
 RESIL_API int resil_reset(resil_t *r, const char *name);
 RESIL_API int resil_policy_state(const resil_policy_t *p); /* RESIL_STATE_* or -errno */
 RESIL_API const char *resil_policy_name(const resil_policy_t *p);
+/* 1 if an acquire on p may sleep (bulkhead.wait or limit.wait), 0 if it
+ * never does, or -errno: bindings give up their own lock around it. */
+RESIL_API int resil_policy_may_wait(const resil_policy_t *p);
 
 /* Retries: state on the caller's stack. begin: deadline_ns absolute on the
  * policy clock, 0 none (inside a resil_call attempt, never later than that

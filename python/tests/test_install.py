@@ -1,0 +1,44 @@
+"""`pip install ./python` with Debian's Python, as the README says: into a
+venv that sees the system's packages (PEP 668 keeps pip out of the system
+site), without build isolation and without an index (setuptools is
+Debian's), linked against this build tree's libresil.a. The installed
+package then decides in embedded mode from a directory outside the tree."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+SRC = os.environ.get("SRC")
+BIN = os.environ.get("BIN")
+
+
+def test_pip_install(tmp_path):
+    if not SRC or not BIN:
+        pytest.skip("SRC and BIN (set by ctest) are needed")
+    pkg = tmp_path / "python"
+    shutil.copytree(os.path.join(SRC, "python"), pkg,
+                    ignore=shutil.ignore_patterns("tests", "build", "*.egg-info", "__pycache__"))
+    venv = tmp_path / "venv"
+    # --without-pip: Debian's pip, seen through the system site, installs
+    # into the venv (no copy of pip to install first: quicker)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True)
+    env = dict(os.environ, RESIL_BUILD_DIR=BIN)
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
+                          "--no-build-isolation", "--no-index", str(pkg)],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    code = ("import resil; r = resil.open_embedded(); r.define('p', 'bulkhead.max = 1');"
+            "p = r.policy('p'); a = p.acquire()\n"
+            "try:\n  p.acquire(); print('admitted')\n"
+            "except resil.BulkheadFull: print('full', resil.__version__, resil._resil.__file__)")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], env=env, cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    words = out.stdout.split()
+    assert words[:2] == ["full", "0.1.0"]
+    assert words[2].startswith(str(venv))
