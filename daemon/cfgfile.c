@@ -11,7 +11,13 @@
  * inih reads the text through our own line reader, which counts lines, so
  * the key handler knows the exact line of every pair and a section header
  * is seen even when the section is empty. Continuation lines are turned
- * off (a value is one line); lines may be up to 4 KiB.
+ * off (a value is one line); lines may be up to CFG_MAX_LINE - 1
+ * characters. Debian's libinih reads into a buffer of 200 bytes whatever
+ * ini_max_line says (its runtime options do not resize the stack buffer it
+ * was built with), so a line that does not fit the buffer inih hands us
+ * is parsed here, by the same rules (a comment line, or KEY = VALUE with
+ * blanks trimmed and a " ;" inline comment cut), and inih gets an empty
+ * line in its place: the line numbers stay right either way.
  *
  * Applying (resild_cfgset_apply) touches only what differs: a policy
  * whose record already holds the same configuration and the from-file
@@ -95,6 +101,9 @@ struct parse {
 	int err_line;		   /* first error we found ourselves, 0: none */
 	char err[512];
 	bool too_long;
+	int nseen; /* keys of the current section, to refuse one given twice */
+	int seen_line[64];
+	char seen[64][96];
 };
 
 static void parse_fail(struct parse *p, const char *fmt, const char *a, const char *b)
@@ -129,6 +138,7 @@ static void parse_section(struct parse *p, const char *s)
 	size_t n;
 
 	p->cur = NULL;
+	p->nseen = 0;
 	s++; /* '[' */
 	e = strchr(s, ']');
 	if (!e)
@@ -172,6 +182,55 @@ static void parse_section(struct parse *p, const char *s)
 	resil_conf_init(&p->cur->conf);
 }
 
+static int parse_handler(void *user, const char *section, const char *key, const char *value);
+
+static char *trim(char *s)
+{
+	char *e;
+
+	s += strspn(s, " \t\r\n");
+	e = s + strlen(s);
+	while (e > s && strchr(" \t\r\n", e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+/* A line longer than inih's buffer, as inih would read it (see the top). */
+static void parse_long_line(struct parse *p, const char *text, size_t n)
+{
+	char line[CFG_MAX_LINE], *s, *eq, *c;
+
+	memcpy(line, text, n);
+	line[n] = '\0';
+	s = trim(line);
+	if (!*s || *s == ';' || *s == '#')
+		return;
+	if (*s == '[') {
+		/* parse_section has read it; a header this long is only a name
+		 * too long, which it reported */
+		if (!p->err_line && !strchr(s, ']'))
+			parse_fail(p,
+				   "syntax error (expected \"key = value\" or [policy NAME])%s%s",
+				   "", "");
+		return;
+	}
+	eq = strpbrk(s, "=:");
+	if (!eq) {
+		parse_fail(p, "syntax error (expected \"key = value\" or [policy NAME])%s%s", "",
+			   "");
+		return;
+	}
+	*eq = '\0';
+	/* an inline comment: ';' after a blank, as inih cuts it */
+	for (c = eq + 1; (c = strchr(c, ';')); c++)
+		if (c[-1] == ' ' || c[-1] == '\t') {
+			*c = '\0';
+			break;
+		}
+	if (!p->err_line && !parse_handler(p, p->cur ? p->cur->name : "", trim(s), trim(eq + 1)))
+		parse_fail(p, "%s%s", "invalid line", "");
+}
+
 /* fgets over the text: counts lines and sees section headers. */
 static char *parse_reader(char *str, int num, void *stream)
 {
@@ -184,10 +243,28 @@ static char *parse_reader(char *str, int num, void *stream)
 	nl = strchr(p->text, '\n');
 	n = nl ? (size_t)(nl - p->text) + 1 : strlen(p->text);
 	p->line++;
-	if (n > (size_t)num - 1) {
-		/* a line inih cannot hold: report it here and skip it whole */
-		parse_fail(p, "line longer than %s characters%s", "4093", "");
+	if (n > CFG_MAX_LINE - 1 || (n == CFG_MAX_LINE - 1 && !nl)) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "%d", CFG_MAX_LINE - 2);
+		parse_fail(p, "line longer than %s characters (at most %s)", what, what);
 		p->too_long = true;
+		p->text += n;
+		str[0] = '\n';
+		str[1] = '\0';
+		return str;
+	}
+	if (n > (size_t)num - 1) {
+		/* a line inih cannot hold: parsed here, an empty one for inih */
+		s = p->text + strspn(p->text, " \t\r");
+		if (*s == '[') {
+			char head[CFG_MAX_LINE];
+
+			memcpy(head, s, n - (size_t)(s - p->text));
+			head[n - (size_t)(s - p->text)] = '\0';
+			parse_section(p, head);
+		}
+		parse_long_line(p, p->text, n);
 		p->text += n;
 		str[0] = '\n';
 		str[1] = '\0';
@@ -216,6 +293,19 @@ static int parse_handler(void *user, const char *section, const char *key, const
 	}
 	if (!value)
 		value = "";
+	for (int i = 0; i < p->nseen; i++)
+		if (strcmp(p->seen[i], key) == 0) {
+			char first[32];
+
+			snprintf(first, sizeof(first), "%d", p->seen_line[i]);
+			parse_fail(p, "key %s given twice in this section (first on line %s)", key,
+				   first);
+			return 0;
+		}
+	if (p->nseen < (int)RESIL_ARRAY_SIZE(p->seen) && strlen(key) < sizeof(p->seen[0])) {
+		snprintf(p->seen[p->nseen], sizeof(p->seen[0]), "%s", key);
+		p->seen_line[p->nseen++] = p->line;
+	}
 	msg[0] = '\0';
 	r = resil_conf_set(&p->cur->conf, key, value, msg, sizeof(msg));
 	if (r < 0) {
