@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <ini.h>
@@ -494,11 +495,51 @@ static int collect_gone(const struct resil_seg *s, uint32_t slot, const struct r
 	return 0;
 }
 
+/* Is there room for every define of set at once? 0, or -ENOSPC with the
+ * reason in err: then nothing of set is applied. */
+static int cfgset_fits(struct resild *d, const struct resild_cfgset *set, char *err, size_t errlen)
+{
+	struct resil_define_cost need = {0}, room, c;
+
+	for (size_t i = 0; i < set->n; i++) {
+		if (resil_seg_define_cost(&d->seg, set->ent[i].name, &set->ent[i].conf,
+					  RESIL_REC_FROM_FILE, &c) < 0)
+			continue; /* resil_seg_define says why */
+		need.records += c.records;
+		need.slots += c.slots;
+		need.arena += c.arena;
+	}
+	resil_seg_room(&d->seg, &room);
+	if (need.records > room.records)
+		snprintf(err, errlen,
+			 "%u policies change and need a configuration record each, %u are left "
+			 "(raise --policies)",
+			 need.records, room.records);
+	else if (need.slots > room.slots)
+		snprintf(err, errlen,
+			 "%u new policies need a slot each, %u are free (raise --policies)",
+			 need.slots, room.slots);
+	else if (need.arena > room.arena)
+		snprintf(err, errlen,
+			 "the new state needs %llu bytes of the state segment, %llu are free "
+			 "(raise --state-size)",
+			 (unsigned long long)need.arena, (unsigned long long)room.arena);
+	else
+		return 0;
+	return -ENOSPC;
+}
+
 int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 {
 	int64_t now = resil_clock_monotonic(NULL);
 	struct gone g = {.set = set};
+	char why[512];
 	int failed = 0;
+
+	if (cfgset_fits(d, set, why, sizeof(why)) < 0) {
+		log_error("configuration from %s not applied: %s", d->opts.config_dir, why);
+		return -ENOSPC;
+	}
 
 	for (size_t i = 0; i < set->n; i++) {
 		const struct resild_cfgent *e = &set->ent[i];
@@ -564,12 +605,27 @@ int resild_config_load(struct resild *d, bool initial)
 		return r;
 	}
 	r = resild_cfgset_apply(d, set);
+	if (r < 0) {
+		/* nothing applied: the previous configuration keeps running */
+		if (!initial)
+			log_error("configuration not reloaded, the previous one keeps running");
+		resild_cfgset_free(set);
+		return r;
+	}
 	resild_cfgset_free(d->files);
 	d->files = set;
-	if (initial && r > 0)
-		return -EINVAL; /* a policy the files need could not be defined */
+	if (r > 0) {
+		/* a policy the files need could not be defined: at start fatal;
+		 * on reload a failure (counted so), though the others applied */
+		if (!initial)
+			log_error("configuration reloaded from %s with %d policies failed (see "
+				  "above): counted as a failed reload",
+				  d->opts.config_dir, r);
+		return -EINVAL;
+	}
+	d->reload_ok_time = time(NULL);
 	if (!initial)
-		log_notice("configuration reloaded from %s: %zu policies from files%s",
-			   d->opts.config_dir, set->n, r > 0 ? " (some failed, see above)" : "");
+		log_notice("configuration reloaded from %s: %zu policies from files",
+			   d->opts.config_dir, set->n);
 	return 0;
 }

@@ -762,6 +762,12 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	     "resil_reloads_total{result=\"failed\"} %llu\n",
 	     (unsigned long long)d->reloads, (unsigned long long)d->reload_errors);
 	mput(&m,
+	     "# HELP resil_reload_last_success_timestamp_seconds When the configuration "
+	     "files last applied (at start or on reload), Unix time.\n"
+	     "# TYPE resil_reload_last_success_timestamp_seconds gauge\n"
+	     "resil_reload_last_success_timestamp_seconds %lld\n",
+	     (long long)d->reload_ok_time);
+	mput(&m,
 	     "# HELP resil_policy_slots Policy slots (--policies).\n"
 	     "# TYPE resil_policy_slots gauge\nresil_policy_slots %u\n",
 	     d->seg.cfg->slot_cap);

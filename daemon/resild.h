@@ -66,7 +66,11 @@ struct resild {
 	uint64_t events_seen; /* events drained since start */
 	uint64_t reloads;
 	uint64_t reload_errors;
+	int64_t reload_ok_time; /* wall clock (s) of the last load that applied */
 	uint64_t reclaims;
+	uint64_t conns_refused; /* past the per-uid connection limit */
+	uint64_t conns_idle;	/* closed after opts.idle_timeout_ns of silence */
+	uint64_t conns_cut;	/* cut off for leaving descriptors unread */
 	bool stopping;
 };
 
