@@ -128,6 +128,13 @@ static bool peer_in_group(const struct resild_peer *p, gid_t g)
 	return false;
 }
 
+bool resild_peer_exempt(const struct resild *d, const struct resild_peer *p)
+{
+	if (p->uid == 0 || p->uid == d->uid)
+		return true;
+	return d->has_admin_gid && peer_in_group(p, d->admin_gid);
+}
+
 /* May this peer change or delete rec? 0 or -EPERM with the rule in words. */
 static int may_change(struct resild *d, const struct resild_peer *p, const struct resil_rec *rec,
 		      const char *verb, struct reply *rp)
@@ -744,6 +751,15 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	     "# HELP resil_connections Control connections open.\n"
 	     "# TYPE resil_connections gauge\nresil_connections %u\n",
 	     d->nconns);
+	mput(&m,
+	     "# HELP resil_connections_closed_total Control connections the daemon refused "
+	     "or closed, by reason.\n"
+	     "# TYPE resil_connections_closed_total counter\n"
+	     "resil_connections_closed_total{reason=\"uid_limit\"} %llu\n"
+	     "resil_connections_closed_total{reason=\"idle\"} %llu\n"
+	     "resil_connections_closed_total{reason=\"unread\"} %llu\n",
+	     (unsigned long long)d->conns_refused, (unsigned long long)d->conns_idle,
+	     (unsigned long long)d->conns_cut);
 	mput(&m,
 	     "# HELP resil_subscribers Event subscribers.\n"
 	     "# TYPE resil_subscribers gauge\nresil_subscribers %u\n",
