@@ -476,6 +476,61 @@ out:
 	return r;
 }
 
+/* Does text declare [policy name]? Its line, or 0. */
+static int declares(const char *text, const char *name)
+{
+	size_t nl = strlen(name);
+	int line = 1;
+
+	for (const char *p = text; *p; line++) {
+		const char *e = strchr(p, '\n'), *s = p + strspn(p, " \t");
+
+		if (*s == '[') {
+			s++;
+			s += strspn(s, " \t");
+			if (strncmp(s, "policy", 6) == 0 && (s[6] == ' ' || s[6] == '\t')) {
+				s += 6;
+				s += strspn(s, " \t");
+				if (strncmp(s, name, nl) == 0 && strchr(" \t]", s[nl]))
+					return line;
+			}
+		}
+		if (!e)
+			break;
+		p = e + 1;
+	}
+	return 0;
+}
+
+int resild_name_in_files(const char *dir, const char *name, char *where, size_t wlen)
+{
+	struct dirent *de;
+	DIR *dp = opendir(dir);
+	int found = 0;
+
+	if (!dp)
+		return 0;
+	while (!found && (de = readdir(dp))) {
+		size_t l = strlen(de->d_name);
+		char path[4096], err[256], *text = NULL;
+		int line;
+
+		if (de->d_name[0] == '.' || l < 6 || strcmp(de->d_name + l - 5, ".conf"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (read_file(path, &text, err, sizeof(err)) < 0)
+			continue;
+		line = declares(text, name);
+		if (line) {
+			snprintf(where, wlen, "%s:%d", path, line);
+			found = 1;
+		}
+		free(text);
+	}
+	closedir(dp);
+	return found;
+}
+
 struct gone {
 	char (*names)[RESIL_NAME_MAX];
 	size_t n;

@@ -150,6 +150,49 @@ static int may_change(struct resild *d, const struct resild_peer *p, const struc
 			   rec->owner_uid);
 }
 
+struct owned {
+	uint32_t uid, n;
+};
+
+static int count_owned(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+		       void *ctx)
+{
+	struct owned *o = ctx;
+
+	o->n += rec->owner_uid == o->uid;
+	return 0;
+}
+
+/* May this peer create a policy named name (it does not exist)? Anyone in
+ * the socket's group, within its quota of policies, unless the name is
+ * declared in the configuration files (reserved for them: no member can
+ * take a name the real service needs before the daemon reads it). Root,
+ * our uid and the admin group are exempt. 0 or -errno with the reply. */
+static int may_create(struct resild *d, const struct resild_peer *p, const char *name,
+		      struct reply *rp)
+{
+	struct owned o = {.uid = (uint32_t)p->uid};
+	char where[4200];
+
+	if (resild_peer_exempt(d, p))
+		return 0;
+	if (resild_name_in_files(d->opts.config_dir, name, where, sizeof(where)))
+		return reply_error(rp, -EPERM,
+				   "policy %s is declared in %s: reserved for the configuration "
+				   "files (a reload creates it; root%s%s may create it now)",
+				   name, where, d->has_admin_gid ? " or group " : "",
+				   d->has_admin_gid ? d->opts.admin_group : "");
+	if (d->opts.max_policies_per_uid) {
+		resil_seg_foreach(&d->seg, count_owned, &o);
+		if (o.n >= d->opts.max_policies_per_uid)
+			return reply_error(rp, -EDQUOT,
+					   "uid %u owns %u policies, at most %u per uid "
+					   "(--max-policies-per-uid)",
+					   o.uid, o.n, d->opts.max_policies_per_uid);
+	}
+	return 0;
+}
+
 static const struct resil_rec *find(struct resild *d, const char *name, uint64_t *word)
 {
 	uint64_t w;
@@ -559,6 +602,7 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 			 const char *text, bool update, struct reply *rp, struct info *in)
 {
 	const struct resil_rec *rec;
+	const char *outcome;
 	struct resil_conf c;
 	int r;
 
@@ -574,14 +618,20 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 	r = parse_conf(&c, text, rp);
 	if (r < 0)
 		return r;
-	if (rec && memcmp(&rec->conf, &c, sizeof(c)) == 0)
+	if (rec && memcmp(&rec->conf, &c, sizeof(c)) == 0) {
+		outcome = "unchanged";
 		goto done; /* identical: anyone who can connect */
+	}
+	outcome = rec ? "changed" : "created";
 	if (rec) {
 		r = may_change(d, p, rec, "changing", rp);
 		if (r < 0)
 			return r;
 		r = define(d, name, &c, rec->owner_uid, rec->flags, rp);
 	} else {
+		r = may_create(d, p, name, rp);
+		if (r < 0)
+			return r;
 		r = define(d, name, &c, (uint32_t)p->uid, 0, rp);
 	}
 	if (r < 0)
@@ -593,6 +643,7 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 		return reply_error(rp, -EIO, "policy %s vanished after its definition", name);
 done:
 	fill_info(d, rec, in);
+	in->h.pi.outcome = (char *)outcome;
 	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
 	rp->resp.policy = &in->h.pi;
 	return 0;
