@@ -86,7 +86,7 @@ int main(void)
 {
 	const char *extra[] = {"--policies", "128", NULL};
 	int reloads = 30 * resil_test_scale(), ok = 0, failed = 0, rate = 40;
-	long long last_ok;
+	long long last_ok, used;
 	resil_t *r = NULL;
 
 	if (test_daemon_init(&d) < 0)
@@ -98,6 +98,10 @@ int main(void)
 	TEST_CHECK(running(r, rate) == NPOL);
 	last_ok = metric(r, "resil_reload_last_success_timestamp_seconds ");
 	TEST_CHECK(last_ok > 0);
+	/* 4 records per policy slot; each definition or change uses one */
+	TEST_CHECK(metric(r, "resil_records ") == 4 * 128);
+	used = metric(r, "resil_records_used ");
+	TEST_CHECK(used >= NPOL);
 
 	for (int i = 1; i <= reloads; i++) {
 		int next = rate == 40 ? 60 : 40;
@@ -115,12 +119,17 @@ int main(void)
 			ok++;
 			rate = next;
 			last_ok = metric(r, "resil_reload_last_success_timestamp_seconds ");
+			/* one record per changed policy, no more */
+			TEST_CHECK(metric(r, "resil_records_used ") == used + NPOL);
+			used += NPOL;
 		} else {
 			/* not applied: the previous configuration runs, whole */
 			TEST_CHECK(f == failed + 1);
 			TEST_CHECK(running(r, rate) == NPOL);
 			TEST_CHECK(metric(r, "resil_reload_last_success_timestamp_seconds ") ==
 				   last_ok);
+			/* nothing was spent on a reload that did not apply */
+			TEST_CHECK(metric(r, "resil_records_used ") == used);
 			failed++;
 		}
 	}
