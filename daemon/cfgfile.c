@@ -505,7 +505,7 @@ static int declares(const char *text, const char *name)
 int resild_name_in_files(const char *dir, const char *name, char *where, size_t wlen)
 {
 	struct dirent *de;
-	DIR *dp = opendir(dir);
+	DIR *dp = dir ? opendir(dir) : NULL;
 	int found = 0;
 
 	if (!dp)
