@@ -223,6 +223,15 @@ static int ctl_recv(int fd, Resil__Response **resp, int *fds, int *nfds, int64_t
 			break;
 		if (errno == EINTR)
 			continue;
+		/* a daemon that closed with our request unread reports
+		 * ECONNRESET once, ahead of what it sent before closing (such
+		 * as why it refused us): read that, if anything is there */
+		if (errno == ECONNRESET) {
+			n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+			if (n > 0)
+				break;
+			return -ECONNRESET;
+		}
 		if (errno != EAGAIN)
 			return -errno;
 		r = wait_fd(fd, POLLIN, deadline);
@@ -272,6 +281,18 @@ static int ctl_roundtrip(int fd, Resil__Request *req, Resil__Response **resp, in
 	int room = nfds ? *nfds : 0, r;
 
 	r = ctl_send(fd, req, deadline);
+	if (r == -EPIPE || r == -ECONNRESET) {
+		/* closed before our request arrived: it may have said why */
+		Resil__Response *m = NULL;
+
+		if (ctl_recv(fd, &m, NULL, NULL, mono_ms()) == 0 && m->id == 0 && m->error) {
+			*resp = m;
+			return 0;
+		}
+		if (m)
+			resil__response__free_unpacked(m, NULL);
+		return r;
+	}
 	if (r < 0)
 		return r;
 	for (;;) {
@@ -281,7 +302,9 @@ static int ctl_roundtrip(int fd, Resil__Request *req, Resil__Response **resp, in
 		r = ctl_recv(fd, &m, fds, nfds ? &n : NULL, deadline);
 		if (r < 0)
 			return r;
-		if (m->id == req->id) {
+		/* id 0 with an error: about the connection itself (a limit
+		 * refused it, or cut it off), the answer to whatever we asked */
+		if (m->id == req->id || (m->id == 0 && m->error)) {
 			if (nfds)
 				*nfds = n;
 			*resp = m;

@@ -67,6 +67,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -350,8 +351,23 @@ static int get_segments(struct resil *r, struct resil_seg *s)
 		return err;
 	resil__response__free_unpacked(resp, NULL);
 	if (nfds != 2) {
+		struct rlimit rl;
+		int probe;
+
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
+		/* the kernel drops descriptors it cannot install (MSG_CTRUNC):
+		 * at the descriptor limit, say so, not that the daemon erred */
+		probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (probe >= 0) {
+			close(probe);
+		} else if (errno == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+			resil_priv_seterr("cannot receive the segment descriptors from resild on "
+					  "%s: this process is at its descriptor limit "
+					  "(RLIMIT_NOFILE, ulimit -n %llu)",
+					  r->socket_path, (unsigned long long)rl.rlim_cur);
+			return -EMFILE;
+		}
 		resil_priv_seterr("resild on %s sent %d segment descriptors, not 2", r->socket_path,
 				  nfds);
 		return -EPROTO;

@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -470,8 +471,17 @@ static int cmd_show(const char *name)
 		printf("policy      %s\n", p->name);
 		printf("state       %s\n", p->state);
 		printf("slot        %u (generation %u)\n", p->slot, p->generation);
-		printf("owner uid   %u%s\n", p->owner_uid,
-		       p->from_file ? " (configuration file)" : "");
+		/* who owns the name: the uid, and the account when there is one */
+		{
+			struct passwd pw, *pwp = NULL;
+			char pwbuf[1024];
+
+			if (getpwuid_r(p->owner_uid, &pw, pwbuf, sizeof(pwbuf), &pwp) != 0)
+				pwp = NULL;
+			printf("owner uid   %u%s%s%s%s\n", p->owner_uid, pwp ? " (" : "",
+			       pwp ? pwp->pw_name : "", pwp ? ")" : "",
+			       p->from_file ? " (configuration file)" : "");
+		}
 		printf("config\n");
 		for (const char *s = p->config; s && *s;) {
 			const char *e = strchr(s, '\n');
@@ -517,6 +527,7 @@ static int cmd_define(const char *cmd, const char *name, const char *config)
 	Resil__Update u = RESIL__UPDATE__INIT;
 	Resil__Response *resp = NULL;
 	bool create = strcmp(cmd, "update") != 0;
+	char what[16];
 
 	if (create) {
 		c.name = (char *)name;
@@ -532,8 +543,14 @@ static int cmd_define(const char *cmd, const char *name, const char *config)
 	}
 	if (request(&req, &resp, name))
 		return 1;
+	/* the daemon says whether anything changed; an older one does not */
+	snprintf(what, sizeof(what), "%s",
+		 !strcmp(cmd, "create") ? "created" : create ? "applied" : "updated");
+	if (resp->body_case == RESIL__RESPONSE__BODY_POLICY && resp->policy->outcome &&
+	    *resp->policy->outcome)
+		snprintf(what, sizeof(what), "%s", resp->policy->outcome);
 	resil__response__free_unpacked(resp, NULL);
-	return done(!strcmp(cmd, "create") ? "created" : create ? "applied" : "updated", name);
+	return done(what, name);
 }
 
 static int cmd_delete(const char *name)

@@ -11,7 +11,13 @@
  * inih reads the text through our own line reader, which counts lines, so
  * the key handler knows the exact line of every pair and a section header
  * is seen even when the section is empty. Continuation lines are turned
- * off (a value is one line); lines may be up to 4 KiB.
+ * off (a value is one line); lines may be up to CFG_MAX_LINE - 1
+ * characters. Debian's libinih reads into a buffer of 200 bytes whatever
+ * ini_max_line says (its runtime options do not resize the stack buffer it
+ * was built with), so a line that does not fit the buffer inih hands us
+ * is parsed here, by the same rules (a comment line, or KEY = VALUE with
+ * blanks trimmed and a " ;" inline comment cut), and inih gets an empty
+ * line in its place: the line numbers stay right either way.
  *
  * Applying (resild_cfgset_apply) touches only what differs: a policy
  * whose record already holds the same configuration and the from-file
@@ -29,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <ini.h>
@@ -95,6 +102,9 @@ struct parse {
 	int err_line;		   /* first error we found ourselves, 0: none */
 	char err[512];
 	bool too_long;
+	int nseen; /* keys of the current section, to refuse one given twice */
+	int seen_line[64];
+	char seen[64][96];
 };
 
 static void parse_fail(struct parse *p, const char *fmt, const char *a, const char *b)
@@ -129,6 +139,7 @@ static void parse_section(struct parse *p, const char *s)
 	size_t n;
 
 	p->cur = NULL;
+	p->nseen = 0;
 	s++; /* '[' */
 	e = strchr(s, ']');
 	if (!e)
@@ -172,6 +183,55 @@ static void parse_section(struct parse *p, const char *s)
 	resil_conf_init(&p->cur->conf);
 }
 
+static int parse_handler(void *user, const char *section, const char *key, const char *value);
+
+static char *trim(char *s)
+{
+	char *e;
+
+	s += strspn(s, " \t\r\n");
+	e = s + strlen(s);
+	while (e > s && strchr(" \t\r\n", e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+/* A line longer than inih's buffer, as inih would read it (see the top). */
+static void parse_long_line(struct parse *p, const char *text, size_t n)
+{
+	char line[CFG_MAX_LINE], *s, *eq, *c;
+
+	memcpy(line, text, n);
+	line[n] = '\0';
+	s = trim(line);
+	if (!*s || *s == ';' || *s == '#')
+		return;
+	if (*s == '[') {
+		/* parse_section has read it; a header this long is only a name
+		 * too long, which it reported */
+		if (!p->err_line && !strchr(s, ']'))
+			parse_fail(p,
+				   "syntax error (expected \"key = value\" or [policy NAME])%s%s",
+				   "", "");
+		return;
+	}
+	eq = strpbrk(s, "=:");
+	if (!eq) {
+		parse_fail(p, "syntax error (expected \"key = value\" or [policy NAME])%s%s", "",
+			   "");
+		return;
+	}
+	*eq = '\0';
+	/* an inline comment: ';' after a blank, as inih cuts it */
+	for (c = eq + 1; (c = strchr(c, ';')); c++)
+		if (c[-1] == ' ' || c[-1] == '\t') {
+			*c = '\0';
+			break;
+		}
+	if (!p->err_line && !parse_handler(p, p->cur ? p->cur->name : "", trim(s), trim(eq + 1)))
+		parse_fail(p, "%s%s", "invalid line", "");
+}
+
 /* fgets over the text: counts lines and sees section headers. */
 static char *parse_reader(char *str, int num, void *stream)
 {
@@ -184,10 +244,28 @@ static char *parse_reader(char *str, int num, void *stream)
 	nl = strchr(p->text, '\n');
 	n = nl ? (size_t)(nl - p->text) + 1 : strlen(p->text);
 	p->line++;
-	if (n > (size_t)num - 1) {
-		/* a line inih cannot hold: report it here and skip it whole */
-		parse_fail(p, "line longer than %s characters%s", "4093", "");
+	if (n > CFG_MAX_LINE - 1 || (n == CFG_MAX_LINE - 1 && !nl)) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "%d", CFG_MAX_LINE - 2);
+		parse_fail(p, "line longer than %s characters (at most %s)", what, what);
 		p->too_long = true;
+		p->text += n;
+		str[0] = '\n';
+		str[1] = '\0';
+		return str;
+	}
+	if (n > (size_t)num - 1) {
+		/* a line inih cannot hold: parsed here, an empty one for inih */
+		s = p->text + strspn(p->text, " \t\r");
+		if (*s == '[') {
+			char head[CFG_MAX_LINE];
+
+			memcpy(head, s, n - (size_t)(s - p->text));
+			head[n - (size_t)(s - p->text)] = '\0';
+			parse_section(p, head);
+		}
+		parse_long_line(p, p->text, n);
 		p->text += n;
 		str[0] = '\n';
 		str[1] = '\0';
@@ -216,6 +294,19 @@ static int parse_handler(void *user, const char *section, const char *key, const
 	}
 	if (!value)
 		value = "";
+	for (int i = 0; i < p->nseen; i++)
+		if (strcmp(p->seen[i], key) == 0) {
+			char first[32];
+
+			snprintf(first, sizeof(first), "%d", p->seen_line[i]);
+			parse_fail(p, "key %s given twice in this section (first on line %s)", key,
+				   first);
+			return 0;
+		}
+	if (p->nseen < (int)RESIL_ARRAY_SIZE(p->seen) && strlen(key) < sizeof(p->seen[0])) {
+		snprintf(p->seen[p->nseen], sizeof(p->seen[0]), "%s", key);
+		p->seen_line[p->nseen++] = p->line;
+	}
 	msg[0] = '\0';
 	r = resil_conf_set(&p->cur->conf, key, value, msg, sizeof(msg));
 	if (r < 0) {
@@ -385,6 +476,61 @@ out:
 	return r;
 }
 
+/* Does text declare [policy name]? Its line, or 0. */
+static int declares(const char *text, const char *name)
+{
+	size_t nl = strlen(name);
+	int line = 1;
+
+	for (const char *p = text; *p; line++) {
+		const char *e = strchr(p, '\n'), *s = p + strspn(p, " \t");
+
+		if (*s == '[') {
+			s++;
+			s += strspn(s, " \t");
+			if (strncmp(s, "policy", 6) == 0 && (s[6] == ' ' || s[6] == '\t')) {
+				s += 6;
+				s += strspn(s, " \t");
+				if (strncmp(s, name, nl) == 0 && strchr(" \t]", s[nl]))
+					return line;
+			}
+		}
+		if (!e)
+			break;
+		p = e + 1;
+	}
+	return 0;
+}
+
+int resild_name_in_files(const char *dir, const char *name, char *where, size_t wlen)
+{
+	struct dirent *de;
+	DIR *dp = dir ? opendir(dir) : NULL;
+	int found = 0;
+
+	if (!dp)
+		return 0;
+	while (!found && (de = readdir(dp))) {
+		size_t l = strlen(de->d_name);
+		char path[4096], err[256], *text = NULL;
+		int line;
+
+		if (de->d_name[0] == '.' || l < 6 || strcmp(de->d_name + l - 5, ".conf"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (read_file(path, &text, err, sizeof(err)) < 0)
+			continue;
+		line = declares(text, name);
+		if (line) {
+			snprintf(where, wlen, "%s:%d", path, line);
+			found = 1;
+		}
+		free(text);
+	}
+	closedir(dp);
+	return found;
+}
+
 struct gone {
 	char (*names)[RESIL_NAME_MAX];
 	size_t n;
@@ -404,11 +550,51 @@ static int collect_gone(const struct resil_seg *s, uint32_t slot, const struct r
 	return 0;
 }
 
+/* Is there room for every define of set at once? 0, or -ENOSPC with the
+ * reason in err: then nothing of set is applied. */
+static int cfgset_fits(struct resild *d, const struct resild_cfgset *set, char *err, size_t errlen)
+{
+	struct resil_define_cost need = {0}, room, c;
+
+	for (size_t i = 0; i < set->n; i++) {
+		if (resil_seg_define_cost(&d->seg, set->ent[i].name, &set->ent[i].conf,
+					  RESIL_REC_FROM_FILE, &c) < 0)
+			continue; /* resil_seg_define says why */
+		need.records += c.records;
+		need.slots += c.slots;
+		need.arena += c.arena;
+	}
+	resil_seg_room(&d->seg, &room);
+	if (need.records > room.records)
+		snprintf(err, errlen,
+			 "%u policies change and need a configuration record each, %u are left "
+			 "(raise --policies)",
+			 need.records, room.records);
+	else if (need.slots > room.slots)
+		snprintf(err, errlen,
+			 "%u new policies need a slot each, %u are free (raise --policies)",
+			 need.slots, room.slots);
+	else if (need.arena > room.arena)
+		snprintf(err, errlen,
+			 "the new state needs %llu bytes of the state segment, %llu are free "
+			 "(raise --state-size)",
+			 (unsigned long long)need.arena, (unsigned long long)room.arena);
+	else
+		return 0;
+	return -ENOSPC;
+}
+
 int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 {
 	int64_t now = resil_clock_monotonic(NULL);
 	struct gone g = {.set = set};
+	char why[512];
 	int failed = 0;
+
+	if (cfgset_fits(d, set, why, sizeof(why)) < 0) {
+		log_error("configuration from %s not applied: %s", d->opts.config_dir, why);
+		return -ENOSPC;
+	}
 
 	for (size_t i = 0; i < set->n; i++) {
 		const struct resild_cfgent *e = &set->ent[i];
@@ -474,12 +660,27 @@ int resild_config_load(struct resild *d, bool initial)
 		return r;
 	}
 	r = resild_cfgset_apply(d, set);
+	if (r < 0) {
+		/* nothing applied: the previous configuration keeps running */
+		if (!initial)
+			log_error("configuration not reloaded, the previous one keeps running");
+		resild_cfgset_free(set);
+		return r;
+	}
 	resild_cfgset_free(d->files);
 	d->files = set;
-	if (initial && r > 0)
-		return -EINVAL; /* a policy the files need could not be defined */
+	if (r > 0) {
+		/* a policy the files need could not be defined: at start fatal;
+		 * on reload a failure (counted so), though the others applied */
+		if (!initial)
+			log_error("configuration reloaded from %s with %d policies failed (see "
+				  "above): counted as a failed reload",
+				  d->opts.config_dir, r);
+		return -EINVAL;
+	}
+	d->reload_ok_time = time(NULL);
 	if (!initial)
-		log_notice("configuration reloaded from %s: %zu policies from files%s",
-			   d->opts.config_dir, set->n, r > 0 ? " (some failed, see above)" : "");
+		log_notice("configuration reloaded from %s: %zu policies from files",
+			   d->opts.config_dir, set->n);
 	return 0;
 }

@@ -56,4 +56,10 @@ int resild_name_check(const char *name, char *err, size_t errlen);
  * policies whose define failed (logged), 0 if none. */
 int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set);
 
+/* Is name declared by a [policy NAME] header in a file of dir, as the
+ * files are now (read again, not as last applied)? 1 with "FILE:LINE" in
+ * where, else 0. Names in the files are reserved: only root and the admin
+ * group may create them through the socket before a reload does. */
+int resild_name_in_files(const char *dir, const char *name, char *where, size_t wlen);
+
 #endif

@@ -128,6 +128,13 @@ static bool peer_in_group(const struct resild_peer *p, gid_t g)
 	return false;
 }
 
+bool resild_peer_exempt(const struct resild *d, const struct resild_peer *p)
+{
+	if (p->uid == 0 || p->uid == d->uid)
+		return true;
+	return d->has_admin_gid && peer_in_group(p, d->admin_gid);
+}
+
 /* May this peer change or delete rec? 0 or -EPERM with the rule in words. */
 static int may_change(struct resild *d, const struct resild_peer *p, const struct resil_rec *rec,
 		      const char *verb, struct reply *rp)
@@ -141,6 +148,49 @@ static int may_change(struct resild *d, const struct resild_peer *p, const struc
 				   rec->name, d->opts.admin_group, rec->owner_uid);
 	return reply_error(rp, -EPERM, "%s policy %s needs root or uid %u", verb, rec->name,
 			   rec->owner_uid);
+}
+
+struct owned {
+	uint32_t uid, n;
+};
+
+static int count_owned(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+		       void *ctx)
+{
+	struct owned *o = ctx;
+
+	o->n += rec->owner_uid == o->uid;
+	return 0;
+}
+
+/* May this peer create a policy named name (it does not exist)? Anyone in
+ * the socket's group, within its quota of policies, unless the name is
+ * declared in the configuration files (reserved for them: no member can
+ * take a name the real service needs before the daemon reads it). Root,
+ * our uid and the admin group are exempt. 0 or -errno with the reply. */
+static int may_create(struct resild *d, const struct resild_peer *p, const char *name,
+		      struct reply *rp)
+{
+	struct owned o = {.uid = (uint32_t)p->uid};
+	char where[4200];
+
+	if (resild_peer_exempt(d, p))
+		return 0;
+	if (resild_name_in_files(d->opts.config_dir, name, where, sizeof(where)))
+		return reply_error(rp, -EPERM,
+				   "policy %s is declared in %s: reserved for the configuration "
+				   "files (a reload creates it; root%s%s may create it now)",
+				   name, where, d->has_admin_gid ? " or group " : "",
+				   d->has_admin_gid ? d->opts.admin_group : "");
+	if (d->opts.max_policies_per_uid) {
+		resil_seg_foreach(&d->seg, count_owned, &o);
+		if (o.n >= d->opts.max_policies_per_uid)
+			return reply_error(rp, -EDQUOT,
+					   "uid %u owns %u policies, at most %u per uid "
+					   "(--max-policies-per-uid)",
+					   o.uid, o.n, d->opts.max_policies_per_uid);
+	}
+	return 0;
 }
 
 static const struct resil_rec *find(struct resild *d, const char *name, uint64_t *word)
@@ -553,6 +603,7 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 			 struct info *in)
 {
 	const struct resil_rec *rec;
+	const char *outcome;
 	struct resil_conf c;
 	int r;
 
@@ -573,14 +624,20 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 	r = parse_conf(&c, text, rp);
 	if (r < 0)
 		return r;
-	if (rec && memcmp(&rec->conf, &c, sizeof(c)) == 0)
+	if (rec && memcmp(&rec->conf, &c, sizeof(c)) == 0) {
+		outcome = "unchanged";
 		goto done; /* identical: anyone who can connect */
+	}
+	outcome = rec ? "changed" : "created";
 	if (rec) {
 		r = may_change(d, p, rec, "changing", rp);
 		if (r < 0)
 			return r;
 		r = define(d, name, &c, rec->owner_uid, rec->flags, rp);
 	} else {
+		r = may_create(d, p, name, rp);
+		if (r < 0)
+			return r;
 		r = define(d, name, &c, (uint32_t)p->uid, 0, rp);
 	}
 	if (r < 0)
@@ -592,6 +649,7 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 		return reply_error(rp, -EIO, "policy %s vanished after its definition", name);
 done:
 	fill_info(d, rec, in);
+	in->h.pi.outcome = (char *)outcome;
 	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
 	rp->resp.policy = &in->h.pi;
 	return 0;
@@ -751,6 +809,15 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	     "# TYPE resil_connections gauge\nresil_connections %u\n",
 	     d->nconns);
 	mput(&m,
+	     "# HELP resil_connections_closed_total Control connections the daemon refused "
+	     "or closed, by reason.\n"
+	     "# TYPE resil_connections_closed_total counter\n"
+	     "resil_connections_closed_total{reason=\"uid_limit\"} %llu\n"
+	     "resil_connections_closed_total{reason=\"idle\"} %llu\n"
+	     "resil_connections_closed_total{reason=\"unread\"} %llu\n",
+	     (unsigned long long)d->conns_refused, (unsigned long long)d->conns_idle,
+	     (unsigned long long)d->conns_cut);
+	mput(&m,
 	     "# HELP resil_subscribers Event subscribers.\n"
 	     "# TYPE resil_subscribers gauge\nresil_subscribers %u\n",
 	     d->nsubscribers);
@@ -768,6 +835,12 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	     "resil_reloads_total{result=\"failed\"} %llu\n",
 	     (unsigned long long)d->reloads, (unsigned long long)d->reload_errors);
 	mput(&m,
+	     "# HELP resil_reload_last_success_timestamp_seconds When the configuration "
+	     "files last applied (at start or on reload), Unix time.\n"
+	     "# TYPE resil_reload_last_success_timestamp_seconds gauge\n"
+	     "resil_reload_last_success_timestamp_seconds %lld\n",
+	     (long long)d->reload_ok_time);
+	mput(&m,
 	     "# HELP resil_policy_slots Policy slots (--policies).\n"
 	     "# TYPE resil_policy_slots gauge\nresil_policy_slots %u\n",
 	     d->seg.cfg->slot_cap);
@@ -779,6 +852,16 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	     "# HELP resil_arena_bytes State arena size (--state-size).\n"
 	     "# TYPE resil_arena_bytes gauge\nresil_arena_bytes %llu\n",
 	     (unsigned long long)d->seg.st->arena_size);
+	/* rec_used: written by this daemon only (the one writer of the
+	 * config segment), so a relaxed load reads our own store */
+	mput(&m,
+	     "# HELP resil_records_used Configuration records used up (each definition or "
+	     "change takes one; not reused).\n"
+	     "# TYPE resil_records_used gauge\nresil_records_used %u\n"
+	     "# HELP resil_records Configuration records in the config segment (4 x "
+	     "--policies).\n"
+	     "# TYPE resil_records gauge\nresil_records %u\n",
+	     ld_relaxed(&d->seg.cfg->rec_used), d->seg.cfg->rec_cap);
 	if (m.cut || len - m.used <= sizeof(cut))
 		return m.used;
 	room = len - m.used - sizeof(cut);

@@ -40,6 +40,10 @@ bool resild_peer_wants(const struct resild_peer *peer, const char *policy);
 /* Drop what subscription state the peer holds (the loop calls it on close). */
 void resild_peer_gone(struct resild *d, struct resild_peer *peer);
 
+/* Is the peer exempt from per-uid quotas (root, the daemon's own uid, a
+ * member of the admin group)? */
+bool resild_peer_exempt(const struct resild *d, const struct resild_peer *p);
+
 /* Words for RESIL_STATE_* values. */
 const char *resild_state_name(int state);
 

@@ -27,6 +27,26 @@
  * counted), opts.max_conns connections (a newcomer past it gets an error
  * Response and is closed; nobody else notices).
  *
+ * Nothing one peer can exhaust for the others:
+ *   - opts.max_conns_per_uid connections per uid (root, the daemon's uid
+ *     and the admin group exempt), below max_conns, so one uid cannot take
+ *     every slot; a newcomer past it is refused with the limit named;
+ *   - a connection that is not a subscriber and has neither sent a request
+ *     nor taken a reply for opts.idle_timeout_ns is closed at a tick (the
+ *     library reconnects on its next request without the caller noticing);
+ *   - descriptors in flight: a reply carrying descriptors (GetSegments)
+ *     pins them in the kernel until the peer reads it, and they count
+ *     against our uid's cap on descriptors in flight (ETOOMANYREFS for a
+ *     non-root daemon) and, while queued here, against our RLIMIT_NOFILE.
+ *     A connection may leave at most RESILD_FD_REPLIES_UNREAD_MAX such
+ *     replies unread (SIOCOUTQ tells whether the peer read what we sent);
+ *     past that it gets an error and is cut off. Closing our end would not
+ *     free what the peer has not read, and a peer that reconnects could
+ *     pile up more, so a cut-off connection whose replies are still unread
+ *     is held: it is served no more, keeps its slot (and counts against
+ *     its uid) until the peer reads them or hangs up. So a uid pins at
+ *     most max_conns_per_uid * RESILD_FD_REPLIES_UNREAD_MAX * 2 descriptors.
+ *
  * Nothing here touches shared memory except through the modules the tick
  * calls (policy maintenance, the client registry, the event drain).
  */
@@ -36,6 +56,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -113,6 +135,9 @@ struct conn {
 	bool send_armed;
 	bool close_after_send; /* an error reply to a malformed request */
 	bool closing;
+	bool held;	    /* cut off, kept until the peer reads what pins descriptors */
+	unsigned fd_unread; /* replies with descriptors since the peer last read all */
+	int64_t active_ns;  /* last request received or reply taken */
 	struct out_msg *oq_head, *oq_tail;
 	unsigned oq_len;
 	uint64_t dropped; /* events a slow subscriber missed */
@@ -309,24 +334,66 @@ static int conn_queue(struct resild *d, struct conn *c, const uint8_t *msg, size
 
 static void maybe_recv(struct resild *d, struct conn *c)
 {
-	if (c->closing || c->close_after_send || c->recv_armed || c->oq_len >= OQ_MAX)
+	if (c->closing || c->recv_armed)
+		return;
+	if (!c->held && (c->close_after_send || c->oq_len >= OQ_MAX))
 		return;
 	if (arm_recv(d, c) < 0)
 		conn_close(d, c);
 }
 
-/* A newcomer past max_conns: one error reply, sent without waiting, then closed. */
-static void refuse(struct resild *d, int fd)
+/* A newcomer past a limit: one error reply (id 0: about the connection,
+ * not a request), sent without waiting, then closed. What the peer sent
+ * already is read and dropped first: closing a socket with unread data
+ * makes the peer's next recv fail with ECONNRESET before it sees our
+ * reply. */
+static void refuse(int fd, const char *msg)
 {
-	uint8_t buf[256];
+	uint8_t buf[512];
 	size_t len = sizeof(buf);
-	char msg[128];
+	char junk[256];
 
-	snprintf(msg, sizeof(msg), "too many connections to resild (at most %u)",
-		 d->opts.max_conns);
+	for (int i = 0; i < 8 && recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0; i++)
+		;
 	if (resild_error_reply(0, -EUSERS, msg, buf, &len) == 0)
 		(void)send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 	close(fd);
+}
+
+/* Bytes we sent on c that its peer has not read yet (0 on error). */
+static int outq(const struct conn *c)
+{
+	int n = 0;
+
+	if (ioctl(c->fd, SIOCOUTQ, &n) < 0)
+		return 0;
+	return n;
+}
+
+static uint32_t conns_of_uid(const struct resild_loop *l, uid_t uid)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < l->cap; i++)
+		if (l->conns[i].fd >= 0 && l->conns[i].peer.uid == uid)
+			n++;
+	return n;
+}
+
+/* Stop serving c. When the peer still has replies with descriptors
+ * unread, hold it (see the top of this file); else close it. */
+static void conn_cut(struct resild *d, struct conn *c)
+{
+	if (c->closing || c->held)
+		return;
+	if (c->fd_unread > 0 && (c->oq_len > 0 || outq(c) > 0)) {
+		c->held = true;
+		resild_peer_gone(d, &c->peer);
+		if (!c->recv_armed && arm_recv(d, c) < 0)
+			conn_close(d, c);
+		return;
+	}
+	conn_close(d, c);
 }
 
 /* The peer's supplementary groups (SO_PEERGROUPS), at most GROUPS_MAX:
@@ -362,6 +429,7 @@ static void on_accept(struct resild *d, int res, unsigned flags)
 	struct ucred cred;
 	socklen_t sl = sizeof(cred);
 	struct conn *c = NULL;
+	char why[160];
 
 	if (!(flags & IORING_CQE_F_MORE))
 		l->accept_armed = false;
@@ -381,7 +449,10 @@ static void on_accept(struct resild *d, int res, unsigned flags)
 				break;
 			}
 		if (!c) {
-			refuse(d, res);
+			snprintf(why, sizeof(why),
+				 "too many connections to resild (at most %u, --max-connections)",
+				 d->opts.max_conns);
+			refuse(res, why);
 		} else if (getsockopt(res, SOL_SOCKET, SO_PEERCRED, &cred, &sl) < 0) {
 			log_warning_errno(-errno, "SO_PEERCRED: %m");
 			close(res);
@@ -397,10 +468,26 @@ static void on_accept(struct resild *d, int res, unsigned flags)
 			c->rbuf = malloc(RESILD_MSG_MAX + 1);
 			c->peer.ngroups = peer_groups(res, &c->groups);
 			c->peer.groups = c->groups;
+			c->active_ns = resil_clock_monotonic(NULL);
 			l->nconns++;
 			d->nconns = l->nconns;
-			if (!c->rbuf || arm_recv(d, c) < 0)
+			if (d->opts.max_conns_per_uid && !resild_peer_exempt(d, &c->peer) &&
+			    conns_of_uid(l, cred.uid) > d->opts.max_conns_per_uid) {
+				snprintf(why, sizeof(why),
+					 "too many connections from uid %u to resild (at most %u "
+					 "per uid, --max-connections-per-uid)",
+					 (unsigned)cred.uid, d->opts.max_conns_per_uid);
+				log_info("refused a connection of pid %d uid %u: more than %u "
+					 "from that uid",
+					 (int)cred.pid, (unsigned)cred.uid,
+					 d->opts.max_conns_per_uid);
+				d->conns_refused++;
+				c->fd = -1; /* refuse closes it */
+				conn_free(d, c);
+				refuse(res, why);
+			} else if (!c->rbuf || arm_recv(d, c) < 0) {
 				conn_close(d, c);
+			}
 		}
 	}
 	if (!l->accept_armed && !d->stopping)
@@ -429,6 +516,12 @@ static void on_recv(struct resild *d, struct conn *c, int res)
 		conn_close(d, c);
 		return;
 	}
+	if (c->held) {
+		/* served no more: what it sends is dropped, its hang-up awaited */
+		maybe_recv(d, c);
+		return;
+	}
+	c->active_ns = resil_clock_monotonic(NULL);
 	if ((c->rmh.msg_flags & MSG_TRUNC) || (size_t)res > RESILD_MSG_MAX) {
 		r = resild_error_reply(0, -EMSGSIZE, "request larger than 64 KiB", l->obuf,
 				       &outlen);
@@ -445,6 +538,35 @@ static void on_recv(struct resild *d, struct conn *c, int res)
 		conn_close(d, c);
 		return;
 	}
+	if (nfds > 0 && c->fd_unread > 0 && c->oq_len == 0 && outq(c) == 0)
+		c->fd_unread = 0; /* the peer read everything we sent */
+	if (nfds > 0 && c->fd_unread >= RESILD_FD_REPLIES_UNREAD_MAX) {
+		char why[200];
+
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		nfds = 0;
+		snprintf(why, sizeof(why),
+			 "more than %d replies carrying descriptors left unread on one "
+			 "connection: cut off",
+			 RESILD_FD_REPLIES_UNREAD_MAX);
+		outlen = RESILD_MSG_MAX;
+		if (resild_error_reply(0, -ETOOMANYREFS, why, l->obuf, &outlen) < 0) {
+			conn_close(d, c);
+			return;
+		}
+		log_info("peer pid %d uid %u leaves its replies with descriptors unread: "
+			 "cut off",
+			 (int)c->peer.pid, (unsigned)c->peer.uid);
+		d->conns_cut++;
+		if (conn_queue(d, c, l->obuf, outlen, NULL, 0) < 0)
+			conn_close(d, c);
+		else
+			conn_cut(d, c);
+		return;
+	}
+	if (nfds > 0)
+		c->fd_unread++;
 	if (r == RESILD_HANDLE_CLOSE)
 		c->close_after_send = true;
 	if (conn_queue(d, c, l->obuf, outlen, fds, nfds) < 0) {
@@ -470,6 +592,8 @@ static void on_send(struct resild *d, struct conn *c, int res)
 		conn_close(d, c);
 		return;
 	}
+	if (!c->held)
+		c->active_ns = resil_clock_monotonic(NULL);
 	if (c->oq_head) {
 		if (arm_send(d, c) < 0)
 			conn_close(d, c);
@@ -491,7 +615,7 @@ void resild_loop_broadcast(struct resild *d, const uint8_t *msg, size_t len, con
 	for (uint32_t i = 0; i < l->cap; i++) {
 		struct conn *c = &l->conns[i];
 
-		if (c->fd < 0 || c->closing || !resild_peer_wants(&c->peer, policy))
+		if (c->fd < 0 || c->closing || c->held || !resild_peer_wants(&c->peer, policy))
 			continue;
 		if (c->oq_len >= SUB_OQ_MAX) {
 			c->dropped++;
@@ -564,6 +688,32 @@ static void update_status(struct resild *d)
 	}
 }
 
+/* Held connections whose peer read everything are closed; silent ones
+ * are cut (subscribers wait for events: never silent by choice). */
+static void scan_conns(struct resild *d, int64_t now)
+{
+	struct resild_loop *l = d->loop;
+
+	for (uint32_t i = 0; i < l->cap; i++) {
+		struct conn *c = &l->conns[i];
+
+		if (c->fd < 0 || c->closing)
+			continue;
+		if (c->held) {
+			if (c->oq_len == 0 && outq(c) == 0)
+				conn_close(d, c);
+			continue;
+		}
+		if (c->peer.subscriber || d->opts.idle_timeout_ns <= 0 ||
+		    now - c->active_ns < d->opts.idle_timeout_ns)
+			continue;
+		log_debug("connection of pid %d uid %u idle: closed", (int)c->peer.pid,
+			  (unsigned)c->peer.uid);
+		d->conns_idle++;
+		conn_cut(d, c);
+	}
+}
+
 static void on_tick(struct resild *d)
 {
 	struct resild_loop *l = d->loop;
@@ -577,6 +727,7 @@ static void on_tick(struct resild *d)
 	resil_seg_foreach(&d->seg, maintain_one, NULL);
 	resild_clients_scan(d);
 	resild_events_drain(d);
+	scan_conns(d, resil_clock_monotonic(NULL));
 	update_status(d);
 	if (l->watchdog_ns) {
 		now = resil_clock_monotonic(NULL);

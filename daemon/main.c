@@ -35,6 +35,7 @@
 
 #include "cfgfile.h"
 #include "clients.h"
+#include "conf.h"
 #include "events.h"
 #include "http.h"
 #include "log.h"
@@ -59,6 +60,12 @@ static void usage(FILE *f)
 		"  --policies N          policy slots (default %d)\n"
 		"  --clients N           client table rows (default %d)\n"
 		"  --max-connections N   control connections at once (default %d)\n"
+		"  --max-connections-per-uid N  of those, from one uid (default a quarter;\n"
+		"                        root and the admin group exempt)\n"
+		"  --max-policies-per-uid N  policies one uid may create (default a quarter\n"
+		"                        of --policies; root and the admin group exempt)\n"
+		"  --idle-timeout DURATION  close a connection (not a subscriber) silent\n"
+		"                        this long (default 60s; 0: never)\n"
 		"  --admin-group NAME    members may change any policy\n"
 		"  --socket-group NAME   group of the socket file (default: our group)\n"
 		"  --metrics-listen ADDR:PORT  serve GET /metrics over HTTP (Prometheus)\n"
@@ -163,24 +170,31 @@ static int parse_args(struct resild *d, int argc, char **argv)
 		O_VERSION,
 		O_VERBOSE,
 		O_METRICS,
+		O_CONNS_UID,
+		O_IDLE,
+		O_POL_UID,
 		O_CHECK
 	};
-	static const struct option opts[] = {{"foreground", no_argument, NULL, O_FG},
-					     {"socket", required_argument, NULL, O_SOCKET},
-					     {"config", required_argument, NULL, O_CONFIG},
-					     {"config-dir", required_argument, NULL, O_CONFIG},
-					     {"state-size", required_argument, NULL, O_STATE},
-					     {"policies", required_argument, NULL, O_POLICIES},
-					     {"clients", required_argument, NULL, O_CLIENTS},
-					     {"max-connections", required_argument, NULL, O_CONNS},
-					     {"admin-group", required_argument, NULL, O_ADMIN},
-					     {"socket-group", required_argument, NULL, O_SOCKGRP},
-					     {"verbose", no_argument, NULL, O_VERBOSE},
-					     {"metrics-listen", required_argument, NULL, O_METRICS},
-					     {"help", no_argument, NULL, 'h'},
-					     {"version", no_argument, NULL, O_VERSION},
-					     {"check-config", no_argument, NULL, O_CHECK},
-					     {}};
+	static const struct option opts[] = {
+	    {"foreground", no_argument, NULL, O_FG},
+	    {"socket", required_argument, NULL, O_SOCKET},
+	    {"config", required_argument, NULL, O_CONFIG},
+	    {"config-dir", required_argument, NULL, O_CONFIG},
+	    {"state-size", required_argument, NULL, O_STATE},
+	    {"policies", required_argument, NULL, O_POLICIES},
+	    {"clients", required_argument, NULL, O_CLIENTS},
+	    {"max-connections", required_argument, NULL, O_CONNS},
+	    {"max-connections-per-uid", required_argument, NULL, O_CONNS_UID},
+	    {"idle-timeout", required_argument, NULL, O_IDLE},
+	    {"max-policies-per-uid", required_argument, NULL, O_POL_UID},
+	    {"admin-group", required_argument, NULL, O_ADMIN},
+	    {"socket-group", required_argument, NULL, O_SOCKGRP},
+	    {"verbose", no_argument, NULL, O_VERBOSE},
+	    {"metrics-listen", required_argument, NULL, O_METRICS},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, O_VERSION},
+	    {"check-config", no_argument, NULL, O_CHECK},
+	    {}};
 	const char *env = getenv("RESIL_SOCKET");
 	int c;
 
@@ -190,6 +204,7 @@ static int parse_args(struct resild *d, int argc, char **argv)
 	d->opts.policies = RESIL_SLOTS_DEFAULT;
 	d->opts.clients = RESIL_CLIENTS_DEFAULT;
 	d->opts.max_conns = RESILD_CONNS_DEFAULT;
+	d->opts.idle_timeout_ns = RESILD_IDLE_DEFAULT_NS;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
 		switch (c) {
@@ -230,6 +245,31 @@ static int parse_args(struct resild *d, int argc, char **argv)
 				return -EINVAL;
 			}
 			break;
+		case O_CONNS_UID:
+			if (parse_count(optarg, &d->opts.max_conns_per_uid) < 0) {
+				log_error("--max-connections-per-uid %s: expected a number from 1 "
+					  "to %u",
+					  optarg, 1u << 24);
+				return -EINVAL;
+			}
+			break;
+		case O_POL_UID:
+			if (parse_count(optarg, &d->opts.max_policies_per_uid) < 0) {
+				log_error("--max-policies-per-uid %s: expected a number from 1 to "
+					  "%u",
+					  optarg, 1u << 24);
+				return -EINVAL;
+			}
+			break;
+		case O_IDLE:
+			if (resil_parse_duration(optarg, &d->opts.idle_timeout_ns) < 0 ||
+			    d->opts.idle_timeout_ns < 0) {
+				log_error("--idle-timeout %s: expected a duration like 60s or 5m "
+					  "(0: never)",
+					  optarg);
+				return -EINVAL;
+			}
+			break;
 		case O_ADMIN:
 			d->opts.admin_group = optarg;
 			break;
@@ -259,6 +299,16 @@ static int parse_args(struct resild *d, int argc, char **argv)
 	}
 	if (optind < argc) {
 		log_error("unexpected argument \"%s\" (see --help)", argv[optind]);
+		return -EINVAL;
+	}
+	if (!d->opts.max_policies_per_uid)
+		d->opts.max_policies_per_uid = d->opts.policies > 4 ? d->opts.policies / 4 : 1;
+	if (!d->opts.max_conns_per_uid)
+		d->opts.max_conns_per_uid = d->opts.max_conns > 4 ? d->opts.max_conns / 4 : 1;
+	if (d->opts.max_conns_per_uid > d->opts.max_conns) {
+		log_error("--max-connections-per-uid %u: above --max-connections %u (one uid "
+			  "could take every connection)",
+			  d->opts.max_conns_per_uid, d->opts.max_conns);
 		return -EINVAL;
 	}
 	if (d->opts.admin_group) {

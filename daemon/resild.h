@@ -21,6 +21,9 @@
 #define RESILD_EXIT_CONFIG     78 /* EX_CONFIG: RestartPreventExitStatus= in the units */
 #define RESILD_MSG_MAX	       (64 * 1024) /* one request or response */
 #define RESILD_CONNS_DEFAULT   1024
+#define RESILD_IDLE_DEFAULT_NS (60 * RESIL_NS_PER_S) /* a non-subscriber's silence */
+/* replies carrying descriptors a peer may leave unread before it is cut off */
+#define RESILD_FD_REPLIES_UNREAD_MAX 2
 #define RESILD_SUBSCRIBERS_MAX 64
 #define RESILD_LIST_MAX	       256 /* policies in one list page */
 #define RESILD_TICK_NS	       (100 * RESIL_NS_PER_MS)
@@ -38,6 +41,9 @@ struct resild_opts {
 	uint32_t policies;
 	uint32_t clients;
 	uint32_t max_conns;
+	uint32_t max_conns_per_uid;    /* root and the admin group exempt */
+	uint32_t max_policies_per_uid; /* policies one uid may own, 0: no limit */
+	int64_t idle_timeout_ns;       /* non-subscribers silent this long are closed */
 	const char *admin_group; /* NULL: root and creators only */
 	const char *socket_group;
 	const char *metrics_listen; /* ADDR:PORT for GET /metrics, NULL: none */
@@ -68,7 +74,11 @@ struct resild {
 	uint64_t events_seen; /* events drained since start */
 	uint64_t reloads;
 	uint64_t reload_errors;
+	int64_t reload_ok_time; /* wall clock (s) of the last load that applied */
 	uint64_t reclaims;
+	uint64_t conns_refused; /* past the per-uid connection limit */
+	uint64_t conns_idle;	/* closed after opts.idle_timeout_ns of silence */
+	uint64_t conns_cut;	/* cut off for leaving descriptors unread */
 	bool stopping;
 };
 

@@ -1551,6 +1551,7 @@ int resil_breaker_conf_set(struct resil_breaker_conf *c, const char *key, const 
 	const char *k = key + 8; /* after "breaker." */
 	uint32_t u;
 	int64_t ns;
+	int r;
 
 	if (strncmp(key, "breaker.", 8) != 0)
 		return -ENOENT;
@@ -1571,7 +1572,11 @@ int resil_breaker_conf_set(struct resil_breaker_conf *c, const char *key, const 
 			c->window_size = u;
 			c->window_ns = 0;
 		} else if (strncmp(v, "time:", 5) == 0) {
-			if (resil_parse_duration(v + 5, &ns) < 0 || ns <= 0)
+			r = resil_parse_duration(v + 5, &ns);
+			if ((r == 0 && ns > RESIL_BK_TIME_MAX_NS) || r == -ERANGE)
+				return bad(err, errlen, key, value,
+					   "time:DURATION is longer than a day (at most 24h)");
+			if (r < 0 || ns <= 0)
 				return bad(err, errlen, key, value,
 					   "time:DURATION needs a duration above 0");
 			c->window_kind = RESIL_WINDOW_TIME;

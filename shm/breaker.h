@@ -109,6 +109,7 @@ RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_bucket) == 32, "bucket size");
 /* Limits of the configuration (the packed fields above). */
 #define RESIL_BK_WINDOW_MAX    1000000u /* count window slots (21-bit fields) */
 #define RESIL_BK_BUCKETS_MAX   4096u
+#define RESIL_BK_TIME_MAX_NS   (24 * 3600 * RESIL_NS_PER_S) /* longest time window: a day */
 #define RESIL_BK_HALF_OPEN_MAX 10000u /* 14-bit fields */
 #define RESIL_BK_PROBES_MAX    1024u  /* probe slots (half-open concurrency) */
 

@@ -177,10 +177,15 @@ static int parse_duration_at(const char *s, int64_t *ns, const char **rest)
 	for (size_t i = 0; i < RESIL_ARRAY_SIZE(units); i++) {
 		if (strlen(units[i].unit) != n || strncmp(p, units[i].unit, n) != 0)
 			continue;
-		/* v is in thousandths of the unit */
-		if (v > (uint64_t)INT64_MAX / (uint64_t)units[i].ns)
+		/* v is in thousandths of the unit: whole units and the
+		 * fraction apart, so the product overflows only when the
+		 * duration itself does not fit in int64 ns */
+		uint64_t whole = v / 1000, frac = v % 1000, u = (uint64_t)units[i].ns;
+
+		if (whole > (uint64_t)INT64_MAX / u ||
+		    whole * u > (uint64_t)INT64_MAX - frac * u / 1000)
 			return -ERANGE;
-		*ns = (int64_t)(v * (uint64_t)units[i].ns / 1000);
+		*ns = (int64_t)(whole * u + frac * u / 1000);
 		*rest = p + n;
 		return 0;
 	}
@@ -341,7 +346,10 @@ int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, cha
 		     size_t errlen)
 {
 	const char *p = text;
-	int line = first_line;
+	int line = first_line, nseen = 0;
+	/* keys given so far: a key given twice is a mistake, not an override */
+	char seen[64][KEY_MAX];
+	int seen_line[64];
 
 	if (!c || !text)
 		return resil_errf(err, errlen, -EINVAL, "no configuration text");
@@ -381,6 +389,16 @@ int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, cha
 			if (!value[0])
 				return resil_errf(err, errlen, -EINVAL,
 						  "line %d: key '%s' has no value", this_line, key);
+			for (int i = 0; i < nseen; i++)
+				if (strcmp(seen[i], key) == 0)
+					return resil_errf(err, errlen, -EINVAL,
+							  "line %d: key '%s' given twice (first on "
+							  "line %d)",
+							  this_line, key, seen_line[i]);
+			if (nseen < (int)RESIL_ARRAY_SIZE(seen)) {
+				memcpy(seen[nseen], key, sizeof(key));
+				seen_line[nseen++] = this_line;
+			}
 			msg[0] = '\0';
 			r = resil_conf_set(c, key, value, msg, sizeof(msg));
 			if (r < 0)
@@ -396,6 +414,10 @@ int resil_conf_check(const struct resil_conf *c, char *err, size_t errlen)
 {
 	if (resil_limit_conf_check(&c->limit, err, errlen) < 0)
 		return -EINVAL;
+	if (c->adaptive.on && c->adaptive.min && c->adaptive.min > resil_adaptive_max(&c->adaptive))
+		return resil_errf(err, errlen, -EINVAL,
+				  "adaptive.min = %u is above adaptive.max = %u", c->adaptive.min,
+				  resil_adaptive_max(&c->adaptive));
 	return resil_retry_conf_check(&c->retry, err, errlen);
 }
 

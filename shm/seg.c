@@ -678,6 +678,49 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	return exists ? RESIL_DEFINE_CHANGED : RESIL_DEFINE_CREATED;
 }
 
+int resil_seg_define_cost(const struct resil_seg *s, const char *name,
+			  const struct resil_conf *conf, uint32_t flags,
+			  struct resil_define_cost *c)
+{
+	uint32_t comp_off[RESIL_C_MAX] = {0}, components = 0, slot;
+	const struct resil_rec *orec = NULL;
+	uint64_t w, size;
+
+	memset(c, 0, sizeof(*c));
+	if (!s || !s->cfg || !conf || !resil_name_valid(name))
+		return -EINVAL;
+	if (resil_seg_lookup(s, name, &slot, &w) == 0) {
+		orec = resil_seg_rec_of(s, w);
+		if (memcmp(&orec->conf, conf, sizeof(*conf)) == 0 &&
+		    (orec->flags & RESIL_REC_FROM_FILE) == (flags & RESIL_REC_FROM_FILE))
+			return 0;
+	} else {
+		c->slots = 1;
+	}
+	c->records = 1;
+	if (orec && resil_policy_same_shape(&orec->conf, conf))
+		return 0;
+	/* as resil_seg_define and arena_alloc size it */
+	size =
+	    resil_align_up(resil_policy_state_layout(conf, comp_off, &components), RESIL_HOT_ALIGN);
+	if (conf->scope == RESIL_SCOPE_PROCESS)
+		size += size * s->st->client_cap;
+	c->arena = resil_align_up(size ? size : RESIL_HOT_ALIGN, RESIL_HOT_ALIGN);
+	return 0;
+}
+
+void resil_seg_room(const struct resil_seg *s, struct resil_define_cost *room)
+{
+	uint64_t used = ld_relaxed(&s->st->arena_used);
+	uint32_t rused = ld_relaxed(&s->cfg->rec_used), n = 0;
+
+	room->records = rused < s->cfg->rec_cap ? s->cfg->rec_cap - rused : 0;
+	room->arena = used < s->st->arena_size ? s->st->arena_size - used : 0;
+	for (uint32_t i = 0; i < s->cfg->slot_cap; i++)
+		n += ld_relaxed(&resil_seg_slots(s)[i]) == 0;
+	room->slots = n;
+}
+
 int resil_seg_delete(struct resil_seg *s, const char *name)
 {
 	uint32_t slot, pos;

@@ -317,6 +317,20 @@ struct resil_rec *resil_seg_rec_of(const struct resil_seg *s, uint64_t slot_word
 int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_conf *conf,
 		     uint32_t uid, uint32_t flags, int64_t now, char *err, size_t errlen);
 int resil_seg_delete(struct resil_seg *s, const char *name);
+/* What a define would take (resil_seg_define_cost: 0 of each when it
+ * would leave the policy unchanged), or what is left (resil_seg_room). A
+ * caller that applies several defines as one (a reload) checks their sum
+ * against the room first, so it applies all of them or none. */
+struct resil_define_cost {
+	uint32_t records;
+	uint32_t slots;
+	uint64_t arena; /* bytes */
+};
+int resil_seg_define_cost(const struct resil_seg *s, const char *name,
+			  const struct resil_conf *conf, uint32_t flags,
+			  struct resil_define_cost *c);
+void resil_seg_room(const struct resil_seg *s, struct resil_define_cost *room);
+
 /* resil_seg_define's positive results. */
 #define RESIL_DEFINE_CREATED   0
 #define RESIL_DEFINE_CHANGED   1

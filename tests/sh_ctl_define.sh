@@ -31,11 +31,12 @@ set -e
 grep -q "exists" <<<"$err" || fail "create of an existing name said: $err"
 ctl show pay | grep -q "^state *forced-open" || fail "the refused create changed pay: $(ctl show pay)"
 
-ctl apply pay 'breaker.window = count:10; breaker.failure_rate = 30' | grep -q "pay: applied" ||
+ctl apply pay 'breaker.window = count:10; breaker.failure_rate = 30' | grep -q "pay: changed" ||
 	fail "apply of an existing policy"
 ctl show pay | grep -q "^state *forced-open" ||
 	fail "apply with the same shape dropped the forced state: $(ctl show pay)"
-ctl apply fresh 'bulkhead.max = 3' | grep -q "fresh: applied" || fail "apply of a new name"
+ctl apply fresh 'bulkhead.max = 3' | grep -q "fresh: created" || fail "apply of a new name"
+ctl apply fresh 'bulkhead.max = 3' | grep -q "fresh: unchanged" || fail "apply, the same again"
 ctl list | grep -q fresh || fail "apply did not create fresh"
 set +e
 ctl update nosuch 'bulkhead.max = 3' >/dev/null 2>&1
