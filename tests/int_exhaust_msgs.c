@@ -29,6 +29,8 @@ int main(void)
 	{
 		const char *create[] = {RESILCTL_PATH, "--socket",	   d.sock, "create",
 					"m1",	       "bulkhead.max = 3", NULL};
+		const char *apply[] = {RESILCTL_PATH, "--socket",	  d.sock, "apply",
+				       "m1",	      "bulkhead.max = 3", NULL};
 		const char *update[] = {RESILCTL_PATH, "--socket",	   d.sock, "update",
 					"m1",	       "bulkhead.max = 3", NULL};
 		const char *change[] = {RESILCTL_PATH, "--socket",	   d.sock, "update",
@@ -37,8 +39,10 @@ int main(void)
 		TEST_CHECK(test_run(create, NULL, out, sizeof(out)) == 0);
 		printf("first create: %s", out);
 		TEST_CHECK(strstr(out, "m1: created") != NULL);
-		TEST_CHECK(test_run(create, NULL, out, sizeof(out)) == 0);
-		printf("second create: %s", out);
+		/* create refuses a name that exists, identical or not */
+		TEST_CHECK(test_run(create, NULL, out, sizeof(out)) == 1);
+		TEST_CHECK(test_run(apply, NULL, out, sizeof(out)) == 0);
+		printf("identical apply: %s", out);
 		TEST_CHECK(strstr(out, "m1: unchanged") != NULL);
 		TEST_CHECK(test_run(update, NULL, out, sizeof(out)) == 0);
 		TEST_CHECK(strstr(out, "m1: unchanged") != NULL);
