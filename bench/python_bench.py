@@ -412,7 +412,8 @@ def table():
               f"{bound:.1f} ns: **{'met' if ok_raw else 'not met'}**.",
               f"- the with form: {wth:.1f} ns against 250 ns: "
               f"**{'met' if ok_with else 'not met'}** (an empty pure-Python context "
-              f"manager: {cm:.1f} ns).", ""]
+              f"manager: {cm:.1f} ns).", "",
+              "![a decision from Python, log scale](bench/python.png)", ""]
     if rps:
         lines += ["gunicorn (4 sync workers, Django 3.2, `/ping`), 8 client threads of "
                   "`http.client` in one process, a connection per request (the client "
@@ -426,6 +427,8 @@ if args.write:
     text = table()
     with open(os.path.join(here, "python.md"), "w") as f:
         f.write(text)
+    # the plot, from the table just written (gnuplot; none without it)
+    subprocess.run([os.path.join(here, "python_plot.sh")], check=False)
     path = os.path.join(top, "BENCHMARKS.md")
     doc = open(path).read()
     if "\n## Python\n" in doc:
