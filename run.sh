@@ -79,6 +79,7 @@ test)
 			-DRESIL_SANITIZE=ON -DRESIL_FUZZ=ON >/dev/null
 		cmake --build "$build-fuzz" -j "$jobs" --target fuzzers >/dev/null
 		(cd "$build-fuzz" && ctest --output-on-failure -j "$jobs" -L fuzz)
+		cat "$build-fuzz"/tests/fuzz/*.summary
 	fi
 	;;
 build)
