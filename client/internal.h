@@ -77,6 +77,17 @@ struct resil_map {
 	struct resil_map *older; /* the mapping it replaced, NULL for map0 */
 };
 
+/* A {fn, ctx} pair published by resil_set_clock/_random, kept until
+ * resil_close; never changed once published. */
+struct resil_retired {
+	struct resil_retired *older;
+	bool is_clock;
+	union {
+		struct resil_clock clock;
+		struct resil_random random;
+	};
+};
+
 /* A policy this process defined (name + text), re-defined on a daemon
  * that starts with fresh segments. In definition order, under r->lock. */
 struct resil_def {
@@ -96,8 +107,16 @@ struct resil {
 	int ctl_fd;	      /* control connection, -1 until needed */
 	pid_t ctl_pid;	      /* the process that opened ctl_fd: a child never uses it */
 
-	struct resil_clock clock;
-	struct resil_random random;
+	/* The clock and the random source, each an immutable {fn, ctx} pair
+	 * published as one pointer, so a decision never calls a new fn with
+	 * an old ctx. Written (release) by resil_set_clock/_random under
+	 * lock, after the new pair is whole; loaded (acquire) by every
+	 * decision (fill_ctx), which copies the pair. Never NULL. Every pair
+	 * published stays on `retired` until resil_close: a thread may be
+	 * copying a replaced one at that moment. */
+	const struct resil_clock *_Atomic clock;
+	const struct resil_random *_Atomic random;
+	struct resil_retired *retired; /* under lock */
 
 	/* identity: rewritten in a forked child before it holds anything */
 	_Atomic int row; /* client row, -1 unregistered */

@@ -127,6 +127,11 @@ static uint64_t random_thread_fn(void *ctx)
 	return resil_random_thread();
 }
 
+/* The pairs a handle starts with: CLOCK_MONOTONIC (fn NULL), and the
+ * per-thread generator. */
+static const struct resil_clock clock_default = {NULL, NULL};
+static const struct resil_random random_default = {random_thread_fn, NULL};
+
 /* ---- identity ---- */
 
 /* /proc/self/stat field 22: start time in clock ticks since boot. */
@@ -261,7 +266,8 @@ static struct resil *resil_alloc(void)
 		return NULL;
 	pthread_mutex_init(&r->lock, NULL);
 	r->ctl_fd = -1;
-	r->random.fn = random_thread_fn;
+	atomic_store_explicit(&r->clock, &clock_default, memory_order_relaxed);
+	atomic_store_explicit(&r->random, &random_default, memory_order_relaxed);
 	r->seg.cfg_fd = -1;
 	r->seg.st_fd = -1;
 	r->map0.seg = &r->seg;
@@ -480,6 +486,10 @@ RESIL_API void resil_close(resil_t *r)
 	for (struct resil_def *d = r->defs, *dn; d; d = dn) {
 		dn = d->next;
 		free(d);
+	}
+	for (struct resil_retired *o = r->retired, *on; o; o = on) {
+		on = o->older;
+		free(o);
 	}
 	if (r->ctl_fd >= 0)
 		close(r->ctl_fd);
@@ -1110,8 +1120,10 @@ static void fill_ctx(struct resil *r, struct resil_map *m, struct resil_ctx *x)
 	x->rec = NULL;
 	x->key = NULL;
 	x->key_len = 0;
-	x->clock = r->clock;
-	x->random = r->random; /* fn never NULL: random_thread_fn by default */
+	/* acquire: pairs with the release in resil_set_clock/_random, so
+	 * the pair is whole; fn and ctx come from one pair */
+	x->clock = *ld_acquire(&r->clock);
+	x->random = *ld_acquire(&r->random); /* fn never NULL */
 	x->client_id = resil_client_id(row);
 	x->pid = r->pid;
 	x->now = 0;
@@ -1235,7 +1247,7 @@ static RESIL_COLD void reservation_sleep(struct resil *r, struct resil_permit_pr
 	struct timespec ts;
 	int64_t until;
 
-	if (r->clock.fn)
+	if (ld_acquire(&r->clock)->fn)
 		return;
 	until = resil_clock_monotonic(NULL) + pm->wait_ns;
 	ts.tv_sec = until / RESIL_NS_PER_S;
@@ -1287,7 +1299,7 @@ static inline __attribute__((always_inline)) int acquire_lean_limit(resil_policy
 								    const struct resil_req *req,
 								    struct resil_permit_priv *pm)
 {
-	struct resil_ctx x = {.seg = b->m->seg, .rec = b->rec, .clock = p->r->clock};
+	struct resil_ctx x = {.seg = b->m->seg, .rec = b->rec, .clock = *ld_acquire(&p->r->clock)};
 
 	memset(pm, 0, sizeof(*pm));
 	pm->limit_permits = 1;
@@ -1621,33 +1633,75 @@ RESIL_API const char *resil_policy_name(const resil_policy_t *p)
 
 /* ---- clock, random, words ---- */
 
-RESIL_API int resil_set_clock(resil_t *r, resil_clock_fn fn, void *ctx)
+/*
+ * A pair is published whole (release); the one it replaces stays on
+ * r->retired, since a deciding thread may be copying it right now, and is
+ * freed by resil_close. A pair published before is published again
+ * rather than allocated twice (the last RETIRED_REUSE looked at), so a
+ * simulation switching between a few clocks keeps a few pairs.
+ * Allocation happens here, on the setter's path, never on a decision's.
+ */
+#define RETIRED_REUSE 16
+
+static int pair_swap(struct resil *r, const struct resil_clock *clock,
+		     const struct resil_random *random)
 {
-	if (!r)
-		return -EINVAL;
+	struct resil_retired *n;
+	int looked = 0;
+
 	pthread_mutex_lock(&r->lock);
-	r->clock.fn = fn;
-	r->clock.ctx = fn ? ctx : NULL;
+	for (n = r->retired; n && looked < RETIRED_REUSE; n = n->older, looked++) {
+		if (clock && n->is_clock && n->clock.fn == clock->fn && n->clock.ctx == clock->ctx)
+			break;
+		if (!clock && !n->is_clock && n->random.fn == random->fn &&
+		    n->random.ctx == random->ctx)
+			break;
+	}
+	if (!n || looked == RETIRED_REUSE) {
+		n = calloc(1, sizeof(*n));
+		if (!n) {
+			pthread_mutex_unlock(&r->lock);
+			return -ENOMEM;
+		}
+		n->is_clock = clock != NULL;
+		if (clock)
+			n->clock = *clock;
+		else
+			n->random = *random;
+		n->older = r->retired;
+		r->retired = n;
+	}
+	if (clock)
+		st_release(&r->clock, &n->clock);
+	else
+		st_release(&r->random, &n->random);
 	pthread_mutex_unlock(&r->lock);
 	return 0;
 }
 
-RESIL_API int resil_set_random(resil_t *r, uint64_t (*fn)(void *ctx), void *ctx)
+RESIL_API int resil_set_clock(resil_t *r, resil_clock_fn fn, void *ctx)
 {
+	struct resil_clock c = {fn, fn ? ctx : NULL};
+
 	if (!r)
 		return -EINVAL;
-	pthread_mutex_lock(&r->lock);
-	r->random.fn = fn ? fn : random_thread_fn;
-	r->random.ctx = fn ? ctx : NULL;
-	pthread_mutex_unlock(&r->lock);
-	return 0;
+	return pair_swap(r, &c, NULL);
+}
+
+RESIL_API int resil_set_random(resil_t *r, uint64_t (*fn)(void *ctx), void *ctx)
+{
+	struct resil_random g = {fn ? fn : random_thread_fn, fn ? ctx : NULL};
+
+	if (!r)
+		return -EINVAL;
+	return pair_swap(r, NULL, &g);
 }
 
 RESIL_API int64_t resil_now(const resil_t *r)
 {
 	if (!r)
 		return resil_clock_fast();
-	return resil_clock_now(&r->clock);
+	return resil_clock_now(ld_acquire(&r->clock));
 }
 
 RESIL_API const char *resil_strverdict(int verdict)

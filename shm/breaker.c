@@ -107,8 +107,10 @@
  * half_open_max_wait (the choice): a probe of the current gen held longer
  * than that (claimed_at) sends the breaker back to OPEN (reason probe
  * timed out, streak + 1): a probe that never answers is a dependency that
- * does not answer. Seen by the calls that find no probe free and by the
- * daemon's tick. 0 turns it off (a hung live prober then holds its slot).
+ * does not answer. Seen by every call in HALF_OPEN (whether a probe is
+ * free or not: embedded mode, without a tick, decides like daemon mode)
+ * and by the daemon's tick. 0 turns it off (a hung live prober then holds
+ * its slot).
  *
  * Crash windows (a process may be SIGKILLed between any two instructions):
  *   - transition: one CAS, nothing to repair.
@@ -711,6 +713,28 @@ static uint32_t probes_held(bk_t *b, uint32_t np, uint32_t gen)
 	return held;
 }
 
+/* probes_held, and the oldest claimed_at among them (INT64_MAX: none
+ * stamped) for the half_open_max_wait check of a caller. */
+static uint32_t probes_held_since(bk_t *b, uint32_t np, uint32_t gen, int64_t *oldest)
+{
+	struct resil_breaker_probe *p = probes(b);
+	uint32_t held = 0;
+
+	*oldest = INT64_MAX;
+	for (uint32_t i = 0; i < np; i++) {
+		uint64_t v = ld_acquire(&p[i].owner);
+		int64_t t;
+
+		if (!v || probe_gen(v) != gen)
+			continue;
+		held++;
+		t = ld_relaxed(&p[i].claimed_at);
+		if (t < *oldest)
+			*oldest = t;
+	}
+	return held;
+}
+
 static uint32_t answered(bk_t *b, uint32_t gen)
 {
 	uint64_t h = ld_acquire(&b->ho);
@@ -1015,11 +1039,24 @@ static BK_COLD int check_slow(struct resil_ctx *x, const struct resil_breaker_co
 		 * reach the total): reject here, before a later component
 		 * spends anything. A probe held too long, or a decision whose
 		 * maker died, is dealt with on the way (nothing is spent). */
-		uint32_t np = nprobe_of(c), held = probes_held(b, np, w_gen(w));
+		uint32_t np = nprobe_of(c), held;
+		int64_t oldest;
 
+		held = probes_held_since(b, np, w_gen(w), &oldest);
 		if (held >= np || held + answered(b, w_gen(w)) >= ho_calls(c)) {
 			half_open_repair(x, b, c, w, false);
 			return RESIL_REJECT_OPEN;
+		}
+		/* A probe is free, but one held past half_open_max_wait sends
+		 * the breaker back to OPEN first, as the daemon's tick would:
+		 * embedded mode (no tick) decides the same. The repair
+		 * confirms it (a stale stamp is not a timeout); a caller that
+		 * finds the word moved is rejected like any caller in OPEN. */
+		if (oldest != INT64_MAX && c->half_open_max_wait_ns > 0 &&
+		    resil_ctx_now(x) - oldest >= c->half_open_max_wait_ns) {
+			half_open_repair(x, b, c, w, false);
+			if (ld_acquire(&b->word) != w)
+				return RESIL_REJECT_OPEN;
 		}
 		pm->flags |= RESIL_PERMIT_PROBE;
 		return 0;

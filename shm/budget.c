@@ -150,6 +150,7 @@ static int parse_rule(const char *key, const char *value, struct resil_retry_rul
 		      size_t errlen)
 {
 	char buf[256], *save = NULL, *tok;
+	unsigned fields = 0;
 
 	if (strlen(value) >= sizeof(buf))
 		return resil_errf(err, errlen, -EINVAL, "%s: value too long", key);
@@ -164,6 +165,7 @@ static int parse_rule(const char *key, const char *value, struct resil_retry_rul
 
 		if (strcmp(tok, "never") == 0) {
 			r->retry = 0;
+			fields++;
 			continue;
 		}
 		if (!colon)
@@ -200,7 +202,15 @@ static int parse_rule(const char *key, const char *value, struct resil_retry_rul
 		}
 		if (rc < 0)
 			return resil_errf(err, errlen, -EINVAL, "%s: bad %s '%s'", key, tok, v);
+		fields++;
 	}
+	/* separators only (","): no rule was written, and an empty one would
+	 * format to a line the parser refuses */
+	if (fields == 0)
+		return resil_errf(err, errlen, -EINVAL,
+				  "%s: '%s' names no field (base, attempts, max_delay, multiplier, "
+				  "jitter) and is not 'never'",
+				  key, value);
 	return 0;
 }
 

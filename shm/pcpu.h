@@ -19,17 +19,24 @@
  * thread's rseq area (__rseq_offset, __rseq_size) with RSEQ_SIG, the
  * signature the abort label carries.
  *
- * Owned mode (resil_pcpu_owned, set once at load time): every CPU the
- * host can have (sysconf(_SC_NPROCESSORS_CONF)) numbers below
- * RESIL_PCPU_SPARE and rseq is registered. Then each word below the spare
- * is written by plain adds on its own CPU only; the spare by locked adds
- * only (threads without rseq: cpu_id reads as a negative marker; aborts).
- * Otherwise (larger hosts, valgrind, other architectures) every writer
- * takes a locked fetch_add on word cpu % (RESIL_PCPU_SPARE + 1), read
- * with sched_getcpu(), which glibc also answers from the rseq area.
- * Every process of a host computes the same mode (same CPUs, same libc);
- * a process with rseq turned off by the glibc.pthread.rseq tunable on an
- * owned host adds to the spare, so it stays exact too.
+ * The mode is the host's, not the process's: processes of one host share
+ * the words, and a plain add is only exact if no other process takes a
+ * locked add to the same word from another CPU. An owned host is an x86
+ * host whose every CPU (sysconf(_SC_NPROCESSORS_CONF)) numbers below
+ * RESIL_PCPU_SPARE; every process computes that alike, whatever its libc.
+ * On an owned host, each word below the spare is written by plain adds on
+ * its own CPU only, the spare by locked adds only:
+ *   - resil_pcpu_owned: this process has rseq (glibc >= 2.35 registered
+ *     it): the plain add above; a thread without rseq reads cpu_id as a
+ *     negative marker and takes the spare.
+ *   - resil_pcpu_spare: this process has no rseq (an older glibc, the
+ *     glibc.pthread.rseq=0 tunable, valgrind, a build without it): every
+ *     add is a locked add on the spare.
+ * Otherwise (more CPUs, other architectures) every process takes a locked
+ * fetch_add on word cpu % (RESIL_PCPU_SPARE + 1), read with
+ * sched_getcpu(), which glibc also answers from the rseq area. A host
+ * whose CPU count cannot be read counts as owned (the spare is safe
+ * either way).
  *
  * Memory order: relaxed, like the fetch_add it replaces (a counter
  * publishes nothing but itself); readers load the aligned 8-byte words
@@ -54,15 +61,18 @@
 #define RESIL_PCPU_STR(x)  RESIL_PCPU_STR_(x)
 #endif
 
-/* Owned mode, see above, and __rseq_offset copied (one load of our own
+/* The modes, see above, and __rseq_offset copied (one load of our own
  * instead of two through libc's GOT entry). Written once by a
  * constructor, then only read. */
 extern int resil_pcpu_owned;
+extern int resil_pcpu_spare;
 extern long resil_pcpu_off;
 
 /* The word index a locked writer uses outside owned mode. */
 static inline unsigned resil_pcpu_index(void)
 {
+	if (resil_pcpu_spare)
+		return RESIL_PCPU_SPARE;
 #ifdef RESIL_PCPU_RSEQ
 	if (RESIL_LIKELY(__rseq_size != 0)) {
 		char *tp;

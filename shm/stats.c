@@ -15,7 +15,8 @@
  * the stripe of the CPU it runs on. On hosts of up to 15 CPUs a stripe
  * belongs to one CPU and the add is a plain add inside a restartable
  * sequence, no lock prefix (pcpu.h: about 1 ns instead of 4.5); the last
- * stripe takes what runs without rseq. On larger hosts, a locked
+ * stripe takes what runs without rseq (a thread, or a whole process: the
+ * mode is the host's, so a fleet mixing both stays exact). On larger hosts, a locked
  * fetch_add on the stripe cpu % 16. Exact either way.
  *
  * Layout of the state block (offsets static_asserted below):
@@ -106,15 +107,22 @@ static inline ra64 *hist_of(const void *st, unsigned stripe)
 RESIL_STATIC_ASSERT(RESIL_STATS_STRIPES == RESIL_PCPU_SPARE + 1, "a stripe per pcpu word");
 
 int resil_pcpu_owned;
+int resil_pcpu_spare;
 long resil_pcpu_off;
 
+/* pcpu.h: the host decides owned or not (its CPUs), the process only how
+ * it takes part (plain adds with rseq, else locked adds on the spare). */
 static __attribute__((constructor)) void pcpu_mode(void)
 {
-#ifdef RESIL_PCPU_RSEQ
+#if defined(__x86_64__) || defined(__i386__)
 	long cpus = sysconf(_SC_NPROCESSORS_CONF);
+	int owned_host = !(cpus > (long)RESIL_PCPU_SPARE);
 
+#ifdef RESIL_PCPU_RSEQ
 	resil_pcpu_off = (long)__rseq_offset;
-	resil_pcpu_owned = __rseq_size != 0 && cpus > 0 && cpus <= (long)RESIL_PCPU_SPARE;
+	resil_pcpu_owned = owned_host && __rseq_size != 0;
+#endif
+	resil_pcpu_spare = owned_host && !resil_pcpu_owned;
 #endif
 }
 

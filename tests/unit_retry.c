@@ -380,6 +380,12 @@ static void test_conf_keys(void **state)
 			 -EINVAL);
 	assert_int_equal(resil_retry_conf_set(&c, "retry.on.99", "never", err, sizeof(err)),
 			 -EINVAL);
+	/* separators only: no rule (it would format to "retry.on.transient =",
+	 * which the parser refuses) */
+	assert_int_equal(resil_retry_conf_set(&c, "retry.on.transient", ",", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "names no field"));
+	assert_int_equal(c.nrules, 0);
 	assert_int_equal(resil_retry_conf_set(&c, "retry.budget", "aws", err, sizeof(err)),
 			 -EINVAL);
 	assert_int_equal(resil_retry_conf_set(&c, "retry.budget", "grpc:10:0.1", err, sizeof(err)),
