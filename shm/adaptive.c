@@ -587,6 +587,8 @@ int resil_adaptive_acquire(struct resil_ctx *x, const struct resil_adaptive_conf
 	idx = resil_pool_claim(&p, ld_relaxed(&s->limit), claim_id(x), &inflight);
 	if (!idx)
 		return RESIL_REJECT_FULL;
+	/* the bulkhead (if any) claimed with the same id */
+	pm->holder = claim_id(x);
 	pm->adaptive_idx = idx;
 	pm->flags |= RESIL_PERMIT_ADAPTIVE;
 	if (!(pm->flags & RESIL_PERMIT_TIMED)) {
@@ -609,7 +611,8 @@ void resil_adaptive_undo(struct resil_ctx *x, const struct resil_adaptive_conf *
 	if (!(pm->flags & RESIL_PERMIT_ADAPTIVE))
 		return;
 	p = resil_adaptive_pool(s, c);
-	resil_pool_free(&p, pm->adaptive_idx);
+	/* a CAS from the id we claimed with: see resil_pool_free */
+	resil_pool_free(&p, pm->adaptive_idx, pm->holder);
 	pm->adaptive_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_ADAPTIVE;
 }

@@ -65,8 +65,10 @@ struct resil_pool {
  * the hint value including this claim (0 if rejected). Never a syscall. */
 uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t id,
 			  uint32_t *inflight);
-/* Give back the permit idx (slot + 1) returned by resil_pool_claim. */
-void resil_pool_free(const struct resil_pool *p, uint32_t idx);
+/* Give back the permit idx (slot + 1) returned by resil_pool_claim for
+ * id: a CAS id -> 0, so a slot reclaimed meanwhile (and perhaps claimed
+ * by another client) is left alone. true: it was ours and is free now. */
+bool resil_pool_free(const struct resil_pool *p, uint32_t idx, uint32_t id);
 /* Free every slot held by id; returns how many. Daemon side. */
 uint32_t resil_pool_reclaim(const struct resil_pool *p, uint32_t id);
 /* Claimed slots right now (a scan). */

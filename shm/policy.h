@@ -57,7 +57,8 @@ static inline int64_t resil_ctx_now(struct resil_ctx *c)
 /* The inside of resil_permit_t (64 bytes, on the caller's stack). */
 struct resil_permit_priv {
 	uint32_t flags;       /* RESIL_PERMIT_* */
-	uint32_t reserved;    /* 0; free for a later field */
+	uint32_t holder;      /* the client id the bulkhead/adaptive slots were claimed
+			       * with: a release is a CAS from it (0: none) */
 	uint32_t breaker_gen; /* breaker generation at grant */
 	uint32_t bulkhead_idx; /* claimed permit slot + 1 (0: none) */
 	uint32_t adaptive_idx; /* claimed adaptive slot + 1 */
