@@ -652,6 +652,26 @@ void resil_adaptive_maintain(struct resil_ctx *x, const struct resil_adaptive_co
 	maybe_decide(x, c, s, resil_ctx_now(x));
 }
 
+uint32_t resil_adaptive_sweep(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st,
+			      resil_stray_fn stray, void *ctx)
+{
+	struct resil_adaptive_state *s = st;
+	struct resil_pool p = resil_adaptive_pool(s, c);
+	uint32_t n = resil_pool_sweep(&p, true, stray, ctx);
+
+	if (n)
+		faa_relaxed(&s->reclaimed, n);
+	return n;
+}
+
+void resil_adaptive_holders(const struct resil_adaptive_conf *c, const void *st, resil_holder_fn fn,
+			    void *ctx)
+{
+	struct resil_pool p = resil_adaptive_pool((struct resil_adaptive_state *)st, c);
+
+	resil_pool_holders(&p, fn, ctx);
+}
+
 void resil_adaptive_reclaim(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st,
 			    uint32_t dead_client, struct resil_reclaim_counts *counts)
 {

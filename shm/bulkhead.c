@@ -306,6 +306,36 @@ uint32_t resil_pool_claimed(const struct resil_pool *p)
 	return held;
 }
 
+uint32_t resil_pool_sweep(const struct resil_pool *p, bool counted, resil_stray_fn stray, void *ctx)
+{
+	uint32_t i, freed = 0;
+
+	for (i = 0; i < p->n; i++) {
+		uint32_t id = ld_acquire(pool_slot(p, i)), exp = id;
+
+		if (id == 0 || !stray(id, ctx))
+			continue;
+		/* Only that word: a slot freed and claimed anew since the load
+		 * holds another word (or the same stray id planted again) */
+		if (cas_acq_rel(pool_slot(p, i), &exp, 0)) {
+			if (counted)
+				seq_fas(p->count, 1); /* as resil_pool_reclaim */
+			freed++;
+		}
+	}
+	return freed;
+}
+
+void resil_pool_holders(const struct resil_pool *p, resil_holder_fn fn, void *ctx)
+{
+	for (uint32_t i = 0; i < p->n; i++) {
+		uint32_t id = ld_acquire(pool_slot(p, i));
+
+		if (id)
+			fn(id, ctx);
+	}
+}
+
 int32_t resil_pool_repair(const struct resil_pool *p, int32_t *prev_excess)
 {
 	int32_t excess, prev = *prev_excess, fix = 0;
@@ -785,6 +815,31 @@ void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_co
 	fix += resil_pool_repair(&wp, &s->prev_wexcess);
 	if (fix)
 		faa_relaxed(&s->repaired, 1);
+}
+
+uint32_t resil_bulkhead_sweep(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+			      resil_stray_fn stray, void *ctx)
+{
+	struct resil_bulkhead_state *s = st;
+	struct resil_pool p = conf_pool(s, c);
+	uint32_t n = resil_pool_sweep(&p, !scan_regime(c), stray, ctx);
+
+	if (n) {
+		faa_relaxed(&s->reclaimed, n);
+		if (scan_regime(c) && ld_relaxed(&s->full))
+			st_relaxed(&s->full, 0); /* slots are free now */
+		if (!scan_regime(c) && seq_ld(&s->nwait) != 0)
+			wake_one(s);
+	}
+	return n;
+}
+
+void resil_bulkhead_holders(const struct resil_bulkhead_conf *c, const void *st, resil_holder_fn fn,
+			    void *ctx)
+{
+	struct resil_pool p = conf_pool((struct resil_bulkhead_state *)st, c);
+
+	resil_pool_holders(&p, fn, ctx);
 }
 
 void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
