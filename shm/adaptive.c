@@ -53,7 +53,8 @@
  *
  * Shared words (see adaptive.h for the lines):
  *   inflight, slots   the permit pool of bulkhead.c (same protocol, same
- *                     crash windows A-D, same repair and reclaim).
+ *                     crash windows A-D, same repair, reclaim and sweep of
+ *                     stray claims; released by a CAS from pm->holder).
  *   rtt_sum, rtt_count, drops   fetch_add (relaxed) by releasers,
  *                     exchanged to 0 by the recomputer.
  *   rtt_min, max_inflight   CAS-min / CAS-max (relaxed) by releasers /

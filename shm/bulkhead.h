@@ -30,7 +30,8 @@
  * The two regimes of a bulkhead (bulkhead.c says why and how):
  *   SCAN     bulkhead.wait = 0, bulkhead.critical = 0 (the defaults) and
  *            bulkhead.max <= RESIL_BULKHEAD_SCAN_MAX: no in-flight word,
- *            an admission is one CAS on a slot, a release one store;
+ *            an admission is one CAS on a slot, a release one CAS from
+ *            the holder's id;
  *   COUNTED  everything else: the in-flight hint (fetch_add/fetch_sub),
  *            waiters, priority partitions.
  * The regime is part of the state's shape: a change of regime publishes a
