@@ -163,11 +163,25 @@ static uint64_t self_start_time(void)
 	return v;
 }
 
-/* Claim this process's row in mapping m (the current one, or the one
- * about to become current). Under r->lock (or before r is shared). */
-static void claim_row(struct resil *r, struct resil_map *m)
+/* policy.scope = process: our copy of each policy starts fresh on a row
+ * we just got (a previous process on the row may have left its breaker
+ * OPEN; resil_policy_reset_copy). A walk over the directory: cold. */
+static int reset_copy(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+		      void *ctx)
 {
-	uint32_t pid = (uint32_t)getpid();
+	(void)slot;
+	resil_policy_reset_copy(s, rec, *(uint32_t *)ctx, resil_clock_monotonic(NULL));
+	return 0;
+}
+
+/* Claim this process's row in mapping m (the current one, or the one
+ * about to become current): the row resild bound to our connection
+ * (bound_id, client id; 0: none), else one we claim by CAS (a forked
+ * child, embedded mode, a daemon that cannot see our pid). Under r->lock
+ * (or before r is shared). */
+static void claim_row(struct resil *r, struct resil_map *m, uint32_t bound_id)
+{
+	uint32_t pid = (uint32_t)getpid(), id;
 	int row;
 
 	/* r->pid is read by every decision (fill_ctx): written only when it
@@ -177,7 +191,11 @@ static void claim_row(struct resil *r, struct resil_map *m)
 		r->start_time = self_start_time();
 		r->uid = (uint32_t)getuid();
 	}
-	row = resil_client_claim(m->seg, r->pid, r->start_time, r->uid);
+	if (bound_id && bound_id <= m->seg->st->client_cap &&
+	    ld_relaxed(&resil_seg_client(m->seg, bound_id - 1)->owner))
+		row = (int)bound_id - 1; /* resild claimed it for us (clients.c) */
+	else
+		row = resil_client_claim(m->seg, r->pid, r->start_time, r->uid);
 	if (row < 0) {
 		/* a full table does not stop a worker: it decides unregistered
 		 * (client id 0, no crash reclaim); the claim counted it in
@@ -186,6 +204,8 @@ static void claim_row(struct resil *r, struct resil_map *m)
 		row = -1;
 	} else {
 		r->table_full = false;
+		id = resil_client_id(row);
+		(void)resil_seg_foreach(m->seg, reset_copy, &id);
 	}
 	atomic_store_explicit(&m->row, row, memory_order_relaxed);
 	atomic_store_explicit(&r->row, row, memory_order_relaxed);
@@ -241,7 +261,7 @@ RESIL_COLD void resil_priv_after_fork(struct resil *r)
 			 * from the parent's grants are the parent's too) */
 			for (struct resil_map *m = cur->older; m; m = m->older)
 				atomic_store_explicit(&m->row, -1, memory_order_relaxed);
-			claim_row(r, cur);
+			claim_row(r, cur, 0); /* no connection of our own: judged as a child */
 		}
 		/* release: the hot path that sees the new gen sees the new row */
 		st_release(&r->fork_gen, g);
@@ -334,7 +354,7 @@ RESIL_API int resil_open_embedded(resil_t **ret, const struct resil_embedded_opt
 	}
 	r->mapped = true;
 	r->map0.tag = r->seg.cfg->epoch;
-	claim_row(r, &r->map0);
+	claim_row(r, &r->map0, 0);
 	resil_publish(r);
 	*ret = r;
 	return 0;
@@ -342,7 +362,7 @@ RESIL_API int resil_open_embedded(resil_t **ret, const struct resil_embedded_opt
 
 /* Ask for the segments and map them into s. Under r->lock (or before r
  * is shared). */
-static int get_segments(struct resil *r, struct resil_seg *s)
+static int get_segments(struct resil *r, struct resil_seg *s, uint32_t *bound_id)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__GetSegments gs = RESIL__GET_SEGMENTS__INIT;
@@ -350,11 +370,15 @@ static int get_segments(struct resil *r, struct resil_seg *s)
 	int fds[2], nfds = 2, err;
 	char why[256] = "";
 
+	gs.bind = true; /* resild claims our row: who we are is its word */
 	req.body_case = RESIL__REQUEST__BODY_GET_SEGMENTS;
 	req.get_segments = &gs;
 	err = resil_priv_request(r, &req, &resp, fds, &nfds);
 	if (err < 0)
 		return err;
+	*bound_id = resp->body_case == RESIL__RESPONSE__BODY_SEGMENTS && resp->segments
+			? resp->segments->client_id
+			: 0;
 	resil__response__free_unpacked(resp, NULL);
 	if (nfds != 2) {
 		struct rlimit rl;
@@ -406,6 +430,7 @@ static int get_segments(struct resil *r, struct resil_seg *s)
 static int open_conn(struct resil **ret, const char *socket_path, bool map)
 {
 	const char *path = resil_priv_socket_path(socket_path);
+	uint32_t bound = 0;
 	struct resil *r;
 	int err;
 
@@ -421,7 +446,7 @@ static int open_conn(struct resil **ret, const char *socket_path, bool map)
 		return -ENOMEM;
 	strcpy(r->socket_path, path);
 	/* control only (resilctl): the connection opens with the first request */
-	err = map ? get_segments(r, &r->seg) : 0;
+	err = map ? get_segments(r, &r->seg, &bound) : 0;
 	if (err < 0) {
 		if (r->ctl_fd >= 0)
 			close(r->ctl_fd);
@@ -432,7 +457,7 @@ static int open_conn(struct resil **ret, const char *socket_path, bool map)
 	if (map) {
 		r->mapped = true;
 		r->map0.tag = r->seg.cfg->epoch;
-		claim_row(r, &r->map0);
+		claim_row(r, &r->map0, bound);
 	}
 	resil_publish(r);
 	*ret = r;
@@ -813,6 +838,7 @@ static RESIL_COLD struct resil_map *find_map(struct resil *r, uint32_t seq32)
 static int reattach(struct resil *r)
 {
 	struct resil_map *old = ld_acquire(&r->cur), *n;
+	uint32_t bound = 0;
 	int err;
 
 	n = calloc(1, sizeof(*n));
@@ -820,7 +846,7 @@ static int reattach(struct resil *r)
 		return -ENOMEM;
 	n->seg = &n->own;
 	n->own.cfg_fd = n->own.st_fd = -1;
-	err = get_segments(r, n->seg);
+	err = get_segments(r, n->seg, &bound);
 	if (err < 0) {
 		free(n);
 		return err;
@@ -834,7 +860,7 @@ static int reattach(struct resil *r)
 	 * that daemon's call */
 	for (struct resil_def *d = r->defs; d; d = d->next)
 		(void)send_define(r, d->name, d->text);
-	claim_row(r, n);
+	claim_row(r, n, bound);
 	/* release: a process that sees the flag sees nothing else from us;
 	 * it only tells it to look at the socket */
 	atomic_fetch_or_explicit(&old->seg->st->flags, RESIL_SEG_RETIRED, memory_order_release);
@@ -1525,8 +1551,8 @@ static int embedded_force(struct resil *r, const char *name, int state)
 	}
 	fill_ctx(r, &r->map0, &x);
 	x.rec = rec;
-	return resil_breaker_force(&x, &rec->conf.breaker,
-				   resil_comp_state(&r->seg, rec, RESIL_C_BREAKER), state);
+	/* every process's copy too under policy.scope = process, as resild does */
+	return resil_policy_force(&x, rec, state);
 }
 
 RESIL_API int resil_force_state(resil_t *r, const char *name, int state)
@@ -1598,7 +1624,9 @@ RESIL_API int resil_policy_state(const resil_policy_t *p)
 		return err;
 	if (!resil_has(rec, RESIL_C_BREAKER))
 		return RESIL_STATE_CLOSED;
-	return resil_breaker_state(resil_comp_state(x.seg, rec, RESIL_C_BREAKER));
+	/* the breaker this process decides on: its own copy under
+	 * policy.scope = process, the fleet's otherwise */
+	return resil_policy_breaker_state_of(x.seg, rec, x.client_id);
 }
 
 /*

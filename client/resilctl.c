@@ -306,7 +306,34 @@ static bool stat_in_section(const char *name)
 	for (size_t i = 0; i < RESIL_ARRAY_SIZE(key_stats); i++)
 		if (!strcmp(name, key_stats[i]))
 			return true;
-	return false;
+	return !strncmp(name, "permits_", 8) || !strncmp(name, "held_", 5);
+}
+
+/* Held permits (bulkhead and adaptive) and who holds them, as daemon/ctl.c
+ * sends them: permits_held, permits_unregistered, held_row_R_pid_P (P 0:
+ * a row nobody holds, a stray claim the daemon frees at its next tick),
+ * held_by_other_rows. */
+static void show_permits_text(const Resil__PolicyInfo *p)
+{
+	int64_t held, unreg = 0;
+	unsigned row, pid;
+
+	if (!stat_of(p, "permits_held", &held))
+		return;
+	stat_of(p, "permits_unregistered", &unreg);
+	printf("permits held %" PRId64 "\n", held);
+	for (size_t i = 0; i < p->n_stats; i++) {
+		const char *nm = p->stats[i]->name;
+
+		if (nm && sscanf(nm, "held_row_%u_pid_%u", &row, &pid) == 2)
+			printf("  row %-5u pid %-8u %" PRId64 "%s\n", row, pid, p->stats[i]->value,
+			       pid ? "" : " (stray: no live client)");
+	}
+	if (stat_of(p, "held_by_other_rows", &held))
+		printf("  other rows           %" PRId64 "\n", held);
+	if (unreg)
+		printf("  unregistered         %" PRId64 " (freed only by `resilctl reset`)\n",
+		       unreg);
 }
 
 /* A wait for people, rounded up (a Retry-After is never early): "850 us",
@@ -492,6 +519,7 @@ static int cmd_show(const char *name)
 			s = e ? e + 1 : s + len;
 		}
 		show_limit_text(p);
+		show_permits_text(p);
 		if (p->n_stats)
 			printf("counters\n");
 		for (size_t i = 0; i < p->n_stats; i++)

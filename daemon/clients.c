@@ -3,20 +3,65 @@
  * clients.c - the client registry: rows of the client table, the
  * processes behind them, and reclaim when one dies.
  *
- * Clients claim their own row with one CAS on row->owner (pid << 32 |
- * low 32 bits of their start time), with no daemon round trip, so the
- * daemon learns of rows by scanning the table each tick (owner loaded
- * with acquire: pairs with the client's claim, so start_time and uid are
- * visible once owner is). For each new row it opens a pidfd and then
- * checks /proc/PID/stat's start time against the owner word: a pidfd
- * opened for a pid that was reused by another process is told apart that
- * way (the check comes after pidfd_open, so the pidfd is known to refer
- * to the row's process when it passes). The pidfd is watched with
- * POLL_ADD in the loop; it becomes readable when the process exits.
+ * Who a client is is the daemon's to decide, not the row's to claim
+ * (DESIGN.md, "Who a client is"). The owner word of a row (pid << 32 |
+ * low 32 bits of the start time) is client-writable, so the daemon keeps
+ * its own judgement of each row here, in private memory (struct watch),
+ * and a row gets one of these:
  *
- * The start time is compared through the owner word, not row->start_time:
- * a client killed between its CAS and its store of start_time leaves only
- * the owner word, and that is enough to judge it.
+ *   BOUND    the daemon claimed the row itself for a connection asking for
+ *            the segments (resild_clients_bind): the pid is the one the
+ *            kernel reports for the connection (SO_PEERCRED, in our pid
+ *            namespace, whatever namespace the client lives in), the
+ *            pidfd ours, opened then. The owner word carries that pid, so
+ *            a daemon that adopts the segments after a restart finds the
+ *            process in its own namespace too.
+ *   CHILD    a row claimed without a connection (a forked child claims its
+ *            own row by CAS, with no daemon round trip) whose pid we can
+ *            see, whose start time matches, and whose parent (or an
+ *            ancestor, up to RESILD_ANCESTRY levels, /proc/PID/stat field
+ *            4) is the process of a BOUND, CHILD or ADOPTED row.
+ *   ADOPTED  a row found at the first scan of adopted segments whose pid
+ *            and start time match a live process: the previous daemon
+ *            judged it; we keep watching it.
+ *   UNKNOWN  a row we cannot identify: its pid does not exist here (or is
+ *            another process) while some client lives in another pid
+ *            namespace, where that pid may well be a live child of it.
+ *            Never reclaimed on a guess: the row and what it holds stay,
+ *            are counted (resil_client_rows_unidentified), and are looked
+ *            at again every RESILD_UNKNOWN_RECHECK ticks.
+ * Any other row is refused and freed within a tick: a row naming pid 1,
+ * a dead pid, or a live process that is no child of a known client.
+ * Refusing frees the row only (st_release of owner 0): it does not walk
+ * the policies, so a client planting rows cannot make the tick expensive.
+ * Whatever the refused row's id holds becomes a stray claim (an id naming
+ * no live row), which the stray sweep below frees.
+ *
+ * The check for a new row opens a pidfd and then reads /proc/PID/stat: a
+ * pidfd opened for a pid that was reused by another process is told apart
+ * by the start time (the check comes after pidfd_open, so the pidfd is
+ * known to refer to the row's process when it passes). Watched pidfds are
+ * polled by the loop; one becomes readable when its process exits.
+ *
+ * Bounded work per tick (DESIGN.md: "Work per daemon tick stays bounded
+ * whatever clients plant"): the scan loads every owner word (client_cap
+ * loads), but judges at most RESILD_JUDGE_PER_TICK new rows, reclaims at
+ * most RESILD_RECLAIM_PER_TICK dead ones (a reclaim walks every policy)
+ * and sweeps at most RESILD_SWEEP_SLOTS permit slots; the rest waits for
+ * the next tick, where the scan starts after the row it stopped at. A
+ * process exit seen by the loop is queued (the row is marked) and
+ * reclaimed by the tick under the same budget.
+ *
+ * Stray claims: a permit slot (bulkhead or adaptive, fleet block) naming
+ * an id whose row is free, or an id past the table, is freed by the sweep
+ * (CAS that id -> 0: a slot re-claimed since the load is left alone).
+ * Order: the slot is loaded before the row (stray_id): a live client
+ * claims its row before any permit, so a slot whose row reads free was
+ * not claimed by the row's current owner. Slots held by
+ * RESIL_CLIENT_UNREGISTERED (processes that found the table full) cannot
+ * be told apart, live from dead: they are never freed by the tick; they
+ * are counted and shown (`resilctl show`), and an operator's reset
+ * frees them (resild_clients_free_unregistered).
  *
  * Reclaim of a dead client (row i, client id i + 1):
  *   1. row->flags = DEAD (release): observers, and a daemon that restarts
@@ -32,36 +77,63 @@
  *
  * A row freed by its own client (resil_close) or re-claimed by another
  * process between two scans shows a different owner word: the old watch
- * is cancelled and the new owner, if any, watched.
+ * is cancelled and the new owner, if any, judged.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "bulkhead.h"
 #include "clients.h"
 #include "log.h"
 #include "loop.h"
 #include "policy.h"
 #include "resild.h"
 
+#define RESILD_JUDGE_PER_TICK	256	   /* new rows judged per tick */
+#define RESILD_RECLAIM_PER_TICK 8	   /* dead clients reclaimed per tick */
+#define RESILD_SWEEP_SLOTS	65536	   /* permit slots swept per tick */
+#define RESILD_ANCESTRY		16	   /* parents looked up for a forked child */
+#define RESILD_UNKNOWN_RECHECK	50	   /* ticks between looks at an UNKNOWN row */
+#define RESILD_PID_MAX		(1u << 22) /* PID_MAX_LIMIT */
+
+enum watch_kind {
+	W_NONE = 0,
+	W_BOUND,
+	W_CHILD,
+	W_ADOPTED,
+	W_UNKNOWN,
+	W_EXITED, /* its pidfd fired: waiting for the reclaim budget */
+};
+
 struct watch {
-	uint64_t owner; /* the owner word watched, 0: none */
-	int pidfd;
+	uint64_t owner; /* the owner word judged, 0: none */
+	int pidfd;	/* -1: none */
 	uint32_t cookie;
+	uint32_t pid;	  /* the process, in our pid namespace */
+	uint8_t kind;	  /* enum watch_kind */
+	bool foreign;	  /* lives in another pid namespace than ours */
+	uint64_t recheck; /* W_UNKNOWN: the tick to look again */
 };
 
 struct resild_clients {
 	uint32_t cap;
-	uint32_t live;
 	uint32_t next_cookie;
+	uint32_t scan_from;  /* where the next scan starts judging */
+	uint32_t sweep_slot; /* the policy slot the next sweep starts at */
+	uint64_t ticks;
+	bool scanned; /* the first scan (adoption) is done */
+	ino_t pidns;  /* our pid namespace */
+	struct resild_clients_stats stats;
 	struct watch w[];
 };
 
-int resild_proc_start_time(uint32_t pid, uint64_t *ret)
+int resild_proc_stat(uint32_t pid, uint64_t *start_time, uint32_t *ppid)
 {
 	char path[64], buf[1024];
 	unsigned long long v;
@@ -83,10 +155,15 @@ int resild_proc_start_time(uint32_t pid, uint64_t *ret)
 	if (!p)
 		return -EIO;
 	p++;
-	/* fields 3..21, then 22 */
+	/* fields 3..21, then 22; field 4 is the parent's pid */
 	for (int f = 3; f <= 22; f++) {
 		while (*p == ' ')
 			p++;
+		if (f == 4 && ppid) {
+			if (sscanf(p, "%llu", &v) != 1)
+				return -EIO;
+			*ppid = (uint32_t)v;
+		}
 		if (f == 22)
 			break;
 		while (*p && *p != ' ')
@@ -94,8 +171,23 @@ int resild_proc_start_time(uint32_t pid, uint64_t *ret)
 	}
 	if (sscanf(p, "%llu", &v) != 1)
 		return -EIO;
-	*ret = v;
+	*start_time = v;
 	return 0;
+}
+
+int resild_proc_start_time(uint32_t pid, uint64_t *ret)
+{
+	return resild_proc_stat(pid, ret, NULL);
+}
+
+/* The inode of a process's pid namespace, 0 when it cannot be read. */
+static ino_t pidns_of(const char *proc)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%s/ns/pid", proc);
+	return stat(path, &st) == 0 ? st.st_ino : 0;
 }
 
 int resild_clients_init(struct resild *d)
@@ -107,23 +199,24 @@ int resild_clients_init(struct resild *d)
 		return -ENOMEM;
 	c->cap = cap;
 	c->next_cookie = 1;
+	c->pidns = pidns_of("self");
 	for (uint32_t i = 0; i < cap; i++)
 		c->w[i].pidfd = -1;
 	d->clients = c;
 	return 0;
 }
 
-static void unwatch(struct resild *d, uint32_t i)
+static void forget(struct resild *d, uint32_t i)
 {
 	struct watch *w = &d->clients->w[i];
 
 	if (w->pidfd >= 0) {
-		resild_loop_unwatch_pid(d, i, w->cookie);
+		if (w->kind != W_EXITED)
+			resild_loop_unwatch_pid(d, i, w->cookie);
 		close(w->pidfd);
-		d->clients->live--;
 	}
+	memset(w, 0, sizeof(*w));
 	w->pidfd = -1;
-	w->owner = 0;
 }
 
 void resild_clients_fini(struct resild *d)
@@ -165,12 +258,12 @@ static int reclaim_one(const struct resil_seg *s, uint32_t slot, const struct re
 	return 0;
 }
 
-/* The process of row i (owner word owner) is gone: give back what it held
- * and free the row. */
-static void reclaim(struct resild *d, uint32_t i, uint64_t owner)
+/* The process of row i (owner word owner, our pid for it pid) is gone:
+ * give back what it held and free the row. */
+static void reclaim(struct resild *d, uint32_t i, uint64_t owner, uint32_t pid)
 {
 	struct resil_client_row *row = resil_seg_client(&d->seg, i);
-	struct reclaim_ctx rc = {.d = d, .row = i, .pid = (uint32_t)(owner >> 32)};
+	struct reclaim_ctx rc = {.d = d, .row = i, .pid = pid};
 
 	st_release(&row->flags, RESIL_ROW_DEAD);
 	resil_seg_foreach(&d->seg, reclaim_one, &rc);
@@ -187,6 +280,21 @@ static void reclaim(struct resild *d, uint32_t i, uint64_t owner)
 		resil_client_release(&d->seg, i);
 }
 
+/* Free a row nobody can be identified behind, without walking the
+ * policies: its holdings become stray claims for the sweep. */
+static void refuse(struct resild *d, uint32_t i, uint64_t owner)
+{
+	struct resil_client_row *row = resil_seg_client(&d->seg, i);
+	uint64_t exp = owner;
+
+	d->clients->stats.refused++;
+	st_relaxed(&row->flags, 0);
+	/* a CAS, not a store: a row freed and claimed anew since the load
+	 * belongs to its new claimer */
+	atomic_compare_exchange_strong_explicit(&row->owner, &exp, 0, memory_order_release,
+						memory_order_relaxed);
+}
+
 static int pidfd_open_(uint32_t pid)
 {
 	int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
@@ -194,79 +302,343 @@ static int pidfd_open_(uint32_t pid)
 	return fd < 0 ? -errno : fd;
 }
 
+/* Watch row i's process through fd (taken). 0, or -errno (fd closed). */
+static int watch(struct resild *d, uint32_t i, uint64_t owner, int fd, uint32_t pid, uint8_t kind)
+{
+	struct resild_clients *c = d->clients;
+	struct watch *w = &c->w[i];
+	char proc[16];
+	int r;
+
+	w->owner = owner;
+	w->pidfd = fd;
+	w->pid = pid;
+	w->kind = kind;
+	w->cookie = c->next_cookie++;
+	snprintf(proc, sizeof(proc), "%u", pid);
+	w->foreign = c->pidns && pidns_of(proc) != c->pidns;
+	r = resild_loop_watch_pid(d, fd, i, w->cookie);
+	if (r < 0) {
+		/* not watched: forget it, the next scan judges it again */
+		log_warning_errno(r, "client row %u: cannot watch pid %u: %m", i, pid);
+		close(fd);
+		memset(w, 0, sizeof(*w));
+		w->pidfd = -1;
+	}
+	return r;
+}
+
+/* Is pid (ours) the process of a row we trust? */
+static bool known_pid(const struct resild_clients *c, uint32_t pid)
+{
+	for (uint32_t j = 0; j < c->cap; j++) {
+		const struct watch *w = &c->w[j];
+
+		if (w->pid == pid && w->pidfd >= 0 &&
+		    (w->kind == W_BOUND || w->kind == W_CHILD || w->kind == W_ADOPTED))
+			return true;
+	}
+	return false;
+}
+
+static bool any_foreign(const struct resild_clients *c)
+{
+	for (uint32_t j = 0; j < c->cap; j++)
+		if (c->w[j].pidfd >= 0 && c->w[j].foreign && c->w[j].kind != W_EXITED)
+			return true;
+	return false;
+}
+
+/* Judge a row claimed without us (owner word owner) : watch, keep as
+ * UNKNOWN, refuse, or (adoption) reclaim. 1 when it cost a reclaim. */
+static int judge(struct resild *d, uint32_t i, uint64_t owner, bool adopting)
+{
+	struct resild_clients *c = d->clients;
+	uint32_t pid = (uint32_t)(owner >> 32), ppid = 0;
+	uint64_t st = 0;
+	int fd, r;
+
+	if (pid == 0 || pid >= RESILD_PID_MAX) {
+		log_warning("client row %u has an impossible owner %#llx: freed", i,
+			    (unsigned long long)owner);
+		refuse(d, i, owner);
+		return 0;
+	}
+	fd = pidfd_open_(pid);
+	if (fd < 0 && fd != -ESRCH) {
+		log_warning_errno(fd, "client row %u: pidfd_open(%u): %m", i, pid);
+		return 0; /* try again next tick */
+	}
+	r = fd >= 0 ? resild_proc_stat(pid, &st, &ppid) : -ESRCH;
+	if (r < 0 && r != -ESRCH) {
+		/* /proc unreadable (hidepid, EACCES): cannot judge, no guess */
+		close(fd);
+		c->w[i].owner = owner;
+		c->w[i].kind = W_UNKNOWN;
+		c->w[i].recheck = c->ticks + RESILD_UNKNOWN_RECHECK;
+		return 0;
+	}
+	if (r == -ESRCH || (st & 0xffffffffULL) != (owner & 0xffffffffULL)) {
+		/* no such process here, or the pid is another process's */
+		if (fd >= 0)
+			close(fd);
+		if (any_foreign(c)) {
+			/* it may be a live process of another pid namespace */
+			if (c->w[i].kind != W_UNKNOWN)
+				log_notice("client row %u names pid %u, not a process we can see "
+					   "while clients live in other pid namespaces: kept, "
+					   "never reclaimed on a guess",
+					   i, pid);
+			c->w[i].owner = owner;
+			c->w[i].kind = W_UNKNOWN;
+			c->w[i].recheck = c->ticks + RESILD_UNKNOWN_RECHECK;
+			return 0;
+		}
+		if (adopting) {
+			/* the previous daemon's client, dead meanwhile */
+			reclaim(d, i, owner, pid);
+			return 1;
+		}
+		refuse(d, i, owner);
+		return 0;
+	}
+	if (adopting) {
+		watch(d, i, owner, fd, pid, W_ADOPTED);
+		return 0;
+	}
+	/* a live process: a forked child of a client, or nobody's */
+	for (int n = 0; n < RESILD_ANCESTRY && ppid > 1; n++) {
+		uint64_t pst;
+
+		if (known_pid(c, ppid)) {
+			watch(d, i, owner, fd, pid, W_CHILD);
+			return 0;
+		}
+		if (resild_proc_stat(ppid, &pst, &ppid) < 0)
+			break;
+	}
+	close(fd);
+	if (c->stats.refused < 16 || c->stats.refused % 1024 == 0)
+		log_notice("client row %u claimed for pid %u, no child of a known client: freed", i,
+			   pid);
+	refuse(d, i, owner);
+	return 0;
+}
+
+int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid)
+{
+	struct resild_clients *c = d->clients;
+	uint64_t st;
+	int fd, r, row;
+
+	if (!c || peer_pid <= 0)
+		return -ESRCH; /* the peer's pid is not visible from here */
+	fd = pidfd_open_((uint32_t)peer_pid);
+	if (fd < 0)
+		return fd;
+	/* after pidfd_open: the start time is that of the process the pidfd
+	 * refers to (a pid reused since the connection was made would be
+	 * another process: the connection's peer is then gone anyway) */
+	r = resild_proc_start_time((uint32_t)peer_pid, &st);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	row = resil_client_claim(&d->seg, (uint32_t)peer_pid, st, (uint32_t)uid);
+	if (row < 0) {
+		close(fd);
+		return row;
+	}
+	if ((uint32_t)row >= c->cap) {
+		close(fd);
+		return -EIO;
+	}
+	if (c->w[row].owner || c->w[row].pidfd >= 0)
+		forget(d, (uint32_t)row); /* an earlier owner freed it since our scan */
+	r = watch(d, (uint32_t)row, (uint64_t)(uint32_t)peer_pid << 32 | (st & 0xffffffffULL), fd,
+		  (uint32_t)peer_pid, W_BOUND);
+	if (r < 0) {
+		resil_client_release(&d->seg, (uint32_t)row);
+		return r;
+	}
+	c->stats.bound++;
+	return row;
+}
+
+/* Frees a stray claim? (resil_stray_fn) */
+static bool stray_id(uint32_t id, void *ctx)
+{
+	struct resild *d = ctx;
+
+	if (id == RESIL_CLIENT_UNREGISTERED) {
+		d->clients->stats.unregistered_held++;
+		return false;
+	}
+	/* the slot was loaded before this row: see "Stray claims" */
+	return id > d->clients->cap || ld_acquire(&resil_seg_client(&d->seg, id - 1)->owner) == 0;
+}
+
+struct sweep_ctx {
+	struct resild *d;
+	uint32_t budget;
+	uint32_t last; /* the slot visited last */
+	uint32_t freed;
+	bool stopped;
+};
+
+static int sweep_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+		     void *ctx)
+{
+	struct sweep_ctx *sc = ctx;
+	struct resil_ctx x = {.seg = s, .pid = (uint32_t)getpid()};
+	uint32_t cost = resil_policy_pool_slots(rec), n;
+
+	if (slot < sc->d->clients->sweep_slot)
+		return 0;
+	if (cost > sc->budget && sc->budget < RESILD_SWEEP_SLOTS) {
+		sc->stopped = true;
+		return 1; /* the rest next tick */
+	}
+	sc->budget = cost > sc->budget ? 0 : sc->budget - cost;
+	sc->last = slot;
+	n = resil_policy_sweep(&x, rec, stray_id, sc->d);
+	if (n) {
+		resil_event_push(s, RESIL_EV_RECLAIMED, slot, rec->gen, n, 0, 0, 0,
+				 resil_clock_monotonic(NULL));
+		if (sc->freed == 0)
+			log_notice("policy %s: %u permits held by no live client freed", rec->name,
+				   n);
+		sc->freed += n;
+	}
+	return 0;
+}
+
+static void sweep(struct resild *d)
+{
+	struct resild_clients *c = d->clients;
+	struct sweep_ctx sc = {.d = d, .budget = RESILD_SWEEP_SLOTS};
+
+	if (c->sweep_slot == 0)
+		c->stats.unregistered_held = 0; /* counted again over this pass */
+	resil_seg_foreach(&d->seg, sweep_one, &sc);
+	c->sweep_slot = sc.stopped ? sc.last + 1 : 0;
+	c->stats.stray_freed += sc.freed;
+	if (!sc.stopped)
+		c->stats.unregistered_last = c->stats.unregistered_held;
+}
+
 void resild_clients_scan(struct resild *d)
 {
 	struct resild_clients *c = d->clients;
+	uint32_t judged = 0, reclaimed = 0, unknown = 0, from = c->scan_from, stop = UINT32_MAX;
+	bool adopting = !c->scanned && d->adopted;
 
-	for (uint32_t i = 0; i < c->cap; i++) {
-		struct resil_client_row *row = resil_seg_client(&d->seg, i);
-		uint64_t owner = ld_acquire(&row->owner), st = 0;
-		uint32_t pid = (uint32_t)(owner >> 32);
-		int fd, r;
+	c->ticks++;
+	for (uint32_t k = 0; k < c->cap; k++) {
+		uint32_t i = (from + k) % c->cap;
+		struct watch *w = &c->w[i];
+		uint64_t owner = ld_acquire(&resil_seg_client(&d->seg, i)->owner);
 
-		if (owner == c->w[i].owner)
+		if (w->kind == W_EXITED) {
+			/* its process exited: reclaim under the budget */
+			if (reclaimed >= RESILD_RECLAIM_PER_TICK) {
+				if (stop == UINT32_MAX)
+					stop = i;
+				continue;
+			}
+			uint64_t wo = w->owner;
+			uint32_t pid = w->pid;
+
+			forget(d, i);
+			if (owner == wo) {
+				reclaim(d, i, wo, pid);
+				reclaimed++;
+			}
 			continue;
-		if (c->w[i].owner)
-			unwatch(d, i); /* freed by its client, or claimed anew */
+		}
+		if (owner == w->owner) {
+			if (w->kind == W_UNKNOWN) {
+				unknown++;
+				if (c->ticks >= w->recheck && judged < RESILD_JUDGE_PER_TICK) {
+					judged++;
+					judge(d, i, owner, false);
+				}
+			}
+			continue;
+		}
+		if (w->owner || w->kind)
+			forget(d, i); /* freed by its client, or claimed anew */
 		if (!owner)
 			continue;
-		if (pid == 0 || pid > (1u << 22)) {
-			/* not a pid: a corrupt row; free it */
-			log_warning("client row %u has an impossible owner %#llx: freed", i,
-				    (unsigned long long)owner);
-			resil_client_release(&d->seg, i);
+		if (judged >= RESILD_JUDGE_PER_TICK ||
+		    (adopting && reclaimed >= RESILD_RECLAIM_PER_TICK)) {
+			/* over budget: judged next tick, from here */
+			if (stop == UINT32_MAX)
+				stop = i;
 			continue;
 		}
-		fd = pidfd_open_(pid);
-		if (fd < 0 && fd != -ESRCH) {
-			log_warning_errno(fd, "client row %u: pidfd_open(%u): %m", i, pid);
-			continue; /* try again next tick */
-		}
-		r = fd >= 0 ? resild_proc_start_time(pid, &st) : -ESRCH;
-		if (r == -ESRCH || (r == 0 && (st & 0xffffffffULL) != (owner & 0xffffffffULL))) {
-			/* gone before we looked, or the pid now belongs to another process */
-			if (fd >= 0)
-				close(fd);
-			reclaim(d, i, owner);
-			continue;
-		}
-		if (r < 0) {
-			close(fd);
-			continue;
-		}
-		c->w[i].owner = owner;
-		c->w[i].pidfd = fd;
-		c->w[i].cookie = c->next_cookie++;
-		c->live++;
-		r = resild_loop_watch_pid(d, fd, i, c->w[i].cookie);
-		if (r < 0) {
-			/* not watched: forget it, the next scan tries again */
-			log_warning_errno(r, "client row %u: cannot watch pid %u: %m", i, pid);
-			close(fd);
-			c->w[i].pidfd = -1;
-			c->w[i].owner = 0;
-			c->live--;
-		}
+		judged++;
+		reclaimed += judge(d, i, owner, adopting);
 	}
+	c->scan_from = stop == UINT32_MAX ? 0 : stop;
+	if (!adopting || stop == UINT32_MAX)
+		c->scanned = true;
+	c->stats.unknown = unknown;
+	sweep(d);
 }
 
 void resild_clients_exited(struct resild *d, uint32_t row, uint32_t cookie)
 {
 	struct resild_clients *c = d->clients;
-	uint64_t owner;
+	struct watch *w;
 
 	if (!c || row >= c->cap || c->w[row].pidfd < 0 || c->w[row].cookie != cookie)
 		return; /* a watch cancelled meanwhile */
-	owner = c->w[row].owner;
-	close(c->w[row].pidfd);
-	c->w[row].pidfd = -1;
-	c->w[row].owner = 0;
-	c->live--;
-	if (ld_acquire(&resil_seg_client(&d->seg, row)->owner) == owner)
-		reclaim(d, row, owner);
+	w = &c->w[row];
+	if (w->kind == W_EXITED)
+		return;
+	/* the loop's watch is over (it fired); reclaim at the next tick,
+	 * under the tick's budget */
+	w->kind = W_EXITED;
 }
 
 uint32_t resild_clients_live(const struct resild *d)
 {
-	return d->clients ? d->clients->live : 0;
+	const struct resild_clients *c = d->clients;
+	uint32_t n = 0;
+
+	if (!c)
+		return 0;
+	for (uint32_t i = 0; i < c->cap; i++)
+		n += c->w[i].pidfd >= 0 && c->w[i].kind != W_EXITED;
+	return n;
+}
+
+void resild_clients_stats(const struct resild *d, struct resild_clients_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (d->clients)
+		*out = d->clients->stats;
+}
+
+uint32_t resild_clients_pid_of(const struct resild *d, uint32_t row)
+{
+	const struct resild_clients *c = d->clients;
+
+	if (!c || row >= c->cap || c->w[row].pidfd < 0)
+		return 0;
+	return c->w[row].pid;
+}
+
+static bool unregistered_id(uint32_t id, void *ctx)
+{
+	(void)ctx;
+	return id == RESIL_CLIENT_UNREGISTERED;
+}
+
+uint32_t resild_clients_free_unregistered(struct resild *d, const struct resil_rec *rec)
+{
+	struct resil_ctx x = {.seg = &d->seg, .pid = (uint32_t)getpid()};
+
+	return resil_policy_sweep(&x, rec, unregistered_id, NULL);
 }

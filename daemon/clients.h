@@ -1,27 +1,53 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * clients.h - the client registry: which processes hold rows of the
- * client table, watched through pidfds, and reclaim when one dies.
+ * client table (bound to a connection, or tied to a client as its forked
+ * child), watched through pidfds, and reclaim when one dies.
  */
 #ifndef RESILD_CLIENTS_H
 #define RESILD_CLIENTS_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 struct resild;
+struct resil_rec;
 
 int resild_clients_init(struct resild *d);
 void resild_clients_fini(struct resild *d);
-/* Each tick: notice new rows (pidfd_open, start time check), rows freed
- * by their clients, and rows of processes that died meanwhile. */
+/* Each tick, with bounded work: judge new rows (bound, a child of a known
+ * client, unidentifiable, or refused and freed), reclaim the rows of
+ * processes that died, sweep permits held by ids naming no live row. */
 void resild_clients_scan(struct resild *d);
-/* The loop saw the pidfd of row become readable: that process exited. */
+/* The loop saw the pidfd of row become readable: that process exited
+ * (reclaimed at the next tick). */
 void resild_clients_exited(struct resild *d, uint32_t row, uint32_t cookie);
-/* Rows held by live processes. */
+/* Rows held by live processes we identified. */
 uint32_t resild_clients_live(const struct resild *d);
+/* Claim a row for the peer of a connection (its SO_PEERCRED pid, in our
+ * pid namespace) and watch it: the row index, or -errno (-ESRCH: the
+ * peer's pid is not visible here; -ENOSPC: the table is full). */
+int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid);
+/* Our pid for row's process (0: not one we identified). */
+uint32_t resild_clients_pid_of(const struct resild *d, uint32_t row);
+/* Free the permits of policy rec held by RESIL_CLIENT_UNREGISTERED (an
+ * operator's reset: the tick never guesses about them). How many. */
+uint32_t resild_clients_free_unregistered(struct resild *d, const struct resil_rec *rec);
+
+struct resild_clients_stats {
+	uint64_t bound;		    /* rows bound to a connection */
+	uint64_t refused;	    /* rows freed: no process we can tie to a client */
+	uint64_t stray_freed;	    /* permits freed: held by an id naming no live row */
+	uint32_t unknown;	    /* rows kept unidentified (another pid namespace) */
+	uint32_t unregistered_held; /* the sweep pass in progress */
+	uint32_t unregistered_last; /* permits held unregistered, the last whole pass */
+};
+void resild_clients_stats(const struct resild *d, struct resild_clients_stats *out);
 
 /* /proc/PID/stat field 22 (start time in clock ticks since boot);
  * 0 or -errno (-ESRCH: no such process). */
 int resild_proc_start_time(uint32_t pid, uint64_t *ret);
+/* The same, and field 4 (the parent's pid) when ppid is not NULL. */
+int resild_proc_stat(uint32_t pid, uint64_t *start_time, uint32_t *ppid);
 
 #endif

@@ -52,12 +52,15 @@
 #include "policy.h"
 #include "resil.h"
 #include "breaker.h"
+#include "bulkhead.h"
 #include "stats.h"
 #include "budget.h"
 
 #define CONF_TEXT_MAX 16384
-/* counters, percentiles, keyed limiter and one key (16), up to 64 processes side by side */
-#define STATS_MAX (RESIL_STAT__MAX + 8 + 16 + 8 + 64)
+/* counters, percentiles, keyed limiter and one key (16), up to 64 processes side by side,
+ * held permits (2 + up to HOLDERS_MAX holders + 1) */
+#define HOLDERS_MAX 16
+#define STATS_MAX   (RESIL_STAT__MAX + 8 + 16 + 8 + 64 + 3 + HOLDERS_MAX)
 
 const char *resild_state_name(int state)
 {
@@ -258,10 +261,11 @@ static int reopen_ro(int fd)
 	return r < 0 ? -errno : r;
 }
 
-static int handle_segments(struct resild *d, const Resil__GetSegments *g, struct reply *rp,
+static int handle_segments(struct resild *d, const struct resild_peer *p,
+			   const Resil__GetSegments *g, struct reply *rp,
 			   Resil__GetSegmentsReply *sr, int *fds, int *nfds)
 {
-	int cfd, sfd;
+	int cfd, sfd, row = -1;
 
 	cfd = reopen_ro(d->seg.cfg_fd);
 	if (cfd < 0)
@@ -274,9 +278,19 @@ static int handle_segments(struct resild *d, const Resil__GetSegments *g, struct
 		close(cfd);
 		return reply_error(rp, sfd, "cannot pass the state segment: %s", strerror(-sfd));
 	}
+	if (g->bind && !g->observer) {
+		/* who the client is: the kernel's word for the connection, not
+		 * the row's (clients.c); a peer we cannot see claims its own
+		 * row and is judged as a connectionless one */
+		row = resild_clients_bind(d, p->pid, p->uid);
+		if (row < 0 && row != -ENOSPC)
+			log_info("pid %d (uid %u): no client row bound: %s", (int)p->pid,
+				 (unsigned)p->uid, strerror(-row));
+	}
 	fds[0] = cfd;
 	fds[1] = sfd;
 	*nfds = 2;
+	sr->client_id = row >= 0 ? resil_client_id(row) : 0;
 	sr->config_size = d->seg.cfg_size;
 	sr->state_size = d->seg.st_size;
 	sr->epoch = d->seg.cfg->epoch;
@@ -371,6 +385,63 @@ static void add_limit_stats(struct resild *d, const struct resil_rec *rec, struc
 	add_stat(in, n, "limit_dry_run_rejects", (int64_t)li.dry_run_rejects);
 }
 
+/* Who holds the permits of rec (bulkhead and adaptive, fleet block). */
+struct holders {
+	uint32_t held, unregistered, others;
+	uint32_t n;
+	uint32_t id[HOLDERS_MAX], count[HOLDERS_MAX];
+};
+
+static void count_holder(uint32_t id, void *ctx)
+{
+	struct holders *h = ctx;
+	uint32_t i;
+
+	h->held++;
+	if (id == RESIL_CLIENT_UNREGISTERED) {
+		h->unregistered++;
+		return;
+	}
+	for (i = 0; i < h->n && h->id[i] != id; i++)
+		;
+	if (i == h->n) {
+		if (h->n == HOLDERS_MAX) {
+			h->others++;
+			return;
+		}
+		h->id[h->n] = id;
+		h->count[h->n++] = 0;
+	}
+	h->count[i]++;
+}
+
+/* permits_held, permits_unregistered, and one stat per holder:
+ * "held_row_R_pid_P" (P: our pid for the row's process, the row's owner
+ * word when we did not identify it, 0 for a free row: a stray claim the
+ * next sweep frees). */
+static void add_holder_stats(struct resild *d, const struct resil_rec *rec, struct info *in,
+			     size_t *n)
+{
+	struct holders h = {0};
+	char nm[32];
+
+	if (!resil_has(rec, RESIL_C_BULKHEAD) && !resil_has(rec, RESIL_C_ADAPTIVE))
+		return;
+	resil_policy_holders(&d->seg, rec, count_holder, &h);
+	add_stat(in, n, "permits_held", h.held);
+	add_stat(in, n, "permits_unregistered", h.unregistered);
+	for (uint32_t i = 0; i < h.n; i++) {
+		uint32_t row = h.id[i] - 1, pid = resild_clients_pid_of(d, row);
+
+		if (!pid && row < d->seg.st->client_cap)
+			pid = (uint32_t)(ld_relaxed(&resil_seg_client(&d->seg, row)->owner) >> 32);
+		snprintf(nm, sizeof(nm), "held_row_%u_pid_%u", row, pid);
+		add_stat(in, n, nm, h.count[i]);
+	}
+	if (h.others)
+		add_stat(in, n, "held_by_other_rows", h.others);
+}
+
 static void fill_info(struct resild *d, const struct resil_rec *rec, struct info *in)
 {
 	Resil__PolicyInfo *pi = &in->h.pi;
@@ -402,6 +473,7 @@ static void fill_info(struct resild *d, const struct resil_rec *rec, struct info
 				add_stat(in, &n, qn[i], ns);
 		}
 		add_limit_stats(d, rec, in, &n);
+		add_holder_stats(d, rec, in, &n);
 		/* give-ups by reason (RESIL_RSTOP_* of budget.h) */
 		{
 			static const char *const why[] = {
@@ -686,7 +758,19 @@ static int force_state(struct resild *d, const struct resild_peer *p, const char
 	if (r < 0)
 		return r;
 	x.rec = rec;
+	if (state == RESIL_STATE_CLOSED && !strcmp(verb, "resetting")) {
+		/* permits held unregistered: the tick cannot tell live holders
+		 * from dead ones, an operator's reset may (clients.c) */
+		uint32_t n = resild_clients_free_unregistered(d, rec);
+
+		if (n)
+			log_notice("policy %s: %u permits held unregistered freed by uid %u", name,
+				   n, (unsigned)p->uid);
+	}
 	r = resil_policy_force(&x, rec, state);
+	if (r == -ENODATA && !strcmp(verb, "resetting") &&
+	    (resil_has(rec, RESIL_C_BULKHEAD) || resil_has(rec, RESIL_C_ADAPTIVE)))
+		r = 0; /* nothing to close: the reset was the permits' */
 	if (r == -ENODATA)
 		return reply_error(rp, -EINVAL, "policy %s has no circuit breaker", name);
 	if (r < 0)
@@ -804,6 +888,30 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	     "# HELP resil_clients Client processes registered and alive.\n"
 	     "# TYPE resil_clients gauge\nresil_clients %u\n",
 	     resild_clients_live(d));
+	{
+		struct resild_clients_stats cs;
+
+		resild_clients_stats(d, &cs);
+		mput(&m,
+		     "# HELP resil_client_rows_unidentified Client rows naming a process resild "
+		     "cannot see (another pid namespace): kept, what they hold stays held.\n"
+		     "# TYPE resil_client_rows_unidentified gauge\n"
+		     "resil_client_rows_unidentified %u\n"
+		     "# HELP resil_client_rows_refused_total Client rows freed: claimed without a "
+		     "connection for no process tied to a client.\n"
+		     "# TYPE resil_client_rows_refused_total counter\n"
+		     "resil_client_rows_refused_total %llu\n"
+		     "# HELP resil_permits_stray_freed_total Permits freed: held by an id naming "
+		     "no live client row.\n"
+		     "# TYPE resil_permits_stray_freed_total counter\n"
+		     "resil_permits_stray_freed_total %llu\n"
+		     "# HELP resil_permits_unregistered Permits held by processes without a client "
+		     "row (freed by an operator's reset only).\n"
+		     "# TYPE resil_permits_unregistered gauge\n"
+		     "resil_permits_unregistered %u\n",
+		     cs.unknown, (unsigned long long)cs.refused, (unsigned long long)cs.stray_freed,
+		     cs.unregistered_last);
+	}
 	mput(&m,
 	     "# HELP resil_connections Control connections open.\n"
 	     "# TYPE resil_connections gauge\nresil_connections %u\n",
@@ -931,7 +1039,7 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		handle_hello(d, req->hello, &rp, &hr);
 		break;
 	case RESIL__REQUEST__BODY_GET_SEGMENTS:
-		handle_segments(d, req->get_segments, &rp, &sr, fds, nfds);
+		handle_segments(d, peer, req->get_segments, &rp, &sr, fds, nfds);
 		break;
 	case RESIL__REQUEST__BODY_LIST:
 		handle_list(d, req->list, &rp, &lr, to_free);

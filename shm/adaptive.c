@@ -53,7 +53,8 @@
  *
  * Shared words (see adaptive.h for the lines):
  *   inflight, slots   the permit pool of bulkhead.c (same protocol, same
- *                     crash windows A-D, same repair and reclaim).
+ *                     crash windows A-D, same repair, reclaim and sweep of
+ *                     stray claims; released by a CAS from pm->holder).
  *   rtt_sum, rtt_count, drops   fetch_add (relaxed) by releasers,
  *                     exchanged to 0 by the recomputer.
  *   rtt_min, max_inflight   CAS-min / CAS-max (relaxed) by releasers /
@@ -587,6 +588,8 @@ int resil_adaptive_acquire(struct resil_ctx *x, const struct resil_adaptive_conf
 	idx = resil_pool_claim(&p, ld_relaxed(&s->limit), claim_id(x), &inflight);
 	if (!idx)
 		return RESIL_REJECT_FULL;
+	/* the bulkhead (if any) claimed with the same id */
+	pm->holder = claim_id(x);
 	pm->adaptive_idx = idx;
 	pm->flags |= RESIL_PERMIT_ADAPTIVE;
 	if (!(pm->flags & RESIL_PERMIT_TIMED)) {
@@ -609,7 +612,8 @@ void resil_adaptive_undo(struct resil_ctx *x, const struct resil_adaptive_conf *
 	if (!(pm->flags & RESIL_PERMIT_ADAPTIVE))
 		return;
 	p = resil_adaptive_pool(s, c);
-	resil_pool_free(&p, pm->adaptive_idx);
+	/* a CAS from the id we claimed with: see resil_pool_free */
+	resil_pool_free(&p, pm->adaptive_idx, pm->holder);
 	pm->adaptive_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_ADAPTIVE;
 }
@@ -647,6 +651,26 @@ void resil_adaptive_maintain(struct resil_ctx *x, const struct resil_adaptive_co
 
 	resil_pool_repair(&p, &s->prev_excess);
 	maybe_decide(x, c, s, resil_ctx_now(x));
+}
+
+uint32_t resil_adaptive_sweep(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st,
+			      resil_stray_fn stray, void *ctx)
+{
+	struct resil_adaptive_state *s = st;
+	struct resil_pool p = resil_adaptive_pool(s, c);
+	uint32_t n = resil_pool_sweep(&p, true, stray, ctx);
+
+	if (n)
+		faa_relaxed(&s->reclaimed, n);
+	return n;
+}
+
+void resil_adaptive_holders(const struct resil_adaptive_conf *c, const void *st, resil_holder_fn fn,
+			    void *ctx)
+{
+	struct resil_pool p = resil_adaptive_pool((struct resil_adaptive_state *)st, c);
+
+	resil_pool_holders(&p, fn, ctx);
 }
 
 void resil_adaptive_reclaim(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st,

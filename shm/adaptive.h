@@ -116,6 +116,10 @@ void resil_adaptive_undo(struct resil_ctx *x, const struct resil_adaptive_conf *
 void resil_adaptive_release(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st,
 			    struct resil_permit_priv *pm, int outcome);
 void resil_adaptive_maintain(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st);
+uint32_t resil_adaptive_sweep(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st,
+			      resil_stray_fn stray, void *ctx);
+void resil_adaptive_holders(const struct resil_adaptive_conf *c, const void *st, resil_holder_fn fn,
+			    void *ctx);
 void resil_adaptive_reclaim(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st,
 			    uint32_t dead_client, struct resil_reclaim_counts *counts);
 

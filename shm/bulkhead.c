@@ -17,7 +17,9 @@
  *          locked RMW). Else, unless the full hint says otherwise, walk
  *          the slots once around by groups of 8 (read-only loads, a CAS
  *          only on a slot seen free); none free: RESIL_REJECT_FULL.
- *   exit   store 0 (release), then a load of the full hint: no RMW.
+ *   exit   CAS id -> 0 (release) from the id the permit was claimed with
+ *          (pm->holder), then a load of the full hint: one RMW on the
+ *          line this thread's claim just wrote.
  *   Nothing counts, so nothing can drift: the daemon has no hint to
  *   repair, only dead holders' slots to free.
  *   Why a bound: a walk reads every slot, and a walk comes with every
@@ -56,9 +58,13 @@
  *
  * Shared words (state block, see bulkhead.h):
  *   slots[i]   writers: the claimer (CAS 0 -> id, acq_rel: pairs with the
- *              previous holder's release store, so a holder sees what the
- *              one before it did), the holder (store 0, release), the
- *              daemon (CAS id -> 0 for a dead id). Readers: claimers
+ *              previous holder's release CAS, so a holder sees what the
+ *              one before it did), the holder (CAS its own id -> 0,
+ *              release: never a plain store of 0, so a slot the daemon
+ *              wrongly took back and another client claimed stays that
+ *              client's: a wrong reclaim admits one caller too many once,
+ *              it never spreads), the daemon (CAS id -> 0 for a dead id,
+ *              or for an id that names no live row: stray claims). Readers: claimers
  *              (relaxed pre-check and walks), the daemon and observers
  *              (scan, acquire; geometry from the configuration).
  *   full       scan regime only, line 0 (nothing else is written there in
@@ -81,7 +87,7 @@
  *              tick when they differ; read by no code (dumps).
  *
  * Linearization points: an admission takes effect at the slot CAS, a
- * release at the slot store. A counted rejection at the hint load or
+ * release at the slot CAS. A counted rejection at the hint load or
  * fetch_add. A scan rejection is a walk that saw every slot taken, each
  * when it looked (not one snapshot: under churn a slot may have been free
  * for a moment during the walk; fail-fast accepts that, as it accepts the
@@ -105,7 +111,7 @@
  * Crash windows (a process can die between any two instructions):
  *   scan regime:
  *   B  after the slot CAS, before pm->bulkhead_idx is written: the slot
- *      holds the dead id; reclaim frees it. (The release is one store: no
+ *      holds the dead id; reclaim frees it. (The release is one CAS: no
  *      window. A process killed between its store and clearing the full
  *      hint, or between a walk and setting it, leaves the hint stale or
  *      unset: the race above, repaired the same way.)
@@ -113,7 +119,7 @@
  *   A  after the hint fetch_add, before the slot CAS: the hint is one too
  *      high and no slot records it;
  *   B  as above (reclaim also takes its hint unit back);
- *   C  after the release store, before the hint fetch_sub: the hint is one
+ *   C  after the release CAS, before the hint fetch_sub: the hint is one
  *      too high, the slot is already free;
  *   D  a rejected acquirer between its fetch_add and the undo fetch_sub:
  *      like A.
@@ -170,6 +176,11 @@
 #define seq_faa(p, v) atomic_fetch_add_explicit((p), (v), memory_order_seq_cst)
 #define seq_fas(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst)
 #define seq_ld(p)     atomic_load_explicit((p), memory_order_seq_cst)
+/* A release: what the holder did during the call happens-before the next
+ * claimer's acq_rel CAS; a failed CAS publishes and reads nothing. */
+#define cas_release(p, e, v)                                                                       \
+	atomic_compare_exchange_strong_explicit((p), (e), (v), memory_order_release,               \
+						memory_order_relaxed)
 
 /* Where this thread's next claim starts: its last slot + 1 (0: none yet,
  * start at the client id). A freed slot is usually free again for the
@@ -237,14 +248,21 @@ full:
 	return 0;
 }
 
-static inline __attribute__((always_inline)) void pool_free(const struct resil_pool *p,
-							    uint32_t idx)
+static inline __attribute__((always_inline)) bool pool_free(const struct resil_pool *p,
+							    uint32_t idx, uint32_t id)
 {
+	uint32_t exp = id;
+
 	if (RESIL_UNLIKELY(idx == 0 || idx > p->n))
-		return;
-	st_release(pool_slot(p, idx - 1), 0);
+		return false;
+	/* A CAS from our own id, never a store of 0: a slot the daemon took
+	 * back (it judged us dead) and handed to another client stays that
+	 * client's, and its hint unit went with the reclaim. */
+	if (RESIL_UNLIKELY(!cas_release(pool_slot(p, idx - 1), &exp, 0)))
+		return false;
 	/* crash window C: slot free, hint one too high; repaired */
 	seq_fas(p->count, 1);
+	return true;
 }
 
 uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t id,
@@ -253,9 +271,9 @@ uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t i
 	return pool_claim(p, limit, id, inflight);
 }
 
-void resil_pool_free(const struct resil_pool *p, uint32_t idx)
+bool resil_pool_free(const struct resil_pool *p, uint32_t idx, uint32_t id)
 {
-	pool_free(p, idx);
+	return pool_free(p, idx, id);
 }
 
 uint32_t resil_pool_reclaim(const struct resil_pool *p, uint32_t id)
@@ -267,7 +285,8 @@ uint32_t resil_pool_reclaim(const struct resil_pool *p, uint32_t id)
 	for (i = 0; i < p->n; i++) {
 		uint32_t exp = id;
 
-		if (cas_acq_rel(pool_slot(p, i), &exp, 0)) {
+		/* a load first: a locked CAS only on a slot that names id */
+		if (ld_relaxed(pool_slot(p, i)) == id && cas_acq_rel(pool_slot(p, i), &exp, 0)) {
 			/* The dead holder's fetch_add is still in the hint: take
 			 * it back. A crash between these two lines leaves an
 			 * excess the next repair removes. */
@@ -285,6 +304,36 @@ uint32_t resil_pool_claimed(const struct resil_pool *p)
 	for (i = 0; i < p->n; i++)
 		held += ld_acquire(pool_slot(p, i)) != 0;
 	return held;
+}
+
+uint32_t resil_pool_sweep(const struct resil_pool *p, bool counted, resil_stray_fn stray, void *ctx)
+{
+	uint32_t i, freed = 0;
+
+	for (i = 0; i < p->n; i++) {
+		uint32_t id = ld_acquire(pool_slot(p, i)), exp = id;
+
+		if (id == 0 || !stray(id, ctx))
+			continue;
+		/* Only that word: a slot freed and claimed anew since the load
+		 * holds another word (or the same stray id planted again) */
+		if (cas_acq_rel(pool_slot(p, i), &exp, 0)) {
+			if (counted)
+				seq_fas(p->count, 1); /* as resil_pool_reclaim */
+			freed++;
+		}
+	}
+	return freed;
+}
+
+void resil_pool_holders(const struct resil_pool *p, resil_holder_fn fn, void *ctx)
+{
+	for (uint32_t i = 0; i < p->n; i++) {
+		uint32_t id = ld_acquire(pool_slot(p, i));
+
+		if (id)
+			fn(id, ctx);
+	}
 }
 
 int32_t resil_pool_repair(const struct resil_pool *p, int32_t *prev_excess)
@@ -581,13 +630,18 @@ static inline __attribute__((always_inline)) uint32_t scan_claim(struct resil_bu
 	return idx;
 }
 
-/* The release: one store; then the hint, when set (a read-mostly line). */
+/* The release: a CAS from the holder's id (a line this thread just wrote,
+ * so usually still in its cache); then the hint, when set (a read-mostly
+ * line). A slot that no longer names us was reclaimed: nothing to give. */
 static inline __attribute__((always_inline)) void scan_free(struct resil_bulkhead_state *s,
-							    uint32_t n, uint32_t idx)
+							    uint32_t n, uint32_t idx, uint32_t id)
 {
+	uint32_t exp = id;
+
 	if (RESIL_UNLIKELY(idx - 1 >= n))
 		return;
-	st_release(scan_slot(s, idx - 1), 0);
+	if (RESIL_UNLIKELY(!cas_release(scan_slot(s, idx - 1), &exp, 0)))
+		return;
 	/* the race of the hint: see "Full hint" at the top */
 	if (RESIL_UNLIKELY(ld_relaxed(&s->full)))
 		st_relaxed(&s->full, 0);
@@ -602,7 +656,9 @@ static uint32_t scan_reclaim(struct resil_bulkhead_state *s, uint32_t n, uint32_
 	for (i = 0; i < n; i++) {
 		uint32_t exp = id;
 
-		freed += cas_acq_rel(scan_slot(s, i), &exp, 0);
+		/* a load first: a locked CAS only on a slot that names id */
+		if (ld_relaxed(scan_slot(s, i)) == id)
+			freed += cas_acq_rel(scan_slot(s, i), &exp, 0);
 	}
 	return freed;
 }
@@ -666,12 +722,13 @@ static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
 		    0)
 			woken = true;
 	}
-	resil_pool_free(&wp, widx);
+	resil_pool_free(&wp, widx, id);
 	if (!idx && woken && seq_ld(&s->nwait) != 0)
 		wake_one(s); /* the wakeup we took and did not use goes on */
 	x->now = 0;	     /* time went by: the next reading must be fresh */
 	if (!idx)
 		return RESIL_REJECT_FULL;
+	pm->holder = id;
 	pm->bulkhead_idx = idx;
 	pm->flags |= RESIL_PERMIT_BULKHEAD;
 	return 0;
@@ -688,6 +745,7 @@ int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf
 		idx = scan_claim(s, resil_bulkhead_max_of(c), id);
 		if (RESIL_UNLIKELY(!idx))
 			return RESIL_REJECT_FULL;
+		pm->holder = id;
 		pm->bulkhead_idx = idx;
 		pm->flags |= RESIL_PERMIT_BULKHEAD;
 		return 0;
@@ -696,6 +754,7 @@ int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf
 	limit = prio_limit(c, p.n, pm);
 	idx = pool_claim(&p, limit, id, &inflight);
 	if (RESIL_LIKELY(idx)) {
+		pm->holder = id;
 		pm->bulkhead_idx = idx;
 		pm->flags |= RESIL_PERMIT_BULKHEAD;
 		return 0;
@@ -714,13 +773,13 @@ void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_con
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
 	if (scan_regime(c)) {
-		scan_free(s, resil_bulkhead_max_of(c), pm->bulkhead_idx);
+		scan_free(s, resil_bulkhead_max_of(c), pm->bulkhead_idx, pm->holder);
 		pm->bulkhead_idx = 0;
 		pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 		return;
 	}
 	p = conf_pool(s, c);
-	pool_free(&p, pm->bulkhead_idx);
+	pool_free(&p, pm->bulkhead_idx, pm->holder);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 	/* seq_cst load after the seq_cst fetch_sub: see "Waiting" above. A
@@ -756,6 +815,31 @@ void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_co
 	fix += resil_pool_repair(&wp, &s->prev_wexcess);
 	if (fix)
 		faa_relaxed(&s->repaired, 1);
+}
+
+uint32_t resil_bulkhead_sweep(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+			      resil_stray_fn stray, void *ctx)
+{
+	struct resil_bulkhead_state *s = st;
+	struct resil_pool p = conf_pool(s, c);
+	uint32_t n = resil_pool_sweep(&p, !scan_regime(c), stray, ctx);
+
+	if (n) {
+		faa_relaxed(&s->reclaimed, n);
+		if (scan_regime(c) && ld_relaxed(&s->full))
+			st_relaxed(&s->full, 0); /* slots are free now */
+		if (!scan_regime(c) && seq_ld(&s->nwait) != 0)
+			wake_one(s);
+	}
+	return n;
+}
+
+void resil_bulkhead_holders(const struct resil_bulkhead_conf *c, const void *st, resil_holder_fn fn,
+			    void *ctx)
+{
+	struct resil_pool p = conf_pool((struct resil_bulkhead_state *)st, c);
+
+	resil_pool_holders(&p, fn, ctx);
 }
 
 void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,

@@ -30,7 +30,8 @@
  * The two regimes of a bulkhead (bulkhead.c says why and how):
  *   SCAN     bulkhead.wait = 0, bulkhead.critical = 0 (the defaults) and
  *            bulkhead.max <= RESIL_BULKHEAD_SCAN_MAX: no in-flight word,
- *            an admission is one CAS on a slot, a release one store;
+ *            an admission is one CAS on a slot, a release one CAS from
+ *            the holder's id;
  *   COUNTED  everything else: the in-flight hint (fetch_add/fetch_sub),
  *            waiters, priority partitions.
  * The regime is part of the state's shape: a change of regime publishes a
@@ -65,12 +66,20 @@ struct resil_pool {
  * the hint value including this claim (0 if rejected). Never a syscall. */
 uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t id,
 			  uint32_t *inflight);
-/* Give back the permit idx (slot + 1) returned by resil_pool_claim. */
-void resil_pool_free(const struct resil_pool *p, uint32_t idx);
+/* Give back the permit idx (slot + 1) returned by resil_pool_claim for
+ * id: a CAS id -> 0, so a slot reclaimed meanwhile (and perhaps claimed
+ * by another client) is left alone. true: it was ours and is free now. */
+bool resil_pool_free(const struct resil_pool *p, uint32_t idx, uint32_t id);
 /* Free every slot held by id; returns how many. Daemon side. */
 uint32_t resil_pool_reclaim(const struct resil_pool *p, uint32_t id);
 /* Claimed slots right now (a scan). */
 uint32_t resil_pool_claimed(const struct resil_pool *p);
+/* Free every slot whose id stray() calls a stray claim (CAS id -> 0, and
+ * the hint unit with it when counted); returns how many. Daemon side. */
+uint32_t resil_pool_sweep(const struct resil_pool *p, bool counted, resil_stray_fn stray,
+			  void *ctx);
+/* Each claimed slot's id, in slot order (observers: who holds what). */
+void resil_pool_holders(const struct resil_pool *p, resil_holder_fn fn, void *ctx);
 /* Daemon tick: correct the hint by the part of its excess over the claims
  * that persisted since the previous tick (*prev_excess: daemon-private).
  * Returns the correction applied (0: none). */
@@ -189,6 +198,13 @@ void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *
 void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			    struct resil_permit_priv *pm, int outcome);
 void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st);
+/* Daemon tick: free the claims stray() names (see resil_pool_sweep);
+ * returns how many. */
+uint32_t resil_bulkhead_sweep(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+			      resil_stray_fn stray, void *ctx);
+/* Each held permit's holder id (observers). */
+void resil_bulkhead_holders(const struct resil_bulkhead_conf *c, const void *st, resil_holder_fn fn,
+			    void *ctx);
 void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			    uint32_t dead_client, struct resil_reclaim_counts *counts);
 

@@ -343,6 +343,61 @@ void resil_policy_reclaim(struct resil_ctx *c, const struct resil_rec *rec, uint
 	}
 }
 
+uint32_t resil_policy_sweep(struct resil_ctx *c, const struct resil_rec *rec, resil_stray_fn stray,
+			    void *ctx)
+{
+	const struct resil_seg *s = c->seg;
+	uint32_t n = 0;
+
+	c->rec = rec;
+	if (resil_has(rec, RESIL_C_BULKHEAD))
+		n +=
+		    resil_bulkhead_sweep(c, &rec->conf.bulkhead,
+					 blk(s, rec, rec->state_off, RESIL_C_BULKHEAD), stray, ctx);
+	if (resil_has(rec, RESIL_C_ADAPTIVE))
+		n +=
+		    resil_adaptive_sweep(c, &rec->conf.adaptive,
+					 blk(s, rec, rec->state_off, RESIL_C_ADAPTIVE), stray, ctx);
+	return n;
+}
+
+uint32_t resil_policy_pool_slots(const struct resil_rec *rec)
+{
+	uint32_t n = 1; /* a policy without pools still costs its visit */
+
+	if (resil_has(rec, RESIL_C_BULKHEAD))
+		n += resil_bulkhead_max_of(&rec->conf.bulkhead);
+	if (resil_has(rec, RESIL_C_ADAPTIVE))
+		n += resil_adaptive_max(&rec->conf.adaptive);
+	return n;
+}
+
+void resil_policy_holders(const struct resil_seg *s, const struct resil_rec *rec,
+			  resil_holder_fn fn, void *ctx)
+{
+	if (resil_has(rec, RESIL_C_BULKHEAD))
+		resil_bulkhead_holders(&rec->conf.bulkhead,
+				       blk(s, rec, rec->state_off, RESIL_C_BULKHEAD), fn, ctx);
+	if (resil_has(rec, RESIL_C_ADAPTIVE))
+		resil_adaptive_holders(&rec->conf.adaptive,
+				       blk(s, rec, rec->state_off, RESIL_C_ADAPTIVE), fn, ctx);
+}
+
+void resil_policy_reset_copy(const struct resil_seg *s, const struct resil_rec *rec,
+			     uint32_t client_id, int64_t now)
+{
+	uint64_t base;
+
+	if (!rec->proc_stride || client_id == 0 || client_id > s->st->client_cap)
+		return;
+	/* Crash window: none that matters: the row is ours (just claimed),
+	 * nobody else decides on this copy; a daemon tick maintaining it
+	 * meanwhile works on a zeroed or a fresh copy, both valid. */
+	base = rec->proc_off + (uint64_t)(client_id - 1) * rec->proc_stride;
+	memset(resil_seg_state(s, base), 0, rec->proc_stride);
+	init_decisions(s, rec, base, now);
+}
+
 int resil_policy_breaker_state(const struct resil_seg *s, const struct resil_rec *rec)
 {
 	if (!resil_has(rec, RESIL_C_BREAKER))

@@ -57,7 +57,8 @@ static inline int64_t resil_ctx_now(struct resil_ctx *c)
 /* The inside of resil_permit_t (64 bytes, on the caller's stack). */
 struct resil_permit_priv {
 	uint32_t flags;       /* RESIL_PERMIT_* */
-	uint32_t reserved;    /* 0; free for a later field */
+	uint32_t holder;      /* the client id the bulkhead/adaptive slots were claimed
+			       * with: a release is a CAS from it (0: none) */
 	uint32_t breaker_gen; /* breaker generation at grant */
 	uint32_t bulkhead_idx; /* claimed permit slot + 1 (0: none) */
 	uint32_t adaptive_idx; /* claimed adaptive slot + 1 */
@@ -104,6 +105,26 @@ struct resil_reclaim_counts {
 };
 void resil_policy_reclaim(struct resil_ctx *c, const struct resil_rec *rec, uint32_t dead_client,
 			  struct resil_reclaim_counts *counts);
+
+/* Stray claims: is id (a permit slot's word, not 0) held by nobody the
+ * caller knows alive? The daemon's answer, from its client registry. */
+typedef bool (*resil_stray_fn)(uint32_t id, void *ctx);
+/* A permit slot's holder id, for observers. */
+typedef void (*resil_holder_fn)(uint32_t id, void *ctx);
+/* Daemon tick: free the bulkhead and adaptive claims (fleet block) whose
+ * id stray() says no live client holds; returns how many. */
+uint32_t resil_policy_sweep(struct resil_ctx *c, const struct resil_rec *rec, resil_stray_fn stray,
+			    void *ctx);
+/* Slots resil_policy_sweep visits for rec (the daemon's tick budget). */
+uint32_t resil_policy_pool_slots(const struct resil_rec *rec);
+/* Each held bulkhead and adaptive permit's holder id (fleet block). */
+void resil_policy_holders(const struct resil_seg *s, const struct resil_rec *rec,
+			  resil_holder_fn fn, void *ctx);
+/* policy.scope = process: start client_id's copy afresh (a row just
+ * claimed: the copy a previous process on that row left, e.g. an OPEN
+ * breaker, is not the new process's). No-op for fleet scope. */
+void resil_policy_reset_copy(const struct resil_seg *s, const struct resil_rec *rec,
+			     uint32_t client_id, int64_t now);
 
 /* The breaker's RESIL_STATE_*, -ENODATA when the policy has no breaker. */
 int resil_policy_breaker_state(const struct resil_seg *s, const struct resil_rec *rec);
