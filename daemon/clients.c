@@ -100,7 +100,7 @@ int resild_proc_start_time(uint32_t pid, uint64_t *ret)
 
 int resild_clients_init(struct resild *d)
 {
-	uint32_t cap = d->seg.st->client_cap;
+	uint32_t cap = d->seg.geo.client_cap;
 	struct resild_clients *c = calloc(1, sizeof(*c) + (size_t)cap * sizeof(struct watch));
 
 	if (!c)

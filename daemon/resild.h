@@ -67,8 +67,14 @@ struct resild {
 	uint64_t reloads;
 	uint64_t reload_errors;
 	uint64_t reclaims;
+	uint64_t state_repairs; /* state words found out of range and repaired */
 	bool stopping;
 };
+
+/* Count a repair of `n` state words (enum resil_word `word`) of the policy
+ * in slot (UINT32_MAX: the header) and push the event naming them. */
+void resild_state_repaired(struct resild *d, uint32_t slot, uint32_t gen, uint32_t word,
+			   uint32_t n);
 
 /* A connected peer as the message handler sees it. */
 #define RESILD_SUB_NAMES 16
