@@ -127,10 +127,18 @@ static Resil__Response *call(int fd, Resil__Request *req, int *fds, int *nfds)
 	n = resil__request__pack(req, buf);
 	if (send(fd, buf, n, MSG_NOSIGNAL) != (ssize_t)n)
 		return NULL;
-	r = recv_msg(fd, buf, sizeof(buf), fds, nfds);
-	if (r <= 0)
-		return NULL;
-	return resil__response__unpack(NULL, (size_t)r, buf);
+	/* a subscribed connection may get events (id 0) before the answer */
+	for (;;) {
+		Resil__Response *resp;
+
+		r = recv_msg(fd, buf, sizeof(buf), fds, nfds);
+		if (r <= 0)
+			return NULL;
+		resp = resil__response__unpack(NULL, (size_t)r, buf);
+		if (!resp || resp->id != 0 || resp->body_case != RESIL__RESPONSE__BODY_EVENT)
+			return resp;
+		resil__response__free_unpacked(resp, NULL);
+	}
 }
 
 static void resp_free(Resil__Response *r)
