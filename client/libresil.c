@@ -191,7 +191,7 @@ static void claim_row(struct resil *r, struct resil_map *m, uint32_t bound_id)
 		r->start_time = self_start_time();
 		r->uid = (uint32_t)getuid();
 	}
-	if (bound_id && bound_id <= m->seg->st->client_cap &&
+	if (bound_id && bound_id <= m->seg->geo.client_cap &&
 	    ld_relaxed(&resil_seg_client(m->seg, bound_id - 1)->owner))
 		row = (int)bound_id - 1; /* resild claimed it for us (clients.c) */
 	else

@@ -247,7 +247,7 @@ static void decide_block(const struct resil_seg *s, const struct resil_rec *rec,
 static void decisions(const struct resil_seg *s, const struct resil_rec *rec, struct row *w)
 {
 	struct decided d;
-	uint32_t cap = s->st->client_cap, live = 0, open = 0;
+	uint32_t cap = s->geo.client_cap, live = 0, open = 0;
 	int common = -2;
 
 	snprintf(w->state, sizeof(w->state), "%s", w->budget ? "budget" : "-");

@@ -192,7 +192,7 @@ static ino_t pidns_of(const char *proc)
 
 int resild_clients_init(struct resild *d)
 {
-	uint32_t cap = d->seg.st->client_cap;
+	uint32_t cap = d->seg.geo.client_cap;
 	struct resild_clients *c = calloc(1, sizeof(*c) + (size_t)cap * sizeof(struct watch));
 
 	if (!c)

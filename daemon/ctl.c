@@ -433,7 +433,7 @@ static void add_holder_stats(struct resild *d, const struct resil_rec *rec, stru
 	for (uint32_t i = 0; i < h.n; i++) {
 		uint32_t row = h.id[i] - 1, pid = resild_clients_pid_of(d, row);
 
-		if (!pid && row < d->seg.st->client_cap)
+		if (!pid && row < d->seg.geo.client_cap)
 			pid = (uint32_t)(ld_relaxed(&resil_seg_client(&d->seg, row)->owner) >> 32);
 		snprintf(nm, sizeof(nm), "held_row_%u_pid_%u", row, pid);
 		add_stat(in, n, nm, h.count[i]);
@@ -491,7 +491,7 @@ static void fill_info(struct resild *d, const struct resil_rec *rec, struct info
 		}
 		/* policy.scope = process: each live process's breaker, side by
 		 * side ("breaker_pid_1234 = 1" is OPEN, as RESIL_STATE_*) */
-		for (uint32_t i = 0; rec->proc_stride && i < d->seg.st->client_cap; i++) {
+		for (uint32_t i = 0; rec->proc_stride && i < d->seg.geo.client_cap; i++) {
 			uint64_t owner = ld_relaxed(&resil_seg_client(&d->seg, i)->owner);
 			int bs = resil_policy_breaker_state_of(&d->seg, rec, i + 1);
 			char nm[32];
@@ -955,11 +955,11 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	mput(&m,
 	     "# HELP resil_arena_used_bytes State arena in use.\n"
 	     "# TYPE resil_arena_used_bytes gauge\nresil_arena_used_bytes %llu\n",
-	     (unsigned long long)ld_relaxed(&d->seg.st->arena_used));
+	     (unsigned long long)d->seg.arena_used);
 	mput(&m,
 	     "# HELP resil_arena_bytes State arena size (--state-size).\n"
 	     "# TYPE resil_arena_bytes gauge\nresil_arena_bytes %llu\n",
-	     (unsigned long long)d->seg.st->arena_size);
+	     (unsigned long long)d->seg.geo.arena_size);
 	/* rec_used: written by this daemon only (the one writer of the
 	 * config segment), so a relaxed load reads our own store */
 	mput(&m,

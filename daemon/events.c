@@ -4,16 +4,18 @@
  *
  * Any process appends to the ring (resil_event_push: fetch_add on
  * st->event_head, fill the entry, publish seq = index + 1 with release);
- * the daemon is the only consumer. Its position st->events_read is
- * written by the daemon only (relaxed: observers read it for display,
+ * the daemon is the only consumer. Its position is private (rd below);
+ * st->events_read is a copy written by the daemon only (relaxed: observers read it for display,
  * nothing is published through it).
  *
  * Entries are read with resil_event_read (acquire on seq, copy, re-check
  * seq): a torn copy is never used.
  *   - -EAGAIN: the writer claimed the index and has not published yet. It
  *     may have been SIGKILLed in that window (its crash window); we wait
- *     up to EVENT_GRACE ticks for it, then skip the entry and count it in
- *     st->events_dropped: a dead writer never stalls the ring.
+ *     EVENT_GRACE ticks for it and every entry claimed before we saw it,
+ *     then skip those still unpublished at once and count them in
+ *     st->events_dropped: dead writers never stall the ring, however
+ *     many.
  *   - -ESTALE: writers lapped us and overwrote the entry: skipped, counted.
  *   - more than event_cap entries behind: the oldest are gone, counted.
  *
@@ -37,21 +39,37 @@
 #include "resil.h"
 #include "resild.h"
 
-#define EVENT_GRACE	10   /* ticks a claimed, unpublished entry is waited for */
+#define EVENT_GRACE	2    /* ticks a claimed, unpublished entry is waited for */
 #define EVENTS_PER_TICK 4096 /* bound on one drain */
 
-static uint64_t stuck_idx = UINT64_MAX;
-static unsigned stuck_ticks;
+/*
+ * The daemon's position is its own (rd below, private memory): the
+ * header's events_read is a copy for observers, and event_head is any
+ * client's to write. Holes (an index taken by fetch_add and never
+ * published: a writer killed in its crash window, or a head advanced by
+ * hand) are skipped as a group: the first time the drain stops at an
+ * unpublished entry it notes the head it saw (hole_mark); once the grace
+ * is over, every entry below that mark still unpublished is skipped at
+ * once. A live writer had EVENT_GRACE ticks to finish a few stores; a
+ * hundred holes cost the same grace as one.
+ */
+static uint64_t rd;
+static uint64_t hole_mark;  /* entries below this were claimed at hole_tick */
+static unsigned hole_ticks; /* ticks since the first stop at a hole, 0: none */
 
 void resild_events_init(struct resild *d)
 {
 	struct resil_state_hdr *st = d->seg.st;
 
-	if (!d->adopted)
-		st_relaxed(&st->events_read, ld_acquire(&st->event_head));
-	stuck_idx = UINT64_MAX;
-	stuck_ticks = 0;
+	/* adopted: go on from where the last daemon was; the word is any
+	 * client's to write, so the drain bounds it by the ring's size */
+	rd = d->adopted ? ld_relaxed(&st->events_read) : ld_acquire(&st->event_head);
+	st_relaxed(&st->events_read, rd);
+	hole_mark = 0;
+	hole_ticks = 0;
 }
+
+uint64_t resild_events_holes; /* holes skipped since start (metrics, tests) */
 
 static const char *type_name(uint32_t t)
 {
@@ -68,6 +86,8 @@ static const char *type_name(uint32_t t)
 		return "clients-full";
 	case RESIL_EV_CONFIG:
 		return "config";
+	case RESIL_EV_REPAIRED:
+		return "repaired";
 	default:
 		return "unknown";
 	}
@@ -177,6 +197,16 @@ size_t resild_event_format(struct resild *d, const struct resil_event *e, char *
 	case RESIL_EV_CONFIG:
 		n = snprintf(buf, len, "policy %s: %s", pol, config_what(e->a));
 		break;
+	case RESIL_EV_REPAIRED:
+		if (e->slot == UINT32_MAX)
+			n = snprintf(buf, len,
+				     "state segment: %u words out of range repaired (last: %s)",
+				     e->b, resil_word_name(e->a));
+		else
+			n = snprintf(buf, len,
+				     "policy %s: %u state words out of range repaired (last: %s)",
+				     pol, e->b, resil_word_name(e->a));
+		break;
 	default:
 		n = snprintf(buf, len, "policy %s: event %u", pol, e->type);
 		break;
@@ -202,6 +232,8 @@ static void deliver(struct resild *d, const struct resil_event *e)
 		snprintf(to, sizeof(to), "%s", resild_state_name((int)e->b));
 	} else if (e->type == RESIL_EV_CONFIG) {
 		snprintf(to, sizeof(to), "%s", config_what(e->a));
+	} else if (e->type == RESIL_EV_REPAIRED) {
+		snprintf(to, sizeof(to), "%s", resil_word_name(e->a));
 	}
 	if (e->reason && e->type == RESIL_EV_TRANSITION)
 		snprintf(reason, sizeof(reason), "%s", resil_breaker_why(e->reason));
@@ -235,31 +267,46 @@ void resild_events_drain(struct resild *d)
 {
 	struct resil_state_hdr *st = d->seg.st;
 	uint64_t head = ld_acquire(&st->event_head);
-	uint64_t rd = ld_relaxed(&st->events_read);
+	uint64_t cap = d->seg.geo.event_cap;
 	unsigned budget = EVENTS_PER_TICK;
 
-	if (head - rd > (uint64_t)st->event_cap && head > rd) {
-		uint64_t lost = head - rd - st->event_cap;
+	/* more than a ring behind (writers lapped us), or a head behind our
+	 * position (a client moved it back): nothing older than one ring
+	 * can still be read; go on from there */
+	if (head - rd > cap) {
+		if (head > rd) {
+			uint64_t lost = head - rd - cap;
 
-		faa_relaxed(&st->events_dropped, lost);
-		log_warning("event ring overrun: %llu events lost", (unsigned long long)lost);
-		rd = head - st->event_cap;
+			faa_relaxed(&st->events_dropped, lost);
+			log_warning("event ring overrun: %llu events lost",
+				    (unsigned long long)lost);
+			rd = head - cap;
+		} else {
+			resild_state_repaired(d, UINT32_MAX, 0, RESIL_W_EVENTS, 1);
+			rd = head;
+		}
+		hole_ticks = 0;
 	}
+	if (hole_ticks && ++hole_ticks <= EVENT_GRACE + 1 && rd < hole_mark)
+		goto out; /* holes noted, grace not over */
 	while (rd != head && budget--) {
 		struct resil_event e;
 		int r = resil_event_read(&d->seg, rd, &e);
 
 		if (r == -EAGAIN) {
-			if (stuck_idx != rd) {
-				stuck_idx = rd;
-				stuck_ticks = 0;
+			if (hole_ticks && rd < hole_mark) {
+				/* claimed before the mark, grace over: its
+				 * writer died (or nobody wrote it): skip */
+				faa_relaxed(&st->events_dropped, 1);
+				resild_events_holes++;
+				rd++;
+				continue;
 			}
-			if (++stuck_ticks <= EVENT_GRACE)
-				break; /* a writer may still be filling it: next tick */
-			/* its writer died in the crash window: skip */
-			faa_relaxed(&st->events_dropped, 1);
-			rd++;
-			continue;
+			/* a writer may still be filling it: note the head,
+			 * wait the grace once for everything claimed so far */
+			hole_mark = head;
+			hole_ticks = 1;
+			break;
 		}
 		if (r < 0) {
 			faa_relaxed(&st->events_dropped, 1);
@@ -270,5 +317,8 @@ void resild_events_drain(struct resild *d)
 		deliver(d, &e);
 		rd++;
 	}
+	if (rd >= hole_mark)
+		hole_ticks = 0;
+out:
 	st_relaxed(&st->events_read, rd);
 }

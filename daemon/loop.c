@@ -655,12 +655,25 @@ uint32_t resild_loop_conns(const struct resild *d)
 	return d->loop ? d->loop->nconns : 0;
 }
 
+/* A state word found out of range and repaired: counted (the daemon's
+ * private count, copied to st->state_repairs for metrics) and an event
+ * naming the policy (slot) and the word. */
+void resild_state_repaired(struct resild *d, uint32_t slot, uint32_t gen, uint32_t word, uint32_t n)
+{
+	d->state_repairs += n;
+	st_relaxed(&d->seg.st->state_repairs, d->state_repairs);
+	resil_event_push(&d->seg, RESIL_EV_REPAIRED, slot, gen, word, n, 0, n,
+			 resil_clock_monotonic(NULL));
+}
+
 static int maintain_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
 			void *ctx)
 {
 	struct resil_ctx x = {.seg = s, .rec = rec, .pid = (uint32_t)getpid()};
 
 	resil_policy_maintain(&x, rec);
+	if (x.repairs)
+		resild_state_repaired(ctx, slot, rec->gen, x.repair_word, x.repairs);
 	return 0;
 }
 
@@ -724,7 +737,14 @@ static void on_tick(struct resild *d)
 	/* the heartbeat clients read on their periodic check (seg.h): a
 	 * relaxed store, it orders nothing; stale means "daemon gone" */
 	st_relaxed(&d->seg.st->daemon_beat_ns, (uint64_t)resil_clock_monotonic(NULL));
-	resil_seg_foreach(&d->seg, maintain_one, NULL);
+	/* the header's geometry copy, for 1.0 readers (this daemon and 1.1
+	 * clients address nothing through it) */
+	uint32_t fixed = resil_seg_repair_header(&d->seg);
+
+	if (fixed)
+		resild_state_repaired(d, UINT32_MAX, 0, RESIL_W_HEADER, fixed);
+	st_relaxed(&d->seg.st->state_repairs, d->state_repairs);
+	resil_seg_foreach(&d->seg, maintain_one, d);
 	resild_clients_scan(d);
 	resild_events_drain(d);
 	scan_conns(d, resil_clock_monotonic(NULL));

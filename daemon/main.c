@@ -475,6 +475,20 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 
 	if (p->cfg_fd >= 0 && p->st_fd >= 0) {
 		r = resil_seg_map(&d->seg, p->cfg_fd, p->st_fd, true, true, err, sizeof(err));
+		/* headers, then every record and directory entry: the config
+		 * segment is ours, but it outlived a daemon (another build may
+		 * have written it); the state blocks are checked and repaired
+		 * word by word by the first tick (resil_policy_maintain) */
+		if (r == 0) {
+			r = resil_seg_check(&d->seg, err, sizeof(err));
+			if (r < 0) {
+				/* the fds go back to the caller's handling below */
+				munmap(d->seg.cfg, d->seg.cfg_size);
+				munmap(d->seg.st, d->seg.st_size);
+				memset(&d->seg, 0, sizeof(d->seg));
+				d->seg.cfg_fd = d->seg.st_fd = -1;
+			}
+		}
 		if (r == 0) {
 			d->adopted = true;
 			log_notice("adopted the segments kept by systemd (epoch %016llx): "
@@ -508,6 +522,8 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 					       sp.clients);
 	}
 	d->have_seg = true;
+	/* from here on the arena's bump pointer is the daemon's own */
+	resil_seg_own_arena(&d->seg);
 	/* clients get an O_RDONLY reopen of the config memfd: mode 0440 makes
 	 * a reopen for writing fail for other uids */
 	if (fchmod(d->seg.cfg_fd, 0440) < 0)

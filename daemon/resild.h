@@ -79,8 +79,14 @@ struct resild {
 	uint64_t conns_refused; /* past the per-uid connection limit */
 	uint64_t conns_idle;	/* closed after opts.idle_timeout_ns of silence */
 	uint64_t conns_cut;	/* cut off for leaving descriptors unread */
+	uint64_t state_repairs; /* state words found out of range and repaired */
 	bool stopping;
 };
+
+/* Count a repair of `n` state words (enum resil_word `word`) of the policy
+ * in slot (UINT32_MAX: the header) and push the event naming them. */
+void resild_state_repaired(struct resild *d, uint32_t slot, uint32_t gen, uint32_t word,
+			   uint32_t n);
 
 /* A connected peer as the message handler sees it. */
 #define RESILD_SUB_NAMES 16

@@ -56,7 +56,11 @@
  *             HALF_OPEN resets it implicitly.
  *   base_ns, offsets, sizes, fastmod: plain, written once by state_init
  *             (or carry) before the record's slot word publishes the block
- *             (release, seg.c); read by everyone.
+ *             (release, seg.c). Offsets and sizes are read by nobody (the
+ *             configuration gives them, win_off_of); base_ns and fastmod
+ *             are read by everyone, with arithmetic that no value of
+ *             theirs can overflow or take outside the window (rel_ns,
+ *             seq_slot); the daemon's tick repairs them (state_repair).
  * Lines (breaker.h): the word with the immutable fields (read by every
  * call, written on transitions only), seq (every count record), counters
  * and consec (on outcome changes, failures), ho (HALF_OPEN only), then the
@@ -389,26 +393,45 @@ static inline uint32_t seq_slot(const bk_t *b, uint64_t seq, uint32_t n)
 #endif
 }
 
-static inline ra32 *cslots(bk_t *b)
+/* The block's layout, from the configuration only (the read-only config
+ * segment): the one place offsets are computed. The copies in line 0
+ * (probe_off, win_off, ...) are for observers of older builds; no access
+ * is ever addressed through them, since any client can write them. The
+ * words read here share the conf's first line with those every call
+ * reads. */
+#define PROBE_OFF ((uint32_t)sizeof(bk_t))
+static inline uint32_t win_off_of(const struct resil_breaker_conf *c)
 {
-	return (ra32 *)((char *)b + b->win_off);
+	return (uint32_t)(sizeof(bk_t) + resil_align_up((uint64_t)nprobe_of(c) *
+							    sizeof(struct resil_breaker_probe),
+							RESIL_HOT_ALIGN));
 }
-static inline struct resil_breaker_bucket *buckets(bk_t *b)
+static inline ra32 *cslots(bk_t *b, const struct resil_breaker_conf *c)
 {
-	return (struct resil_breaker_bucket *)((char *)b + b->win_off);
+	return (ra32 *)((char *)b + win_off_of(c));
+}
+static inline struct resil_breaker_bucket *buckets(bk_t *b, const struct resil_breaker_conf *c)
+{
+	return (struct resil_breaker_bucket *)((char *)b + win_off_of(c));
 }
 static inline struct resil_breaker_probe *probes(bk_t *b)
 {
-	return (struct resil_breaker_probe *)((char *)b + b->probe_off);
+	return (struct resil_breaker_probe *)((char *)b + PROBE_OFF);
 }
 
 /* ---- time --------------------------------------------------------------- */
 
 static inline int64_t rel_ns(const bk_t *b, int64_t now)
 {
-	int64_t r = now - b->base_ns;
+	int64_t base = b->base_ns;
+	uint64_t r;
 
-	return r < 0 ? 0 : r; /* time appearing to go backwards clamps */
+	/* time appearing to go backwards clamps; unsigned, so no value of
+	 * base_ns (a client may write any) overflows */
+	if (now <= base)
+		return 0;
+	r = (uint64_t)now - (uint64_t)base;
+	return r > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)r;
 }
 
 static inline uint64_t since_of(const bk_t *b, int64_t now)
@@ -513,7 +536,7 @@ static void window_reset(bk_t *b, const struct resil_breaker_conf *c)
 	uint32_t n = wsize_of(c);
 
 	if (c->window_kind == RESIL_WINDOW_COUNT) {
-		ra32 *s = cslots(b);
+		ra32 *s = cslots(b, c);
 
 		for (uint32_t i = 0; i < n; i++) {
 			uint32_t old = ld_relaxed(&s[i]);
@@ -525,7 +548,7 @@ static void window_reset(bk_t *b, const struct resil_breaker_conf *c)
 				faa_relaxed(&b->counters, cnt_delta(old, RESIL_BK_EMPTY));
 		}
 	} else if (c->window_kind == RESIL_WINDOW_TIME) {
-		struct resil_breaker_bucket *bk = buckets(b);
+		struct resil_breaker_bucket *bk = buckets(b, c);
 
 		for (uint32_t i = 0; i < n; i++) {
 			st_relaxed(&bk[i].epoch, 0);
@@ -557,7 +580,7 @@ static bool over_threshold(const struct resil_breaker_conf *c, const struct resi
 static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1,
 		     struct resil_breaker_counts *k)
 {
-	struct resil_breaker_bucket *bk = buckets(b);
+	struct resil_breaker_bucket *bk = buckets(b, c);
 	uint32_t n = wsize_of(c);
 
 	memset(k, 0, sizeof(*k));
@@ -612,7 +635,7 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 	case RESIL_WINDOW_TIME: {
 		int64_t now = rel_ns(b, resil_ctx_now(x)) + b->base_ns;
 		uint64_t tick1 = (uint64_t)(now < 0 ? 0 : now) / (uint64_t)bucket_ns_of(c) + 1;
-		struct resil_breaker_bucket *bk = &buckets(b)[(tick1 - 1) % wsize_of(c)];
+		struct resil_breaker_bucket *bk = &buckets(b, c)[(tick1 - 1) % wsize_of(c)];
 		uint64_t e = ld_acquire(&bk->epoch);
 
 		if (e != tick1) {
@@ -642,7 +665,7 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 		uint64_t s = faa_relaxed(&b->seq, 1);
 		/* 32-bit modulo: once every 2^32 records one slot is taken
 		 * out of turn, harmless for "the last N" */
-		ra32 *slot = &cslots(b)[seq_slot(b, s, n)];
+		ra32 *slot = &cslots(b, c)[seq_slot(b, s, n)];
 		uint32_t old = atomic_exchange_explicit(slot, code, memory_order_relaxed);
 
 		/* CRASH WINDOW: killed here, the counters miss this change
@@ -913,39 +936,35 @@ uint64_t resil_breaker_state_size(const struct resil_breaker_conf *c)
 /*
  * The layout words of line 0 (kind, size, bucket_ns, nprobe, fastmod and
  * the offsets) are all derived from the configuration, which lives in the
- * read-only config segment. Written at init; the state segment is
- * writable by every client, so the daemon, which must never trust it,
- * rewrites them from the configuration before each of its passes
- * (maintain, reclaim): a corrupted offset cannot make it read or write
- * outside the block. Plain stores: the values are the ones every reader
- * already expects.
+ * read-only config segment. Written at init for observers; nothing
+ * addresses memory through them (win_off_of, PROBE_OFF): the state
+ * segment is writable by every client. The daemon rewrites them from the
+ * configuration in its tick and counts what it had to repair. Plain
+ * stores: the values are the ones every reader already expects.
  */
-static void layout_repair(bk_t *b, const struct resil_breaker_conf *c)
+static uint32_t layout_repair(bk_t *b, const struct resil_breaker_conf *c)
 {
-	uint32_t np = nprobe_of(c);
+	uint32_t np = nprobe_of(c), n = 0;
 	uint32_t size = c->window_kind == RESIL_WINDOW_CONSECUTIVE ? c->window_size : wsize_of(c);
 	int64_t bucket_ns = c->window_kind == RESIL_WINDOW_TIME ? bucket_ns_of(c) : 0;
 	uint64_t fastmod = c->window_kind == RESIL_WINDOW_COUNT ? UINT64_MAX / wsize_of(c) + 1 : 0;
-	uint32_t probe_off = sizeof(bk_t);
-	uint32_t win_off =
-	    (uint32_t)(sizeof(bk_t) +
-		       resil_align_up((uint64_t)np * sizeof(struct resil_breaker_probe),
-				      RESIL_HOT_ALIGN));
 
-	if (b->kind != c->window_kind)
-		b->kind = c->window_kind;
-	if (b->size != size)
-		b->size = size;
-	if (b->bucket_ns != bucket_ns)
-		b->bucket_ns = bucket_ns;
-	if (b->nprobe != np)
-		b->nprobe = np;
-	if (b->fastmod != fastmod)
-		b->fastmod = fastmod;
-	if (b->probe_off != probe_off)
-		b->probe_off = probe_off;
-	if (b->win_off != win_off)
-		b->win_off = win_off;
+#define FIX(field, val)                                                                            \
+	do {                                                                                       \
+		if (b->field != (val)) {                                                           \
+			b->field = (val);                                                          \
+			n++;                                                                       \
+		}                                                                                  \
+	} while (0)
+	FIX(kind, c->window_kind);
+	FIX(size, size);
+	FIX(bucket_ns, bucket_ns);
+	FIX(nprobe, np);
+	FIX(fastmod, fastmod);
+	FIX(probe_off, PROBE_OFF);
+	FIX(win_off, win_off_of(c));
+#undef FIX
+	return n;
 }
 
 void resil_breaker_state_init(void *st, const struct resil_breaker_conf *c, int64_t now)
@@ -955,7 +974,7 @@ void resil_breaker_state_init(void *st, const struct resil_breaker_conf *c, int6
 
 	memset(st, 0, resil_breaker_state_size(c));
 	b->base_ns = now;
-	layout_repair(b, c);
+	(void)layout_repair(b, c);
 	for (uint32_t i = 0; i < np; i++)
 		st_relaxed(&probes(b)[i].claimed_at, INT64_MAX);
 	/* published by the record's slot word (release) in seg.c */
@@ -1206,7 +1225,7 @@ void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf 
 		w = ld_acquire(&b->word);
 		if (RESIL_LIKELY(w == (w & ~(uint64_t)7) && w_gen(w) == pm->breaker_gen)) {
 			uint64_t s = faa_relaxed(&b->seq, 1);
-			ra32 *slot = &cslots(b)[seq_slot(b, s, c->window_size)];
+			ra32 *slot = &cslots(b, c)[seq_slot(b, s, c->window_size)];
 			uint32_t old;
 
 			/* A slot that already says "success" needs no write:
@@ -1245,12 +1264,47 @@ void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf 
 	release_closed(x, c, b, w, code);
 }
 
+/*
+ * The daemon's checks of the words it acts on (any client may write any
+ * value into them); each bad one is repaired and counted (resil_repaired):
+ *   - layout copies in line 0: rewritten from the configuration;
+ *   - base_ns: the time origin of since_ms; one from the future
+ *     would make every state look brand new, so
+ *     it is moved to now and the state word re-stamped from now;
+ *   - the state code: one outside the enum (6, 7) would reject forever;
+ *     it becomes a fresh CLOSED breaker, as after a reset.
+ * A client of the same fleet can still make decisions wrong (a state
+ * word naming OPEN); it cannot make the daemon or a caller stick.
+ */
+static void state_repair(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c)
+{
+	int64_t now = resil_ctx_now(x);
+	uint64_t w;
+
+	if (layout_repair(b, c))
+		resil_repaired(x, RESIL_W_BREAKER_LAYOUT);
+	if (b->base_ns > now) {
+		b->base_ns = now;
+		w = ld_acquire(&b->word);
+		cas_acq_rel(&b->word, &w, w_make(w_state(w), w_streak(w), w_gen(w), 0));
+		resil_repaired(x, RESIL_W_BREAKER_BASE);
+	}
+	w = ld_acquire(&b->word);
+	if (w_state(w) > RESIL_STATE_METRICS_ONLY) {
+		window_reset(b, c);
+		while (w_state(w) > RESIL_STATE_METRICS_ONLY &&
+		       !move(x, b, &w, RESIL_STATE_CLOSED, 0, RESIL_WHY_RESET, 0))
+			;
+		resil_repaired(x, RESIL_W_BREAKER_STATE);
+	}
+}
+
 void resil_breaker_maintain(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st)
 {
 	bk_t *b = st;
 	uint64_t w;
 
-	layout_repair(b, c);
+	state_repair(x, b, c);
 	w = ld_acquire(&b->word);
 
 	if (w_state(w) == RESIL_STATE_OPEN) {
@@ -1272,7 +1326,7 @@ void resil_breaker_maintain(struct resil_ctx *x, const struct resil_breaker_conf
 static bool count_repair(bk_t *b, const struct resil_breaker_conf *c)
 {
 	uint32_t n = wsize_of(c);
-	ra32 *s = cslots(b);
+	ra32 *s = cslots(b, c);
 
 	for (int tries = 0; tries < 8; tries++) {
 		uint64_t s1 = ld_acquire(&b->seq), c1 = ld_acquire(&b->counters), hist = 0;
@@ -1300,7 +1354,6 @@ void resil_breaker_reclaim(struct resil_ctx *x, const struct resil_breaker_conf 
 	struct resil_breaker_probe *p;
 	uint32_t np = nprobe_of(c);
 
-	layout_repair(b, c);
 	p = probes(b);
 	if (dead_client != 0) {
 		for (uint32_t i = 0; i < np; i++) {

@@ -340,8 +340,13 @@ int32_t resil_pool_repair(const struct resil_pool *p, int32_t *prev_excess)
 {
 	int32_t excess, prev = *prev_excess, fix = 0;
 	uint32_t held = resil_pool_claimed(p);
+	/* 64-bit, then clamped: the count is any client's to write, and
+	 * INT32_MIN minus what is held must not overflow */
+	int64_t ex = (int64_t)(int32_t)ld_acquire(p->count) - (int64_t)held;
 
-	excess = (int32_t)ld_acquire(p->count) - (int32_t)held;
+	excess = ex > INT32_MAX ? INT32_MAX : ex < -INT32_MAX ? -INT32_MAX : (int32_t)ex;
+	if (prev == INT32_MIN)
+		prev = -INT32_MAX;
 	if ((excess > 0 && prev > 0) || (excess < 0 && prev < 0)) {
 		/* only what persisted since the last tick */
 		fix =
@@ -800,7 +805,7 @@ void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_co
 	struct resil_pool p = conf_pool(s, c);
 	struct resil_pool wp = {
 	    .count = &s->nwait, .slots = s->wslots, .n = RESIL_BULKHEAD_WAITERS, .shift = 0};
-	int32_t fix;
+	int32_t fix, wfix;
 
 	layout_repair(s, c);
 	if (scan_regime(c)) {
@@ -811,9 +816,10 @@ void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_co
 		}
 		return;
 	}
+	/* two results, never summed: each may be near INT32_MAX */
 	fix = resil_pool_repair(&p, &s->prev_excess);
-	fix += resil_pool_repair(&wp, &s->prev_wexcess);
-	if (fix)
+	wfix = resil_pool_repair(&wp, &s->prev_wexcess);
+	if (fix || wfix)
 		faa_relaxed(&s->repaired, 1);
 }
 

@@ -310,15 +310,25 @@ static inline int gcra_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t 
 
 	for (;;) {
 		int64_t tat = (int64_t)cur;
-		int64_t ntat = (tat > p->now ? tat : p->now) + inc;
+		int64_t from = tat > p->now ? tat : p->now;
+
+		/* The heal check first, unsigned (exact: from >= now): a TAT
+		 * further ahead than any writer can set it (corruption, or a
+		 * client's write: it may hold INT64_MAX) is healed before any
+		 * arithmetic with it could overflow (see the top). Same
+		 * condition as d > max_wait + inc + HEAL_SLACK below. */
+		if (RESIL_UNLIKELY((uint64_t)from - (uint64_t)p->now >
+				   (uint64_t)(p->max_wait + p->tau + HEAL_SLACK))) {
+			if (cas_relaxed(w, &cur, (uint64_t)(p->now + p->tau)))
+				faa_relaxed(p->heals, 1);
+			*wait = p->max_wait + p->tau + inc;
+			return RESIL_REJECT_LIMITED;
+		}
+
+		int64_t ntat = from + inc;
 		int64_t d = ntat - p->tau - p->now;
 
 		if (d > p->grant) {
-			/* a read-only rejection, unless the TAT is further ahead than
-			 * any writer can set it (corruption): heal it (see the top) */
-			if (RESIL_UNLIKELY(d > p->max_wait + inc + HEAL_SLACK) &&
-			    cas_relaxed(w, &cur, (uint64_t)(p->now + p->tau)))
-				faa_relaxed(p->heals, 1);
 			*wait = resil_min64(d, p->max_wait + p->tau + inc);
 			return RESIL_REJECT_LIMITED;
 		}
@@ -354,8 +364,12 @@ static bool gcra_idle(uint64_t v, const struct lp *p)
 static int64_t gcra_wait1(uint64_t v, const struct lp *p)
 {
 	int64_t tat = (int64_t)v;
+	uint64_t ahead = tat > p->now ? (uint64_t)tat - (uint64_t)p->now : 0;
 
-	return (tat > p->now ? tat : p->now) + p->T - p->tau - p->now;
+	/* unsigned, capped: a TAT any client may have written overflows nothing */
+	if (ahead > (uint64_t)(p->max_wait + p->tau + HEAL_SLACK))
+		ahead = (uint64_t)(p->max_wait + p->tau + HEAL_SLACK);
+	return (int64_t)ahead + p->T - p->tau;
 }
 
 /* ------------------------------------------------- sliding-approx word */
@@ -590,6 +604,18 @@ static bool too_many(const struct lp *p)
 
 /* ------------------------------------------------------- sliding ring */
 
+/* When a ring slot's admission leaves the window: raw - RING_BIAS + P,
+ * saturated. A slot is any client's to write; a value near either end
+ * of int64 reads as far ahead (and is healed), never overflows. */
+static inline int64_t ring_end(int64_t raw, const struct lp *p)
+{
+	int64_t v;
+
+	if (__builtin_sub_overflow(raw, RING_BIAS, &v) || __builtin_add_overflow(v, p->P, &v))
+		return raw < 0 ? INT64_MIN / 2 : INT64_MAX / 2;
+	return v;
+}
+
 static int slide_take(struct resil_limit_state *s, const struct lp *p, struct resil_permit_priv *pm)
 {
 	rai64 *ring = ring_of(s);
@@ -603,9 +629,9 @@ again:
 	i = (uint32_t)(seq % N);
 	t = p->now;
 	for (k = 0; k < n; k++) {
-		v = ld_relaxed(&ring[(i + k) % N]) - RING_BIAS;
-		if (v + p->P > t)
-			t = v + p->P;
+		v = ring_end(ld_relaxed(&ring[(i + k) % N]), p);
+		if (v > t)
+			t = v;
 	}
 	if (t - p->now > p->grant) {
 		if (RESIL_UNLIKELY(t - p->now > p->P + p->max_wait + HEAL_SLACK)) {
@@ -614,7 +640,7 @@ again:
 				rai64 *slot = &ring[(i + k) % N];
 				int64_t old = ld_relaxed(slot);
 
-				if (old - RING_BIAS > p->now + p->max_wait + HEAL_SLACK &&
+				if (ring_end(old, p) - p->P > p->now + p->max_wait + HEAL_SLACK &&
 				    cas_relaxed(slot, &old, p->now + p->max_wait + RING_BIAS))
 					faa_relaxed(&s->heals, 1);
 			}
@@ -637,7 +663,7 @@ again:
 		rai64 *slot = &ring[(i + k) % N];
 		int64_t old = ld_relaxed(slot);
 
-		if (old - RING_BIAS + p->P > t || !cas_relaxed(slot, &old, t + RING_BIAS)) {
+		if (ring_end(old, p) > t || !cas_relaxed(slot, &old, t + RING_BIAS)) {
 			/* lost a slot to another process: free ours (as undo does) */
 			while (k-- > 0) {
 				int64_t mine = t + RING_BIAS;
@@ -1414,7 +1440,7 @@ int resil_limit_key_info(struct resil_ctx *x, const struct resil_limit_conf *c, 
 		uint32_t i;
 
 		for (i = 0; i < c->count; i++) {
-			ti = ld_relaxed(&ring[i]) - RING_BIAS;
+			ti = ring_end(ld_relaxed(&ring[i]), &p) - p.P;
 			if (ti + p.P > p.now)
 				cnt++;
 			oldest = resil_min64(oldest, ti);

@@ -187,7 +187,7 @@ static void *comp_state(const struct resil_seg *s, const struct resil_rec *rec,
 /* Every process's copy (policy.scope = process) lies inside the mapping. */
 static bool copies_inside(const struct resil_seg *s, const struct resil_rec *rec)
 {
-	uint64_t cap = s->st->client_cap;
+	uint64_t cap = s->geo.client_cap;
 
 	return rec->proc_stride && rec->proc_off <= s->st_size &&
 	       rec->proc_stride <= (s->st_size - rec->proc_off) / (cap ? cap : 1);
@@ -346,7 +346,7 @@ static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_re
 		/* policy.scope = process: each live process's copy, side by side */
 		if (!copies_inside(s, rec))
 			break;
-		for (uint32_t i = 0; i < s->st->client_cap; i++) {
+		for (uint32_t i = 0; i < s->geo.client_cap; i++) {
 			const struct resil_client_row *row = resil_seg_client(s, i);
 			uint64_t owner = ld_acquire(&row->owner);
 			char ppl[sizeof(pl) + 24];
@@ -423,5 +423,10 @@ size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len)
 	    "table was full.\n# TYPE resil_clients_full_total counter\n"
 	    "resil_clients_full_total %" PRIu64 "\n",
 	    ld_relaxed(&s->st->clients_full));
+	put(&o,
+	    "# HELP resil_state_repairs_total State words the daemon found out of range "
+	    "and repaired.\n# TYPE resil_state_repairs_total counter\n"
+	    "resil_state_repairs_total %" PRIu64 "\n",
+	    ld_relaxed(&s->st->state_repairs));
 	return o.pos;
 }

@@ -77,7 +77,7 @@ static void *blk(const struct resil_seg *s, const struct resil_rec *rec, uint64_
 static uint64_t decision_base(const struct resil_ctx *c, const struct resil_rec *rec)
 {
 	if (RESIL_LIKELY(!rec->proc_stride) || c->client_id == 0 ||
-	    c->client_id > c->seg->st->client_cap)
+	    c->client_id > c->seg->geo.client_cap)
 		return rec->state_off;
 	return rec->proc_off + (uint64_t)(c->client_id - 1) * rec->proc_stride;
 }
@@ -110,7 +110,7 @@ void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, i
 		resil_budget_state_init(resil_comp_state(s, rec, RESIL_C_BUDGET), &c->retry, now);
 	/* process scope: every row's copy starts fresh (this touches the
 	 * copies' pages once: client_cap x state_size bytes) */
-	for (uint32_t i = 0; rec->proc_stride && i < s->st->client_cap; i++) {
+	for (uint32_t i = 0; rec->proc_stride && i < s->geo.client_cap; i++) {
 		uint64_t base = rec->proc_off + (uint64_t)i * rec->proc_stride;
 
 		memset(resil_seg_state(s, base), 0, rec->proc_stride);
@@ -171,7 +171,7 @@ void resil_policy_carry(const struct resil_seg *s, struct resil_rec *nrec,
 				   now);
 	carry_decisions(s, nrec, nrec->state_off, orec, orec->state_off, now);
 	/* a change of shape within process scope keeps each row's OPEN state */
-	for (uint32_t i = 0; nrec->proc_stride && orec->proc_stride && i < s->st->client_cap; i++)
+	for (uint32_t i = 0; nrec->proc_stride && orec->proc_stride && i < s->geo.client_cap; i++)
 		carry_decisions(s, nrec, nrec->proc_off + (uint64_t)i * nrec->proc_stride, orec,
 				orec->proc_off + (uint64_t)i * orec->proc_stride, now);
 }
@@ -301,7 +301,7 @@ void resil_policy_maintain(struct resil_ctx *c, const struct resil_rec *rec)
 	c->rec = rec;
 	maintain_block(c, rec, rec->state_off);
 	/* process scope: the copies of live rows only */
-	for (uint32_t i = 0; rec->proc_stride && i < c->seg->st->client_cap; i++)
+	for (uint32_t i = 0; rec->proc_stride && i < c->seg->geo.client_cap; i++)
 		if (ld_relaxed(&resil_seg_client(c->seg, i)->owner))
 			maintain_block(c, rec, rec->proc_off + (uint64_t)i * rec->proc_stride);
 }
@@ -332,7 +332,7 @@ void resil_policy_reclaim(struct resil_ctx *c, const struct resil_rec *rec, uint
 {
 	c->rec = rec;
 	reclaim_block(c, rec, rec->state_off, dead_client, counts);
-	if (rec->proc_stride && dead_client && dead_client <= c->seg->st->client_cap) {
+	if (rec->proc_stride && dead_client && dead_client <= c->seg->geo.client_cap) {
 		/* the dead process's own copy: take back what it held, then
 		 * start it fresh for the next process that gets this row */
 		uint64_t base = rec->proc_off + (uint64_t)(dead_client - 1) * rec->proc_stride;
@@ -388,7 +388,7 @@ void resil_policy_reset_copy(const struct resil_seg *s, const struct resil_rec *
 {
 	uint64_t base;
 
-	if (!rec->proc_stride || client_id == 0 || client_id > s->st->client_cap)
+	if (!rec->proc_stride || client_id == 0 || client_id > s->geo.client_cap)
 		return;
 	/* Crash window: none that matters: the row is ours (just claimed),
 	 * nobody else decides on this copy; a daemon tick maintaining it
@@ -425,7 +425,7 @@ int resil_policy_force(struct resil_ctx *c, const struct resil_rec *rec, int sta
 	r = resil_breaker_force(c, &rec->conf.breaker,
 				resil_comp_state(c->seg, rec, RESIL_C_BREAKER), state);
 	/* an operator's force applies to every process's copy */
-	for (uint32_t i = 0; r >= 0 && rec->proc_stride && i < c->seg->st->client_cap; i++)
+	for (uint32_t i = 0; r >= 0 && rec->proc_stride && i < c->seg->geo.client_cap; i++)
 		r = resil_breaker_force(c, &rec->conf.breaker,
 					blk(c->seg, rec,
 					    rec->proc_off + (uint64_t)i * rec->proc_stride,

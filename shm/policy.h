@@ -45,7 +45,19 @@ struct resil_ctx {
 	uint32_t client_id; /* resil_client_id(row); 0 = unregistered */
 	uint32_t pid;
 	int64_t now; /* cached reading, 0 = not read yet */
+	/* State words found out of range and repaired (the daemon's checks
+	 * in maintain; clients only heal what they must to go on): a count
+	 * and the last word (enum resil_word), for the caller to count and
+	 * report. */
+	uint32_t repairs;
+	uint32_t repair_word;
 };
+
+static inline void resil_repaired(struct resil_ctx *c, uint32_t word)
+{
+	c->repairs++;
+	c->repair_word = word;
+}
 
 static inline int64_t resil_ctx_now(struct resil_ctx *c)
 {

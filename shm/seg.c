@@ -94,6 +94,51 @@ static int make_memfd(const char *name, uint64_t size, int *ret)
 	return 0;
 }
 
+static bool within(uint64_t off, uint64_t len, uint64_t size)
+{
+	return off <= size && len <= size - off;
+}
+
+/* A state geometry that fits a segment of st_size bytes, its regions in
+ * order and aligned: the one check, whichever header it came from. */
+static bool geo_valid(const struct resil_state_geo *g, uint64_t st_size)
+{
+	return g->client_cap != 0 && g->client_cap <= (1u << 20) && g->event_cap != 0 &&
+	       !(g->event_cap & (g->event_cap - 1)) &&
+	       within(g->client_off, (uint64_t)g->client_cap * RESIL_CLIENT_SIZE, st_size) &&
+	       within(g->event_off, (uint64_t)g->event_cap * RESIL_EVENT_SIZE, st_size) &&
+	       within(g->arena_off, g->arena_size, st_size) && g->client_off >= RESIL_HDR_SIZE &&
+	       g->event_off >= g->client_off + (uint64_t)g->client_cap * RESIL_CLIENT_SIZE &&
+	       g->arena_off >= g->event_off + (uint64_t)g->event_cap * RESIL_EVENT_SIZE &&
+	       g->client_off % 64 == 0 && g->event_off % 64 == 0 && g->arena_off % 128 == 0;
+}
+
+/* ABI 1.1 keeps the geometry in the config header too; 1.0 has zeros. */
+static bool cfg_has_geo(const struct resil_cfg_hdr *c)
+{
+	return c->abi_minor >= 1 && c->st_arena_off != 0;
+}
+
+static void geo_of_cfg(const struct resil_cfg_hdr *c, struct resil_state_geo *g)
+{
+	g->client_cap = c->st_client_cap;
+	g->event_cap = c->st_event_cap;
+	g->client_off = c->st_client_off;
+	g->event_off = c->st_event_off;
+	g->arena_off = c->st_arena_off;
+	g->arena_size = c->st_arena_size;
+}
+
+static void geo_of_state(const struct resil_state_hdr *h, struct resil_state_geo *g)
+{
+	g->client_cap = h->client_cap;
+	g->event_cap = h->event_cap;
+	g->client_off = h->client_off;
+	g->event_off = h->event_off;
+	g->arena_off = h->arena_off;
+	g->arena_size = h->arena_size;
+}
+
 int resil_seg_create(struct resil_seg *s, const struct resil_seg_params *p)
 {
 	struct resil_seg_params d = { 0 };
@@ -175,6 +220,12 @@ int resil_seg_create(struct resil_seg *s, const struct resil_seg_params *p)
 	sh->event_off = event_off;
 	sh->arena_off = arena_off;
 	sh->arena_size = st_size - arena_off;
+	ch->st_client_cap = d.clients;
+	ch->st_event_cap = (uint32_t)events;
+	ch->st_client_off = client_off;
+	ch->st_event_off = event_off;
+	ch->st_arena_off = arena_off;
+	ch->st_arena_size = st_size - arena_off;
 
 	/* The magic last: a half-made segment is never taken for a valid one. */
 	atomic_thread_fence(memory_order_release);
@@ -189,6 +240,7 @@ int resil_seg_create(struct resil_seg *s, const struct resil_seg_params *p)
 	s->cfg_fd = cfd;
 	s->st_fd = sfd;
 	s->cfg_writable = true;
+	geo_of_cfg(ch, &s->geo);
 	return 0;
 fail:
 	if (cm != MAP_FAILED)
@@ -200,11 +252,6 @@ fail:
 	if (sfd >= 0)
 		close(sfd);
 	return r;
-}
-
-static bool within(uint64_t off, uint64_t len, uint64_t size)
-{
-	return off <= size && len <= size - off;
 }
 
 int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t st_size,
@@ -253,15 +300,17 @@ int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t 
 					  "state segment has ABI %" PRIu32 ".%" PRIu32
 					  ", this build speaks %d.x",
 					  s->abi_major, s->abi_minor, RESIL_ABI_MAJOR);
+		struct resil_state_geo g;
+
+		/* The geometry of a 1.1 pair is the config header's: what any
+		 * client wrote into the state header's copy does not matter
+		 * (the daemon repairs it). */
+		if (cfg && cfg_has_geo(c))
+			geo_of_cfg(c, &g);
+		else
+			geo_of_state(s, &g);
 		if (s->hdr_size != RESIL_HDR_SIZE || s->seg_size != st_size ||
-		    s->client_cap == 0 || s->client_cap > (1u << 20) || s->event_cap == 0 ||
-		    (s->event_cap & (s->event_cap - 1)) ||
-		    !within(s->client_off, (uint64_t)s->client_cap * RESIL_CLIENT_SIZE, st_size) ||
-		    !within(s->event_off, (uint64_t)s->event_cap * RESIL_EVENT_SIZE, st_size) ||
-		    !within(s->arena_off, s->arena_size, st_size) || s->client_off < RESIL_HDR_SIZE ||
-		    s->event_off < s->client_off + (uint64_t)s->client_cap * RESIL_CLIENT_SIZE ||
-		    s->arena_off < s->event_off + (uint64_t)s->event_cap * RESIL_EVENT_SIZE ||
-		    s->client_off % 64 || s->event_off % 64 || s->arena_off % 128)
+		    !geo_valid(&g, st_size))
 			return resil_errf(err, errlen, -EBADMSG,
 					  "state segment: inconsistent header");
 	}
@@ -313,6 +362,39 @@ int resil_seg_map(struct resil_seg *s, int cfg_fd, int st_fd, bool writable_cfg,
 	s->cfg_fd = cfg_fd;
 	s->st_fd = st_fd;
 	s->cfg_writable = writable_cfg;
+	r = resil_seg_take_geo(s, err, errlen);
+	if (r < 0) {
+		/* the fds stay the caller's, as on every other failure */
+		munmap(cm, (size_t)cst.st_size);
+		munmap(sm, (size_t)sst.st_size);
+		memset(s, 0, sizeof(*s));
+		s->cfg_fd = s->st_fd = -1;
+		return r;
+	}
+	return 0;
+}
+
+int resil_seg_take_geo(struct resil_seg *s, char *err, size_t errlen)
+{
+	/* taken once and validated as taken (a client may rewrite the state
+	 * header between two reads); never read from the headers again */
+	if (cfg_has_geo(s->cfg)) {
+		geo_of_cfg(s->cfg, &s->geo);
+	} else {
+		geo_of_state(s->st, &s->geo);
+		if (s->cfg_writable) {
+			/* a daemon adopting a 1.0 pair upgrades it to 1.1 */
+			s->cfg->st_client_cap = s->geo.client_cap;
+			s->cfg->st_event_cap = s->geo.event_cap;
+			s->cfg->st_client_off = s->geo.client_off;
+			s->cfg->st_event_off = s->geo.event_off;
+			s->cfg->st_arena_size = s->geo.arena_size;
+			s->cfg->st_arena_off = s->geo.arena_off;
+			s->cfg->abi_minor = RESIL_ABI_MINOR;
+		}
+	}
+	if (!geo_valid(&s->geo, s->st_size))
+		return resil_errf(err, errlen, -EBADMSG, "state segment: inconsistent header");
 	return 0;
 }
 
@@ -334,7 +416,7 @@ void resil_seg_unmap(struct resil_seg *s)
 
 bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec)
 {
-	uint64_t lo = s->st->arena_off, hi = s->st->arena_off + s->st->arena_size;
+	uint64_t lo = s->geo.arena_off, hi = s->geo.arena_off + s->geo.arena_size;
 
 	if (memchr(rec->name, '\0', sizeof(rec->name)) == NULL || !resil_name_valid(rec->name))
 		return false;
@@ -352,7 +434,7 @@ bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec)
 	if (rec->budget_slot > s->cfg->slot_cap)
 		return false;
 	if (rec->proc_stride) {
-		uint64_t n = s->st->client_cap;
+		uint64_t n = s->geo.client_cap;
 
 		if (rec->conf.scope != RESIL_SCOPE_PROCESS || rec->proc_stride != rec->state_size ||
 		    rec->proc_off < lo || rec->proc_off % RESIL_HOT_ALIGN ||
@@ -398,9 +480,6 @@ int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen)
 	r = resil_seg_validate(s->cfg, s->cfg_size, s->st, s->st_size, err, errlen);
 	if (r < 0)
 		return r;
-	if (ld_relaxed(&s->st->arena_used) > s->st->arena_size)
-		return resil_errf(err, errlen, -EBADMSG,
-				  "state segment: arena use beyond its size");
 	if (ld_relaxed(&s->cfg->rec_used) > s->cfg->rec_cap)
 		return resil_errf(err, errlen, -EBADMSG,
 				  "config segment: record count beyond capacity");
@@ -415,12 +494,15 @@ int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen)
 		if (resil_slotw_rec(w) >= ld_relaxed(&s->cfg->rec_used))
 			return resil_errf(err, errlen, -EBADMSG, "slot %u: record out of range", i);
 		rec = resil_seg_rec_of(s, w);
-		uint64_t used_end = s->st->arena_off + ld_relaxed(&s->st->arena_used);
+		/* the arena's end, not st->arena_used: that word is any
+		 * client's to write (resil_seg_own_arena takes the used end
+		 * from the records instead) */
+		uint64_t end = s->geo.arena_off + s->geo.arena_size;
 
 		if (!rec || rec->slot != i || !resil_rec_sane(s, rec) ||
-		    rec->state_off + rec->state_size > used_end ||
+		    rec->state_off + rec->state_size > end ||
 		    (rec->proc_stride &&
-		     rec->proc_off + rec->proc_stride * s->st->client_cap > used_end))
+		     rec->proc_off + rec->proc_stride * s->geo.client_cap > end))
 			return resil_errf(err, errlen, -EBADMSG, "slot %u: corrupt record", i);
 		if (!conf_round_trips(&rec->conf))
 			return resil_errf(err, errlen, -EBADMSG,
@@ -537,17 +619,92 @@ int resil_seg_lookup(const struct resil_seg *s, const char *name, uint32_t *ret_
 static int arena_alloc(struct resil_seg *s, uint64_t size, uint64_t *off, char *err, size_t errlen)
 {
 	uint64_t sz = resil_align_up(size ? size : RESIL_HOT_ALIGN, RESIL_HOT_ALIGN);
-	uint64_t used = ld_relaxed(&s->st->arena_used);
+	/* The daemon's own pointer; embedded processes share the header's,
+	 * whatever it holds bounded by the private geometry below, so a
+	 * hostile value can waste the arena, never reach past it. */
+	uint64_t used = s->arena_private ? s->arena_used : ld_relaxed(&s->st->arena_used);
 
 	/* Only one writer (daemon, or embedded under define_lock): no CAS. */
-	if (sz > s->st->arena_size || used > s->st->arena_size - sz)
+	if (sz > s->geo.arena_size || used > s->geo.arena_size - sz)
 		return resil_errf(err, errlen, -ENOSPC,
 				  "state segment full (%" PRIu64 " of %" PRIu64
 				  " bytes used, %" PRIu64 " needed): raise --state-size",
-				  used, s->st->arena_size, sz);
-	*off = s->st->arena_off + used;
+				  used, s->geo.arena_size, sz);
+	*off = s->geo.arena_off + used;
+	s->arena_used = used + sz;
 	st_release(&s->st->arena_used, used + sz);
 	return 0;
+}
+
+void resil_seg_own_arena(struct resil_seg *s)
+{
+	uint64_t used = ld_relaxed(&s->st->arena_used), end = 0;
+	uint32_t n = ld_relaxed(&s->cfg->rec_used);
+
+	if (used > s->geo.arena_size)
+		used = 0;
+	/* every record ever published (live or replaced: an old handle may
+	 * still use its block), none beyond the arena (resil_seg_check) */
+	for (uint32_t i = 0; i < n && i < s->cfg->rec_cap; i++) {
+		const struct resil_rec *rec = resil_seg_rec(s, i);
+		uint64_t e = rec->state_off + rec->state_size;
+
+		if (rec->proc_stride)
+			e = rec->proc_off + rec->proc_stride * s->geo.client_cap;
+		if (rec->state_off >= s->geo.arena_off && e > s->geo.arena_off &&
+		    e - s->geo.arena_off <= s->geo.arena_size && e - s->geo.arena_off > end)
+			end = e - s->geo.arena_off;
+	}
+	end = resil_align_up(end, RESIL_HOT_ALIGN);
+	s->arena_used = used > end ? used : end;
+	s->arena_private = true;
+	st_release(&s->st->arena_used, s->arena_used);
+}
+
+const char *resil_word_name(uint32_t w)
+{
+	static const char *const names[RESIL_W_MAX] = {
+	    [RESIL_W_NONE] = "none",
+	    [RESIL_W_HEADER] = "state header",
+	    [RESIL_W_EVENTS] = "event ring position",
+	    [RESIL_W_BREAKER_LAYOUT] = "breaker layout",
+	    [RESIL_W_BREAKER_BASE] = "breaker.base_ns",
+	    [RESIL_W_BREAKER_STATE] = "breaker state",
+	    [RESIL_W_SHED_WIDTH] = "shed.width_ns",
+	    [RESIL_W_SHED_EPOCH] = "shed.epoch",
+	    [RESIL_W_LIMIT_TAT] = "limit tat",
+	    [RESIL_W_BLOCK_RESET] = "state block (reset)",
+	};
+
+	return w < RESIL_W_MAX && names[w] ? names[w] : "unknown";
+}
+
+uint32_t resil_seg_repair_header(struct resil_seg *s)
+{
+	struct resil_state_hdr *h = s->st;
+	uint32_t n = 0;
+
+#define FIX(field, val)                                                                            \
+	do {                                                                                       \
+		if (h->field != (val)) {                                                           \
+			h->field = (val);                                                          \
+			n++;                                                                       \
+		}                                                                                  \
+	} while (0)
+	FIX(client_cap, s->geo.client_cap);
+	FIX(event_cap, s->geo.event_cap);
+	FIX(client_off, s->geo.client_off);
+	FIX(event_off, s->geo.event_off);
+	FIX(arena_off, s->geo.arena_off);
+	FIX(arena_size, s->geo.arena_size);
+	FIX(seg_size, s->st_size);
+	FIX(hdr_size, RESIL_HDR_SIZE);
+	if (s->arena_private && ld_relaxed(&h->arena_used) != s->arena_used) {
+		st_release(&h->arena_used, s->arena_used);
+		n++;
+	}
+#undef FIX
+	return n;
 }
 
 int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_conf *conf,
@@ -605,13 +762,13 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	uint64_t alloc_size = main_size;
 
 	if (conf->scope == RESIL_SCOPE_PROCESS) {
-		if (main_size > (s->st->arena_size / s->st->client_cap))
+		if (main_size > (s->geo.arena_size / s->geo.client_cap))
 			return resil_errf(err, errlen, -ENOSPC,
 					  "policy.scope = process needs %" PRIu64
 					  " bytes per client row for %" PRIu32
 					  " rows: raise --state-size",
-					  main_size, s->st->client_cap);
-		alloc_size += main_size * s->st->client_cap;
+					  main_size, s->geo.client_cap);
+		alloc_size += main_size * s->geo.client_cap;
 	}
 
 	ri = ld_relaxed(&s->cfg->rec_used);
@@ -704,18 +861,19 @@ int resil_seg_define_cost(const struct resil_seg *s, const char *name,
 	size =
 	    resil_align_up(resil_policy_state_layout(conf, comp_off, &components), RESIL_HOT_ALIGN);
 	if (conf->scope == RESIL_SCOPE_PROCESS)
-		size += size * s->st->client_cap;
+		size += size * s->geo.client_cap;
 	c->arena = resil_align_up(size ? size : RESIL_HOT_ALIGN, RESIL_HOT_ALIGN);
 	return 0;
 }
 
 void resil_seg_room(const struct resil_seg *s, struct resil_define_cost *room)
 {
-	uint64_t used = ld_relaxed(&s->st->arena_used);
+	/* the daemon's own bump pointer, never the client-writable copy */
+	uint64_t used = s->arena_private ? s->arena_used : ld_relaxed(&s->st->arena_used);
 	uint32_t rused = ld_relaxed(&s->cfg->rec_used), n = 0;
 
 	room->records = rused < s->cfg->rec_cap ? s->cfg->rec_cap - rused : 0;
-	room->arena = used < s->st->arena_size ? s->st->arena_size - used : 0;
+	room->arena = used < s->geo.arena_size ? s->geo.arena_size - used : 0;
 	for (uint32_t i = 0; i < s->cfg->slot_cap; i++)
 		n += ld_relaxed(&resil_seg_slots(s)[i]) == 0;
 	room->slots = n;
@@ -772,7 +930,7 @@ void resil_event_push(const struct resil_seg *s, uint32_t type, uint32_t slot, u
 	struct resil_event *e;
 	uint64_t idx;
 
-	if (!s || !s->st || !s->st->event_cap)
+	if (!s || !s->st || !s->geo.event_cap)
 		return;
 	idx = faa_relaxed(&s->st->event_head, 1);
 	e = resil_seg_event(s, idx);
@@ -824,7 +982,7 @@ int resil_client_claim(const struct resil_seg *s, uint32_t pid, uint64_t start_t
 
 	if (!s || !s->st || pid == 0)
 		return -EINVAL;
-	cap = s->st->client_cap;
+	cap = s->geo.client_cap;
 	start = ld_relaxed(&s->st->client_hint) % cap;
 	for (uint32_t n = 0; n < cap; n++) {
 		uint32_t i = (start + n) % cap;
@@ -853,7 +1011,7 @@ void resil_client_release(const struct resil_seg *s, uint32_t row)
 {
 	struct resil_client_row *r;
 
-	if (!s || !s->st || row >= s->st->client_cap)
+	if (!s || !s->st || row >= s->geo.client_cap)
 		return;
 	r = resil_seg_client(s, row);
 	st_relaxed(&r->flags, 0);

@@ -39,7 +39,7 @@
 #define RESIL_CFG_MAGIC   0x4746434c49534552ULL /* "RESILCFG" */
 #define RESIL_STATE_MAGIC 0x5453434c49534552ULL /* "RESILSTA" with a twist */
 #define RESIL_ABI_MAJOR   1
-#define RESIL_ABI_MINOR   0
+#define RESIL_ABI_MINOR	  1 /* 1: the state geometry in the cfg header */
 
 #define RESIL_HDR_SIZE      4096
 #define RESIL_NAME_MAX      64 /* including the NUL */
@@ -74,7 +74,19 @@ struct resil_cfg_hdr {
 	RESIL_A8 uint64_t hash_k1;
 	ra32 rec_used;    /* records handed out (bump); writer: daemon */
 	ra32 generation;  /* bumped on every directory change; observers re-list */
-	RESIL_A8 uint64_t reserved[32];
+	/* ABI 1.1: the state segment's geometry, written once by the daemon
+	 * that created the pair (or upgraded it at adoption). The state
+	 * header keeps a copy for older readers, but every client writes
+	 * there: a process of 1.1 or later addresses the state segment with
+	 * these words only (0 in a 1.0 segment: the state header's copy,
+	 * validated once at map time). */
+	uint32_t st_client_cap;
+	uint32_t st_event_cap;
+	RESIL_A8 uint64_t st_client_off;
+	RESIL_A8 uint64_t st_event_off;
+	RESIL_A8 uint64_t st_arena_off;
+	RESIL_A8 uint64_t st_arena_size;
+	RESIL_A8 uint64_t reserved[27];
 };
 
 /* A directory entry: 0 empty, else (hash32 << 32) | (slot + 1). A deleted
@@ -153,8 +165,26 @@ enum resil_event_type {
 	RESIL_EV_KEYS_FULL, /* keyed table full: a = 1 admitted (limit.when_full), value = keys */
 	RESIL_EV_RECLAIMED, /* a = permits, b = probes, taken back from a dead client */
 	RESIL_EV_CLIENTS_FULL,
-	RESIL_EV_CONFIG, /* created, changed, deleted */
+	RESIL_EV_CONFIG,   /* created, changed, deleted */
+	RESIL_EV_REPAIRED, /* a = enum resil_word of the last word, b = words repaired */
 };
+
+/* State words the daemon checks and repairs (event RESIL_EV_REPAIRED). */
+enum resil_word {
+	RESIL_W_NONE = 0,
+	RESIL_W_HEADER, /* the state header's geometry copy (slot: none) */
+	RESIL_W_EVENTS, /* event ring head behind the daemon's position */
+	RESIL_W_BREAKER_LAYOUT,
+	RESIL_W_BREAKER_BASE,
+	RESIL_W_BREAKER_STATE,
+	RESIL_W_SHED_WIDTH,
+	RESIL_W_SHED_EPOCH,
+	RESIL_W_LIMIT_TAT,
+	RESIL_W_BLOCK_RESET, /* a block that could not be repaired: reset */
+	RESIL_W_MAX,
+};
+/* "breaker.state": the word's name for events and logs. Never NULL. */
+const char *resil_word_name(uint32_t w);
 struct resil_event {
 	ra64 seq;
 	RESIL_A8 int64_t time_ns;
@@ -195,6 +225,9 @@ struct resil_state_hdr {
 	ra64 daemon_beat_ns; /* CLOCK_MONOTONIC of the daemon's last tick, 0: stopped or
 			      * never ran; daemon stores relaxed, clients load relaxed (a
 			      * hint: stale means "ask the socket who serves now") */
+	ra64 state_repairs;  /* ABI 1.1: state words the daemon found out of range and
+			      * repaired since it started; a copy of its private count,
+			      * stored relaxed each tick, for metrics (display only) */
 
 	/* line: client-written, rare */
 	alignas(RESIL_HOT_ALIGN) ra64 event_head; /* next event index; writers fetch_add */
@@ -218,6 +251,10 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, seg_size) == 24, "seg_size of
 RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, epoch) == 32, "epoch offset");
 RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, dir_off) == 56, "dir_off offset");
 RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, hash_k0) == 88, "hash_k0 offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, st_client_cap) == 112, "st_client_cap offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, st_client_off) == 120, "st_client_off offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, st_arena_size) == 144, "st_arena_size offset");
+RESIL_STATIC_ASSERT(sizeof(struct resil_cfg_hdr) == 368, "cfg header size unchanged");
 RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, magic) == 0, "magic first");
 RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, abi_major) == 8, "abi_major offset");
 RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, flags) == 20, "flags offset");
@@ -228,12 +265,27 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, event_head) % RESIL_HOT_ALI
 RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, daemon_beat_ns) ==
 			offsetof(struct resil_state_hdr, arena_used) + 32,
 		    "daemon_beat_ns on the daemon line");
+RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, state_repairs) ==
+			offsetof(struct resil_state_hdr, arena_used) + 40,
+		    "state_repairs on the daemon line");
+RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, event_head) == 256, "client line unmoved");
 RESIL_STATIC_ASSERT(offsetof(struct resil_rec, state_off) % 8 == 0, "state_off aligned");
 RESIL_STATIC_ASSERT(offsetof(struct resil_rec, conf) % 8 == 0, "conf aligned");
 RESIL_STATIC_ASSERT(offsetof(struct resil_rec, proc_off) == 184, "proc_off offset");
 RESIL_STATIC_ASSERT(offsetof(struct resil_rec, conf) == 248, "conf offset");
 RESIL_STATIC_ASSERT(offsetof(struct resil_client_row, owner) == 0, "owner first");
 RESIL_STATIC_ASSERT(offsetof(struct resil_event, seq) == 0, "seq first");
+
+/* The state segment's geometry as this process validated it when it
+ * created or mapped the pair (private memory). */
+struct resil_state_geo {
+	uint64_t client_off;
+	uint64_t event_off;
+	uint64_t arena_off;
+	uint64_t arena_size;
+	uint32_t client_cap;
+	uint32_t event_cap; /* power of two */
+};
 
 /* A mapped segment pair, as one process sees it. */
 struct resil_seg {
@@ -244,6 +296,15 @@ struct resil_seg {
 	int cfg_fd; /* -1 once closed */
 	int st_fd;
 	bool cfg_writable; /* daemon or embedded */
+	/* The daemon allocates from arena_used below, its own bump pointer
+	 * (resil_seg_own_arena), and only publishes it to st->arena_used for
+	 * observers; embedded processes share st->arena_used under
+	 * define_lock, bounded by geo. */
+	bool arena_private;
+	uint64_t arena_used;
+	/* Every offset and capacity into the state segment comes from here,
+	 * never from st (which every client writes). */
+	struct resil_state_geo geo;
 };
 
 /* Sizes of a new segment pair. */
@@ -265,11 +326,25 @@ int resil_seg_map(struct resil_seg *s, int cfg_fd, int st_fd, bool writable_cfg,
 int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t st_size,
 		       char *err, size_t errlen);
 void resil_seg_unmap(struct resil_seg *s); /* closes fds too */
+/* Take the state geometry into s->geo from validated headers (the config
+ * header's from ABI 1.1 on); resil_seg_map does it. -EBADMSG if invalid. */
+int resil_seg_take_geo(struct resil_seg *s, char *err, size_t errlen);
 /* Deep validation of an adopted pair (a restarted daemon, the fuzzer):
  * every directory entry, slot word and live record points inside the
- * segments, names are terminated, state blocks lie in the used arena.
- * -EBADMSG with what is wrong in err. */
+ * segments, names are terminated, state blocks lie in the arena. Reads
+ * nothing of the state segment but its header's identity: the records
+ * and the geometry are the configuration's. -EBADMSG with what is wrong
+ * in err. */
 int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen);
+/* The daemon takes the arena's bump pointer into its private memory: the
+ * end of the furthest block any record ever got (records live in the
+ * config segment), or the shared word if it is further and in range.
+ * From then on arena_alloc uses the private copy. */
+void resil_seg_own_arena(struct resil_seg *s);
+/* The daemon's tick: rewrite the state header's geometry words (read by
+ * 1.0 clients and observers) from the private copy. Returns the number
+ * of words repaired (enum resil_word RESIL_W_HEADER). */
+uint32_t resil_seg_repair_header(struct resil_seg *s);
 /* One record, as resil_seg_check sees it (the daemon checks before use). */
 bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec);
 
@@ -286,15 +361,16 @@ static inline struct resil_rec *resil_seg_rec(const struct resil_seg *s, uint32_
 	return (struct resil_rec *)((char *)s->cfg + s->cfg->recs_off +
 				    (uint64_t)i * s->cfg->rec_size);
 }
+/* Row i < s->geo.client_cap (callers bound i by the private cap). */
 static inline struct resil_client_row *resil_seg_client(const struct resil_seg *s, uint32_t i)
 {
-	return (struct resil_client_row *)((char *)s->st + s->st->client_off +
+	return (struct resil_client_row *)((char *)s->st + s->geo.client_off +
 					   (uint64_t)i * RESIL_CLIENT_SIZE);
 }
 static inline struct resil_event *resil_seg_event(const struct resil_seg *s, uint64_t idx)
 {
-	return (struct resil_event *)((char *)s->st + s->st->event_off +
-				      (idx & (s->st->event_cap - 1)) * RESIL_EVENT_SIZE);
+	return (struct resil_event *)((char *)s->st + s->geo.event_off +
+				      (idx & (s->geo.event_cap - 1)) * RESIL_EVENT_SIZE);
 }
 static inline void *resil_seg_state(const struct resil_seg *s, uint64_t off)
 {

@@ -132,8 +132,8 @@ void resil_shed_state_init(void *st, const struct resil_shed_conf *c, int64_t no
 	struct resil_shed_state *s = st;
 
 	memset(s, 0, sizeof(*s));
-	s->width_ns = width_of(c);
-	st_relaxed(&s->epoch, (uint64_t)(now > 0 ? now : 0) / (uint64_t)s->width_ns);
+	s->width_ns = width_of(c); /* for observers: nobody divides by it */
+	st_relaxed(&s->epoch, (uint64_t)(now > 0 ? now : 0) / (uint64_t)width_of(c));
 }
 
 bool resil_shed_same_shape(const struct resil_shed_conf *a, const struct resil_shed_conf *b)
@@ -199,9 +199,12 @@ static void rotate(const struct resil_shed_conf *c, struct resil_shed_state *s, 
 	if (!cas_acq_rel(&s->epoch, &e, nb))
 		return; /* someone else rotated; they publish */
 	/* crash window: epoch moved, p one bucket old until the next one */
+	/* saturating: the counts are any client's to write */
 	for (i = 0; i < RESIL_SHED_SLOTS; i++) {
-		req += ld_relaxed(&s->b[i].requests);
-		acc += ld_relaxed(&s->b[i].accepts);
+		if (__builtin_add_overflow(req, ld_relaxed(&s->b[i].requests), &req))
+			req = INT64_MAX;
+		if (__builtin_add_overflow(acc, ld_relaxed(&s->b[i].accepts), &acc))
+			acc = INT64_MAX;
 	}
 	st_relaxed(&s->window_requests, (uint64_t)(req > 0 ? req : 0));
 	st_relaxed(&s->window_accepts, (uint64_t)(acc > 0 ? acc : 0));
@@ -209,16 +212,22 @@ static void rotate(const struct resil_shed_conf *c, struct resil_shed_state *s, 
 	faa_relaxed(&s->rotations, 1);
 }
 
-/* The current bucket at time t, rotating when t is past it. */
+/* The current bucket at time t, rotating when t is past it. The width is
+ * the configuration's (width_of: a division by a constant), never the
+ * state block's copy: any client can write that one, and 0 would be a
+ * SIGFPE in every process that rotates. Unsigned arithmetic: no epoch a
+ * client writes overflows (one whose end wraps rotates back to t's
+ * bucket; one merely far ahead is healed by the daemon's maintain). */
 static inline uint64_t current(const struct resil_shed_conf *c, struct resil_shed_state *s,
 			       int64_t t)
 {
+	uint64_t w = (uint64_t)width_of(c);
 	uint64_t e = ld_acquire(&s->epoch);
-	int64_t end = (int64_t)(e + 1) * s->width_ns;
+	uint64_t ut = t > 0 ? (uint64_t)t : 0;
 
-	if (RESIL_LIKELY(t < end))
+	if (RESIL_LIKELY(ut < (e + 1) * w))
 		return e; /* also when time appears to go backwards */
-	rotate(c, s, e, (uint64_t)t / (uint64_t)s->width_ns);
+	rotate(c, s, e, ut / w);
 	return ld_acquire(&s->epoch);
 }
 
@@ -285,9 +294,27 @@ void resil_shed_release(struct resil_ctx *x, const struct resil_shed_conf *c, vo
 
 void resil_shed_maintain(struct resil_ctx *x, const struct resil_shed_conf *c, void *st)
 {
+	struct resil_shed_state *s = st;
+	int64_t now = resil_ctx_now(x);
+	uint64_t e = ld_acquire(&s->epoch);
+
+	/* the daemon's checks: the observers' copy of the width; an epoch
+	 * more than a whole ring ahead of the daemon's clock (the fleet
+	 * shares that clock: no honest process is this far ahead) would
+	 * freeze the window: rotate back to now's bucket */
+	uint64_t nb = (uint64_t)(now > 0 ? now : 0) / (uint64_t)width_of(c);
+
+	if (s->width_ns != width_of(c)) {
+		s->width_ns = width_of(c);
+		resil_repaired(x, RESIL_W_SHED_WIDTH);
+	}
+	if (e > nb + RESIL_SHED_SLOTS) {
+		rotate(c, s, e, nb);
+		resil_repaired(x, RESIL_W_SHED_EPOCH);
+	}
 	/* idle policies: rotate so observers (and the next caller) see the
 	 * probability of the window as it is now */
-	current(c, st, resil_ctx_now(x));
+	current(c, st, now);
 }
 
 void resil_shed_reclaim(struct resil_ctx *x, const struct resil_shed_conf *c, void *st,

@@ -333,7 +333,7 @@ static void sim_check(struct sim *m)
 	}
 	if (m->conf.window_kind == RESIL_WINDOW_COUNT) {
 		struct resil_breaker_counts k, hs = {0};
-		ra32 *slots = cslots(m->st);
+		ra32 *slots = cslots(m->st, &m->conf);
 
 		for (uint32_t i = 0; i < m->st->size; i++) {
 			uint32_t v = atomic_load(&slots[i]);

@@ -96,7 +96,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	s.st_size = base.st_size;
 	s.cfg_fd = s.st_fd = -1;
 	s.cfg_writable = true;
-	if (resil_seg_check(&s, err, sizeof(err)) == 0) {
+	if (resil_seg_validate(s.cfg, s.cfg_size, s.st, s.st_size, err, sizeof(err)) == 0 &&
+	    resil_seg_take_geo(&s, err, sizeof(err)) == 0 &&
+	    resil_seg_check(&s, err, sizeof(err)) == 0) {
 		uint32_t slot;
 
 		resil_seg_lookup(&s, "a", &slot, NULL);
