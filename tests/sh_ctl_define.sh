@@ -3,7 +3,7 @@
 # resilctl create refuses a name that exists (a forced-open breaker must
 # not vanish under a typo'd create); apply creates or re-defines, keeping
 # state where the shape allows; update changes an existing policy only.
-set -euo pipefail
+set -eu # no pipefail: "X | grep -q" would fail when grep stops reading early
 : "${RESILD:?}" "${RESILCTL:?}"
 tmp=$(mktemp -d)
 pid=
