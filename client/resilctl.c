@@ -573,7 +573,9 @@ static int cmd_define(const char *cmd, const char *name, const char *config)
 		return 1;
 	/* the daemon says whether anything changed; an older one does not */
 	snprintf(what, sizeof(what), "%s",
-		 !strcmp(cmd, "create") ? "created" : create ? "applied" : "updated");
+		 !strcmp(cmd, "create") ? "created"
+		 : create		? "applied"
+					: "updated");
 	if (resp->body_case == RESIL__RESPONSE__BODY_POLICY && resp->policy->outcome &&
 	    *resp->policy->outcome)
 		snprintf(what, sizeof(what), "%s", resp->policy->outcome);

@@ -18,7 +18,7 @@
 
 #define RESILD_VERSION	       RESIL_VERSION_STRING /* project(VERSION) in CMakeLists.txt */
 #define RESILD_PROTO_VERSION   1
-#define RESILD_EXIT_CONFIG     78 /* EX_CONFIG: RestartPreventExitStatus= in the units */
+#define RESILD_EXIT_CONFIG     78	   /* EX_CONFIG: RestartPreventExitStatus= in the units */
 #define RESILD_MSG_MAX	       (64 * 1024) /* one request or response */
 #define RESILD_CONNS_DEFAULT   1024
 #define RESILD_IDLE_DEFAULT_NS (60 * RESIL_NS_PER_S) /* a non-subscriber's silence */

@@ -866,7 +866,8 @@ static void test_bounds(void **state)
 	assert_int_equal(do_req(fds[1], CREATE, "onemore", "bulkhead.max = 2", msg, sizeof(msg)),
 			 ENOSPC);
 	assert_non_null(strstr(msg, "onemore"));
-	assert_int_equal(do_req(fds[n - 1], CREATE, "p000", "bulkhead.max = 2", msg, sizeof(msg)), 0);
+	assert_int_equal(do_req(fds[n - 1], CREATE, "p000", "bulkhead.max = 2", msg, sizeof(msg)),
+			 0);
 
 	/* a list page holds at most 256, sorted; the next page follows */
 	req.body_case = RESIL__REQUEST__BODY_LIST;
