@@ -737,10 +737,17 @@ static void *waiter_main(void *arg)
 	return NULL;
 }
 
+/* n waiters, each counted and with its slot claimed: resil_pool_claim
+ * counts first and claims the slot after, so a count alone can be seen
+ * before the slot (under TSan's slowness, it was) */
 static bool eventually_nwait(struct bh *b, uint32_t n)
 {
 	for (int i = 0; i < 2000; i++) {
-		if (atomic_load(&b->st->nwait) == n)
+		uint32_t claimed = 0;
+
+		for (uint32_t k = 0; k < RESIL_BULKHEAD_WAITERS; k++)
+			claimed += atomic_load(&b->st->wslots[k]) != 0;
+		if (atomic_load(&b->st->nwait) == n && claimed == n)
 			return true;
 		struct timespec ts = {0, 5 * 1000 * 1000};
 		nanosleep(&ts, NULL);
