@@ -326,7 +326,8 @@ class Resil(_resil.Handle):
         Under a manual clock, retry sleeps advance it instead of sleeping."""
         super().set_clock(None if now is None else int(now * 1e9))
 
-    def set_clock_file(self, path: str, now: Optional[float] = None) -> None:  # type: ignore[override]
+    def set_clock_file(self, path: str,  # type: ignore[override]
+                       now: Optional[float] = None) -> None:
         """A test facility: the manual clock kept in the file at `path`
         (created if missing), read by every process that maps it, so a
         test moves the time of a whole fleet whose workers each open their
