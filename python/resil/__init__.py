@@ -326,6 +326,16 @@ class Resil(_resil.Handle):
         Under a manual clock, retry sleeps advance it instead of sleeping."""
         super().set_clock(None if now is None else int(now * 1e9))
 
+    def set_clock_file(self, path: str,  # type: ignore[override]
+                       now: Optional[float] = None) -> None:
+        """A test facility: the manual clock kept in the file at `path`
+        (created if missing), read by every process that maps it, so a
+        test moves the time of a whole fleet whose workers each open their
+        own handle (gunicorn without --preload, uwsgi with lazy-apps).
+        `now` seconds: set the clock there; None: keep the file's reading.
+        Call it before set_clock/set_random on this handle."""
+        super().set_clock_file(path, None if now is None else int(now * 1e9))
+
     def advance(self, seconds: float) -> None:
         """Move the manual clock forward."""
         self.advance_ns(int(seconds * 1e9))

@@ -5,6 +5,7 @@ settings.py:
 
     MIDDLEWARE = [..., "resil.django.RateLimitMiddleware", ...]
     RESIL = {"socket": "/run/resild/control.sock"}   # or {"embedded": True}; {} = default socket
+                                                     # tests: "clock_file": PATH (set_clock_file)
     RESIL_RATELIMIT = {
         "policy": "per-ip",
         "config": "limit.rate = 100/60s; limit.burst = 100; limit.keys = 65536",
@@ -50,15 +51,20 @@ def handle() -> resil.Resil:
     """This process's resil handle, opened from settings.RESIL on first use
     ({"socket": PATH} or {"embedded": True}; default: $RESIL_SOCKET, then
     /run/resild/control.sock). Opened before a fork (gunicorn --preload),
-    it serves the workers too."""
+    it serves the workers too. A test facility: {"clock_file": PATH} puts
+    the handle on the manual clock in that file (Resil.set_clock_file), so
+    the test moves the time of every worker."""
     global _handle
     with _lock:
         if _handle is None:
             conf = getattr(settings, "RESIL", {}) or {}
             if conf.get("embedded"):
-                _handle = resil.open_embedded()
+                h = resil.open_embedded()
             else:
-                _handle = resil.open(conf.get("socket"))
+                h = resil.open(conf.get("socket"))
+            if conf.get("clock_file"):
+                h.set_clock_file(conf["clock_file"])
+            _handle = h
         return _handle
 
 

@@ -20,7 +20,13 @@
  *
  * The manual clock (set_clock) reads a 64-bit word in a MAP_SHARED page:
  * children forked afterwards see the time the test sets, and the clock
- * function never needs the GIL (libresil calls it from any thread).
+ * function never needs the GIL (libresil calls it from any thread). With
+ * set_clock_file the page is a file's first bytes instead, so processes
+ * that are not forked from one another (a prefork server's workers that
+ * each open their own handle) and the test that moves the time all read
+ * one clock. The word is written by set_clock/advance_ns (relaxed: it is a
+ * reading, nothing else is published with it) and read by the clock
+ * function of every process mapping it.
  *
  * Lifetimes: a Policy holds a reference to its Handle and a Permit to its
  * Policy, so the resil_t outlives every handle into it unless close() is
@@ -33,9 +39,12 @@
 #include <structmember.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "resil.h"
 
@@ -84,6 +93,9 @@ static PyObject *raise_closed(void)
 
 /* ---- Handle ---- */
 
+/* The manual page: anonymous (set_clock) or a file's (set_clock_file).
+ * Its layout is shared by every process mapping the file: an int64
+ * reading in ns, then the fixed random draw, native byte order. */
 struct manual {
 	int64_t now_ns;
 	uint64_t random;
@@ -121,6 +133,38 @@ static int handle_manual(HandleObject *h)
 	}
 	h->manual = m;
 	return 0;
+}
+
+/* The manual page from the file at path (created 0600 if missing, grown
+ * with zeros to the page's size, never shrunk). */
+static int handle_manual_file(HandleObject *h, PyObject *path)
+{
+	struct stat st;
+	void *m;
+	int fd;
+
+	if (h->manual) {
+		PyErr_SetString(PyExc_RuntimeError, "set_clock_file: this handle already has a "
+						    "manual clock (set_clock_file comes first)");
+		return -1;
+	}
+	fd = open(PyBytes_AS_STRING(path), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		goto fail;
+	if (fstat(fd, &st) < 0 || (st.st_size < (off_t)sizeof(struct manual) &&
+				   ftruncate(fd, (off_t)sizeof(struct manual)) < 0))
+		goto fail;
+	m = mmap(NULL, sizeof(struct manual), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		goto fail;
+	close(fd);
+	h->manual = m;
+	return 0;
+fail:
+	PyErr_SetFromErrnoWithFilename(Error, PyBytes_AS_STRING(path));
+	if (fd >= 0)
+		close(fd);
+	return -1;
 }
 
 static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -284,8 +328,44 @@ static PyObject *Handle_set_clock(HandleObject *h, PyObject *arg)
 	Py_RETURN_NONE;
 }
 
+/* set_clock_file(path, ns=None): the manual clock in the file at path,
+ * shared by every process that maps it; ns: set it there first, else it
+ * keeps the file's reading (0 in a new file). A test facility. */
+static PyObject *Handle_set_clock_file(HandleObject *h, PyObject *args)
+{
+	PyObject *path = NULL, *nso = Py_None;
+	long long ns = 0;
+	int err;
+
+	if (!PyArg_ParseTuple(args, "O&|O:set_clock_file", PyUnicode_FSConverter, &path, &nso))
+		return NULL;
+	if (!h->r) {
+		Py_DECREF(path);
+		return raise_closed();
+	}
+	if (nso != Py_None) {
+		ns = PyLong_AsLongLong(nso);
+		if (ns < 0) {
+			if (!PyErr_Occurred())
+				PyErr_SetString(PyExc_ValueError, "a clock reading is >= 0 ns");
+			Py_DECREF(path);
+			return NULL;
+		}
+	}
+	err = handle_manual_file(h, path);
+	Py_DECREF(path);
+	if (err < 0)
+		return NULL;
+	if (nso != Py_None)
+		__atomic_store_n(&h->manual->now_ns, (int64_t)ns, __ATOMIC_RELAXED);
+	err = resil_set_clock(h->r, manual_clock, h->manual);
+	if (err < 0)
+		return raise_errno(err, "set_clock_file");
+	Py_RETURN_NONE;
+}
+
 /* advance_ns(ns): move the manual clock forward (every process forked
- * after set_clock sees it). */
+ * after set_clock sees it, and every process mapping set_clock_file's). */
 static PyObject *Handle_advance_ns(HandleObject *h, PyObject *arg)
 {
 	long long ns = PyLong_AsLongLong(arg);
@@ -345,6 +425,9 @@ static PyMethodDef Handle_methods[] = {
      "The time base of every decision, in monotonic nanoseconds."},
     {"set_clock", (PyCFunction)Handle_set_clock, METH_O,
      "set_clock(ns): a manual clock at ns; set_clock(None): the real clock."},
+    {"set_clock_file", (PyCFunction)Handle_set_clock_file, METH_VARARGS,
+     "set_clock_file(path, ns=None): a manual clock in a file every process maps "
+     "(tests of fleets whose workers open their own handle)."},
     {"advance_ns", (PyCFunction)Handle_advance_ns, METH_O,
      "advance_ns(ns): move the manual clock forward; returns the new reading."},
     {"set_random", (PyCFunction)Handle_set_random, METH_O,

@@ -9,6 +9,13 @@ test=$1
 need="pytest"
 case "$(basename "$test")" in
 test_django*) need="pytest django gunicorn httpx" ;;
+test_uwsgi*)
+	need="pytest django httpx"
+	if ! command -v uwsgi >/dev/null || ! [ -e /usr/lib/uwsgi/plugins/python3_plugin.so ]; then
+		echo "SKIP: no uwsgi with its python3 plugin (apt-get install uwsgi-core uwsgi-plugin-python3; run.sh installs them)"
+		exit 77
+	fi
+	;;
 test_httpx*) need="pytest httpx" ;;
 esac
 for mod in $need; do

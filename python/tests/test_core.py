@@ -495,3 +495,53 @@ def test_fork_shares_policy(r):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     held.release()
+
+
+def test_clock_file_shared_by_unrelated_processes(tmp_path):
+    """set_clock_file: handles that were never forked from one another read
+    one manual clock, and their decisions follow it."""
+    path = str(tmp_path / "clock")
+    a, b = resil.open_embedded(), resil.open_embedded()
+    try:
+        a.set_clock_file(path, T0)
+        b.set_clock_file(path)          # keeps the file's reading
+        assert b.manual_clock and b.now() == T0
+        a.advance(5)
+        assert b.now() == T0 + 5
+        p = pol(b, "cf", "limit.rate = 1/10s; limit.burst = 1")
+        p.acquire().release()
+        with pytest.raises(resil.RateLimited) as e:
+            p.acquire()
+        assert e.value.retry_after == pytest.approx(10.0)
+        a.advance(10)                   # b's limiter earns its permit on a's move
+        p.acquire().release()
+        # another interpreter, started on its own, reads the same time
+        import subprocess
+        import sys
+        out = subprocess.run(
+            [sys.executable, "-c", "import resil, sys; h = resil.open_embedded(); "
+             "h.set_clock_file(sys.argv[1]); h.advance(1); print(h.now_ns())", path],
+            check=True, capture_output=True, text=True).stdout
+        assert int(out) == int((T0 + 16) * 1e9) == a.now_ns()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_clock_file_bad_input(tmp_path):
+    h = resil.open_embedded()
+    try:
+        with pytest.raises(resil.Error) as e:
+            h.set_clock_file(str(tmp_path))          # a directory
+        assert e.value.errno == errno.EISDIR and e.value.filename == str(tmp_path)
+        with pytest.raises(ValueError):
+            h.set_clock_file(str(tmp_path / "c"), -1.0)
+        h.set_clock(T0)
+        with pytest.raises(RuntimeError):            # already on an anonymous page
+            h.set_clock_file(str(tmp_path / "c"))
+        assert h.now() == T0
+    finally:
+        h.close()
+    with pytest.raises(resil.Error) as e:
+        h.set_clock_file(str(tmp_path / "c"))
+    assert e.value.errno == errno.EBADF

@@ -12,7 +12,9 @@ DATABASES = {}
 USE_TZ = True
 MIDDLEWARE = [] if os.environ.get("DJAPP_NO_LIMIT") else ["resil.django.RateLimitMiddleware"]
 
-RESIL = {"socket": os.environ["RESIL_SOCKET"]}
+# DJAPP_CLOCK_FILE: every worker on the manual clock in that file, which
+# the test moves (resil.Resil.set_clock_file, a test facility)
+RESIL = {"socket": os.environ["RESIL_SOCKET"], "clock_file": os.environ.get("DJAPP_CLOCK_FILE")}
 RESIL_RATELIMIT = {
     "policy": "per-ip",
     "config": os.environ.get("DJAPP_LIMIT",

@@ -9,21 +9,22 @@ import resil
 import resil.django
 import resil.httpx
 
-_client = None
+DEP_CONFIG = ("breaker.window = consecutive:5; breaker.wait = 60s; breaker.half_open_calls = 1;"
+              "retry.max_attempts = 1")
+_clients = {}
 
 
-def client():
-    """One httpx client per worker, every call to the dependency under the
-    fleet's breaker (policy "dep")."""
-    global _client
-    if _client is None:
+def client(name="dep"):
+    """One httpx client per worker and policy: every call to the dependency
+    under the breaker of policy `name` ("dep": the fleet's; "dep-local-PID":
+    this worker's own, as an in-process breaker would be)."""
+    c = _clients.get(name)
+    if c is None:
         h = resil.django.handle()
-        h.define("dep", os.environ.get("DJAPP_DEP", "breaker.window = consecutive:5;"
-                                       "breaker.wait = 60s; breaker.half_open_calls = 1;"
-                                       "retry.max_attempts = 1"))
-        _client = httpx.Client(transport=resil.httpx.ResilTransport(policy=h.policy("dep")),
-                               timeout=5)
-    return _client
+        h.define(name, os.environ.get("DJAPP_DEP", DEP_CONFIG))
+        c = httpx.Client(transport=resil.httpx.ResilTransport(policy=h.policy(name)), timeout=5)
+        _clients[name] = c
+    return c
 
 
 def whoami(request):
@@ -37,14 +38,24 @@ def ping(request):
     return HttpResponse("ok")
 
 
-def dep(request):
+def call_dep(name):
+    pid = os.getpid()
     try:
-        r = client().get(os.environ["DJAPP_DEP_URL"])
+        r = client(name).get(os.environ["DJAPP_DEP_URL"])
     except resil.CircuitOpen:
-        return JsonResponse({"dep": "open"}, status=503)
+        return JsonResponse({"dep": "open", "pid": pid}, status=503)
     except httpx.HTTPError:
-        return JsonResponse({"dep": "error"}, status=502)
-    return JsonResponse({"dep": r.status_code}, status=200 if r.status_code < 500 else 502)
+        return JsonResponse({"dep": "error", "pid": pid}, status=502)
+    return JsonResponse({"dep": r.status_code, "pid": pid},
+                        status=200 if r.status_code < 500 else 502)
+
+
+def dep(request):
+    return call_dep("dep")
+
+
+def dep_local(request):
+    return call_dep(f"dep-local-{os.getpid()}")
 
 
 def hold(request):
@@ -68,5 +79,5 @@ def slot(request):
         return HttpResponse("full", status=503)
 
 
-urlpatterns = [path("ping", ping), path("whoami", whoami), path("dep", dep), path("hold", hold),
-               path("slot", slot)]
+urlpatterns = [path("ping", ping), path("whoami", whoami), path("dep", dep),
+               path("dep-local", dep_local), path("hold", hold), path("slot", slot)]
