@@ -33,6 +33,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -846,76 +847,120 @@ void resild_peer_gone(struct resild *d, struct resild_peer *p)
 	p->subscriber = false;
 }
 
-struct metrics_ctx {
-	struct resild *d;
-	char *buf;
-	size_t len, used;
-	bool cut;
+/*
+ * Metrics: what only the daemon knows (connections, reloads, the arena,
+ * the records...) first, then every policy from the segments. Two
+ * readers: the control socket (`resilctl metrics`, on the loop thread:
+ * the numbers are taken then) and the HTTP thread (http.c), which must not
+ * touch the loop's structures: it renders the copy the loop published at
+ * its last tick (resild_metrics_publish, every RESILD_TICK_NS), so both
+ * serve exactly the same families and HTTP's daemon numbers are at most a
+ * tick old. `published` is written by the loop and read by the HTTP
+ * thread, both under published_lock (a copy of a few words each way; the
+ * loop never waits on a scrape longer than that copy).
+ */
+struct health {
+	uint32_t clients, conns, subscribers, slot_cap, rec_used, rec_cap;
+	struct resild_clients_stats cs;
+	uint64_t conns_refused, conns_idle, conns_cut, events_seen, reclaims;
+	uint64_t reloads, reload_errors, arena_used, arena_size;
+	int64_t reload_ok_time;
 };
 
-static void mput(struct metrics_ctx *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static pthread_mutex_t published_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct health published;
 
-static void mput(struct metrics_ctx *m, const char *fmt, ...)
+static void health_take(struct resild *d, struct health *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->clients = resild_clients_live(d);
+	resild_clients_stats(d, &h->cs);
+	h->conns = d->nconns;
+	h->subscribers = d->nsubscribers;
+	h->conns_refused = d->conns_refused;
+	h->conns_idle = d->conns_idle;
+	h->conns_cut = d->conns_cut;
+	h->events_seen = d->events_seen;
+	h->reclaims = d->reclaims;
+	h->reloads = d->reloads;
+	h->reload_errors = d->reload_errors;
+	h->reload_ok_time = d->reload_ok_time;
+	h->arena_used = d->seg.arena_used;
+	h->arena_size = d->seg.geo.arena_size;
+	if (d->seg.cfg) {
+		/* rec_used: written by this daemon only (the one writer of the
+		 * config segment), so a relaxed load reads our own store */
+		h->slot_cap = d->seg.cfg->slot_cap;
+		h->rec_used = ld_relaxed(&d->seg.cfg->rec_used);
+		h->rec_cap = d->seg.cfg->rec_cap;
+	}
+}
+
+void resild_metrics_publish(struct resild *d)
+{
+	struct health h;
+
+	health_take(d, &h);
+	pthread_mutex_lock(&published_lock);
+	published = h;
+	pthread_mutex_unlock(&published_lock);
+}
+
+struct mout {
+	char *buf;
+	size_t len, pos;
+};
+
+static void mput(struct mout *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void mput(struct mout *m, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
 
-	if (m->cut)
-		return;
 	va_start(ap, fmt);
-	n = vsnprintf(m->buf + m->used, m->len - m->used, fmt, ap);
+	n = vsnprintf(m->pos < m->len ? m->buf + m->pos : NULL,
+		      m->pos < m->len ? m->len - m->pos : 0, fmt, ap);
 	va_end(ap);
-	if (n < 0 || (size_t)n >= m->len - m->used) {
-		m->buf[m->used] = '\0'; /* cut at the last whole line */
-		m->cut = true;
-		return;
-	}
-	m->used += (size_t)n;
+	if (n > 0)
+		m->pos += (size_t)n;
 }
 
-size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
+/* The whole exposition, snprintf semantics (the length it needs). */
+static size_t metrics_render(const struct health *h, const struct resil_seg *seg, char *buf,
+			     size_t len)
 {
-	static const char cut[] = "# cut: a reply holds at most 64 KiB; "
-				  "resild --metrics-listen serves all of it\n";
-	struct metrics_ctx m = {.d = d, .buf = buf, .len = len};
-	size_t n, room;
+	struct mout m = {.buf = buf, .len = len};
 
-	if (len < sizeof(cut) + 1)
-		return 0;
-	buf[0] = '\0';
-	/* what only the daemon knows first (a few lines), then every policy */
+	if (buf && len)
+		buf[0] = '\0';
 	mput(&m,
 	     "# HELP resil_clients Client processes registered and alive.\n"
 	     "# TYPE resil_clients gauge\nresil_clients %u\n",
-	     resild_clients_live(d));
-	{
-		struct resild_clients_stats cs;
-
-		resild_clients_stats(d, &cs);
-		mput(&m,
-		     "# HELP resil_client_rows_unidentified Client rows naming a process resild "
-		     "cannot see (another pid namespace): kept, what they hold stays held.\n"
-		     "# TYPE resil_client_rows_unidentified gauge\n"
-		     "resil_client_rows_unidentified %u\n"
-		     "# HELP resil_client_rows_refused_total Client rows freed: claimed without a "
-		     "connection for no process tied to a client.\n"
-		     "# TYPE resil_client_rows_refused_total counter\n"
-		     "resil_client_rows_refused_total %llu\n"
-		     "# HELP resil_permits_stray_freed_total Permits freed: held by an id naming "
-		     "no live client row.\n"
-		     "# TYPE resil_permits_stray_freed_total counter\n"
-		     "resil_permits_stray_freed_total %llu\n"
-		     "# HELP resil_permits_unregistered Permits held by processes without a client "
-		     "row (freed by an operator's reset only).\n"
-		     "# TYPE resil_permits_unregistered gauge\n"
-		     "resil_permits_unregistered %u\n",
-		     cs.unknown, (unsigned long long)cs.refused, (unsigned long long)cs.stray_freed,
-		     cs.unregistered_last);
-	}
+	     h->clients);
+	mput(&m,
+	     "# HELP resil_client_rows_unidentified Client rows naming a process resild "
+	     "cannot see (another pid namespace): kept, what they hold stays held.\n"
+	     "# TYPE resil_client_rows_unidentified gauge\n"
+	     "resil_client_rows_unidentified %u\n"
+	     "# HELP resil_client_rows_refused_total Client rows freed: claimed without a "
+	     "connection for no process tied to a client.\n"
+	     "# TYPE resil_client_rows_refused_total counter\n"
+	     "resil_client_rows_refused_total %llu\n"
+	     "# HELP resil_permits_stray_freed_total Permits freed: held by an id naming "
+	     "no live client row.\n"
+	     "# TYPE resil_permits_stray_freed_total counter\n"
+	     "resil_permits_stray_freed_total %llu\n"
+	     "# HELP resil_permits_unregistered Permits held by processes without a client "
+	     "row (freed by an operator's reset only).\n"
+	     "# TYPE resil_permits_unregistered gauge\n"
+	     "resil_permits_unregistered %u\n",
+	     h->cs.unknown, (unsigned long long)h->cs.refused,
+	     (unsigned long long)h->cs.stray_freed, h->cs.unregistered_last);
 	mput(&m,
 	     "# HELP resil_connections Control connections open.\n"
 	     "# TYPE resil_connections gauge\nresil_connections %u\n",
-	     d->nconns);
+	     h->conns);
 	mput(&m,
 	     "# HELP resil_connections_closed_total Control connections the daemon refused "
 	     "or closed, by reason.\n"
@@ -923,45 +968,43 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	     "resil_connections_closed_total{reason=\"uid_limit\"} %llu\n"
 	     "resil_connections_closed_total{reason=\"idle\"} %llu\n"
 	     "resil_connections_closed_total{reason=\"unread\"} %llu\n",
-	     (unsigned long long)d->conns_refused, (unsigned long long)d->conns_idle,
-	     (unsigned long long)d->conns_cut);
+	     (unsigned long long)h->conns_refused, (unsigned long long)h->conns_idle,
+	     (unsigned long long)h->conns_cut);
 	mput(&m,
 	     "# HELP resil_subscribers Event subscribers.\n"
 	     "# TYPE resil_subscribers gauge\nresil_subscribers %u\n",
-	     d->nsubscribers);
+	     h->subscribers);
 	mput(&m,
 	     "# HELP resil_events_total Events drained from the ring.\n"
 	     "# TYPE resil_events_total counter\nresil_events_total %llu\n",
-	     (unsigned long long)d->events_seen);
+	     (unsigned long long)h->events_seen);
 	mput(&m,
 	     "# HELP resil_reclaims_total Dead clients whose holdings were reclaimed.\n"
 	     "# TYPE resil_reclaims_total counter\nresil_reclaims_total %llu\n",
-	     (unsigned long long)d->reclaims);
+	     (unsigned long long)h->reclaims);
 	mput(&m,
 	     "# HELP resil_reloads_total Configuration reloads (and failed ones).\n"
 	     "# TYPE resil_reloads_total counter\nresil_reloads_total{result=\"ok\"} %llu\n"
 	     "resil_reloads_total{result=\"failed\"} %llu\n",
-	     (unsigned long long)d->reloads, (unsigned long long)d->reload_errors);
+	     (unsigned long long)h->reloads, (unsigned long long)h->reload_errors);
 	mput(&m,
 	     "# HELP resil_reload_last_success_timestamp_seconds When the configuration "
 	     "files last applied (at start or on reload), Unix time.\n"
 	     "# TYPE resil_reload_last_success_timestamp_seconds gauge\n"
 	     "resil_reload_last_success_timestamp_seconds %lld\n",
-	     (long long)d->reload_ok_time);
+	     (long long)h->reload_ok_time);
 	mput(&m,
 	     "# HELP resil_policy_slots Policy slots (--policies).\n"
 	     "# TYPE resil_policy_slots gauge\nresil_policy_slots %u\n",
-	     d->seg.cfg->slot_cap);
+	     h->slot_cap);
 	mput(&m,
 	     "# HELP resil_arena_used_bytes State arena in use.\n"
 	     "# TYPE resil_arena_used_bytes gauge\nresil_arena_used_bytes %llu\n",
-	     (unsigned long long)d->seg.arena_used);
+	     (unsigned long long)h->arena_used);
 	mput(&m,
 	     "# HELP resil_arena_bytes State arena size (--state-size).\n"
 	     "# TYPE resil_arena_bytes gauge\nresil_arena_bytes %llu\n",
-	     (unsigned long long)d->seg.geo.arena_size);
-	/* rec_used: written by this daemon only (the one writer of the
-	 * config segment), so a relaxed load reads our own store */
+	     (unsigned long long)h->arena_size);
 	mput(&m,
 	     "# HELP resil_records_used Configuration records used up (each definition or "
 	     "change takes one; not reused).\n"
@@ -969,20 +1012,42 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	     "# HELP resil_records Configuration records in the config segment (4 x "
 	     "--policies).\n"
 	     "# TYPE resil_records gauge\nresil_records %u\n",
-	     ld_relaxed(&d->seg.cfg->rec_used), d->seg.cfg->rec_cap);
-	if (m.cut || len - m.used <= sizeof(cut))
-		return m.used;
-	room = len - m.used - sizeof(cut);
-	n = resil_metrics_text(&d->seg, buf + m.used, room);
-	if (n >= room) {
-		/* keep whole lines only, and say so */
-		char *nl = memrchr(buf + m.used, '\n', room - 1);
+	     h->rec_used, h->rec_cap);
+	m.pos += resil_metrics_text(seg, m.pos < m.len ? m.buf + m.pos : NULL,
+				    m.pos < m.len ? m.len - m.pos : 0);
+	return m.pos;
+}
 
-		n = nl ? (size_t)(nl - (buf + m.used)) + 1 : 0;
-		memcpy(buf + m.used + n, cut, sizeof(cut));
-		n += sizeof(cut) - 1;
-	}
-	return m.used + n;
+size_t resild_metrics_http_text(const struct resil_seg *seg, char *buf, size_t len)
+{
+	struct health h;
+
+	pthread_mutex_lock(&published_lock);
+	h = published;
+	pthread_mutex_unlock(&published_lock);
+	return metrics_render(&h, seg, buf, len);
+}
+
+size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
+{
+	static const char cut[] = "# cut: a reply holds at most 64 KiB; "
+				  "resild --metrics-listen serves all of it\n";
+	struct health h;
+	size_t n, room;
+	char *nl;
+
+	if (len < sizeof(cut) + 1)
+		return 0;
+	health_take(d, &h);
+	room = len - sizeof(cut);
+	n = metrics_render(&h, &d->seg, buf, room);
+	if (n < room)
+		return n;
+	/* keep whole lines only, and say so */
+	nl = memrchr(buf, '\n', room - 1);
+	n = nl ? (size_t)(nl - buf) + 1 : 0;
+	memcpy(buf + n, cut, sizeof(cut));
+	return n + sizeof(cut) - 1;
 }
 
 static int handle_metrics(struct resild *d, struct reply *rp, Resil__MetricsReply *mr,

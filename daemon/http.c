@@ -9,7 +9,10 @@
  * Why a thread: the daemon is one io_uring loop; a scraper that reads
  * slowly must not stall it. The thread only calls the text callback, which
  * reads the shared segments the same way any other process does (atomics,
- * records immutable once published), so it needs no lock with the loop.
+ * records immutable once published) and the daemon's own numbers from the
+ * copy the loop publishes at each tick (ctl.c, resild_metrics_publish:
+ * one short mutex around a copy), never the loop's structures; so the
+ * answer has the same families as `resilctl metrics`.
  *
  * Caps on what a peer can make us allocate: 16 connections (4 per
  * address), a 10 s idle timeout, 32 KiB of connection memory, and a

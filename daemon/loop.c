@@ -749,6 +749,7 @@ static void on_tick(struct resild *d)
 	resild_events_drain(d);
 	scan_conns(d, resil_clock_monotonic(NULL));
 	update_status(d);
+	resild_metrics_publish(d);
 	if (l->watchdog_ns) {
 		now = resil_clock_monotonic(NULL);
 		if ((uint64_t)(now - l->last_watchdog) >= l->watchdog_ns / 2) {

@@ -36,6 +36,7 @@
 #include "cfgfile.h"
 #include "clients.h"
 #include "conf.h"
+#include "ctl.h"
 #include "events.h"
 #include "http.h"
 #include "log.h"
@@ -592,13 +593,14 @@ static int check_config(struct resild *d)
 	return 0;
 }
 
-/* The HTTP thread's text: the segments only (resil_metrics_text reads
- * them as any observer does), never the loop's structures. */
+/* The HTTP thread's text: the segments (read as any observer does) and
+ * the daemon's numbers the loop last published, never the loop's
+ * structures. */
 static size_t http_text(char *buf, size_t len, void *ctx)
 {
 	const struct resil_seg *s = ctx;
 
-	return resil_metrics_text(s, buf, len);
+	return resild_metrics_http_text(s, buf, len);
 }
 
 int main(int argc, char **argv)
@@ -668,6 +670,7 @@ int main(int argc, char **argv)
 		 * cannot bind (the port taken, a unit's PrivateNetwork=) is not
 		 * worth stopping every policy's daemon for: logged, and the
 		 * control socket's `resilctl metrics` still serves the same text */
+		resild_metrics_publish(&d);
 		r = resild_http_start(d.opts.metrics_listen, http_text, &d.seg);
 		if (r == -EINVAL) {
 			exit_code = RESILD_EXIT_CONFIG;

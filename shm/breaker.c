@@ -54,6 +54,9 @@
  *             after its claim, INT64_MAX while free.
  *   ho        CAS by probers adding a result; tagged with gen, so entering
  *             HALF_OPEN resets it implicitly.
+ *   moves[]   fetch_add (relaxed) by the winner of a transition's CAS, after
+ *             it; read (relaxed) by metrics. Statistics: nothing is ordered
+ *             by them, a scrape may see the new state before its count.
  *   base_ns, offsets, sizes, fastmod: plain, written once by state_init
  *             (or carry) before the record's slot word publishes the block
  *             (release, seg.c). Offsets and sizes are read by nobody (the
@@ -485,6 +488,31 @@ static inline void stamp(struct resil_ctx *x, struct resil_permit_priv *pm)
 
 /* ---- transitions -------------------------------------------------------- */
 
+/* The slot of moves[] counting from -> to (breaker.h), -1 for a pair no
+ * transition takes (or a state out of range, before its repair). */
+static int move_idx(int from, int to)
+{
+	if (from < 0 || from > RESIL_STATE_METRICS_ONLY)
+		return -1;
+	switch (to) {
+	case RESIL_STATE_CLOSED:
+		return from; /* 0..5: probes passed, or a reset from anywhere */
+	case RESIL_STATE_DISABLED:
+		return 6 + from;
+	case RESIL_STATE_FORCED_OPEN:
+		return 12 + from;
+	case RESIL_STATE_METRICS_ONLY:
+		return 18 + from;
+	case RESIL_STATE_OPEN:
+		return from == RESIL_STATE_CLOSED ? 24 : from == RESIL_STATE_HALF_OPEN ? 25 : -1;
+	case RESIL_STATE_HALF_OPEN:
+		return from == RESIL_STATE_OPEN ? 26 : -1;
+	default:
+		return -1;
+	}
+}
+RESIL_STATIC_ASSERT(26 < RESIL_BK_MOVES, "moves[] holds every pair");
+
 /* CAS *w -> (to, streak, gen + 1, now). The winner pushes the event. On
  * failure *w holds the current word. */
 static bool move(struct resil_ctx *x, bk_t *b, uint64_t *w, int to, uint32_t streak, uint32_t why,
@@ -492,11 +520,14 @@ static bool move(struct resil_ctx *x, bk_t *b, uint64_t *w, int to, uint32_t str
 {
 	int64_t now = resil_ctx_now(x);
 	uint64_t nw = w_make(to, streak, w_gen(*w) + 1, since_of(b, now));
-	int from = w_state(*w);
+	int from = w_state(*w), idx;
 
 	if (!cas_acq_rel(&b->word, w, nw))
 		return false;
 	*w = nw;
+	idx = move_idx(from, to);
+	if (idx >= 0)
+		faa_relaxed(&b->moves[idx], 1);
 	resil_event_push(x->seg, RESIL_EV_TRANSITION, x->rec ? x->rec->slot : 0,
 			 x->rec ? x->rec->gen : 0, (uint32_t)from, (uint32_t)to, why, value, now);
 	if (x->seg && x->rec)
@@ -1019,6 +1050,10 @@ void resil_breaker_carry(void *nst, const struct resil_breaker_conf *nc, const v
 	if (since < nb->base_ns)
 		nb->base_ns = since;
 	nw = w_make(s, w_streak(ow), gen, since_of(nb, since));
+	/* the transition counters go on (before the word's release publishes
+	 * them with the rest of the block) */
+	for (unsigned i = 0; i < RESIL_BK_MOVES; i++)
+		st_relaxed(&nb->moves[i], ld_relaxed(&((bk_t *)ob)->moves[i]));
 	st_release(&nb->word, nw);
 }
 
@@ -1373,6 +1408,34 @@ void resil_breaker_reclaim(struct resil_ctx *x, const struct resil_breaker_conf 
 int resil_breaker_state(const void *st)
 {
 	return w_state(ld_acquire(&((bk_t *)st)->word));
+}
+
+int64_t resil_breaker_moves(const void *st, int from, int to)
+{
+	int idx = move_idx(from, to);
+
+	return idx < 0 ? -1 : (int64_t)ld_relaxed(&((bk_t *)st)->moves[idx]);
+}
+
+int resil_breaker_window(const struct resil_breaker_conf *c, const void *st, int64_t now,
+			 struct resil_breaker_counts *out)
+{
+	bk_t *b = (bk_t *)st;
+
+	switch (c->window_kind) {
+	case RESIL_WINDOW_COUNT:
+		resil_breaker_unpack(ld_relaxed(&b->counters), out);
+		return 0;
+	case RESIL_WINDOW_TIME: {
+		/* the span a record made now would be judged in (record) */
+		int64_t t = rel_ns(b, now) + b->base_ns;
+
+		time_sum(b, c, (uint64_t)(t < 0 ? 0 : t) / (uint64_t)bucket_ns_of(c) + 1, out);
+		return 0;
+	}
+	default:
+		return -ENODATA;
+	}
 }
 
 int resil_breaker_force(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,

@@ -33,6 +33,9 @@ enum resil_breaker_why {
 #define RESIL_BK_FAIL  3u
 #define RESIL_BK_SLOW  4u /* or'ed into OK or FAIL */
 
+/* Transition counters (32-bit, wrapping: a counter reset to Prometheus). */
+#define RESIL_BK_MOVES 32
+
 /*
  * The state block (shared memory, part of the ABI). Each line below is
  * written by a different kind of party; see breaker.c for who writes and
@@ -79,7 +82,10 @@ struct resil_breaker_state {
 	ra64 consec;
 	/* line 3: half-open results, CAS by probers */
 	alignas(RESIL_HOT_ALIGN) ra64 ho;
-	alignas(RESIL_HOT_ALIGN) RESIL_A8 uint64_t reserved[16];
+	/* lines 4-5: transitions by (from, to), fetch_add (relaxed) by the
+	 * CAS winner of each transition (resil_breaker_moves); 0 in blocks of
+	 * writers that predate them */
+	alignas(RESIL_HOT_ALIGN) ra32 moves[RESIL_BK_MOVES];
 	/* then: nprobe x struct resil_breaker_probe at probe_off;
 	 *       count: size x ra32 slots, time: size x struct resil_breaker_bucket
 	 *       at win_off */
@@ -94,7 +100,7 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, seq) == 128, "breaker s
 RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, counters) == 256, "breaker counters");
 RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, consec) == 264, "breaker consec");
 RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, ho) == 384, "breaker ho line");
-RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, reserved) == 512, "breaker reserved");
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, moves) == 512, "breaker moves");
 RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_state) == 640, "breaker state size");
 RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_probe) == 16, "probe size");
 RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_bucket) == 32, "bucket size");
@@ -145,6 +151,21 @@ int resil_breaker_check(struct resil_ctx *x, const struct resil_breaker_conf *c,
 			struct resil_permit_priv *pm);
 /* RESIL_STATE_* of resil.h. */
 int resil_breaker_state(const void *st);
+/*
+ * Transitions made from state `from` to state `to` (RESIL_STATE_*), or -1
+ * for a pair the breaker never takes (CLOSED -> HALF_OPEN...). Counted by
+ * this version's writers only, 32 bits wrapping. The natural cycle is
+ * CLOSED -> OPEN -> HALF_OPEN -> CLOSED or OPEN; an operator's force and
+ * reset reach DISABLED, FORCED_OPEN, METRICS_ONLY and CLOSED from any state.
+ */
+int64_t resil_breaker_moves(const void *st, int from, int to);
+/*
+ * The window as the thresholds see it now: calls, failures and slow calls
+ * in a count or time window (as of now, the monotonic clock, for a time
+ * window). -ENODATA for a consecutive window (no rates), 0 otherwise.
+ */
+int resil_breaker_window(const struct resil_breaker_conf *c, const void *st, int64_t now,
+			 struct resil_breaker_counts *out);
 /* Force a state (RESIL_STATE_DISABLED, FORCED_OPEN, METRICS_ONLY) or go
  * back to normal (RESIL_STATE_CLOSED: a fresh, closed breaker). 0 or
  * -EINVAL. */

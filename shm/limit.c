@@ -1463,6 +1463,24 @@ int resil_limit_key_info(struct resil_ctx *x, const struct resil_limit_conf *c, 
 	return 0;
 }
 
+int64_t resil_limit_available(struct resil_ctx *x, const struct resil_limit_conf *c, const void *st)
+{
+	int64_t v, wait, now = resil_clock_now(&x->clock);
+	struct lp p;
+	int r = resil_limit_key_info(x, c, st, NULL, 0, &v, &wait);
+
+	if (r < 0)
+		return r;
+	lp_init(&p, c, now, 1);
+	if (p.algo == RESIL_LIMIT_GCRA) {
+		/* v is the TAT; the debt ahead of now, in emission intervals */
+		int64_t debt = v > now ? v - now : 0;
+
+		return debt >= p.tau ? 0 : (p.tau - debt) / p.T;
+	}
+	return v >= (int64_t)c->count ? 0 : (int64_t)c->count - v;
+}
+
 /* ------------------------------------------------------- configuration */
 
 void resil_limit_conf_defaults(struct resil_limit_conf *c)

@@ -135,4 +135,14 @@ uint64_t resil_limit_dry_run_rejects(const void *st);
 int resil_limit_key_info(struct resil_ctx *x, const struct resil_limit_conf *c, const void *st,
 			 const void *key, size_t len, int64_t *tat_or_count, int64_t *wait_ns);
 
+/*
+ * Permits the unkeyed word (an unkeyed limiter, or a keyed one's calls
+ * without a key) would admit at once now, without limit.wait: gcra
+ * (tau - max(0, TAT - now)) / T, sliding and sliding-approx count minus
+ * the (weighted) admissions in the window; never negative. -EINVAL for a
+ * configuration without a rate.
+ */
+int64_t resil_limit_available(struct resil_ctx *x, const struct resil_limit_conf *c,
+			      const void *st);
+
 #endif

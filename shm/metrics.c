@@ -5,8 +5,10 @@
  * What: one pass per metric family over the live policies (slot order),
  * so every family is contiguous and its # HELP / # TYPE lines come before
  * its samples, as the format requires. Counters come from the stats
- * stripes (stats.c), but the limiter's dry-run count from its state
- * (limit.h), the breaker state from the breaker's own reader, the
+ * stripes (stats.c), but the limiter's dry-run count and available
+ * permits from its state (limit.h), the breaker's state (an enum: every
+ * state a sample, 1 for the current one), window rates and transitions by
+ * (from, to) from the breaker's own block (breaker.h), the
  * budget's tokens from budget.h, the histogram from the stats buckets
  * folded onto power-of-two bounds (every fold bound is a bucket edge, so
  * each cumulative count is exact for its le).
@@ -21,10 +23,10 @@
  * bulkhead, adaptive limit, shedder) have one copy per client row; each
  * live row's copy is a sample of its own with a pid label, so the states
  * show side by side. The stats counters, histogram and budget are
- * fleet-wide (one block); the limiter's dry-run count lives in the
- * limiter's state, so it is per process there too (a row reclaimed from a
- * dead process starts again from 0: a counter reset, as Prometheus
- * expects of a restarted process).
+ * fleet-wide (one block); the limiter's dry-run count and the breaker's
+ * transitions live in the components' states, so they are per process
+ * there too (a row reclaimed from a dead process starts again from 0: a
+ * counter reset, as Prometheus expects of a restarted process).
  *
  * The segment is untrusted input: names are read up to RESIL_NAME_MAX and
  * escaped, every component's state is bounds-checked against the mapping
@@ -43,6 +45,10 @@
 #include "bulkhead.h"
 #include "limit.h"
 #include "shed.h"
+
+#ifndef RESIL_VERSION_STRING
+#define RESIL_VERSION_STRING "unknown"
+#endif
 
 struct out {
 	char *buf;
@@ -98,10 +104,14 @@ enum family {
 	F_EVICTIONS,
 	F_LIMIT_DRY_RUN,
 	F_BREAKER_STATE,
+	F_BREAKER_FAILURE_RATE,
+	F_BREAKER_SLOW_RATE,
+	F_BREAKER_WINDOW_CALLS,
+	F_LIMIT_AVAILABLE,
 	F_BULKHEAD_MAX,
-	F_BULKHEAD_INFLIGHT,
+	F_BULKHEAD_IN_USE,
 	F_ADAPTIVE_LIMIT,
-	F_ADAPTIVE_INFLIGHT,
+	F_ADAPTIVE_IN_USE,
 	F_SHED_PROBABILITY,
 	F_BUDGET_TOKENS,
 	F_DURATION,
@@ -120,21 +130,33 @@ static const struct {
     [F_RETRIES] = {"resil_retries_total", "counter", "Retries the policy allowed."},
     [F_GIVEUPS] = {"resil_giveups_total", "counter", "Retry loops that stopped on a failure."},
     [F_TRANSITIONS] = {"resil_breaker_transitions_total", "counter",
-		       "Circuit breaker state changes."},
+		       "Circuit breaker state changes, by state left (from) and entered (to)."},
     [F_EVICTIONS] = {"resil_limit_evictions_total", "counter",
 		     "Keys evicted from a keyed rate limiter's table."},
     [F_LIMIT_DRY_RUN] = {"resil_limit_dry_run_rejects_total", "counter",
 			 "Calls a rate limiter in limit.dry_run would have rejected (admitted)."},
     [F_BREAKER_STATE] = {"resil_breaker_state", "gauge",
-			 "Circuit breaker state: 0 closed, 1 open, 2 half-open, 3 disabled, "
-			 "4 forced-open, 5 metrics-only."},
+			 "Circuit breaker state: 1 for the state it is in, 0 for the others."},
+    [F_BREAKER_FAILURE_RATE] = {"resil_breaker_failure_rate", "gauge",
+				"Failed share of the calls in the breaker's window now, 0 to 1 "
+				"(0 while the window is empty; count and time windows)."},
+    [F_BREAKER_SLOW_RATE] = {"resil_breaker_slow_call_rate", "gauge",
+			     "Slow share (breaker.slow_call or longer) of the calls in the "
+			     "breaker's window now, 0 to 1 (count and time windows with a "
+			     "breaker.slow_call_rate under 100)."},
+    [F_BREAKER_WINDOW_CALLS] = {"resil_breaker_window_calls", "gauge",
+				"Calls in the breaker's window now (the rates' denominator; "
+				"count and time windows)."},
+    [F_LIMIT_AVAILABLE] = {"resil_limit_available_permits", "gauge",
+			   "Permits the rate limiter would admit at once now (unkeyed limiters "
+			   "and keyed ones' calls without a key)."},
     [F_BULKHEAD_MAX] = {"resil_bulkhead_max", "gauge", "Bulkhead permits (bulkhead.max)."},
-    [F_BULKHEAD_INFLIGHT] = {"resil_bulkhead_inflight", "gauge",
-			     "Bulkhead permits held now (a scan of the claims)."},
+    [F_BULKHEAD_IN_USE] = {"resil_bulkhead_in_use", "gauge",
+			   "Bulkhead permits held now (a scan of the claims)."},
     [F_ADAPTIVE_LIMIT] = {"resil_adaptive_limit", "gauge",
 			  "Adaptive concurrency limit now (recomputed each window)."},
-    [F_ADAPTIVE_INFLIGHT] = {"resil_adaptive_inflight", "gauge",
-			     "Adaptive permits held now (a scan of the claims)."},
+    [F_ADAPTIVE_IN_USE] = {"resil_adaptive_in_use", "gauge",
+			   "Adaptive permits held now (a scan of the claims)."},
     [F_SHED_PROBABILITY] = {"resil_shed_probability", "gauge",
 			    "Probability the load shedder rejects a call now."},
     [F_BUDGET_TOKENS] = {"resil_retry_budget_tokens", "gauge",
@@ -248,11 +270,72 @@ static void put_decision(struct out *o, enum family f, const char *pl, const str
 				resil_breaker_state_size(&c->breaker));
 		if (!cs || !c->breaker.on)
 			break;
+		/* the enum convention: every state always present, 1 for the
+		 * current one (a state out of range, before its repair: all 0) */
 		state = resil_breaker_state(cs);
-		if (state >= 0 && state < (int)RESIL_ARRAY_SIZE(state_names))
-			put(o, "%s{%s,state=\"%s\"} %d\n", fam, pl, state_names[state], state);
+		for (int i = 0; i < (int)RESIL_ARRAY_SIZE(state_names); i++)
+			put(o, "%s{%s,state=\"%s\"} %d\n", fam, pl, state_names[i], i == state);
 		break;
-	case F_BULKHEAD_INFLIGHT:
+	case F_TRANSITIONS:
+		cs = block_comp(s, rec, base, bsize, RESIL_C_BREAKER,
+				resil_breaker_state_size(&c->breaker));
+		if (!cs || !c->breaker.on)
+			break;
+		/* the natural cycle always (a series that appears loses its
+		 * first increment to rate()); forced ones once they happened */
+		for (int from = 0; from < (int)RESIL_ARRAY_SIZE(state_names); from++)
+			for (int to = 0; to < (int)RESIL_ARRAY_SIZE(state_names); to++) {
+				int64_t n = resil_breaker_moves(cs, from, to);
+				bool cycle =
+				    (from == RESIL_STATE_CLOSED && to == RESIL_STATE_OPEN) ||
+				    (from == RESIL_STATE_OPEN && to == RESIL_STATE_HALF_OPEN) ||
+				    (from == RESIL_STATE_HALF_OPEN &&
+				     (to == RESIL_STATE_CLOSED || to == RESIL_STATE_OPEN));
+
+				if (n < 0 || (!n && !cycle))
+					continue;
+				put(o, "%s{%s,from=\"%s\",to=\"%s\"} %" PRId64 "\n", fam, pl,
+				    state_names[from], state_names[to], n);
+			}
+		break;
+	case F_BREAKER_FAILURE_RATE:
+	case F_BREAKER_SLOW_RATE:
+	case F_BREAKER_WINDOW_CALLS: {
+		struct resil_breaker_counts k;
+		int64_t num;
+
+		cs = block_comp(s, rec, base, bsize, RESIL_C_BREAKER,
+				resil_breaker_state_size(&c->breaker));
+		/* slow calls are counted in the window only when a slow-call
+		 * rate under 100% is judged (breaker.c, slow_on) */
+		if (!cs || !c->breaker.on ||
+		    (f == F_BREAKER_SLOW_RATE && c->breaker.slow_rate_bp >= 10000) ||
+		    resil_breaker_window(&c->breaker, cs, resil_clock_monotonic(NULL), &k) < 0)
+			break;
+		if (f == F_BREAKER_WINDOW_CALLS) {
+			put(o, "%s{%s} %" PRId64 "\n", fam, pl, k.calls);
+			break;
+		}
+		num = f == F_BREAKER_FAILURE_RATE ? k.failures : k.slow;
+		/* a racing record can leave a part above the whole for a moment */
+		put(o, "%s{%s} %.6f\n", fam, pl,
+		    k.calls > 0 ? (double)resil_min64(num, k.calls) / (double)k.calls : 0.0);
+		break;
+	}
+	case F_LIMIT_AVAILABLE: {
+		struct resil_ctx x = {.seg = (struct resil_seg *)(uintptr_t)s, .rec = rec};
+		int64_t n;
+
+		cs = block_comp(s, rec, base, bsize, RESIL_C_LIMIT,
+				resil_limit_state_size(&c->limit));
+		if (!cs || !c->limit.on)
+			break;
+		n = resil_limit_available(&x, &c->limit, cs);
+		if (n >= 0)
+			put(o, "%s{%s} %" PRId64 "\n", fam, pl, n);
+		break;
+	}
+	case F_BULKHEAD_IN_USE:
 		cs = block_comp(s, rec, base, bsize, RESIL_C_BULKHEAD,
 				resil_bulkhead_state_size(&c->bulkhead));
 		if (cs && c->bulkhead.on)
@@ -260,7 +343,7 @@ static void put_decision(struct out *o, enum family f, const char *pl, const str
 			    resil_bulkhead_held(&c->bulkhead, cs));
 		break;
 	case F_ADAPTIVE_LIMIT:
-	case F_ADAPTIVE_INFLIGHT:
+	case F_ADAPTIVE_IN_USE:
 		cs = block_comp(s, rec, base, bsize, RESIL_C_ADAPTIVE,
 				resil_adaptive_state_size(&c->adaptive));
 		if (cs && c->adaptive.on)
@@ -287,8 +370,9 @@ static void put_decision(struct out *o, enum family f, const char *pl, const str
 static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec, void *ctx)
 {
 	static const enum resil_stat one[F__MAX] = {
-	    [F_SLOW] = RESIL_STAT_SLOW,		  [F_RETRIES] = RESIL_STAT_RETRIES,
-	    [F_GIVEUPS] = RESIL_STAT_GIVEUPS,	  [F_TRANSITIONS] = RESIL_STAT_TRANSITIONS,
+	    [F_SLOW] = RESIL_STAT_SLOW,
+	    [F_RETRIES] = RESIL_STAT_RETRIES,
+	    [F_GIVEUPS] = RESIL_STAT_GIVEUPS,
 	    [F_EVICTIONS] = RESIL_STAT_EVICTIONS,
 	};
 	struct visit *v = ctx;
@@ -321,20 +405,20 @@ static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_re
 			break;
 		put(o, "%s{%s} %" PRIu64 "\n", fam, pl, resil_stats_read(st, one[v->f]));
 		break;
-	case F_TRANSITIONS:
-		if (!st || !c->breaker.on)
-			break;
-		put(o, "%s{%s} %" PRIu64 "\n", fam, pl, resil_stats_read(st, one[v->f]));
-		break;
 	case F_EVICTIONS:
 		if (!st || !c->limit.on || !c->limit.keys)
 			break;
 		put(o, "%s{%s} %" PRIu64 "\n", fam, pl, resil_stats_read(st, one[v->f]));
 		break;
 	case F_BREAKER_STATE:
-	case F_BULKHEAD_INFLIGHT:
+	case F_TRANSITIONS:
+	case F_BREAKER_FAILURE_RATE:
+	case F_BREAKER_SLOW_RATE:
+	case F_BREAKER_WINDOW_CALLS:
+	case F_LIMIT_AVAILABLE:
+	case F_BULKHEAD_IN_USE:
 	case F_ADAPTIVE_LIMIT:
-	case F_ADAPTIVE_INFLIGHT:
+	case F_ADAPTIVE_IN_USE:
 	case F_LIMIT_DRY_RUN:
 	case F_SHED_PROBABILITY:
 		if (budget_only)
@@ -428,5 +512,9 @@ size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len)
 	    "and repaired.\n# TYPE resil_state_repairs_total counter\n"
 	    "resil_state_repairs_total %" PRIu64 "\n",
 	    ld_relaxed(&s->st->state_repairs));
+	put(&o,
+	    "# HELP resil_build_info The resil version that serves these metrics.\n"
+	    "# TYPE resil_build_info gauge\nresil_build_info{version=\"%s\"} 1\n",
+	    RESIL_VERSION_STRING);
 	return o.pos;
 }

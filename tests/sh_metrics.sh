@@ -6,9 +6,12 @@
 #     prometheus_client, when installed) and with `promtool check metrics`
 #     (when installed), and shows what was done (a forced-open breaker);
 #   - `resild --metrics-listen 127.0.0.1:PORT` serves the policies' families on
-#     GET /metrics with the 0.0.4 content type, 404 elsewhere (when this
-#     resild has the option).
-# Needs $RESILD and $RESILCTL (tests/CMakeLists.txt sets them).
+#     GET /metrics with the 0.0.4 content type, 404 elsewhere, and the very
+#     same families as `resilctl metrics`, the daemon's own included (when
+#     this resild has the option);
+#   - every metric docs/grafana/resil.json and docs/prometheus/resil.rules.yml
+#     use is a family resild serves.
+# Needs $RESILD, $RESILCTL and $SRC (tests/CMakeLists.txt sets them).
 set -u
 
 fail() { echo "sh_metrics: FAIL: $*" >&2; exit 1; }
@@ -35,6 +38,7 @@ eventually() {
 
 [ -x "${RESILD:-}" ] || fail "RESILD not set"
 [ -x "${RESILCTL:-}" ] || fail "RESILCTL not set"
+[ -d "${SRC:-}/docs" ] || fail "SRC not set"
 
 PY=
 if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import prometheus_client.parser' 2>/dev/null; then
@@ -49,8 +53,24 @@ PROMTOOL=$(command -v promtool || true)
 check() {
 	local f=$1
 	grep -q '^# TYPE resil_calls_total counter$' "$f" || fail "no resil_calls_total family in $f"
-	grep -q '^resil_breaker_state{policy="inventory",state="forced_open"} 4$' "$f" ||
+	# the enum convention: every state present, 1 for the current one
+	grep -q '^resil_breaker_state{policy="inventory",state="forced_open"} 1$' "$f" ||
 		fail "the forced-open breaker is not in $f: $(grep breaker_state "$f")"
+	[ "$(grep -c '^resil_breaker_state{policy="inventory",state="[a-z_]*"} 0$' "$f")" = 5 ] ||
+		fail "inventory's other states are not all 0 in $f: $(grep breaker_state "$f")"
+	grep -q '^resil_breaker_transitions_total{policy="inventory",from="closed",to="forced_open"} 1$' "$f" ||
+		fail "no closed -> forced_open transition in $f: $(grep breaker_transitions "$f")"
+	grep -q '^resil_limit_available_permits{policy="search"} 1$' "$f" ||
+		fail "search's limiter (burst 1, idle) has not 1 permit available in $f"
+	grep -q '^resil_build_info{version="[0-9][^"]*"} 1$' "$f" || fail "no resil_build_info in $f"
+	# the daemon's own health, on both endpoints
+	grep -q '^# TYPE resil_reloads_total counter$' "$f" || fail "no daemon health families in $f"
+	grep -q '^resil_connections [0-9]' "$f" || fail "no resil_connections in $f"
+	# every family has its HELP and TYPE, once
+	[ -z "$(grep '^# TYPE ' "$f" | awk '{print $3}' | sort | uniq -d)" ] ||
+		fail "a family is typed twice in $f"
+	[ "$(grep -c '^# HELP ' "$f")" = "$(grep -c '^# TYPE ' "$f")" ] ||
+		fail "HELP and TYPE lines do not pair up in $f"
 	grep -q '^resil_bulkhead_max{policy="inventory"} 3$' "$f" || fail "no bulkhead max in $f"
 	grep -q '^resil_call_duration_seconds_count{policy="search"} 0$' "$f" ||
 		fail "no histogram for search in $f"
@@ -107,10 +127,19 @@ if [ $HTTP = 1 ]; then
 	grep -qi '^content-type: text/plain; version=0.0.4' "$DIR/http.hdr" ||
 		fail "content type: $(cat "$DIR/http.hdr")"
 	check "$DIR/http.txt"
-	# every family served over HTTP is one resilctl shows too (resilctl may
-	# add what only the daemon's loop knows: connections, subscribers...)
-	extra=$(comm -13 <(grep '^# TYPE' "$DIR/ctl.txt" | sort) <(grep '^# TYPE' "$DIR/http.txt" | sort))
-	[ -z "$extra" ] || fail "GET /metrics has families resilctl metrics lacks: $extra"
+	# the same families on both endpoints, the daemon's own health included
+	diff <(grep '^# TYPE' "$DIR/ctl.txt" | sort) <(grep '^# TYPE' "$DIR/http.txt" | sort) \
+		>"$DIR/families.diff" ||
+		fail "resilctl metrics (<) and GET /metrics (>) serve different families: $(cat "$DIR/families.diff")"
+	# the loop's numbers reach the HTTP thread within a tick: the records
+	# the two definitions took
+	seen() {
+		curl -sf -o "$DIR/http2.txt" "http://127.0.0.1:$PORT/metrics" &&
+			[ "$(sed -n 's/^resil_records_used //p' "$DIR/http2.txt")" -ge 2 ] &&
+			[ "$(sed -n 's/^resil_records_used //p' "$DIR/http2.txt")" = \
+				"$(sed -n 's/^resil_records_used //p' "$DIR/ctl.txt")" ]
+	}
+	eventually seen || fail "GET /metrics lacks the daemon's numbers"
 	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/other")
 	[ "$code" = 404 ] || fail "GET /other answered $code"
 fi
@@ -138,6 +167,14 @@ if [ $HTTP = 1 ]; then
 	rc=$?
 	[ $rc = 78 ] || fail "--metrics-listen nonsense: exit $rc, want 78"
 fi
+
+# every metric the dashboard and the alert rules use is a family resild serves
+for doc in "$SRC/docs/grafana/resil.json" "$SRC/docs/prometheus/resil.rules.yml"; do
+	[ -f "$doc" ] || fail "no $doc"
+	for m in $(grep -o 'resil_[a-z_]*' "$doc" | sed -E 's/_(bucket|sum|count)$//' | sort -u); do
+		grep -q "^# TYPE $m " "$DIR/ctl.txt" || fail "$doc uses $m, which resild does not serve"
+	done
+done
 
 echo "sh_metrics: ok"
 exit 0

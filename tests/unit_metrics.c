@@ -443,6 +443,7 @@ static void test_exposition(void **state)
 	assert_int_equal(resil_set_clock(r, test_clock_fn, clk), 0);
 	assert_int_equal(resil_define(r, "db",
 				      "histogram = on; breaker.slow_call = 40ms; "
+				      "breaker.slow_call_rate = 50; "
 				      "breaker.min_calls = 1000; bulkhead.max = 2"),
 			 0);
 	assert_int_equal(resil_define(r, "cache",
@@ -501,10 +502,48 @@ static void test_exposition(void **state)
 		     v != 0);
 	/* 40 ms is slow: one call */
 	assert_int_equal(must(p, "resil_slow_calls_total", "policy=db,", NULL), 1);
-	/* breaker state gauges */
-	assert_int_equal(must(p, "resil_breaker_state", "policy=db,state=closed,", NULL), 0);
-	assert_int_equal(must(p, "resil_breaker_state", "policy=cache,state=open,", NULL), 1);
-	assert_true(must(p, "resil_breaker_transitions_total", "policy=cache,", NULL) >= 0);
+	/* breaker state: an enum, every state present, 1 for the current one */
+	{
+		static const char *const st[] = {"closed",   "open",	    "half_open",
+						 "disabled", "forced_open", "metrics_only"};
+		char lab[96];
+
+		for (unsigned i = 0; i < RESIL_ARRAY_SIZE(st); i++) {
+			snprintf(lab, sizeof(lab), "policy=db,state=%s,", st[i]);
+			assert_int_equal(must(p, "resil_breaker_state", lab, NULL), i == 0);
+			snprintf(lab, sizeof(lab), "policy=cache,state=%s,", st[i]);
+			assert_int_equal(must(p, "resil_breaker_state", lab, NULL), i == 1);
+		}
+	}
+	/* transitions by from and to: the cycle always, forced ones once seen */
+	assert_int_equal(
+	    must(p, "resil_breaker_transitions_total", "policy=cache,from=closed,to=open,", NULL),
+	    1);
+	assert_int_equal(must(p, "resil_breaker_transitions_total",
+			      "policy=cache,from=open,to=half_open,", NULL),
+			 0);
+	assert_int_equal(
+	    must(p, "resil_breaker_transitions_total", "policy=db,from=half_open,to=closed,", NULL),
+	    0);
+	assert_false(value_of(p, "resil_breaker_transitions_total",
+			      "policy=cache,from=closed,to=forced_open,", NULL, &v));
+	assert_false(value_of(p, "resil_breaker_transitions_total",
+			      "policy=cache,from=open,to=closed,", NULL, &v));
+	assert_false(value_of(p, "resil_breaker_transitions_total",
+			      "policy=db,from=closed,to=closed,", NULL, &v));
+	assert_false(value_of(p, "resil_breaker_transitions_total", "policy=cache,", NULL, &v));
+	/* the window's rates (count window: 30 successes, 10 failures, the
+	 * 40 ms call slow; ignored outcomes are not recorded); a consecutive
+	 * window has none */
+	assert_int_equal(must(p, "resil_breaker_window_calls", "policy=db,", NULL), 40);
+	v = must(p, "resil_breaker_failure_rate", "policy=db,", NULL);
+	assert_true(v > 0.2499 && v < 0.2501);
+	v = must(p, "resil_breaker_slow_call_rate", "policy=db,", NULL);
+	assert_true(v > 0.0249 && v < 0.0251);
+	assert_false(value_of(p, "resil_breaker_failure_rate", "policy=cache,", NULL, &v));
+	/* slowness not judged (slow_call_rate 100): no slow rate to show */
+	assert_false(value_of(p, "resil_breaker_slow_call_rate", "policy=cache,", NULL, &v));
+	assert_false(value_of(p, "resil_breaker_window_calls", "policy=api,", NULL, &v));
 	assert_int_equal(must(p, "resil_bulkhead_max", "policy=db,", NULL), 2);
 	/* the budget starts full: 10 tokens */
 	assert_int_equal(must(p, "resil_retry_budget_tokens", "policy=api,", NULL), 10);
@@ -522,7 +561,7 @@ static void test_exposition(void **state)
 	assert_int_equal(prev, 0);
 	/* no histogram for cache */
 	assert_false(value_of(p, "resil_call_duration_seconds_count", "policy=cache,", NULL, &v));
-	assert_int_equal(must(p, "resil_bulkhead_inflight", "policy=db,", NULL), 0);
+	assert_int_equal(must(p, "resil_bulkhead_in_use", "policy=db,", NULL), 0);
 	free(text);
 
 	/* one permit held in each: in flight; the adaptive limit as configured */
@@ -540,8 +579,8 @@ static void test_exposition(void **state)
 		assert_int_equal(resil_acquire(ad, &b), 0);
 		text = metrics(&r->seg);
 		parse(p, text);
-		assert_int_equal(must(p, "resil_bulkhead_inflight", "policy=db,", NULL), 1);
-		assert_int_equal(must(p, "resil_adaptive_inflight", "policy=ad,", NULL), 1);
+		assert_int_equal(must(p, "resil_bulkhead_in_use", "policy=db,", NULL), 1);
+		assert_int_equal(must(p, "resil_adaptive_in_use", "policy=ad,", NULL), 1);
 		assert_int_equal(must(p, "resil_adaptive_limit", "policy=ad,", NULL), 7);
 		assert_false(value_of(p, "resil_adaptive_limit", "policy=db,", NULL, &v));
 		free(text);
@@ -591,8 +630,90 @@ static void test_exposition(void **state)
 		free(text);
 	}
 
+	/* an operator's force and reset are transitions too; a change of the
+	 * breaker's shape (a fresh state) carries the counts over */
+	assert_int_equal(resil_force_state(r, "cache", RESIL_STATE_FORCED_OPEN), 0);
+	assert_int_equal(resil_reset(r, "cache"), 0);
+	assert_int_equal(resil_define(r, "cache",
+				      "breaker.window = consecutive:4; "
+				      "breaker.wait = 10s"),
+			 0);
+	text = metrics(&r->seg);
+	parse(p, text);
+	assert_int_equal(
+	    must(p, "resil_breaker_transitions_total", "policy=cache,from=closed,to=open,", NULL),
+	    1);
+	assert_int_equal(must(p, "resil_breaker_transitions_total",
+			      "policy=cache,from=open,to=forced_open,", NULL),
+			 1);
+	assert_int_equal(must(p, "resil_breaker_transitions_total",
+			      "policy=cache,from=forced_open,to=closed,", NULL),
+			 1);
+	assert_int_equal(must(p, "resil_breaker_state", "policy=cache,state=closed,", NULL), 1);
+	free(text);
+
 	resil_close(r);
 	test_clock_free(clk);
+	free(p);
+}
+
+/* A rate limiter's available permits, for each algorithm: the metrics read
+ * CLOCK_MONOTONIC, so these limiters run on it too; at 1/h no permit comes
+ * back while the test runs. A keyed limiter reports its unkeyed word. */
+static void test_limit_available(void **state)
+{
+	static const char *const conf[] = {
+	    "limit.rate = 1/h; limit.burst = 5",
+	    "limit.rate = 5/h; limit.algorithm = sliding",
+	    "limit.rate = 5/h; limit.algorithm = sliding-approx",
+	    "limit.rate = 1/h; limit.burst = 5; limit.keys = 8",
+	};
+	struct parsed *p = malloc(sizeof(*p));
+	resil_policy_t *pol[RESIL_ARRAY_SIZE(conf)];
+	resil_permit_t a;
+	char name[16], lab[32], *text;
+	resil_t *r;
+
+	(void)state;
+	assert_non_null(p);
+	assert_int_equal(resil_open_embedded(&r, NULL), 0);
+	for (unsigned i = 0; i < RESIL_ARRAY_SIZE(conf); i++) {
+		snprintf(name, sizeof(name), "l%u", i);
+		assert_int_equal(resil_define(r, name, conf[i]), 0);
+		assert_int_equal(resil_policy(r, name, &pol[i]), 0);
+	}
+	text = metrics(&r->seg);
+	parse(p, text);
+	for (unsigned i = 0; i < RESIL_ARRAY_SIZE(conf); i++) {
+		snprintf(lab, sizeof(lab), "policy=l%u,", i);
+		assert_int_equal(must(p, "resil_limit_available_permits", lab, NULL), 5);
+	}
+	free(text);
+	/* two permits taken from each (a keyed one's through a key: its
+	 * unkeyed word keeps 5), then everything */
+	for (unsigned i = 0; i < RESIL_ARRAY_SIZE(conf); i++)
+		for (int k = 0; k < 2; k++) {
+			if (i == 3)
+				assert_int_equal(resil_acquire_key(pol[i], "k", 1, &a), 0);
+			else
+				assert_int_equal(resil_acquire(pol[i], &a), 0);
+			resil_release(pol[i], &a, RESIL_SUCCESS);
+		}
+	text = metrics(&r->seg);
+	parse(p, text);
+	for (unsigned i = 0; i < RESIL_ARRAY_SIZE(conf); i++) {
+		snprintf(lab, sizeof(lab), "policy=l%u,", i);
+		assert_int_equal(must(p, "resil_limit_available_permits", lab, NULL),
+				 i == 3 ? 5 : 3);
+	}
+	free(text);
+	while (resil_acquire(pol[0], &a) == RESIL_ADMIT)
+		resil_release(pol[0], &a, RESIL_SUCCESS);
+	text = metrics(&r->seg);
+	parse(p, text);
+	assert_int_equal(must(p, "resil_limit_available_permits", "policy=l0,", NULL), 0);
+	free(text);
+	resil_close(r);
 	free(p);
 }
 
@@ -646,12 +767,16 @@ static void test_process_scope(void **state)
 	parse(p, text);
 	snprintf(lab, sizeof(lab), "policy=local,pid=%d,state=open,", (int)getpid());
 	assert_int_equal(must(p, "resil_breaker_state", lab, NULL), 1);
+	snprintf(lab, sizeof(lab), "policy=local,pid=%d,state=closed,", (int)getpid());
+	assert_int_equal(must(p, "resil_breaker_state", lab, NULL), 0);
 	snprintf(lab, sizeof(lab), "policy=local,pid=%d,state=closed,", (int)child);
+	assert_int_equal(must(p, "resil_breaker_state", lab, NULL), 1);
+	snprintf(lab, sizeof(lab), "policy=local,pid=%d,state=open,", (int)child);
 	assert_int_equal(must(p, "resil_breaker_state", lab, NULL), 0);
 	snprintf(lab, sizeof(lab), "policy=local,pid=%d,", (int)child);
-	assert_int_equal(must(p, "resil_bulkhead_inflight", lab, NULL), 1);
+	assert_int_equal(must(p, "resil_bulkhead_in_use", lab, NULL), 1);
 	snprintf(lab, sizeof(lab), "policy=local,pid=%d,", (int)getpid());
-	assert_int_equal(must(p, "resil_bulkhead_inflight", lab, NULL), 0);
+	assert_int_equal(must(p, "resil_bulkhead_in_use", lab, NULL), 0);
 	/* each process's limiter: the parent's second call was a dry-run
 	 * admission, the child's one call an ordinary one */
 	assert_int_equal(must(p, "resil_limit_dry_run_rejects_total", lab, NULL), 1);
@@ -787,7 +912,8 @@ static void test_http(void **state)
 	assert_non_null(body);
 	parse(p, body + 4);
 	assert_int_equal(must(p, "resil_calls_total", "policy=orders,outcome=success,", NULL), 0);
-	assert_int_equal(must(p, "resil_breaker_state", "policy=orders,state=closed,", NULL), 0);
+	assert_int_equal(must(p, "resil_breaker_state", "policy=orders,state=closed,", NULL), 1);
+	assert_int_equal(must(p, "resil_breaker_state", "policy=orders,state=open,", NULL), 0);
 	free(ans);
 
 	ans = http(port, "GET /nope HTTP/1.0\r\n\r\n");
@@ -844,9 +970,9 @@ static void test_http(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_parser_rejects), cmocka_unit_test(test_exposition),
-	    cmocka_unit_test(test_hostile),	   cmocka_unit_test(test_process_scope),
-	    cmocka_unit_test(test_http),
+	    cmocka_unit_test(test_parser_rejects),  cmocka_unit_test(test_exposition),
+	    cmocka_unit_test(test_hostile),	    cmocka_unit_test(test_process_scope),
+	    cmocka_unit_test(test_limit_available), cmocka_unit_test(test_http),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
