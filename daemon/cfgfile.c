@@ -591,6 +591,8 @@ int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 	char why[512];
 	int failed = 0;
 
+	/* what has waited out its grace period counts as room */
+	resil_seg_reclaim(&d->seg, now);
 	if (cfgset_fits(d, set, why, sizeof(why)) < 0) {
 		log_error("configuration from %s not applied: %s", d->opts.config_dir, why);
 		return -ENOSPC;

@@ -952,24 +952,7 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	     "# HELP resil_policy_slots Policy slots (--policies).\n"
 	     "# TYPE resil_policy_slots gauge\nresil_policy_slots %u\n",
 	     d->seg.cfg->slot_cap);
-	mput(&m,
-	     "# HELP resil_arena_used_bytes State arena in use.\n"
-	     "# TYPE resil_arena_used_bytes gauge\nresil_arena_used_bytes %llu\n",
-	     (unsigned long long)d->seg.arena_used);
-	mput(&m,
-	     "# HELP resil_arena_bytes State arena size (--state-size).\n"
-	     "# TYPE resil_arena_bytes gauge\nresil_arena_bytes %llu\n",
-	     (unsigned long long)d->seg.geo.arena_size);
-	/* rec_used: written by this daemon only (the one writer of the
-	 * config segment), so a relaxed load reads our own store */
-	mput(&m,
-	     "# HELP resil_records_used Configuration records used up (each definition or "
-	     "change takes one; not reused).\n"
-	     "# TYPE resil_records_used gauge\nresil_records_used %u\n"
-	     "# HELP resil_records Configuration records in the config segment (4 x "
-	     "--policies).\n"
-	     "# TYPE resil_records gauge\nresil_records %u\n",
-	     ld_relaxed(&d->seg.cfg->rec_used), d->seg.cfg->rec_cap);
+	/* records and the arena: resil_metrics_text (the HTTP text too) */
 	if (m.cut || len - m.used <= sizeof(cut))
 		return m.used;
 	room = len - m.used - sizeof(cut);

@@ -745,6 +745,7 @@ static void on_tick(struct resild *d)
 		resild_state_repaired(d, UINT32_MAX, 0, RESIL_W_HEADER, fixed);
 	st_relaxed(&d->seg.st->state_repairs, d->state_repairs);
 	resil_seg_foreach(&d->seg, maintain_one, d);
+	resil_seg_reclaim(&d->seg, resil_clock_monotonic(NULL));
 	resild_clients_scan(d);
 	resild_events_drain(d);
 	scan_conns(d, resil_clock_monotonic(NULL));

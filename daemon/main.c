@@ -524,6 +524,11 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 	d->have_seg = true;
 	/* from here on the arena's bump pointer is the daemon's own */
 	resil_seg_own_arena(&d->seg);
+	/* and so are the free lists: rebuilt from the slot words (what no
+	 * live record names waits out a grace period, as after a delete) */
+	r = resil_seg_reuse_init(&d->seg, resil_clock_monotonic(NULL));
+	if (r < 0)
+		return log_error_errno(r, "cannot set up the reuse of records and state: %m");
 	/* clients get an O_RDONLY reopen of the config memfd: mode 0440 makes
 	 * a reopen for writing fail for other uids */
 	if (fchmod(d->seg.cfg_fd, 0440) < 0)
