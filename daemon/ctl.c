@@ -279,10 +279,24 @@ static int handle_segments(struct resild *d, const struct resild_peer *p,
 		return reply_error(rp, sfd, "cannot pass the state segment: %s", strerror(-sfd));
 	}
 	if (g->bind && !g->observer) {
+		bool exempt = resild_peer_exempt(d, p);
+		uint32_t max = d->opts.max_clients_per_uid, have;
+
+		/* a uid past its quota of client rows gets no segments: a
+		 * member of the group cannot take the table from the others */
+		if (max && !exempt && (have = resild_clients_of_uid(d, (uint32_t)p->uid)) >= max) {
+			close(cfd);
+			close(sfd);
+			d->clients_over_quota++;
+			return reply_error(rp, -EDQUOT,
+					   "uid %u holds %u client rows, at most %u per uid "
+					   "(--max-clients-per-uid)",
+					   (unsigned)p->uid, have, max);
+		}
 		/* who the client is: the kernel's word for the connection, not
 		 * the row's (clients.c); a peer we cannot see claims its own
 		 * row and is judged as a connectionless one */
-		row = resild_clients_bind(d, p->pid, p->uid);
+		row = resild_clients_bind(d, p->pid, p->uid, exempt);
 		if (row < 0 && row != -ENOSPC)
 			log_info("pid %d (uid %u): no client row bound: %s", (int)p->pid,
 				 (unsigned)p->uid, strerror(-row));
@@ -908,9 +922,14 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 		     "# HELP resil_permits_unregistered Permits held by processes without a client "
 		     "row (freed by an operator's reset only).\n"
 		     "# TYPE resil_permits_unregistered gauge\n"
-		     "resil_permits_unregistered %u\n",
+		     "resil_permits_unregistered %u\n"
+		     "# HELP resil_client_rows_over_quota_total Client rows refused to a uid "
+		     "holding --max-clients-per-uid already (segments or a forked child's row).\n"
+		     "# TYPE resil_client_rows_over_quota_total counter\n"
+		     "resil_client_rows_over_quota_total %llu\n",
 		     cs.unknown, (unsigned long long)cs.refused, (unsigned long long)cs.stray_freed,
-		     cs.unregistered_last);
+		     cs.unregistered_last,
+		     (unsigned long long)(cs.over_quota + d->clients_over_quota));
 	}
 	mput(&m,
 	     "# HELP resil_connections Control connections open.\n"
