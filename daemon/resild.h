@@ -80,6 +80,8 @@ struct resild {
 	uint64_t conns_refused; /* past the per-uid connection limit */
 	uint64_t conns_idle;	/* closed after opts.idle_timeout_ns of silence */
 	uint64_t clients_over_quota; /* segments refused: the uid's client rows */
+	int64_t reload_retry_until;  /* a reload waiting for records to come free
+				      * (CLOCK_MONOTONIC deadline), 0: none */
 	uint64_t conns_cut;	/* cut off for leaving descriptors unread */
 	uint64_t state_repairs; /* state words found out of range and repaired */
 	bool stopping;
