@@ -10,8 +10,8 @@
  * failed, all 100 still run the previous value, and
  * resil_reload_last_success_timestamp_seconds did not move. A reload that
  * applies part of a file and calls itself ok fails the test. (Records are
- * reused a grace period after a change: reloads faster than that run out
- * of them, slower ones do not; int_churn shows 1,000 of them applying.)
+ * reused a grace period after a change, and a reload that needs records
+ * still in it waits for them: int_churn shows 1,000 reloads applying.)
  */
 #include <errno.h>
 #include <signal.h>
