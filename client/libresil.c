@@ -1422,17 +1422,14 @@ RESIL_API int resil_acquire_key(resil_policy_t *p, const void *key, size_t len,
 	return resil_acquire_ex(p, &req, permit);
 }
 
-
 /* A release into a record the handle is no longer bound to: into a whole
  * copy of it if it still carries the permit's tag (seqlock reader: gen,
  * copy, gen; the daemon stores gen 0 before it rewrites a reused record
  * and the new gen last), else nowhere: the record was reused, and the
  * block the permit came from with it. */
-static RESIL_COLD __attribute__((noinline)) void release_old(struct resil *r, struct resil_map *m,
-							     const struct resil_rec *rec,
-							     uint32_t tag,
-							     struct resil_permit_priv *pm,
-							     int outcome)
+static RESIL_COLD __attribute__((noinline)) void
+release_old(struct resil *r, struct resil_map *m, const struct resil_rec *rec, uint32_t tag,
+	    struct resil_permit_priv *pm, int outcome)
 {
 	uint32_t g1 = ld_acquire((ra32 *)&rec->gen), g2;
 	struct resil_rec copy;

@@ -491,10 +491,11 @@ static int judge(struct resild *d, uint32_t i, uint64_t owner, bool adopting)
 				d->clients->stats.over_quota++;
 				if (d->clients->stats.over_quota < 16 ||
 				    d->clients->stats.over_quota % 1024 == 0)
-					log_notice("client row %u claimed by pid %u (uid %u): the uid "
-						   "holds %u rows, at most %u per uid "
-						   "(--max-clients-per-uid): freed",
-						   i, pid, uid, have, max);
+					log_notice(
+					    "client row %u claimed by pid %u (uid %u): the uid "
+					    "holds %u rows, at most %u per uid "
+					    "(--max-clients-per-uid): freed",
+					    i, pid, uid, have, max);
 				refuse(d, i, owner);
 				return 0;
 			}

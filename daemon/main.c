@@ -259,8 +259,9 @@ static int parse_args(struct resild *d, int argc, char **argv)
 			break;
 		case O_CLI_UID:
 			if (parse_count(optarg, &d->opts.max_clients_per_uid) < 0) {
-				log_error("--max-clients-per-uid %s: expected a number from 1 to %u",
-					  optarg, 1u << 24);
+				log_error(
+				    "--max-clients-per-uid %s: expected a number from 1 to %u",
+				    optarg, 1u << 24);
 				return -EINVAL;
 			}
 			break;

@@ -691,7 +691,7 @@ struct reuse_rec {
 struct reuse_ext {
 	uint64_t off; /* relative to the arena */
 	uint64_t len;
-	int64_t at;   /* retired at (pending queue only) */
+	int64_t at; /* retired at (pending queue only) */
 };
 
 struct resil_reuse {
@@ -727,8 +727,8 @@ static void reuse_free(struct resil_reuse *u)
  * scope, one copy per client row (as resil_seg_define allocates it). */
 static uint64_t rec_extent(const struct resil_seg *s, const struct resil_rec *rec)
 {
-	uint64_t main_size = resil_align_up(rec->state_size ? rec->state_size : RESIL_HOT_ALIGN,
-					    RESIL_HOT_ALIGN);
+	uint64_t main_size =
+	    resil_align_up(rec->state_size ? rec->state_size : RESIL_HOT_ALIGN, RESIL_HOT_ALIGN);
 
 	if (rec->proc_stride)
 		return main_size + main_size * s->geo.client_cap;
@@ -765,8 +765,7 @@ static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int6
 			u->ep_cap = cap;
 		}
 	}
-	u->epend[u->ep_head + u->ep_n++] =
-	    (struct reuse_ext){abs_off - s->geo.arena_off, len, now};
+	u->epend[u->ep_head + u->ep_n++] = (struct reuse_ext){abs_off - s->geo.arena_off, len, now};
 	u->pend_bytes += len;
 }
 
@@ -938,8 +937,8 @@ int resil_seg_reuse_init(struct resil_seg *s, int64_t now)
 		if (!rec || resil_slotw_rec(w) >= used)
 			continue;
 		named[resil_slotw_rec(w)] = true;
-		live[nlive++] = (struct reuse_ext){rec->state_off - s->geo.arena_off,
-						   rec_extent(s, rec), 0};
+		live[nlive++] =
+		    (struct reuse_ext){rec->state_off - s->geo.arena_off, rec_extent(s, rec), 0};
 		if (rec->conf.bulkhead.on && rec->conf.bulkhead.wait_ns > 0 &&
 		    RESIL_REUSE_GRACE_NS + rec->conf.bulkhead.wait_ns > u->grace_ns)
 			u->grace_ns = RESIL_REUSE_GRACE_NS + rec->conf.bulkhead.wait_ns;
@@ -1173,12 +1172,12 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 		if (s->reuse->nrfree)
 			ri = s->reuse->rpend[s->reuse->rp_head].idx;
 		else
-			return resil_errf(
-			    err, errlen, -ENOSPC,
-			    "configuration records exhausted (%" PRIu32 " of %" PRIu32
-			    " wait out their grace period of %" PRId64
-			    " ms after a change): retry later or raise --policies",
-			    s->reuse->rp_n, s->cfg->rec_cap, s->reuse->grace_ns / 1000000);
+			return resil_errf(err, errlen, -ENOSPC,
+					  "configuration records exhausted (%" PRIu32 " of %" PRIu32
+					  " wait out their grace period of %" PRId64
+					  " ms after a change): retry later or raise --policies",
+					  s->reuse->rp_n, s->cfg->rec_cap,
+					  s->reuse->grace_ns / 1000000);
 	} else if (ri >= s->cfg->rec_cap)
 		return resil_errf(err, errlen, -ENOSPC,
 				  "configuration records exhausted (%" PRIu32

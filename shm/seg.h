@@ -94,13 +94,13 @@ struct resil_cfg_hdr {
 	 * observers: the daemon stores them relaxed after every change and
 	 * tick, readers load them relaxed and only display them (0 from a
 	 * daemon that predates them). */
-	ra32 rec_free;    /* records free for reuse (rec_used counts them) */
-	ra32 rec_waiting; /* records retired, waiting out the grace period */
-	ra64 arena_live;  /* arena bytes in use: live blocks and waiting ones */
-	ra64 arena_waiting;      /* of which retired, in their grace period */
-	ra64 arena_free;         /* free holes below the bump pointer, bytes */
+	ra32 rec_free;		 /* records free for reuse (rec_used counts them) */
+	ra32 rec_waiting;	 /* records retired, waiting out the grace period */
+	ra64 arena_live;	 /* arena bytes in use: live blocks and waiting ones */
+	ra64 arena_waiting;	 /* of which retired, in their grace period */
+	ra64 arena_free;	 /* free holes below the bump pointer, bytes */
 	ra64 arena_largest_free; /* the largest hole or the tail */
-	ra32 arena_holes;        /* number of holes (fragmentation) */
+	ra32 arena_holes;	 /* number of holes (fragmentation) */
 	uint32_t reserved32;
 	RESIL_A8 uint64_t reserved[21];
 };
@@ -377,15 +377,15 @@ void resil_seg_reclaim(struct resil_seg *s, int64_t now);
 /* What the configuration and the arena hold (for metrics). Without reuse
  * (embedded mode), nothing waits and nothing is free. */
 struct resil_seg_usage {
-	uint32_t records;          /* capacity */
-	uint32_t records_used;     /* live or waiting out the grace period */
-	uint32_t records_waiting;  /* retired, in their grace period */
-	uint64_t arena;            /* bytes */
-	uint64_t arena_used;       /* live or waiting, bytes */
-	uint64_t arena_waiting;    /* retired blocks in their grace period, bytes */
-	uint64_t arena_free;       /* free bytes below the bump pointer (holes) */
+	uint32_t records;	     /* capacity */
+	uint32_t records_used;	     /* live or waiting out the grace period */
+	uint32_t records_waiting;    /* retired, in their grace period */
+	uint64_t arena;		     /* bytes */
+	uint64_t arena_used;	     /* live or waiting, bytes */
+	uint64_t arena_waiting;	     /* retired blocks in their grace period, bytes */
+	uint64_t arena_free;	     /* free bytes below the bump pointer (holes) */
 	uint64_t arena_largest_free; /* the largest hole, or the tail if larger */
-	uint32_t arena_holes;      /* free extents below the bump pointer */
+	uint32_t arena_holes;	     /* free extents below the bump pointer */
 };
 void resil_seg_usage(const struct resil_seg *s, struct resil_seg_usage *u);
 /* The grace period: a retired record or block is reused this long after
