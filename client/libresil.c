@@ -1482,14 +1482,19 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	 * was granted under, whatever happened to the name since: a changed
 	 * configuration, a delete, a re-attach to a new daemon. Mappings stay
 	 * until resil_close, so the permit's (mapping, record, tag) is all it
-	 * takes: no directory or slot word on this path. A record reused
-	 * since (another tag, or 0 while free) drops the release.
+	 * takes: no directory on this path. The handle's binding serves while
+	 * its slot word is unchanged (one load: a record still named by its
+	 * slot is not retired, so not reused); else the record is read as a
+	 * seqlock, and one reused since (another tag, or 0 while free) drops
+	 * the release: the handle's cached block may be another policy's.
 	 */
 	tag = pm->flags >> RESIL_PERMIT_TAG_SHIFT;
 	fork_check(r);
 	if (RESIL_LIKELY(read_binding(p, &b) && b.rec && b.where == pm->where &&
-			 b.held >> RESIL_PERMIT_TAG_SHIFT == tag)) {
-		/* the record the handle is bound to: no walk */
+			 b.held >> RESIL_PERMIT_TAG_SHIFT == tag && b.word &&
+			 ld_acquire(b.slotp) == b.word)) {
+		/* the record the handle is bound to, still its slot's (not
+		 * retired, so not reused either): no walk */
 		if (b.lean) {
 			/* lean (see "Lean decisions"): the component's release
 			 * (neither reads a context here) and the count */
