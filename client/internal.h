@@ -49,6 +49,7 @@ struct resil_policy {
 	struct resil_policy *next; /* r->policies list, under r->lock */
 	ra32 bseq;		   /* seqlock over the binding */
 	ra32 where;		   /* the permit's where for rec (permit_where) */
+	ra32 held;		   /* the permit's flags for rec: HELD | tag (permit_tag) */
 	ra64 word;		   /* the slot word bound; 0: resolve first */
 	struct resil_map *_Atomic m;
 	ra64 *_Atomic slotp;  /* the slot word's address in m */
@@ -178,6 +179,9 @@ void resil_priv_after_fork(struct resil *r);
 /* Fill a decision context for handle p; returns the current record, or
  * NULL with *err = -ENOENT when the policy is gone. No syscall. */
 const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err);
+/* Does rec still carry gen (it was not reused since: shm/seg.c "Reuse")?
+ * For whoever holds a record across a call of the application's. */
+bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen);
 
 /* Control requests (libctl.c): one request, one response, over r->ctl_fd,
  * opened lazily by the current process. Called under r->lock. fds: room

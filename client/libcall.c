@@ -480,8 +480,8 @@ static void run_hedge(struct hround *h, int k)
 	struct resil_attempt a = {0};
 	struct resil_ctx x;
 	void *budget;
-	uint32_t cost;
-	bool first = false;
+	uint32_t cost, rgen;
+	bool first = false, cur;
 	int err = 0, cls, slot = -1;
 	struct timespec until;
 	int64_t at = h->start_mono + (int64_t)k * h->delay_ns;
@@ -516,6 +516,7 @@ static void run_hedge(struct hround *h, int k)
 	if (resil_policy_acquire(&x, rec, &pm, NULL, 0) != RESIL_ADMIT)
 		return;
 	pm.flags |= RESIL_PERMIT_HELD;
+	rgen = rec->gen;
 	a.round = h;
 	a.number = h->number + k;
 	a.deadline_ns = h->deadline_ns;
@@ -532,6 +533,12 @@ static void run_hedge(struct hround *h, int k)
 		a.interrupted = wd_disarm(slot);
 	tl_attempt = a.outer;
 	x.now = 0;
+	/* the record reused while fn ran (the policy changed shape or went
+	 * away a grace period ago, shm/seg.c "Reuse"): its block is another
+	 * policy's now, so nothing is written there */
+	cur = resil_priv_rec_current(rec, rgen);
+	if (!cur)
+		budget = NULL;
 	if (cls == RESIL_ERR_NONE) {
 		uint32_t e = 0;
 
@@ -546,6 +553,8 @@ static void run_hedge(struct hround *h, int k)
 	} else if (budget) {
 		resil_budget_record(budget, bc, false, true, 2, 0);
 	}
+	if (!cur)
+		return;
 	resil_ctx_now(&x);
 	resil_policy_release(&x, rec, &pm,
 			     cls != RESIL_ERR_NONE && ld_acquire(&h->won) ? RESIL_IGNORED
@@ -663,6 +672,7 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 	struct resil_retry_priv rt = {0};
 	const struct resil_retry_conf *bc = NULL;
 	const struct resil_rec *rec;
+	uint32_t rgen;
 	struct resil_ctx x;
 	int64_t now, outer, end, d;
 	int err = 0, cls = RESIL_ERR_NONE;
@@ -707,6 +717,7 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 			return v;
 		}
 		pm.flags |= RESIL_PERMIT_HELD;
+		rgen = rec->gen;
 		if (c->timeout_ns > 0 || c->hedge_delay_ns)
 			now = resil_ctx_now(&x);
 
@@ -780,6 +791,8 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 			pthread_mutex_unlock(&h.lock);
 			pthread_cond_destroy(&h.cond);
 			pthread_mutex_destroy(&h.lock);
+			if (!resil_priv_rec_current(rec, rgen))
+				return cls == RESIL_ERR_NONE || h.ok ? 0 : RESIL_CALL_ERR + cls;
 			if (cls != RESIL_ERR_NONE && h.ok) {
 				/* a hedge won: the primary lost and reports nothing */
 				x.now = 0;
@@ -792,6 +805,10 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 			cls = RESIL_ERR_TIMEOUT;
 		if (cls < 0)
 			cls = RESIL_ERR_TRANSIENT;
+		/* the record reused while fn ran (shm/seg.c "Reuse"): its block
+		 * is another policy's; the attempt's result stands, unrecorded */
+		if (RESIL_UNLIKELY(!resil_priv_rec_current(rec, rgen)))
+			return cls == RESIL_ERR_NONE ? 0 : RESIL_CALL_ERR + cls;
 
 		/* after the attempt: a reading if the release needs a duration,
 		 * or the retry decision a time (a failure) */

@@ -50,14 +50,19 @@
  * the child claims the child's own row, reseeds, and forgets the parent's
  * control connection before any permit is taken.
  *
- * Permits: a permit records the slot generation and the record it was
- * granted under (where = mapping seq % 32 << 27 | record index + 1),
- * so a release after the handle re-resolved (or after a deletion, or a
+ * Permits: a permit records the record it was granted under (where =
+ * mapping seq % 32 << 27 | record index + 1) and that record's tag (the
+ * low 16 bits of its gen, in the top half of the permit's flags), so a
+ * release after the handle re-resolved (or after a deletion, or a
  * re-attach) frees what it holds in the state block and the segments it
- * came from: records and arena blocks are never reused during a segment's
- * life and mappings stay until resil_close, so that record is still
- * readable. (A permit held across 32 re-attaches would name the wrong
- * mapping; each re-attach takes a daemon restart.)
+ * came from: mappings stay until resil_close. The daemon reuses a record
+ * and its block once no slot word has named them for a grace period
+ * (shm/seg.c, "Reuse"), and stores gen 0 before it rewrites the record:
+ * a release that finds its record with another gen (or 0) drops, it
+ * never writes into the block of whatever policy got the record since.
+ * The record is read as a seqlock (gen before and after a copy). (A
+ * permit held across 32 re-attaches would name the wrong mapping; each
+ * re-attach takes a daemon restart.)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -999,6 +1004,15 @@ static inline uint32_t permit_where(const struct resil_map *m, uint32_t idx)
 	return (m->seq % 32) << RESIL_PERMIT_IDX_BITS | (idx + 1);
 }
 
+/* A permit's flags once held: HELD and the tag of the record it was
+ * granted under (the low 16 bits of rec->gen; the component flags use
+ * the low 16 bits of flags). */
+#define RESIL_PERMIT_TAG_SHIFT 16
+static inline uint32_t permit_held(const struct resil_rec *rec)
+{
+	return RESIL_PERMIT_HELD | (rec->gen & 0xffffu) << RESIL_PERMIT_TAG_SHIFT;
+}
+
 /*
  * Lean decisions. A policy whose only component besides the counters is
  * a fail-fast bulkhead (its scan regime: no wait, no critical share) or a
@@ -1058,6 +1072,7 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 	st_relaxed(&p->lean_st, lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL);
 	st_relaxed(&p->stats_st, lean ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL);
 	st_relaxed(&p->where, rec ? permit_where(m, rec_index(m->seg, rec)) : 0);
+	st_relaxed(&p->held, rec ? permit_held(rec) : RESIL_PERMIT_HELD);
 	st_relaxed(&p->word, word);
 	st_release(&p->bseq, s + 2);
 }
@@ -1070,7 +1085,7 @@ struct binding {
 	const struct resil_rec *rec;
 	void *lean_st, *stats_st;
 	uint64_t word;
-	uint32_t where, lean;
+	uint32_t where, held, lean;
 };
 
 /* false while a re-resolve rewrites it (seqlock reader) */
@@ -1084,6 +1099,7 @@ static inline bool read_binding(struct resil_policy *p, struct binding *b)
 	b->rec = ld_relaxed(&p->rec);
 	b->word = ld_relaxed(&p->word);
 	b->where = ld_relaxed(&p->where);
+	b->held = ld_relaxed(&p->held);
 	b->lean = ld_relaxed(&p->lean);
 	b->lean_st = b->stats_st = NULL;
 	if (b->lean) {
@@ -1297,7 +1313,7 @@ static inline __attribute__((always_inline)) int lean_done(resil_policy_t *p,
 		resil_stats_rejected(x, b->stats_st, v);
 	} else {
 		pm->where = b->where;
-		pm->flags |= RESIL_PERMIT_HELD;
+		pm->flags |= b->held;
 	}
 	after_decision(p->r, x);
 	return v;
@@ -1383,7 +1399,7 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	ret = resil_policy_acquire(&x, rec, pm, key, key_len);
 	if (ret == RESIL_ADMIT) {
 		pm->where = where;
-		pm->flags |= RESIL_PERMIT_HELD;
+		pm->flags |= permit_held(rec);
 		if (RESIL_UNLIKELY(resil_limit_reserved_wait(pm) > 0))
 			reservation_sleep(p->r, pm);
 	}
@@ -1406,6 +1422,43 @@ RESIL_API int resil_acquire_key(resil_policy_t *p, const void *key, size_t len,
 	return resil_acquire_ex(p, &req, permit);
 }
 
+/* A release into a record the handle is no longer bound to: into a whole
+ * copy of it if it still carries the permit's tag (seqlock reader: gen,
+ * copy, gen; the daemon stores gen 0 before it rewrites a reused record
+ * and the new gen last), else nowhere: the record was reused, and the
+ * block the permit came from with it. */
+static RESIL_COLD __attribute__((noinline)) void
+release_old(struct resil *r, struct resil_map *m, const struct resil_rec *rec, uint32_t tag,
+	    struct resil_permit_priv *pm, int outcome)
+{
+	uint32_t g1 = ld_acquire((ra32 *)&rec->gen), g2;
+	struct resil_rec copy;
+	struct resil_ctx x;
+
+	if (g1 == 0 || (g1 & 0xffffu) != tag) {
+		pm->flags = 0;
+		return;
+	}
+	memcpy(&copy, rec, sizeof(copy));
+	atomic_thread_fence(memory_order_acquire);
+	g2 = ld_relaxed((ra32 *)&rec->gen);
+	if (g2 != g1) {
+		pm->flags = 0;
+		return;
+	}
+	fill_ctx(r, m, &x);
+	x.rec = &copy;
+	resil_policy_release(&x, &copy, pm, outcome);
+	pm->flags = 0;
+}
+
+/* For resil_call (libcall.c), which holds a record across the call: is
+ * it still the one it granted the permit under? */
+bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen)
+{
+	return ld_acquire((ra32 *)&rec->gen) == gen;
+}
+
 RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_permit_t *permit,
 						      int outcome)
 {
@@ -1415,7 +1468,7 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	struct resil *r;
 	struct resil_ctx x;
 	struct binding b;
-	uint32_t idx, seq32;
+	uint32_t idx, seq32, tag;
 
 	if (RESIL_UNLIKELY(!p || !permit || !(pm->flags & RESIL_PERMIT_HELD)))
 		return;
@@ -1427,14 +1480,21 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	/*
 	 * A release goes to the record (and so the state block) the permit
 	 * was granted under, whatever happened to the name since: a changed
-	 * configuration, a delete, a re-attach to a new daemon. Records are
-	 * never reused during a segment pair's life and mappings stay until
-	 * resil_close, so the permit's (mapping, record) pair is all it
-	 * takes: no directory or slot word on this path.
+	 * configuration, a delete, a re-attach to a new daemon. Mappings stay
+	 * until resil_close, so the permit's (mapping, record, tag) is all it
+	 * takes: no directory on this path. The handle's binding serves while
+	 * its slot word is unchanged (one load: a record still named by its
+	 * slot is not retired, so not reused); else the record is read as a
+	 * seqlock, and one reused since (another tag, or 0 while free) drops
+	 * the release: the handle's cached block may be another policy's.
 	 */
+	tag = pm->flags >> RESIL_PERMIT_TAG_SHIFT;
 	fork_check(r);
-	if (RESIL_LIKELY(read_binding(p, &b) && b.rec && b.where == pm->where)) {
-		/* the record the handle is bound to: no walk */
+	if (RESIL_LIKELY(read_binding(p, &b) && b.rec && b.where == pm->where &&
+			 b.held >> RESIL_PERMIT_TAG_SHIFT == tag && b.word &&
+			 ld_acquire(b.slotp) == b.word)) {
+		/* the record the handle is bound to, still its slot's (not
+		 * retired, so not reused either): no walk */
 		if (b.lean) {
 			/* lean (see "Lean decisions"): the component's release
 			 * (neither reads a context here) and the count */
@@ -1460,7 +1520,8 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 			pm->flags = 0;
 			return;
 		}
-		rec = resil_seg_rec(m->seg, idx - 1);
+		release_old(r, m, resil_seg_rec(m->seg, idx - 1), tag, pm, outcome);
+		return;
 	}
 	fill_ctx(r, m, &x);
 	x.rec = rec;

@@ -565,6 +565,21 @@ static int cfgset_fits(struct resild *d, const struct resild_cfgset *set, char *
 		need.arena += c.arena;
 	}
 	resil_seg_room(&d->seg, &room);
+	if (need.records > room.records && need.slots <= room.slots && need.arena <= room.arena) {
+		struct resil_seg_usage u;
+
+		/* records retired by earlier changes come free within the grace
+		 * period: the reload waits for them (the loop retries it) */
+		resil_seg_usage(&d->seg, &u);
+		if (need.records <= room.records + u.records_waiting) {
+			snprintf(err, errlen,
+				 "%u policies change and need a configuration record each, %u are "
+				 "left and %u more come free within %lld ms",
+				 need.records, room.records, u.records_waiting,
+				 (long long)(RESIL_REUSE_GRACE_NS / 1000000));
+			return -EAGAIN;
+		}
+	}
 	if (need.records > room.records)
 		snprintf(err, errlen,
 			 "%u policies change and need a configuration record each, %u are left "
@@ -591,7 +606,14 @@ int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 	char why[512];
 	int failed = 0;
 
-	if (cfgset_fits(d, set, why, sizeof(why)) < 0) {
+	/* what has waited out its grace period counts as room */
+	resil_seg_reclaim(&d->seg, now);
+	failed = cfgset_fits(d, set, why, sizeof(why));
+	if (failed == -EAGAIN) {
+		log_info("configuration from %s waits: %s", d->opts.config_dir, why);
+		return -EAGAIN;
+	}
+	if (failed < 0) {
 		log_error("configuration from %s not applied: %s", d->opts.config_dir, why);
 		return -ENOSPC;
 	}
@@ -660,6 +682,19 @@ int resild_config_load(struct resild *d, bool initial)
 		return r;
 	}
 	r = resild_cfgset_apply(d, set);
+	for (int i = 0; r == -EAGAIN && initial && i < 200; i++) {
+		/* at start (adopted segments): what waits comes free within
+		 * the grace period; nothing else runs yet */
+		struct timespec ts = {0, 10 * 1000 * 1000};
+
+		nanosleep(&ts, NULL);
+		r = resild_cfgset_apply(d, set);
+	}
+	if (r == -EAGAIN && !initial) {
+		/* nothing applied yet: the loop tries again (resild_reload_retry) */
+		resild_cfgset_free(set);
+		return r;
+	}
 	if (r < 0) {
 		/* nothing applied: the previous configuration keeps running */
 		if (!initial)

@@ -90,6 +90,7 @@
 
 #include "bulkhead.h"
 #include "clients.h"
+#include "ctl.h"
 #include "log.h"
 #include "loop.h"
 #include "policy.h"
@@ -118,6 +119,8 @@ struct watch {
 	uint32_t pid;	  /* the process, in our pid namespace */
 	uint8_t kind;	  /* enum watch_kind */
 	bool foreign;	  /* lives in another pid namespace than ours */
+	bool exempt;	  /* root, our uid or the admin group: no row quota */
+	uint32_t uid;	  /* the kernel's word: SO_PEERCRED, or /proc/PID/status */
 	uint64_t recheck; /* W_UNKNOWN: the tick to look again */
 };
 
@@ -302,14 +305,75 @@ static int pidfd_open_(uint32_t pid)
 	return fd < 0 ? -errno : fd;
 }
 
-/* Watch row i's process through fd (taken). 0, or -errno (fd closed). */
-static int watch(struct resild *d, uint32_t i, uint64_t owner, int fd, uint32_t pid, uint8_t kind)
+/* Who process pid is, as the kernel says (/proc/PID/status: effective
+ * uid and gid, supplementary groups), for the row quota. 0 or -errno. */
+static int proc_who(const struct resild *d, uint32_t pid, uint32_t *uid, bool *exempt)
+{
+	char path[64], line[4096];
+	gid_t groups[256];
+	struct resild_peer p = {.pid = (pid_t)pid, .groups = groups};
+	unsigned long long a, b;
+	int got = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%u/status", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "Uid: %llu %llu", &a, &b) == 2) {
+			p.uid = (uid_t)b;
+			got |= 1;
+		} else if (sscanf(line, "Gid: %llu %llu", &a, &b) == 2) {
+			p.gid = (gid_t)b;
+			got |= 2;
+		} else if (strncmp(line, "Groups:", 7) == 0) {
+			char *q = line + 7, *end;
+
+			while (p.ngroups < (int)(sizeof(groups) / sizeof(groups[0]))) {
+				unsigned long v = strtoul(q, &end, 10);
+
+				if (end == q)
+					break;
+				groups[p.ngroups++] = (gid_t)v;
+				q = end;
+			}
+		}
+	}
+	fclose(f);
+	if (got != 3)
+		return -EIO;
+	*uid = (uint32_t)p.uid;
+	*exempt = resild_peer_exempt(d, &p);
+	return 0;
+}
+
+uint32_t resild_clients_of_uid(const struct resild *d, uint32_t uid)
+{
+	const struct resild_clients *c = d->clients;
+	uint32_t n = 0;
+
+	for (uint32_t j = 0; c && j < c->cap; j++) {
+		const struct watch *w = &c->w[j];
+
+		n += w->owner && w->pidfd >= 0 && w->uid == uid &&
+		     (w->kind == W_BOUND || w->kind == W_CHILD || w->kind == W_ADOPTED);
+	}
+	return n;
+}
+
+/* Watch row i's process through fd (taken), of uid (exempt from the row
+ * quota or not). 0, or -errno (fd closed). */
+static int watch(struct resild *d, uint32_t i, uint64_t owner, int fd, uint32_t pid, uint8_t kind,
+		 uint32_t uid, bool exempt)
 {
 	struct resild_clients *c = d->clients;
 	struct watch *w = &c->w[i];
 	char proc[16];
 	int r;
 
+	w->uid = uid;
+	w->exempt = exempt;
 	w->owner = owner;
 	w->pidfd = fd;
 	w->pid = pid;
@@ -402,8 +466,13 @@ static int judge(struct resild *d, uint32_t i, uint64_t owner, bool adopting)
 		refuse(d, i, owner);
 		return 0;
 	}
+	uint32_t uid = UINT32_MAX;
+	bool exempt = false;
+
+	if (proc_who(d, pid, &uid, &exempt) < 0)
+		uid = UINT32_MAX; /* counted for nobody; judged as any row */
 	if (adopting) {
-		watch(d, i, owner, fd, pid, W_ADOPTED);
+		watch(d, i, owner, fd, pid, W_ADOPTED, uid, exempt);
 		return 0;
 	}
 	/* a live process: a forked child of a client, or nobody's */
@@ -411,7 +480,26 @@ static int judge(struct resild *d, uint32_t i, uint64_t owner, bool adopting)
 		uint64_t pst;
 
 		if (known_pid(c, ppid)) {
-			watch(d, i, owner, fd, pid, W_CHILD);
+			/* forked children count against their uid's rows too:
+			 * past the quota the row is refused (its process then
+			 * decides with no row of its own, as when the table is
+			 * full) */
+			uint32_t max = d->opts.max_clients_per_uid, have;
+
+			if (max && !exempt && (have = resild_clients_of_uid(d, uid)) >= max) {
+				close(fd);
+				d->clients->stats.over_quota++;
+				if (d->clients->stats.over_quota < 16 ||
+				    d->clients->stats.over_quota % 1024 == 0)
+					log_notice(
+					    "client row %u claimed by pid %u (uid %u): the uid "
+					    "holds %u rows, at most %u per uid "
+					    "(--max-clients-per-uid): freed",
+					    i, pid, uid, have, max);
+				refuse(d, i, owner);
+				return 0;
+			}
+			watch(d, i, owner, fd, pid, W_CHILD, uid, exempt);
 			return 0;
 		}
 		if (resild_proc_stat(ppid, &pst, &ppid) < 0)
@@ -425,7 +513,7 @@ static int judge(struct resild *d, uint32_t i, uint64_t owner, bool adopting)
 	return 0;
 }
 
-int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid)
+int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid, bool exempt)
 {
 	struct resild_clients *c = d->clients;
 	uint64_t st;
@@ -456,7 +544,7 @@ int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid)
 	if (c->w[row].owner || c->w[row].pidfd >= 0)
 		forget(d, (uint32_t)row); /* an earlier owner freed it since our scan */
 	r = watch(d, (uint32_t)row, (uint64_t)(uint32_t)peer_pid << 32 | (st & 0xffffffffULL), fd,
-		  (uint32_t)peer_pid, W_BOUND);
+		  (uint32_t)peer_pid, W_BOUND, (uint32_t)uid, exempt);
 	if (r < 0) {
 		resil_client_release(&d->seg, (uint32_t)row);
 		return r;

@@ -27,7 +27,10 @@ uint32_t resild_clients_live(const struct resild *d);
 /* Claim a row for the peer of a connection (its SO_PEERCRED pid, in our
  * pid namespace) and watch it: the row index, or -errno (-ESRCH: the
  * peer's pid is not visible here; -ENOSPC: the table is full). */
-int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid);
+int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid, bool exempt);
+/* Client rows held by uid's processes (bound, forked children, adopted),
+ * for the per-uid quota (--max-clients-per-uid). */
+uint32_t resild_clients_of_uid(const struct resild *d, uint32_t uid);
 /* Our pid for row's process (0: not one we identified). */
 uint32_t resild_clients_pid_of(const struct resild *d, uint32_t row);
 /* Free the permits of policy rec held by RESIL_CLIENT_UNREGISTERED (an
@@ -37,6 +40,7 @@ uint32_t resild_clients_free_unregistered(struct resild *d, const struct resil_r
 struct resild_clients_stats {
 	uint64_t bound;		    /* rows bound to a connection */
 	uint64_t refused;	    /* rows freed: no process we can tie to a client */
+	uint64_t over_quota;	    /* rows refused or not bound: the uid's quota */
 	uint64_t stray_freed;	    /* permits freed: held by an id naming no live row */
 	uint32_t unknown;	    /* rows kept unidentified (another pid namespace) */
 	uint32_t unregistered_held; /* the sweep pass in progress */

@@ -280,10 +280,24 @@ static int handle_segments(struct resild *d, const struct resild_peer *p,
 		return reply_error(rp, sfd, "cannot pass the state segment: %s", strerror(-sfd));
 	}
 	if (g->bind && !g->observer) {
+		bool exempt = resild_peer_exempt(d, p);
+		uint32_t max = d->opts.max_clients_per_uid, have;
+
+		/* a uid past its quota of client rows gets no segments: a
+		 * member of the group cannot take the table from the others */
+		if (max && !exempt && (have = resild_clients_of_uid(d, (uint32_t)p->uid)) >= max) {
+			close(cfd);
+			close(sfd);
+			d->clients_over_quota++;
+			return reply_error(rp, -EDQUOT,
+					   "uid %u holds %u client rows, at most %u per uid "
+					   "(--max-clients-per-uid)",
+					   (unsigned)p->uid, have, max);
+		}
 		/* who the client is: the kernel's word for the connection, not
 		 * the row's (clients.c); a peer we cannot see claims its own
 		 * row and is judged as a connectionless one */
-		row = resild_clients_bind(d, p->pid, p->uid);
+		row = resild_clients_bind(d, p->pid, p->uid, exempt);
 		if (row < 0 && row != -ENOSPC)
 			log_info("pid %d (uid %u): no client row bound: %s", (int)p->pid,
 				 (unsigned)p->uid, strerror(-row));
@@ -860,10 +874,10 @@ void resild_peer_gone(struct resild *d, struct resild_peer *p)
  * loop never waits on a scrape longer than that copy).
  */
 struct health {
-	uint32_t clients, conns, subscribers, slot_cap, rec_used, rec_cap;
+	uint32_t clients, conns, subscribers, slot_cap;
 	struct resild_clients_stats cs;
 	uint64_t conns_refused, conns_idle, conns_cut, events_seen, reclaims;
-	uint64_t reloads, reload_errors, arena_used, arena_size;
+	uint64_t reloads, reload_errors, clients_over_quota;
 	int64_t reload_ok_time;
 };
 
@@ -885,16 +899,11 @@ static void health_take(struct resild *d, struct health *h)
 	h->reloads = d->reloads;
 	h->reload_errors = d->reload_errors;
 	h->reload_ok_time = d->reload_ok_time;
-	h->arena_used = d->seg.arena_used;
-	h->arena_size = d->seg.geo.arena_size;
-	if (d->seg.cfg) {
-		/* rec_used: written by this daemon only (the one writer of the
-		 * config segment), so a relaxed load reads our own store */
+	h->clients_over_quota = d->clients_over_quota;
+	if (d->seg.cfg)
 		h->slot_cap = d->seg.cfg->slot_cap;
-		h->rec_used = ld_relaxed(&d->seg.cfg->rec_used);
-		h->rec_cap = d->seg.cfg->rec_cap;
-	}
 }
+
 
 void resild_metrics_publish(struct resild *d)
 {
@@ -954,9 +963,14 @@ static size_t metrics_render(const struct health *h, const struct resil_seg *seg
 	     "# HELP resil_permits_unregistered Permits held by processes without a client "
 	     "row (freed by an operator's reset only).\n"
 	     "# TYPE resil_permits_unregistered gauge\n"
-	     "resil_permits_unregistered %u\n",
+	     "resil_permits_unregistered %u\n"
+	     "# HELP resil_client_rows_over_quota_total Client rows refused to a uid "
+	     "holding --max-clients-per-uid already (segments or a forked child's row).\n"
+	     "# TYPE resil_client_rows_over_quota_total counter\n"
+	     "resil_client_rows_over_quota_total %llu\n",
 	     h->cs.unknown, (unsigned long long)h->cs.refused,
-	     (unsigned long long)h->cs.stray_freed, h->cs.unregistered_last);
+	     (unsigned long long)h->cs.stray_freed, h->cs.unregistered_last,
+	     (unsigned long long)(h->cs.over_quota + h->clients_over_quota));
 	mput(&m,
 	     "# HELP resil_connections Control connections open.\n"
 	     "# TYPE resil_connections gauge\nresil_connections %u\n",
@@ -997,22 +1011,7 @@ static size_t metrics_render(const struct health *h, const struct resil_seg *seg
 	     "# HELP resil_policy_slots Policy slots (--policies).\n"
 	     "# TYPE resil_policy_slots gauge\nresil_policy_slots %u\n",
 	     h->slot_cap);
-	mput(&m,
-	     "# HELP resil_arena_used_bytes State arena in use.\n"
-	     "# TYPE resil_arena_used_bytes gauge\nresil_arena_used_bytes %llu\n",
-	     (unsigned long long)h->arena_used);
-	mput(&m,
-	     "# HELP resil_arena_bytes State arena size (--state-size).\n"
-	     "# TYPE resil_arena_bytes gauge\nresil_arena_bytes %llu\n",
-	     (unsigned long long)h->arena_size);
-	mput(&m,
-	     "# HELP resil_records_used Configuration records used up (each definition or "
-	     "change takes one; not reused).\n"
-	     "# TYPE resil_records_used gauge\nresil_records_used %u\n"
-	     "# HELP resil_records Configuration records in the config segment (4 x "
-	     "--policies).\n"
-	     "# TYPE resil_records gauge\nresil_records %u\n",
-	     h->rec_used, h->rec_cap);
+	/* records and the arena: resil_metrics_text (the HTTP text too) */
 	m.pos += resil_metrics_text(seg, m.pos < m.len ? m.buf + m.pos : NULL,
 				    m.pos < m.len ? m.len - m.pos : 0);
 	return m.pos;

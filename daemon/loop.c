@@ -727,6 +727,8 @@ static void scan_conns(struct resild *d, int64_t now)
 	}
 }
 
+static void reload(struct resild *d, bool retry);
+
 static void on_tick(struct resild *d)
 {
 	struct resild_loop *l = d->loop;
@@ -745,6 +747,9 @@ static void on_tick(struct resild *d)
 		resild_state_repaired(d, UINT32_MAX, 0, RESIL_W_HEADER, fixed);
 	st_relaxed(&d->seg.st->state_repairs, d->state_repairs);
 	resil_seg_foreach(&d->seg, maintain_one, d);
+	resil_seg_reclaim(&d->seg, resil_clock_monotonic(NULL));
+	if (d->reload_retry_until)
+		reload(d, true);
 	resild_clients_scan(d);
 	resild_events_drain(d);
 	scan_conns(d, resil_clock_monotonic(NULL));
@@ -761,6 +766,29 @@ static void on_tick(struct resild *d)
 		arm_tick(l);
 }
 
+/* A reload, or (retry) its next try while it waits for configuration
+ * records to come free: counted once, when it applied or failed. */
+static void reload(struct resild *d, bool retry)
+{
+	int64_t now = resil_clock_monotonic(NULL);
+	int r = resild_config_load(d, false);
+
+	if (r == -EAGAIN) {
+		if (!retry || d->reload_retry_until == 0)
+			d->reload_retry_until = now + 2 * RESIL_REUSE_GRACE_NS + RESILD_TICK_NS;
+		if (now < d->reload_retry_until)
+			return; /* the next tick tries again */
+		log_error("configuration not reloaded: the records it needs did not come free");
+	}
+	d->reload_retry_until = 0;
+	if (r < 0)
+		d->reload_errors++;
+	else
+		d->reloads++;
+	update_status(d);
+	resild_notify_ready(d->loop->status); /* ends RELOADING=1 */
+}
+
 static void on_signal(struct resild *d, int res)
 {
 	if (res == (int)sizeof(d->loop->sig)) {
@@ -768,12 +796,7 @@ static void on_signal(struct resild *d, int res)
 		case SIGHUP:
 			resild_notify_reloading();
 			log_info("SIGHUP: reloading %s", d->opts.config_dir);
-			if (resild_config_load(d, false) < 0)
-				d->reload_errors++;
-			else
-				d->reloads++;
-			update_status(d);
-			resild_notify_ready(d->loop->status); /* ends RELOADING=1 */
+			reload(d, false);
 			break;
 		case SIGTERM:
 		case SIGINT:

@@ -65,6 +65,8 @@ static void usage(FILE *f)
 		"                        root and the admin group exempt)\n"
 		"  --max-policies-per-uid N  policies one uid may create (default a quarter\n"
 		"                        of --policies; root and the admin group exempt)\n"
+		"  --max-clients-per-uid N  client rows one uid may hold (default half of\n"
+		"                        --clients; root and the admin group exempt)\n"
 		"  --idle-timeout DURATION  close a connection (not a subscriber) silent\n"
 		"                        this long (default 60s; 0: never)\n"
 		"  --admin-group NAME    members may change any policy\n"
@@ -174,6 +176,7 @@ static int parse_args(struct resild *d, int argc, char **argv)
 		O_CONNS_UID,
 		O_IDLE,
 		O_POL_UID,
+		O_CLI_UID,
 		O_CHECK
 	};
 	static const struct option opts[] = {
@@ -188,6 +191,7 @@ static int parse_args(struct resild *d, int argc, char **argv)
 	    {"max-connections-per-uid", required_argument, NULL, O_CONNS_UID},
 	    {"idle-timeout", required_argument, NULL, O_IDLE},
 	    {"max-policies-per-uid", required_argument, NULL, O_POL_UID},
+	    {"max-clients-per-uid", required_argument, NULL, O_CLI_UID},
 	    {"admin-group", required_argument, NULL, O_ADMIN},
 	    {"socket-group", required_argument, NULL, O_SOCKGRP},
 	    {"verbose", no_argument, NULL, O_VERBOSE},
@@ -254,6 +258,14 @@ static int parse_args(struct resild *d, int argc, char **argv)
 				return -EINVAL;
 			}
 			break;
+		case O_CLI_UID:
+			if (parse_count(optarg, &d->opts.max_clients_per_uid) < 0) {
+				log_error(
+				    "--max-clients-per-uid %s: expected a number from 1 to %u",
+				    optarg, 1u << 24);
+				return -EINVAL;
+			}
+			break;
 		case O_POL_UID:
 			if (parse_count(optarg, &d->opts.max_policies_per_uid) < 0) {
 				log_error("--max-policies-per-uid %s: expected a number from 1 to "
@@ -304,6 +316,11 @@ static int parse_args(struct resild *d, int argc, char **argv)
 	}
 	if (!d->opts.max_policies_per_uid)
 		d->opts.max_policies_per_uid = d->opts.policies > 4 ? d->opts.policies / 4 : 1;
+	if (!d->opts.max_clients_per_uid) {
+		uint32_t n = d->opts.clients ? d->opts.clients : RESIL_CLIENTS_DEFAULT;
+
+		d->opts.max_clients_per_uid = n > 2 ? n / 2 : 1;
+	}
 	if (!d->opts.max_conns_per_uid)
 		d->opts.max_conns_per_uid = d->opts.max_conns > 4 ? d->opts.max_conns / 4 : 1;
 	if (d->opts.max_conns_per_uid > d->opts.max_conns) {
@@ -525,6 +542,11 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 	d->have_seg = true;
 	/* from here on the arena's bump pointer is the daemon's own */
 	resil_seg_own_arena(&d->seg);
+	/* and so are the free lists: rebuilt from the slot words (what no
+	 * live record names waits out a grace period, as after a delete) */
+	r = resil_seg_reuse_init(&d->seg, resil_clock_monotonic(NULL));
+	if (r < 0)
+		return log_error_errno(r, "cannot set up the reuse of records and state: %m");
 	/* clients get an O_RDONLY reopen of the config memfd: mode 0440 makes
 	 * a reopen for writing fail for other uids */
 	if (fchmod(d->seg.cfg_fd, 0440) < 0)

@@ -43,6 +43,7 @@ struct resild_opts {
 	uint32_t max_conns;
 	uint32_t max_conns_per_uid;    /* root and the admin group exempt */
 	uint32_t max_policies_per_uid; /* policies one uid may own, 0: no limit */
+	uint32_t max_clients_per_uid;  /* client rows one uid may hold (exempt as above) */
 	int64_t idle_timeout_ns;       /* non-subscribers silent this long are closed */
 	const char *admin_group; /* NULL: root and creators only */
 	const char *socket_group;
@@ -78,6 +79,9 @@ struct resild {
 	uint64_t reclaims;
 	uint64_t conns_refused; /* past the per-uid connection limit */
 	uint64_t conns_idle;	/* closed after opts.idle_timeout_ns of silence */
+	uint64_t clients_over_quota; /* segments refused: the uid's client rows */
+	int64_t reload_retry_until;  /* a reload waiting for records to come free
+				      * (CLOCK_MONOTONIC deadline), 0: none */
 	uint64_t conns_cut;	/* cut off for leaving descriptors unread */
 	uint64_t state_repairs; /* state words found out of range and repaired */
 	bool stopping;

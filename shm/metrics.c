@@ -477,6 +477,51 @@ static int count_policy(const struct resil_seg *s, uint32_t slot, const struct r
 	return 0;
 }
 
+/* Configuration records and the state arena: what is used, what waits
+ * out the grace period before reuse, how fragmented the holes are. From
+ * the config header's figures (seg.h: the daemon's, display only). */
+static void put_space(struct out *o, const struct resil_seg *s)
+{
+	const struct resil_cfg_hdr *c = s->cfg;
+	uint32_t rused = ld_relaxed(&c->rec_used), rfree = ld_relaxed(&c->rec_free);
+	uint64_t live = ld_relaxed(&c->arena_live), largest = ld_relaxed(&c->arena_largest_free);
+
+	if (!live) { /* embedded mode, or a daemon without the figures: the bump */
+		live = ld_relaxed(&s->st->arena_used);
+		largest = 0;
+	}
+	if (live > s->geo.arena_size)
+		live = s->geo.arena_size;
+	put(o,
+	    "# HELP resil_records_used Configuration records in use: live or waiting out "
+	    "the grace period before reuse.\n# TYPE resil_records_used gauge\n"
+	    "resil_records_used %" PRIu32 "\n"
+	    "# HELP resil_records Configuration records in the config segment (4 x "
+	    "--policies).\n# TYPE resil_records gauge\nresil_records %" PRIu32 "\n"
+	    "# HELP resil_records_waiting Records retired by a change or a delete, reused "
+	    "after the grace period.\n# TYPE resil_records_waiting gauge\n"
+	    "resil_records_waiting %" PRIu32 "\n",
+	    rused > rfree ? rused - rfree : 0, c->rec_cap, ld_relaxed(&c->rec_waiting));
+	put(o,
+	    "# HELP resil_arena_used_bytes State arena in use: live blocks and blocks "
+	    "waiting out the grace period.\n# TYPE resil_arena_used_bytes gauge\n"
+	    "resil_arena_used_bytes %" PRIu64 "\n"
+	    "# HELP resil_arena_bytes State arena size (--state-size).\n"
+	    "# TYPE resil_arena_bytes gauge\nresil_arena_bytes %" PRIu64 "\n"
+	    "# HELP resil_arena_waiting_bytes State blocks retired, reused after the grace "
+	    "period.\n# TYPE resil_arena_waiting_bytes gauge\n"
+	    "resil_arena_waiting_bytes %" PRIu64 "\n"
+	    "# HELP resil_arena_free_bytes Free holes between used blocks.\n"
+	    "# TYPE resil_arena_free_bytes gauge\nresil_arena_free_bytes %" PRIu64 "\n"
+	    "# HELP resil_arena_holes Free holes between used blocks (fragmentation).\n"
+	    "# TYPE resil_arena_holes gauge\nresil_arena_holes %" PRIu32 "\n"
+	    "# HELP resil_arena_largest_free_bytes The largest block a definition can get "
+	    "now.\n# TYPE resil_arena_largest_free_bytes gauge\n"
+	    "resil_arena_largest_free_bytes %" PRIu64 "\n",
+	    live, s->geo.arena_size, ld_relaxed(&c->arena_waiting), ld_relaxed(&c->arena_free),
+	    ld_relaxed(&c->arena_holes), largest ? largest : s->geo.arena_size - live);
+}
+
 size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len)
 {
 	struct out o = {.buf = buf, .len = len, .pos = 0};
@@ -487,6 +532,8 @@ size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len)
 		buf[0] = '\0';
 	if (!s || !s->cfg || !s->st)
 		return 0;
+	/* first: a text cut at its end for many policies keeps these */
+	put_space(&o, s);
 	for (int f = 0; f < F__MAX; f++) {
 		put(&o, "# HELP %s %s\n# TYPE %s %s\n", families[f].name, families[f].help,
 		    families[f].name, families[f].type);

@@ -29,11 +29,68 @@
  * and after the copy must both equal idx + 1. A writer killed in between
  * leaves seq != idx + 1: the reader skips it after a grace period (the
  * daemon's events.c), it is never waited on forever.
+ *
+ * Reuse (the daemon only; embedded mode allocates by bump and never
+ * reuses). A record is retired when a define replaces it or a delete
+ * unnames it; a state block (with its keyed table and its process-scope
+ * copies: one extent) when a define of another shape or a delete leaves
+ * no live record naming it. Both go to daemon-private queues (struct
+ * resil_reuse: nothing a client writes is read to decide what is free),
+ * stamped with the time, and become free once the grace period is over
+ * (RESIL_REUSE_GRACE_NS plus the longest bulkhead.wait any definition
+ * had: a waiter sleeps on its block that long, then looks at it again).
+ * Freeing a record first stores its gen = 0 (release), so a reader's
+ * gen check fails from then on; a rewrite of a free record stores the new
+ * gen last, with release (a seqlock: readers copy between two loads).
+ * Freeing a block punches its pages out of the memfd (memory back to the
+ * kernel) and merges it into a sorted list of holes; a hole ending at the
+ * bump pointer lowers it. A block is allocated first fit among the
+ * holes, else from the bump pointer; a record from the never used ones,
+ * else the one retired longest ago, if its grace period is over (so a
+ * record usually rests far longer than the grace period).
+ *
+ * Why a stale handle cannot decide on a reused block:
+ *   - a handle decides only after it loaded its slot word (acquire) and
+ *     found the word it bound (libresil.c, bound()); a replace or delete
+ *     changes the word before the old record or block is even retired,
+ *     so every decision that starts later re-binds by name. What remains
+ *     is a decision that loaded the word just before the change and has
+ *     not finished writing a grace period later: a thread stopped between
+ *     two instructions (SIGSTOP, a debugger, a frozen cgroup). The grace
+ *     period is five orders of magnitude above a decision's length. Such
+ *     a thread writes into a block reused since as any client may write
+ *     into any block (below); one that reads its record while the daemon
+ *     rewrites it reads a mix of two configurations, the one way a stale
+ *     handle could crash its own process: records rest longest (above);
+ *   - resil_call holds its record across the application's function: it
+ *     checks the record's gen after it (libcall.c) and records nothing
+ *     into a record reused meanwhile;
+ *   - a permit may be held for any time: it names its record and the low
+ *     16 bits of the record's gen (libresil.c, the permit's tag), and a
+ *     release whose record no longer carries that gen drops, so it never
+ *     writes into the block a recycled record names now. A permit held
+ *     across exactly a multiple of 65,536 definitions and a recycle of its
+ *     own record could pass the check: its release then frees what its
+ *     own client id claimed (releases are CAS from the holder's id) and
+ *     counts one outcome in another policy;
+ *   - whatever such a late write does lands inside the arena at offsets
+ *     of a record the daemon wrote, so it is one more client write into
+ *     the trust domain's state: the daemon checks those words anyway
+ *     (DESIGN.md, "What the daemon may believe").
+ * Records and blocks retire in time order and a block retires no earlier
+ * than every record naming it, so one pass of resil_seg_reclaim frees a
+ * block only after (or together with, records first) those records.
+ * Crash window: the queues are private; a daemon that dies loses them.
+ * The next daemon (adopting the pair from the fd store) rebuilds them
+ * from the slot words in resil_seg_reuse_init: every record and every
+ * arena range no live record names starts a new grace period, so a
+ * restart only delays reuse.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -42,6 +99,13 @@
 
 #include "seg.h"
 #include "policy.h"
+
+struct resil_reuse;
+static void reuse_free(struct resil_reuse *u);
+static void retire_rec(struct resil_seg *s, uint32_t idx, int64_t now);
+static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int64_t now);
+static uint64_t rec_extent(const struct resil_seg *s, const struct resil_rec *rec);
+static void reuse_publish(struct resil_seg *s);
 
 static uint32_t pow2_at_least(uint64_t v)
 {
@@ -410,6 +474,7 @@ void resil_seg_unmap(struct resil_seg *s)
 		close(s->cfg_fd);
 	if (s->st_fd >= 0)
 		close(s->st_fd);
+	reuse_free(s->reuse);
 	memset(s, 0, sizeof(*s));
 	s->cfg_fd = s->st_fd = -1;
 }
@@ -616,14 +681,342 @@ int resil_seg_lookup(const struct resil_seg *s, const char *name, uint32_t *ret_
 	return dir_find(s, name, ret_slot, ret_word, NULL, NULL);
 }
 
+/* ---- reuse (the daemon's private free lists; see "Reuse" above) ---- */
+
+struct reuse_rec {
+	uint32_t idx;
+	int64_t at; /* retired at (CLOCK_MONOTONIC) */
+};
+
+struct reuse_ext {
+	uint64_t off; /* relative to the arena */
+	uint64_t len;
+	int64_t at; /* retired at (pending queue only) */
+};
+
+struct resil_reuse {
+	int64_t grace_ns; /* never decreases: the queues stay in expiry order */
+	/* records: a FIFO of retired ones (rec_cap: a record is in it at most
+	 * once), oldest first; the first nrfree of them are past their grace
+	 * period and invalidated (gen 0): free. New records are taken from the
+	 * never used ones first, then from the head: the record reused is
+	 * always the one retired longest ago. */
+	struct reuse_rec *rpend;
+	uint32_t rp_head, rp_n;
+	uint32_t nrfree;
+	/* arena: a FIFO of retired extents, and the holes sorted by offset,
+	 * never adjacent (merged on insert) */
+	struct reuse_ext *epend;
+	size_t ep_head, ep_n, ep_cap;
+	struct reuse_ext *holes;
+	size_t nholes, holes_cap;
+	uint64_t pend_bytes, hole_bytes;
+};
+
+static void reuse_free(struct resil_reuse *u)
+{
+	if (!u)
+		return;
+	free(u->rpend);
+	free(u->epend);
+	free(u->holes);
+	free(u);
+}
+
+/* The extent a record's block takes: the main block and, under process
+ * scope, one copy per client row (as resil_seg_define allocates it). */
+static uint64_t rec_extent(const struct resil_seg *s, const struct resil_rec *rec)
+{
+	uint64_t main_size =
+	    resil_align_up(rec->state_size ? rec->state_size : RESIL_HOT_ALIGN, RESIL_HOT_ALIGN);
+
+	if (rec->proc_stride)
+		return main_size + main_size * s->geo.client_cap;
+	return main_size;
+}
+
+static void retire_rec(struct resil_seg *s, uint32_t idx, int64_t now)
+{
+	struct resil_reuse *u = s->reuse;
+
+	if (!u || idx >= s->cfg->rec_cap || u->rp_n >= s->cfg->rec_cap)
+		return;
+	u->rpend[(u->rp_head + u->rp_n) % s->cfg->rec_cap] = (struct reuse_rec){idx, now};
+	u->rp_n++;
+}
+
+static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int64_t now)
+{
+	struct resil_reuse *u = s->reuse;
+
+	if (!u || !len || abs_off < s->geo.arena_off)
+		return;
+	if (u->ep_head + u->ep_n == u->ep_cap) {
+		if (u->ep_head) {
+			memmove(u->epend, u->epend + u->ep_head, u->ep_n * sizeof(*u->epend));
+			u->ep_head = 0;
+		} else {
+			size_t cap = u->ep_cap ? u->ep_cap * 2 : 64;
+			struct reuse_ext *n = realloc(u->epend, cap * sizeof(*n));
+
+			if (!n)
+				return; /* out of memory: the extent stays used (lost) */
+			u->epend = n;
+			u->ep_cap = cap;
+		}
+	}
+	u->epend[u->ep_head + u->ep_n++] = (struct reuse_ext){abs_off - s->geo.arena_off, len, now};
+	u->pend_bytes += len;
+}
+
+/* Insert [off, off + len) into the holes, merged with its neighbours; a
+ * hole that then ends at the bump pointer lowers it. false: no memory
+ * (the extent stays lost, counted as used). */
+static bool hole_insert(struct resil_seg *s, uint64_t off, uint64_t len)
+{
+	struct resil_reuse *u = s->reuse;
+	size_t lo = 0, hi = u->nholes;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (u->holes[mid].off < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	/* lo: the first hole after off */
+	bool prev = lo > 0 && u->holes[lo - 1].off + u->holes[lo - 1].len == off;
+	bool next = lo < u->nholes && off + len == u->holes[lo].off;
+
+	if (prev && next) {
+		u->holes[lo - 1].len += len + u->holes[lo].len;
+		memmove(u->holes + lo, u->holes + lo + 1, (u->nholes - lo - 1) * sizeof(*u->holes));
+		u->nholes--;
+		lo--;
+	} else if (prev) {
+		u->holes[--lo].len += len;
+	} else if (next) {
+		u->holes[lo].off = off;
+		u->holes[lo].len += len;
+	} else {
+		if (u->nholes == u->holes_cap) {
+			size_t cap = u->holes_cap ? u->holes_cap * 2 : 64;
+			struct reuse_ext *n = realloc(u->holes, cap * sizeof(*n));
+
+			if (!n)
+				return false;
+			u->holes = n;
+			u->holes_cap = cap;
+		}
+		memmove(u->holes + lo + 1, u->holes + lo, (u->nholes - lo) * sizeof(*u->holes));
+		u->holes[lo] = (struct reuse_ext){off, len, 0};
+		u->nholes++;
+	}
+	u->hole_bytes += len;
+	/* the last hole touching the bump pointer gives the tail back */
+	if (lo == u->nholes - 1 && u->holes[lo].off + u->holes[lo].len == s->arena_used) {
+		s->arena_used = u->holes[lo].off;
+		u->hole_bytes -= u->holes[lo].len;
+		u->nholes--;
+		st_release(&s->st->arena_used, s->arena_used);
+	}
+	return true;
+}
+
+/* First fit among the holes: the arena-relative offset, or false. */
+static bool hole_take(struct resil_seg *s, uint64_t sz, uint64_t *off)
+{
+	struct resil_reuse *u = s->reuse;
+
+	for (size_t i = 0; u && i < u->nholes; i++) {
+		if (u->holes[i].len < sz)
+			continue;
+		*off = u->holes[i].off;
+		u->holes[i].off += sz;
+		u->holes[i].len -= sz;
+		u->hole_bytes -= sz;
+		if (!u->holes[i].len) {
+			memmove(u->holes + i, u->holes + i + 1,
+				(u->nholes - i - 1) * sizeof(*u->holes));
+			u->nholes--;
+		}
+		return true;
+	}
+	return false;
+}
+
+/* A block's pages go back to the kernel (they read as zeros until a new
+ * owner writes them): only whole pages inside the extent. */
+static void punch(const struct resil_seg *s, uint64_t abs_off, uint64_t len)
+{
+	uint64_t a = resil_align_up(abs_off, 4096), e = (abs_off + len) & ~4095ULL;
+
+	if (e > a && s->st_fd >= 0)
+		(void)fallocate(s->st_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a,
+				(off_t)(e - a));
+}
+
+void resil_seg_reclaim(struct resil_seg *s, int64_t now)
+{
+	struct resil_reuse *u = s ? s->reuse : NULL;
+
+	if (!u)
+		return;
+	/* records first: a block's records retired no later than it did */
+	while (u->nrfree < u->rp_n) {
+		struct reuse_rec *r = &u->rpend[(u->rp_head + u->nrfree) % s->cfg->rec_cap];
+		struct resil_rec *rec;
+
+		if (now - r->at < u->grace_ns)
+			break;
+		rec = resil_seg_rec(s, r->idx);
+		/* seqlock writer, first half: a reader that copies the record
+		 * from now on sees gen 0 before or after its copy and drops it;
+		 * the release fence orders this store before the rewrite's */
+		st_relaxed((ra32 *)&rec->gen, 0);
+		atomic_thread_fence(memory_order_release);
+		u->nrfree++;
+	}
+	while (u->ep_n) {
+		struct reuse_ext *e = &u->epend[u->ep_head];
+
+		if (now - e->at < u->grace_ns)
+			break;
+		punch(s, s->geo.arena_off + e->off, e->len);
+		u->pend_bytes -= e->len;
+		(void)hole_insert(s, e->off, e->len);
+		u->ep_head++;
+		u->ep_n--;
+	}
+	if (!u->ep_n)
+		u->ep_head = 0;
+	reuse_publish(s);
+}
+
+/* Arena-relative extents of the live records, sorted by offset. */
+static int cmp_ext(const void *a, const void *b)
+{
+	const struct reuse_ext *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+int resil_seg_reuse_init(struct resil_seg *s, int64_t now)
+{
+	struct resil_reuse *u;
+	uint32_t cap = s->cfg->rec_cap, used = ld_relaxed(&s->cfg->rec_used);
+	struct reuse_ext *live = NULL;
+	size_t nlive = 0;
+	bool *named = NULL;
+	ra64 *slots = resil_seg_slots(s);
+	uint64_t at = 0;
+
+	if (!s->cfg_writable || !s->arena_private)
+		return -EINVAL;
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	u->grace_ns = RESIL_REUSE_GRACE_NS;
+	u->rpend = calloc(cap, sizeof(*u->rpend));
+	named = calloc(cap, sizeof(*named));
+	live = calloc(s->cfg->slot_cap, sizeof(*live));
+	if (!u->rpend || !named || !live) {
+		reuse_free(u);
+		free(named);
+		free(live);
+		return -ENOMEM;
+	}
+	reuse_free(s->reuse);
+	s->reuse = u;
+	/* live: what a slot word names (resil_seg_check vouched for each) */
+	for (uint32_t i = 0; i < s->cfg->slot_cap; i++) {
+		uint64_t w = ld_relaxed(&slots[i]);
+		const struct resil_rec *rec = resil_seg_rec_of(s, w);
+
+		if (!rec || resil_slotw_rec(w) >= used)
+			continue;
+		named[resil_slotw_rec(w)] = true;
+		live[nlive++] =
+		    (struct reuse_ext){rec->state_off - s->geo.arena_off, rec_extent(s, rec), 0};
+		if (rec->conf.bulkhead.on && rec->conf.bulkhead.wait_ns > 0 &&
+		    RESIL_REUSE_GRACE_NS + rec->conf.bulkhead.wait_ns > u->grace_ns)
+			u->grace_ns = RESIL_REUSE_GRACE_NS + rec->conf.bulkhead.wait_ns;
+	}
+	/* the rest was handed out before: an old permit may still name it */
+	for (uint32_t i = 0; i < used && i < cap; i++)
+		if (!named[i])
+			retire_rec(s, i, now);
+	qsort(live, nlive, sizeof(*live), cmp_ext);
+	for (size_t i = 0; i < nlive; i++) {
+		if (live[i].off > at)
+			retire_ext(s, s->geo.arena_off + at, live[i].off - at, now);
+		if (live[i].off + live[i].len > at)
+			at = live[i].off + live[i].len;
+	}
+	if (s->arena_used > at)
+		retire_ext(s, s->geo.arena_off + at, s->arena_used - at, now);
+	free(named);
+	free(live);
+	reuse_publish(s);
+	return 0;
+}
+
+/* The figures of resil_seg_usage into the config header (seg.h). */
+static void reuse_publish(struct resil_seg *s)
+{
+	struct resil_seg_usage v;
+
+	if (!s->reuse)
+		return;
+	resil_seg_usage(s, &v);
+	st_relaxed(&s->cfg->rec_free, s->reuse->nrfree);
+	st_relaxed(&s->cfg->rec_waiting, v.records_waiting);
+	st_relaxed(&s->cfg->arena_live, v.arena_used);
+	st_relaxed(&s->cfg->arena_waiting, v.arena_waiting);
+	st_relaxed(&s->cfg->arena_free, v.arena_free);
+	st_relaxed(&s->cfg->arena_largest_free, v.arena_largest_free);
+	st_relaxed(&s->cfg->arena_holes, v.arena_holes);
+}
+
+void resil_seg_usage(const struct resil_seg *s, struct resil_seg_usage *v)
+{
+	const struct resil_reuse *u = s->reuse;
+	uint64_t bump = s->arena_private ? s->arena_used : ld_relaxed(&s->st->arena_used);
+
+	memset(v, 0, sizeof(*v));
+	if (bump > s->geo.arena_size)
+		bump = s->geo.arena_size;
+	v->records = s->cfg->rec_cap;
+	v->records_used = ld_relaxed(&s->cfg->rec_used);
+	v->arena = s->geo.arena_size;
+	v->arena_used = bump;
+	v->arena_largest_free = s->geo.arena_size - bump;
+	if (!u)
+		return;
+	v->records_used -= u->nrfree;
+	v->records_waiting = u->rp_n - u->nrfree;
+	v->arena_used -= u->hole_bytes;
+	v->arena_waiting = u->pend_bytes;
+	v->arena_free = u->hole_bytes;
+	v->arena_holes = (uint32_t)u->nholes;
+	for (size_t i = 0; i < u->nholes; i++)
+		if (u->holes[i].len > v->arena_largest_free)
+			v->arena_largest_free = u->holes[i].len;
+}
+
 static int arena_alloc(struct resil_seg *s, uint64_t size, uint64_t *off, char *err, size_t errlen)
 {
 	uint64_t sz = resil_align_up(size ? size : RESIL_HOT_ALIGN, RESIL_HOT_ALIGN);
 	/* The daemon's own pointer; embedded processes share the header's,
 	 * whatever it holds bounded by the private geometry below, so a
 	 * hostile value can waste the arena, never reach past it. */
-	uint64_t used = s->arena_private ? s->arena_used : ld_relaxed(&s->st->arena_used);
+	uint64_t used = s->arena_private ? s->arena_used : ld_relaxed(&s->st->arena_used), hole;
 
+	if (hole_take(s, sz, &hole)) {
+		*off = s->geo.arena_off + hole;
+		return 0;
+	}
 	/* Only one writer (daemon, or embedded under define_lock): no CAS. */
 	if (sz > s->geo.arena_size || used > s->geo.arena_size - sz)
 		return resil_errf(err, errlen, -ENOSPC,
@@ -771,8 +1164,21 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 		alloc_size += main_size * s->geo.client_cap;
 	}
 
+	/* a never used record, else (reuse) the one retired longest ago if
+	 * its grace period is over */
 	ri = ld_relaxed(&s->cfg->rec_used);
-	if (ri >= s->cfg->rec_cap)
+	if (ri >= s->cfg->rec_cap && s->reuse) {
+		resil_seg_reclaim(s, resil_clock_monotonic(NULL));
+		if (s->reuse->nrfree)
+			ri = s->reuse->rpend[s->reuse->rp_head].idx;
+		else
+			return resil_errf(err, errlen, -ENOSPC,
+					  "configuration records exhausted (%" PRIu32 " of %" PRIu32
+					  " wait out their grace period of %" PRId64
+					  " ms after a change): retry later or raise --policies",
+					  s->reuse->rp_n, s->cfg->rec_cap,
+					  s->reuse->grace_ns / 1000000);
+	} else if (ri >= s->cfg->rec_cap)
 		return resil_errf(err, errlen, -ENOSPC,
 				  "configuration records exhausted (%" PRIu32
 				  " changes since start): raise --policies or restart resild",
@@ -800,12 +1206,21 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 		slot = i;
 	}
 
+	if (ri < ld_relaxed(&s->cfg->rec_used)) {
+		/* the FIFO's head, taken: nothing can fail from here on */
+		s->reuse->rp_head = (s->reuse->rp_head + 1) % s->cfg->rec_cap;
+		s->reuse->rp_n--;
+		s->reuse->nrfree--;
+	} else {
+		st_relaxed(&s->cfg->rec_used, ri + 1);
+	}
 	rec = resil_seg_rec(s, ri);
+	/* gen stays 0 (a free record's, or a new one's) until the record is
+	 * whole: the seqlock readers of libresil.c (a permit's release) */
 	memset(rec, 0, RESIL_REC_SIZE);
 	snprintf(rec->name, sizeof(rec->name), "%s", name);
 	gen = ld_relaxed(&s->cfg->generation) + 1;
 	rec->slot = slot;
-	rec->gen = gen;
 	rec->owner_uid = exists ? orec->owner_uid : uid;
 	rec->flags = flags;
 	rec->components = components;
@@ -826,11 +1241,25 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 			resil_policy_carry(s, rec, orec, now);
 	}
 
-	st_relaxed(&s->cfg->rec_used, ri + 1);
+	/* seqlock writer, second half: the whole record before its gen */
+	st_release((ra32 *)&rec->gen, gen);
 	st_release(&slots[slot], (uint64_t)(ri + 1) | (uint64_t)gen << 32);
 	if (!exists)
 		st_release(&dir[free_pos], (uint64_t)hash32(name_hash(s, name)) << 32 | (slot + 1));
 	st_release(&s->cfg->generation, gen);
+	if (exists && s->reuse) {
+		/* after the slot word moved on: the old record, and its block
+		 * unless the new record kept it, start their grace period */
+		int64_t t = resil_clock_monotonic(NULL);
+
+		retire_rec(s, resil_slotw_rec(old_w), t);
+		if (!reuse_state)
+			retire_ext(s, orec->state_off, rec_extent(s, orec), t);
+	}
+	if (s->reuse && conf->bulkhead.on &&
+	    RESIL_REUSE_GRACE_NS + conf->bulkhead.wait_ns > s->reuse->grace_ns)
+		s->reuse->grace_ns = RESIL_REUSE_GRACE_NS + conf->bulkhead.wait_ns;
+	reuse_publish(s);
 	resil_event_push(s, RESIL_EV_CONFIG, slot, gen, exists ? 1 : 0, reuse_state, 0, 0, now);
 	return exists ? RESIL_DEFINE_CHANGED : RESIL_DEFINE_CREATED;
 }
@@ -873,7 +1302,12 @@ void resil_seg_room(const struct resil_seg *s, struct resil_define_cost *room)
 	uint32_t rused = ld_relaxed(&s->cfg->rec_used), n = 0;
 
 	room->records = rused < s->cfg->rec_cap ? s->cfg->rec_cap - rused : 0;
+	/* the tail only: holes are counted out, so defines that fit this sum
+	 * fit whatever the holes' sizes (a reload applies whole or not at
+	 * all); the tail grows back as the holes at its end are freed */
 	room->arena = used < s->geo.arena_size ? s->geo.arena_size - used : 0;
+	if (s->reuse)
+		room->records += s->reuse->nrfree;
 	for (uint32_t i = 0; i < s->cfg->slot_cap; i++)
 		n += ld_relaxed(&resil_seg_slots(s)[i]) == 0;
 	room->slots = n;
@@ -893,10 +1327,21 @@ int resil_seg_delete(struct resil_seg *s, const char *name)
 		return r;
 	dir = resil_seg_dir(s);
 	/* Entry first: a lookup no longer finds the name; then the slot: a
-	 * handle that still holds it sees 0 and answers -ENOENT. The state
-	 * block is not reused (an old handle may still write to it). */
+	 * handle that still holds it sees 0 and answers -ENOENT. The record
+	 * and the state block are reused only after the grace period (an old
+	 * handle may still write to it: "Reuse" above). */
 	st_release(&dir[pos], (ld_relaxed(&dir[pos]) & 0xffffffff00000000ULL) | RESIL_DIR_TOMB);
 	st_release(&resil_seg_slots(s)[slot], 0);
+	if (s->reuse) {
+		/* unnamed: the record and its block wait out the grace period */
+		const struct resil_rec *rec = resil_seg_rec_of(s, w);
+		int64_t t = resil_clock_monotonic(NULL);
+
+		retire_rec(s, resil_slotw_rec(w), t);
+		if (rec)
+			retire_ext(s, rec->state_off, rec_extent(s, rec), t);
+		reuse_publish(s);
+	}
 	uint32_t gen = ld_relaxed(&s->cfg->generation) + 1;
 	st_release(&s->cfg->generation, gen);
 	resil_event_push(s, RESIL_EV_CONFIG, slot, resil_slotw_gen(w), 2, 0, 0, 0, 0);

@@ -18,10 +18,14 @@
  *   - a record is immutable once its slot word points at it; a change of
  *     configuration writes a new record and swaps the slot word (release),
  *     so a reader that loaded the slot word (acquire) sees a whole record.
- *     Records are never reused during one segment's life: a handle that
- *     still holds an old record reads a consistent, if stale, config.
- *   - arena space is allocated by the daemon only (bump pointer, never
- *     reused), so a state block an old handle points at stays valid.
+ *     A replaced or deleted record is reused by the daemon only after a
+ *     grace period (seg.c, "Reuse"): its gen is stored 0 first and the
+ *     new gen last, so a permit's release tells a reused record by its
+ *     gen; a handle that still holds an old record meanwhile reads a
+ *     consistent, if stale, config.
+ *   - arena space is allocated by the daemon only: first fit among the
+ *     holes retired blocks left after their grace period, else a bump
+ *     pointer (embedded mode: bump only, never reused).
  *   - client rows: claimed by CAS by the client itself, freed by the
  *     daemon after it reclaimed what the row held (or by the client in
  *     resil_close).
@@ -86,7 +90,19 @@ struct resil_cfg_hdr {
 	RESIL_A8 uint64_t st_event_off;
 	RESIL_A8 uint64_t st_arena_off;
 	RESIL_A8 uint64_t st_arena_size;
-	RESIL_A8 uint64_t reserved[27];
+	/* What the daemon's reuse holds (seg.c, "Reuse"), for metrics and
+	 * observers: the daemon stores them relaxed after every change and
+	 * tick, readers load them relaxed and only display them (0 from a
+	 * daemon that predates them). */
+	ra32 rec_free;		 /* records free for reuse (rec_used counts them) */
+	ra32 rec_waiting;	 /* records retired, waiting out the grace period */
+	ra64 arena_live;	 /* arena bytes in use: live blocks and waiting ones */
+	ra64 arena_waiting;	 /* of which retired, in their grace period */
+	ra64 arena_free;	 /* free holes below the bump pointer, bytes */
+	ra64 arena_largest_free; /* the largest hole or the tail */
+	ra32 arena_holes;	 /* number of holes (fragmentation) */
+	uint32_t reserved32;
+	RESIL_A8 uint64_t reserved[21];
 };
 
 /* A directory entry: 0 empty, else (hash32 << 32) | (slot + 1). A deleted
@@ -255,6 +271,8 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, st_client_cap) == 112, "st_cl
 RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, st_client_off) == 120, "st_client_off offset");
 RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, st_arena_size) == 144, "st_arena_size offset");
 RESIL_STATIC_ASSERT(sizeof(struct resil_cfg_hdr) == 368, "cfg header size unchanged");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, rec_free) == 152, "rec_free offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_cfg_hdr, arena_holes) == 192, "arena_holes offset");
 RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, magic) == 0, "magic first");
 RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, abi_major) == 8, "abi_major offset");
 RESIL_STATIC_ASSERT(offsetof(struct resil_state_hdr, flags) == 20, "flags offset");
@@ -287,6 +305,8 @@ struct resil_state_geo {
 	uint32_t event_cap; /* power of two */
 };
 
+struct resil_reuse; /* the daemon's free lists (seg.c); private memory */
+
 /* A mapped segment pair, as one process sees it. */
 struct resil_seg {
 	struct resil_cfg_hdr *cfg; /* read-only for clients */
@@ -305,6 +325,9 @@ struct resil_seg {
 	/* Every offset and capacity into the state segment comes from here,
 	 * never from st (which every client writes). */
 	struct resil_state_geo geo;
+	/* The daemon's reuse of records and arena space (resil_seg_reuse_init):
+	 * NULL elsewhere (clients, embedded mode: bump allocation only). */
+	struct resil_reuse *reuse;
 };
 
 /* Sizes of a new segment pair. */
@@ -341,6 +364,34 @@ int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen);
  * config segment), or the shared word if it is further and in range.
  * From then on arena_alloc uses the private copy. */
 void resil_seg_own_arena(struct resil_seg *s);
+/*
+ * Reuse (the daemon only, after resil_seg_own_arena): records and arena
+ * blocks that no slot word names any more wait out a grace period, then
+ * return to daemon-private free lists (see seg.c, "Reuse"). init rebuilds
+ * the lists of an adopted pair from the slot words: whatever no live
+ * record names starts its grace period now. 0 or -ENOMEM.
+ */
+int resil_seg_reuse_init(struct resil_seg *s, int64_t now);
+/* The tick: records and blocks whose grace period is over become free. */
+void resil_seg_reclaim(struct resil_seg *s, int64_t now);
+/* What the configuration and the arena hold (for metrics). Without reuse
+ * (embedded mode), nothing waits and nothing is free. */
+struct resil_seg_usage {
+	uint32_t records;	     /* capacity */
+	uint32_t records_used;	     /* live or waiting out the grace period */
+	uint32_t records_waiting;    /* retired, in their grace period */
+	uint64_t arena;		     /* bytes */
+	uint64_t arena_used;	     /* live or waiting, bytes */
+	uint64_t arena_waiting;	     /* retired blocks in their grace period, bytes */
+	uint64_t arena_free;	     /* free bytes below the bump pointer (holes) */
+	uint64_t arena_largest_free; /* the largest hole, or the tail if larger */
+	uint32_t arena_holes;	     /* free extents below the bump pointer */
+};
+void resil_seg_usage(const struct resil_seg *s, struct resil_seg_usage *u);
+/* The grace period: a retired record or block is reused this long after
+ * the slot word stopped naming it, or later. */
+#define RESIL_REUSE_GRACE_NS (1000LL * 1000 * 1000)
+
 /* The daemon's tick: rewrite the state header's geometry words (read by
  * 1.0 clients and observers) from the private copy. Returns the number
  * of words repaired (enum resil_word RESIL_W_HEADER). */

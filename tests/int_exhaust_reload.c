@@ -9,7 +9,9 @@
  * counted ok and all 100 policies run the new value, or it was counted
  * failed, all 100 still run the previous value, and
  * resil_reload_last_success_timestamp_seconds did not move. A reload that
- * applies part of a file and calls itself ok fails the test.
+ * applies part of a file and calls itself ok fails the test. (Records are
+ * reused a grace period after a change, and a reload that needs records
+ * still in it waits for them: int_churn shows 1,000 reloads applying.)
  */
 #include <errno.h>
 #include <signal.h>
@@ -105,7 +107,7 @@ int main(void)
 
 	for (int i = 1; i <= reloads; i++) {
 		int next = rate == 40 ? 60 : 40;
-		long long o, f;
+		long long o, f, u;
 
 		write_conf(next);
 		TEST_CHECK(kill(d.pid, SIGHUP) == 0);
@@ -119,9 +121,10 @@ int main(void)
 			ok++;
 			rate = next;
 			last_ok = metric(r, "resil_reload_last_success_timestamp_seconds ");
-			/* one record per changed policy, no more */
-			TEST_CHECK(metric(r, "resil_records_used ") == used + NPOL);
-			used += NPOL;
+			/* one record per changed policy, no more (fewer once
+			 * retired ones were reused after their grace period) */
+			TEST_CHECK((u = metric(r, "resil_records_used ")) <= used + NPOL);
+			used = u;
 		} else {
 			/* not applied: the previous configuration runs, whole */
 			TEST_CHECK(f == failed + 1);
@@ -129,7 +132,8 @@ int main(void)
 			TEST_CHECK(metric(r, "resil_reload_last_success_timestamp_seconds ") ==
 				   last_ok);
 			/* nothing was spent on a reload that did not apply */
-			TEST_CHECK(metric(r, "resil_records_used ") == used);
+			TEST_CHECK((u = metric(r, "resil_records_used ")) <= used);
+			used = u;
 			failed++;
 		}
 	}

@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * unit_reuse.c - the daemon's reuse of records and arena blocks (seg.c,
+ * "Reuse") on a real segment pair:
+ *   - a deleted policy's block waits out the grace period, then a policy
+ *     of the same size gets the same offset; neighbouring holes merge and
+ *     a hole at the end lowers the bump pointer back to 0;
+ *   - records: the never used ones first, then the one retired longest
+ *     ago once its grace period is over (its gen read 0 meanwhile); with
+ *     every record waiting, a define says so (-ENOSPC naming the grace
+ *     period);
+ *   - a restart (reuse_init on the same pair) rebuilds the lists from the
+ *     slot words: what no live record names waits again.
+ * The grace period runs on the real clock: reclaim is given a time past it.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "policy.h"
+#include "seg.h"
+
+static int64_t later(void)
+{
+	return resil_clock_monotonic(NULL) + 10 * RESIL_REUSE_GRACE_NS;
+}
+
+static void define(struct resil_seg *s, const char *name, const char *text)
+{
+	struct resil_conf c;
+	char err[256] = "";
+	int r;
+
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c, text, 1, err, sizeof(err)), 0);
+	r = resil_seg_define(s, name, &c, 0, 0, resil_clock_monotonic(NULL), err, sizeof(err));
+	if (r < 0)
+		fail_msg("define %s: %s", name, err);
+}
+
+static const struct resil_rec *rec_of(struct resil_seg *s, const char *name)
+{
+	uint64_t w;
+
+	assert_int_equal(resil_seg_lookup(s, name, NULL, &w), 0);
+	return resil_seg_rec_of(s, w);
+}
+
+static void setup(struct resil_seg *s, uint32_t slots)
+{
+	struct resil_seg_params p = {.slots = slots, .clients = 8, .state_size = 8u << 20};
+
+	assert_int_equal(resil_seg_create(s, &p), 0);
+	resil_seg_own_arena(s);
+	assert_int_equal(resil_seg_reuse_init(s, resil_clock_monotonic(NULL)), 0);
+}
+
+static void test_blocks(void **state)
+{
+	struct resil_seg s;
+	struct resil_seg_usage u;
+	uint64_t off_b, size_b;
+
+	(void)state;
+	setup(&s, 16);
+	define(&s, "a", "limit.rate = 10/s\nlimit.keys = 100");
+	define(&s, "b", "limit.rate = 10/s\nlimit.keys = 100");
+	define(&s, "c", "limit.rate = 10/s\nlimit.keys = 100");
+	off_b = rec_of(&s, "b")->state_off;
+	size_b = rec_of(&s, "b")->state_size;
+	assert_int_equal(resil_seg_delete(&s, "b"), 0);
+	resil_seg_usage(&s, &u);
+	assert_true(u.arena_waiting >= size_b);
+	/* within the grace period the block stays out of reach */
+	resil_seg_reclaim(&s, resil_clock_monotonic(NULL));
+	define(&s, "d", "limit.rate = 10/s\nlimit.keys = 100");
+	assert_int_not_equal(rec_of(&s, "d")->state_off, off_b);
+	/* after it: a hole; the next block of that size takes its place */
+	resil_seg_reclaim(&s, later());
+	resil_seg_usage(&s, &u);
+	assert_int_equal(u.arena_waiting, 0);
+	assert_int_equal(u.arena_holes, 1);
+	define(&s, "e", "limit.rate = 10/s\nlimit.keys = 100");
+	assert_int_equal(rec_of(&s, "e")->state_off, off_b);
+	resil_seg_usage(&s, &u);
+	assert_int_equal(u.arena_holes, 0);
+	/* a reshape retires the old block too */
+	define(&s, "e", "limit.rate = 10/s\nlimit.keys = 200");
+	assert_int_not_equal(rec_of(&s, "e")->state_off, off_b);
+	/* everything deleted: the holes merge and give the tail back */
+	assert_int_equal(resil_seg_delete(&s, "a"), 0);
+	assert_int_equal(resil_seg_delete(&s, "c"), 0);
+	assert_int_equal(resil_seg_delete(&s, "d"), 0);
+	assert_int_equal(resil_seg_delete(&s, "e"), 0);
+	resil_seg_reclaim(&s, later());
+	resil_seg_usage(&s, &u);
+	assert_int_equal(u.arena_used, 0);
+	assert_int_equal(u.arena_holes, 0);
+	assert_int_equal(u.arena_largest_free, u.arena);
+	assert_int_equal(u.records_used, 0);
+	assert_int_equal(s.arena_used, 0);
+	resil_seg_unmap(&s);
+}
+
+static void test_records(void **state)
+{
+	struct resil_seg s;
+	struct resil_seg_usage u;
+	struct resil_conf c;
+	char err[256] = "";
+	const struct resil_rec *first;
+	uint32_t cap;
+
+	(void)state;
+	setup(&s, 2);
+	cap = s.cfg->rec_cap;
+	/* every change takes a never used record while there is one */
+	define(&s, "x", "bulkhead.max = 1");
+	first = rec_of(&s, "x");
+	for (uint32_t i = 1; i < cap; i++) {
+		char text[64];
+
+		snprintf(text, sizeof(text), "bulkhead.max = %u", i + 1);
+		define(&s, "x", text);
+	}
+	resil_seg_usage(&s, &u);
+	assert_int_equal(u.records_used, cap);
+	assert_int_equal(u.records_waiting, cap - 1);
+	/* all waiting out their grace period: refused, and says why */
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c, "bulkhead.max = 99", 1, err, sizeof(err)), 0);
+	assert_int_equal(resil_seg_define(&s, "x", &c, 0, 0, 0, err, sizeof(err)), -ENOSPC);
+	assert_non_null(strstr(err, "grace period"));
+	/* past it: the record retired first is invalidated, then reused */
+	resil_seg_reclaim(&s, later());
+	assert_int_equal(first->gen, 0);
+	resil_seg_usage(&s, &u);
+	assert_int_equal(u.records_used, 1);
+	assert_int_equal(u.records_waiting, 0);
+	define(&s, "x", "bulkhead.max = 99");
+	assert_ptr_equal(rec_of(&s, "x"), first);
+	assert_int_not_equal(first->gen, 0);
+	assert_int_equal(first->conf.bulkhead.max, 99);
+	resil_seg_unmap(&s);
+}
+
+static void test_restart(void **state)
+{
+	struct resil_seg s;
+	struct resil_seg_usage u;
+	uint64_t used;
+
+	(void)state;
+	setup(&s, 16);
+	define(&s, "a", "limit.rate = 10/s\nlimit.keys = 100");
+	define(&s, "b", "limit.rate = 10/s\nlimit.keys = 100");
+	define(&s, "a", "limit.rate = 20/s\nlimit.keys = 100"); /* same shape */
+	define(&s, "c", "limit.rate = 10/s\nlimit.keys = 100");
+	assert_int_equal(resil_seg_delete(&s, "b"), 0);
+	used = s.arena_used;
+	/* a new daemon adopting the pair: its lists are rebuilt from the
+	 * slot words (the old ones died with the old daemon) */
+	resil_seg_own_arena(&s);
+	assert_int_equal(s.arena_used, used);
+	assert_int_equal(resil_seg_reuse_init(&s, resil_clock_monotonic(NULL)), 0);
+	resil_seg_usage(&s, &u);
+	/* 4 handed out; a's first record and b's are named by no slot */
+	assert_int_equal(u.records_used, 4);
+	assert_int_equal(u.records_waiting, 2);
+	assert_int_equal(u.arena_waiting, rec_of(&s, "a")->state_size);
+	resil_seg_reclaim(&s, later());
+	resil_seg_usage(&s, &u);
+	assert_int_equal(u.records_used, 2);
+	assert_int_equal(u.arena_holes, 1);
+	resil_seg_unmap(&s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_blocks),
+	    cmocka_unit_test(test_records),
+	    cmocka_unit_test(test_restart),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
