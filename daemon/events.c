@@ -198,7 +198,12 @@ size_t resild_event_format(struct resild *d, const struct resil_event *e, char *
 		n = snprintf(buf, len, "policy %s: %s", pol, config_what(e->a));
 		break;
 	case RESIL_EV_REPAIRED:
-		if (e->slot == UINT32_MAX)
+		if (e->a == RESIL_W_BLOCK_RESET)
+			n = snprintf(buf, len,
+				     "policy %s: %u state blocks beyond repair (layout not the "
+				     "configuration's) reset",
+				     pol, e->b);
+		else if (e->slot == UINT32_MAX)
 			n = snprintf(buf, len,
 				     "state segment: %u words out of range repaired (last: %s)",
 				     e->b, resil_word_name(e->a));
