@@ -69,8 +69,6 @@ void resild_events_init(struct resild *d)
 	hole_ticks = 0;
 }
 
-uint64_t resild_events_holes; /* holes skipped since start (metrics, tests) */
-
 static const char *type_name(uint32_t t)
 {
 	switch (t) {
@@ -303,7 +301,6 @@ void resild_events_drain(struct resild *d)
 				/* claimed before the mark, grace over: its
 				 * writer died (or nobody wrote it): skip */
 				faa_relaxed(&st->events_dropped, 1);
-				resild_events_holes++;
 				rd++;
 				continue;
 			}
