@@ -79,7 +79,7 @@ struct resild {
 	uint64_t conns_refused; /* past the per-uid connection limit */
 	uint64_t conns_idle;	/* closed after opts.idle_timeout_ns of silence */
 	uint64_t conns_cut;	/* cut off for leaving descriptors unread */
-	uint64_t state_repairs; /* state words found out of range and repaired */
+	uint64_t state_repairs; /* state words found out of range and repaired, blocks reset */
 	bool stopping;
 };
 
