@@ -443,7 +443,7 @@ static void test_poisoned_restarts(void **state)
 		}
 		assert_int_equal(waitpid(u.d.pid, NULL, WNOHANG), 0);
 	}
-	assert_true(log_has(&u.d, "state blocks beyond repair"));
+	assert_true(TEST_EVENTUALLY(log_has(&u.d, "state blocks beyond repair")));
 	resil_close(r);
 	unit_fini(&u);
 	printf("int_poison_restart: ok (5 restarts on poisoned blocks: adopted, alive, "
