@@ -69,8 +69,6 @@ void resild_events_init(struct resild *d)
 	hole_ticks = 0;
 }
 
-uint64_t resild_events_holes; /* holes skipped since start (metrics, tests) */
-
 static const char *type_name(uint32_t t)
 {
 	switch (t) {
@@ -198,7 +196,12 @@ size_t resild_event_format(struct resild *d, const struct resil_event *e, char *
 		n = snprintf(buf, len, "policy %s: %s", pol, config_what(e->a));
 		break;
 	case RESIL_EV_REPAIRED:
-		if (e->slot == UINT32_MAX)
+		if (e->a == RESIL_W_BLOCK_RESET)
+			n = snprintf(buf, len,
+				     "policy %s: %u state blocks beyond repair (layout not the "
+				     "configuration's) reset",
+				     pol, e->b);
+		else if (e->slot == UINT32_MAX)
 			n = snprintf(buf, len,
 				     "state segment: %u words out of range repaired (last: %s)",
 				     e->b, resil_word_name(e->a));
@@ -298,7 +301,6 @@ void resild_events_drain(struct resild *d)
 				/* claimed before the mark, grace over: its
 				 * writer died (or nobody wrote it): skip */
 				faa_relaxed(&st->events_dropped, 1);
-				resild_events_holes++;
 				rd++;
 				continue;
 			}

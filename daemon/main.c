@@ -43,6 +43,7 @@
 #include "loop.h"
 #include "metrics.h"
 #include "notify.h"
+#include "policy.h"
 #include "resild.h"
 
 static void usage(FILE *f)
@@ -481,6 +482,22 @@ static void retire(int fd)
 	munmap(m, RESIL_HDR_SIZE);
 }
 
+/* An adopted policy's state blocks, checked as the tick checks them, and
+ * those beyond repair reset (resil_policy_adopt): counted, and an event
+ * each (the first tick drains and logs them). */
+static int adopt_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+		     void *ctx)
+{
+	struct resil_ctx x = {.seg = s, .rec = rec, .pid = (uint32_t)getpid()};
+
+	resil_policy_adopt(&x, rec);
+	if (x.resets)
+		resild_state_repaired(ctx, slot, rec->gen, RESIL_W_BLOCK_RESET, x.resets);
+	if (x.repairs)
+		resild_state_repaired(ctx, slot, rec->gen, x.repair_word, x.repairs);
+	return 0;
+}
+
 static int segments_open(struct resild *d, struct resild_passed *p)
 {
 	struct resil_seg_params sp = {
@@ -495,8 +512,8 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 		r = resil_seg_map(&d->seg, p->cfg_fd, p->st_fd, true, true, err, sizeof(err));
 		/* headers, then every record and directory entry: the config
 		 * segment is ours, but it outlived a daemon (another build may
-		 * have written it); the state blocks are checked and repaired
-		 * word by word by the first tick (resil_policy_maintain) */
+		 * have written it); then every state block (adopt_one), before
+		 * the configuration files carry anything over from them */
 		if (r == 0) {
 			r = resil_seg_check(&d->seg, err, sizeof(err));
 			if (r < 0) {
@@ -509,6 +526,7 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 		}
 		if (r == 0) {
 			d->adopted = true;
+			resil_seg_foreach(&d->seg, adopt_one, d);
 			log_notice("adopted the segments kept by systemd (epoch %016llx): "
 				   "policies and their state continue",
 				   (unsigned long long)d->seg.cfg->epoch);

@@ -83,7 +83,7 @@ struct resild {
 	int64_t reload_retry_until;  /* a reload waiting for records to come free
 				      * (CLOCK_MONOTONIC deadline), 0: none */
 	uint64_t conns_cut;	/* cut off for leaving descriptors unread */
-	uint64_t state_repairs; /* state words found out of range and repaired */
+	uint64_t state_repairs; /* state words found out of range and repaired, blocks reset */
 	bool stopping;
 };
 

@@ -71,6 +71,17 @@
  *                     epoch only (relaxed is enough: the epoch CAS/store
  *                     orders one owner after the other).
  *
+ * Untrusted words: every word of the block is any client's to write.
+ * The pool and the published limit's bound come from the configuration
+ * (resil_adaptive_pool, publish: adaptive.max), never from the block's
+ * geometry copies (nslots, shift, slots_off: for dumps); the epoch is
+ * compared by unsigned difference (no value overflows it); the
+ * algorithms' doubles go back into words saturated (d2u). The daemon's
+ * tick (state_repair) checks the words that steer every decision and
+ * repairs and counts each bad one: the geometry copies, a phase outside
+ * the enum, a limit or estimate outside 1..adaptive.max, an epoch or a
+ * probe time far ahead of its clock.
+ *
  * Crash windows: the owner of an odd epoch dies before it stores the new
  * epoch: nobody recomputes until someone (a releaser or the daemon's
  * maintenance) sees the epoch odd for 8 windows and steals it by CAS; a
@@ -265,15 +276,27 @@ uint64_t resil_adaptive_state_size(const struct resil_adaptive_conf *c)
 	return sizeof(struct resil_adaptive_state) + resil_pool_bytes(resil_adaptive_max(c));
 }
 
-static void publish(struct resil_adaptive_state *s, uint64_t milli)
+/* The published limit, within 1..adaptive.max (the configuration's
+ * bound, never the block's copy of it). */
+static void publish(struct resil_adaptive_state *s, const struct resil_adaptive_conf *c,
+		    uint64_t milli)
 {
-	uint64_t l = milli / 1000;
+	uint64_t l = milli / 1000, hi = resil_adaptive_max(c);
 
 	if (l < 1)
 		l = 1;
-	if (l > s->nslots)
-		l = s->nslots;
+	if (l > hi)
+		l = hi;
 	st_relaxed(&s->limit, (uint32_t)l);
+}
+
+/* A double the algorithms computed from shared words, as an unsigned
+ * word: saturated (and NaN as 0), never an out-of-range conversion. */
+static uint64_t d2u(double v)
+{
+	if (!(v > 0))
+		return 0;
+	return v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
 }
 
 static int64_t window_of(const struct resil_adaptive_conf *c)
@@ -292,7 +315,7 @@ void resil_adaptive_state_init(void *st, const struct resil_adaptive_conf *c, in
 	s->slots_off = sizeof(*s);
 	st_relaxed(&s->rtt_min, UINT64_MAX);
 	st_relaxed(&s->limit_milli, (uint64_t)resil_adaptive_initial(c) * 1000);
-	publish(s, (uint64_t)resil_adaptive_initial(c) * 1000);
+	publish(s, c, (uint64_t)resil_adaptive_initial(c) * 1000);
 	st_relaxed(&s->epoch, (uint64_t)(now > 0 ? now : 0) & ~1ull);
 	/* the first probe after one interval: the no-load RTT is learned from
 	 * the lowest windows until then */
@@ -312,7 +335,8 @@ void resil_adaptive_carry(void *nst, const struct resil_adaptive_conf *nc, const
 	struct resil_adaptive_state *o = (struct resil_adaptive_state *)ost;
 	struct resil_adaptive_state *s = nst;
 	uint64_t milli = ld_relaxed(&o->limit_milli);
-	uint64_t lo = (uint64_t)resil_adaptive_min(nc) * 1000, hi = (uint64_t)s->nslots * 1000;
+	uint64_t lo = (uint64_t)resil_adaptive_min(nc) * 1000;
+	uint64_t hi = (uint64_t)resil_adaptive_max(nc) * 1000;
 
 	/* What was learned carries over; permits stay in the old block (see
 	 * bulkhead.c). A probe in progress is abandoned at its saved value. */
@@ -320,7 +344,7 @@ void resil_adaptive_carry(void *nst, const struct resil_adaptive_conf *nc, const
 		milli = ld_relaxed(&o->saved_milli);
 	milli = milli < lo ? lo : milli > hi ? hi : milli;
 	st_relaxed(&s->limit_milli, milli);
-	publish(s, milli);
+	publish(s, nc, milli);
 	st_relaxed(&s->noload_ns, ld_relaxed(&o->noload_ns));
 	st_relaxed(&s->long_rtt_x1k, ld_relaxed(&o->long_rtt_x1k));
 	st_relaxed(&s->long_n, ld_relaxed(&o->long_n));
@@ -382,7 +406,7 @@ static double vegas(struct resil_adaptive_state *s, double limit, const struct s
 
 	if (noload <= 0 || m->rtt < noload) {
 		/* a new floor: learn it, decide nothing this window */
-		st_relaxed(&s->noload_ns, (uint64_t)m->rtt);
+		st_relaxed(&s->noload_ns, d2u(m->rtt));
 		return limit;
 	}
 	if (m->drop)
@@ -412,7 +436,7 @@ static double ewma_add(struct resil_adaptive_state *s, double rtt)
 
 		v = v * (1 - f) + rtt * f;
 	}
-	st_relaxed(&s->long_rtt_x1k, (uint64_t)(v * 1024.0));
+	st_relaxed(&s->long_rtt_x1k, d2u(v * 1024.0));
 	return v;
 }
 
@@ -424,7 +448,7 @@ static double gradient2(struct resil_adaptive_state *s, double limit, const stru
 	if (lrtt / m->rtt > 2) {
 		/* the long average is far above the present: pull it down */
 		lrtt *= 0.95;
-		st_relaxed(&s->long_rtt_x1k, (uint64_t)(lrtt * 1024.0));
+		st_relaxed(&s->long_rtt_x1k, d2u(lrtt * 1024.0));
 	}
 	if ((double)m->inflight < limit / 2)
 		return limit;
@@ -468,7 +492,7 @@ static void decide(struct resil_ctx *x, const struct resil_adaptive_conf *c,
 	uint32_t mx = atomic_exchange_explicit(&s->max_inflight, 0, memory_order_relaxed);
 	uint32_t drops = atomic_exchange_explicit(&s->drops, 0, memory_order_relaxed);
 	uint32_t phase = ld_relaxed(&s->phase);
-	double lo = resil_adaptive_min(c), hi = s->nslots, limit, nl;
+	double lo = resil_adaptive_min(c), hi = resil_adaptive_max(c), limit, nl;
 	uint64_t probe_at = ld_relaxed(&s->probe_at);
 	struct sample m;
 
@@ -495,15 +519,15 @@ static void decide(struct resil_ctx *x, const struct resil_adaptive_conf *c,
 		if (count >= RESIL_ADAPTIVE_MIN_SAMPLES) {
 			double avg = (double)sum / count;
 
-			st_relaxed(&s->noload_ns, (uint64_t)avg);
-			st_relaxed(&s->long_rtt_x1k, (uint64_t)(avg * 1024.0));
+			st_relaxed(&s->noload_ns, d2u(avg));
+			st_relaxed(&s->long_rtt_x1k, d2u(avg * 1024.0));
 			st_relaxed(&s->long_n, G2_WARMUP);
 			faa_relaxed(&s->probes, 1);
 		}
 		limit = (double)ld_relaxed(&s->saved_milli) / 1000.0;
 		limit = limit < lo ? lo : limit > hi ? hi : limit;
-		st_relaxed(&s->limit_milli, (uint64_t)(limit * 1000.0));
-		publish(s, (uint64_t)(limit * 1000.0));
+		st_relaxed(&s->limit_milli, d2u(limit * 1000.0));
+		publish(s, c, d2u(limit * 1000.0));
 		st_relaxed(&s->phase, RESIL_ADAPTIVE_NORMAL);
 		schedule_probe(x, c, s, now);
 		return;
@@ -528,24 +552,24 @@ static void decide(struct resil_ctx *x, const struct resil_adaptive_conf *c,
 			nl = count ? vegas(s, limit, &m) : limit;
 			break;
 		}
+		if (nl != nl)
+			nl = limit; /* 0/0 from RTTs of 0: decide nothing */
 		nl = nl < lo ? lo : nl > hi ? hi : nl;
 		if (nl < 1)
 			nl = 1;
-		st_relaxed(&s->limit_milli, (uint64_t)(nl * 1000.0));
-		publish(s, (uint64_t)(nl * 1000.0));
-		st_relaxed(&s->last_rtt_ns, (uint64_t)m.rtt);
+		st_relaxed(&s->limit_milli, d2u(nl * 1000.0));
+		publish(s, c, d2u(nl * 1000.0));
+		st_relaxed(&s->last_rtt_ns, d2u(m.rtt));
 		faa_relaxed(&s->windows, 1);
 	}
-	if (probe_at && now >= (int64_t)probe_at) {
+	if (probe_at && c->probe_ns > 0 && c->algorithm != RESIL_ADAPTIVE_AIMD &&
+	    now >= (int64_t)probe_at) {
 		/* Envoy-style re-probe: drop to a handful of calls, let the
 		 * calls admitted under the old limit drain for one window, then
 		 * measure */
-		uint64_t pl =
-		    RESIL_ADAPTIVE_PROBE_LIMIT < s->nslots ? RESIL_ADAPTIVE_PROBE_LIMIT : s->nslots;
-
 		st_relaxed(&s->saved_milli, ld_relaxed(&s->limit_milli));
 		st_relaxed(&s->phase, RESIL_ADAPTIVE_PROBE_DRAIN);
-		publish(s, pl * 1000);
+		publish(s, c, RESIL_ADAPTIVE_PROBE_LIMIT * 1000);
 	}
 }
 
@@ -555,14 +579,18 @@ static void maybe_decide(struct resil_ctx *x, const struct resil_adaptive_conf *
 {
 	uint64_t e = ld_acquire(&s->epoch);
 	int64_t w = window_of(c);
+	/* time since the window's start, by difference of unsigned words: the
+	 * epoch is any client's to write, and no value of it overflows this
+	 * (one from the future reads negative until the daemon repairs it) */
+	int64_t since = (int64_t)((uint64_t)now - (e & ~1ull));
 
 	if (RESIL_UNLIKELY(e & 1)) {
 		/* someone is deciding; if they died doing it, take over */
-		if (now - (int64_t)(e & ~1ull) > STEAL_WINDOWS * w)
+		if (since > STEAL_WINDOWS * w)
 			cas_acq_rel(&s->epoch, &e, (uint64_t)now & ~1ull);
 		return;
 	}
-	if (RESIL_LIKELY(now < (int64_t)e + w))
+	if (RESIL_LIKELY(since < w))
 		return;
 	if (!cas_acq_rel(&s->epoch, &e, e | 1))
 		return;
@@ -644,13 +672,89 @@ void resil_adaptive_release(struct resil_ctx *x, const struct resil_adaptive_con
 	maybe_decide(x, c, s, now);
 }
 
+/* The geometry copies of line 3, from the configuration (observers of
+ * dumps read them; nothing addresses memory through them): how many
+ * differ. Plain stores, as at init. */
+static uint32_t layout_repair(struct resil_adaptive_state *s, const struct resil_adaptive_conf *c)
+{
+	uint32_t n = resil_adaptive_max(c), bad = 0;
+
+	bad += s->nslots != n;
+	bad += s->shift != resil_pool_shift(n);
+	bad += s->slots_off != sizeof(*s);
+	s->nslots = n;
+	s->shift = resil_pool_shift(n);
+	s->slots_off = sizeof(*s);
+	return bad;
+}
+
+bool resil_adaptive_layout_ok(const struct resil_adaptive_conf *c, const void *st)
+{
+	const struct resil_adaptive_state *s = st;
+	uint32_t n = resil_adaptive_max(c);
+
+	return s->nslots == n && s->shift == resil_pool_shift(n) && s->slots_off == sizeof(*s);
+}
+
+/*
+ * The daemon's checks of the words it acts on or that steer every
+ * decision (any client may write any value into them); each bad one is
+ * repaired and counted (resil_repaired):
+ *   - the geometry copies: rewritten from the configuration;
+ *   - phase outside the enum: back to NORMAL at the saved estimate;
+ *   - the published limit outside 1..adaptive.max, or the estimate
+ *     outside 1..adaptive.max calls: the estimate clamped and published;
+ *   - an epoch more than STEAL_WINDOWS windows ahead of the daemon's
+ *     clock (no process of the fleet is that far ahead: it would stop
+ *     every recomputation): the window restarts now;
+ *   - a probe scheduled further ahead than adaptive.probe with its
+ *     jitter: scheduled anew.
+ * The pool's count is corrected by resil_pool_repair (bulkhead.c).
+ */
+static void state_repair(struct resil_ctx *x, const struct resil_adaptive_conf *c,
+			 struct resil_adaptive_state *s, int64_t now)
+{
+	uint64_t hi = (uint64_t)resil_adaptive_max(c) * 1000, milli = ld_relaxed(&s->limit_milli);
+	uint32_t phase = ld_relaxed(&s->phase), lim = ld_relaxed(&s->limit);
+	uint64_t e = ld_acquire(&s->epoch), at = ld_relaxed(&s->probe_at);
+	int64_t ahead = (int64_t)((e & ~1ull) - (uint64_t)now);
+
+	if (layout_repair(s, c))
+		resil_repaired(x, RESIL_W_ADAPTIVE_LAYOUT);
+	if (phase > RESIL_ADAPTIVE_PROBE_MEASURE) {
+		milli = ld_relaxed(&s->saved_milli);
+		st_relaxed(&s->phase, RESIL_ADAPTIVE_NORMAL);
+		lim = 0; /* publish below */
+		resil_repaired(x, RESIL_W_ADAPTIVE_PHASE);
+	}
+	if (milli < 1000 || milli > hi || lim < 1 || lim > hi / 1000) {
+		milli = milli < 1000 ? 1000 : milli > hi ? hi : milli;
+		st_relaxed(&s->limit_milli, milli);
+		publish(s, c,
+			phase == RESIL_ADAPTIVE_NORMAL || phase > RESIL_ADAPTIVE_PROBE_MEASURE
+			    ? milli
+			    : RESIL_ADAPTIVE_PROBE_LIMIT * 1000);
+		resil_repaired(x, RESIL_W_ADAPTIVE_LIMIT);
+	}
+	if (ahead > STEAL_WINDOWS * window_of(c) &&
+	    cas_acq_rel(&s->epoch, &e, (uint64_t)(now > 0 ? now : 0) & ~1ull))
+		resil_repaired(x, RESIL_W_ADAPTIVE_EPOCH);
+	if (at && c->probe_ns > 0 &&
+	    (int64_t)(at - (uint64_t)now) > c->probe_ns + c->probe_ns / 4 + window_of(c)) {
+		schedule_probe(x, c, s, now);
+		resil_repaired(x, RESIL_W_ADAPTIVE_PROBE);
+	}
+}
+
 void resil_adaptive_maintain(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st)
 {
 	struct resil_adaptive_state *s = st;
 	struct resil_pool p = resil_adaptive_pool(s, c);
+	int64_t now = resil_ctx_now(x);
 
+	state_repair(x, c, s, now);
 	resil_pool_repair(&p, &s->prev_excess);
-	maybe_decide(x, c, s, resil_ctx_now(x));
+	maybe_decide(x, c, s, now);
 }
 
 uint32_t resil_adaptive_sweep(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st,

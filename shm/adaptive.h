@@ -116,6 +116,9 @@ void resil_adaptive_undo(struct resil_ctx *x, const struct resil_adaptive_conf *
 void resil_adaptive_release(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st,
 			    struct resil_permit_priv *pm, int outcome);
 void resil_adaptive_maintain(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st);
+/* The block's geometry copies are the configuration's (adoption:
+ * a block that is not is reset, see policy.c). */
+bool resil_adaptive_layout_ok(const struct resil_adaptive_conf *c, const void *st);
 uint32_t resil_adaptive_sweep(struct resil_ctx *x, const struct resil_adaptive_conf *c, void *st,
 			      resil_stray_fn stray, void *ctx);
 void resil_adaptive_holders(const struct resil_adaptive_conf *c, const void *st, resil_holder_fn fn,

@@ -59,11 +59,11 @@
  *             by them, a scrape may see the new state before its count.
  *   base_ns, offsets, sizes, fastmod: plain, written once by state_init
  *             (or carry) before the record's slot word publishes the block
- *             (release, seg.c). Offsets and sizes are read by nobody (the
- *             configuration gives them, win_off_of); base_ns and fastmod
- *             are read by everyone, with arithmetic that no value of
- *             theirs can overflow or take outside the window (rel_ns,
- *             seq_slot); the daemon's tick repairs them (state_repair).
+ *             (release, seg.c). Offsets, sizes and fastmod are read by
+ *             nobody (the configuration gives them: win_off_of,
+ *             seq_slot); base_ns is read by everyone, with arithmetic
+ *             that no value of it can overflow (rel_ns); the daemon's tick
+ *             repairs them all (state_repair).
  * Lines (breaker.h): the word with the immutable fields (read by every
  * call, written on transitions only), seq (every count record), counters
  * and consec (on outcome changes, failures), ho (HALF_OPEN only), then the
@@ -72,7 +72,7 @@
  *
  * Hot path (CLOSED, count window, a success, no slow-call threshold):
  * check = one acquire load of the word; release = one load, fetch_add seq,
- * exchange the slot (seq % N by multiplication, no division), and the
+ * exchange the slot (seq % N, N from the configuration), and the
  * counters only when the outcome differs from the overwritten one; no
  * threshold evaluation when a success overwrote a present outcome (the
  * window is warm and neither a rate nor the call count rose). The
@@ -381,19 +381,17 @@ static inline int64_t first_wait(const struct resil_breaker_conf *c)
 	return c->wait_max_ns > 0 && c->wait_max_ns < w ? c->wait_max_ns : w;
 }
 
-/* seq % n without a division (Lemire's fastmod, 32-bit operands): with
- * m = 2^64 / n + 1, ((m * a mod 2^64) * n) >> 64 == a % n. Whatever m holds
- * (the word is in shared memory), the result is below n, so a corrupt m
- * misplaces a record, never an access. */
-static inline uint32_t seq_slot(const bk_t *b, uint64_t seq, uint32_t n)
+/* The count window's slot of record number seq: seq % n, n from the
+ * configuration (the read-only segment). The block's fastmod word (2^64 /
+ * n + 1, Lemire's multiply-shift) is a copy for observers of older builds
+ * only: any client can write it, and a wrong one (0 sent every record to
+ * slot 0: a window that never filled, a breaker that never opened) would
+ * misplace every caller's records. A 32-bit division by a divisor that is
+ * loaded with the configuration, before the fetch_add whose result it
+ * divides: bench case breaker.count100.acq_rel (BENCHMARKS.md). */
+static inline uint32_t seq_slot(uint64_t seq, uint32_t n)
 {
-#ifdef __SIZEOF_INT128__
-	uint64_t low = b->fastmod * (uint32_t)seq;
-
-	return (uint32_t)(((unsigned __int128)low * n) >> 64);
-#else
 	return (uint32_t)seq % n;
-#endif
 }
 
 /* The block's layout, from the configuration only (the read-only config
@@ -696,7 +694,7 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 		uint64_t s = faa_relaxed(&b->seq, 1);
 		/* 32-bit modulo: once every 2^32 records one slot is taken
 		 * out of turn, harmless for "the last N" */
-		ra32 *slot = &cslots(b, c)[seq_slot(b, s, n)];
+		ra32 *slot = &cslots(b, c)[seq_slot(s, n)];
 		uint32_t old = atomic_exchange_explicit(slot, code, memory_order_relaxed);
 
 		/* CRASH WINDOW: killed here, the counters miss this change
@@ -998,6 +996,18 @@ static uint32_t layout_repair(bk_t *b, const struct resil_breaker_conf *c)
 	return n;
 }
 
+bool resil_breaker_layout_ok(const struct resil_breaker_conf *c, const void *st)
+{
+	bk_t copy;
+
+	/* on a copy of the plain words of line 0 (after the state word, up to
+	 * the end of fastmod): layout_repair counts what differs and writes
+	 * only the copy */
+	memcpy(&copy.base_ns, &((const bk_t *)st)->base_ns,
+	       offsetof(bk_t, fastmod) + sizeof(copy.fastmod) - offsetof(bk_t, base_ns));
+	return layout_repair(&copy, c) == 0;
+}
+
 void resil_breaker_state_init(void *st, const struct resil_breaker_conf *c, int64_t now)
 {
 	bk_t *b = st;
@@ -1260,7 +1270,7 @@ void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf 
 		w = ld_acquire(&b->word);
 		if (RESIL_LIKELY(w == (w & ~(uint64_t)7) && w_gen(w) == pm->breaker_gen)) {
 			uint64_t s = faa_relaxed(&b->seq, 1);
-			ra32 *slot = &cslots(b, c)[seq_slot(b, s, c->window_size)];
+			ra32 *slot = &cslots(b, c)[seq_slot(s, c->window_size)];
 			uint32_t old;
 
 			/* A slot that already says "success" needs no write:

@@ -73,7 +73,7 @@ struct resil_breaker_state {
 	uint32_t probe_off;	    /* from the block start */
 	uint32_t win_off;	    /* count slots or time buckets, from the block start */
 	uint32_t reserved32;
-	RESIL_A8 uint64_t fastmod; /* count: 2^64 / size + 1, for seq % size (see breaker.c) */
+	RESIL_A8 uint64_t fastmod; /* count: 2^64 / size + 1 (a copy for observers; see seq_slot) */
 	/* line 1: count window position, fetch_add by every recorder */
 	alignas(RESIL_HOT_ALIGN) ra64 seq;
 	/* line 2: count-window counters (on change of a slot's outcome), the
@@ -140,6 +140,9 @@ void resil_breaker_undo(struct resil_ctx *x, const struct resil_breaker_conf *c,
 void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
 			   struct resil_permit_priv *pm, int outcome);
 void resil_breaker_maintain(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st);
+/* The block's layout copies are the configuration's (adoption: a block
+ * whose are not is reset, see policy.c). */
+bool resil_breaker_layout_ok(const struct resil_breaker_conf *c, const void *st);
 void resil_breaker_reclaim(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
 			   uint32_t dead_client, struct resil_reclaim_counts *counts);
 

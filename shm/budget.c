@@ -922,11 +922,30 @@ void resil_budget_carry(void *nst, const struct resil_retry_conf *nc, const void
 	}
 }
 
+/*
+ * The daemon's checks (every word here is any client's to write; the
+ * engine's arithmetic saturates, so none of them can overflow it, but a
+ * bad value would steer every process's retries for good). Each bad one
+ * is repaired and counted (resil_repaired):
+ *   - tokens outside [0, max]: clamped (a bucket above max never refuses;
+ *     below 0, gRPC refuses until enough successes come back);
+ *   - exhausted neither 0 nor 1: 1 (a refusal pushed its event).
+ * The ratio buckets need nothing: a word of any epoch and count is summed
+ * only inside the window (by difference), and the first writer of its
+ * bucket's next span overwrites it.
+ */
 void resil_budget_maintain(struct resil_ctx *x, const struct resil_retry_conf *c, void *st)
 {
-	(void)x;
-	(void)c;
-	(void)st;
+	struct resil_budget_state *b = st;
+	int64_t v = ld_relaxed(&b->tokens_milli);
+	uint32_t f = ld_relaxed(&b->exhausted);
+
+	if ((c->budget_kind == RESIL_BUDGET_GRPC || c->budget_kind == RESIL_BUDGET_AWS) &&
+	    (v < 0 || v > max_milli(c)) &&
+	    cas_relaxed(&b->tokens_milli, &v, v < 0 ? 0 : max_milli(c)))
+		resil_repaired(x, RESIL_W_BUDGET_TOKENS);
+	if (f > 1 && cas_relaxed(&b->exhausted, &f, 1))
+		resil_repaired(x, RESIL_W_BUDGET_FLAG);
 }
 
 void *resil_budget_state_for(const struct resil_seg *s, const struct resil_rec *rec,
@@ -959,7 +978,9 @@ static int64_t tokens_add(struct resil_budget_state *b, int64_t d, int64_t max)
 	int64_t v = ld_relaxed(&b->tokens_milli), n;
 
 	do {
-		n = v + d;
+		/* saturating: v is any client's to write (INT64_MAX, INT64_MIN) */
+		if (__builtin_add_overflow(v, d, &n))
+			n = d > 0 ? max : 0;
 		if (n < 0)
 			n = 0;
 		if (n > max)
@@ -1038,7 +1059,8 @@ int resil_budget_try_retry(void *st, const struct resil_retry_conf *bc, uint32_t
 	case RESIL_BUDGET_GRPC:
 		/* retries and hedges only while tokens > max/2; failures paid */
 		v = ld_relaxed(&b->tokens_milli);
-		if (v * 2 <= max_milli(bc))
+		/* v <= max / 2, without doubling a word any client may set */
+		if (v <= max_milli(bc) / 2)
 			return refuse(b, first_refusal);
 		break;
 	case RESIL_BUDGET_AWS:

@@ -188,7 +188,8 @@ void resil_budget_state_init(void *st, const struct resil_retry_conf *c, int64_t
 bool resil_budget_same_shape(const struct resil_retry_conf *a, const struct resil_retry_conf *b);
 void resil_budget_carry(void *nst, const struct resil_retry_conf *nc, const void *ost,
 			const struct resil_retry_conf *oc, int64_t now);
-/* Daemon tick: nothing to do (refills are lazy); kept for the interface. */
+/* Daemon tick: refills are lazy; checks and repairs the shared words
+ * (budget.c). */
 void resil_budget_maintain(struct resil_ctx *x, const struct resil_retry_conf *c, void *st);
 
 /* True when c itself holds budget state (grpc, aws, ratio). */

@@ -470,6 +470,15 @@ static void layout_repair(struct resil_bulkhead_state *s, const struct resil_bul
 		s->regime = regime;
 }
 
+bool resil_bulkhead_layout_ok(const struct resil_bulkhead_conf *c, const void *st)
+{
+	const struct resil_bulkhead_state *s = st;
+	uint32_t n = resil_bulkhead_max_of(c), regime = resil_bulkhead_regime(c);
+
+	return s->nslots == n && s->shift == resil_bulkhead_shift(regime, n) &&
+	       s->slots_off == sizeof(*s) && s->regime == regime;
+}
+
 void resil_bulkhead_state_init(void *st, const struct resil_bulkhead_conf *c, int64_t now)
 {
 	struct resil_bulkhead_state *s = st;

@@ -198,6 +198,9 @@ void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *
 void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			    struct resil_permit_priv *pm, int outcome);
 void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st);
+/* The block's geometry copies are the configuration's (adoption: a block
+ * that is not is reset, see policy.c). */
+bool resil_bulkhead_layout_ok(const struct resil_bulkhead_conf *c, const void *st);
 /* Daemon tick: free the claims stray() names (see resil_pool_sweep);
  * returns how many. */
 uint32_t resil_bulkhead_sweep(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,

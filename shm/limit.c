@@ -786,6 +786,30 @@ static int64_t key_find(struct resil_limit_entry *t, const struct chain *ch, uin
 	}
 }
 
+/* key_find for the daemon's tick: at most TWIN_WALK buckets of the chain,
+ * -2 when the chain goes on past them. Every bucket's FP_OVF mark is any
+ * client's to set, and the full walk of one key is then the whole table:
+ * for every entry of the table, that would make one tick cost the table's
+ * square. A chain that long exists only at a table that full in a run of
+ * bad luck (or by a client's hand); its entries are then judged at a later
+ * tick, once the chain is shorter, or never (kept, counted live). */
+#define TWIN_WALK 16
+static int64_t key_find_bounded(struct resil_limit_entry *t, const struct chain *ch, uint64_t fp)
+{
+	uint32_t k, j, i;
+
+	for (k = 0; k < TWIN_WALK; k++) {
+		for (j = 0; j < RESIL_LIMIT_BUCKET; j++) {
+			i = chain_bucket(ch, k) * RESIL_LIMIT_BUCKET + j;
+			if (fp_key(ld_sc(&t[i].fp)) == fp)
+				return i;
+		}
+		if (!chain_next(t, ch, k, memory_order_seq_cst))
+			return -1;
+	}
+	return -2;
+}
+
 static void mark_ovf(struct resil_limit_entry *t, uint32_t bucket)
 {
 	ra64 *w = &t[bucket * RESIL_LIMIT_BUCKET].fp;
@@ -1329,8 +1353,8 @@ void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c,
 		/* a twin left by an inserter killed before its re-read (or a key
 		 * no lookup can reach): fold it into the entry lookups find */
 		chain_init(&ch, fp_key(f), nbuckets(c));
-		first = key_find(table_of(s), &ch, fp_key(f), memory_order_seq_cst);
-		if (first != (int64_t)i) {
+		first = key_find_bounded(table_of(s), &ch, fp_key(f));
+		if (first != (int64_t)i && first != -2) {
 			if (first >= 0) {
 				uint64_t m = ld_relaxed(&table_of(s)[first].st);
 
@@ -1363,10 +1387,15 @@ void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c,
 		live++;
 	}
 	/* repair only when no insert ran during the count (used unchanged
-	 * except by our own sweeping) */
+	 * except by our own sweeping). A count above limit.keys is out of
+	 * range (inserters give back what they take over it; a client wrote
+	 * it): a state repair too, for the daemon's count and event. */
 	u2 = ld_relaxed(&s->used);
-	if (u1 == u2 && live != u2 && cas_relaxed(&s->used, &u2, live))
+	if (u1 == u2 && live != u2 && cas_relaxed(&s->used, &u2, live)) {
 		faa_relaxed(&s->repairs, 1);
+		if (u2 > c->keys)
+			resil_repaired(x, RESIL_W_LIMIT_USED);
+	}
 }
 
 /* A dead client holds nothing here: what it took was spent. */

@@ -556,7 +556,8 @@ size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len)
 	    ld_relaxed(&s->st->clients_full));
 	put(&o,
 	    "# HELP resil_state_repairs_total State words the daemon found out of range "
-	    "and repaired.\n# TYPE resil_state_repairs_total counter\n"
+	    "and repaired, and state blocks it reset (beyond repair at adoption).\n"
+	    "# TYPE resil_state_repairs_total counter\n"
 	    "resil_state_repairs_total %" PRIu64 "\n",
 	    ld_relaxed(&s->st->state_repairs));
 	put(&o,

@@ -299,11 +299,79 @@ static void maintain_block(struct resil_ctx *c, const struct resil_rec *rec, uin
 void resil_policy_maintain(struct resil_ctx *c, const struct resil_rec *rec)
 {
 	c->rec = rec;
+	/* fleet-wide only: the counters and the retry budget */
+	resil_stats_maintain(c, &rec->conf, resil_comp_state(c->seg, rec, RESIL_C_STATS));
+	if (resil_has(rec, RESIL_C_BUDGET))
+		resil_budget_maintain(c, &rec->conf.retry,
+				      resil_comp_state(c->seg, rec, RESIL_C_BUDGET));
 	maintain_block(c, rec, rec->state_off);
 	/* process scope: the copies of live rows only */
 	for (uint32_t i = 0; rec->proc_stride && i < c->seg->geo.client_cap; i++)
 		if (ld_relaxed(&resil_seg_client(c->seg, i)->owner))
 			maintain_block(c, rec, rec->proc_off + (uint64_t)i * rec->proc_stride);
+}
+
+/*
+ * Adoption. A component block carries copies of its layout, written at
+ * init from the configuration (the breaker's window kind, size, bucket
+ * span, probe count, fastmod and offsets; the bulkhead's and the adaptive
+ * pool's slot count, stride, offset and regime; the shedder's bucket
+ * width). Nothing addresses memory through them, and on a live block the
+ * tick rewrites them (a client scribbled on words it cannot steer anyone
+ * with). A block handed over by the fd store whose copies are not its
+ * configuration's was not written for that configuration as far as
+ * anything in it can tell: its slots, buckets and counters cannot be
+ * read as this configuration's, and no word says what they should be.
+ * Such a block is reset (X_state_init: a fresh breaker, empty pool and
+ * window; permits held in it are released by CAS into a free slot and
+ * change nothing), counted, and the daemon makes it an event. Every other
+ * bad word, in any component, is repairable alone and is left to the
+ * tick's checks, run right after (resil_policy_maintain). The counters,
+ * the limiter and the retry budget keep no layout copies: never reset.
+ */
+static uint32_t adopt_block(struct resil_ctx *c, const struct resil_rec *rec, uint64_t base,
+			    int64_t now)
+{
+	const struct resil_conf *cf = &rec->conf;
+	const struct resil_seg *s = c->seg;
+	uint32_t n = 0;
+	void *b;
+
+	if (resil_has(rec, RESIL_C_BREAKER) &&
+	    !resil_breaker_layout_ok(&cf->breaker, b = blk(s, rec, base, RESIL_C_BREAKER))) {
+		resil_breaker_state_init(b, &cf->breaker, now);
+		n++;
+	}
+	if (resil_has(rec, RESIL_C_BULKHEAD) &&
+	    !resil_bulkhead_layout_ok(&cf->bulkhead, b = blk(s, rec, base, RESIL_C_BULKHEAD))) {
+		resil_bulkhead_state_init(b, &cf->bulkhead, now);
+		n++;
+	}
+	if (resil_has(rec, RESIL_C_ADAPTIVE) &&
+	    !resil_adaptive_layout_ok(&cf->adaptive, b = blk(s, rec, base, RESIL_C_ADAPTIVE))) {
+		resil_adaptive_state_init(b, &cf->adaptive, now);
+		n++;
+	}
+	if (resil_has(rec, RESIL_C_SHED) &&
+	    !resil_shed_layout_ok(&cf->shed, b = blk(s, rec, base, RESIL_C_SHED))) {
+		resil_shed_state_init(b, &cf->shed, now);
+		n++;
+	}
+	return n;
+}
+
+void resil_policy_adopt(struct resil_ctx *c, const struct resil_rec *rec)
+{
+	int64_t now = resil_ctx_now(c);
+
+	c->rec = rec;
+	c->resets += adopt_block(c, rec, rec->state_off, now);
+	/* process scope: every row's copy (a row that is free now may be
+	 * claimed before the next tick) */
+	for (uint32_t i = 0; rec->proc_stride && i < c->seg->geo.client_cap; i++)
+		c->resets +=
+		    adopt_block(c, rec, rec->proc_off + (uint64_t)i * rec->proc_stride, now);
+	resil_policy_maintain(c, rec);
 }
 
 static void reclaim_block(struct resil_ctx *c, const struct resil_rec *rec, uint64_t base,

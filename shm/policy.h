@@ -51,6 +51,8 @@ struct resil_ctx {
 	 * report. */
 	uint32_t repairs;
 	uint32_t repair_word;
+	/* Component blocks found beyond repair and reset (adoption). */
+	uint32_t resets;
 };
 
 static inline void resil_repaired(struct resil_ctx *c, uint32_t word)
@@ -106,8 +108,15 @@ void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, i
 bool resil_policy_same_shape(const struct resil_conf *a, const struct resil_conf *b);
 void resil_policy_carry(const struct resil_seg *s, struct resil_rec *nrec,
 			const struct resil_rec *orec, int64_t now);
-/* Daemon tick for one policy: the periodic work nobody's request did. */
+/* Daemon tick for one policy: the periodic work nobody's request did,
+ * and the checks of the state words it acts on (c->repairs). */
 void resil_policy_maintain(struct resil_ctx *c, const struct resil_rec *rec);
+/* A daemon adopting the segments (fd store): every component block of
+ * rec, the main one and every process-scope copy, checked; one whose
+ * layout copies are not the configuration's cannot be repaired and is
+ * reset to its initial state (c->resets), then the tick's checks repair
+ * and count the rest (c->repairs). policy.c says which blocks and why. */
+void resil_policy_adopt(struct resil_ctx *c, const struct resil_rec *rec);
 /* Give back everything dead_client held in this policy; counts what. */
 struct resil_reclaim_counts {
 	uint32_t permits;

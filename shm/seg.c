@@ -1067,6 +1067,15 @@ const char *resil_word_name(uint32_t w)
 	    [RESIL_W_SHED_EPOCH] = "shed.epoch",
 	    [RESIL_W_LIMIT_TAT] = "limit tat",
 	    [RESIL_W_BLOCK_RESET] = "state block (reset)",
+	    [RESIL_W_ADAPTIVE_LAYOUT] = "adaptive layout",
+	    [RESIL_W_ADAPTIVE_PHASE] = "adaptive.phase",
+	    [RESIL_W_ADAPTIVE_EPOCH] = "adaptive.epoch",
+	    [RESIL_W_ADAPTIVE_PROBE] = "adaptive.probe_at",
+	    [RESIL_W_ADAPTIVE_LIMIT] = "adaptive limit",
+	    [RESIL_W_BUDGET_TOKENS] = "budget.tokens_milli",
+	    [RESIL_W_BUDGET_FLAG] = "budget.exhausted",
+	    [RESIL_W_STATS_P95] = "stats p95 cache",
+	    [RESIL_W_LIMIT_USED] = "limit.used",
 	};
 
 	return w < RESIL_W_MAX && names[w] ? names[w] : "unknown";

@@ -196,7 +196,16 @@ enum resil_word {
 	RESIL_W_SHED_WIDTH,
 	RESIL_W_SHED_EPOCH,
 	RESIL_W_LIMIT_TAT,
-	RESIL_W_BLOCK_RESET, /* a block that could not be repaired: reset */
+	RESIL_W_BLOCK_RESET, /* a block that could not be repaired: reset (b = blocks) */
+	RESIL_W_ADAPTIVE_LAYOUT,
+	RESIL_W_ADAPTIVE_PHASE,
+	RESIL_W_ADAPTIVE_EPOCH,
+	RESIL_W_ADAPTIVE_PROBE,
+	RESIL_W_ADAPTIVE_LIMIT,
+	RESIL_W_BUDGET_TOKENS,
+	RESIL_W_BUDGET_FLAG,
+	RESIL_W_STATS_P95,
+	RESIL_W_LIMIT_USED,
 	RESIL_W_MAX,
 };
 /* "breaker.state": the word's name for events and logs. Never NULL. */

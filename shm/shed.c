@@ -122,6 +122,11 @@ static int64_t width_of(const struct resil_shed_conf *c)
 	return w > 0 ? w : 1;
 }
 
+bool resil_shed_layout_ok(const struct resil_shed_conf *c, const void *st)
+{
+	return ((const struct resil_shed_state *)st)->width_ns == width_of(c);
+}
+
 uint64_t resil_shed_state_size(const struct resil_shed_conf *c)
 {
 	return sizeof(struct resil_shed_state);

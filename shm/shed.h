@@ -64,6 +64,9 @@ void resil_shed_undo(struct resil_ctx *x, const struct resil_shed_conf *c, void 
 void resil_shed_release(struct resil_ctx *x, const struct resil_shed_conf *c, void *st,
 			struct resil_permit_priv *pm, int outcome);
 void resil_shed_maintain(struct resil_ctx *x, const struct resil_shed_conf *c, void *st);
+/* The block's copy of the bucket width is the configuration's (adoption:
+ * a block whose is not is reset, see policy.c). */
+bool resil_shed_layout_ok(const struct resil_shed_conf *c, const void *st);
 void resil_shed_reclaim(struct resil_ctx *x, const struct resil_shed_conf *c, void *st,
 			uint32_t dead_client, struct resil_reclaim_counts *counts);
 

@@ -393,10 +393,31 @@ int resil_stats_percentile_ns(const void *st, const struct resil_conf *c, double
 	return 0;
 }
 
+/* Timed outcomes (successes and failures) summed over the stripes. */
+static uint64_t timed_calls(const struct resil_stats_state *t)
+{
+	uint64_t calls = 0;
+
+	for (unsigned i = 0; i < RESIL_STATS_STRIPES; i++) {
+		const ra64 *w = t->stripe[i].w;
+
+		calls += ld_relaxed(&w[RESIL_STAT_SUCCESS]) + ld_relaxed(&w[RESIL_STAT_FAILURE]) +
+			 ld_relaxed(&w[W_SLOW_OK]) + ld_relaxed(&w[W_SLOW_FAIL]);
+	}
+	return calls;
+}
+
+/* A cached p95 no computation can give: outside the histogram's range,
+ * or computed at more calls than were ever counted. */
+static bool p95_bad(int64_t p, uint64_t last, uint64_t calls)
+{
+	return p < 0 || p > resil_hist_lower_ns(RESIL_HIST_BUCKETS - 1) || last > calls;
+}
+
 int64_t resil_stats_p95_ns(const struct resil_seg *s, const struct resil_rec *rec)
 {
 	struct resil_stats_state *t;
-	uint64_t calls = 0, last, step;
+	uint64_t calls, last, step;
 	int64_t p, v;
 
 	if (!rec || !rec->conf.histogram)
@@ -404,16 +425,13 @@ int64_t resil_stats_p95_ns(const struct resil_seg *s, const struct resil_rec *re
 	t = resil_stats_state_of(s, rec);
 	if (!t)
 		return -1;
-	for (unsigned i = 0; i < RESIL_STATS_STRIPES; i++) {
-		const ra64 *w = t->stripe[i].w;
-
-		calls += ld_relaxed(&w[RESIL_STAT_SUCCESS]) + ld_relaxed(&w[RESIL_STAT_FAILURE]) +
-			 ld_relaxed(&w[W_SLOW_OK]) + ld_relaxed(&w[W_SLOW_FAIL]);
-	}
+	calls = timed_calls(t);
 	p = ld_relaxed(&t->p95_ns);
 	last = ld_relaxed(&t->p95_calls);
 	step = last / 16 > 16 ? last / 16 : 16;
-	if (p > 0 && calls - last < step)
+	/* a cache no computation can have left is recomputed, not believed
+	 * (the words are any client's to write) */
+	if (p > 0 && !p95_bad(p, last, calls) && calls - last < step)
 		return p;
 	if (resil_stats_percentile_ns(t, &rec->conf, 0.95, &v))
 		return -1;
@@ -438,6 +456,31 @@ static const char *const stat_names[RESIL_STAT__MAX] = {
     [RESIL_STAT_TRANSITIONS] = "transitions",
     [RESIL_STAT_EVICTIONS] = "evictions",
 };
+
+/*
+ * The daemon's check of the one word pair it can judge: the p95 cache
+ * (hedging waits for it). A cache no computation can give (p95_bad) is
+ * cleared, so the next caller recomputes it, and counted. Counters and
+ * buckets are free-running sums of any values: readers add them as they
+ * are (unsigned, wrapping), and no index is ever taken from them (a
+ * bucket's index comes from the caller's own duration).
+ */
+void resil_stats_maintain(struct resil_ctx *x, const struct resil_conf *c, void *st)
+{
+	struct resil_stats_state *t = st;
+	int64_t p;
+	uint64_t last;
+
+	if (!c->histogram)
+		return;
+	p = ld_relaxed(&t->p95_ns);
+	last = ld_relaxed(&t->p95_calls);
+	if (!p95_bad(p, last, timed_calls(t)))
+		return;
+	st_relaxed(&t->p95_ns, 0);
+	st_relaxed(&t->p95_calls, 0);
+	resil_repaired(x, RESIL_W_STATS_P95);
+}
 
 const char *resil_stat_name(enum resil_stat which)
 {

@@ -92,6 +92,9 @@ void resil_stats_released(struct resil_ctx *x, const struct resil_conf *c, void 
 void resil_stats_giveup(struct resil_ctx *x, void *st, unsigned reason);
 uint64_t resil_stats_giveups_by(const void *st, unsigned reason);
 
+/* Daemon tick: checks the p95 cache (stats.c), repairs and counts. */
+void resil_stats_maintain(struct resil_ctx *x, const struct resil_conf *c, void *st);
+
 /* Any counter: retries, give-ups, transitions, evictions, budget refusals. */
 void resil_stats_add(struct resil_ctx *x, void *st, enum resil_stat which, uint64_t n);
 
