@@ -760,19 +760,30 @@ static void on_tick(struct resild *d)
 		arm_tick(l);
 }
 
+int resild_reload(struct resild *d)
+{
+	int r;
+
+	resild_notify_reloading();
+	r = resild_config_load(d, false);
+	if (r < 0)
+		d->reload_errors++;
+	else
+		d->reloads++;
+	if (d->loop) {
+		update_status(d);
+		resild_notify_ready(d->loop->status); /* ends RELOADING=1 */
+	}
+	return r;
+}
+
 static void on_signal(struct resild *d, int res)
 {
 	if (res == (int)sizeof(d->loop->sig)) {
 		switch (d->loop->sig.ssi_signo) {
 		case SIGHUP:
-			resild_notify_reloading();
 			log_info("SIGHUP: reloading %s", d->opts.config_dir);
-			if (resild_config_load(d, false) < 0)
-				d->reload_errors++;
-			else
-				d->reloads++;
-			update_status(d);
-			resild_notify_ready(d->loop->status); /* ends RELOADING=1 */
+			resild_reload(d);
 			break;
 		case SIGTERM:
 		case SIGINT:
