@@ -749,8 +749,8 @@ void resild_optfile_clear(struct resild_optfile *f)
 	f->path[0] = '\0';
 }
 
-int resild_optfile_parse_string(struct resild_optfile *f, const char *label, const char *text,
-				const char *const *keys, char *err, size_t errlen)
+static int optfile_parse(struct resild_optfile *f, const char *label, const char *text,
+			 const char *const *keys, char *err, size_t errlen)
 {
 	enum { NONE, DAEMON, CLUSTER } sect = NONE;
 	int line = 0;
@@ -867,6 +867,21 @@ int resild_optfile_parse_string(struct resild_optfile *f, const char *label, con
 		f->n++;
 	}
 	return 0;
+}
+
+int resild_optfile_parse_string(struct resild_optfile *f, const char *label, const char *text,
+				const char *const *keys, char *err, size_t errlen)
+{
+	size_t first = f->n;
+	int r = optfile_parse(f, label, text, keys, err, errlen);
+
+	if (r < 0) {
+		/* nothing of a bad text is kept */
+		for (size_t i = first; i < f->n; i++)
+			free(f->ent[i].value);
+		f->n = first;
+	}
+	return r;
 }
 
 int resild_optfile_load(struct resild_optfile *f, const char *path, bool must_exist,

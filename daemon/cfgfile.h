@@ -98,7 +98,8 @@ struct resild_optfile {
 
 /* Parse text (label names it in messages) against the NULL-terminated
  * keys. Pure: no I/O. 0, or -EINVAL with "LABEL:LINE: what is wrong" in
- * err; -ENOMEM. Values are malloc'ed: resild_optfile_clear frees them. */
+ * err (then nothing of text is kept); -ENOMEM. Values are malloc'ed:
+ * resild_optfile_clear frees them. */
 int resild_optfile_parse_string(struct resild_optfile *f, const char *label, const char *text,
 				const char *const *keys, char *err, size_t errlen);
 /* Read path: a file that does not exist is an empty set unless must_exist
