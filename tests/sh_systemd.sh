@@ -149,8 +149,11 @@ c sh -c 'printf "[policy filed]\nbulkhead.max = 3\n" >/etc/resild/10-filed.conf'
 c mkdir -p /etc/systemd/system/resild-metrics.socket.d
 c sh -c "printf '[Socket]\nListenStream=\nListenStream=127.0.0.1:$port\n' >/etc/systemd/system/resild-metrics.socket.d/port.conf"
 c systemctl daemon-reload
-c systemctl enable --now resild-metrics.socket >/dev/null 2>&1 || fail "resild-metrics.socket did not start"
-c systemctl restart resild.service || fail "restart with the metrics socket"
+# systemd starts a socket only while its service is stopped
+c systemctl stop resild.service
+c systemctl enable --now resild-metrics.socket >/dev/null 2>&1 ||
+	{ c systemctl status resild-metrics.socket --no-pager; fail "resild-metrics.socket did not start"; }
+c systemctl start resild.service || fail "start with the metrics socket"
 eventually sh -c "nsenter -t $leader -a curl -sf http://127.0.0.1:$port/metrics | grep -q '^resil_'" ||
 	fail "curl does not reach /metrics through resild-metrics.socket"
 c resilctl status | grep -q '^metrics    listening on socket-activated$' || fail "status: $(c resilctl status)"
