@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * main.c - resild: options, start, stop.
+ * main.c - resild: start, stop.
  *
- * Start: options; segments (adopted from systemd's fd store when a
+ * Start: options (options.c: the settings file, then the flags over it);
+ * segments (adopted from systemd's fd store when a
  * previous daemon of this unit stored them and they validate, else new
  * sealed memfds); the configuration files (a bad file is fatal here, with
  * FILE:LINE on stderr and exit status 78, EX_CONFIG, on which the units do
  * not restart); the control socket (passed by
  * systemd, or created with mode 0660 after removing a stale file nothing
- * listens on); the loop; READY=1. Stop (SIGTERM, SIGINT): the loop ends,
+ * listens on); the HTTP metrics listener (the socket of
+ * resild-metrics.socket, else metrics_listen; one that cannot serve is
+ * logged and kept for `resilctl status`, never an exit); the loop;
+ * READY=1. Stop (SIGTERM, SIGINT): the loop ends,
  * connections close, the socket file we created is removed. Clients keep
  * deciding on the segments they mapped: a daemon that stops stops
  * nothing.
@@ -17,8 +21,6 @@
  * tests run it in the foreground (--foreground is accepted for clarity).
  */
 #include <errno.h>
-#include <getopt.h>
-#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
