@@ -369,8 +369,10 @@ int main(int argc, char **argv)
 		}
 	}
 	r = resild_options_parse(&d, argc, argv);
-	if (r)
+	if (r) {
+		resild_optfile_clear(&d.optfile);
 		return r;
+	}
 	if (d.check_config) {
 		r = check_config(&d);
 		resild_optfile_clear(&d.optfile);
