@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -48,6 +49,10 @@ static const char usage_text[] =
     "  metrics                    Prometheus text exposition\n"
     "  watch [NAME...]            one line per event (--json: one object per line)\n"
     "  top [--sort ...]           a live table of every policy (top --help)\n"
+    "  reload                     read the configuration files again; prints the\n"
+    "                             error (FILE:LINE) and exits 1 if it did not apply\n"
+    "  status                     the daemon: version, uptime, clients, policies,\n"
+    "                             memory use, last reload, metrics listener\n"
     "\n"
     "options:\n"
     "  --socket PATH   control socket ($RESIL_SOCKET, else /run/resild/control.sock)\n"
@@ -655,6 +660,141 @@ static int cmd_metrics(void)
 	return 0;
 }
 
+static int cmd_reload(void)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__Reload rl = RESIL__RELOAD__INIT;
+	Resil__Response *resp = NULL;
+	const Resil__ReloadReply *rr;
+	int ret;
+
+	req.body_case = RESIL__REQUEST__BODY_RELOAD;
+	req.reload = &rl;
+	if (request(&req, &resp, NULL))
+		return 1;
+	if (resp->body_case != RESIL__RESPONSE__BODY_RELOAD) {
+		resil__response__free_unpacked(resp, NULL);
+		fprintf(stderr, "resilctl: unexpected answer to reload\n");
+		return 1;
+	}
+	rr = resp->reload;
+	if (o.json) {
+		printf("{\"applied\":%s,\"policies\":%u,\"message\":",
+		       rr->applied ? "true" : "false", rr->policies);
+		json_str(stdout, rr->message);
+		printf("}\n");
+	} else if (rr->applied) {
+		printf("reloaded: %s\n", rr->message);
+	} else {
+		fprintf(stderr,
+			"resilctl: reload failed, the previous configuration keeps running: %s\n",
+			rr->message);
+	}
+	ret = rr->applied ? 0 : 1;
+	resil__response__free_unpacked(resp, NULL);
+	return ret;
+}
+
+/* "3d 4h", "2h 5m", "7m 3s", "12s" */
+static void fmt_uptime(uint64_t s, char *buf, size_t len)
+{
+	if (s >= 86400)
+		snprintf(buf, len, "%llud %lluh", (unsigned long long)(s / 86400),
+			 (unsigned long long)(s % 86400 / 3600));
+	else if (s >= 3600)
+		snprintf(buf, len, "%lluh %llum", (unsigned long long)(s / 3600),
+			 (unsigned long long)(s % 3600 / 60));
+	else if (s >= 60)
+		snprintf(buf, len, "%llum %llus", (unsigned long long)(s / 60),
+			 (unsigned long long)(s % 60));
+	else
+		snprintf(buf, len, "%llus", (unsigned long long)s);
+}
+
+static void fmt_time(int64_t t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	if (t <= 0 || !localtime_r(&tt, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S %z", &tm))
+		snprintf(buf, len, "never");
+}
+
+static int cmd_status(void)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__Status st = RESIL__STATUS__INIT;
+	Resil__Response *resp = NULL;
+	const Resil__StatusReply *s;
+	char up[32], started[64], reloaded[64];
+
+	req.body_case = RESIL__REQUEST__BODY_STATUS;
+	req.status = &st;
+	if (request(&req, &resp, NULL))
+		return 1;
+	if (resp->body_case != RESIL__RESPONSE__BODY_STATUS) {
+		resil__response__free_unpacked(resp, NULL);
+		fprintf(stderr, "resilctl: unexpected answer to status (a resild older than "
+				"resilctl?)\n");
+		return 1;
+	}
+	s = resp->status;
+	if (o.json) {
+		printf("{\"version\":");
+		json_str(stdout, s->version);
+		printf(",\"pid\":%u,\"socket\":", s->pid);
+		json_str(stdout, socket_path());
+		printf(",\"started\":%" PRId64 ",\"uptime_s\":%" PRIu64
+		       ",\"clients\":%u,\"connections\":%u,\"policies\":%u,\"policy_slots\":%u,"
+		       "\"arena_used_bytes\":%" PRIu64 ",\"arena_bytes\":%" PRIu64
+		       ",\"records_used\":%u,\"records\":%u,\"adopted\":%s,\"config_dir\":",
+		       s->started, s->uptime_s, s->clients, s->connections, s->policies,
+		       s->policy_slots, s->arena_used, s->arena_size, s->records_used, s->records,
+		       s->adopted ? "true" : "false");
+		json_str(stdout, s->config_dir);
+		printf(",\"options_file\":");
+		json_str(stdout, s->options_file);
+		printf(",\"reload\":{\"ok\":%s,\"time\":%" PRId64 ",\"message\":",
+		       s->reload_ok ? "true" : "false", s->reload_time);
+		json_str(stdout, s->reload_message);
+		printf(",\"reloads\":%" PRIu64 ",\"failed\":%" PRIu64 "},\"metrics\":{\"state\":",
+		       s->reloads, s->reload_errors);
+		json_str(stdout, s->metrics_state);
+		printf(",\"listen\":");
+		json_str(stdout, s->metrics_listen);
+		printf(",\"error\":");
+		json_str(stdout, s->metrics_error);
+		printf("}}\n");
+		resil__response__free_unpacked(resp, NULL);
+		return 0;
+	}
+	fmt_uptime(s->uptime_s, up, sizeof(up));
+	fmt_time(s->started, started, sizeof(started));
+	fmt_time(s->reload_time, reloaded, sizeof(reloaded));
+	printf("resild %s, pid %u, on %s\n", s->version, s->pid, socket_path());
+	printf("up         %s (since %s)%s\n", up, started,
+	       s->adopted ? ", state adopted from systemd's fd store" : "");
+	printf("clients    %u processes, %u connections\n", s->clients, s->connections);
+	printf("policies   %u of %u slots\n", s->policies, s->policy_slots);
+	printf("arena      %" PRIu64 " of %" PRIu64 " bytes (%.1f%%)\n", s->arena_used,
+	       s->arena_size,
+	       s->arena_size ? 100.0 * (double)s->arena_used / (double)s->arena_size : 0);
+	printf("records    %u of %u\n", s->records_used, s->records);
+	printf("config     %s%s%s\n", s->config_dir, *s->options_file ? ", settings " : "",
+	       s->options_file);
+	printf("reload     %s at %s: %s (%" PRIu64 " reloads, %" PRIu64 " failed)\n",
+	       s->reload_ok ? "ok" : "FAILED", reloaded, s->reload_message, s->reloads,
+	       s->reload_errors);
+	if (!strcmp(s->metrics_state, "off"))
+		printf("metrics    off (no metrics_listen, no resild-metrics.socket)\n");
+	else if (!strcmp(s->metrics_state, "failed"))
+		printf("metrics    FAILED: %s\n", s->metrics_error);
+	else
+		printf("metrics    %s on %s\n", s->metrics_state, s->metrics_listen);
+	resil__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -804,7 +944,8 @@ int main(int argc, char **argv)
 		return usage("--key goes with show");
 
 	/* check usage before talking to the daemon */
-	if (!strcmp(cmd, "list") || !strcmp(cmd, "metrics")) {
+	if (!strcmp(cmd, "list") || !strcmp(cmd, "metrics") || !strcmp(cmd, "reload") ||
+	    !strcmp(cmd, "status")) {
 		if ((ret = need(0, cmd)))
 			return ret;
 	} else if (!strcmp(cmd, "show") || !strcmp(cmd, "delete") || !strcmp(cmd, "force-open") ||
@@ -853,6 +994,10 @@ int main(int argc, char **argv)
 		ret = cmd_reset(o.pos[1]);
 	else if (!strcmp(cmd, "metrics"))
 		ret = cmd_metrics();
+	else if (!strcmp(cmd, "reload"))
+		ret = cmd_reload();
+	else if (!strcmp(cmd, "status"))
+		ret = cmd_status();
 	else
 		ret = cmd_watch(o.npos - 1, o.pos + 1);
 	resil_close(ctl);

@@ -31,6 +31,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,25 +410,39 @@ static int read_file(const char *path, char **ret, char *err, size_t errlen)
 	return 0;
 }
 
-int resild_cfgset_load_dir(struct resild_cfgset *set, const char *dir, char *err, size_t errlen)
+int resild_cfgset_load_dir(struct resild_cfgset *set, const char *dir, const char *skip, char *err,
+			   size_t errlen)
 {
 	char **names = NULL;
 	size_t n = 0, cap = 0;
 	struct dirent *de;
+	struct stat skip_st;
+	bool have_skip = skip && *skip && stat(skip, &skip_st) == 0;
 	DIR *dp;
 	int r = 0;
 
 	dp = opendir(dir);
 	if (!dp) {
-		if (errno == ENOENT)
-			return 0;
-		snprintf(err, errlen, "%s: cannot open directory: %s", dir, strerror(errno));
-		return -errno;
+		r = -errno;
+		if (r == -ENOENT)
+			snprintf(err, errlen,
+				 "configuration directory %s does not exist (create it, or name "
+				 "another with --config DIR or config_dir)",
+				 dir);
+		else
+			snprintf(err, errlen, "%s: cannot open directory: %s", dir, strerror(-r));
+		return r;
 	}
 	while ((de = readdir(dp))) {
 		size_t l = strlen(de->d_name);
+		struct stat st;
 
 		if (de->d_name[0] == '.' || l < 6 || strcmp(de->d_name + l - 5, ".conf"))
+			continue;
+		/* the daemon's settings, not policies */
+		if (strcmp(de->d_name, RESILD_OPTIONS_NAME) == 0 ||
+		    (have_skip && fstatat(dirfd(dp), de->d_name, &st, 0) == 0 &&
+		     st.st_dev == skip_st.st_dev && st.st_ino == skip_st.st_ino))
 			continue;
 		if (n == CFG_MAX_FILES) {
 			snprintf(err, errlen, "%s: more than %d configuration files", dir,
@@ -515,7 +530,8 @@ int resild_name_in_files(const char *dir, const char *name, char *where, size_t 
 		char path[4096], err[256], *text = NULL;
 		int line;
 
-		if (de->d_name[0] == '.' || l < 6 || strcmp(de->d_name + l - 5, ".conf"))
+		if (de->d_name[0] == '.' || l < 6 || strcmp(de->d_name + l - 5, ".conf") ||
+		    strcmp(de->d_name, RESILD_OPTIONS_NAME) == 0)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		if (read_file(path, &text, err, sizeof(err)) < 0)
@@ -530,6 +546,8 @@ int resild_name_in_files(const char *dir, const char *name, char *where, size_t 
 	closedir(dp);
 	return found;
 }
+
+static void load_note(struct resild *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 struct gone {
 	char (*names)[RESIL_NAME_MAX];
@@ -615,6 +633,7 @@ int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 	}
 	if (failed < 0) {
 		log_error("configuration from %s not applied: %s", d->opts.config_dir, why);
+		load_note(d, "configuration from %s not applied: %s", d->opts.config_dir, why);
 		return -ENOSPC;
 	}
 
@@ -634,11 +653,10 @@ int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 		r = resil_seg_define(&d->seg, e->name, &e->conf, (uint32_t)d->uid,
 				     RESIL_REC_FROM_FILE, now, err, sizeof(err));
 		if (r < 0) {
-			if (err[0])
-				log_error("%s:%d: policy %s: %s", e->file, e->line, e->name, err);
-			else
-				log_error_errno(r, "%s:%d: policy %s: %m", e->file, e->line,
-						e->name);
+			if (!err[0])
+				snprintf(err, sizeof(err), "%s", strerror(-r));
+			log_error("%s:%d: policy %s: %s", e->file, e->line, e->name, err);
+			load_note(d, "%s:%d: policy %s: %s", e->file, e->line, e->name, err);
 			failed++;
 			continue;
 		}
@@ -663,21 +681,53 @@ int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 	return failed;
 }
 
+/* The first error of a load, for `resilctl reload` and `status`. */
+static void load_note(struct resild *d, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (d->reload_msg[0])
+		return;
+	va_start(ap, fmt);
+	vsnprintf(d->reload_msg, sizeof(d->reload_msg), fmt, ap);
+	va_end(ap);
+}
+
 int resild_config_load(struct resild *d, bool initial)
 {
-	struct resild_cfgset *set = resild_cfgset_new();
+	struct resild_cfgset *set;
 	char err[1024] = "";
 	int r;
 
-	if (!set)
+	d->reload_msg[0] = '\0';
+	d->reload_ok = false;
+	d->reload_time = time(NULL);
+	if (!initial) {
+		/* the settings file: an error fails the reload; a change is
+		 * for the next start (sockets, sizes and limits are set once) */
+		r = resild_options_reread(d, err, sizeof(err));
+		if (r < 0) {
+			log_error("%s; configuration not reloaded, the previous one keeps running",
+				  err);
+			load_note(d, "%s", err);
+			return r;
+		}
+	}
+	set = resild_cfgset_new();
+	if (!set) {
+		load_note(d, "out of memory");
 		return log_error_errno(-ENOMEM, "cannot load configuration: %m");
-	r = resild_cfgset_load_dir(set, d->opts.config_dir, err, sizeof(err));
+	}
+	r = resild_cfgset_load_dir(set, d->opts.config_dir, d->optfile.path, err, sizeof(err));
 	if (r < 0) {
+		if (!err[0])
+			snprintf(err, sizeof(err), "cannot load configuration: %s", strerror(-r));
 		if (initial)
-			log_error("%s", err[0] ? err : "cannot load configuration");
+			log_error("%s", err);
 		else
 			log_error("%s; configuration not reloaded, the previous one keeps running",
-				  err[0] ? err : "cannot load configuration");
+				  err);
+		load_note(d, "%s", err);
 		resild_cfgset_free(set);
 		return r;
 	}
@@ -713,9 +763,184 @@ int resild_config_load(struct resild *d, bool initial)
 				  d->opts.config_dir, r);
 		return -EINVAL;
 	}
-	d->reload_ok_time = time(NULL);
+	d->reload_ok = true;
+	d->reload_ok_time = d->reload_time;
+	snprintf(d->reload_msg, sizeof(d->reload_msg), "%zu policies from files in %s%s", set->n,
+		 d->opts.config_dir,
+		 d->options_changed ? "; the settings file changed: restart to apply it" : "");
 	if (!initial)
 		log_notice("configuration reloaded from %s: %zu policies from files",
 			   d->opts.config_dir, set->n);
+	return 0;
+}
+
+/* ---- the daemon's settings file ---- */
+
+void resild_optfile_clear(struct resild_optfile *f)
+{
+	for (size_t i = 0; i < f->n; i++)
+		free(f->ent[i].value);
+	f->n = 0;
+	f->path[0] = '\0';
+}
+
+static int optfile_parse(struct resild_optfile *f, const char *label, const char *text,
+			 const char *const *keys, char *err, size_t errlen)
+{
+	enum { NONE, DAEMON, CLUSTER } sect = NONE;
+	int line = 0;
+
+	for (const char *p = text; *p; p++) {
+		char buf[CFG_MAX_LINE], *s, *eq, *key, *val;
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+		const char *known = NULL;
+
+		line++;
+		if (n >= sizeof(buf)) {
+			snprintf(err, errlen, "%s:%d: line longer than %d characters", label, line,
+				 CFG_MAX_LINE - 1);
+			return -EINVAL;
+		}
+		memcpy(buf, p, n);
+		buf[n] = '\0';
+		p += n;
+		if (!*p)
+			p--; /* the loop's p++ lands on the NUL */
+		s = trim(buf);
+		if (!*s || *s == '#' || *s == ';')
+			continue;
+		if (*s == '[') {
+			char *e = strchr(s, ']');
+
+			if (!e || *trim(e + 1)) {
+				snprintf(err, errlen, "%s:%d: syntax error (expected [daemon])",
+					 label, line);
+				return -EINVAL;
+			}
+			*e = '\0';
+			s = trim(s + 1);
+			if (strcmp(s, "daemon") == 0) {
+				sect = DAEMON;
+			} else if (strcmp(s, "cluster") == 0) {
+				sect = CLUSTER;
+			} else {
+				snprintf(
+				    err, errlen,
+				    "%s:%d: unknown section [%.200s] (the daemon's settings go "
+				    "in [daemon]; policies in other files of the configuration "
+				    "directory)",
+				    label, line, s);
+				return -EINVAL;
+			}
+			continue;
+		}
+		eq = strchr(s, '=');
+		if (!eq) {
+			snprintf(err, errlen, "%s:%d: syntax error (expected \"key = value\")",
+				 label, line);
+			return -EINVAL;
+		}
+		*eq = '\0';
+		key = trim(s);
+		val = eq + 1;
+		/* an inline comment: '#' or ';' after a blank */
+		for (char *c = val; *c; c++)
+			if ((*c == '#' || *c == ';') && c > val &&
+			    (c[-1] == ' ' || c[-1] == '\t')) {
+				*c = '\0';
+				break;
+			}
+		val = trim(val);
+		if (sect == NONE) {
+			snprintf(err, errlen, "%s:%d: \"%.100s\" outside the [daemon] section",
+				 label, line, key);
+			return -EINVAL;
+		}
+		if (sect == CLUSTER) {
+			snprintf(err, errlen,
+				 "%s:%d: %.100s: [cluster] is reserved for settings between hosts, "
+				 "and this resild has none",
+				 label, line, key);
+			return -EINVAL;
+		}
+		for (const char *const *k = keys; *k; k++)
+			if (strcmp(*k, key) == 0)
+				known = *k;
+		if (!known) {
+			char list[1024] = "";
+
+			for (const char *const *k = keys; *k; k++)
+				snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+					 k == keys ? "" : ", ", *k);
+			snprintf(err, errlen, "%s:%d: unknown setting %.100s (known: %s)", label,
+				 line, key, list);
+			return -EINVAL;
+		}
+		if (!*val) {
+			snprintf(err, errlen, "%s:%d: %s has no value", label, line, known);
+			return -EINVAL;
+		}
+		for (size_t i = 0; i < f->n; i++)
+			if (f->ent[i].key == known) {
+				snprintf(err, errlen, "%s:%d: %s given twice (first on line %d)",
+					 label, line, known, f->ent[i].line);
+				return -EINVAL;
+			}
+		if (f->n == RESILD_OPTIONS_MAX) {
+			snprintf(err, errlen, "%s:%d: more than %d settings", label, line,
+				 RESILD_OPTIONS_MAX);
+			return -EINVAL;
+		}
+		f->ent[f->n].value = strdup(val);
+		if (!f->ent[f->n].value) {
+			snprintf(err, errlen, "%s: out of memory", label);
+			return -ENOMEM;
+		}
+		f->ent[f->n].key = known;
+		f->ent[f->n].line = line;
+		f->n++;
+	}
+	return 0;
+}
+
+int resild_optfile_parse_string(struct resild_optfile *f, const char *label, const char *text,
+				const char *const *keys, char *err, size_t errlen)
+{
+	size_t first = f->n;
+	int r = optfile_parse(f, label, text, keys, err, errlen);
+
+	if (r < 0) {
+		/* nothing of a bad text is kept */
+		for (size_t i = first; i < f->n; i++)
+			free(f->ent[i].value);
+		f->n = first;
+	}
+	return r;
+}
+
+int resild_optfile_load(struct resild_optfile *f, const char *path, bool must_exist,
+			const char *const *keys, char *err, size_t errlen)
+{
+	char *text = NULL;
+	int r;
+
+	resild_optfile_clear(f);
+	if (access(path, F_OK) < 0 && errno == ENOENT) {
+		if (!must_exist)
+			return 0;
+		snprintf(err, errlen, "options file %s does not exist", path);
+		return -ENOENT;
+	}
+	r = read_file(path, &text, err, errlen);
+	if (r < 0)
+		return r;
+	r = resild_optfile_parse_string(f, path, text, keys, err, errlen);
+	free(text);
+	if (r < 0) {
+		resild_optfile_clear(f);
+		return r;
+	}
+	snprintf(f->path, sizeof(f->path), "%s", path);
 	return 0;
 }

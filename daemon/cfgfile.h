@@ -14,6 +14,7 @@
 #ifndef RESILD_CFGFILE_H
 #define RESILD_CFGFILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "conf.h"
@@ -43,8 +44,12 @@ const struct resild_cfgent *resild_cfgset_find(const struct resild_cfgset *set, 
  * the fuzzer too. 0 or -EINVAL with "LABEL:LINE: what is wrong" in err. */
 int resild_cfgset_parse_string(struct resild_cfgset *set, const char *label, const char *text,
 			       char *err, size_t errlen);
-/* Every *.conf file of dir, sorted; a missing dir is an empty set. */
-int resild_cfgset_load_dir(struct resild_cfgset *set, const char *dir, char *err, size_t errlen);
+/* Every *.conf file of dir, sorted, but the daemon's settings file (any
+ * file named RESILD_OPTIONS_NAME, and skip when given: the options file
+ * actually read, by device and inode). A missing dir is an error naming
+ * it (-ENOENT). */
+int resild_cfgset_load_dir(struct resild_cfgset *set, const char *dir, const char *skip, char *err,
+			   size_t errlen);
 
 /* Names of policies: 1..63 characters of [A-Za-z0-9_.:@-], not starting
  * with '.' or '-'. 0 or -EINVAL with the reason in err. */
@@ -61,5 +66,46 @@ int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set);
  * where, else 0. Names in the files are reserved: only root and the admin
  * group may create them through the socket before a reload does. */
 int resild_name_in_files(const char *dir, const char *name, char *where, size_t wlen);
+
+/*
+ * The daemon's settings file (resild --options FILE, by default
+ * resild.conf in the configuration directory):
+ *
+ *	[daemon]
+ *	state_size = 1G
+ *	metrics_listen = 127.0.0.1:9464
+ *
+ * One [daemon] section of KEY = VALUE lines (keys are the long options
+ * with '_' for '-'); [cluster] is reserved for settings between hosts and
+ * this version knows none of them. The parser knows the sections and the
+ * syntax; which keys exist is the caller's list (keys), what a value means
+ * is the caller's too, with the line kept for its messages.
+ */
+#define RESILD_OPTIONS_NAME "resild.conf"
+#define RESILD_OPTIONS_MAX  32 /* settings in one file */
+
+struct resild_optent {
+	const char *key; /* an entry of the caller's keys */
+	char *value;
+	int line;
+};
+
+struct resild_optfile {
+	char path[4096]; /* "" when no file was read */
+	size_t n;
+	struct resild_optent ent[RESILD_OPTIONS_MAX];
+};
+
+/* Parse text (label names it in messages) against the NULL-terminated
+ * keys. Pure: no I/O. 0, or -EINVAL with "LABEL:LINE: what is wrong" in
+ * err (then nothing of text is kept); -ENOMEM. Values are malloc'ed:
+ * resild_optfile_clear frees them. */
+int resild_optfile_parse_string(struct resild_optfile *f, const char *label, const char *text,
+				const char *const *keys, char *err, size_t errlen);
+/* Read path: a file that does not exist is an empty set unless must_exist
+ * (then -ENOENT, named in err). */
+int resild_optfile_load(struct resild_optfile *f, const char *path, bool must_exist,
+			const char *const *keys, char *err, size_t errlen);
+void resild_optfile_clear(struct resild_optfile *f);
 
 #endif

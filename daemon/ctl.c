@@ -1065,6 +1065,85 @@ static int handle_metrics(struct resild *d, struct reply *rp, Resil__MetricsRepl
 	return 0;
 }
 
+/* A reload asked through the socket: what SIGHUP does, with the result in
+ * the answer (the first error with FILE:LINE) rather than in the log only.
+ * The daemon's own uid (ExecReload= runs as it), root and the admin group
+ * may ask: a reload is cheap, but not for anyone to repeat at will. */
+static int handle_reload(struct resild *d, const struct resild_peer *peer, struct reply *rp,
+			 Resil__ReloadReply *rr)
+{
+	if (!resild_peer_exempt(d, peer))
+		return reply_error(
+		    rp, -EPERM, "a reload takes root, the daemon's user%s%s (or SIGHUP to resild)",
+		    d->has_admin_gid ? " or group " : "",
+		    d->has_admin_gid ? d->opts.admin_group : "");
+	log_info("reload asked by pid %d (uid %u)", (int)peer->pid, (unsigned)peer->uid);
+	rr->applied = resild_reload(d) == 0;
+	rr->message = d->reload_msg;
+	if (d->reload_retry_until)
+		rr->message = (char *)"not applied yet: the records it needs come free within "
+				      "2 s, then it applies (resilctl status says when)";
+	rr->policies = d->files ? (uint32_t)d->files->n : 0;
+	rp->resp.body_case = RESIL__RESPONSE__BODY_RELOAD;
+	rp->resp.reload = rr;
+	return 0;
+}
+
+static int count_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+		     void *ctx)
+{
+	(void)s;
+	(void)slot;
+	(void)rec;
+	(*(uint32_t *)ctx)++;
+	return 0;
+}
+
+static const char *const metrics_states[] = {
+    [RESILD_METRICS_OFF] = "off",
+    [RESILD_METRICS_LISTENING] = "listening",
+    [RESILD_METRICS_FAILED] = "failed",
+};
+
+/* What an operator asks first: which daemon, since when, how full, did
+ * the last reload apply, is the metrics listener serving. Anyone who may
+ * connect may read it. */
+static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply *sr)
+{
+	uint32_t n = 0;
+
+	resil_seg_foreach(&d->seg, count_one, &n);
+	sr->version = (char *)RESILD_VERSION;
+	sr->pid = (uint32_t)getpid();
+	sr->started = d->started;
+	sr->uptime_s = (uint64_t)((resil_clock_monotonic(NULL) - d->started_ns) / RESIL_NS_PER_S);
+	sr->clients = resild_clients_live(d);
+	sr->connections = d->nconns;
+	sr->policies = n;
+	sr->policy_slots = d->seg.cfg->slot_cap;
+	sr->arena_used = d->seg.arena_used;
+	sr->arena_size = d->seg.geo.arena_size;
+	/* rec_used: written by this daemon only: a relaxed load reads our own store */
+	sr->records_used = ld_relaxed(&d->seg.cfg->rec_used);
+	sr->records = d->seg.cfg->rec_cap;
+	sr->config_dir = (char *)d->opts.config_dir;
+	sr->options_file = d->optfile.path;
+	sr->reload_ok = d->reload_ok;
+	sr->reload_message = d->reload_msg;
+	sr->reload_time = d->reload_time;
+	sr->reloads = d->reloads;
+	sr->reload_errors = d->reload_errors;
+	sr->metrics_state = (char *)metrics_states[d->metrics_state];
+	sr->metrics_listen = d->metrics_activated     ? (char *)"socket-activated"
+			     : d->opts.metrics_listen ? (char *)d->opts.metrics_listen
+						      : (char *)"";
+	sr->metrics_error = d->metrics_error;
+	sr->adopted = d->adopted;
+	rp->resp.body_case = RESIL__RESPONSE__BODY_STATUS;
+	rp->resp.status = sr;
+	return 0;
+}
+
 int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg, size_t len,
 		  uint8_t *out, size_t *outlen, int *fds, int *nfds)
 {
@@ -1074,6 +1153,8 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 	Resil__GetSegmentsReply sr = RESIL__GET_SEGMENTS_REPLY__INIT;
 	Resil__ListReply lr = RESIL__LIST_REPLY__INIT;
 	Resil__MetricsReply mr = RESIL__METRICS_REPLY__INIT;
+	Resil__ReloadReply rr = RESIL__RELOAD_REPLY__INIT;
+	Resil__StatusReply str = RESIL__STATUS_REPLY__INIT;
 	struct info *in = NULL;
 	void *to_free[3] = {NULL, NULL, NULL};
 	char *mtext = NULL;
@@ -1133,6 +1214,12 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		break;
 	case RESIL__REQUEST__BODY_METRICS:
 		handle_metrics(d, &rp, &mr, &mtext);
+		break;
+	case RESIL__REQUEST__BODY_RELOAD:
+		handle_reload(d, peer, &rp, &rr);
+		break;
+	case RESIL__REQUEST__BODY_STATUS:
+		handle_status(d, &rp, &str);
 		break;
 	default:
 		reply_error(&rp, -EOPNOTSUPP, "unknown request");

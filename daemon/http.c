@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "http.h"
 #include "log.h"
@@ -209,6 +210,44 @@ int resild_http_start(const char *addr, resild_http_text_fn fn, void *ctx)
 	return 0;
 }
 
+int resild_http_start_fd(int fd, resild_http_text_fn fn, void *ctx)
+{
+	struct sockaddr_storage ss;
+	socklen_t sslen = sizeof(ss);
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+	const union MHD_DaemonInfo *info;
+	int r;
+
+	if (httpd || !fn) {
+		close(fd);
+		return httpd ? -EALREADY : -EINVAL;
+	}
+	if (getsockname(fd, (struct sockaddr *)&ss, &sslen) < 0) {
+		r = -errno;
+		close(fd);
+		return log_error_errno(r, "the metrics socket passed by systemd: %m");
+	}
+	if (ss.ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	text_fn = fn;
+	text_ctx = ctx;
+	httpd = MHD_start_daemon(flags, 0, NULL, NULL, handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+				 MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
+				 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)4,
+				 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+				 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768, MHD_OPTION_END);
+	if (!httpd) {
+		r = errno ? -errno : -EINVAL;
+		close(fd);
+		return log_error_errno(r,
+				       "cannot serve metrics on the socket passed by systemd: %m");
+	}
+	info = MHD_get_daemon_info(httpd, MHD_DAEMON_INFO_BIND_PORT);
+	bound_port = info ? info->port : 0;
+	log_info("serving metrics on the socket passed by systemd (port %d)", bound_port);
+	return 0;
+}
+
 int resild_http_port(void)
 {
 	return httpd ? bound_port : 0;
@@ -236,6 +275,15 @@ int resild_http_start(const char *addr, resild_http_text_fn fn, void *ctx)
 		return log_error_errno(-EINVAL, "--metrics-listen %s: expected HOST:PORT",
 				       addr ? addr : "(null)");
 	return log_error_errno(-ENOTSUP, "--metrics-listen: resild was built without "
+					 "libmicrohttpd");
+}
+
+int resild_http_start_fd(int fd, resild_http_text_fn fn, void *ctx)
+{
+	(void)fn;
+	(void)ctx;
+	close(fd);
+	return log_error_errno(-ENOTSUP, "metrics socket: resild was built without "
 					 "libmicrohttpd");
 }
 

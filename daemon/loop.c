@@ -727,7 +727,7 @@ static void scan_conns(struct resild *d, int64_t now)
 	}
 }
 
-static void reload(struct resild *d, bool retry);
+static int reload(struct resild *d, bool retry);
 
 static void on_tick(struct resild *d)
 {
@@ -749,7 +749,7 @@ static void on_tick(struct resild *d)
 	resil_seg_foreach(&d->seg, maintain_one, d);
 	resil_seg_reclaim(&d->seg, resil_clock_monotonic(NULL));
 	if (d->reload_retry_until)
-		reload(d, true);
+		(void)reload(d, true);
 	resild_clients_scan(d);
 	resild_events_drain(d);
 	scan_conns(d, resil_clock_monotonic(NULL));
@@ -767,8 +767,9 @@ static void on_tick(struct resild *d)
 }
 
 /* A reload, or (retry) its next try while it waits for configuration
- * records to come free: counted once, when it applied or failed. */
-static void reload(struct resild *d, bool retry)
+ * records to come free: counted once, when it applied or failed; -EAGAIN
+ * while it waits (the next tick tries again). */
+static int reload(struct resild *d, bool retry)
 {
 	int64_t now = resil_clock_monotonic(NULL);
 	int r = resild_config_load(d, false);
@@ -777,7 +778,7 @@ static void reload(struct resild *d, bool retry)
 		if (!retry || d->reload_retry_until == 0)
 			d->reload_retry_until = now + 2 * RESIL_REUSE_GRACE_NS + RESILD_TICK_NS;
 		if (now < d->reload_retry_until)
-			return; /* the next tick tries again */
+			return -EAGAIN; /* the next tick tries again */
 		log_error("configuration not reloaded: the records it needs did not come free");
 	}
 	d->reload_retry_until = 0;
@@ -785,8 +786,17 @@ static void reload(struct resild *d, bool retry)
 		d->reload_errors++;
 	else
 		d->reloads++;
-	update_status(d);
-	resild_notify_ready(d->loop->status); /* ends RELOADING=1 */
+	if (d->loop) {
+		update_status(d);
+		resild_notify_ready(d->loop->status); /* ends RELOADING=1 */
+	}
+	return r;
+}
+
+int resild_reload(struct resild *d)
+{
+	resild_notify_reloading();
+	return reload(d, false);
 }
 
 static void on_signal(struct resild *d, int res)
@@ -794,9 +804,8 @@ static void on_signal(struct resild *d, int res)
 	if (res == (int)sizeof(d->loop->sig)) {
 		switch (d->loop->sig.ssi_signo) {
 		case SIGHUP:
-			resild_notify_reloading();
 			log_info("SIGHUP: reloading %s", d->opts.config_dir);
-			reload(d, false);
+			resild_reload(d);
 			break;
 		case SIGTERM:
 		case SIGINT:

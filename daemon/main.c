@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * main.c - resild: options, start, stop.
+ * main.c - resild: start, stop.
  *
- * Start: options; segments (adopted from systemd's fd store when a
+ * Start: options (options.c: the settings file, then the flags over it);
+ * segments (adopted from systemd's fd store when a
  * previous daemon of this unit stored them and they validate, else new
  * sealed memfds); the configuration files (a bad file is fatal here, with
  * FILE:LINE on stderr and exit status 78, EX_CONFIG, on which the units do
  * not restart); the control socket (passed by
  * systemd, or created with mode 0660 after removing a stale file nothing
- * listens on); the loop; READY=1. Stop (SIGTERM, SIGINT): the loop ends,
+ * listens on); the HTTP metrics listener (the socket of
+ * resild-metrics.socket, else metrics_listen; one that cannot serve is
+ * logged and kept for `resilctl status`, never an exit); the loop;
+ * READY=1. Stop (SIGTERM, SIGINT): the loop ends,
  * connections close, the socket file we created is removed. Clients keep
  * deciding on the segments they mapped: a daemon that stops stops
  * nothing.
@@ -17,8 +21,6 @@
  * tests run it in the foreground (--foreground is accepted for clarity).
  */
 #include <errno.h>
-#include <getopt.h>
-#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,6 +31,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <systemd/sd-daemon.h>
@@ -43,307 +46,9 @@
 #include "loop.h"
 #include "metrics.h"
 #include "notify.h"
+#include "options.h"
 #include "policy.h"
 #include "resild.h"
-
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"Usage: resild [OPTIONS]\n"
-		"Owns the shared-memory resilience policies of this host and serves\n"
-		"the control socket.\n\n"
-		"  --foreground          run in the foreground (always the case)\n"
-		"  --socket PATH         control socket (default $RESIL_SOCKET, then\n"
-		"                        " RESILD_DEFAULT_SOCKET ")\n"
-		"  --config DIR          configuration directory, every *.conf in it\n"
-		"                        (default " RESILD_DEFAULT_CONFIG "; --config-dir too)\n"
-		"  --state-size SIZE     state segment size, K/M/G suffixes (default 256M,\n"
-		"                        sparse: untouched pages cost nothing)\n"
-		"  --policies N          policy slots (default %d)\n"
-		"  --clients N           client table rows (default %d)\n"
-		"  --max-connections N   control connections at once (default %d)\n"
-		"  --max-connections-per-uid N  of those, from one uid (default a quarter;\n"
-		"                        root and the admin group exempt)\n"
-		"  --max-policies-per-uid N  policies one uid may create (default a quarter\n"
-		"                        of --policies; root and the admin group exempt)\n"
-		"  --max-clients-per-uid N  client rows one uid may hold (default half of\n"
-		"                        --clients; root and the admin group exempt)\n"
-		"  --idle-timeout DURATION  close a connection (not a subscriber) silent\n"
-		"                        this long (default 60s; 0: never)\n"
-		"  --admin-group NAME    members may change any policy\n"
-		"  --socket-group NAME   group of the socket file (default: our group)\n"
-		"  --metrics-listen ADDR:PORT  serve GET /metrics over HTTP (Prometheus)\n"
-		"  --verbose             log debug messages too\n"
-		"  --check-config        check the configuration directory and exit: 0 if\n"
-		"                        it would load, else 78 with FILE:LINE errors\n"
-		"  --help, --version\n"
-		"\n"
-		"Exit status: 0 stopped cleanly; 2 bad options; 78 (EX_CONFIG) a\n"
-		"configuration error (the units do not restart on it); 1 other errors.\n",
-		RESIL_SLOTS_DEFAULT, RESIL_CLIENTS_DEFAULT, RESILD_CONNS_DEFAULT);
-}
-
-/* "256M", "1G", "65536", "64KiB" */
-static int parse_size(const char *s, uint64_t *ret)
-{
-	unsigned long long v;
-	char *end;
-	int shift = 0;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
-		return -EINVAL;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		shift = 10;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		shift = 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		shift = 30;
-		end++;
-		break;
-	case 't':
-	case 'T':
-		shift = 40;
-		end++;
-		break;
-	default:
-		break;
-	}
-	if (shift && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0))
-		end += strlen(end);
-	if (*end || (shift && v > (UINT64_MAX >> shift)))
-		return -EINVAL;
-	*ret = (uint64_t)v << shift;
-	return 0;
-}
-
-static int parse_count(const char *s, uint32_t *ret)
-{
-	unsigned long v;
-	char *end;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || *s == '-' || v == 0 || v > (1u << 24))
-		return -EINVAL;
-	*ret = (uint32_t)v;
-	return 0;
-}
-
-static int group_gid(const char *name, gid_t *ret)
-{
-	struct group *g;
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	g = getgrnam(name);
-	if (g) {
-		*ret = g->gr_gid;
-		return 0;
-	}
-	v = strtoul(name, &end, 10);
-	if (*name && !*end) {
-		*ret = (gid_t)v;
-		return 0;
-	}
-	return -ENOENT;
-}
-
-static int parse_args(struct resild *d, int argc, char **argv)
-{
-	enum {
-		O_SOCKET = 256,
-		O_CONFIG,
-		O_STATE,
-		O_POLICIES,
-		O_CLIENTS,
-		O_CONNS,
-		O_ADMIN,
-		O_SOCKGRP,
-		O_FG,
-		O_VERSION,
-		O_VERBOSE,
-		O_METRICS,
-		O_CONNS_UID,
-		O_IDLE,
-		O_POL_UID,
-		O_CLI_UID,
-		O_CHECK
-	};
-	static const struct option opts[] = {
-	    {"foreground", no_argument, NULL, O_FG},
-	    {"socket", required_argument, NULL, O_SOCKET},
-	    {"config", required_argument, NULL, O_CONFIG},
-	    {"config-dir", required_argument, NULL, O_CONFIG},
-	    {"state-size", required_argument, NULL, O_STATE},
-	    {"policies", required_argument, NULL, O_POLICIES},
-	    {"clients", required_argument, NULL, O_CLIENTS},
-	    {"max-connections", required_argument, NULL, O_CONNS},
-	    {"max-connections-per-uid", required_argument, NULL, O_CONNS_UID},
-	    {"idle-timeout", required_argument, NULL, O_IDLE},
-	    {"max-policies-per-uid", required_argument, NULL, O_POL_UID},
-	    {"max-clients-per-uid", required_argument, NULL, O_CLI_UID},
-	    {"admin-group", required_argument, NULL, O_ADMIN},
-	    {"socket-group", required_argument, NULL, O_SOCKGRP},
-	    {"verbose", no_argument, NULL, O_VERBOSE},
-	    {"metrics-listen", required_argument, NULL, O_METRICS},
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, O_VERSION},
-	    {"check-config", no_argument, NULL, O_CHECK},
-	    {}};
-	const char *env = getenv("RESIL_SOCKET");
-	int c;
-
-	d->opts.socket_path = env && *env ? env : RESILD_DEFAULT_SOCKET;
-	d->opts.config_dir = RESILD_DEFAULT_CONFIG;
-	d->opts.state_size = RESIL_STATE_SIZE_DEFAULT;
-	d->opts.policies = RESIL_SLOTS_DEFAULT;
-	d->opts.clients = RESIL_CLIENTS_DEFAULT;
-	d->opts.max_conns = RESILD_CONNS_DEFAULT;
-	d->opts.idle_timeout_ns = RESILD_IDLE_DEFAULT_NS;
-
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
-		switch (c) {
-		case O_FG:
-			break;
-		case O_SOCKET:
-			d->opts.socket_path = optarg;
-			break;
-		case O_CONFIG:
-			d->opts.config_dir = optarg;
-			break;
-		case O_STATE:
-			if (parse_size(optarg, &d->opts.state_size) < 0) {
-				log_error("--state-size %s: expected a size like 64M or 1G",
-					  optarg);
-				return -EINVAL;
-			}
-			break;
-		case O_POLICIES:
-			if (parse_count(optarg, &d->opts.policies) < 0) {
-				log_error("--policies %s: expected a number from 1 to %u", optarg,
-					  1u << 24);
-				return -EINVAL;
-			}
-			break;
-		case O_CLIENTS:
-			if (parse_count(optarg, &d->opts.clients) < 0) {
-				log_error("--clients %s: expected a number from 1 to %u", optarg,
-					  1u << 20);
-				return -EINVAL;
-			}
-			break;
-		case O_CONNS:
-			if (parse_count(optarg, &d->opts.max_conns) < 0 ||
-			    d->opts.max_conns > 65536) {
-				log_error("--max-connections %s: expected a number from 1 to 65536",
-					  optarg);
-				return -EINVAL;
-			}
-			break;
-		case O_CONNS_UID:
-			if (parse_count(optarg, &d->opts.max_conns_per_uid) < 0) {
-				log_error("--max-connections-per-uid %s: expected a number from 1 "
-					  "to %u",
-					  optarg, 1u << 24);
-				return -EINVAL;
-			}
-			break;
-		case O_CLI_UID:
-			if (parse_count(optarg, &d->opts.max_clients_per_uid) < 0) {
-				log_error(
-				    "--max-clients-per-uid %s: expected a number from 1 to %u",
-				    optarg, 1u << 24);
-				return -EINVAL;
-			}
-			break;
-		case O_POL_UID:
-			if (parse_count(optarg, &d->opts.max_policies_per_uid) < 0) {
-				log_error("--max-policies-per-uid %s: expected a number from 1 to "
-					  "%u",
-					  optarg, 1u << 24);
-				return -EINVAL;
-			}
-			break;
-		case O_IDLE:
-			if (resil_parse_duration(optarg, &d->opts.idle_timeout_ns) < 0 ||
-			    d->opts.idle_timeout_ns < 0) {
-				log_error("--idle-timeout %s: expected a duration like 60s or 5m "
-					  "(0: never)",
-					  optarg);
-				return -EINVAL;
-			}
-			break;
-		case O_ADMIN:
-			d->opts.admin_group = optarg;
-			break;
-		case O_SOCKGRP:
-			d->opts.socket_group = optarg;
-			break;
-		case O_VERBOSE:
-			log_set_max_level(LOG_DEBUG);
-			break;
-		case O_METRICS:
-			d->opts.metrics_listen = optarg;
-			break;
-		case O_CHECK:
-			d->check_config = true;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		case O_VERSION:
-			printf("resild " RESILD_VERSION " (protocol %d, segment ABI %d.%d)\n",
-			       RESILD_PROTO_VERSION, RESIL_ABI_MAJOR, RESIL_ABI_MINOR);
-			exit(0);
-		default:
-			usage(stderr);
-			return -EINVAL;
-		}
-	}
-	if (optind < argc) {
-		log_error("unexpected argument \"%s\" (see --help)", argv[optind]);
-		return -EINVAL;
-	}
-	if (!d->opts.max_policies_per_uid)
-		d->opts.max_policies_per_uid = d->opts.policies > 4 ? d->opts.policies / 4 : 1;
-	if (!d->opts.max_clients_per_uid) {
-		uint32_t n = d->opts.clients ? d->opts.clients : RESIL_CLIENTS_DEFAULT;
-
-		d->opts.max_clients_per_uid = n > 2 ? n / 2 : 1;
-	}
-	if (!d->opts.max_conns_per_uid)
-		d->opts.max_conns_per_uid = d->opts.max_conns > 4 ? d->opts.max_conns / 4 : 1;
-	if (d->opts.max_conns_per_uid > d->opts.max_conns) {
-		log_error("--max-connections-per-uid %u: above --max-connections %u (one uid "
-			  "could take every connection)",
-			  d->opts.max_conns_per_uid, d->opts.max_conns);
-		return -EINVAL;
-	}
-	if (d->opts.admin_group) {
-		if (group_gid(d->opts.admin_group, &d->admin_gid) < 0) {
-			log_error("--admin-group %s: no such group", d->opts.admin_group);
-			return -EINVAL;
-		}
-		d->has_admin_gid = true;
-	}
-	d->socket_gid = getgid();
-	if (d->opts.socket_group && group_gid(d->opts.socket_group, &d->socket_gid) < 0) {
-		log_error("--socket-group %s: no such group", d->opts.socket_group);
-		return -EINVAL;
-	}
-	return 0;
-}
 
 /*
  * Is a daemon serving path? 1 yes, 0 no (stale: nothing listens), <0 error.
@@ -603,7 +308,7 @@ static int check_config(struct resild *d)
 		log_error_errno(-ENOMEM, "cannot check the configuration: %m");
 		return 1;
 	}
-	r = resild_cfgset_load_dir(set, d->opts.config_dir, err, sizeof(err));
+	r = resild_cfgset_load_dir(set, d->opts.config_dir, d->optfile.path, err, sizeof(err));
 	if (r < 0) {
 		log_error("%s", err[0] ? err : "cannot load the configuration");
 		resild_cfgset_free(set);
@@ -628,6 +333,8 @@ static int check_config(struct resild *d)
 		resild_cfgset_free(set);
 		return RESILD_EXIT_CONFIG;
 	}
+	if (d->optfile.path[0])
+		printf("%s: settings OK, %zu given\n", d->optfile.path, d->optfile.n);
 	printf("%s: configuration OK, %zu policies\n", d->opts.config_dir, set->n);
 	resild_cfgset_free(set);
 	return 0;
@@ -641,6 +348,19 @@ static size_t http_text(char *buf, size_t len, void *ctx)
 	const struct resil_seg *s = ctx;
 
 	return resild_metrics_http_text(s, buf, len);
+}
+
+static void metrics_result(struct resild *d, int r, const char *where)
+{
+	if (r >= 0) {
+		d->metrics_state = RESILD_METRICS_LISTENING;
+		return;
+	}
+	d->metrics_state = RESILD_METRICS_FAILED;
+	snprintf(d->metrics_error, sizeof(d->metrics_error), "cannot serve metrics on %s: %s",
+		 where, strerror(-r));
+	log_warning("not serving HTTP metrics (resilctl status says why; resilctl metrics "
+		    "still answers)");
 }
 
 int main(int argc, char **argv)
@@ -673,10 +393,18 @@ int main(int argc, char **argv)
 			(void)setrlimit(RLIMIT_NOFILE, &rl);
 		}
 	}
-	if (parse_args(&d, argc, argv) < 0)
-		return 2;
-	if (d.check_config)
-		return check_config(&d);
+	r = resild_options_parse(&d, argc, argv);
+	if (r) {
+		resild_optfile_clear(&d.optfile);
+		return r;
+	}
+	if (d.check_config) {
+		r = check_config(&d);
+		resild_optfile_clear(&d.optfile);
+		return r;
+	}
+	d.started = time(NULL);
+	d.started_ns = resil_clock_monotonic(NULL);
 
 	resild_notify_listen_fds(&passed);
 	r = segments_open(&d, &passed);
@@ -705,21 +433,29 @@ int main(int argc, char **argv)
 	r = resild_loop_init(&d);
 	if (r < 0)
 		goto out;
-	if (d.opts.metrics_listen) {
+	if (passed.metrics_fd >= 0) {
+		/* resild-metrics.socket: bound by systemd outside the unit's
+		 * PrivateNetwork=, served here; it wins over metrics_listen */
+		d.metrics_activated = true;
+		if (d.opts.metrics_listen)
+			log_notice("metrics_listen %s ignored: serving the socket passed by "
+				   "systemd",
+				   d.opts.metrics_listen);
+		r = resild_http_start_fd(passed.metrics_fd, http_text, &d.seg);
+		metrics_result(&d, r, "the socket passed by systemd");
+		r = 0;
+	} else if (d.opts.metrics_listen) {
 		/* a malformed address is a configuration error; a listener that
 		 * cannot bind (the port taken, a unit's PrivateNetwork=) is not
-		 * worth stopping every policy's daemon for: logged, and the
-		 * control socket's `resilctl metrics` still serves the same text */
+		 * worth stopping every policy's daemon for: logged, shown by
+		 * `resilctl status`, and `resilctl metrics` serves the same text */
 		resild_metrics_publish(&d);
 		r = resild_http_start(d.opts.metrics_listen, http_text, &d.seg);
 		if (r == -EINVAL) {
 			exit_code = RESILD_EXIT_CONFIG;
 			goto out; /* logged */
 		}
-		if (r < 0)
-			log_warning("--metrics-listen %s: not serving HTTP metrics; "
-				    "resilctl metrics still answers",
-				    d.opts.metrics_listen);
+		metrics_result(&d, r, d.opts.metrics_listen);
 		r = 0;
 	}
 	/* rows claimed while no daemon ran (or before a restart) */
@@ -741,6 +477,7 @@ out:
 	if (d.socket_created)
 		unlink(d.opts.socket_path);
 	resild_cfgset_free(d.files);
+	resild_optfile_clear(&d.optfile);
 	if (d.have_seg) {
 		/* a clean stop: clients' next periodic check asks the socket
 		 * at once instead of waiting for the heartbeat to go stale */

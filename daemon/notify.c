@@ -34,6 +34,7 @@ void resild_notify_listen_fds(struct resild_passed *p)
 	p->listen_fd = -1;
 	p->cfg_fd = -1;
 	p->st_fd = -1;
+	p->metrics_fd = -1;
 	n = sd_listen_fds_with_names(0, &names);
 	if (n <= 0)
 		return;
@@ -49,6 +50,8 @@ void resild_notify_listen_fds(struct resild_passed *p)
 		} else if (p->listen_fd < 0 &&
 			   sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) > 0) {
 			p->listen_fd = fd;
+		} else if (p->metrics_fd < 0 && sd_is_socket_inet(fd, 0, SOCK_STREAM, 1, 0) > 0) {
+			p->metrics_fd = fd;
 		} else {
 			log_warning("ignoring passed file descriptor %d (%s)", fd,
 				    name[0] ? name : "unnamed");

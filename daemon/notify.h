@@ -11,13 +11,15 @@
 #include <stdint.h>
 
 /* What systemd passed at start (sd_listen_fds_with_names): a listening
- * SOCK_SEQPACKET unix socket, and memfds stored earlier under the names
- * "config" and "state". -1 when absent. Fds that are none of these are
- * closed. */
+ * SOCK_SEQPACKET unix socket, memfds stored earlier under the names
+ * "config" and "state", and a listening TCP socket for the HTTP metrics
+ * (resild-metrics.socket, FileDescriptorName=metrics). -1 when absent.
+ * Fds that are none of these are closed. */
 struct resild_passed {
 	int listen_fd;
 	int cfg_fd;
 	int st_fd;
+	int metrics_fd;
 };
 void resild_notify_listen_fds(struct resild_passed *p);
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cfgfile.h"
 #include "seg.h"
 
 #define RESILD_VERSION	       RESIL_VERSION_STRING /* project(VERSION) in CMakeLists.txt */
@@ -48,6 +49,14 @@ struct resild_opts {
 	const char *admin_group; /* NULL: root and creators only */
 	const char *socket_group;
 	const char *metrics_listen; /* ADDR:PORT for GET /metrics, NULL: none */
+	const char *options_file;   /* --options FILE, NULL: CONFIG_DIR/resild.conf */
+};
+
+/* The HTTP metrics listener, for `resilctl status`. */
+enum resild_metrics_state {
+	RESILD_METRICS_OFF,	  /* neither --metrics-listen nor a socket from systemd */
+	RESILD_METRICS_LISTENING, /* serving GET /metrics */
+	RESILD_METRICS_FAILED,	  /* configured but not serving: metrics_error says why */
 };
 
 struct resild {
@@ -67,6 +76,8 @@ struct resild {
 	bool socket_created;   /* we created the file: unlink on exit */
 
 	struct resild_cfgset *files; /* the configuration applied last */
+	struct resild_optfile optfile; /* the settings read at start */
+	bool options_changed;	       /* a reload found the settings file changed */
 	struct resild_clients *clients;
 	struct resild_loop *loop;
 
@@ -76,6 +87,14 @@ struct resild {
 	uint64_t reloads;
 	uint64_t reload_errors;
 	int64_t reload_ok_time; /* wall clock (s) of the last load that applied */
+	int64_t reload_time;	/* wall clock (s) of the last load, applied or not */
+	bool reload_ok;		/* did it apply? */
+	char reload_msg[512];	/* its first error (FILE:LINE: ...) or a summary */
+	int64_t started;	/* wall clock (s) at start */
+	int64_t started_ns;	/* monotonic, for the uptime */
+	enum resild_metrics_state metrics_state;
+	bool metrics_activated;	 /* the listener came from systemd (resild-metrics.socket) */
+	char metrics_error[256]; /* why the listener is not serving */
 	uint64_t reclaims;
 	uint64_t conns_refused; /* past the per-uid connection limit */
 	uint64_t conns_idle;	/* closed after opts.idle_timeout_ns of silence */
@@ -108,5 +127,14 @@ struct resild_peer {
 /* Apply the configuration files of opts.config_dir (cfgfile.c):
  * at start (fail on error) and on SIGHUP (keep the old one on error). */
 int resild_config_load(struct resild *d, bool initial);
+
+/* Read the settings file again (main.c) and check every value as a start
+ * would; the settings themselves apply at the next start. 0, or -errno
+ * with "FILE:LINE: ..." in err. Sets d->options_changed on a change. */
+int resild_options_reread(struct resild *d, char *err, size_t errlen);
+
+/* A reload (SIGHUP or a Reload request, loop.c): the files again, counted,
+ * systemd told RELOADING=1 then READY=1. 0 when it applied. */
+int resild_reload(struct resild *d);
 
 #endif

@@ -51,6 +51,7 @@ echo "built $(basename "$deb")"
 dpkg-deb -c "$deb" >"$tmp/contents"
 for f in ./usr/sbin/resild ./usr/bin/resilctl ./usr/include/resil.h \
 	./usr/lib/systemd/system/resild.service ./usr/lib/systemd/system/resild.socket \
+	./usr/lib/systemd/system/resild-metrics.socket \
 	./usr/lib/sysusers.d/resild.conf ./usr/lib/tmpfiles.d/resild.conf; do
 	grep -q " $f\$" "$tmp/contents" || fail "$f is not in the package"
 done

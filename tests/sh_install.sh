@@ -27,7 +27,8 @@ done
 # units, sysusers and tmpfiles where systemd reads them
 if [ "$cfg_prefix" = /usr ]; then sd=$root/usr/lib; else sd=$root/etc; fi
 for f in systemd/system/resild.service systemd/system/resild.socket \
-	systemd/system/resild@.service systemd/system/resild@.socket sysusers.d/resild.conf \
+	systemd/system/resild@.service systemd/system/resild@.socket \
+	systemd/system/resild-metrics.socket sysusers.d/resild.conf \
 	tmpfiles.d/resild.conf; do
 	[ -e "$sd/$f" ] || { echo "FAIL: $sd/$f not installed"; exit 1; }
 done

@@ -9,8 +9,16 @@
 #     resild.service (socket activation, Type=notify);
 #   - a forced-open breaker survives `systemctl restart` and a SIGKILL
 #     with Restart=always (both memfds come back from the fd store);
-#   - a reload (ExecReload) with a broken file keeps the unit active and
-#     the previous configuration running, and the journal says why;
+#   - the settings file /etc/resild/resild.conf is what the unit's resild
+#     runs with, and its metrics_listen, which the sandbox refuses
+#     (RestrictAddressFamilies=AF_UNIX), is an error in the journal and in
+#     `resilctl status`, not an exit;
+#   - a reload (ExecReload= is `resilctl reload`) with a broken file
+#     fails `systemctl reload`, prints FILE:LINE, keeps the unit active and
+#     the previous configuration running;
+#   - resild-metrics.socket (on a free port, by a drop-in) gives the
+#     sandboxed resild its HTTP listener: curl reaches /metrics;
+#   - a tenant's configuration directory is created at its start;
 #   - a configuration error at start exits 78 and is not restarted
 #     (RestartPreventExitStatus=78): the unit fails once, NRestarts 0.
 # Skipped (77) where nspawn cannot run (not root, no systemd-container,
@@ -84,6 +92,10 @@ c systemctl is-enabled resild.socket >/dev/null || fail "resild.socket not enabl
 eventually c systemctl is-active resild.socket || fail "resild.socket not listening"
 c systemctl is-active resild.service >/dev/null && fail "resild.service runs before any connection"
 
+# the settings file, in place before the first start
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+c sh -c "printf '[daemon]\npolicies = 500\nmetrics_listen = 127.0.0.1:$port\n' >/etc/resild/resild.conf"
+
 # socket activation: the first connection starts the daemon
 c resilctl create pay 'breaker.window = count:10; bulkhead.max = 4' >/dev/null ||
 	fail "resilctl through the activated socket"
@@ -92,6 +104,16 @@ c resilctl force-open pay >/dev/null || fail "force-open"
 forced() { c resilctl show pay | grep -q '^state *forced-open'; }
 forced || fail "pay is not forced open"
 echo "socket activation started resild; pay is forced open"
+
+st=$(c resilctl status)
+echo "$st"
+grep -q '^policies   1 of 500 slots$' <<<"$st" || fail "the unit's resild did not use /etc/resild/resild.conf"
+grep -q '^config     /etc/resild, settings /etc/resild/resild.conf$' <<<"$st" || fail "status does not name the settings file"
+grep -q "^metrics    FAILED: cannot serve metrics on 127.0.0.1:$port: " <<<"$st" ||
+	fail "status does not show why metrics_listen failed under the sandbox"
+c journalctl -u resild.service --no-pager | grep -q "cannot serve metrics on 127.0.0.1:$port" ||
+	fail "the journal does not say why metrics_listen failed"
+echo "the unit runs with /etc/resild/resild.conf; a refused metrics_listen is in the journal and in status"
 
 # restart and SIGKILL: the fd store gives the memory back
 c systemctl restart resild.service || fail "systemctl restart"
@@ -103,20 +125,52 @@ eventually sh -c "nsenter -t $leader -a systemctl show -p MainPID --value resild
 eventually forced || fail "a SIGKILL and Restart=always lost pay's forced-open state"
 echo "restart and SIGKILL kept the forced-open breaker (fd store)"
 
-# reload with a broken file: the unit stays up, the old configuration runs
+# reload with a broken file: `systemctl reload` (resilctl reload) fails
+# with FILE:LINE, the unit stays up, the old configuration runs
 c sh -c 'printf "[policy filed]\nbulkhead.max = 3\n" >/etc/resild/10-filed.conf'
 c systemctl reload resild.service || fail "systemctl reload"
-eventually sh -c "nsenter -t $leader -a resilctl list | grep -q filed" || fail "a good reload did not apply"
+c resilctl list | grep -q filed || fail "a good reload did not apply"
 c sh -c 'printf "[policy filed]\nbulkhead.max = -3\n" >/etc/resild/10-filed.conf'
-c systemctl reload resild.service || fail "systemctl reload with a broken file"
-eventually sh -c "nsenter -t $leader -a journalctl -u resild.service --no-pager | grep -q '10-filed.conf:2'" ||
-	fail "the journal does not name the broken line"
+c systemctl reload resild.service >/dev/null 2>&1 && fail "systemctl reload of a broken file succeeded"
+c journalctl -u resild.service --no-pager | grep -q 'reload failed, .*10-filed.conf:2' ||
+	fail "the journal does not show resilctl's FILE:LINE for the failed reload"
+out=$(c resilctl reload 2>&1)
+rc=$?
+[ "$rc" = 1 ] || fail "resilctl reload of a broken file: exit $rc ($out)"
+grep -q '/etc/resild/10-filed.conf:2: ' <<<"$out" || fail "resilctl reload does not print FILE:LINE: $out"
 c systemctl is-active resild.service >/dev/null || fail "a broken reload stopped the unit"
 c resilctl list | grep -q filed || fail "a broken reload dropped the previous configuration"
-echo "a broken reload is logged with FILE:LINE; the unit and the previous configuration stay"
+c resilctl show filed | grep -q 'bulkhead.max = 3' || fail "a broken reload changed filed"
+c resilctl status | grep -q '^reload     FAILED at .*10-filed.conf:2: ' || fail "status does not show the failed reload"
+echo "a broken reload fails systemctl reload with FILE:LINE; the unit and the previous configuration stay"
+
+# the metrics listener under the sandbox: resild-metrics.socket
+c sh -c 'printf "[policy filed]\nbulkhead.max = 3\n" >/etc/resild/10-filed.conf'
+c mkdir -p /etc/systemd/system/resild-metrics.socket.d
+c sh -c "printf '[Socket]\nListenStream=\nListenStream=127.0.0.1:$port\n' >/etc/systemd/system/resild-metrics.socket.d/port.conf"
+c systemctl daemon-reload
+# systemd starts a socket only while its service is stopped
+c systemctl stop resild.service
+c systemctl enable --now resild-metrics.socket >/dev/null 2>&1 ||
+	{ c systemctl status resild-metrics.socket --no-pager; fail "resild-metrics.socket did not start"; }
+c systemctl start resild.service || fail "start with the metrics socket"
+eventually sh -c "nsenter -t $leader -a curl -sf http://127.0.0.1:$port/metrics | grep -q '^resil_'" ||
+	fail "curl does not reach /metrics through resild-metrics.socket"
+c resilctl status | grep -q '^metrics    listening on socket-activated$' || fail "status: $(c resilctl status)"
+echo "resild-metrics.socket: the sandboxed resild serves /metrics on 127.0.0.1:$port"
+
+# a tenant's configuration directory: created at its start
+c groupadd resild-t1
+c systemctl start resild@t1.socket || fail "resild@t1.socket"
+c resilctl --socket /run/resild/t1.sock status | grep -q '^config     /etc/resild/tenants/t1' ||
+	fail "the tenant resild@t1 did not start on its own directory"
+c test -d /etc/resild/tenants/t1 || fail "no /etc/resild/tenants/t1"
+c systemctl stop resild@t1.service resild@t1.socket
+echo "resild@t1 started on /etc/resild/tenants/t1, created for it"
 
 # a configuration error at start: 78, not restarted
-c systemctl stop resild.service resild.socket
+c sh -c 'printf "[policy filed]\nbulkhead.max = -3\n" >/etc/resild/10-filed.conf'
+c systemctl stop resild.service resild.socket resild-metrics.socket
 c systemctl start resild.service
 eventually sh -c "nsenter -t $leader -a systemctl show -p ActiveState --value resild.service | grep -qx failed" ||
 	fail "a start on a broken file did not fail"
@@ -126,4 +180,4 @@ sleep 2 # RestartSec=100ms: a restart would have happened by now
 nr=$(c systemctl show -p NRestarts --value resild.service)
 [ "$nr" = 0 ] || fail "a configuration error was restarted $nr times"
 echo "a configuration error at start exits 78 and is not restarted"
-echo "systemd: package, socket activation, restarts, reload and exit 78 all as documented"
+echo "systemd: package, settings file, socket activation, restarts, reload, metrics socket, tenants and exit 78 all as documented"

@@ -5,7 +5,8 @@
 # (ExecStart= names the installed resild; a configuration error, exit 78,
 # is not restarted) and the resild@ tenant template, as an instance,
 # pass `systemd-analyze verify` (with ExecStart pointing at the built
-# resild, in a temporary copy), and their hardening is shown
+# resild and resilctl, in a temporary copy), resild-metrics.socket with
+# them (the HTTP listener under the sandbox), and their hardening is shown
 # with `systemd-analyze security --offline=true` (printed, and its exposure
 # must stay below 2.0, the "OK" bound).
 # Skips (77) without systemd-analyze.
@@ -31,16 +32,27 @@ for u in resild.service resild@.service; do
 done
 grep -q '@[A-Z_]*@' "$UNITS"/resild* && { echo "FAIL: an unsubstituted @VAR@"; fail=1; }
 
-cp "$UNITS/resild.service" "$UNITS/resild.socket" "$T/"
+cp "$UNITS/resild.service" "$UNITS/resild.socket" "$UNITS/resild-metrics.socket" "$T/"
 # the tenant template, as an instance
 cp "$UNITS/resild@.service" "$T/resild@demo.service"
 cp "$UNITS/resild@.socket" "$T/resild@demo.socket"
 # verify checks that ExecStart= exists: point it at the built resild
 sed -i "s#^ExecStart=[^ ]*/resild#ExecStart=$RESILD#" "$T/resild.service" "$T/resild@demo.service"
 grep -q "^ExecStart=$RESILD " "$T/resild.service" || { echo "ExecStart not rewritten"; exit 1; }
+# a reload is `resilctl reload` (its exit status is the reload's result)
+RESILCTL=${RESILCTL:-$(dirname "$RESILD")/../client/resilctl}
+for u in resild.service resild@demo.service; do
+	grep -qE "^ExecReload=$prefix/bin/resilctl --socket /run/resild/[^ ]+ reload$" "$T/$u" ||
+		{ echo "FAIL: $u: ExecReload= is not resilctl reload"; fail=1; }
+done
+sed -i "s#^ExecReload=[^ ]*/resilctl#ExecReload=$RESILCTL#" "$T/resild.service" "$T/resild@demo.service"
+# the metrics socket is handed to resild.service, under a name resild knows
+grep -q '^Service=resild.service$' "$T/resild-metrics.socket" || { echo "FAIL: resild-metrics.socket: Service="; fail=1; }
+grep -q '^FileDescriptorName=metrics$' "$T/resild-metrics.socket" || { echo "FAIL: resild-metrics.socket: FileDescriptorName=metrics"; fail=1; }
+grep -q '^ListenStream=' "$T/resild-metrics.socket" || { echo "FAIL: resild-metrics.socket: ListenStream="; fail=1; }
 
 echo "== systemd-analyze verify"
-if ! systemd-analyze verify "$T/resild.service" "$T/resild.socket" \
+if ! systemd-analyze verify "$T/resild.service" "$T/resild.socket" "$T/resild-metrics.socket" \
 	"$T/resild@demo.service" "$T/resild@demo.socket"; then
 	echo "FAIL: verify"
 	fail=1

@@ -91,7 +91,8 @@ def fleet(request, tmp_path_factory):
         pytest.skip("RESILD (the resild binary) not set")
     d = tmp_path_factory.mktemp("fleet")
     sock = str(d / "control.sock")
-    daemon = subprocess.Popen([RESILD, "--foreground", "--socket", sock],
+    (d / "conf").mkdir()
+    daemon = subprocess.Popen([RESILD, "--foreground", "--socket", sock, "--config", str(d / "conf")],
                               stdout=subprocess.DEVNULL, stderr=open(d / "resild.log", "w"))
     procs = [daemon]
     dep = Dependency()

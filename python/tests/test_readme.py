@@ -32,8 +32,10 @@ def blocks():
 def daemon(tmp_path_factory):
     if not RESILD:
         pytest.skip("RESILD (the resild binary) not set")
-    sock = str(tmp_path_factory.mktemp("readme") / "control.sock")
-    p = subprocess.Popen([RESILD, "--foreground", "--socket", sock],
+    d = tmp_path_factory.mktemp("readme")
+    sock = str(d / "control.sock")
+    (d / "conf").mkdir()
+    p = subprocess.Popen([RESILD, "--foreground", "--socket", sock, "--config", str(d / "conf")],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     end = time.monotonic() + 10
     while True:

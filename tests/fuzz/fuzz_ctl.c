@@ -28,6 +28,9 @@ static void setup(void)
 	d.opts.policies = 64;
 	d.opts.clients = 16;
 	d.listen_fd = -1;
+	/* a Reload reads the files: a directory that does not exist fails it
+	 * at once, with the error in the answer */
+	d.opts.config_dir = "/nonexistent/resild-fuzz";
 	if (resil_seg_create(&d.seg, &p) < 0)
 		abort();
 	d.have_seg = true;
