@@ -5,8 +5,9 @@
 #   - configuration errors give the nearest key, ask for a unit, name the
 #     pair (never "line 1"), and come as JSON on stderr with --json;
 #   - show says why: an open breaker's since (past) and next probe (in the
-#     future), the window's failure rate against its threshold, the
-#     bulkhead's permits in use, the limiter's permits available now;
+#     future), the window's failure rate against its threshold, a
+#     half-open breaker's probes in flight, the bulkhead's permits in use,
+#     the limiter's permits available now, the retry budget's tokens;
 #   - watch prints UTC times, the rate in %, the pid of the process that
 #     opened the breaker, and after a daemon restart says it reconnects
 #     and prints a later event;
@@ -114,6 +115,8 @@ ctl create pay 'breaker.window = count:10; breaker.min_calls = 5; breaker.failur
 breaker.wait = 1m' >/dev/null || fail "create pay"
 ctl create pool 'bulkhead.max = 4; limit.rate = 1/h; limit.burst = 10' >/dev/null ||
 	fail "create pool"
+ctl create probe 'breaker.window = consecutive:1; breaker.wait = 100ms; breaker.half_open_calls = 2;
+retry.budget = aws:500' >/dev/null || fail "create probe"
 cat >"$tmp/drive.c" <<'EOF'
 #include <resil.h>
 #include <stdio.h>
@@ -122,25 +125,38 @@ cat >"$tmp/drive.c" <<'EOF'
 int main(int argc, char **argv)
 {
 	resil_t *r;
-	resil_policy_t *p, *q;
-	resil_permit_t pm, h1, h2;
+	resil_policy_t *p, *q, *pr;
+	resil_permit_t pm, h1, h2, probe;
 	char c;
+	int i;
 
 	if (argc != 2 || resil_open(&r, argv[1]) < 0)
 		return 1;
-	if (resil_policy(r, "pay", &p) < 0 || resil_policy(r, "pool", &q) < 0)
+	if (resil_policy(r, "pay", &p) < 0 || resil_policy(r, "pool", &q) < 0 ||
+	    resil_policy(r, "probe", &pr) < 0)
 		return 1;
 	for (int i = 0; i < 10; i++)
 		if (resil_acquire(p, &pm) == RESIL_ADMIT)
 			resil_release(p, &pm, RESIL_FAILURE);
 	if (resil_acquire(q, &h1) != RESIL_ADMIT || resil_acquire(q, &h2) != RESIL_ADMIT)
 		return 2;
+	/* probe: one failure opens it; the first call after its 100 ms wait is
+	 * a half-open probe, held until stdin closes (10 s at most) */
+	if (resil_acquire(pr, &pm) != RESIL_ADMIT)
+		return 3;
+	resil_release(pr, &pm, RESIL_FAILURE);
+	for (i = 0; resil_acquire(pr, &probe) != RESIL_ADMIT; i++) {
+		if (i == 1000)
+			return 4;
+		usleep(10000);
+	}
 	printf("held\n");
 	fflush(stdout);
 	while (read(0, &c, 1) > 0)
 		;
 	resil_release(q, &h1, RESIL_SUCCESS);
 	resil_release(q, &h2, RESIL_SUCCESS);
+	resil_release(pr, &probe, RESIL_SUCCESS);
 	resil_close(r);
 	return 0;
 }
@@ -202,7 +218,18 @@ jcheck "$tmp/pool.json" '
 w = d["why"]
 assert w["bulkhead"] == {"in_use": 2, "max": 4, "waiters": 0}, w
 assert w["limit"]["available"] == 8, w
-assert "breaker" not in w, w' 
+assert "breaker" not in w, w'
+ctl show probe | grep -qE "^  probes +1 in flight, 0 of 2 answered" ||
+	fail "show: probes in flight: $(ctl show probe)"
+ctl show probe | grep -qE "^  retry budget 500\.000 tokens" ||
+	fail "show: budget tokens: $(ctl show probe)"
+ctl --json show probe >"$tmp/probe.json"
+jcheck "$tmp/probe.json" '
+b = d["why"]["breaker"]
+assert d["state"] == "half-open" and b["probes"] == {"in_flight": 1, "answered": 0, "max": 2}, b
+assert "next_probe" not in b, b
+assert d["why"]["budget"] == {"tokens": 500.0}, d["why"]
+assert d["config"]["retry.budget"] == "aws:500", d["config"]' 
 
 # ---- watch: UTC time, %, the pid of the process that opened the breaker ----
 line=$(grep " pay transition closed -> open" "$tmp/watch.txt" || true)
