@@ -260,6 +260,9 @@ for c in "create j1 bulkhead.max=2" "apply j1 bulkhead.max=3" "update j1 bulkhea
 	ctl --json $c >"$tmp/cmd$i.json"
 	jcheck "$tmp/cmd$i.json" "assert d['ok'] is True and d['policy'] == '${c#* }'.split()[0], d"
 done
+ctl --json top --iterations 1 --interval 100 </dev/null >"$tmp/top.json"
+jcheck "$tmp/top.json" '
+assert {p["name"] for p in d["policies"]} >= {"pay", "pool"}, d'
 ctl --json metrics >"$tmp/metrics.json"
 jcheck "$tmp/metrics.json" '
 s = d["samples"]
