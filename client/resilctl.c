@@ -25,7 +25,7 @@
  * (_ms, _ns); rates and thresholds in percent (_pct). A configuration is
  * an object of its keys: plain numbers as numbers, yes/no as booleans,
  * durations and everything else as the strings the configuration writes
- * ("30s", "100/s", "count:100").
+ * ("30s", "100/s", "count:100"; a zero duration is written 0, a number).
  */
 #include <errno.h>
 #include <inttypes.h>
