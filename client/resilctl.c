@@ -267,7 +267,8 @@ static int64_t mono_to_unix_ns(int64_t mono)
 /* "2026-12-01T23:04:05.678Z": ISO 8601, UTC, milliseconds (floor). */
 static void fmt_utc(int64_t unix_ns, char *buf, size_t len)
 {
-	time_t t = (time_t)(unix_ns >= 0 ? unix_ns / 1000000000 : (unix_ns - 999999999) / 1000000000);
+	time_t t =
+	    (time_t)(unix_ns >= 0 ? unix_ns / 1000000000 : (unix_ns - 999999999) / 1000000000);
 	int ms = (int)((unix_ns - (int64_t)t * 1000000000) / 1000000);
 	struct tm tm;
 	char d[32];
@@ -771,7 +772,8 @@ static void show_why_text(const Resil__PolicyInfo *p)
 			put_pct(th);
 			printf("%%)\n");
 		}
-		if (stat_of(p, "why_slow_rate_bp", &bp) && stat_of(p, "why_slow_threshold_bp", &th)) {
+		if (stat_of(p, "why_slow_rate_bp", &bp) &&
+		    stat_of(p, "why_slow_threshold_bp", &th)) {
 			printf("  slow rate    ");
 			put_pct(bp);
 			if (th >= 10000) {
@@ -1133,7 +1135,8 @@ static void print_event(const Resil__Event *e)
 	fmt_utc(unix_ns, t, sizeof(t));
 	unit = event_value(e, &v);
 	if (o.json) {
-		printf("{\"seq\":%" PRIu64 ",\"time\":\"%s\",\"time_unix_ms\":%" PRId64 ",\"type\":",
+		printf("{\"seq\":%" PRIu64 ",\"time\":\"%s\",\"time_unix_ms\":%" PRId64
+		       ",\"type\":",
 		       e->seq, t, unix_ns / 1000000);
 		json_str(stdout, e->type);
 		printf(",\"policy\":");
@@ -1156,7 +1159,8 @@ static void print_event(const Resil__Event *e)
 			printf(" %s%s%s", e->from, *e->from ? " -> " : "", e->to);
 		if (*e->reason && *unit)
 			printf(" (%s %.*f%s%s)", e->reason, !strcmp(unit, "%") ? 2 : 0, v,
-			       !strcmp(unit, "%") ? "" : " ", !strcmp(unit, "failures") ? "" : unit);
+			       !strcmp(unit, "%") ? "" : " ",
+			       !strcmp(unit, "failures") ? "" : unit);
 		else if (*e->reason)
 			printf(" (%s)", e->reason);
 		else if (*unit)
@@ -1246,13 +1250,14 @@ static int cmd_watch(int n, const char *const *names)
 		if (err < 0) {
 			if (stop_watch)
 				break;
-			if (err != -ECONNRESET && err != -ENOTCONN && err != -EPIPE && err != -EIO &&
-			    err != -EPROTO)
+			if (err != -ECONNRESET && err != -ENOTCONN && err != -EPIPE &&
+			    err != -EIO && err != -EPROTO)
 				return fail(err, NULL);
 			/* the daemon went away (stopped, restarted, crashed) */
-			say_error(ECONNRESET,
-				  "resild on %s closed the connection: reconnecting when it is back",
-				  socket_path());
+			say_error(
+			    ECONNRESET,
+			    "resild on %s closed the connection: reconnecting when it is back",
+			    socket_path());
 			backoff = 100;
 			continue;
 		}

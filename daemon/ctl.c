@@ -435,8 +435,7 @@ static int64_t mono_to_unix_ns(int64_t mono, int64_t mono_now)
  *   bulkhead: why_bulkhead_in_use, why_bulkhead_max, why_bulkhead_waiters;
  *   retry budget: why_budget_tokens_milli.
  */
-static void add_why_stats(struct resild *d, const struct resil_rec *rec, struct info *in,
-			  size_t *n)
+static void add_why_stats(struct resild *d, const struct resil_rec *rec, struct info *in, size_t *n)
 {
 	const struct resil_conf *c = &rec->conf;
 	int64_t now = resil_clock_monotonic(NULL);

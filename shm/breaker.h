@@ -161,12 +161,12 @@ size_t resil_breaker_conf_format(const struct resil_breaker_conf *c, char *buf, 
 
 /* What `resilctl show` says of a breaker (resil_breaker_info). */
 struct resil_breaker_info {
-	int state;	   /* RESIL_STATE_* */
-	uint32_t streak;   /* repeated opens (the growing wait) */
-	int64_t since_ns;  /* the state was entered (the clock of now, to 1 ms) */
-	int64_t wait_ns;   /* OPEN: this open's wait; the next probe at since + wait */
-	int64_t calls;	   /* the window's records; HALF_OPEN: probes answered */
-	int64_t failures;  /* consecutive window: the failures in a row */
+	int state;	  /* RESIL_STATE_* */
+	uint32_t streak;  /* repeated opens (the growing wait) */
+	int64_t since_ns; /* the state was entered (the clock of now, to 1 ms) */
+	int64_t wait_ns;  /* OPEN: this open's wait; the next probe at since + wait */
+	int64_t calls;	  /* the window's records; HALF_OPEN: probes answered */
+	int64_t failures; /* consecutive window: the failures in a row */
 	int64_t slow;
 	uint32_t min_calls;   /* records before a rate is judged */
 	uint32_t probes_held; /* HALF_OPEN: probes in flight */

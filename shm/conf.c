@@ -300,21 +300,55 @@ size_t resil_format_duration(int64_t ns, char *buf, size_t len)
  * unit_confmsg checks that each of them is known to resil_conf_set.
  */
 static const char *const known_keys[] = {
-	"policy.scope", "histogram",
-	"breaker.window", "breaker.buckets", "breaker.failure_rate", "breaker.slow_call_rate",
-	"breaker.slow_call", "breaker.min_calls", "breaker.wait", "breaker.wait_max",
-	"breaker.wait_multiplier", "breaker.half_open_calls", "breaker.half_open_concurrent",
-	"breaker.half_open_max_wait", "breaker.record",
-	"limit.rate", "limit.burst", "limit.algorithm", "limit.keys", "limit.when_full",
-	"limit.wait", "limit.dry_run",
-	"bulkhead.max", "bulkhead.wait", "bulkhead.critical",
-	"adaptive.algorithm", "adaptive.min", "adaptive.max", "adaptive.initial",
-	"adaptive.window", "adaptive.probe", "adaptive.tolerance",
-	"shed.k", "shed.window",
-	"retry.max_attempts", "retry.base", "retry.multiplier", "retry.max_delay",
-	"retry.jitter", "retry.budget", "retry.on.transient", "retry.on.throttled",
-	"retry.on.timeout", "retry.on.permanent",
-	"timeout", "timeout.interrupt", "hedge.delay", "hedge.max", "idempotent",
+    "policy.scope",
+    "histogram",
+    "breaker.window",
+    "breaker.buckets",
+    "breaker.failure_rate",
+    "breaker.slow_call_rate",
+    "breaker.slow_call",
+    "breaker.min_calls",
+    "breaker.wait",
+    "breaker.wait_max",
+    "breaker.wait_multiplier",
+    "breaker.half_open_calls",
+    "breaker.half_open_concurrent",
+    "breaker.half_open_max_wait",
+    "breaker.record",
+    "limit.rate",
+    "limit.burst",
+    "limit.algorithm",
+    "limit.keys",
+    "limit.when_full",
+    "limit.wait",
+    "limit.dry_run",
+    "bulkhead.max",
+    "bulkhead.wait",
+    "bulkhead.critical",
+    "adaptive.algorithm",
+    "adaptive.min",
+    "adaptive.max",
+    "adaptive.initial",
+    "adaptive.window",
+    "adaptive.probe",
+    "adaptive.tolerance",
+    "shed.k",
+    "shed.window",
+    "retry.max_attempts",
+    "retry.base",
+    "retry.multiplier",
+    "retry.max_delay",
+    "retry.jitter",
+    "retry.budget",
+    "retry.on.transient",
+    "retry.on.throttled",
+    "retry.on.timeout",
+    "retry.on.permanent",
+    "timeout",
+    "timeout.interrupt",
+    "hedge.delay",
+    "hedge.max",
+    "idempotent",
 };
 
 const char *resil_conf_key(size_t i)
@@ -407,8 +441,7 @@ static int duration_hint(const struct resil_conf *c, const char *key, const char
 	struct resil_conf t = *c;
 	char with_unit[VALUE_MAX + 2], num[32];
 
-	if (!trailing_number(value, num, sizeof(num)) ||
-	    strlen(value) + 2 > sizeof(with_unit))
+	if (!trailing_number(value, num, sizeof(num)) || strlen(value) + 2 > sizeof(with_unit))
 		return 0;
 	snprintf(with_unit, sizeof(with_unit), "%s", value);
 	{
@@ -577,16 +610,16 @@ int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, cha
 						  w.pair);
 		} else {
 			if (copy_trim(p, eq, key, sizeof(key)) < 0 || !key[0])
-				return resil_errf(err, errlen, -EINVAL, "%s: missing or too long key",
-						  at);
+				return resil_errf(err, errlen, -EINVAL,
+						  "%s: missing or too long key", at);
 			if (copy_trim(eq + 1, stop, value, sizeof(value)) < 0)
 				return resil_errf(err, errlen, -EINVAL,
 						  "%s%svalue of '%s' too long (at most %d bytes)",
 						  by_line ? at : "", by_line ? ": " : "", key,
 						  VALUE_MAX - 1);
 			if (!value[0])
-				return resil_errf(err, errlen, -EINVAL, "%s: key '%s' has no value", at,
-						  key);
+				return resil_errf(err, errlen, -EINVAL, "%s: key '%s' has no value",
+						  at, key);
 			for (int i = 0; i < nseen; i++) {
 				char first[VALUE_MAX + 16];
 

@@ -930,9 +930,9 @@ void resil_event_push(const struct resil_seg *s, uint32_t type, uint32_t slot, u
 	resil_event_push_by(s, 0, 0, type, slot, gen, a, b, reason, value, now);
 }
 
-void resil_event_push_by(const struct resil_seg *s, uint32_t client_id, uint32_t pid,
-			 uint32_t type, uint32_t slot, uint32_t gen, uint32_t a, uint32_t b,
-			 uint32_t reason, uint64_t value, int64_t now)
+void resil_event_push_by(const struct resil_seg *s, uint32_t client_id, uint32_t pid, uint32_t type,
+			 uint32_t slot, uint32_t gen, uint32_t a, uint32_t b, uint32_t reason,
+			 uint64_t value, int64_t now)
 {
 	struct resil_event *e;
 	uint64_t idx;

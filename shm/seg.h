@@ -194,7 +194,7 @@ struct resil_event {
 	uint32_t a;
 	uint32_t b;
 	uint32_t reason; /* RESIL_WHY_* */
-	uint32_t pid;	    /* the pusher's getpid(), as it says (display only) */
+	uint32_t pid;	 /* the pusher's getpid(), as it says (display only) */
 	uint32_t client_id; /* the pusher's row + 1 (resil_ctx), 0: none; the
 			     * daemon names the pid it knows for that row */
 	RESIL_A8 uint64_t value;
@@ -422,9 +422,9 @@ int resil_seg_foreach(const struct resil_seg *s, resil_seg_visit_fn fn, void *ct
 
 /* Events: any process appends; never blocks. */
 /* resil_event_push by a process: its client id (0: none) and pid. */
-void resil_event_push_by(const struct resil_seg *s, uint32_t client_id, uint32_t pid,
-			 uint32_t type, uint32_t slot, uint32_t gen, uint32_t a, uint32_t b,
-			 uint32_t reason, uint64_t value, int64_t now);
+void resil_event_push_by(const struct resil_seg *s, uint32_t client_id, uint32_t pid, uint32_t type,
+			 uint32_t slot, uint32_t gen, uint32_t a, uint32_t b, uint32_t reason,
+			 uint64_t value, int64_t now);
 void resil_event_push(const struct resil_seg *s, uint32_t type, uint32_t slot, uint32_t gen,
 		      uint32_t a, uint32_t b, uint32_t reason, uint64_t value, int64_t now);
 

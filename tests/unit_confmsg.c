@@ -81,10 +81,9 @@ static void test_duplicate_keys(void **state)
 	printf("%s\n", err);
 	assert_non_null(strstr(err, "line 3: key 'bulkhead.max' given twice (first on line 1)"));
 	resil_conf_init(&c);
-	assert_int_equal(
-	    resil_conf_parse(&c, "bulkhead.max = 3; breaker.wait = 1s; bulkhead.max=4", 1, err,
-			     sizeof(err)),
-	    -EINVAL);
+	assert_int_equal(resil_conf_parse(&c, "bulkhead.max = 3; breaker.wait = 1s; bulkhead.max=4",
+					  1, err, sizeof(err)),
+			 -EINVAL);
 	printf("%s\n", err);
 	assert_string_equal(err, "in 'bulkhead.max=4': key 'bulkhead.max' given twice (first in "
 				 "'bulkhead.max = 3')");
@@ -170,9 +169,9 @@ static void test_where(void **state)
 	(void)state;
 	/* one line of ';' pairs: the pair, never "line 1" */
 	resil_conf_init(&c);
-	assert_int_equal(resil_conf_parse(&c, "bulkhead.max = 3; breaker.window = x", 1, err,
-					  sizeof(err)),
-			 -EINVAL);
+	assert_int_equal(
+	    resil_conf_parse(&c, "bulkhead.max = 3; breaker.window = x", 1, err, sizeof(err)),
+	    -EINVAL);
 	printf("%s\n", err);
 	assert_true(strncmp(err, "in 'breaker.window = x': ", 25) == 0);
 	assert_null(strstr(err, "line 1"));
@@ -183,9 +182,9 @@ static void test_where(void **state)
 	assert_true(strncmp(err, "in 'breaker.wait = soon': ", 26) == 0);
 	/* a text of lines, or a file's section: the line */
 	resil_conf_init(&c);
-	assert_int_equal(resil_conf_parse(&c, "bulkhead.max = 3\nbreaker.window = x", 1, err,
-					  sizeof(err)),
-			 -EINVAL);
+	assert_int_equal(
+	    resil_conf_parse(&c, "bulkhead.max = 3\nbreaker.window = x", 1, err, sizeof(err)),
+	    -EINVAL);
 	assert_true(strncmp(err, "line 2: ", 8) == 0);
 	resil_conf_init(&c);
 	assert_int_equal(resil_conf_parse(&c, "breaker.window = x", 7, err, sizeof(err)), -EINVAL);
@@ -204,12 +203,9 @@ static void test_where(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_long_durations),
-	    cmocka_unit_test(test_adaptive_bounds),
-	    cmocka_unit_test(test_duplicate_keys),
-	    cmocka_unit_test(test_nearest_key),
-	    cmocka_unit_test(test_duration_unit),
-	    cmocka_unit_test(test_where),
+	    cmocka_unit_test(test_long_durations), cmocka_unit_test(test_adaptive_bounds),
+	    cmocka_unit_test(test_duplicate_keys), cmocka_unit_test(test_nearest_key),
+	    cmocka_unit_test(test_duration_unit),  cmocka_unit_test(test_where),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
