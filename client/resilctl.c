@@ -12,13 +12,27 @@
  *
  * Errors say what to do: a daemon that is not running gives the command
  * that starts it; a refusal prints the daemon's message, which names the
- * group needed; an invalid configuration prints the daemon's "line N: ..."
- * message. Exit codes: 0 ok, 1 error, 2 usage.
+ * group needed; an invalid configuration prints the daemon's message,
+ * which names the pair ("in 'k = v': ...") or the line. Exit codes: 0 ok,
+ * 1 error, 2 usage.
+ *
+ * --json: what a command answers is one JSON value on stdout (watch: one
+ * object per line); an error is one object on stderr, {"errno": N,
+ * "error": "ENAME", "message": "..."}, so stdout never holds anything but
+ * answers and the exit status says which one came. Times are UTC, ISO
+ * 8601 with milliseconds ("2026-12-01T23:04:05.678Z"), and in Unix ms
+ * beside them; durations are numbers in the unit their name ends with
+ * (_ms, _ns); rates and thresholds in percent (_pct). A configuration is
+ * an object of its keys: plain numbers as numbers, yes/no as booleans,
+ * durations and everything else as the strings the configuration writes
+ * ("30s", "100/s", "count:100"; a zero duration is written 0, a number).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +50,8 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  list                       every policy with its state\n"
-    "  show NAME [--key K]        state, configuration and counters (K: one key of\n"
-    "                             a keyed limiter)\n"
+    "  show NAME [--key K]        state and why (breaker, limiter, bulkhead, budget),\n"
+    "                             configuration, counters (K: one key of a keyed limiter)\n"
     "  create NAME 'k = v; ...'   define a new policy (refused if NAME exists)\n"
     "  apply NAME 'k = v; ...'    create NAME, or re-define it (state kept where it can)\n"
     "  update NAME 'k = v; ...'   change a policy's configuration (state is kept)\n"
@@ -47,7 +61,8 @@ static const char usage_text[] =
     "  disable NAME               the breaker admits everything and records nothing\n"
     "  reset NAME                 fresh state: counters, windows, breaker closed\n"
     "  metrics                    Prometheus text exposition\n"
-    "  watch [NAME...]            one line per event (--json: one object per line)\n"
+    "  watch [NAME...]            one line per event, UTC times (--json: one object per\n"
+    "                             line); reconnects when resild comes back\n"
     "  top [--sort ...]           a live table of every policy (top --help)\n"
     "  reload                     read the configuration files again; prints the\n"
     "                             error (FILE:LINE) and exits 1 if it did not apply\n"
@@ -56,7 +71,7 @@ static const char usage_text[] =
     "\n"
     "options:\n"
     "  --socket PATH   control socket ($RESIL_SOCKET, else /run/resild/control.sock)\n"
-    "  --json          machine-readable output\n"
+    "  --json          JSON output; errors as JSON on stderr (resilctl(1))\n"
     "  --version       the version of resilctl\n"
     "  --help          this text\n";
 
@@ -72,8 +87,48 @@ static struct opts o;
 static struct resil *ctl;
 static volatile sig_atomic_t stop_watch;
 
+static void json_str(FILE *f, const char *s);
+
+/* An errno's symbolic name ("ENOENT"), for --json errors. */
+static const char *errno_name(int e)
+{
+	const char *n = strerrorname_np(e);
+
+	return n ? n : "EIO";
+}
+
+/*
+ * Report an error (err: a positive errno) and return 1: "resilctl: MSG" on
+ * stderr, or with --json {"errno": N, "error": "ENAME", "message": "MSG"}
+ * on stderr (see the top).
+ */
+static int say_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int say_error(int err, const char *fmt, ...)
+{
+	char msg[2048];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (!o.json) {
+		fprintf(stderr, "resilctl: %s\n", msg);
+		return 1;
+	}
+	fprintf(stderr, "{\"errno\":%d,\"error\":", err);
+	json_str(stderr, errno_name(err));
+	fprintf(stderr, ",\"message\":");
+	json_str(stderr, msg);
+	fprintf(stderr, "}\n");
+	return 1;
+}
+
 static int usage(const char *why)
 {
+	if (why && o.json) {
+		say_error(EINVAL, "%s (resilctl --help)", why);
+		return EXIT_USAGE;
+	}
 	if (why)
 		fprintf(stderr, "resilctl: %s\n\n", why);
 	fputs(usage_text, why ? stderr : stdout);
@@ -114,6 +169,119 @@ static void json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/* A JSON number as the text writes it: -?digits[.digits][e[+-]digits],
+ * no leading zero. */
+static bool json_number(const char *s, size_t n)
+{
+	size_t i = 0;
+
+	if (i < n && s[i] == '-')
+		i++;
+	if (i >= n || s[i] < '0' || s[i] > '9')
+		return false;
+	if (s[i] == '0' && i + 1 < n && s[i + 1] >= '0' && s[i + 1] <= '9')
+		return false;
+	while (i < n && s[i] >= '0' && s[i] <= '9')
+		i++;
+	if (i < n && s[i] == '.') {
+		if (++i >= n || s[i] < '0' || s[i] > '9')
+			return false;
+		while (i < n && s[i] >= '0' && s[i] <= '9')
+			i++;
+	}
+	if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+		i++;
+		if (i < n && (s[i] == '+' || s[i] == '-'))
+			i++;
+		if (i >= n || s[i] < '0' || s[i] > '9')
+			return false;
+		while (i < n && s[i] >= '0' && s[i] <= '9')
+			i++;
+	}
+	return i == n;
+}
+
+static void json_strn(FILE *f, const char *s, size_t n)
+{
+	char buf[1024];
+
+	snprintf(buf, sizeof(buf), "%.*s", (int)(n < sizeof(buf) ? n : sizeof(buf) - 1), s);
+	json_str(f, buf);
+}
+
+/* A configuration's "key = value" lines as an object (see the top for the
+ * types). */
+static void print_config_json(const char *config)
+{
+	bool first = true;
+
+	putchar('{');
+	for (const char *s = config; s && *s;) {
+		const char *e = strchr(s, '\n'), *eq, *k, *ke, *v, *ve;
+		size_t len = e ? (size_t)(e - s) : strlen(s);
+
+		eq = memchr(s, '=', len);
+		if (eq) {
+			for (k = s; k < eq && *k == ' '; k++)
+				;
+			for (ke = eq; ke > k && ke[-1] == ' '; ke--)
+				;
+			for (v = eq + 1; v < s + len && *v == ' '; v++)
+				;
+			for (ve = s + len; ve > v && ve[-1] == ' '; ve--)
+				;
+			if (!first)
+				putchar(',');
+			first = false;
+			json_strn(stdout, k, (size_t)(ke - k));
+			putchar(':');
+			if (json_number(v, (size_t)(ve - v)))
+				printf("%.*s", (int)(ve - v), v);
+			else if ((ve - v == 3 && !strncmp(v, "yes", 3)) ||
+				 (ve - v == 2 && !strncmp(v, "on", 2)))
+				fputs("true", stdout);
+			else if ((ve - v == 2 && !strncmp(v, "no", 2)) ||
+				 (ve - v == 3 && !strncmp(v, "off", 3)))
+				fputs("false", stdout);
+			else
+				json_strn(stdout, v, (size_t)(ve - v));
+		}
+		s = e ? e + 1 : s + len;
+	}
+	putchar('}');
+}
+
+/* ---- time ---- */
+
+static int64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A CLOCK_MONOTONIC time of this host (events, the policies' clock) as Unix
+ * time in ns: off by the time between the two readings. */
+static int64_t mono_to_unix_ns(int64_t mono)
+{
+	return clock_ns(CLOCK_REALTIME) - (clock_ns(CLOCK_MONOTONIC) - mono);
+}
+
+/* "2026-12-01T23:04:05.678Z": ISO 8601, UTC, milliseconds (floor). */
+static void fmt_utc(int64_t unix_ns, char *buf, size_t len)
+{
+	time_t t =
+	    (time_t)(unix_ns >= 0 ? unix_ns / 1000000000 : (unix_ns - 999999999) / 1000000000);
+	int ms = (int)((unix_ns - (int64_t)t * 1000000000) / 1000000);
+	struct tm tm;
+	char d[32];
+
+	gmtime_r(&t, &tm);
+	strftime(d, sizeof(d), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf, len, "%s.%03dZ", d, ms);
+}
+
 /* ---- errors ---- */
 
 static const char *socket_path(void)
@@ -129,41 +297,31 @@ static int fail(int err, const char *name)
 	switch (-err) {
 	case ECONNREFUSED:
 	case ENOENT:
-		if (ctl->ctl_fd < 0) {
-			fprintf(stderr,
-				"resilctl: resild is not running on %s: start it with "
-				"`resild --foreground --socket %s` or `systemctl start "
-				"resild.socket`\n",
-				sock, sock);
-			return 1;
-		}
+		if (ctl->ctl_fd < 0)
+			return say_error(-err,
+					 "resild is not running on %s: start it with "
+					 "`resild --foreground --socket %s` or `systemctl start "
+					 "resild.socket`",
+					 sock, sock);
 		if (name)
-			fprintf(stderr, "resilctl: unknown policy %s\n", name);
-		else
-			fprintf(stderr, "resilctl: %s\n", *msg ? msg : "unknown policy");
-		return 1;
+			return say_error(-err, "unknown policy %s", name);
+		return say_error(-err, "%s", *msg ? msg : "unknown policy");
 	case ETIMEDOUT:
-		fprintf(stderr, "resilctl: resild on %s did not answer within %d ms\n", sock,
-			resil_priv_timeout_ms());
-		return 1;
+		return say_error(-err, "resild on %s did not answer within %d ms", sock,
+				 resil_priv_timeout_ms());
 	case EACCES:
 	case EPERM:
-		fprintf(stderr, "resilctl: permission denied%s%s\n", *msg ? ": " : "", msg);
-		return 1;
+		return say_error(-err, "permission denied%s%s", *msg ? ": " : "", msg);
 	case EINVAL:
 		if (name && (!strcmp(o.pos[0], "create") || !strcmp(o.pos[0], "apply") ||
 			     !strcmp(o.pos[0], "update")))
-			fprintf(stderr, "resilctl: invalid configuration for %s: %s\n", name,
-				*msg ? msg : strerror(-err));
-		else if (name)
-			fprintf(stderr, "resilctl: %s: %s\n", name, *msg ? msg : strerror(-err));
-		else
-			fprintf(stderr, "resilctl: invalid request: %s\n",
-				*msg ? msg : strerror(-err));
-		return 1;
+			return say_error(-err, "invalid configuration for %s: %s", name,
+					 *msg ? msg : strerror(-err));
+		if (name)
+			return say_error(-err, "%s: %s", name, *msg ? msg : strerror(-err));
+		return say_error(-err, "invalid request: %s", *msg ? msg : strerror(-err));
 	default:
-		fprintf(stderr, "resilctl: %s%s%s\n", strerror(-err), *msg ? ": " : "", msg);
-		return 1;
+		return say_error(-err, "%s%s%s", strerror(-err), *msg ? ": " : "", msg);
 	}
 }
 
@@ -173,8 +331,7 @@ static int connect_ctl(void)
 
 	err = resil_priv_open_ctl(&ctl, o.socket);
 	if (err < 0) {
-		fprintf(stderr, "resilctl: %s\n",
-			*resil_last_error() ? resil_last_error() : strerror(-err));
+		say_error(-err, "%s", *resil_last_error() ? resil_last_error() : strerror(-err));
 		return err;
 	}
 	err = resil_priv_ctl_ensure(ctl);
@@ -203,14 +360,19 @@ static void print_policy_fields(const Resil__PolicyInfo *p, bool stats)
 	json_str(stdout, p->name);
 	printf(",\"slot\":%u,\"generation\":%u,\"state\":", p->slot, p->generation);
 	json_str(stdout, p->state);
-	printf(",\"config\":");
-	json_str(stdout, p->config);
 	printf(",\"owner_uid\":%u,\"from_file\":%s", p->owner_uid, p->from_file ? "true" : "false");
 	if (stats) {
+		bool first = true;
+
+		printf(",\"config\":");
+		print_config_json(p->config);
 		printf(",\"stats\":{");
 		for (size_t i = 0; i < p->n_stats; i++) {
-			if (i)
+			if (!strncmp(p->stats[i]->name, "why_", 4))
+				continue; /* in "why" */
+			if (!first)
 				putchar(',');
+			first = false;
 			json_str(stdout, p->stats[i]->name);
 			printf(":%" PRId64, p->stats[i]->value);
 		}
@@ -247,8 +409,7 @@ static int cmd_list(void)
 			return 1;
 		if (resp->body_case != RESIL__RESPONSE__BODY_LIST) {
 			resil__response__free_unpacked(resp, NULL);
-			fprintf(stderr, "resilctl: unexpected answer to list\n");
-			return 1;
+			return say_error(EPROTO, "unexpected answer to list");
 		}
 		for (size_t i = 0; i < resp->list->n_policies; i++) {
 			Resil__PolicyInfo *p = resp->list->policies[i];
@@ -311,7 +472,8 @@ static bool stat_in_section(const char *name)
 	for (size_t i = 0; i < RESIL_ARRAY_SIZE(key_stats); i++)
 		if (!strcmp(name, key_stats[i]))
 			return true;
-	return !strncmp(name, "permits_", 8) || !strncmp(name, "held_", 5);
+	return !strncmp(name, "permits_", 8) || !strncmp(name, "held_", 5) ||
+	       !strncmp(name, "why_", 4);
 }
 
 /* Held permits (bulkhead and adaptive) and who holds them, as daemon/ctl.c
@@ -464,6 +626,197 @@ static void show_limit_text(const Resil__PolicyInfo *p)
 	putchar('\n');
 }
 
+/* ---- show: why the policy decides as it does (the daemon's why_* stats,
+ * daemon/ctl.c add_why_stats) ---- */
+
+static void put_pct(int64_t bp)
+{
+	if (bp < 0)
+		bp = 0;
+	printf("%" PRId64 ".%02" PRId64, bp / 100, bp % 100);
+}
+
+/* ns as a signed "12.3 s" / "250 ms" for people. */
+static void fmt_span(int64_t ns, char *buf, size_t len)
+{
+	int64_t a = ns < 0 ? -ns : ns;
+
+	if (a < 10 * 1000000000LL)
+		snprintf(buf, len, "%" PRId64 " ms", ns / 1000000);
+	else
+		snprintf(buf, len, "%.1f s", (double)ns / 1e9);
+}
+
+static void show_why_json(const Resil__PolicyInfo *p)
+{
+	int64_t v, since, next, calls, bp;
+	char t[48];
+	const char *sep = "";
+
+	printf(",\"why\":{");
+	if (stat_of(p, "why_since_unix_ns", &since)) {
+		int64_t now = clock_ns(CLOCK_REALTIME);
+
+		printf("\"breaker\":{\"state\":");
+		json_str(stdout, p->state);
+		fmt_utc(since, t, sizeof(t));
+		printf(",\"since\":\"%s\",\"since_unix_ms\":%" PRId64, t, since / 1000000);
+		if (stat_of(p, "why_next_probe_unix_ns", &next)) {
+			fmt_utc(next, t, sizeof(t));
+			printf(",\"next_probe\":\"%s\",\"next_probe_unix_ms\":%" PRId64
+			       ",\"next_probe_in_ms\":%" PRId64,
+			       t, next / 1000000, next > now ? (next - now) / 1000000 : 0);
+		}
+		if (stat_of(p, "why_open_streak", &v))
+			printf(",\"open_streak\":%" PRId64, v);
+		stat_of(p, "why_window_calls", &calls);
+		printf(",\"window\":{\"calls\":%" PRId64, calls);
+		if (stat_of(p, "why_window_failures", &v))
+			printf(",\"failures\":%" PRId64, v);
+		if (stat_of(p, "why_window_slow", &v))
+			printf(",\"slow\":%" PRId64, v);
+		if (stat_of(p, "why_min_calls", &v))
+			printf(",\"min_calls\":%" PRId64, v);
+		if (stat_of(p, "why_failure_rate_bp", &bp)) {
+			printf(",\"failure_rate_pct\":");
+			put_pct(bp);
+		}
+		if (stat_of(p, "why_failure_threshold_bp", &bp)) {
+			printf(",\"failure_threshold_pct\":");
+			put_pct(bp);
+		}
+		if (stat_of(p, "why_slow_rate_bp", &bp)) {
+			printf(",\"slow_rate_pct\":");
+			put_pct(bp);
+		}
+		if (stat_of(p, "why_slow_threshold_bp", &bp)) {
+			printf(",\"slow_threshold_pct\":");
+			put_pct(bp);
+		}
+		putchar('}');
+		if (stat_of(p, "why_probes_in_flight", &v)) {
+			printf(",\"probes\":{\"in_flight\":%" PRId64, v);
+			if (stat_of(p, "why_probes_answered", &v))
+				printf(",\"answered\":%" PRId64, v);
+			if (stat_of(p, "why_probes_max", &v))
+				printf(",\"max\":%" PRId64, v);
+			putchar('}');
+		}
+		putchar('}');
+		sep = ",";
+	}
+	if (stat_of(p, "why_limit_available", &v)) {
+		printf("%s\"limit\":{\"available\":%" PRId64, sep, v);
+		if (stat_of(p, "why_limit_next_ns", &v))
+			printf(",\"next_permit_in_ms\":%.3f", (double)v / 1e6);
+		putchar('}');
+		sep = ",";
+	}
+	if (stat_of(p, "why_bulkhead_in_use", &v)) {
+		printf("%s\"bulkhead\":{\"in_use\":%" PRId64, sep, v);
+		if (stat_of(p, "why_bulkhead_max", &v))
+			printf(",\"max\":%" PRId64, v);
+		if (stat_of(p, "why_bulkhead_waiters", &v))
+			printf(",\"waiters\":%" PRId64, v);
+		putchar('}');
+		sep = ",";
+	}
+	if (stat_of(p, "why_budget_tokens_milli", &v))
+		printf("%s\"budget\":{\"tokens\":%s%" PRId64 ".%03" PRId64 "}", sep,
+		       v < 0 ? "-" : "", (v < 0 ? -v : v) / 1000, (v < 0 ? -v : v) % 1000);
+	putchar('}');
+}
+
+static void show_why_text(const Resil__PolicyInfo *p)
+{
+	int64_t v, since, next, calls = 0, fail = 0, slow = 0, min = 0, bp, th;
+	int64_t now = clock_ns(CLOCK_REALTIME);
+	bool any = false;
+	char t[48], span[32];
+
+#define WHY_HEAD() (any ? (void)0 : (void)(any = true, printf("why\n")))
+	if (stat_of(p, "why_since_unix_ns", &since)) {
+		WHY_HEAD();
+		fmt_utc(since, t, sizeof(t));
+		fmt_span(now - since, span, sizeof(span));
+		printf("  breaker      %s since %s (%s ago)", p->state, t, span);
+		if (stat_of(p, "why_open_streak", &v) && v > 0)
+			printf(", reopened %" PRId64 " time%s in a row", v, v == 1 ? "" : "s");
+		putchar('\n');
+		if (stat_of(p, "why_next_probe_unix_ns", &next)) {
+			fmt_utc(next, t, sizeof(t));
+			if (next > now) {
+				fmt_span(next - now, span, sizeof(span));
+				printf("  next probe   %s (in %s)\n", t, span);
+			} else {
+				printf("  next probe   %s (due: the next call probes)\n", t);
+			}
+		}
+		stat_of(p, "why_window_calls", &calls);
+		stat_of(p, "why_window_failures", &fail);
+		stat_of(p, "why_window_slow", &slow);
+		stat_of(p, "why_min_calls", &min);
+		if (stat_of(p, "why_probes_in_flight", &v)) {
+			int64_t mx = 0;
+
+			stat_of(p, "why_probes_max", &mx);
+			printf("  probes       %" PRId64 " in flight, %" PRId64 " of %" PRId64
+			       " answered (%" PRId64 " failed, %" PRId64 " slow)\n",
+			       v, calls, mx, fail, slow);
+		} else {
+			printf("  window       %" PRId64 " call%s, %" PRId64 " failed, %" PRId64
+			       " slow; rates judged from %" PRId64 " call%s\n",
+			       calls, calls == 1 ? "" : "s", fail, slow, min, min == 1 ? "" : "s");
+		}
+		if (stat_of(p, "why_failure_rate_bp", &bp) &&
+		    stat_of(p, "why_failure_threshold_bp", &th)) {
+			printf("  failure rate ");
+			put_pct(bp);
+			printf("%% (opens at ");
+			put_pct(th);
+			printf("%%)\n");
+		}
+		if (stat_of(p, "why_slow_rate_bp", &bp) &&
+		    stat_of(p, "why_slow_threshold_bp", &th)) {
+			printf("  slow rate    ");
+			put_pct(bp);
+			if (th >= 10000) {
+				printf("%% (slowness not judged)\n");
+			} else {
+				printf("%% (opens at ");
+				put_pct(th);
+				printf("%%)\n");
+			}
+		}
+	}
+	if (stat_of(p, "why_limit_available", &v)) {
+		WHY_HEAD();
+		if (v > 0) {
+			printf("  limiter      %" PRId64 " permit%s pass%s now\n", v,
+			       v == 1 ? "" : "s", v == 1 ? "es" : "");
+		} else {
+			stat_of(p, "why_limit_next_ns", &next);
+			fmt_wait(next, t, sizeof(t));
+			printf("  limiter      no permit now, the next in %s\n", t);
+		}
+	}
+	if (stat_of(p, "why_bulkhead_in_use", &v)) {
+		int64_t mx = 0, w = 0;
+
+		WHY_HEAD();
+		stat_of(p, "why_bulkhead_max", &mx);
+		stat_of(p, "why_bulkhead_waiters", &w);
+		printf("  bulkhead     %" PRId64 " in use of %" PRId64 ", %" PRId64 " waiting\n", v,
+		       mx, w);
+	}
+	if (stat_of(p, "why_budget_tokens_milli", &v)) {
+		WHY_HEAD();
+		printf("  retry budget %s%" PRId64 ".%03" PRId64 " tokens\n", v < 0 ? "-" : "",
+		       (v < 0 ? -v : v) / 1000, (v < 0 ? -v : v) % 1000);
+	}
+#undef WHY_HEAD
+}
+
 static int cmd_show(const char *name)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
@@ -483,21 +836,20 @@ static int cmd_show(const char *name)
 	err = resil_priv_request(ctl, &req, &resp, NULL, NULL);
 	if (err == -ENODATA && o.key) {
 		/* --key on a policy without a keyed limiter: the daemon says so */
-		fprintf(stderr, "resilctl: %s\n",
-			*resil_last_error() ? resil_last_error() : "no keyed limiter");
-		return 1;
+		return say_error(ENODATA, "%s",
+				 *resil_last_error() ? resil_last_error() : "no keyed limiter");
 	}
 	if (err < 0)
 		return fail(err, name);
 	if (resp->body_case != RESIL__RESPONSE__BODY_POLICY) {
 		resil__response__free_unpacked(resp, NULL);
-		fprintf(stderr, "resilctl: unexpected answer to show\n");
-		return 1;
+		return say_error(EPROTO, "unexpected answer to show");
 	}
 	p = resp->policy;
 	if (o.json) {
 		print_policy_fields(p, true);
 		show_limit_json(p);
+		show_why_json(p);
 		printf("}\n");
 	} else {
 		printf("policy      %s\n", p->name);
@@ -523,6 +875,7 @@ static int cmd_show(const char *name)
 				printf("  %.*s\n", len, s);
 			s = e ? e + 1 : s + len;
 		}
+		show_why_text(p);
 		show_limit_text(p);
 		show_permits_text(p);
 		if (p->n_stats)
@@ -634,6 +987,92 @@ static int cmd_reset(const char *name)
 	return done("reset", name);
 }
 
+/*
+ * The text exposition as samples: {"samples": [{"name": ..., "labels":
+ * {...}, "value": N}, ...]}, in the text's order; +Inf, -Inf and NaN, which
+ * JSON has no numbers for, as the strings "+Inf", "-Inf", "NaN". Comments
+ * (# HELP, # TYPE) are left out.
+ */
+static void print_samples_json(const char *text)
+{
+	bool first = true;
+
+	printf("{\"samples\":[");
+	for (const char *s = text; s && *s;) {
+		const char *e = strchr(s, '\n'), *p, *n;
+		size_t len = e ? (size_t)(e - s) : strlen(s);
+		const char *end = s + len;
+
+		if (len == 0 || *s == '#')
+			goto next;
+		for (n = s; n < end && *n != '{' && *n != ' '; n++)
+			;
+		printf("%s{\"name\":", first ? "" : ",");
+		first = false;
+		json_strn(stdout, s, (size_t)(n - s));
+		printf(",\"labels\":{");
+		p = n;
+		if (p < end && *p == '{') {
+			bool lfirst = true;
+
+			p++;
+			while (p < end && *p != '}') {
+				const char *k = p, *ke;
+				char val[1024];
+				size_t vn = 0;
+
+				while (p < end && *p != '=')
+					p++;
+				ke = p;
+				if (p + 1 >= end || p[1] != '"')
+					break;
+				p += 2;
+				while (p < end && *p != '"') {
+					char c = *p++;
+
+					if (c == '\\' && p < end) {
+						c = *p++;
+						if (c == 'n')
+							c = '\n';
+					}
+					if (vn < sizeof(val) - 1)
+						val[vn++] = c;
+				}
+				val[vn] = '\0';
+				p++; /* the closing quote */
+				if (!lfirst)
+					putchar(',');
+				lfirst = false;
+				json_strn(stdout, k, (size_t)(ke - k));
+				putchar(':');
+				json_str(stdout, val);
+				if (p < end && *p == ',')
+					p++;
+			}
+			if (p < end && *p == '}')
+				p++;
+		}
+		putchar('}');
+		while (p < end && *p == ' ')
+			p++;
+		{
+			const char *ve = p;
+
+			while (ve < end && *ve != ' ')
+				ve++; /* a timestamp may follow */
+			printf(",\"value\":");
+			if (json_number(p, (size_t)(ve - p)))
+				printf("%.*s", (int)(ve - p), p);
+			else
+				json_strn(stdout, p, (size_t)(ve - p));
+		}
+		putchar('}');
+	next:
+		s = e ? e + 1 : end;
+	}
+	printf("]}\n");
+}
+
 static int cmd_metrics(void)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
@@ -646,13 +1085,10 @@ static int cmd_metrics(void)
 		return 1;
 	if (resp->body_case != RESIL__RESPONSE__BODY_METRICS) {
 		resil__response__free_unpacked(resp, NULL);
-		fprintf(stderr, "resilctl: unexpected answer to metrics\n");
-		return 1;
+		return say_error(EPROTO, "unexpected answer to metrics");
 	}
 	if (o.json) {
-		printf("{\"metrics\":");
-		json_str(stdout, resp->metrics->text);
-		printf("}\n");
+		print_samples_json(resp->metrics->text);
 	} else {
 		fputs(resp->metrics->text, stdout);
 	}
@@ -801,11 +1237,46 @@ static void on_signal(int sig)
 	stop_watch = 1;
 }
 
+/*
+ * An event's value in its unit: a rate in percent (the daemon sends basis
+ * points), a wait or a probe's hold in ms (ns), failures in a row, a keyed
+ * table's capacity in keys; unit "" when it has none (text: not printed;
+ * --json: the value as the daemon sent it).
+ */
+static const char *event_value(const Resil__Event *e, double *v)
+{
+	const char *r = e->reason ? e->reason : "";
+
+	*v = (double)e->value;
+	if (!strcmp(r, "failure rate") || !strcmp(r, "slow-call rate")) {
+		*v = (double)e->value / 100;
+		return "%";
+	}
+	if (!strcmp(r, "wait over") || !strcmp(r, "probe timed out")) {
+		*v = (double)e->value / 1e6;
+		return "ms";
+	}
+	if (!strcmp(r, "consecutive failures"))
+		return "failures";
+	if (!strcmp(e->type, "keys-full"))
+		return "keys";
+	*v = 0;
+	return "";
+}
+
 static void print_event(const Resil__Event *e)
 {
+	int64_t unix_ns = mono_to_unix_ns(e->time_ns);
+	const char *unit;
+	char t[48];
+	double v;
+
+	fmt_utc(unix_ns, t, sizeof(t));
+	unit = event_value(e, &v);
 	if (o.json) {
-		printf("{\"seq\":%" PRIu64 ",\"time_ns\":%" PRId64 ",\"type\":", e->seq,
-		       e->time_ns);
+		printf("{\"seq\":%" PRIu64 ",\"time\":\"%s\",\"time_unix_ms\":%" PRId64
+		       ",\"type\":",
+		       e->seq, t, unix_ns / 1000000);
 		json_str(stdout, e->type);
 		printf(",\"policy\":");
 		json_str(stdout, e->policy);
@@ -815,42 +1286,102 @@ static void print_event(const Resil__Event *e)
 		json_str(stdout, e->to);
 		printf(",\"reason\":");
 		json_str(stdout, e->reason);
-		printf(",\"pid\":%u,\"value\":%" PRIu64 "}\n", e->pid, e->value);
+		printf(",\"pid\":%u", e->pid);
+		if (*unit)
+			printf(",\"value\":%.3f,\"unit\":\"%s\"", v, unit);
+		else
+			printf(",\"value\":%" PRIu64, e->value);
+		printf("}\n");
 	} else {
-		printf("%" PRIu64 " %" PRId64 ".%09" PRId64 " %s %s", e->seq,
-		       e->time_ns / 1000000000, e->time_ns % 1000000000, e->policy, e->type);
+		printf("%s %s %s", t, *e->policy ? e->policy : "-", e->type);
 		if (*e->from || *e->to)
-			printf(" %s -> %s", e->from, e->to);
-		if (*e->reason)
+			printf(" %s%s%s", e->from, *e->from ? " -> " : "", e->to);
+		if (*e->reason && *unit)
+			printf(" (%s %.*f%s%s)", e->reason, !strcmp(unit, "%") ? 2 : 0, v,
+			       !strcmp(unit, "%") ? "" : " ",
+			       !strcmp(unit, "failures") ? "" : unit);
+		else if (*e->reason)
 			printf(" (%s)", e->reason);
+		else if (*unit)
+			printf(" (%.0f %s)", v, unit);
 		if (e->pid)
 			printf(" pid %u", e->pid);
-		if (e->value)
-			printf(" value %" PRIu64, e->value);
-		putchar('\n');
+		printf(" seq %" PRIu64 "\n", e->seq);
 	}
 	fflush(stdout);
 }
 
-static int cmd_watch(int n, const char *const *names)
+static int subscribe(int n, const char *const *names)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__Subscribe s = RESIL__SUBSCRIBE__INIT;
 	Resil__Response *resp = NULL;
-	struct sigaction sa = {.sa_handler = on_signal};
 	int err;
 
 	s.n_names = (size_t)n;
 	s.names = (char **)names;
 	req.body_case = RESIL__REQUEST__BODY_SUBSCRIBE;
 	req.subscribe = &s;
-	if (request(&req, &resp, n == 1 ? names[0] : NULL))
-		return 1;
-	resil__response__free_unpacked(resp, NULL);
+	err = resil_priv_request(ctl, &req, &resp, NULL, NULL);
+	if (err == 0)
+		resil__response__free_unpacked(resp, NULL);
+	return err;
+}
+
+/* Sleep ms, or less when a signal comes (no SA_RESTART: nanosleep returns). */
+static void nap_ms(int ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * watch: subscribe, print each event. When the daemon goes away (the
+ * connection closes), say so and subscribe again on a new connection once
+ * it answers, trying after 100 ms, then doubling up to 2 s between tries:
+ * never a busy loop, and a restarted daemon is seen within 2 s. Events
+ * pushed while no daemon drained the ring are delivered by the new daemon
+ * when it adopts the segments; those a fresh daemon never had are lost
+ * (seq starts again). Only Ctrl-C or SIGTERM end it (exit 0).
+ */
+static int cmd_watch(int n, const char *const *names)
+{
+	struct sigaction sa = {.sa_handler = on_signal};
+	Resil__Response *resp = NULL;
+	int err, backoff = 0;
+
+	err = subscribe(n, names);
+	if (err < 0)
+		return fail(err, n == 1 ? names[0] : NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	while (!stop_watch) {
+		if (backoff) {
+			/* reconnecting */
+			nap_ms(backoff);
+			if (stop_watch)
+				break;
+			err = subscribe(n, names);
+			if (err == -ECONNREFUSED || err == -ENOENT || err == -ECONNRESET ||
+			    err == -EPIPE || err == -ETIMEDOUT || err == -ENOTCONN) {
+				backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+				continue;
+			}
+			if (err < 0)
+				return fail(err, n == 1 ? names[0] : NULL);
+			backoff = 0;
+			if (o.json) {
+				fprintf(stderr, "{\"notice\":\"reconnected\",\"socket\":");
+				json_str(stderr, socket_path());
+				fprintf(stderr, "}\n");
+			} else {
+				fprintf(stderr, "resilctl: resild on %s is back: watching again\n",
+					socket_path());
+			}
+			continue;
+		}
 		resp = NULL;
 		err = resil_priv_recv_any(ctl, &resp, 500);
 		if (err == -ETIMEDOUT || err == -EINTR)
@@ -858,12 +1389,16 @@ static int cmd_watch(int n, const char *const *names)
 		if (err < 0) {
 			if (stop_watch)
 				break;
-			if (err == -ECONNRESET || err == -ENOTCONN) {
-				fprintf(stderr, "resilctl: resild on %s closed the connection\n",
-					socket_path());
-				return 1;
-			}
-			return fail(err, NULL);
+			if (err != -ECONNRESET && err != -ENOTCONN && err != -EPIPE &&
+			    err != -EIO && err != -EPROTO)
+				return fail(err, NULL);
+			/* the daemon went away (stopped, restarted, crashed) */
+			say_error(
+			    ECONNRESET,
+			    "resild on %s closed the connection: reconnecting when it is back",
+			    socket_path());
+			backoff = 100;
+			continue;
 		}
 		if (resp->body_case == RESIL__RESPONSE__BODY_EVENT)
 			print_event(resp->event);
@@ -896,6 +1431,8 @@ int main(int argc, char **argv)
 			i++;
 			continue;
 		}
+		if (!strcmp(argv[i], "--json"))
+			o.json = true; /* usage errors in JSON too */
 		if (argv[i][0] == '-')
 			continue;
 		if (!strcmp(argv[i], "top"))
@@ -966,8 +1503,8 @@ int main(int argc, char **argv)
 		if (strlen(o.pos[i]) >= RESIL_NAME_MAX &&
 		    !(i == 2 && (!strcmp(cmd, "create") || !strcmp(cmd, "apply") ||
 				 !strcmp(cmd, "update")))) {
-			fprintf(stderr, "resilctl: policy name too long (at most %d bytes): %s\n",
-				RESIL_NAME_MAX - 1, o.pos[i]);
+			say_error(ENAMETOOLONG, "policy name too long (at most %d bytes): %s",
+				  RESIL_NAME_MAX - 1, o.pos[i]);
 			return EXIT_USAGE;
 		}
 	}

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "resil.pb-c.h"
@@ -61,7 +62,9 @@
 /* counters, percentiles, keyed limiter and one key (16), up to 64 processes side by side,
  * held permits (2 + up to HOLDERS_MAX holders + 1) */
 #define HOLDERS_MAX 16
-#define STATS_MAX   (RESIL_STAT__MAX + 8 + 16 + 8 + 64 + 3 + HOLDERS_MAX)
+#define STATS_MAX   (RESIL_STAT__MAX + 8 + 16 + 8 + 64 + 3 + HOLDERS_MAX + WHY_MAX)
+/* the why_* stats of add_why_stats */
+#define WHY_MAX 24
 
 const char *resild_state_name(int state)
 {
@@ -400,6 +403,128 @@ static void add_limit_stats(struct resild *d, const struct resil_rec *rec, struc
 	add_stat(in, n, "limit_dry_run_rejects", (int64_t)li.dry_run_rejects);
 }
 
+/* rec's component comp (size bytes, at least a word) when it lies inside
+ * the mapped state segment; the offsets are the daemon's (see
+ * limit_state_of). Fleet block only. */
+static const void *comp_of(struct resild *d, const struct resil_rec *rec, enum resil_comp comp,
+			   uint64_t size)
+{
+	const struct resil_seg *s = &d->seg;
+	uint64_t off = rec->comp_off[comp];
+
+	if (!resil_has(rec, comp))
+		return NULL;
+	if (rec->state_off > s->st_size || rec->state_size > s->st_size - rec->state_off)
+		return NULL;
+	if (size < 8)
+		size = 8;
+	if (off > rec->state_size || size > rec->state_size - off || (rec->state_off + off) % 8)
+		return NULL;
+	return resil_seg_state(s, rec->state_off + off);
+}
+
+/* A CLOCK_MONOTONIC time (the policies' clock) as Unix time in ns, through
+ * one reading of each clock: off by the time between the two readings. */
+static int64_t mono_to_unix_ns(int64_t mono, int64_t mono_now)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * RESIL_NS_PER_S + ts.tv_nsec - (mono_now - mono);
+}
+
+/*
+ * Why the policy decides as it does now, for `resilctl show` (stats named
+ * why_*; a snapshot of words clients write, read with plain loads):
+ *   breaker (fleet scope: a process's own breaker is in breaker_pid_N):
+ *     why_breaker_state (RESIL_STATE_*), why_since_unix_ns (the state was
+ *     entered, to 1 ms), why_next_probe_unix_ns (OPEN: the first call at or
+ *     after it probes), why_open_streak, why_window_calls, _failures,
+ *     _slow, why_min_calls, why_failure_rate_bp and why_slow_rate_bp (of
+ *     the window; HALF_OPEN: of the probes answered) against
+ *     why_failure_threshold_bp and why_slow_threshold_bp (10000: slowness
+ *     not judged), why_probes_in_flight, why_probes_answered,
+ *     why_probes_max;
+ *   limiter (unkeyed): why_limit_available (permits that pass at once
+ *     now), why_limit_next_ns (until the next one when none does);
+ *   bulkhead: why_bulkhead_in_use, why_bulkhead_max, why_bulkhead_waiters;
+ *   retry budget: why_budget_tokens_milli.
+ */
+static void add_why_stats(struct resild *d, const struct resil_rec *rec, struct info *in, size_t *n)
+{
+	const struct resil_conf *c = &rec->conf;
+	int64_t now = resil_clock_monotonic(NULL);
+	const void *cs;
+
+	cs = comp_of(d, rec, RESIL_C_BREAKER, resil_breaker_state_size(&c->breaker));
+	if (cs && c->breaker.on && !rec->proc_stride) {
+		struct resil_breaker_info bi;
+
+		resil_breaker_info(&c->breaker, cs, now, &bi);
+		add_stat(in, n, "why_breaker_state", bi.state);
+		add_stat(in, n, "why_since_unix_ns", mono_to_unix_ns(bi.since_ns, now));
+		if (bi.state == RESIL_STATE_OPEN) {
+			add_stat(in, n, "why_next_probe_unix_ns",
+				 mono_to_unix_ns(bi.since_ns + bi.wait_ns, now));
+			add_stat(in, n, "why_open_streak", bi.streak);
+		}
+		add_stat(in, n, "why_window_calls", bi.calls);
+		add_stat(in, n, "why_window_failures", bi.failures);
+		add_stat(in, n, "why_window_slow", bi.slow);
+		add_stat(in, n, "why_min_calls", bi.min_calls);
+		if (c->breaker.window_kind != RESIL_WINDOW_CONSECUTIVE ||
+		    bi.state == RESIL_STATE_HALF_OPEN) {
+			add_stat(in, n, "why_failure_rate_bp",
+				 bi.calls > 0 ? bi.failures * 10000 / bi.calls : 0);
+			add_stat(in, n, "why_slow_rate_bp",
+				 bi.calls > 0 ? bi.slow * 10000 / bi.calls : 0);
+			add_stat(in, n, "why_failure_threshold_bp", c->breaker.failure_rate_bp);
+			add_stat(in, n, "why_slow_threshold_bp", c->breaker.slow_rate_bp);
+		}
+		if (bi.state == RESIL_STATE_HALF_OPEN) {
+			add_stat(in, n, "why_probes_in_flight", bi.probes_held);
+			add_stat(in, n, "why_probes_answered", bi.calls);
+			add_stat(in, n, "why_probes_max", bi.probes_max);
+		}
+	}
+	cs = limit_state_of(d, rec);
+	if (cs && c->limit.on && !c->limit.keys && !rec->proc_stride) {
+		struct resil_ctx x = {.seg = &d->seg, .rec = rec, .pid = (uint32_t)getpid()};
+		int64_t v = 0, wait = 0, avail = 0;
+
+		if (resil_limit_key_info(&x, &c->limit, cs, NULL, 0, &v, &wait) == 0) {
+			switch (resil_limit_algo(&c->limit)) {
+			case RESIL_LIMIT_GCRA: {
+				/* n pass while max(tat, now) + n T - tau <= now */
+				int64_t t = c->limit.interval_ns, lag = v > now ? v - now : 0;
+				int64_t tau = t * (int64_t)(c->limit.burst ? c->limit.burst : 1);
+
+				avail = t > 0 && tau > lag ? (tau - lag) / t : 0;
+				break;
+			}
+			default: /* sliding: admissions in the period; approx: weighted */
+				avail = (int64_t)c->limit.count - v;
+				break;
+			}
+			add_stat(in, n, "why_limit_available", avail < 0 ? 0 : avail);
+			add_stat(in, n, "why_limit_next_ns", avail > 0 ? 0 : wait);
+		}
+	}
+	cs = comp_of(d, rec, RESIL_C_BULKHEAD, resil_bulkhead_state_size(&c->bulkhead));
+	if (cs && c->bulkhead.on && !rec->proc_stride) {
+		const struct resil_bulkhead_state *b = cs;
+
+		add_stat(in, n, "why_bulkhead_in_use", resil_bulkhead_held(&c->bulkhead, cs));
+		add_stat(in, n, "why_bulkhead_max", c->bulkhead.max);
+		add_stat(in, n, "why_bulkhead_waiters",
+			 c->bulkhead.wait_ns ? ld_relaxed(&b->nwait) : 0);
+	}
+	cs = comp_of(d, rec, RESIL_C_BUDGET, sizeof(struct resil_budget_state));
+	if (cs && resil_budget_has_state(&c->retry))
+		add_stat(in, n, "why_budget_tokens_milli",
+			 resil_budget_tokens_milli(cs, &c->retry, now));
+}
+
 /* Who holds the permits of rec (bulkhead and adaptive, fleet block). */
 struct holders {
 	uint32_t held, unregistered, others;
@@ -489,6 +614,7 @@ static void fill_info(struct resild *d, const struct resil_rec *rec, struct info
 		}
 		add_limit_stats(d, rec, in, &n);
 		add_holder_stats(d, rec, in, &n);
+		add_why_stats(d, rec, in, &n);
 		/* give-ups by reason (RESIL_RSTOP_* of budget.h) */
 		{
 			static const char *const why[] = {

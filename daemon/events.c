@@ -30,6 +30,8 @@
 #include "resil.pb-c.h"
 
 #include "breaker.h"
+#include "bulkhead.h"
+#include "clients.h"
 #include "ctl.h"
 #include "events.h"
 #include "journal.h"
@@ -219,6 +221,23 @@ size_t resild_event_format(struct resild *d, const struct resil_event *e, char *
 	return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
 }
 
+/*
+ * The process an event names: for a row we identified (SO_PEERCRED, a
+ * pidfd), the pid we know, in our pid namespace; else the pid the pusher
+ * wrote, which nothing checks (display only); a reclaim names the dead
+ * process in its value.
+ */
+static uint32_t event_pid(struct resild *d, const struct resil_event *e)
+{
+	uint32_t pid = 0;
+
+	if (e->type == RESIL_EV_RECLAIMED)
+		return e->pid ? e->pid : (uint32_t)e->value;
+	if (e->client_id && e->client_id != RESIL_CLIENT_UNREGISTERED)
+		pid = resild_clients_pid_of(d, e->client_id - 1);
+	return pid ? pid : e->pid;
+}
+
 static void deliver(struct resild *d, const struct resil_event *e)
 {
 	Resil__Response resp = RESIL__RESPONSE__INIT;
@@ -254,7 +273,7 @@ static void deliver(struct resild *d, const struct resil_event *e)
 	ev.from = from;
 	ev.to = to;
 	ev.reason = reason;
-	ev.pid = e->pid;
+	ev.pid = event_pid(d, e);
 	ev.value = e->value;
 	resp.id = 0;
 	resp.body_case = RESIL__RESPONSE__BODY_EVENT;

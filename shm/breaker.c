@@ -526,8 +526,9 @@ static bool move(struct resil_ctx *x, bk_t *b, uint64_t *w, int to, uint32_t str
 	idx = move_idx(from, to);
 	if (idx >= 0)
 		faa_relaxed(&b->moves[idx], 1);
-	resil_event_push(x->seg, RESIL_EV_TRANSITION, x->rec ? x->rec->slot : 0,
-			 x->rec ? x->rec->gen : 0, (uint32_t)from, (uint32_t)to, why, value, now);
+	resil_event_push_by(x->seg, x->client_id, x->pid, RESIL_EV_TRANSITION,
+			    x->rec ? x->rec->slot : 0, x->rec ? x->rec->gen : 0, (uint32_t)from,
+			    (uint32_t)to, why, value, now);
 	if (x->seg && x->rec)
 		resil_stats_add(x, resil_comp_state(x->seg, x->rec, RESIL_C_STATS),
 				RESIL_STAT_TRANSITIONS, 1);
@@ -1899,5 +1900,70 @@ const char *resil_breaker_state_name(int state)
 		return "metrics-only";
 	default:
 		return "unknown";
+	}
+}
+
+/* ---- observers ------------------------------------------------------- */
+
+/*
+ * A snapshot for `resilctl show`: plain loads of words written by anyone,
+ * not atomic across them (a record racing the read can be counted in the
+ * window but not yet in the rates' denominator, or the reverse: off by the
+ * records in flight). Reads only; every index comes from the configuration.
+ */
+void resil_breaker_info(const struct resil_breaker_conf *c, const void *st, int64_t now,
+			struct resil_breaker_info *out)
+{
+	bk_t *b = (bk_t *)(uintptr_t)st;
+	uint64_t w = ld_acquire(&b->word);
+	uint32_t gen = w_gen(w);
+
+	memset(out, 0, sizeof(*out));
+	out->state = w_state(w);
+	out->streak = w_streak(w);
+	out->since_ns = now - elapsed_ns(b, w, now);
+	out->min_calls = (uint32_t)min_calls_of(c);
+	out->probes_max = ho_calls(c);
+	if (out->state == RESIL_STATE_OPEN)
+		out->wait_ns = open_wait(c, out->streak);
+	if (out->state == RESIL_STATE_HALF_OPEN) {
+		uint64_t h = ld_acquire(&b->ho);
+
+		out->probes_held = probes_held(b, nprobe_of(c), gen);
+		if (ho_gen(h) == gen) {
+			out->calls = ho_done(h);
+			out->failures = ho_fail(h);
+			out->slow = ho_slow(h);
+		}
+		return;
+	}
+	switch (c->window_kind) {
+	case RESIL_WINDOW_CONSECUTIVE: {
+		uint64_t v = ld_acquire(&b->consec);
+
+		out->failures = cw_gen(v) == gen ? cw_cnt(v) : 0;
+		out->calls = out->failures;
+		break;
+	}
+	case RESIL_WINDOW_TIME: {
+		int64_t t = rel_ns(b, now) + b->base_ns;
+		uint64_t tick1 = (uint64_t)(t < 0 ? 0 : t) / (uint64_t)bucket_ns_of(c) + 1;
+		struct resil_breaker_counts k;
+
+		time_sum(b, c, tick1, &k);
+		out->calls = k.calls;
+		out->failures = k.failures;
+		out->slow = k.slow;
+		break;
+	}
+	default: {
+		struct resil_breaker_counts k;
+
+		resil_breaker_unpack(ld_relaxed(&b->counters), &k);
+		out->calls = k.calls;
+		out->failures = k.failures;
+		out->slow = k.slow;
+		break;
+	}
 	}
 }

@@ -183,6 +183,22 @@ int resil_breaker_outcome_errno(const struct resil_breaker_conf *c, int err);
 void resil_breaker_conf_defaults(struct resil_breaker_conf *c);
 size_t resil_breaker_conf_format(const struct resil_breaker_conf *c, char *buf, size_t len);
 
+/* What `resilctl show` says of a breaker (resil_breaker_info). */
+struct resil_breaker_info {
+	int state;	  /* RESIL_STATE_* */
+	uint32_t streak;  /* repeated opens (the growing wait) */
+	int64_t since_ns; /* the state was entered (the clock of now, to 1 ms) */
+	int64_t wait_ns;  /* OPEN: this open's wait; the next probe at since + wait */
+	int64_t calls;	  /* the window's records; HALF_OPEN: probes answered */
+	int64_t failures; /* consecutive window: the failures in a row */
+	int64_t slow;
+	uint32_t min_calls;   /* records before a rate is judged */
+	uint32_t probes_held; /* HALF_OPEN: probes in flight */
+	uint32_t probes_max;  /* probes per HALF_OPEN (half_open_calls) */
+};
+void resil_breaker_info(const struct resil_breaker_conf *c, const void *st, int64_t now,
+			struct resil_breaker_info *out);
+
 /* Words for a reason and a state. Never NULL. */
 const char *resil_breaker_why(uint32_t reason);
 const char *resil_breaker_state_name(int state);

@@ -8,9 +8,13 @@
  * key to its component by prefix. Each component parses its own keys
  * (breaker.c, limit.c, ...), so a key and its meaning live together.
  *
- * Errors are precise: "line N: key 'x': what is wrong", the line counted in
- * the text (a configuration file passes its section's line numbers through
- * first_line). Parsing never allocates; the text is not modified.
+ * Errors are precise and say where: "line N: key: what is wrong" in a text
+ * of lines (a configuration file passes its section's line numbers through
+ * first_line), "in 'key = value': ..." in a one-line text of ';'-separated
+ * pairs (resil_define, resilctl create), where "line 1" would say nothing.
+ * An unknown key names the nearest known one (edit distance over
+ * known_keys); a bare number where a duration is wanted says to add a
+ * unit. Parsing never allocates; the text is not modified.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -54,6 +58,14 @@ static const char *skip_blank(const char *s)
 static bool only_blank(const char *s)
 {
 	return *skip_blank(s) == '\0';
+}
+
+/* Nothing but blanks and newlines from s on. */
+static bool only_blank_nl(const char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	return *s == '\0';
 }
 
 int resil_parse_u32(const char *s, uint32_t *v)
@@ -282,9 +294,192 @@ size_t resil_format_duration(int64_t ns, char *buf, size_t len)
 	return (size_t)snprintf(buf, len, "%" PRId64 "%s", ns / units[i].ns, units[i].unit);
 }
 
-/* Keys of the policy itself, then dispatch by prefix. */
+/*
+ * Every key a configuration accepts, for the "did you mean" of an unknown
+ * one (retry.on.CLASS is a family: its four named classes stand for it).
+ * unit_confmsg checks that each of them is known to resil_conf_set.
+ */
+static const char *const known_keys[] = {
+    "policy.scope",
+    "histogram",
+    "breaker.window",
+    "breaker.buckets",
+    "breaker.failure_rate",
+    "breaker.slow_call_rate",
+    "breaker.slow_call",
+    "breaker.min_calls",
+    "breaker.wait",
+    "breaker.wait_max",
+    "breaker.wait_multiplier",
+    "breaker.half_open_calls",
+    "breaker.half_open_concurrent",
+    "breaker.half_open_max_wait",
+    "breaker.record",
+    "limit.rate",
+    "limit.burst",
+    "limit.algorithm",
+    "limit.keys",
+    "limit.when_full",
+    "limit.wait",
+    "limit.dry_run",
+    "bulkhead.max",
+    "bulkhead.wait",
+    "bulkhead.critical",
+    "adaptive.algorithm",
+    "adaptive.min",
+    "adaptive.max",
+    "adaptive.initial",
+    "adaptive.window",
+    "adaptive.probe",
+    "adaptive.tolerance",
+    "shed.k",
+    "shed.window",
+    "retry.max_attempts",
+    "retry.base",
+    "retry.multiplier",
+    "retry.max_delay",
+    "retry.jitter",
+    "retry.budget",
+    "retry.on.transient",
+    "retry.on.throttled",
+    "retry.on.timeout",
+    "retry.on.permanent",
+    "timeout",
+    "timeout.interrupt",
+    "hedge.delay",
+    "hedge.max",
+    "idempotent",
+};
+
+const char *resil_conf_key(size_t i)
+{
+	return i < RESIL_ARRAY_SIZE(known_keys) ? known_keys[i] : NULL;
+}
+
+/* Edit distance with transpositions (optimal string alignment) between a
+ * and b, both shorter than KEY_MAX; counting stops at limit + 1. */
+static unsigned key_distance(const char *a, const char *b, unsigned limit)
+{
+	size_t n = strlen(a), m = strlen(b);
+	unsigned d[3][KEY_MAX + 1];
+
+	if (n >= KEY_MAX || m >= KEY_MAX)
+		return limit + 1;
+	for (size_t j = 0; j <= m; j++)
+		d[0][j] = (unsigned)j;
+	for (size_t i = 1; i <= n; i++) {
+		unsigned *cur = d[i % 3], *prev = d[(i - 1) % 3], *pp = d[(i + 1) % 3];
+		unsigned best = cur[0] = (unsigned)i;
+
+		for (size_t j = 1; j <= m; j++) {
+			unsigned cost = a[i - 1] != b[j - 1], v = prev[j - 1] + cost;
+
+			if (prev[j] + 1 < v)
+				v = prev[j] + 1;
+			if (cur[j - 1] + 1 < v)
+				v = cur[j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+			    pp[j - 2] + 1 < v)
+				v = pp[j - 2] + 1;
+			cur[j] = v;
+			if (v < best)
+				best = v;
+		}
+		if (best > limit)
+			return limit + 1;
+	}
+	return d[n % 3][m];
+}
+
+/* The known key nearest to key: at most 2 edits, or a third of its length
+ * for longer keys; NULL when none is that near. */
+const char *resil_conf_nearest_key(const char *key)
+{
+	size_t len = strlen(key);
+	unsigned limit = len / 3 > 2 ? (unsigned)(len / 3) : 2, best = limit + 1;
+	const char *near = NULL;
+
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(known_keys); i++) {
+		unsigned d = key_distance(key, known_keys[i], limit);
+
+		if (d < best) {
+			best = d;
+			near = known_keys[i];
+		}
+	}
+	return near;
+}
+
+/* The number a value ends with ("30", "time:30", "1.5"), or NULL. */
+static const char *trailing_number(const char *value, char *buf, size_t len)
+{
+	const char *e = value + strlen(value), *s;
+
+	while (e > value && (e[-1] == ' ' || e[-1] == '\t'))
+		e--;
+	s = e;
+	while (s > value && (isdigit((unsigned char)s[-1]) || s[-1] == '.'))
+		s--;
+	if (s == e || !isdigit((unsigned char)e[-1]) || (size_t)(e - s) >= len)
+		return NULL;
+	memcpy(buf, s, (size_t)(e - s));
+	buf[e - s] = '\0';
+	return buf;
+}
+
+static int conf_set(struct resil_conf *c, const char *key, const char *value, char *err,
+		    size_t errlen);
+
+/*
+ * A value refused that ends with a bare number and is accepted with a unit
+ * after it wanted a duration: say so, rather than the component's words.
+ * Tried on a copy, so c is left as a refused value leaves it.
+ */
+static int duration_hint(const struct resil_conf *c, const char *key, const char *value, char *err,
+			 size_t errlen)
+{
+	struct resil_conf t = *c;
+	char with_unit[VALUE_MAX + 2], num[32];
+
+	if (!trailing_number(value, num, sizeof(num)) || strlen(value) + 2 > sizeof(with_unit))
+		return 0;
+	snprintf(with_unit, sizeof(with_unit), "%s", value);
+	{
+		size_t n = strlen(with_unit);
+
+		while (n && (with_unit[n - 1] == ' ' || with_unit[n - 1] == '\t'))
+			n--;
+		with_unit[n++] = 's';
+		with_unit[n] = '\0';
+	}
+	if (conf_set(&t, key, with_unit, NULL, 0) < 0)
+		return 0;
+	return resil_errf(err, errlen, -EINVAL, "%s: '%s' is not a duration: add a unit, e.g. %ss",
+			  key, num, num);
+}
+
 int resil_conf_set(struct resil_conf *c, const char *key, const char *value, char *err,
 		   size_t errlen)
+{
+	int r = conf_set(c, key, value, err, errlen);
+
+	if (r == -ENOENT) {
+		const char *near = resil_conf_nearest_key(key);
+
+		if (near)
+			return resil_errf(err, errlen, -EINVAL,
+					  "unknown key '%s': did you mean %s?", key, near);
+		return resil_errf(err, errlen, -EINVAL, "unknown key '%s'", key);
+	}
+	if (r < 0 && duration_hint(c, key, value, err, errlen) < 0)
+		return -EINVAL;
+	return r;
+}
+
+/* Keys of the policy itself, then dispatch by prefix; -ENOENT for a key
+ * nobody knows. */
+static int conf_set(struct resil_conf *c, const char *key, const char *value, char *err,
+		    size_t errlen)
 {
 	int r;
 
@@ -323,8 +518,6 @@ int resil_conf_set(struct resil_conf *c, const char *key, const char *value, cha
 		r = resil_retry_conf_set(&c->retry, key, value, err, errlen);
 	else
 		r = -ENOENT;
-	if (r == -ENOENT)
-		return resil_errf(err, errlen, -EINVAL, "unknown key '%s'", key);
 	return r;
 }
 
@@ -342,6 +535,25 @@ static int copy_trim(const char *s, const char *e, char *out, size_t outlen)
 	return 0;
 }
 
+/*
+ * Where an error is: "line N" in a text of lines (a file's section, or a
+ * text with newlines), the pair itself ("in 'k = v'") in a one-line text
+ * of ';'-separated pairs, where "line 1" would say nothing.
+ */
+struct where {
+	bool by_line;
+	int line;
+	const char *pair;
+	int pair_len;
+};
+
+static int where_fmt(const struct where *w, char *buf, size_t len)
+{
+	if (w->by_line)
+		return snprintf(buf, len, "line %d", w->line);
+	return snprintf(buf, len, "in '%.*s'", w->pair_len, w->pair);
+}
+
 int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, char *err,
 		     size_t errlen)
 {
@@ -349,14 +561,21 @@ int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, cha
 	int line = first_line, nseen = 0;
 	/* keys given so far: a key given twice is a mistake, not an override */
 	char seen[64][KEY_MAX];
-	int seen_line[64];
+	struct where seen_at[64];
+	bool by_line;
 
 	if (!c || !text)
 		return resil_errf(err, errlen, -EINVAL, "no configuration text");
+	{
+		const char *nl = strchr(text, '\n');
+
+		/* a newline followed by more than blanks: a text of lines */
+		by_line = first_line != 1 || (nl && !only_blank_nl(nl));
+	}
 	while (*p) {
 		const char *end = p, *eq;
-		char key[KEY_MAX], value[VALUE_MAX], msg[256];
-		int this_line = line;
+		char key[KEY_MAX], value[VALUE_MAX], msg[256], at[VALUE_MAX + 16];
+		struct where w = {.by_line = by_line, .line = line};
 		int r;
 
 		while (*end && *end != ';' && *end != '\n')
@@ -368,41 +587,57 @@ int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, cha
 		while (eq < end && *eq != '#')
 			eq++;
 		const char *stop = eq;
+		{
+			const char *a = p, *b = stop;
+
+			while (a < b && isspace((unsigned char)*a))
+				a++;
+			while (b > a && isspace((unsigned char)b[-1]))
+				b--;
+			w.pair = a;
+			w.pair_len = (int)(b - a > VALUE_MAX ? VALUE_MAX : b - a);
+		}
+		where_fmt(&w, at, sizeof(at));
 		eq = memchr(p, '=', (size_t)(stop - p));
 		if (!eq) {
-			const char *q = p;
-
-			while (q < stop && isspace((unsigned char)*q))
-				q++;
-			if (q != stop)
+			if (w.pair_len && by_line)
 				return resil_errf(err, errlen, -EINVAL,
-						  "line %d: expected 'key = value', got '%.*s'",
-						  this_line, (int)(stop - q), q);
+						  "%s: expected 'key = value', got '%.*s'", at,
+						  w.pair_len, w.pair);
+			if (w.pair_len)
+				return resil_errf(err, errlen, -EINVAL,
+						  "expected 'key = value', got '%.*s'", w.pair_len,
+						  w.pair);
 		} else {
 			if (copy_trim(p, eq, key, sizeof(key)) < 0 || !key[0])
 				return resil_errf(err, errlen, -EINVAL,
-						  "line %d: missing or too long key", this_line);
+						  "%s: missing or too long key", at);
 			if (copy_trim(eq + 1, stop, value, sizeof(value)) < 0)
 				return resil_errf(err, errlen, -EINVAL,
-						  "line %d: value of '%s' too long", this_line,
-						  key);
+						  "%s%svalue of '%s' too long (at most %d bytes)",
+						  by_line ? at : "", by_line ? ": " : "", key,
+						  VALUE_MAX - 1);
 			if (!value[0])
+				return resil_errf(err, errlen, -EINVAL, "%s: key '%s' has no value",
+						  at, key);
+			for (int i = 0; i < nseen; i++) {
+				char first[VALUE_MAX + 16];
+
+				if (strcmp(seen[i], key) != 0)
+					continue;
+				where_fmt(&seen_at[i], first, sizeof(first));
 				return resil_errf(err, errlen, -EINVAL,
-						  "line %d: key '%s' has no value", this_line, key);
-			for (int i = 0; i < nseen; i++)
-				if (strcmp(seen[i], key) == 0)
-					return resil_errf(err, errlen, -EINVAL,
-							  "line %d: key '%s' given twice (first on "
-							  "line %d)",
-							  this_line, key, seen_line[i]);
+						  "%s: key '%s' given twice (first %s%s)", at, key,
+						  by_line ? "on " : "", first);
+			}
 			if (nseen < (int)RESIL_ARRAY_SIZE(seen)) {
 				memcpy(seen[nseen], key, sizeof(key));
-				seen_line[nseen++] = this_line;
+				seen_at[nseen++] = w;
 			}
 			msg[0] = '\0';
 			r = resil_conf_set(c, key, value, msg, sizeof(msg));
 			if (r < 0)
-				return resil_errf(err, errlen, -EINVAL, "line %d: %s", this_line,
+				return resil_errf(err, errlen, -EINVAL, "%s: %s", at,
 						  msg[0] ? msg : "invalid value");
 		}
 		p = *end ? end + 1 : end;

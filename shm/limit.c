@@ -1055,8 +1055,8 @@ static void keys_full_event(struct resil_ctx *x, struct resil_limit_state *s,
 		return;
 	if (!cas_relaxed(&s->full_event_ns, &last, (uint64_t)(now > 0 ? now : 1)))
 		return; /* another process pushes this one */
-	resil_event_push(x->seg, RESIL_EV_KEYS_FULL, x->rec->slot, x->rec->gen,
-			 c->when_full_admit ? 1u : 0u, 0, 0, c->keys, now);
+	resil_event_push_by(x->seg, x->client_id, x->pid, RESIL_EV_KEYS_FULL, x->rec->slot,
+			    x->rec->gen, c->when_full_admit ? 1u : 0u, 0, 0, c->keys, now);
 }
 
 static int keyed_take(struct resil_ctx *x, struct resil_limit_state *s,

@@ -1381,6 +1381,13 @@ int resil_seg_foreach(const struct resil_seg *s, resil_seg_visit_fn fn, void *ct
 void resil_event_push(const struct resil_seg *s, uint32_t type, uint32_t slot, uint32_t gen,
 		      uint32_t a, uint32_t b, uint32_t reason, uint64_t value, int64_t now)
 {
+	resil_event_push_by(s, 0, 0, type, slot, gen, a, b, reason, value, now);
+}
+
+void resil_event_push_by(const struct resil_seg *s, uint32_t client_id, uint32_t pid, uint32_t type,
+			 uint32_t slot, uint32_t gen, uint32_t a, uint32_t b, uint32_t reason,
+			 uint64_t value, int64_t now)
+{
 	struct resil_event *e;
 	uint64_t idx;
 
@@ -1398,7 +1405,8 @@ void resil_event_push(const struct resil_seg *s, uint32_t type, uint32_t slot, u
 	e->a = a;
 	e->b = b;
 	e->reason = reason;
-	e->pid = 0;
+	e->pid = pid;
+	e->client_id = client_id;
 	e->value = value;
 	/* CRASH WINDOW: killed here, seq stays 0: the reader skips the entry
 	 * after its grace period. */
@@ -1420,6 +1428,7 @@ int resil_event_read(const struct resil_seg *s, uint64_t idx, struct resil_event
 	out->b = e->b;
 	out->reason = e->reason;
 	out->pid = e->pid;
+	out->client_id = e->client_id;
 	out->value = e->value;
 	atomic_thread_fence(memory_order_acquire);
 	s2 = ld_relaxed(&e->seq);

@@ -219,8 +219,9 @@ struct resil_event {
 	uint32_t a;
 	uint32_t b;
 	uint32_t reason; /* RESIL_WHY_* */
-	uint32_t pid;
-	uint32_t reserved32;
+	uint32_t pid;	 /* the pusher's getpid(), as it says (display only) */
+	uint32_t client_id; /* the pusher's row + 1 (resil_ctx), 0: none; the
+			     * daemon names the pid it knows for that row */
 	RESIL_A8 uint64_t value;
 	RESIL_A8 uint64_t reserved[1];
 };
@@ -480,6 +481,10 @@ typedef int (*resil_seg_visit_fn)(const struct resil_seg *s, uint32_t slot,
 int resil_seg_foreach(const struct resil_seg *s, resil_seg_visit_fn fn, void *ctx);
 
 /* Events: any process appends; never blocks. */
+/* resil_event_push by a process: its client id (0: none) and pid. */
+void resil_event_push_by(const struct resil_seg *s, uint32_t client_id, uint32_t pid, uint32_t type,
+			 uint32_t slot, uint32_t gen, uint32_t a, uint32_t b, uint32_t reason,
+			 uint64_t value, int64_t now);
 void resil_event_push(const struct resil_seg *s, uint32_t type, uint32_t slot, uint32_t gen,
 		      uint32_t a, uint32_t b, uint32_t reason, uint64_t value, int64_t now);
 

@@ -2,7 +2,7 @@
 # label: unit
 # The man pages (docs/man/*.scd, rendered by the build with scdoc) render
 # with `man -l` without a single warning, and say what the programs do:
-# every option of `resild --help` is in resild(8), every command of
+# every option of `resild --help` is in resild(8), every command and option of
 # `resilctl --help` in resilctl(1). Skipped (77) when scdoc or man is not
 # installed (run.sh installs both).
 set -euo pipefail
@@ -24,6 +24,9 @@ done
 resilctl1=$(text resilctl.1)
 for cmd in $("$RESILCTL" --help | sed -n '/^commands:/,/^$/p' | awk '/^  [a-z]/ {print $1}'); do
 	grep -qE "(^| )$cmd( |,|$)" <<<"$resilctl1" || { echo "FAIL: resilctl(1) lacks $cmd"; fail=1; }
+done
+for opt in $("$RESILCTL" --help | grep -oE -- '--[a-z][a-z-]+' | sort -u); do
+	grep -qF -- "$opt" <<<"$resilctl1" || { echo "FAIL: resilctl(1) lacks $opt"; fail=1; }
 done
 [ $fail = 0 ] && echo "4 man pages render without warnings; every option and command is documented"
 exit $fail

@@ -98,7 +98,7 @@ static void test_parse_text(void **state)
 	assert_non_null(strstr(err, "breaker.wiat"));
 	resil_conf_init(&c);
 	assert_int_equal(resil_conf_parse(&c, "breaker.wait = soon", 1, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "line 1"));
+	assert_non_null(strstr(err, "in 'breaker.wait = soon'"));
 	resil_conf_init(&c);
 	assert_int_equal(resil_conf_parse(&c, "just words", 3, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "line 3"));
