@@ -794,6 +794,10 @@ int main(void)
 			ask_metrics(a.sock, mtext, sizeof(mtext));
 			repairs1 = metric(mtext, "resil_state_repairs_total");
 			TEST_CHECK(repairs1 != UINT64_MAX && repairs1 > repairs0);
+			/* a whole tick after the last hostile word: the kill
+			 * hits a daemon that repaired what it repairs */
+			TEST_CHECK(ticked(h, test_mono_ns()));
+			TEST_CHECK(ticked(h, test_mono_ns()));
 			test_daemon_kill(&a);
 			TEST_CHECK(spawn_a(&a, &s, true) == 0);
 			if (!TEST_EVENTUALLY(log_has(&a, "adopted the segments"))) {
