@@ -95,12 +95,15 @@ struct board {
 	_Atomic uint64_t b_calls[NWORKERS_B];
 	_Atomic uint64_t b_admitted[NWORKERS_B];
 	_Atomic int b_last_reject[NWORKERS_B]; /* policy index << 8 | verdict */
+	_Atomic pid_t daemons[2];	       /* A and B, for the guardian */
+	char dirs[2][PATH_MAX];
 };
 static struct board *board;
 
 /* ---- control requests, each bounded ---- */
 
-static int64_t max_ms; /* the slowest reply seen */
+static int64_t max_ms;		 /* the slowest reply seen */
+static char when[160] = "setup"; /* the round, for what a failure prints */
 static int nreq;
 
 static int ctl_connect(const char *path)
@@ -149,12 +152,12 @@ static Resil__Response *request(const char *sock, Resil__Request *req, const cha
 		ssize_t r;
 
 		if (left < 0 || poll(&p, 1, left) != 1) {
-			fprintf(stderr, "%s: no reply within %d ms\n", what, BOUND_MS);
+			fprintf(stderr, "%s: no reply within %d ms (%s)\n", what, BOUND_MS, when);
 			TEST_CHECK(!"a control request answered within the bound");
 		}
 		r = recv(fd, buf, sizeof(buf), 0);
 		if (r <= 0) {
-			fprintf(stderr, "%s: connection closed without a reply\n", what);
+			fprintf(stderr, "%s: connection closed without a reply (%s)\n", what, when);
 			TEST_CHECK(r > 0);
 		}
 		resp = resil__response__unpack(NULL, (size_t)r, buf);
@@ -368,6 +371,7 @@ static int spawn_a(struct test_daemon *d, struct store *s, bool with_store)
 		_exit(127);
 	}
 	d->pid = pid;
+	atomic_store(&board->daemons[0], pid);
 	return TEST_EVENTUALLY(test_daemon_answers(d)) ? 0 : -ETIMEDOUT;
 }
 
@@ -399,6 +403,8 @@ static void print_log(const struct test_daemon *d)
 	close(fd);
 }
 
+static const struct test_daemon *current_b;
+
 /* Is the daemon still running? (Reaps and reports it when it died.) */
 static bool alive(struct test_daemon *d, const char *when)
 {
@@ -408,6 +414,7 @@ static bool alive(struct test_daemon *d, const char *when)
 	if (w == 0)
 		return true;
 	if (w == d->pid) {
+		atomic_store(&board->daemons[d == current_b], 0);
 		d->pid = 0;
 		if (WIFSIGNALED(st))
 			fprintf(stderr, "resild died of signal %d %s\n", WTERMSIG(st), when);
@@ -504,6 +511,44 @@ static void kill_kids(void)
 	for (int i = 0; i < nkids; i++)
 		if (kids[i] > 0)
 			kill(kids[i], SIGKILL);
+}
+
+/*
+ * A failed check leaves at once (_exit): the guardian, a child that reads
+ * a pipe only the test holds open, kills both daemons and removes their
+ * directories when the test is gone, whichever way it went.
+ */
+static void guardian(void)
+{
+	int fds[2];
+	pid_t pid;
+	char c;
+
+	TEST_CHECK(pipe2(fds, O_CLOEXEC) == 0);
+	pid = fork();
+	TEST_CHECK(pid >= 0);
+	if (pid > 0) {
+		close(fds[0]);
+		return;
+	}
+	close(fds[1]);
+	while (read(fds[0], &c, 1) < 0 && errno == EINTR)
+		;
+	for (int i = 0; i < 2; i++) {
+		struct test_daemon d = {.pid = 0};
+		pid_t dp = atomic_load(&board->daemons[i]);
+
+		if (dp > 0)
+			kill(dp, SIGKILL);
+		if (board->dirs[i][0]) {
+			snprintf(d.dir, sizeof(d.dir), "%s", board->dirs[i]);
+			snprintf(d.log, sizeof(d.log), "%s/resild.log", d.dir);
+			snprintf(d.sock, sizeof(d.sock), "%s/control.sock", d.dir);
+			snprintf(d.confdir, sizeof(d.confdir), "%s/conf.d", d.dir);
+			test_daemon_fini(&d);
+		}
+	}
+	_exit(0);
 }
 
 /* ---- hostile values ---- */
@@ -741,6 +786,8 @@ int main(void)
 	TEST_CHECK(s.nfd >= 0);
 	TEST_CHECK(bind(s.nfd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
 	setsockopt(s.nfd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
+	snprintf(board->dirs[0], sizeof(board->dirs[0]), "%s", a.dir);
+	guardian();
 	TEST_CHECK(spawn_a(&a, &s, false) == 0);
 	TEST_CHECK(test_wait_until(store_full, &s, TEST_EVENTUALLY_MS));
 	TEST_CHECK(resil_open(&ra, a.sock) == 0);
@@ -749,6 +796,9 @@ int main(void)
 
 	/* B, another trust domain */
 	TEST_CHECK(test_daemon_open(&b, &rb) == 0);
+	atomic_store(&board->daemons[1], b.pid);
+	current_b = &b;
+	snprintf(board->dirs[1], sizeof(board->dirs[1]), "%s", b.dir);
 	for (size_t k = 0; k < NPOL_B; k++)
 		TEST_CHECK(ask_define(b.sock, POL_B[k][0], POL_B[k][1]) == 0);
 
@@ -787,7 +837,6 @@ int main(void)
 	for (round = 0; round < 2 * systematic + randomized; round++) {
 		const struct hval *hv = &vals[(round / STRIDE) % nvals];
 		int64_t now = test_mono_ns();
-		char when[160];
 
 		if (round == systematic) {
 			/* the restart that adopts the poisoned pair */
@@ -798,6 +847,7 @@ int main(void)
 			 * hits a daemon that repaired what it repairs */
 			TEST_CHECK(ticked(h, test_mono_ns()));
 			TEST_CHECK(ticked(h, test_mono_ns()));
+			atomic_store(&board->daemons[0], 0); /* reaped below */
 			test_daemon_kill(&a);
 			TEST_CHECK(spawn_a(&a, &s, true) == 0);
 			if (!TEST_EVENTUALLY(log_has(&a, "adopted the segments"))) {
@@ -918,6 +968,8 @@ int main(void)
 	munmap(st, st_size);
 	resil_close(ra);
 	resil_close(rb);
+	atomic_store(&board->daemons[0], 0); /* reaped by the stops */
+	atomic_store(&board->daemons[1], 0);
 	TEST_CHECK(test_daemon_stop(&a) == 0);
 	TEST_CHECK(test_daemon_stop(&b) == 0);
 	printf("int_hostile: ok (%u rounds, %d requests, slowest reply %" PRId64 " ms, %" PRIu64
