@@ -404,6 +404,7 @@ static void print_log(const struct test_daemon *d)
 }
 
 static const struct test_daemon *current_b;
+static struct resil_state_hdr killed_hdr; /* A's header when it was killed */
 
 /* Is the daemon still running? (Reaps and reports it when it died.) */
 static bool alive(struct test_daemon *d, const char *when)
@@ -847,6 +848,7 @@ int main(void)
 			 * hits a daemon that repaired what it repairs */
 			TEST_CHECK(ticked(h, test_mono_ns()));
 			TEST_CHECK(ticked(h, test_mono_ns()));
+			memcpy(&killed_hdr, h, sizeof(killed_hdr));
 			atomic_store(&board->daemons[0], 0); /* reaped below */
 			test_daemon_kill(&a);
 			TEST_CHECK(spawn_a(&a, &s, true) == 0);
@@ -860,6 +862,13 @@ int main(void)
 					"%" PRIu64 " epoch %#" PRIx64 "/%#" PRIx64 ")\n",
 					err, h->magic, h->abi_major, h->abi_minor, h->hdr_size,
 					h->seg_size, h->epoch, g->cfg->epoch);
+				fprintf(stderr,
+					"at the kill: magic %#" PRIx64
+					" abi %u.%u hdr %u seg %" PRIu64 " epoch %#" PRIx64 "\n",
+					killed_hdr.magic, killed_hdr.abi_major,
+					killed_hdr.abi_minor, killed_hdr.hdr_size,
+					killed_hdr.seg_size, killed_hdr.epoch);
+				print_log(&a);
 				TEST_CHECK(!"the restarted resild adopts the pair");
 			}
 			/* the new daemon counts from 0, from its first tick on */
