@@ -558,12 +558,11 @@ static void maybe_decide(struct resil_ctx *x, const struct resil_adaptive_conf *
 
 	if (RESIL_UNLIKELY(e & 1)) {
 		/* someone is deciding; if they died doing it, take over */
-		if ((int64_t)((uint64_t)now - (e & ~1ull)) > STEAL_WINDOWS * w)
+		if (now - (int64_t)(e & ~1ull) > STEAL_WINDOWS * w)
 			cas_acq_rel(&s->epoch, &e, (uint64_t)now & ~1ull);
 		return;
 	}
-	/* wrapping differences: epoch is any client-written value */
-	if (RESIL_LIKELY((int64_t)((uint64_t)now - e) < w))
+	if (RESIL_LIKELY(now < (int64_t)e + w))
 		return;
 	if (!cas_acq_rel(&s->epoch, &e, e | 1))
 		return;
