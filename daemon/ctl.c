@@ -973,9 +973,6 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	if (m.cut || len - m.used <= sizeof(cut))
 		return m.used;
 	room = len - m.used - sizeof(cut);
-	/* the shared copy of the repair count is client-writable and only
-	 * refreshed by the tick: what we serve is our own count */
-	st_relaxed(&d->seg.st->state_repairs, d->state_repairs);
 	n = resil_metrics_text(&d->seg, buf + m.used, room);
 	if (n >= room) {
 		/* keep whole lines only, and say so */
