@@ -628,8 +628,13 @@ void resild_loop_broadcast(struct resild *d, const uint8_t *msg, size_t len, con
 
 int resild_loop_watch_pid(struct resild *d, int fd, uint32_t row, uint32_t cookie)
 {
-	struct io_uring_sqe *sqe = get_sqe(d->loop);
+	struct io_uring_sqe *sqe;
 
+	/* no loop (the modules driven in-process, as fuzz_live does): nothing
+	 * polls, an exit is only learnt through resild_clients_exited */
+	if (!d->loop)
+		return 0;
+	sqe = get_sqe(d->loop);
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_poll_add(sqe, fd, POLLIN);

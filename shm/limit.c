@@ -1050,7 +1050,8 @@ static void keys_full_event(struct resil_ctx *x, struct resil_limit_state *s,
 	if (!x->seg || !x->rec)
 		return;
 	last = ld_relaxed(&s->full_event_ns);
-	d = now - (int64_t)last;
+	/* wrapping difference: last is any client-written value */
+	d = (int64_t)((uint64_t)now - last);
 	if (last && d < RESIL_NS_PER_S && d > -HEAL_SLACK)
 		return;
 	if (!cas_relaxed(&s->full_event_ns, &last, (uint64_t)(now > 0 ? now : 1)))

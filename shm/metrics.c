@@ -448,13 +448,17 @@ static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_re
 		break;
 	case F_BUDGET_TOKENS: {
 		int64_t t;
+		uint64_t mag;
 
 		cs = comp_state(s, rec, RESIL_C_BUDGET, sizeof(struct resil_budget_state));
 		if (!cs || !resil_budget_has_state(&c->retry))
 			break;
+		/* a client-written word: any value, INT64_MIN included, so the
+		 * magnitude is taken unsigned (and -0.5 keeps its sign) */
 		t = resil_budget_tokens_milli(cs, &c->retry, v->now);
-		put(o, "%s{%s} %" PRId64 ".%03" PRId64 "\n", fam, pl, t / 1000,
-		    (t < 0 ? -t : t) % 1000);
+		mag = t < 0 ? 0 - (uint64_t)t : (uint64_t)t;
+		put(o, "%s{%s} %s%" PRIu64 ".%03" PRIu64 "\n", fam, pl, t < 0 ? "-" : "",
+		    mag / 1000, mag % 1000);
 		break;
 	}
 	case F_DURATION:

@@ -1034,6 +1034,9 @@ void resil_seg_own_arena(struct resil_seg *s)
 	uint64_t used = ld_relaxed(&s->st->arena_used), end = 0;
 	uint32_t n = ld_relaxed(&s->cfg->rec_used);
 
+	/* a client-written word: blocks are RESIL_HOT_ALIGN-aligned, so is
+	 * the bump pointer (a misaligned one misaligns every later block) */
+	used = used > s->geo.arena_size ? 0 : resil_align_up(used, RESIL_HOT_ALIGN);
 	if (used > s->geo.arena_size)
 		used = 0;
 	/* every record ever published (live or replaced: an old handle may
