@@ -44,6 +44,7 @@
 
 #include "cfgfile.h"
 #include "clients.h"
+#include "cluster.h"
 #include "ctl.h"
 #include "log.h"
 #include "limit.h"
@@ -970,6 +971,13 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	     "--policies).\n"
 	     "# TYPE resil_records gauge\nresil_records %u\n",
 	     ld_relaxed(&d->seg.cfg->rec_used), d->seg.cfg->rec_cap);
+	if (d->cluster && !m.cut && m.used < len) {
+		n = resild_cluster_metrics(d, buf + m.used, len - m.used);
+		if (n < len - m.used)
+			m.used += n;
+		else
+			buf[m.used] = '\0';
+	}
 	if (m.cut || len - m.used <= sizeof(cut))
 		return m.used;
 	room = len - m.used - sizeof(cut);

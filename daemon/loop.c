@@ -65,6 +65,7 @@
 #include <liburing.h>
 
 #include "clients.h"
+#include "cluster.h"
 #include "ctl.h"
 #include "events.h"
 #include "log.h"
@@ -745,6 +746,7 @@ static void on_tick(struct resild *d)
 		resild_state_repaired(d, UINT32_MAX, 0, RESIL_W_HEADER, fixed);
 	st_relaxed(&d->seg.st->state_repairs, d->state_repairs);
 	resil_seg_foreach(&d->seg, maintain_one, d);
+	resild_cluster_tick(d);
 	resild_clients_scan(d);
 	resild_events_drain(d);
 	scan_conns(d, resil_clock_monotonic(NULL));

@@ -37,6 +37,7 @@
 #include "clients.h"
 #include "conf.h"
 #include "events.h"
+#include "cluster.h"
 #include "http.h"
 #include "log.h"
 #include "loop.h"
@@ -69,6 +70,16 @@ static void usage(FILE *f)
 		"  --admin-group NAME    members may change any policy\n"
 		"  --socket-group NAME   group of the socket file (default: our group)\n"
 		"  --metrics-listen ADDR:PORT  serve GET /metrics over HTTP (Prometheus)\n"
+		"  --cluster-redis URL   share policy.scope = global policies with the\n"
+		"                        hosts of the fleet through Redis:\n"
+		"                        redis://HOST[:PORT][/DB] or unix:/PATH\n"
+		"  --cluster-name NAME   key prefix of the fleet in Redis (default resil)\n"
+		"  --cluster-host ID     this host's id (default /etc/machine-id)\n"
+		"  --cluster-interval DURATION  exchange period (default 100ms)\n"
+		"  --cluster-fallback share|local|reject  past a lease's expiry: the\n"
+		"                        rate divided by the hosts last seen (default),\n"
+		"                        the whole rate here, or reject\n"
+		"  --cluster-password-file PATH  Redis AUTH password (first line)\n"
 		"  --verbose             log debug messages too\n"
 		"  --check-config        check the configuration directory and exit: 0 if\n"
 		"                        it would load, else 78 with FILE:LINE errors\n"
@@ -173,7 +184,13 @@ static int parse_args(struct resild *d, int argc, char **argv)
 		O_CONNS_UID,
 		O_IDLE,
 		O_POL_UID,
-		O_CHECK
+		O_CHECK,
+		O_CL_REDIS,
+		O_CL_NAME,
+		O_CL_HOST,
+		O_CL_INTERVAL,
+		O_CL_FALLBACK,
+		O_CL_PASSWORD
 	};
 	static const struct option opts[] = {
 	    {"foreground", no_argument, NULL, O_FG},
@@ -194,6 +211,12 @@ static int parse_args(struct resild *d, int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, O_VERSION},
 	    {"check-config", no_argument, NULL, O_CHECK},
+	    {"cluster-redis", required_argument, NULL, O_CL_REDIS},
+	    {"cluster-name", required_argument, NULL, O_CL_NAME},
+	    {"cluster-host", required_argument, NULL, O_CL_HOST},
+	    {"cluster-interval", required_argument, NULL, O_CL_INTERVAL},
+	    {"cluster-fallback", required_argument, NULL, O_CL_FALLBACK},
+	    {"cluster-password-file", required_argument, NULL, O_CL_PASSWORD},
 	    {}};
 	const char *env = getenv("RESIL_SOCKET");
 	int c;
@@ -284,6 +307,35 @@ static int parse_args(struct resild *d, int argc, char **argv)
 			break;
 		case O_CHECK:
 			d->check_config = true;
+			break;
+		case O_CL_REDIS:
+			d->opts.cluster_redis = optarg;
+			break;
+		case O_CL_NAME:
+			d->opts.cluster_name = optarg;
+			break;
+		case O_CL_HOST:
+			d->opts.cluster_host = optarg;
+			break;
+		case O_CL_PASSWORD:
+			d->opts.cluster_password_file = optarg;
+			break;
+		case O_CL_INTERVAL:
+			if (resil_parse_duration(optarg, &d->opts.cluster_interval_ns) < 0 ||
+			    d->opts.cluster_interval_ns < 10 * RESIL_NS_PER_MS ||
+			    d->opts.cluster_interval_ns > 60 * RESIL_NS_PER_S) {
+				log_error("--cluster-interval %s: expected a duration from 10ms "
+					  "to 60s",
+					  optarg);
+				return -EINVAL;
+			}
+			break;
+		case O_CL_FALLBACK:
+			if (resild_cluster_parse_fallback(optarg, &d->opts.cluster_fallback) < 0) {
+				log_error("--cluster-fallback %s: expected share, local or reject",
+					  optarg);
+				return -EINVAL;
+			}
 			break;
 		case 'h':
 			usage(stdout);
@@ -663,6 +715,11 @@ int main(int argc, char **argv)
 	r = resild_loop_init(&d);
 	if (r < 0)
 		goto out;
+	r = resild_cluster_init(&d);
+	if (r < 0) {
+		exit_code = RESILD_EXIT_CONFIG;
+		goto out;
+	}
 	if (d.opts.metrics_listen) {
 		/* a malformed address is a configuration error; a listener that
 		 * cannot bind (the port taken, a unit's PrivateNetwork=) is not
@@ -691,6 +748,7 @@ int main(int argc, char **argv)
 	resild_notify_stopping();
 out:
 	resild_http_stop();
+	resild_cluster_fini(&d);
 	resild_loop_fini(&d);
 	resild_clients_fini(&d);
 	if (d.listen_fd >= 0 && !d.socket_activated)
