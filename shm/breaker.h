@@ -145,6 +145,13 @@ int resil_breaker_check(struct resil_ctx *x, const struct resil_breaker_conf *c,
 			struct resil_permit_priv *pm);
 /* RESIL_STATE_* of resil.h. */
 int resil_breaker_state(const void *st);
+/* policy.scope = global (daemon/cluster.c). The host's time window now
+ * (zero for other windows), and CLOSED -> OPEN because the fleet crossed a
+ * threshold (why, value as for a local open): true if this call moved it. */
+void resil_breaker_window(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			  struct resil_breaker_counts *k);
+bool resil_breaker_trip(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			uint32_t why, uint64_t value);
 /* Force a state (RESIL_STATE_DISABLED, FORCED_OPEN, METRICS_ONLY) or go
  * back to normal (RESIL_STATE_CLOSED: a fresh, closed breaker). 0 or
  * -EINVAL. */
