@@ -86,6 +86,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "breaker.h"
 #include "cluster.h"
 #include "limit.h"
 #include "log.h"
@@ -167,14 +168,70 @@ static const char LEASE_LUA[] =
     "redis.call('PEXPIRE', KEYS[1], 10 * L + 1000)\n"
     "return {string.format('%.6f', share), r.id, n}\n";
 
+/*
+ * KEYS[1] the policy's breaker hash: "h:<host>" = this host's time window
+ * {calls, failures, slow, when}; "gen" = opens so far; "opened" = when the
+ * last one happened (ms). ARGV: host, calls, failures, slow, window (ms),
+ * min_calls, failure rate and slow rate thresholds (basis points, slow 0:
+ * off), OPEN wait (ms). The fleet opens once per outage: a new open needs
+ * the last one's wait and a whole window after it to have passed, so the
+ * failures that opened it are not counted twice. Returns {open (0/1), gen,
+ * fleet calls, the fleet's rate that opened it (bp)}.
+ */
+static const char BREAKER_LUA[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local me = ARGV[1]\n"
+    "local c, f, sl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local win, minc = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+    "local fbp, sbp, wait = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])\n"
+    "if not (c and f and sl and win and minc and fbp and sbp and wait) or win <= 0 then\n"
+    "  return redis.error_reply('ERR resil breaker: bad arguments')\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'h:' .. me, cjson.encode({c, f, sl, now}))\n"
+    "local raw = redis.call('HGETALL', KEYS[1])\n"
+    "local C, F, S, gen, opened = 0, 0, 0, 0, nil\n"
+    "for i = 1, #raw, 2 do\n"
+    "  local k, v = raw[i], raw[i + 1]\n"
+    "  if k == 'gen' then gen = tonumber(v) or 0\n"
+    "  elseif k == 'opened' then opened = tonumber(v)\n"
+    "  elseif string.sub(k, 1, 2) == 'h:' then\n"
+    "    local ok, x = pcall(cjson.decode, v)\n"
+    "    if ok and type(x) == 'table' and tonumber(x[1]) and tonumber(x[2]) and\n"
+    "       tonumber(x[3]) and tonumber(x[4]) and tonumber(x[4]) > now - win then\n"
+    "      C, F, S = C + x[1], F + x[2], S + x[3]\n"
+    "    elseif not ok or type(x) ~= 'table' or not tonumber(x[4]) or\n"
+    "           tonumber(x[4]) <= now - 2 * win then\n"
+    "      redis.call('HDEL', KEYS[1], k)\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "local open = opened and now < opened + wait\n"
+    "local rate = 0\n"
+    "if C > 0 then rate = math.floor(math.max(F, sbp > 0 and S or 0) * 10000 / C) end\n"
+    "if not open and (not opened or now >= opened + wait + win) and C >= minc and C > 0 and\n"
+    "   (F * 10000 >= fbp * C or (sbp > 0 and S * 10000 >= sbp * C)) then\n"
+    "  gen = gen + 1\n"
+    "  opened = now\n"
+    "  open = true\n"
+    "  redis.call('HSET', KEYS[1], 'gen', gen, 'opened', now)\n"
+    "end\n"
+    "redis.call('PEXPIRE', KEYS[1], 2 * win + wait + 60000)\n"
+    "return {open and 1 or 0, gen, C, rate}\n";
+
 /* One policy's request (loop -> thread) and answer (thread -> loop). */
 struct xreq {
 	bool active;
 	uint32_t gen;
 	char name[RESIL_NAME_MAX];
+	bool limit, breaker;
 	double rate;	 /* per second */
 	double demand;	 /* per second */
 	uint64_t applied; /* the lease id in the segment */
+	/* breaker: this host's time window, the thresholds */
+	int64_t calls, failures, slow;
+	int64_t window_ms, wait_ms;
+	uint32_t min_calls, failure_bp, slow_bp;
 };
 struct xans {
 	bool fresh; /* not yet taken by the loop */
@@ -183,6 +240,11 @@ struct xans {
 	double share;
 	int64_t expiry_ns; /* local CLOCK_MONOTONIC */
 	uint32_t hosts;
+	bool bk_fresh; /* a breaker answer */
+	bool bk_open;  /* the fleet's breaker is in an open it decided */
+	uint64_t bk_gen;
+	int64_t bk_calls;
+	uint32_t bk_rate_bp;
 };
 
 /* What the loop keeps per slot (its thread only). */
@@ -199,6 +261,9 @@ struct cl_slot {
 	bool in_lease; /* the last tick saw a live lease */
 	uint64_t fallbacks;
 	uint64_t lease_changes;
+	uint64_t bk_gen;   /* the fleet's last open mirrored here */
+	uint64_t bk_trips; /* fleet opens that opened this host's breaker */
+	int64_t bk_calls;  /* the fleet's window at the last exchange */
 };
 
 struct resild_cluster {
@@ -239,6 +304,7 @@ struct resild_cluster {
 	bool started;
 	redisContext *rc;
 	char sha[48];
+	char bk_sha[48];
 	struct xreq *work;
 	uint64_t rnd;
 };
@@ -383,6 +449,7 @@ static void disconnect(struct resild_cluster *c)
 		redisFree(c->rc);
 	c->rc = NULL;
 	c->sha[0] = '\0';
+	c->bk_sha[0] = '\0';
 }
 
 static const char *where(const struct resild_cluster *c, char *buf, size_t len)
@@ -420,9 +487,9 @@ static bool simple(struct resild_cluster *c, const char *what, redisReply **out,
 	return true;
 }
 
-static bool load_script(struct resild_cluster *c)
+static bool load_script(struct resild_cluster *c, const char *lua, char *sha)
 {
-	const char *argv[] = {"SCRIPT", "LOAD", LEASE_LUA};
+	const char *argv[] = {"SCRIPT", "LOAD", lua};
 	redisReply *r;
 	char w[URL_MAX + 16];
 
@@ -435,8 +502,8 @@ static bool load_script(struct resild_cluster *c)
 		disconnect(c);
 		return false;
 	}
-	memcpy(c->sha, r->str, (size_t)r->len);
-	c->sha[r->len] = '\0';
+	memcpy(sha, r->str, (size_t)r->len);
+	sha[r->len] = '\0';
 	freeReplyObject(r);
 	return true;
 }
@@ -470,7 +537,7 @@ static bool connect_redis(struct resild_cluster *c)
 		if (!simple(c, "SELECT", NULL, 2, argv))
 			return false;
 	}
-	if (!load_script(c))
+	if (!load_script(c, LEASE_LUA, c->sha) || !load_script(c, BREAKER_LUA, c->bk_sha))
 		return false;
 	pthread_mutex_lock(&c->lock);
 	bool was = c->last_error[0] != '\0';
@@ -511,11 +578,88 @@ garbage:
 	return false;
 }
 
-/* One round: a pipelined script call per requested policy. */
+static bool parse_breaker(struct resild_cluster *c, redisReply *r, struct xans *a)
+{
+	char w[URL_MAX + 16];
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4)
+		goto garbage;
+	for (size_t i = 0; i < 4; i++)
+		if (r->element[i]->type != REDIS_REPLY_INTEGER || r->element[i]->integer < 0)
+			goto garbage;
+	a->bk_fresh = true;
+	a->bk_open = r->element[0]->integer != 0;
+	a->bk_gen = (uint64_t)r->element[1]->integer;
+	a->bk_calls = r->element[2]->integer;
+	a->bk_rate_bp = (uint32_t)resil_min64(r->element[3]->integer, 10000);
+	return true;
+garbage:
+	set_error(c, "Redis at %s answered the breaker script with garbage (reply type %d)",
+		  where(c, w, sizeof(w)), r->type);
+	return false;
+}
+
+static bool append_lease(struct resild_cluster *c, const struct xreq *q)
+{
+	char key[2 * RESIL_NAME_MAX + 16], d[32], rate[32], len[32], app[32];
+
+	snprintf(key, sizeof(key), "%s:{%s}:lease", c->prefix, q->name);
+	snprintf(d, sizeof(d), "%.3f", q->demand);
+	snprintf(rate, sizeof(rate), "%.6f", q->rate);
+	snprintf(len, sizeof(len), "%lld",
+		 (long long)(LEASE_INTERVALS * c->interval_ns / RESIL_NS_PER_MS));
+	snprintf(app, sizeof(app), "%llu", (unsigned long long)q->applied);
+	const char *argv[] = {"EVALSHA", c->sha, "1", key, c->host, d, rate, len, app};
+
+	return redisAppendCommandArgv(c->rc, 9, argv, NULL) == REDIS_OK;
+}
+
+static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
+{
+	char key[2 * RESIL_NAME_MAX + 16], v[8][32];
+
+	snprintf(key, sizeof(key), "%s:{%s}:breaker", c->prefix, q->name);
+	snprintf(v[0], 32, "%lld", (long long)q->calls);
+	snprintf(v[1], 32, "%lld", (long long)q->failures);
+	snprintf(v[2], 32, "%lld", (long long)q->slow);
+	snprintf(v[3], 32, "%lld", (long long)q->window_ms);
+	snprintf(v[4], 32, "%u", q->min_calls);
+	snprintf(v[5], 32, "%u", q->failure_bp);
+	snprintf(v[6], 32, "%u", q->slow_bp);
+	snprintf(v[7], 32, "%lld", (long long)q->wait_ms);
+	const char *argv[] = {"EVALSHA", c->bk_sha, "1",  key,	c->host, v[0], v[1],
+			      v[2],	 v[3],	    v[4], v[5], v[6],	 v[7]};
+
+	return redisAppendCommandArgv(c->rc, 13, argv, NULL) == REDIS_OK;
+}
+
+/* The next reply; NULL: logged, disconnected. */
+static redisReply *next_reply(struct resild_cluster *c, const char *name, const char *what)
+{
+	redisReply *r = NULL;
+	char w[URL_MAX + 16];
+
+	if (redisGetReply(c->rc, (void **)&r) != REDIS_OK || !r) {
+		set_error(c, "Redis at %s: %s", where(c, w, sizeof(w)),
+			  c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+		disconnect(c);
+		return NULL;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		set_error(c, "Redis at %s: the %s script failed for %s: %s", where(c, w, sizeof(w)),
+			  what, name, r->str);
+		freeReplyObject(r);
+		disconnect(c); /* NOSCRIPT included: reconnecting reloads it */
+		return NULL;
+	}
+	return r;
+}
+
+/* One round: pipelined script calls (a lease per global limiter, a
+ * breaker call per global breaker), one round trip. */
 static void exchange(struct resild_cluster *c)
 {
-	uint32_t n = 0, sent = 0, ok = 0;
-	char w[URL_MAX + 16];
+	uint32_t n = 0, ok = 0, last = 0;
 	int64_t t0;
 
 	pthread_mutex_lock(&c->lock);
@@ -530,53 +674,45 @@ static void exchange(struct resild_cluster *c)
 	t0 = mono_ns();
 	for (uint32_t i = 0; i < c->cap; i++) {
 		struct xreq *q = &c->work[i];
-		char key[2 * RESIL_NAME_MAX + 16], d[32], rate[32], len[32], app[32];
 
 		if (!q->active)
 			continue;
-		snprintf(key, sizeof(key), "%s:{%s}:lease", c->prefix, q->name);
-		snprintf(d, sizeof(d), "%.3f", q->demand);
-		snprintf(rate, sizeof(rate), "%.6f", q->rate);
-		snprintf(len, sizeof(len), "%lld",
-			 (long long)(LEASE_INTERVALS * c->interval_ns / RESIL_NS_PER_MS));
-		snprintf(app, sizeof(app), "%" PRIu64, q->applied);
-		const char *argv[] = {"EVALSHA", c->sha, "1", key, c->host, d, rate, len, app};
-
-		if (redisAppendCommandArgv(c->rc, 9, argv, NULL) != REDIS_OK)
+		if ((q->limit && !append_lease(c, q)) || (q->breaker && !append_breaker(c, q)))
 			break;
-		sent++;
+		last = i + 1;
 	}
-	for (uint32_t i = 0, k = 0; k < sent && i < c->cap; i++) {
+	for (uint32_t i = 0; i < last; i++) {
 		struct xreq *q = &c->work[i];
-		redisReply *r = NULL;
-		struct xans a = {.fresh = true, .gen = q->gen, .expiry_ns = 0};
+		struct xans a = {.gen = q->gen};
+		redisReply *r;
 
 		if (!q->active)
 			continue;
-		k++;
-		if (redisGetReply(c->rc, (void **)&r) != REDIS_OK || !r) {
-			set_error(c, "Redis at %s: %s", where(c, w, sizeof(w)),
-				  c->rc->errstr[0] ? c->rc->errstr : "connection lost");
-			disconnect(c);
-			return;
-		}
-		if (r->type == REDIS_REPLY_ERROR) {
-			set_error(c, "Redis at %s: the lease script failed for %s: %s",
-				  where(c, w, sizeof(w)), q->name, r->str);
+		if (q->limit) {
+			if (!(r = next_reply(c, q->name, "lease")))
+				return;
+			if (!parse_answer(c, r, &a)) {
+				freeReplyObject(r);
+				disconnect(c);
+				return;
+			}
 			freeReplyObject(r);
-			disconnect(c); /* NOSCRIPT included: reconnecting reloads it */
-			return;
+			a.fresh = true;
+			a.expiry_ns = t0 + LEASE_INTERVALS * c->interval_ns;
 		}
-		if (!parse_answer(c, r, &a)) {
+		if (q->breaker) {
+			if (!(r = next_reply(c, q->name, "breaker")))
+				return;
+			if (!parse_breaker(c, r, &a)) {
+				freeReplyObject(r);
+				disconnect(c);
+				return;
+			}
 			freeReplyObject(r);
-			disconnect(c);
-			return;
 		}
-		freeReplyObject(r);
-		a.expiry_ns = t0 + LEASE_INTERVALS * c->interval_ns;
 		pthread_mutex_lock(&c->lock);
 		c->ans[i] = a;
-		c->script_calls++;
+		c->script_calls += (uint64_t)q->limit + (uint64_t)q->breaker;
 		pthread_mutex_unlock(&c->lock);
 		ok++;
 	}
@@ -727,43 +863,30 @@ struct tick_ctx {
 	bool post;
 };
 
-static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
-		    void *arg)
+/* A global limiter: apply the last lease (and the fallback), measure the
+ * demand for the next exchange. */
+static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const struct resil_rec *rec,
+		       struct cl_slot *cs, const struct xans *a, struct xreq *q)
 {
-	struct tick_ctx *t = arg;
 	struct resild_cluster *c = t->c;
-	struct cl_slot *cs = &c->slots[slot];
 	const struct resil_limit_conf *lc = &rec->conf.limit;
+	void *lst = resil_comp_state(s, rec, RESIL_C_LIMIT);
+	double rate = (double)lc->count * 1e9 / (double)lc->period_ns;
 	uint64_t v[RESIL_STAT__MAX], calls;
-	struct xans a;
-	void *lst;
-	double rate;
 	int64_t fb;
 
-	if (slot >= c->cap || rec->conf.scope != RESIL_SCOPE_GLOBAL || !resil_has(rec, RESIL_C_LIMIT))
-		return 0;
-	if (!cs->active || cs->gen != rec->gen) {
-		memset(cs, 0, sizeof(*cs));
-		cs->active = true;
-		cs->gen = rec->gen;
-	}
-	lst = resil_comp_state(s, rec, RESIL_C_LIMIT);
-	rate = (double)lc->count * 1e9 / (double)lc->period_ns;
-
-	/* (1) the answer of the last exchange, if it is for this policy */
-	pthread_mutex_lock(&c->lock);
-	a = c->ans[slot];
-	c->ans[slot].fresh = false;
-	pthread_mutex_unlock(&c->lock);
 	/* every fresh answer is newer than the last (one exchange at a time);
 	 * its id may be lower after Redis lost its data */
-	if (a.fresh && a.gen == rec->gen) {
-		if (cs->applied && fabs(a.share - cs->share) > 0.1 * cs->share + 0.5)
+	if (a->fresh && a->gen == rec->gen) {
+		if (cs->applied && fabs(a->share - cs->share) > 0.1 * cs->share + 0.5) {
 			cs->lease_changes++;
-		cs->applied = a.id;
-		cs->share = a.share;
-		cs->expiry_ns = a.expiry_ns;
-		cs->hosts = a.hosts;
+			log_debug("cluster: policy %s: share %.1f/s -> %.1f/s (%u hosts)",
+				  rec->name, cs->share, a->share, a->hosts);
+		}
+		cs->applied = a->id;
+		cs->share = a->share;
+		cs->expiry_ns = a->expiry_ns;
+		cs->hosts = a->hosts;
 	}
 	switch (c->fallback) {
 	case RESILD_FALLBACK_LOCAL:
@@ -788,7 +911,7 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	}
 	cs->in_lease = t->now < cs->expiry_ns;
 
-	/* (2) this tick's demand: calls that reached the limiter per second */
+	/* demand: calls that reached the limiter per second */
 	resil_stats_read_all(resil_comp_state(s, rec, RESIL_C_STATS), v);
 	calls = v[RESIL_STAT_SUCCESS] + v[RESIL_STAT_FAILURE] + v[RESIL_STAT_IGNORED] +
 		v[RESIL_STAT_REJ_LIMITED];
@@ -798,15 +921,87 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 		cs->calls = calls;
 		cs->calls_ns = t->now;
 	}
+	q->limit = true;
+	q->rate = rate;
+	q->demand = cs->demand;
+	q->applied = cs->applied;
+}
+
+/* A global time-window breaker: mirror a fleet open, report the window. */
+static void tick_breaker(struct tick_ctx *t, const struct resil_seg *s,
+			 const struct resil_rec *rec, struct cl_slot *cs, const struct xans *a,
+			 struct xreq *q)
+{
+	const struct resil_breaker_conf *bc = &rec->conf.breaker;
+	void *bst = resil_comp_state(s, rec, RESIL_C_BREAKER);
+	struct resil_ctx x = {.seg = s, .rec = rec, .pid = (uint32_t)getpid()};
+	struct resil_breaker_counts k;
+
+	if (a->bk_fresh && a->gen == rec->gen) {
+		cs->bk_calls = a->bk_calls;
+		/* one open per outage: a generation not seen here yet */
+		if (a->bk_open && a->bk_gen != cs->bk_gen) {
+			cs->bk_gen = a->bk_gen;
+			if (resil_breaker_trip(&x, bc, bst, RESIL_WHY_FAILURE_RATE, a->bk_rate_bp)) {
+				cs->bk_trips++;
+				log_notice("cluster: policy %s: the fleet's breaker opened "
+					   "(open %llu, %lld calls in the fleet's window, %.1f%% "
+					   "bad): opened here",
+					   rec->name, (unsigned long long)a->bk_gen,
+					   (long long)a->bk_calls, a->bk_rate_bp / 100.0);
+			}
+		} else if (!a->bk_open) {
+			cs->bk_gen = a->bk_gen;
+		}
+	}
+	resil_breaker_window(&x, bc, bst, &k);
+	q->breaker = true;
+	q->calls = k.calls;
+	q->failures = k.failures;
+	q->slow = bc->slow_rate_bp < 10000 ? k.slow : 0;
+	q->window_ms = bc->window_ns / RESIL_NS_PER_MS;
+	q->wait_ms = bc->wait_ns / RESIL_NS_PER_MS;
+	q->min_calls = bc->min_calls;
+	q->failure_bp = bc->failure_rate_bp;
+	q->slow_bp = bc->slow_rate_bp < 10000 ? bc->slow_rate_bp : 0;
+}
+
+static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+		    void *arg)
+{
+	struct tick_ctx *t = arg;
+	struct resild_cluster *c = t->c;
+	struct cl_slot *cs = &c->slots[slot];
+	struct xreq q = {.active = true, .gen = rec->gen};
+	bool lim, bk;
+	struct xans a;
+
+	if (slot >= c->cap || rec->conf.scope != RESIL_SCOPE_GLOBAL)
+		return 0;
+	lim = resil_has(rec, RESIL_C_LIMIT);
+	bk = resil_has(rec, RESIL_C_BREAKER) && rec->conf.breaker.window_kind == RESIL_WINDOW_TIME;
+	if (!lim && !bk)
+		return 0;
+	if (!cs->active || cs->gen != rec->gen) {
+		memset(cs, 0, sizeof(*cs));
+		cs->active = true;
+		cs->gen = rec->gen;
+	}
+	/* the answer of the last exchange, if it is for this policy */
+	pthread_mutex_lock(&c->lock);
+	a = c->ans[slot];
+	c->ans[slot].fresh = false;
+	c->ans[slot].bk_fresh = false;
+	pthread_mutex_unlock(&c->lock);
+	if (lim)
+		tick_limit(t, s, rec, cs, &a, &q);
+	if (bk)
+		tick_breaker(t, s, rec, cs, &a, &q);
 	if (!t->post)
 		return 0;
+	snprintf(q.name, sizeof(q.name), "%s", rec->name);
 	pthread_mutex_lock(&c->lock);
-	c->req[slot] = (struct xreq){.active = true,
-				     .gen = rec->gen,
-				     .rate = rate,
-				     .demand = cs->demand,
-				     .applied = cs->applied};
-	snprintf(c->req[slot].name, sizeof(c->req[slot].name), "%s", rec->name);
+	c->req[slot] = q;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -895,7 +1090,12 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 	    "# HELP resil_cluster_hosts Hosts present in the policy's last lease.\n"
 	    "# TYPE resil_cluster_hosts gauge\n"
 	    "# HELP resil_cluster_fallbacks_total Leases that expired unrenewed.\n"
-	    "# TYPE resil_cluster_fallbacks_total counter\n");
+	    "# TYPE resil_cluster_fallbacks_total counter\n"
+	    "# HELP resil_cluster_breaker_opens_total Fleet-wide opens that opened the "
+	    "breaker here.\n"
+	    "# TYPE resil_cluster_breaker_opens_total counter\n"
+	    "# HELP resil_cluster_breaker_fleet_calls Calls in the fleet's time window.\n"
+	    "# TYPE resil_cluster_breaker_fleet_calls gauge\n");
 	for (uint32_t i = 0; i < c->cap; i++) {
 		const struct cl_slot *cs = &c->slots[i];
 		uint64_t sw = ld_relaxed(&resil_seg_slots(&d->seg)[i]);
@@ -906,6 +1106,12 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 			continue;
 		resil_metrics_escape(rec->name, strnlen(rec->name, RESIL_NAME_MAX), name,
 				     sizeof(name));
+		if (rec->conf.breaker.on)
+			PUT("resil_cluster_breaker_opens_total{policy=\"%s\"} %llu\n"
+			    "resil_cluster_breaker_fleet_calls{policy=\"%s\"} %lld\n",
+			    name, (unsigned long long)cs->bk_trips, name, (long long)cs->bk_calls);
+		if (!rec->conf.limit.on)
+			continue;
 		PUT("resil_cluster_share{policy=\"%s\"} %.3f\n"
 		    "resil_cluster_lease_seconds{policy=\"%s\"} %.3f\n"
 		    "resil_cluster_demand{policy=\"%s\"} %.3f\n"
