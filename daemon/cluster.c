@@ -878,10 +878,11 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 	/* every fresh answer is newer than the last (one exchange at a time);
 	 * its id may be lower after Redis lost its data */
 	if (a->fresh && a->gen == rec->gen) {
-		if (cs->applied && fabs(a->share - cs->share) > 0.1 * cs->share + 0.5) {
+		/* an event when the share moves by more than a tenth */
+		if (!cs->applied || fabs(a->share - cs->share) > 0.1 * cs->share + 0.5) {
 			cs->lease_changes++;
-			log_debug("cluster: policy %s: share %.1f/s -> %.1f/s (%u hosts)",
-				  rec->name, cs->share, a->share, a->hosts);
+			resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_SHARE, 0,
+					 0, (uint64_t)(a->share * 1000.0), t->now);
 		}
 		cs->applied = a->id;
 		cs->share = a->share;
@@ -905,6 +906,8 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 		resil_limit_lease_set(lst, 0, 0, fb);
 	if (cs->in_lease && t->now >= cs->expiry_ns) {
 		cs->fallbacks++;
+		resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_FALLBACK, 0, 0,
+				 0, t->now);
 		log_warning("cluster: policy %s: lease expired without renewal, its clients "
 			    "fall back",
 			    rec->name);
@@ -942,7 +945,7 @@ static void tick_breaker(struct tick_ctx *t, const struct resil_seg *s,
 		/* one open per outage: a generation not seen here yet */
 		if (a->bk_open && a->bk_gen != cs->bk_gen) {
 			cs->bk_gen = a->bk_gen;
-			if (resil_breaker_trip(&x, bc, bst, RESIL_WHY_FAILURE_RATE, a->bk_rate_bp)) {
+			if (resil_breaker_trip(&x, bc, bst, RESIL_WHY_FLEET, a->bk_rate_bp)) {
 				cs->bk_trips++;
 				log_notice("cluster: policy %s: the fleet's breaker opened "
 					   "(open %llu, %lld calls in the fleet's window, %.1f%% "

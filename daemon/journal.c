@@ -73,6 +73,8 @@ static const char *type_word(uint32_t t)
 		return "clients-full";
 	case RESIL_EV_CONFIG:
 		return "config";
+	case RESIL_EV_CLUSTER:
+		return "cluster";
 	default:
 		return "unknown";
 	}

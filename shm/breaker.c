@@ -1833,6 +1833,7 @@ const char *resil_breaker_why(uint32_t reason)
 	    [RESIL_WHY_PROBE_TIMEOUT] = "probe timed out",
 	    [RESIL_WHY_FORCED] = "forced",
 	    [RESIL_WHY_RESET] = "reset",
+	    [RESIL_WHY_FLEET] = "the fleet's window",
 	};
 
 	return reason < RESIL_WHY_MAX ? why[reason] : "unknown";
