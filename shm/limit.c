@@ -1118,6 +1118,9 @@ void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t 
 	st_relaxed(&s->swept, 0);
 	st_relaxed(&s->repairs, 0);
 	st_relaxed(&s->ticks, 0);
+	/* no lease: a global policy runs at the configured rate until its
+	 * daemon's first exchange writes one */
+	resil_limit_lease_set(st, 0, 0, 0);
 	if (c->keys) {
 		struct resil_limit_entry *t = table_of(s);
 
