@@ -26,18 +26,19 @@
  * answer into a state block.
  *
  * The lease (LEASE_LUA). Per policy one hash, "<cluster>:{<policy>}:lease",
- * one field per host: its last demand, when it last reported (Redis
- * TIME, milliseconds: cjson keeps 14 digits) and its live leases {share, expiry, id}. A call:
- * (stored as now + L + 1 ms: past any host's own end of it) drops the leases that expired and those the host has replaced in its
- * segment (ids below the one it says it applied), forgets hosts with no
- * live lease that have not reported for a lease length, computes the
- * max-min fair allocation of the rate by demand over the hosts present
- * (what is left once every demand is met is split evenly, as headroom),
- * and grants the caller min(its fair share, rate - sum over the other
- * hosts of the largest share each still holds under a live lease).
- * Invariant: at any Redis time, the sum over hosts of the largest live
- * share each holds is at most the rate. Each grant keeps it (it fits next
- * to what the others hold), and nothing else raises a holding. A share
+ * one field per host: its last demand, when it last reported (Redis TIME,
+ * milliseconds: cjson keeps 14 digits) and its live leases {share, expiry,
+ * id}, the expiry stored as now + L + 1 ms (past the host's own end of
+ * it). A call drops the leases that expired and those the host has
+ * replaced in its segment (ids below the one it says it applied), forgets
+ * hosts with no live lease that have not reported for a lease length,
+ * computes the max-min fair allocation of the rate by demand over the
+ * hosts present (what is left once every demand is met is split evenly,
+ * as headroom), and grants the caller min(its fair share, rate - sum over
+ * the other hosts of the largest share each still holds under a live
+ * lease). Invariant: at any Redis time, the sum over hosts of the largest
+ * live share each holds is at most the rate. Each grant keeps it (it fits
+ * next to what the others hold), and nothing else raises a holding. A share
  * freed by a host becomes grantable only once the larger lease it
  * replaces has expired or the host has said it no longer uses it (it
  * applied a newer one: the loop writes a lease over the older one in the
@@ -55,6 +56,25 @@
  * its own (limit.c): --cluster-fallback share (the rate divided by the
  * hosts last seen; until the first exchange, the whole rate), local (the
  * whole rate on this host) or reject.
+ *
+ * Breakers (BREAKER_LUA; time windows only, conf.c refuses the others).
+ * Each exchange reports the host's window (calls, failures, slow calls:
+ * resil_breaker_window) under "h:<host>"; the script adds up the reports
+ * younger than the window, and when the fleet's window holds
+ * breaker.min_calls and a rate at or over a threshold it opens once: a
+ * generation and the time in the hash; no new open until the OPEN wait and
+ * a whole window after it have passed, so one outage's failures open it
+ * once. A daemon that sees a generation it has not mirrored opens its
+ * host's breaker (resil_breaker_trip: the CAS a local open makes, with
+ * RESIL_WHY_FLEET); the host then waits and probes on its own. The host's
+ * breaker still opens at once on its own window. Not here yet: a
+ * fleet-wide probe budget and close (each host probes and closes alone).
+ * Reporting the whole window each time keeps the counts of an outage of
+ * Redis: they are sent when it is back, bounded by the window.
+ *
+ * The interval. Requests are posted at the loop's tick (100 ms) once
+ * --cluster-interval has passed since the last post: an interval below the
+ * tick runs at the tick.
  *
  * Redis down, slow or garbage. The exchange has socket timeouts (two
  * intervals); any I/O error, a refused AUTH, a script error or a reply of
