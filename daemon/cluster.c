@@ -245,8 +245,8 @@ struct xreq {
 	uint32_t gen;
 	char name[RESIL_NAME_MAX];
 	bool limit, breaker;
-	double rate;	 /* per second */
-	double demand;	 /* per second */
+	double rate;	  /* per second */
+	double demand;	  /* per second */
 	uint64_t applied; /* the lease id in the segment */
 	/* breaker: this host's time window, the thresholds */
 	int64_t calls, failures, slow;
@@ -355,9 +355,8 @@ static int parse_url(struct resild_cluster *c, const char *url)
 		if (strncmp(p, "//", 2) == 0)
 			p += 2;
 		if (*p != '/')
-			return log_error_errno(-EINVAL,
-					       "--cluster-redis %s: expected unix:/absolute/path",
-					       url);
+			return log_error_errno(
+			    -EINVAL, "--cluster-redis %s: expected unix:/absolute/path", url);
 		c->unix_sock = true;
 		snprintf(c->addr, sizeof(c->addr), "%s", p);
 		return 0;
@@ -394,9 +393,8 @@ static int parse_url(struct resild_cluster *c, const char *url)
 		long v = strtol(p + 1, &end, 10);
 
 		if (end == p + 1 || *end || v < 0 || v > 1000000)
-			return log_error_errno(-EINVAL,
-					       "--cluster-redis %s: the database is not a number",
-					       url);
+			return log_error_errno(
+			    -EINVAL, "--cluster-redis %s: the database is not a number", url);
 		c->db = (int)v;
 	}
 	return 0;
@@ -802,8 +800,8 @@ int resild_cluster_init(struct resild *d)
 	r = parse_url(c, o->cluster_redis);
 	if (r < 0)
 		return r;
-	c->interval_ns = o->cluster_interval_ns ? o->cluster_interval_ns
-						: RESILD_CLUSTER_INTERVAL_NS;
+	c->interval_ns =
+	    o->cluster_interval_ns ? o->cluster_interval_ns : RESILD_CLUSTER_INTERVAL_NS;
 	c->fallback = o->cluster_fallback;
 	if (strlen(o->cluster_name ? o->cluster_name : "resil") >= sizeof(c->prefix))
 		return log_error_errno(-EINVAL, "--cluster-name: at most %d bytes",
@@ -901,8 +899,8 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 		/* an event when the share moves by more than a tenth */
 		if (!cs->applied || fabs(a->share - cs->share) > 0.1 * cs->share + 0.5) {
 			cs->lease_changes++;
-			resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_SHARE, 0,
-					 0, (uint64_t)(a->share * 1000.0), t->now);
+			resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_SHARE,
+					 0, 0, (uint64_t)(a->share * 1000.0), t->now);
 		}
 		cs->applied = a->id;
 		cs->share = a->share;
@@ -951,9 +949,8 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 }
 
 /* A global time-window breaker: mirror a fleet open, report the window. */
-static void tick_breaker(struct tick_ctx *t, const struct resil_seg *s,
-			 const struct resil_rec *rec, struct cl_slot *cs, const struct xans *a,
-			 struct xreq *q)
+static void tick_breaker(struct tick_ctx *t, const struct resil_seg *s, const struct resil_rec *rec,
+			 struct cl_slot *cs, const struct xans *a, struct xreq *q)
 {
 	const struct resil_breaker_conf *bc = &rec->conf.breaker;
 	void *bst = resil_comp_state(s, rec, RESIL_C_BREAKER);

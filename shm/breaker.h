@@ -23,7 +23,8 @@ enum resil_breaker_why {
 	RESIL_WHY_PROBE_TIMEOUT = 7, /* a probe held longer than half_open_max_wait (value: ns) */
 	RESIL_WHY_FORCED = 8,	     /* resil_breaker_force to a forced state */
 	RESIL_WHY_RESET = 9,	     /* resil_breaker_force(CLOSED): fresh closed breaker */
-	RESIL_WHY_FLEET = 10, /* scope = global: the fleet's window crossed a threshold (value: bp) */
+	/* scope = global: the fleet's window crossed a threshold (value: bp) */
+	RESIL_WHY_FLEET = 10,
 	RESIL_WHY_MAX,
 };
 

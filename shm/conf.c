@@ -298,9 +298,9 @@ int resil_conf_set(struct resil_conf *c, const char *key, const char *value, cha
 		else if (strcmp(v, "global") == 0)
 			c->scope = RESIL_SCOPE_GLOBAL;
 		else
-			return resil_errf(err, errlen, -EINVAL,
-					  "policy.scope: '%s' is not 'fleet', 'process' or 'global'",
-					  value);
+			return resil_errf(
+			    err, errlen, -EINVAL,
+			    "policy.scope: '%s' is not 'fleet', 'process' or 'global'", value);
 		return 0;
 	}
 	if (strcmp(key, "histogram") == 0) {
@@ -420,14 +420,15 @@ static int global_check(const struct resil_conf *c, char *err, size_t errlen)
 				  "policy.scope = global needs a time window (breaker.window = "
 				  "time:DURATION): a %s window cannot be added up across hosts",
 				  c->breaker.window_kind == RESIL_WINDOW_COUNT ? "count"
-									      : "consecutive");
+									       : "consecutive");
 	if (c->limit.on && (resil_limit_algo(&c->limit) != RESIL_LIMIT_GCRA || c->limit.keys))
 		return resil_errf(err, errlen, -EINVAL,
 				  "policy.scope = global applies to the unkeyed gcra limiter "
 				  "(limit.algorithm = gcra, no limit.keys)");
 	if (!c->limit.on && !c->breaker.on)
-		return resil_errf(err, errlen, -EINVAL,
-				  "policy.scope = global needs limit.rate or a time-window breaker");
+		return resil_errf(
+		    err, errlen, -EINVAL,
+		    "policy.scope = global needs limit.rate or a time-window breaker");
 	return 0;
 }
 

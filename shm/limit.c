@@ -1253,8 +1253,8 @@ int64_t resil_limit_lease_T(const struct resil_limit_conf *c, const void *st, in
 			    bool *leased)
 {
 	const struct resil_limit_state *s = (const struct resil_limit_state *)st;
-	int64_t exp = (int64_t)atomic_load_explicit((ra64 *)&s->lease_expiry_ns,
-						    memory_order_acquire);
+	int64_t exp =
+	    (int64_t)atomic_load_explicit((ra64 *)&s->lease_expiry_ns, memory_order_acquire);
 	int64_t T;
 
 	*leased = now < exp;

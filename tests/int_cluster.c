@@ -75,8 +75,8 @@ static bool redis_up(const char *password)
 	bool ok = false;
 
 	if (c && !c->err) {
-		redisReply *r = password ? redisCommand(c, "AUTH %s", password)
-					 : redisCommand(c, "PING");
+		redisReply *r =
+		    password ? redisCommand(c, "AUTH %s", password) : redisCommand(c, "PING");
 
 		ok = r && r->type != REDIS_REPLY_ERROR;
 		if (r)
@@ -145,8 +145,8 @@ static void worker(int h, const char *sock, double per_s)
 
 		if (now < next) {
 			struct timespec ts = {.tv_sec = 0,
-					      .tv_nsec = next - now > 999999999 ? 999999999
-										: next - now};
+					      .tv_nsec =
+						  next - now > 999999999 ? 999999999 : next - now};
 			nanosleep(&ts, NULL);
 			continue;
 		}
@@ -201,8 +201,8 @@ static double metric(int h, const char *name)
 	if (test_run(argv, NULL, out, sizeof(out)) != 0)
 		return -1e9;
 	for (at = out; (at = strstr(at, name)); at++)
-		if ((at == out || at[-1] == '\n') && (at[strlen(name)] == ' ' ||
-						      at[strlen(name)] == '{'))
+		if ((at == out || at[-1] == '\n') &&
+		    (at[strlen(name)] == ' ' || at[strlen(name)] == '{'))
 			return strtod(strchr(at, ' ') + 1, NULL);
 	return -1e9;
 }

@@ -81,8 +81,14 @@ static long long redis_int(const char *cmd, const char *key, const char *field)
 static int host_start(int h)
 {
 	char host[16];
-	const char *extra[] = {"--state-size",	 "16M",	 "--cluster-redis", rurl,
-			       "--cluster-host", host, "--cluster-name",  cname,
+	const char *extra[] = {"--state-size",
+			       "16M",
+			       "--cluster-redis",
+			       rurl,
+			       "--cluster-host",
+			       host,
+			       "--cluster-name",
+			       cname,
 			       NULL};
 	resil_t *r;
 	int v;
@@ -151,8 +157,8 @@ int main(void)
 
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", rsock, "--save",
-		       "", "--appendonly", "no", "--dir", dir, (char *)NULL);
+		execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", rsock,
+		       "--save", "", "--appendonly", "no", "--dir", dir, (char *)NULL);
 		_exit(127);
 	}
 	if (!TEST_EVENTUALLY(redis_up())) {
@@ -181,13 +187,20 @@ int main(void)
 	{
 		char host[16] = "hostD";
 		char name[64];
-		const char *extra[] = {"--state-size",	 "16M", "--cluster-redis", rurl,
-				       "--cluster-host", host,	"--cluster-name",  name,
+		const char *extra[] = {"--state-size",
+				       "16M",
+				       "--cluster-redis",
+				       rurl,
+				       "--cluster-host",
+				       host,
+				       "--cluster-name",
+				       name,
 				       NULL};
 		resil_t *r;
 
 		snprintf(name, sizeof(name), "bk%d-other", (int)getpid());
-		CHECK(test_daemon_init(&hd[HOSTS]) == 0 && test_daemon_start(&hd[HOSTS], extra) == 0,
+		CHECK(test_daemon_init(&hd[HOSTS]) == 0 &&
+			  test_daemon_start(&hd[HOSTS], extra) == 0,
 		      "host D starts");
 		CHECK(resil_open(&r, hd[HOSTS].sock) == 0 && resil_define(r, "b", CONF) == 0,
 		      "define on D");

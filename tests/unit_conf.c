@@ -145,16 +145,16 @@ static void test_global_scope(void **state)
 
 	(void)state;
 	resil_conf_init(&c);
-	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; limit.rate = 100/s", 1, err,
-					  sizeof(err)),
-			 0);
+	assert_int_equal(
+	    resil_conf_parse(&c, "policy.scope = global; limit.rate = 100/s", 1, err, sizeof(err)),
+	    0);
 	assert_int_equal(c.scope, RESIL_SCOPE_GLOBAL);
 	resil_conf_format(&c, buf, sizeof(buf));
 	assert_non_null(strstr(buf, "policy.scope = global\n"));
 
 	resil_conf_init(&c);
-	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; breaker.window = time:10s",
-					  1, err, sizeof(err)),
+	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; breaker.window = time:10s", 1,
+					  err, sizeof(err)),
 			 0);
 
 	resil_conf_init(&c);
@@ -180,20 +180,18 @@ static void test_global_scope(void **state)
 			 -EINVAL);
 
 	resil_conf_init(&c);
-	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; bulkhead.max = 3", 1, err,
-					  sizeof(err)),
-			 -EINVAL);
+	assert_int_equal(
+	    resil_conf_parse(&c, "policy.scope = global; bulkhead.max = 3", 1, err, sizeof(err)),
+	    -EINVAL);
 	assert_non_null(strstr(err, "needs limit.rate or a time-window breaker"));
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_durations),
-		cmocka_unit_test(test_rates_percents),
-		cmocka_unit_test(test_parse_text),
-		cmocka_unit_test(test_round_trip),
-		cmocka_unit_test(test_global_scope),
+	    cmocka_unit_test(test_durations),	 cmocka_unit_test(test_rates_percents),
+	    cmocka_unit_test(test_parse_text),	 cmocka_unit_test(test_round_trip),
+	    cmocka_unit_test(test_global_scope),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
