@@ -434,6 +434,14 @@ int main(void)
 		       "started\n",
 		       first < 0 ? -1 : first - b1);
 		CHECK(first >= 0 && first - b1 <= 8, "D gets its share soon after it asks");
+		if (first < 0 || first - b1 > 8) {
+			for (int b = b1; b < b2; b++)
+				fprintf(stderr, "  bucket %d: D admitted %u rejected %u, A %u\n", b - b1,
+					adm(3, b), atomic_load(&sh->rej[3][b]), adm(0, b));
+			fprintf(stderr, "  D: share %.1f demand %.1f hosts %.0f\n",
+				metric(3, "resil_cluster_share"), metric(3, "resil_cluster_demand"),
+				metric(3, "resil_cluster_hosts"));
+		}
 		CHECK(adm_span(3, b2 - 10, b2) >= 300 * 85 / 100, "D holds its share");
 		CHECK(adm_span(0, b2 - 10, b2) >= 400 * 85 / 100, "A holds the rest");
 	}
