@@ -76,8 +76,8 @@
  * --cluster-interval has passed since the last post: an interval below the
  * tick runs at the tick.
  *
- * Redis down, slow or garbage. The exchange has socket timeouts (two
- * intervals); any I/O error, a refused AUTH, a script error or a reply of
+ * Redis down, slow or garbage. The exchange has socket timeouts (ten
+ * intervals, at least 2 s); any I/O error, a refused AUTH, a script error or a reply of
  * the wrong shape closes the connection, is logged once per distinct
  * error (and the return to service once) and the thread reconnects after
  * a jittered exponential backoff (interval .. 5 s, full jitter between
@@ -528,7 +528,11 @@ static bool load_script(struct resild_cluster *c, const char *lua, char *sha)
 
 static bool connect_redis(struct resild_cluster *c)
 {
-	int64_t to = resil_max64(2 * c->interval_ns, 200 * RESIL_NS_PER_MS);
+	/* Generous: only this thread waits, and a late answer is still worth
+	 * applying (its expiry counts from the request). Closing on a short
+	 * timeout would turn a slow moment into a reconnect and a backoff,
+	 * and leases into fallbacks for seconds. */
+	int64_t to = resil_max64(10 * c->interval_ns, 2 * RESIL_NS_PER_S);
 	struct timeval tv = {.tv_sec = to / RESIL_NS_PER_S,
 			     .tv_usec = (to % RESIL_NS_PER_S) / 1000};
 	char w[URL_MAX + 16], db[16];

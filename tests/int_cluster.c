@@ -438,6 +438,10 @@ int main(void)
 			for (int b = b1; b < b2; b++)
 				fprintf(stderr, "  bucket %d: D admitted %u rejected %u, A %u\n", b - b1,
 					adm(3, b), atomic_load(&sh->rej[3][b]), adm(0, b));
+			char cmd[PATH_MAX + 32];
+
+			snprintf(cmd, sizeof(cmd), "tail -n 8 '%s' >&2", hd[3].log);
+			(void)system(cmd);
 			fprintf(stderr, "  D: share %.1f demand %.1f hosts %.0f\n",
 				metric(3, "resil_cluster_share"), metric(3, "resil_cluster_demand"),
 				metric(3, "resil_cluster_hosts"));
