@@ -192,7 +192,10 @@
  *   A client past the expiry falls back on its own: a stopped or dead
  *   daemon cannot leave its host on a share Redis has handed to others.
  *   The GCRA runs on the same TAT with T (and tau = T * burst) replaced:
- *   a changed share changes the rate from the next permit on. Cost: two
+ *   a changed share changes the rate from the next permit on. A TAT ahead
+ *   of now by more than tau + limit.wait (debt run up under a smaller
+ *   share, whose T was longer) is cut to now + tau by the heal path with
+ *   no slack: the host is then full and goes on at its new share. Cost: two
  *   loads of a line the daemon writes once per cluster interval (one
  *   cache miss per interval per CPU), and no store.
  *
@@ -256,6 +259,7 @@ struct lp {
 	int64_t P;	  /* period */
 	uint32_t L;	  /* count */
 	uint32_t n;	  /* permits */
+	int64_t slack;	  /* a GCRA TAT this far past tau + max_wait is healed */
 	unsigned algo;
 	ra64 *heals; /* the state's heal counter */
 };
@@ -336,7 +340,7 @@ static inline int gcra_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t 
 		 * arithmetic with it could overflow (see the top). Same
 		 * condition as d > max_wait + inc + HEAL_SLACK below. */
 		if (RESIL_UNLIKELY((uint64_t)from - (uint64_t)p->now >
-				   (uint64_t)(p->max_wait + p->tau + HEAL_SLACK))) {
+				   (uint64_t)(p->max_wait + p->tau + p->slack))) {
 			if (cas_relaxed(w, &cur, (uint64_t)(p->now + p->tau)))
 				faa_relaxed(p->heals, 1);
 			*wait = p->max_wait + p->tau + inc;
@@ -608,6 +612,7 @@ static void lp_init(struct lp *p, const struct resil_limit_conf *c, int64_t now,
 	p->P = c->period_ns;
 	p->L = c->count;
 	p->n = n ? n : 1;
+	p->slack = HEAL_SLACK;
 	p->algo = resil_limit_algo(c);
 	p->heals = NULL;
 }
@@ -1283,6 +1288,12 @@ static inline bool lease_apply(struct resil_ctx *x, const struct resil_limit_con
 		return false;
 	p->T = T;
 	p->tau = T * (int64_t)(c->burst ? c->burst : 1);
+	/* a TAT run ahead under a smaller share (a longer T) is a debt in the
+	 * old T's units: past tau + wait it is cut to now + tau (full now,
+	 * the next permit one new T later) instead of holding the host back
+	 * for seconds after its share grew; what it admits stays within the
+	 * share it holds now */
+	p->slack = 0;
 	return true;
 }
 

@@ -1319,8 +1319,24 @@ static void test_global_lease(void **state)
 	f.now += 10 * MS;
 	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
 
+	/* a share that grows after a burst at a tiny one: the TAT's debt in
+	 * the old T (seconds) does not hold the host back */
+	f.now += 100 * MS;
+	resil_limit_lease_set(f.st, 1 * S, f.now + 10 * S, 0); /* 1/s */
+	assert_int_equal(acq(&f, NULL, NULL), 0);		/* TAT 1 s ahead */
+	resil_limit_lease_set(f.st, 1 * MS, f.now + 10 * S, 0); /* 1000/s */
+	f.now += 2 * MS;
+	n = 0;
+	for (int i = 0; i < 10; i++) {
+		f.now += 1 * MS;
+		n += acq(&f, NULL, NULL) == 0;
+	}
+	assert_in_range(n, 8, 10);
+
 	/* the same words on a fleet policy change nothing */
 	rec.conf.scope = RESIL_SCOPE_FLEET;
+	resil_limit_lease_set(f.st, 0, f.now + 10 * S, 0); /* no share */
+	f.now += 10 * MS;
 	assert_int_equal(acq(&f, NULL, NULL), 0);
 	fx_fini(&f);
 }
