@@ -459,8 +459,8 @@ int main(void)
 		}
 		if (first < 0 || adm_span(3, b2 - 10, b2) < 300 * 85 / 100) {
 			for (int b = b1; b < b2; b++)
-				fprintf(stderr, "  bucket %d: D admitted %u rejected %u, A %u\n", b - b1,
-					adm(3, b), atomic_load(&sh->rej[3][b]), adm(0, b));
+				fprintf(stderr, "  bucket %d: D admitted %u rejected %u, A %u\n",
+					b - b1, adm(3, b), atomic_load(&sh->rej[3][b]), adm(0, b));
 			char cmd[PATH_MAX + 32];
 
 			snprintf(cmd, sizeof(cmd), "tail -n 8 '%s' >&2", hd[3].log);

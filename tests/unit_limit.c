@@ -1322,7 +1322,7 @@ static void test_global_lease(void **state)
 	/* a share that grows after a burst at a tiny one: the TAT's debt in
 	 * the old T (seconds) does not hold the host back */
 	f.now += 100 * MS;
-	resil_limit_lease_set(f.st, 1 * S, f.now + 10 * S, 0); /* 1/s */
+	resil_limit_lease_set(f.st, 1 * S, f.now + 10 * S, 0);	/* 1/s */
 	assert_int_equal(acq(&f, NULL, NULL), 0);		/* TAT 1 s ahead */
 	resil_limit_lease_set(f.st, 1 * MS, f.now + 10 * S, 0); /* 1000/s */
 	f.now += 2 * MS;
