@@ -795,6 +795,7 @@ static int optfile_parse(struct resild_optfile *f, const char *label, const char
 		const char *nl = strchr(p, '\n');
 		size_t n = nl ? (size_t)(nl - p) : strlen(p);
 		const char *known = NULL;
+		char cluster_key[128];
 
 		line++;
 		if (n >= sizeof(buf)) {
@@ -858,10 +859,14 @@ static int optfile_parse(struct resild_optfile *f, const char *label, const char
 			return -EINVAL;
 		}
 		if (sect == CLUSTER) {
-			snprintf(err, errlen,
-				 "%s:%d: %.100s: [cluster] is reserved for settings between hosts, "
-				 "and this resild has none",
-				 label, line, key);
+			/* [cluster] KEY is the setting cluster_KEY (--cluster-KEY) */
+			char *ck = cluster_key;
+
+			snprintf(cluster_key, sizeof(cluster_key), "cluster_%.100s", key);
+			key = ck;
+		} else if (strncmp(key, "cluster_", 8) == 0) {
+			snprintf(err, errlen, "%s:%d: %.100s goes in [cluster], as %.100s", label,
+				 line, key, key + 8);
 			return -EINVAL;
 		}
 		for (const char *const *k = keys; *k; k++)

@@ -46,6 +46,7 @@
 
 #include "cfgfile.h"
 #include "clients.h"
+#include "cluster.h"
 #include "ctl.h"
 #include "log.h"
 #include "limit.h"
@@ -1005,6 +1006,7 @@ struct health {
 	uint64_t conns_refused, conns_idle, conns_cut, events_seen, reclaims;
 	uint64_t reloads, reload_errors, clients_over_quota;
 	int64_t reload_ok_time;
+	char cluster[8192]; /* resil_cluster_* (cluster.c), rendered by the loop */
 };
 
 static pthread_mutex_t published_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1028,6 +1030,11 @@ static void health_take(struct resild *d, struct health *h)
 	h->clients_over_quota = d->clients_over_quota;
 	if (d->seg.cfg)
 		h->slot_cap = d->seg.cfg->slot_cap;
+	/* the cluster's figures live in the loop's memory: rendered here, on
+	 * the loop's thread, so the HTTP thread reads a copy */
+	if (d->cluster && resild_cluster_metrics(d, h->cluster, sizeof(h->cluster)) >=
+			      sizeof(h->cluster))
+		h->cluster[0] = '\0';
 }
 
 
@@ -1137,6 +1144,7 @@ static size_t metrics_render(const struct health *h, const struct resil_seg *seg
 	     "# HELP resil_policy_slots Policy slots (--policies).\n"
 	     "# TYPE resil_policy_slots gauge\nresil_policy_slots %u\n",
 	     h->slot_cap);
+	mput(&m, "%s", h->cluster);
 	/* records and the arena: resil_metrics_text (the HTTP text too) */
 	m.pos += resil_metrics_text(seg, m.pos < m.len ? m.buf + m.pos : NULL,
 				    m.pos < m.len ? m.len - m.pos : 0);

@@ -88,6 +88,8 @@ static const char *type_name(uint32_t t)
 		return "config";
 	case RESIL_EV_REPAIRED:
 		return "repaired";
+	case RESIL_EV_CLUSTER:
+		return "cluster";
 	default:
 		return "unknown";
 	}
@@ -153,6 +155,9 @@ static int why_text(struct resild *d, const struct resil_event *e, char *buf, si
 				e->reason == RESIL_WHY_WAIT_OVER ? " (wait of %s over)"
 								 : " (a probe held over %s)",
 				v);
+	case RESIL_WHY_FLEET:
+		fmt_pct(e->value, v, sizeof(v));
+		return snprintf(buf, len, " (the fleet's window across hosts: %s bad)", v);
 	default:
 		return snprintf(buf, len, " (%s)", resil_breaker_why(e->reason));
 	}
@@ -211,6 +216,16 @@ size_t resild_event_format(struct resild *d, const struct resil_event *e, char *
 			n = snprintf(buf, len,
 				     "policy %s: %u state words out of range repaired (last: %s)",
 				     pol, e->b, resil_word_name(e->a));
+		break;
+	case RESIL_EV_CLUSTER:
+		if (e->a == RESIL_CL_SHARE)
+			n = snprintf(buf, len, "policy %s: leased share now %.1f/s", pol,
+				     (double)e->value / 1000.0);
+		else
+			n = snprintf(buf, len,
+				     "policy %s: lease expired unrenewed, clients fall back "
+				     "(--cluster-fallback)",
+				     pol);
 		break;
 	default:
 		n = snprintf(buf, len, "policy %s: event %u", pol, e->type);

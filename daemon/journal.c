@@ -73,6 +73,8 @@ static const char *type_word(uint32_t t)
 		return "clients-full";
 	case RESIL_EV_CONFIG:
 		return "config";
+	case RESIL_EV_CLUSTER:
+		return "cluster";
 	default:
 		return "unknown";
 	}
@@ -89,6 +91,9 @@ int resild_journal_priority(const struct resil_event *e)
 		return LOG_NOTICE;
 	case RESIL_EV_CONFIG:
 		return LOG_INFO;
+	case RESIL_EV_CLUSTER:
+		/* a share that moves is routine; a lease that ran out is not */
+		return e->a == RESIL_CL_SHARE ? LOG_INFO : LOG_WARNING;
 	default:
 		return LOG_WARNING; /* budget exhausted, tables full */
 	}

@@ -65,6 +65,7 @@
 #include <liburing.h>
 
 #include "clients.h"
+#include "cluster.h"
 #include "ctl.h"
 #include "events.h"
 #include "log.h"
@@ -755,6 +756,7 @@ static void on_tick(struct resild *d)
 	resil_seg_reclaim(&d->seg, resil_clock_monotonic(NULL));
 	if (d->reload_retry_until)
 		(void)reload(d, true);
+	resild_cluster_tick(d);
 	resild_clients_scan(d);
 	resild_events_drain(d);
 	scan_conns(d, resil_clock_monotonic(NULL));

@@ -41,6 +41,7 @@
 #include "conf.h"
 #include "ctl.h"
 #include "events.h"
+#include "cluster.h"
 #include "http.h"
 #include "log.h"
 #include "loop.h"
@@ -433,6 +434,11 @@ int main(int argc, char **argv)
 	r = resild_loop_init(&d);
 	if (r < 0)
 		goto out;
+	r = resild_cluster_init(&d);
+	if (r < 0) {
+		exit_code = RESILD_EXIT_CONFIG;
+		goto out;
+	}
 	if (passed.metrics_fd >= 0) {
 		/* resild-metrics.socket: bound by systemd outside the unit's
 		 * PrivateNetwork=, served here; it wins over metrics_listen */
@@ -470,6 +476,7 @@ int main(int argc, char **argv)
 	resild_notify_stopping();
 out:
 	resild_http_stop();
+	resild_cluster_fini(&d);
 	resild_loop_fini(&d);
 	resild_clients_fini(&d);
 	if (d.listen_fd >= 0 && !d.socket_activated)

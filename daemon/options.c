@@ -25,6 +25,7 @@
 #include "cfgfile.h"
 #include "conf.h"
 #include "log.h"
+#include "cluster.h"
 #include "options.h"
 #include "resild.h"
 
@@ -56,6 +57,16 @@ static void usage(FILE *f)
 		"                        --clients; root and the admin group exempt)\n"
 		"  --idle-timeout DURATION  close a connection (not a subscriber) silent\n"
 		"                        this long (default 60s; 0: never)\n"
+		"  --cluster-redis URL   share policy.scope = global policies with the\n"
+		"                        hosts of the fleet through Redis:\n"
+		"                        redis://HOST[:PORT][/DB] or unix:/PATH\n"
+		"  --cluster-name NAME   key prefix of the fleet in Redis (default resil)\n"
+		"  --cluster-host ID     this host's id (default /etc/machine-id)\n"
+		"  --cluster-interval DURATION  exchange period (default 100ms)\n"
+		"  --cluster-fallback share|local|reject  past a lease's expiry: the\n"
+		"                        rate divided by the hosts last seen (default),\n"
+		"                        the whole rate here, or reject\n"
+		"  --cluster-password-file PATH  Redis AUTH password (first line)\n"
 		"  --admin-group NAME    members may change any policy\n"
 		"  --socket-group NAME   group of the socket file (default: our group)\n"
 		"  --metrics-listen ADDR:PORT  serve GET /metrics over HTTP (Prometheus)\n"
@@ -162,6 +173,12 @@ enum {
 	O_IDLE,
 	O_POL_UID,
 	O_CLI_UID,
+	O_CL_REDIS,
+	O_CL_NAME,
+	O_CL_HOST,
+	O_CL_INTERVAL,
+	O_CL_FALLBACK,
+	O_CL_PASSWORD,
 	O_CHECK,
 	O_OPTIONS,
 	O_END
@@ -190,6 +207,13 @@ static const struct setting {
     {"max-policies-per-uid", "max_policies_per_uid", required_argument, O_POL_UID},
     {"max-clients-per-uid", "max_clients_per_uid", required_argument, O_CLI_UID},
     {"admin-group", "admin_group", required_argument, O_ADMIN},
+    /* [cluster] KEY: the setting cluster_KEY (cfgfile.c) */
+    {"cluster-redis", "cluster_redis", required_argument, O_CL_REDIS},
+    {"cluster-name", "cluster_name", required_argument, O_CL_NAME},
+    {"cluster-host", "cluster_host", required_argument, O_CL_HOST},
+    {"cluster-interval", "cluster_interval", required_argument, O_CL_INTERVAL},
+    {"cluster-fallback", "cluster_fallback", required_argument, O_CL_FALLBACK},
+    {"cluster-password-file", "cluster_password_file", required_argument, O_CL_PASSWORD},
     {"socket-group", "socket_group", required_argument, O_SOCKGRP},
     {"verbose", "verbose", no_argument, O_VERBOSE},
     {"metrics-listen", "metrics_listen", required_argument, O_METRICS},
@@ -299,6 +323,32 @@ static int setting_apply(struct resild *d, int code, const char *val, char *why,
 		break;
 	case O_METRICS:
 		d->opts.metrics_listen = val;
+		break;
+	case O_CL_REDIS:
+		d->opts.cluster_redis = val;
+		break;
+	case O_CL_NAME:
+		d->opts.cluster_name = val;
+		break;
+	case O_CL_HOST:
+		d->opts.cluster_host = val;
+		break;
+	case O_CL_PASSWORD:
+		d->opts.cluster_password_file = val;
+		break;
+	case O_CL_INTERVAL:
+		if (resil_parse_duration(val, &d->opts.cluster_interval_ns) < 0 ||
+		    d->opts.cluster_interval_ns < 10 * RESIL_NS_PER_MS ||
+		    d->opts.cluster_interval_ns > 60 * RESIL_NS_PER_S) {
+			snprintf(why, wlen, "expected a duration from 10ms to 60s");
+			return -EINVAL;
+		}
+		break;
+	case O_CL_FALLBACK:
+		if (resild_cluster_parse_fallback(val, &d->opts.cluster_fallback) < 0) {
+			snprintf(why, wlen, "expected share, local or reject");
+			return -EINVAL;
+		}
 		break;
 	default:
 		break;

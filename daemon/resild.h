@@ -33,6 +33,7 @@
 
 struct resild_cfgset;
 struct resild_clients;
+struct resild_cluster;
 struct resild_loop;
 
 struct resild_opts {
@@ -50,6 +51,13 @@ struct resild_opts {
 	const char *socket_group;
 	const char *metrics_listen; /* ADDR:PORT for GET /metrics, NULL: none */
 	const char *options_file;   /* --options FILE, NULL: CONFIG_DIR/resild.conf */
+	/* policy.scope = global (cluster.c); no cluster_redis: none */
+	const char *cluster_redis;	   /* redis://HOST[:PORT][/DB] or unix:/PATH */
+	const char *cluster_name;	   /* key prefix (resil) */
+	const char *cluster_host;	   /* this host's id (/etc/machine-id) */
+	const char *cluster_password_file; /* AUTH password, first line */
+	int64_t cluster_interval_ns;	   /* exchange period (100ms) */
+	int cluster_fallback;		   /* enum resild_cluster_fallback */
 };
 
 /* The HTTP metrics listener, for `resilctl status`. */
@@ -80,6 +88,7 @@ struct resild {
 	bool options_changed;	       /* a reload found the settings file changed */
 	struct resild_clients *clients;
 	struct resild_loop *loop;
+	struct resild_cluster *cluster; /* NULL: no --cluster-redis */
 
 	uint32_t nsubscribers;
 	uint32_t nconns;

@@ -1449,6 +1449,35 @@ int resil_breaker_window(const struct resil_breaker_conf *c, const void *st, int
 	}
 }
 
+void resil_breaker_host_window(struct resil_ctx *x, const struct resil_breaker_conf *c,
+			       void *st, struct resil_breaker_counts *k)
+{
+	bk_t *b = st;
+	int64_t now;
+
+	memset(k, 0, sizeof(*k));
+	if (c->window_kind != RESIL_WINDOW_TIME)
+		return;
+	now = rel_ns(b, resil_ctx_now(x)) + b->base_ns;
+	time_sum(b, c, (uint64_t)(now < 0 ? 0 : now) / (uint64_t)bucket_ns_of(c) + 1, k);
+}
+
+/* The fleet's evidence opens the host's breaker as its own would (the same
+ * CAS and event as closed_open); the host then runs its own OPEN wait and
+ * half-open probes. */
+bool resil_breaker_trip(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			uint32_t why, uint64_t value)
+{
+	bk_t *b = st;
+	uint64_t w = ld_acquire(&b->word);
+
+	(void)c;
+	while (w_state(w) == RESIL_STATE_CLOSED)
+		if (move(x, b, &w, RESIL_STATE_OPEN, 0, why, value))
+			return true;
+	return false;
+}
+
 int resil_breaker_force(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
 			int state)
 {
@@ -1878,6 +1907,7 @@ const char *resil_breaker_why(uint32_t reason)
 	    [RESIL_WHY_PROBE_TIMEOUT] = "probe timed out",
 	    [RESIL_WHY_FORCED] = "forced",
 	    [RESIL_WHY_RESET] = "reset",
+	    [RESIL_WHY_FLEET] = "the fleet's window",
 	};
 
 	return reason < RESIL_WHY_MAX ? why[reason] : "unknown";

@@ -23,6 +23,8 @@ enum resil_breaker_why {
 	RESIL_WHY_PROBE_TIMEOUT = 7, /* a probe held longer than half_open_max_wait (value: ns) */
 	RESIL_WHY_FORCED = 8,	     /* resil_breaker_force to a forced state */
 	RESIL_WHY_RESET = 9,	     /* resil_breaker_force(CLOSED): fresh closed breaker */
+	/* scope = global: the fleet's window crossed a threshold (value: bp) */
+	RESIL_WHY_FLEET = 10,
 	RESIL_WHY_MAX,
 };
 
@@ -169,6 +171,13 @@ int64_t resil_breaker_moves(const void *st, int from, int to);
  */
 int resil_breaker_window(const struct resil_breaker_conf *c, const void *st, int64_t now,
 			 struct resil_breaker_counts *out);
+/* policy.scope = global (daemon/cluster.c). The host's time window now
+ * (zero for other windows), and CLOSED -> OPEN because the fleet crossed a
+ * threshold (why, value as for a local open): true if this call moved it. */
+void resil_breaker_host_window(struct resil_ctx *x, const struct resil_breaker_conf *c,
+			       void *st, struct resil_breaker_counts *k);
+bool resil_breaker_trip(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			uint32_t why, uint64_t value);
 /* Force a state (RESIL_STATE_DISABLED, FORCED_OPEN, METRICS_ONLY) or go
  * back to normal (RESIL_STATE_CLOSED: a fresh, closed breaker). 0 or
  * -EINVAL. */

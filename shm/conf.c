@@ -490,10 +490,12 @@ static int conf_set(struct resil_conf *c, const char *key, const char *value, ch
 			c->scope = RESIL_SCOPE_FLEET;
 		else if (strcmp(v, "process") == 0)
 			c->scope = RESIL_SCOPE_PROCESS;
+		else if (strcmp(v, "global") == 0)
+			c->scope = RESIL_SCOPE_GLOBAL;
 		else
-			return resil_errf(err, errlen, -EINVAL,
-					  "policy.scope: '%s' is neither 'fleet' nor 'process'",
-					  value);
+			return resil_errf(
+			    err, errlen, -EINVAL,
+			    "policy.scope: '%s' is not 'fleet', 'process' or 'global'", value);
 		return 0;
 	}
 	if (strcmp(key, "histogram") == 0) {
@@ -645,8 +647,30 @@ int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, cha
 	return resil_conf_check(c, err, errlen);
 }
 
+/* scope = global: what the cluster exchange can share across hosts */
+static int global_check(const struct resil_conf *c, char *err, size_t errlen)
+{
+	if (c->breaker.on && c->breaker.window_kind != RESIL_WINDOW_TIME)
+		return resil_errf(err, errlen, -EINVAL,
+				  "policy.scope = global needs a time window (breaker.window = "
+				  "time:DURATION): a %s window cannot be added up across hosts",
+				  c->breaker.window_kind == RESIL_WINDOW_COUNT ? "count"
+									       : "consecutive");
+	if (c->limit.on && (resil_limit_algo(&c->limit) != RESIL_LIMIT_GCRA || c->limit.keys))
+		return resil_errf(err, errlen, -EINVAL,
+				  "policy.scope = global applies to the unkeyed gcra limiter "
+				  "(limit.algorithm = gcra, no limit.keys)");
+	if (!c->limit.on && !c->breaker.on)
+		return resil_errf(
+		    err, errlen, -EINVAL,
+		    "policy.scope = global needs limit.rate or a time-window breaker");
+	return 0;
+}
+
 int resil_conf_check(const struct resil_conf *c, char *err, size_t errlen)
 {
+	if (c->scope == RESIL_SCOPE_GLOBAL && global_check(c, err, errlen) < 0)
+		return -EINVAL;
 	if (resil_limit_conf_check(&c->limit, err, errlen) < 0)
 		return -EINVAL;
 	if (c->adaptive.on && c->adaptive.min && c->adaptive.min > resil_adaptive_max(&c->adaptive))
@@ -672,6 +696,8 @@ size_t resil_conf_format(const struct resil_conf *c, char *buf, size_t len)
 		buf[0] = '\0';
 	if (c->scope == RESIL_SCOPE_PROCESS)
 		PUT((size_t)snprintf(AT, LEFT, "policy.scope = process\n"));
+	else if (c->scope == RESIL_SCOPE_GLOBAL)
+		PUT((size_t)snprintf(AT, LEFT, "policy.scope = global\n"));
 	if (c->histogram)
 		PUT((size_t)snprintf(AT, LEFT, "histogram = on\n"));
 	if (c->breaker.on)

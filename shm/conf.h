@@ -19,7 +19,11 @@
 
 #include "common.h"
 
-enum resil_scope { RESIL_SCOPE_FLEET = 0, RESIL_SCOPE_PROCESS = 1 };
+/* RESIL_SCOPE_GLOBAL: shared by the host's processes like FLEET, and across
+ * hosts through the daemons' cluster exchange (daemon/cluster.c): a GCRA
+ * limiter runs at the host's leased share, a time-window breaker mirrors
+ * the fleet's state. */
+enum resil_scope { RESIL_SCOPE_FLEET = 0, RESIL_SCOPE_PROCESS = 1, RESIL_SCOPE_GLOBAL = 2 };
 
 enum resil_window_kind {
 	RESIL_WINDOW_COUNT = 0,

@@ -178,6 +178,27 @@
  *   on the rejection branch: an admission costs what it costs without dry
  *   run (plus one test of limit.wait, already in a register).
  *
+ * Global scope (policy.scope = global, GCRA unkeyed only: conf.c). The
+ *   daemon leases the host a share of the fleet's rate (daemon/cluster.c)
+ *   and writes it into line 2: lease_ns (the share's emission interval, 0
+ *   for no share), lease_expiry_ns (the lease's end on this host's
+ *   CLOCK_MONOTONIC, taken no later than the end Redis granted) and
+ *   fallback_ns (what applies past it: the configured rate, a rejection,
+ *   or the fleet's rate divided by the hosts last seen). Each decision
+ *   loads the expiry (acquire) and then the interval it covers; the daemon
+ *   stores the interval first and the expiry last (release), so a client
+ *   that sees an expiry sees an interval at least as new, and a share
+ *   lowered by the daemon is applied before any expiry that follows it.
+ *   A client past the expiry falls back on its own: a stopped or dead
+ *   daemon cannot leave its host on a share Redis has handed to others.
+ *   The GCRA runs on the same TAT with T (and tau = T * burst) replaced:
+ *   a changed share changes the rate from the next permit on. A TAT ahead
+ *   of now by more than tau + limit.wait (debt run up under a smaller
+ *   share, whose T was longer) is cut to now + tau by the heal path with
+ *   no slack: the host is then full and goes on at its new share. Cost: two
+ *   loads of a line the daemon writes once per cluster interval (one
+ *   cache miss per interval per CPU), and no store.
+ *
  * Who writes what. Line 0 (the hot word), the sliding ring and the keyed
  *   table: every client, by CAS, as above. Line 1 (used, evictions,
  *   full_rejects, full_admits, merges, heals, full_event_ns,
@@ -186,7 +207,7 @@
  *   the daemon repairs it (above), full_event_ns elects the process that
  *   pushes an event (keys_full_event), the others are statistics that the
  *   daemon and observers read with relaxed loads (resil_limit_info).
- *   Line 2: the daemon only (maintenance). A client killed anywhere around
+ *   Line 2: the daemon only (maintenance, the lease). A client killed anywhere around
  *   a dry-run count leaves nothing to repair: the count is one fetch_add,
  *   and a call killed before it never returned (at most that one
  *   would-be rejection goes uncounted).
@@ -238,6 +259,7 @@ struct lp {
 	int64_t P;	  /* period */
 	uint32_t L;	  /* count */
 	uint32_t n;	  /* permits */
+	int64_t slack;	  /* a GCRA TAT this far past tau + max_wait is healed */
 	unsigned algo;
 	ra64 *heals; /* the state's heal counter */
 };
@@ -318,7 +340,7 @@ static inline int gcra_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t 
 		 * arithmetic with it could overflow (see the top). Same
 		 * condition as d > max_wait + inc + HEAL_SLACK below. */
 		if (RESIL_UNLIKELY((uint64_t)from - (uint64_t)p->now >
-				   (uint64_t)(p->max_wait + p->tau + HEAL_SLACK))) {
+				   (uint64_t)(p->max_wait + p->tau + p->slack))) {
 			if (cas_relaxed(w, &cur, (uint64_t)(p->now + p->tau)))
 				faa_relaxed(p->heals, 1);
 			*wait = p->max_wait + p->tau + inc;
@@ -590,6 +612,7 @@ static void lp_init(struct lp *p, const struct resil_limit_conf *c, int64_t now,
 	p->P = c->period_ns;
 	p->L = c->count;
 	p->n = n ? n : 1;
+	p->slack = HEAL_SLACK;
 	p->algo = resil_limit_algo(c);
 	p->heals = NULL;
 }
@@ -1125,6 +1148,9 @@ void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t 
 	st_relaxed(&s->swept, 0);
 	st_relaxed(&s->repairs, 0);
 	st_relaxed(&s->ticks, 0);
+	/* no lease: a global policy runs at the configured rate until its
+	 * daemon's first exchange writes one */
+	resil_limit_lease_set(st, 0, 0, 0);
 	if (c->keys) {
 		struct resil_limit_entry *t = table_of(s);
 
@@ -1240,6 +1266,62 @@ static int dry_run_admit(struct resil_limit_state *s, struct resil_permit_priv *
 	return 0;
 }
 
+/* ------------------------------------------------------ global lease */
+
+void resil_limit_lease_set(void *st, int64_t lease_ns, int64_t expiry_ns, int64_t fallback_ns)
+{
+	struct resil_limit_state *s = lstate(st);
+
+	/* interval and fallback before the expiry (release): a client that
+	 * loads this expiry (acquire) reads them at least as new (see top) */
+	st_relaxed(&s->lease_ns, (uint64_t)lease_ns);
+	st_relaxed(&s->fallback_ns, (uint64_t)fallback_ns);
+	atomic_store_explicit(&s->lease_expiry_ns, (uint64_t)expiry_ns, memory_order_release);
+}
+
+int64_t resil_limit_lease_T(const struct resil_limit_conf *c, const void *st, int64_t now,
+			    bool *leased)
+{
+	const struct resil_limit_state *s = (const struct resil_limit_state *)st;
+	int64_t exp =
+	    (int64_t)atomic_load_explicit((ra64 *)&s->lease_expiry_ns, memory_order_acquire);
+	int64_t T;
+
+	*leased = now < exp;
+	if (*leased)
+		T = (int64_t)ld_relaxed((ra64 *)&s->lease_ns);
+	else if ((T = (int64_t)ld_relaxed((ra64 *)&s->fallback_ns)) == 0)
+		T = c->interval_ns;
+	/* any client can write line 2: a value no daemon writes reads as "no
+	 * share"; an interval above a day would overflow tau */
+	if (T <= 0 || T > 86400 * RESIL_NS_PER_S)
+		return 0;
+	return T < c->interval_ns ? c->interval_ns : T;
+}
+
+/* The lease's interval into p (global scope); false: no share now. */
+static inline bool lease_apply(struct resil_ctx *x, const struct resil_limit_conf *c,
+			       struct resil_limit_state *s, struct lp *p)
+{
+	bool leased;
+	int64_t T;
+
+	if (!x->rec || x->rec->conf.scope != RESIL_SCOPE_GLOBAL)
+		return true;
+	T = resil_limit_lease_T(c, s, p->now, &leased);
+	if (!T)
+		return false;
+	p->T = T;
+	p->tau = T * (int64_t)(c->burst ? c->burst : 1);
+	/* a TAT run ahead under a smaller share (a longer T) is a debt in the
+	 * old T's units: past tau + wait it is cut to now + tau (full now,
+	 * the next permit one new T later) instead of holding the host back
+	 * for seconds after its share grew; what it admits stays within the
+	 * share it holds now */
+	p->slack = 0;
+	return true;
+}
+
 int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
 			struct resil_permit_priv *pm)
 {
@@ -1252,6 +1334,13 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 		return -EINVAL;
 	lp_init(&p, c, limit_now(x, c), pm->limit_permits);
 	p.heals = &s->heals;
+	if (!lease_apply(x, c, s, &p)) {
+		/* no share of the fleet's rate for this host now */
+		pm->wait_ns = c->interval_ns;
+		if (c->dry_run)
+			return dry_run_admit(s, pm);
+		return RESIL_REJECT_LIMITED;
+	}
 	/* one permit always fits (burst >= 1, count >= 1): no division then */
 	if (p.n > 1 && RESIL_UNLIKELY(too_many(&p)))
 		return -E2BIG;
@@ -1286,6 +1375,8 @@ void resil_limit_undo(struct resil_ctx *x, const struct resil_limit_conf *c, voi
 		return;
 	pm->flags &= ~(RESIL_PERMIT_LIMIT | RESIL_PERMIT_LIMIT_WAIT);
 	lp_init(&p, c, limit_now(x, c), pm->limit_permits);
+	if (!lease_apply(x, c, s, &p))
+		return; /* the share went away: nothing to give it back to */
 	if (c->keys && x->key) {
 		struct resil_limit_entry *e;
 		uint64_t idx = pm->key_idx;

@@ -56,6 +56,11 @@ struct resil_limit_state {
 	alignas(RESIL_HOT_ALIGN) ra64 swept; /* idle keys freed */
 	ra64 repairs;			     /* `used` recounted after a writer died mid-insert */
 	ra64 ticks;
+	/* policy.scope = global (daemon/cluster.c writes, every client of a
+	 * global policy reads on each decision; limit.c's top: the lease) */
+	ra64 lease_ns;	      /* emission interval of the host's share; 0: no share */
+	ra64 lease_expiry_ns; /* CLOCK_MONOTONIC end of the lease; 0: none yet */
+	ra64 fallback_ns;     /* past expiry: 0 the configured rate, -1 reject, else T */
 	alignas(RESIL_HOT_ALIGN) uint8_t data[]; /* ring or table */
 };
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_entry) == 16, "limit entry size");
@@ -63,8 +68,25 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, word) == 0, "limit word")
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, used) == 128, "limit line 1");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, dry_run_rejects) == 184, "limit dry run");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, swept) == 256, "limit line 2");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, lease_ns) == 280, "limit lease");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, fallback_ns) == 296, "limit fallback");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, data) == 384, "limit data");
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_state) == 384, "limit state size");
+
+/* fallback_ns: reject every call past the lease's expiry */
+#define RESIL_LIMIT_FALLBACK_REJECT (-1)
+
+/*
+ * policy.scope = global: publish the host's lease (daemon only). lease_ns:
+ * emission interval of the share (0: no share), expiry_ns: CLOCK_MONOTONIC
+ * end of the lease, fallback_ns: what clients apply past it (0: the
+ * configured rate, RESIL_LIMIT_FALLBACK_REJECT, else an emission interval).
+ */
+void resil_limit_lease_set(void *st, int64_t lease_ns, int64_t expiry_ns, int64_t fallback_ns);
+/* What a client of a global limiter applies at `now`: the emission
+ * interval (0: reject); *leased tells whether a live lease decided it. */
+int64_t resil_limit_lease_T(const struct resil_limit_conf *c, const void *st, int64_t now,
+			    bool *leased);
 
 /* For `resilctl show`. */
 struct resil_limit_info {

@@ -183,6 +183,13 @@ enum resil_event_type {
 	RESIL_EV_CLIENTS_FULL,
 	RESIL_EV_CONFIG,   /* created, changed, deleted */
 	RESIL_EV_REPAIRED, /* a = enum resil_word of the last word, b = words repaired */
+	RESIL_EV_CLUSTER,  /* scope = global: a = enum resil_cluster_event, value below */
+};
+
+/* RESIL_EV_CLUSTER's a (pushed by the daemon's cluster exchange). */
+enum resil_cluster_event {
+	RESIL_CL_SHARE = 1,    /* the leased share changed: value = share in thousandths per s */
+	RESIL_CL_FALLBACK = 2, /* a lease ran out unrenewed: clients fall back */
 };
 
 /* State words the daemon checks and repairs (event RESIL_EV_REPAIRED). */

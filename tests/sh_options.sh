@@ -5,7 +5,7 @@
 #     what the flags set; a flag wins over the file; the file is not read
 #     as policies;
 #   - a bad line (unknown key, bad value, outside [daemon], a key in the
-#     reserved [cluster], a key twice) is FILE:LINE and exit 78, in
+#     a [cluster] key, a key twice) is FILE:LINE and exit 78, in
 #     --check-config and at start; a missing configuration directory or
 #     --options file is an error naming it;
 #   - `resilctl reload` prints the first error with FILE:LINE and exits 1
@@ -50,7 +50,9 @@ bad() { printf "$1" >"$conf/resild.conf"; expect 78 "$conf/resild.conf:$2: $3" "
 bad '[daemon]\npolicies = 64\nstate_sise = 16M\n' 3 'unknown setting state_sise \(known: socket, '
 bad '# comment\n[daemon]\nstate_size = 16Q\n' 3 'state_size = 16Q: expected a size like 64M'
 bad 'policies = 64\n' 1 '"policies" outside the \[daemon\] section'
-bad '[daemon]\n[cluster]\npeers = a,b\n' 3 'peers: \[cluster\] is reserved'
+bad '[daemon]\n[cluster]\npeers = a,b\n' 3 'unknown setting cluster_peers'
+bad '[daemon]\ncluster_name = x\n' 2 'cluster_name goes in \[cluster\], as name'
+bad '[cluster]\ninterval = 1ms\n' 2 'cluster_interval = 1ms: expected a duration from 10ms to 60s'
 bad '[daemon]\npolicies = 64\npolicies = 65\n' 3 'policies given twice \(first on line 2\)'
 bad '[deamon]\n' 1 'unknown section \[deamon\]'
 bad '[daemon]\nidle_timeout = 30\n' 2 'idle_timeout = 30: expected a duration'

@@ -136,13 +136,62 @@ static void test_round_trip(void **state)
 	}
 }
 
+/* policy.scope = global: what can be shared across hosts, and clear
+ * errors for what cannot. */
+static void test_global_scope(void **state)
+{
+	struct resil_conf c;
+	char err[256], buf[1024];
+
+	(void)state;
+	resil_conf_init(&c);
+	assert_int_equal(
+	    resil_conf_parse(&c, "policy.scope = global; limit.rate = 100/s", 1, err, sizeof(err)),
+	    0);
+	assert_int_equal(c.scope, RESIL_SCOPE_GLOBAL);
+	resil_conf_format(&c, buf, sizeof(buf));
+	assert_non_null(strstr(buf, "policy.scope = global\n"));
+
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; breaker.window = time:10s", 1,
+					  err, sizeof(err)),
+			 0);
+
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; breaker.window = count:100",
+					  1, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "time window"));
+	assert_non_null(strstr(err, "count window"));
+
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c,
+					  "policy.scope = global; limit.rate = 10/s; "
+					  "limit.keys = 100",
+					  1, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "unkeyed gcra"));
+
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c,
+					  "policy.scope = global; limit.rate = 10/s; "
+					  "limit.algorithm = sliding",
+					  1, err, sizeof(err)),
+			 -EINVAL);
+
+	resil_conf_init(&c);
+	assert_int_equal(
+	    resil_conf_parse(&c, "policy.scope = global; bulkhead.max = 3", 1, err, sizeof(err)),
+	    -EINVAL);
+	assert_non_null(strstr(err, "needs limit.rate or a time-window breaker"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_durations),
-		cmocka_unit_test(test_rates_percents),
-		cmocka_unit_test(test_parse_text),
-		cmocka_unit_test(test_round_trip),
+	    cmocka_unit_test(test_durations),	 cmocka_unit_test(test_rates_percents),
+	    cmocka_unit_test(test_parse_text),	 cmocka_unit_test(test_round_trip),
+	    cmocka_unit_test(test_global_scope),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1257,6 +1257,90 @@ static void test_siphash_vectors(void **state)
 		assert_true(resil_hash64(m, len, k0, k1) == want[len]);
 }
 
+/*
+ * policy.scope = global: the GCRA runs at the leased share until the
+ * lease's expiry, then on the fallback the daemon wrote (the configured
+ * rate, a rejection, or another interval), decided by the client alone.
+ */
+static void test_global_lease(void **state)
+{
+	struct resil_rec rec;
+	struct fx f;
+	int64_t wait;
+	int n;
+
+	(void)state;
+	fx_init(&f, "limit.rate = 1000/s; limit.burst = 1", 1000 * S);
+	memset(&rec, 0, sizeof(rec));
+	rec.conf.scope = RESIL_SCOPE_GLOBAL;
+	f.x.rec = &rec;
+
+	/* no lease yet, fallback 0: the configured rate (1 ms apart) */
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	f.now += 1 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+
+	/* a lease of 100/s (10 ms) until now + 50 ms: 1 ms is too soon */
+	resil_limit_lease_set(f.st, 10 * MS, f.now + 50 * MS, RESIL_LIMIT_FALLBACK_REJECT);
+	f.now += 1 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	f.now += 1 * MS;
+	assert_int_equal(acq(&f, NULL, &wait), RESIL_REJECT_LIMITED);
+	assert_true(wait > 1 * MS);
+	/* over 40 ms of the lease: about 4 admissions, never the 40 of the rate */
+	n = 0;
+	for (int i = 0; i < 40; i++) {
+		f.now += 1 * MS;
+		n += acq(&f, NULL, NULL) == 0;
+	}
+	assert_in_range(n, 3, 5);
+
+	/* past the expiry, fallback reject: nothing, whatever the TAT */
+	f.now += 100 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+
+	/* a zero share under a live lease: nothing either */
+	resil_limit_lease_set(f.st, 0, f.now + 50 * MS, 0);
+	f.now += 10 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+
+	/* expired with fallback 0: back to the configured rate */
+	f.now += 100 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	f.now += 1 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+
+	/* a share above the configured rate (a client's write) is clamped
+	 * to the configured interval; garbage reads as no share */
+	resil_limit_lease_set(f.st, 1, f.now + 50 * MS, 0);
+	f.now += 100 * 1000; /* 0.1 ms */
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+	resil_limit_lease_set(f.st, -5, f.now + 50 * MS, 0);
+	f.now += 10 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+
+	/* a share that grows after a burst at a tiny one: the TAT's debt in
+	 * the old T (seconds) does not hold the host back */
+	f.now += 100 * MS;
+	resil_limit_lease_set(f.st, 1 * S, f.now + 10 * S, 0);	/* 1/s */
+	assert_int_equal(acq(&f, NULL, NULL), 0);		/* TAT 1 s ahead */
+	resil_limit_lease_set(f.st, 1 * MS, f.now + 10 * S, 0); /* 1000/s */
+	f.now += 2 * MS;
+	n = 0;
+	for (int i = 0; i < 10; i++) {
+		f.now += 1 * MS;
+		n += acq(&f, NULL, NULL) == 0;
+	}
+	assert_in_range(n, 8, 10);
+
+	/* the same words on a fleet policy change nothing */
+	rec.conf.scope = RESIL_SCOPE_FLEET;
+	resil_limit_lease_set(f.st, 0, f.now + 10 * S, 0); /* no share */
+	f.now += 10 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	fx_fini(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1281,6 +1365,7 @@ int main(void)
 	    cmocka_unit_test(test_maintain_sweep),
 	    cmocka_unit_test(test_inflight_insert_not_evicted),
 	    cmocka_unit_test(test_coarse_choice),
+	    cmocka_unit_test(test_global_lease),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

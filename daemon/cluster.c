@@ -1,0 +1,1150 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cluster.c - policy.scope = global across hosts, through Redis.
+ *
+ * What. A global GCRA limiter allows `limit.rate` to the whole fleet of
+ * hosts. Each daemon leases its host a share of it: every cluster
+ * interval it reports the host's demand (calls that reached the limiter,
+ * admitted or rejected, per second over the last interval) and receives a
+ * share from one atomic Lua script per policy (LEASE_LUA below), which it
+ * writes into the limiter's lease words (shm/limit.c: the hot path reads
+ * them; nothing else changes for a decision).
+ *
+ * Why a thread of its own. hiredis speaks blocking or through an event
+ * library; the loop is io_uring, and an adapter for it (poll SQEs, partial
+ * replies, reconnects in the loop's state machine) would put the slowest
+ * and least trusted peer of the daemon inside the loop that serves
+ * clients and reclaims their holdings. The thread talks to Redis with the
+ * plain blocking API under socket timeouts; the loop never waits on it.
+ * They meet in `struct xchg` under a mutex held only to copy a few words
+ * per policy: each tick the loop (1) applies the answers the thread left,
+ * then (2) leaves its requests (name, generation, rate, demand, the lease
+ * it has applied) and signals the thread, which runs one exchange: one
+ * pipelined round trip with one script call per global policy. The thread
+ * never touches the segments (a policy deleted meanwhile could have its
+ * space reused); the loop checks the slot's generation before it writes an
+ * answer into a state block.
+ *
+ * The lease (LEASE_LUA). Per policy one hash, "<cluster>:{<policy>}:lease",
+ * one field per host: its last demand, when it last reported (Redis TIME,
+ * milliseconds: cjson keeps 14 digits) and its live leases {share, expiry,
+ * id}, the expiry stored as now + L + 1 ms (past the host's own end of
+ * it). A call drops the leases that expired and those the host has
+ * replaced in its segment (ids below the one it says it applied), forgets
+ * hosts with no live lease that have not reported for a lease length,
+ * computes the max-min fair allocation of the rate by demand over the
+ * hosts present (what is left once every demand is met is split evenly,
+ * as headroom), and grants the caller min(its fair share, rate - sum over
+ * the other hosts of the largest share each still holds under a live
+ * lease). Invariant: at any Redis time, the sum over hosts of the largest
+ * live share each holds is at most the rate. Each grant keeps it (it fits
+ * next to what the others hold), and nothing else raises a holding. A share
+ * freed by a host becomes grantable only once the larger lease it
+ * replaces has expired or the host has said it no longer uses it (it
+ * applied a newer one: the loop writes a lease over the older one in the
+ * segment). So the fleet admits at most rate x T + the hosts' bursts in
+ * any span T while every host runs on a live lease.
+ *
+ * Time. Leases are timed by Redis TIME, so daemons' clocks need not agree.
+ * A lease granted for L (3 intervals) to a request sent at local time t0
+ * ends on this host at t0 + L: Redis ran the script after t0, so the host
+ * stops using it no later than Redis believes it ends (clock rates being
+ * equal). The loop applies a lease at the tick after the exchange that
+ * got it, and the next exchange starts right after: with the tick at the
+ * cluster interval a host renews every interval and a lease covers the
+ * two ticks a renewal can take. A client past the expiry falls back on
+ * its own (limit.c): --cluster-fallback share (the rate divided by the
+ * hosts last seen; until the first exchange, the whole rate), local (the
+ * whole rate on this host) or reject.
+ *
+ * Breakers (BREAKER_LUA; time windows only, conf.c refuses the others).
+ * Each exchange reports the host's window (calls, failures, slow calls:
+ * resil_breaker_host_window) under "h:<host>"; the script adds up the reports
+ * younger than the window, and when the fleet's window holds
+ * breaker.min_calls and a rate at or over a threshold it opens once: a
+ * generation and the time in the hash; no new open until the OPEN wait and
+ * a whole window after it have passed, so one outage's failures open it
+ * once. A daemon that sees a generation it has not mirrored opens its
+ * host's breaker (resil_breaker_trip: the CAS a local open makes, with
+ * RESIL_WHY_FLEET); the host then waits and probes on its own. The host's
+ * breaker still opens at once on its own window. Not here yet: a
+ * fleet-wide probe budget and close (each host probes and closes alone).
+ * Reporting the whole window each time keeps the counts of an outage of
+ * Redis: they are sent when it is back, bounded by the window.
+ *
+ * The interval. Requests are posted at the loop's tick (100 ms) once
+ * --cluster-interval has passed since the last post: an interval below the
+ * tick runs at the tick.
+ *
+ * Redis down, slow or garbage. The exchange has socket timeouts (ten
+ * intervals, at least 2 s); any I/O error, a refused AUTH, a script error or a reply of
+ * the wrong shape closes the connection, is logged once per distinct
+ * error (and the return to service once) and the thread reconnects after
+ * a jittered exponential backoff (interval .. 5 s, full jitter between
+ * half and all of it). Leases run out into the fallback meanwhile; no
+ * lease is believed past its expiry. Demand is a rate over the last
+ * interval, so nothing piles up while Redis is away.
+ *
+ * Who writes what. struct xchg: both threads, under x->lock. The
+ * limiter's lease words: the loop only (resil_limit_lease_set's order).
+ * struct cl_slot: the loop only.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "breaker.h"
+#include "cluster.h"
+#include "limit.h"
+#include "log.h"
+#include "metrics.h"
+#include "policy.h"
+#include "resild.h"
+#include "stats.h"
+
+#define LEASE_INTERVALS 3
+#define BACKOFF_MAX_NS	(5 * RESIL_NS_PER_S)
+#define HOST_MAX	128
+#define URL_MAX		512
+
+/*
+ * KEYS[1] the policy's lease hash. ARGV: host, demand per second, rate per
+ * second, lease length (ms), the id of the lease the host has applied.
+ * Returns {share per second (string), lease id, hosts present}.
+ */
+static const char LEASE_LUA[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local me, demand, rate = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+    "local L, applied = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
+    "if not demand or not rate or not L or not applied or demand < 0 or rate <= 0 or L <= 0 "
+    "then\n"
+    "  return redis.error_reply('ERR resil lease: bad arguments')\n"
+    "end\n"
+    "local raw = redis.call('HGETALL', KEYS[1])\n"
+    "local hosts, dirty = {}, {}\n"
+    "for i = 1, #raw, 2 do\n"
+    "  local ok, r = pcall(cjson.decode, raw[i + 1])\n"
+    "  if ok and type(r) == 'table' and type(r.l) == 'table' and tonumber(r.d) and\n"
+    "     tonumber(r.s) and tonumber(r.a) and tonumber(r.id) then\n"
+    "    hosts[raw[i]] = r\n"
+    "  else\n"
+    "    redis.call('HDEL', KEYS[1], raw[i])\n"
+    "  end\n"
+    "end\n"
+    "local r = hosts[me] or {d = 0, s = now, a = 0, id = 0, l = {}}\n"
+    "r.d, r.s = demand, now\n"
+    "if applied > r.a then r.a = applied end\n"
+    "hosts[me] = r\n"
+    "local live, other = {}, 0\n"
+    "for h, x in pairs(hosts) do\n"
+    "  local keep, c = {}, 0\n"
+    "  for _, e in ipairs(x.l) do\n"
+    "    local s, ex, id = tonumber(e[1]), tonumber(e[2]), tonumber(e[3])\n"
+    "    if s and ex and id and ex > now and id >= x.a then\n"
+    "      keep[#keep + 1] = {s, ex, id}\n"
+    "      if s > c then c = s end\n"
+    "    end\n"
+    "  end\n"
+    "  if #keep ~= #x.l then dirty[h] = true end\n"
+    "  x.l = keep\n"
+    "  if #keep == 0 and now - x.s > L and h ~= me then\n"
+    "    hosts[h] = nil\n"
+    "    redis.call('HDEL', KEYS[1], h)\n"
+    "  else\n"
+    "    live[#live + 1] = h\n"
+    "    if h ~= me then other = other + c end\n"
+    "  end\n"
+    "end\n"
+    "table.sort(live, function(a, b) return hosts[a].d < hosts[b].d end)\n"
+    "local left, n, mine = rate, #live, 0\n"
+    "for i, h in ipairs(live) do\n"
+    "  local g = math.min(hosts[h].d, left / (n - i + 1))\n"
+    "  if h == me then mine = g end\n"
+    "  left = left - g\n"
+    "end\n"
+    "if left > 0 then mine = mine + left / n end\n"
+    "local share = math.min(mine, rate - other)\n"
+    "if share < 0 then share = 0 end\n"
+    "r.id = r.id + 1\n"
+    "r.l[#r.l + 1] = {share, now + L + 1, r.id}\n"
+    "dirty[me] = true\n"
+    "for h, _ in pairs(dirty) do\n"
+    "  if hosts[h] then redis.call('HSET', KEYS[1], h, cjson.encode(hosts[h])) end\n"
+    "end\n"
+    "redis.call('PEXPIRE', KEYS[1], 10 * L + 1000)\n"
+    "return {string.format('%.6f', share), r.id, n}\n";
+
+/*
+ * KEYS[1] the policy's breaker hash: "h:<host>" = this host's time window
+ * {calls, failures, slow, when}; "gen" = opens so far; "opened" = when the
+ * last one happened (ms). ARGV: host, calls, failures, slow, window (ms),
+ * min_calls, failure rate and slow rate thresholds (basis points, slow 0:
+ * off), OPEN wait (ms). The fleet opens once per outage: a new open needs
+ * the last one's wait and a whole window after it to have passed, so the
+ * failures that opened it are not counted twice. Returns {open (0/1), gen,
+ * fleet calls, the fleet's rate that opened it (bp)}.
+ */
+static const char BREAKER_LUA[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local me = ARGV[1]\n"
+    "local c, f, sl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local win, minc = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+    "local fbp, sbp, wait = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])\n"
+    "if not (c and f and sl and win and minc and fbp and sbp and wait) or win <= 0 then\n"
+    "  return redis.error_reply('ERR resil breaker: bad arguments')\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'h:' .. me, cjson.encode({c, f, sl, now}))\n"
+    "local raw = redis.call('HGETALL', KEYS[1])\n"
+    "local C, F, S, gen, opened = 0, 0, 0, 0, nil\n"
+    "for i = 1, #raw, 2 do\n"
+    "  local k, v = raw[i], raw[i + 1]\n"
+    "  if k == 'gen' then gen = tonumber(v) or 0\n"
+    "  elseif k == 'opened' then opened = tonumber(v)\n"
+    "  elseif string.sub(k, 1, 2) == 'h:' then\n"
+    "    local ok, x = pcall(cjson.decode, v)\n"
+    "    if ok and type(x) == 'table' and tonumber(x[1]) and tonumber(x[2]) and\n"
+    "       tonumber(x[3]) and tonumber(x[4]) and tonumber(x[4]) > now - win then\n"
+    "      C, F, S = C + x[1], F + x[2], S + x[3]\n"
+    "    elseif not ok or type(x) ~= 'table' or not tonumber(x[4]) or\n"
+    "           tonumber(x[4]) <= now - 2 * win then\n"
+    "      redis.call('HDEL', KEYS[1], k)\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "local open = opened and now < opened + wait\n"
+    "local rate = 0\n"
+    "if C > 0 then rate = math.floor(math.max(F, sbp > 0 and S or 0) * 10000 / C) end\n"
+    "if not open and (not opened or now >= opened + wait + win) and C >= minc and C > 0 and\n"
+    "   (F * 10000 >= fbp * C or (sbp > 0 and S * 10000 >= sbp * C)) then\n"
+    "  gen = gen + 1\n"
+    "  opened = now\n"
+    "  open = true\n"
+    "  redis.call('HSET', KEYS[1], 'gen', gen, 'opened', now)\n"
+    "end\n"
+    "redis.call('PEXPIRE', KEYS[1], 2 * win + wait + 60000)\n"
+    "return {open and 1 or 0, gen, C, rate}\n";
+
+/* One policy's request (loop -> thread) and answer (thread -> loop). */
+struct xreq {
+	bool active;
+	uint32_t gen;
+	char name[RESIL_NAME_MAX];
+	bool limit, breaker;
+	double rate;	  /* per second */
+	double demand;	  /* per second */
+	uint64_t applied; /* the lease id in the segment */
+	/* breaker: this host's time window, the thresholds */
+	int64_t calls, failures, slow;
+	int64_t window_ms, wait_ms;
+	uint32_t min_calls, failure_bp, slow_bp;
+};
+struct xans {
+	bool fresh; /* not yet taken by the loop */
+	uint32_t gen;
+	uint64_t id;
+	double share;
+	int64_t expiry_ns; /* local CLOCK_MONOTONIC */
+	uint32_t hosts;
+	bool bk_fresh; /* a breaker answer */
+	bool bk_open;  /* the fleet's breaker is in an open it decided */
+	uint64_t bk_gen;
+	int64_t bk_calls;
+	uint32_t bk_rate_bp;
+};
+
+/* What the loop keeps per slot (its thread only). */
+struct cl_slot {
+	uint32_t gen;
+	bool active;
+	uint64_t calls;	  /* the policy's calls at the last tick */
+	int64_t calls_ns; /* when they were read */
+	double demand;
+	uint64_t applied; /* lease id written into the segment */
+	double share;
+	int64_t expiry_ns;
+	uint32_t hosts;
+	bool in_lease; /* the last tick saw a live lease */
+	uint64_t fallbacks;
+	uint64_t lease_changes;
+	uint64_t bk_gen;   /* the fleet's last open mirrored here */
+	uint64_t bk_trips; /* fleet opens that opened this host's breaker */
+	int64_t bk_calls;  /* the fleet's window at the last exchange */
+};
+
+struct resild_cluster {
+	/* settings (read-only once the thread runs) */
+	char url[URL_MAX];
+	char host[HOST_MAX];
+	char prefix[RESIL_NAME_MAX];
+	char password[256];
+	bool have_password;
+	bool unix_sock;
+	char addr[URL_MAX]; /* host name or socket path */
+	int port;
+	int db;
+	int64_t interval_ns;
+	int fallback;
+	uint32_t cap; /* slots */
+
+	/* loop only */
+	struct cl_slot *slots;
+	int64_t last_post_ns;
+
+	/* shared, under lock */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop;
+	bool kick; /* a new round of requests */
+	struct xreq *req;
+	struct xans *ans;
+	bool connected;
+	char last_error[256];
+	int64_t last_ok_ns; /* the last exchange that answered every policy */
+	uint64_t exchanges;
+	uint64_t script_calls;
+	uint64_t errors;
+
+	/* thread only */
+	pthread_t thread;
+	bool started;
+	redisContext *rc;
+	char sha[48];
+	char bk_sha[48];
+	struct xreq *work;
+	uint64_t rnd;
+};
+
+int resild_cluster_parse_fallback(const char *s, int *ret)
+{
+	if (strcmp(s, "share") == 0)
+		*ret = RESILD_FALLBACK_SHARE;
+	else if (strcmp(s, "local") == 0)
+		*ret = RESILD_FALLBACK_LOCAL;
+	else if (strcmp(s, "reject") == 0)
+		*ret = RESILD_FALLBACK_REJECT;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* redis://host[:port][/db] or unix:/path (unix:///path too) */
+static int parse_url(struct resild_cluster *c, const char *url)
+{
+	const char *p;
+	char *end;
+
+	if (strlen(url) >= sizeof(c->addr))
+		return log_error_errno(-EINVAL, "--cluster-redis: the URL is too long");
+	if (strncmp(url, "unix:", 5) == 0) {
+		p = url + 5;
+		if (strncmp(p, "//", 2) == 0)
+			p += 2;
+		if (*p != '/')
+			return log_error_errno(
+			    -EINVAL, "--cluster-redis %s: expected unix:/absolute/path", url);
+		c->unix_sock = true;
+		snprintf(c->addr, sizeof(c->addr), "%s", p);
+		return 0;
+	}
+	if (strncmp(url, "redis://", 8) != 0)
+		return log_error_errno(-EINVAL,
+				       "--cluster-redis %s: expected redis://HOST[:PORT][/DB] or "
+				       "unix:/PATH",
+				       url);
+	p = url + 8;
+	if (strchr(p, '@'))
+		return log_error_errno(-EINVAL,
+				       "--cluster-redis: no credentials in the URL (the command "
+				       "line is visible to every user); use "
+				       "--cluster-password-file");
+	size_t n = strcspn(p, ":/");
+
+	if (n == 0 || n >= sizeof(c->addr))
+		return log_error_errno(-EINVAL, "--cluster-redis %s: no host name", url);
+	memcpy(c->addr, p, n);
+	c->addr[n] = '\0';
+	p += n;
+	c->port = 6379;
+	if (*p == ':') {
+		long v = strtol(p + 1, &end, 10);
+
+		if (end == p + 1 || v < 1 || v > 65535 || (*end && *end != '/'))
+			return log_error_errno(-EINVAL,
+					       "--cluster-redis %s: the port is not 1..65535", url);
+		c->port = (int)v;
+		p = end;
+	}
+	if (*p == '/' && p[1]) {
+		long v = strtol(p + 1, &end, 10);
+
+		if (end == p + 1 || *end || v < 0 || v > 1000000)
+			return log_error_errno(
+			    -EINVAL, "--cluster-redis %s: the database is not a number", url);
+		c->db = (int)v;
+	}
+	return 0;
+}
+
+static int read_line_file(const char *path, char *buf, size_t len, const char *what)
+{
+	FILE *f = fopen(path, "re");
+	size_t n;
+
+	if (!f)
+		return log_error_errno(-errno, "%s %s: cannot read: %m", what, path);
+	if (!fgets(buf, (int)len, f)) {
+		fclose(f);
+		return log_error_errno(-EINVAL, "%s %s: empty", what, path);
+	}
+	fclose(f);
+	n = strcspn(buf, "\r\n");
+	buf[n] = '\0';
+	if (n == 0)
+		return log_error_errno(-EINVAL, "%s %s: empty first line", what, path);
+	return 0;
+}
+
+/* ------------------------------------------------------------ thread */
+
+static int64_t mono_ns(void)
+{
+	return resil_clock_monotonic(NULL);
+}
+
+static uint64_t rnd_next(struct resild_cluster *c)
+{
+	/* xorshift64*: jitter only, seeded from the clock and the pid */
+	c->rnd ^= c->rnd >> 12;
+	c->rnd ^= c->rnd << 25;
+	c->rnd ^= c->rnd >> 27;
+	return c->rnd * 0x2545F4914F6CDD1DULL;
+}
+
+/* Log an error once per distinct text (a Redis that stays away would
+ * otherwise fill the journal at every backoff). */
+static void set_error(struct resild_cluster *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void set_error(struct resild_cluster *c, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+	bool same;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&c->lock);
+	same = strcmp(msg, c->last_error) == 0 && !c->connected;
+	snprintf(c->last_error, sizeof(c->last_error), "%s", msg);
+	c->connected = false;
+	c->errors++;
+	pthread_mutex_unlock(&c->lock);
+	if (!same)
+		log_error("cluster: %s; leases run out into --cluster-fallback %s", msg,
+			  c->fallback == RESILD_FALLBACK_SHARE	 ? "share"
+			  : c->fallback == RESILD_FALLBACK_LOCAL ? "local"
+								 : "reject");
+}
+
+static void disconnect(struct resild_cluster *c)
+{
+	if (c->rc)
+		redisFree(c->rc);
+	c->rc = NULL;
+	c->sha[0] = '\0';
+	c->bk_sha[0] = '\0';
+}
+
+static const char *where(const struct resild_cluster *c, char *buf, size_t len)
+{
+	if (c->unix_sock)
+		snprintf(buf, len, "unix:%s", c->addr);
+	else
+		snprintf(buf, len, "%s:%d", c->addr, c->port);
+	return buf;
+}
+
+/* A command whose reply must not be an error; false: logged, closed. */
+static bool simple(struct resild_cluster *c, const char *what, redisReply **out, int argc,
+		   const char **argv)
+{
+	redisReply *r = redisCommandArgv(c->rc, argc, argv, NULL);
+	char w[URL_MAX + 16];
+
+	if (!r) {
+		set_error(c, "Redis at %s: %s: %s", where(c, w, sizeof(w)), what,
+			  c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+		disconnect(c);
+		return false;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		set_error(c, "Redis at %s refused %s: %s", where(c, w, sizeof(w)), what, r->str);
+		freeReplyObject(r);
+		disconnect(c);
+		return false;
+	}
+	if (out)
+		*out = r;
+	else
+		freeReplyObject(r);
+	return true;
+}
+
+static bool load_script(struct resild_cluster *c, const char *lua, char *sha)
+{
+	const char *argv[] = {"SCRIPT", "LOAD", lua};
+	redisReply *r;
+	char w[URL_MAX + 16];
+
+	if (!simple(c, "SCRIPT LOAD", &r, 3, argv))
+		return false;
+	if (r->type != REDIS_REPLY_STRING || r->len >= (long)sizeof(c->sha)) {
+		set_error(c, "Redis at %s answered SCRIPT LOAD with garbage (type %d)",
+			  where(c, w, sizeof(w)), r->type);
+		freeReplyObject(r);
+		disconnect(c);
+		return false;
+	}
+	memcpy(sha, r->str, (size_t)r->len);
+	sha[r->len] = '\0';
+	freeReplyObject(r);
+	return true;
+}
+
+static bool connect_redis(struct resild_cluster *c)
+{
+	/* Generous: only this thread waits, and a late answer is still worth
+	 * applying (its expiry counts from the request). Closing on a short
+	 * timeout would turn a slow moment into a reconnect and a backoff,
+	 * and leases into fallbacks for seconds. */
+	int64_t to = resil_max64(10 * c->interval_ns, 2 * RESIL_NS_PER_S);
+	struct timeval tv = {.tv_sec = to / RESIL_NS_PER_S,
+			     .tv_usec = (to % RESIL_NS_PER_S) / 1000};
+	char w[URL_MAX + 16], db[16];
+
+	c->rc = c->unix_sock ? redisConnectUnixWithTimeout(c->addr, tv)
+			     : redisConnectWithTimeout(c->addr, c->port, tv);
+	if (!c->rc || c->rc->err) {
+		set_error(c, "cannot connect to Redis at %s: %s", where(c, w, sizeof(w)),
+			  c->rc ? c->rc->errstr : "out of memory");
+		disconnect(c);
+		return false;
+	}
+	redisSetTimeout(c->rc, tv);
+	if (c->have_password) {
+		const char *argv[] = {"AUTH", c->password};
+
+		if (!simple(c, "AUTH (--cluster-password-file)", NULL, 2, argv))
+			return false;
+	}
+	if (c->db) {
+		const char *argv[] = {"SELECT", db};
+
+		snprintf(db, sizeof(db), "%d", c->db);
+		if (!simple(c, "SELECT", NULL, 2, argv))
+			return false;
+	}
+	if (!load_script(c, LEASE_LUA, c->sha) || !load_script(c, BREAKER_LUA, c->bk_sha))
+		return false;
+	pthread_mutex_lock(&c->lock);
+	bool was = c->last_error[0] != '\0';
+
+	c->connected = true;
+	c->last_error[0] = '\0';
+	pthread_mutex_unlock(&c->lock);
+	if (was)
+		log_notice("cluster: connected to Redis at %s again", where(c, w, sizeof(w)));
+	else
+		log_info("cluster: connected to Redis at %s as host %s", where(c, w, sizeof(w)),
+			 c->host);
+	return true;
+}
+
+/* The reply of one script call into a; false: garbage (logged). */
+static bool parse_answer(struct resild_cluster *c, redisReply *r, struct xans *a)
+{
+	char w[URL_MAX + 16], *end;
+	double share;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+	    r->element[0]->type != REDIS_REPLY_STRING ||
+	    r->element[1]->type != REDIS_REPLY_INTEGER ||
+	    r->element[2]->type != REDIS_REPLY_INTEGER)
+		goto garbage;
+	share = strtod(r->element[0]->str, &end);
+	if (end == r->element[0]->str || *end || !isfinite(share) || share < 0 ||
+	    r->element[1]->integer < 1 || r->element[2]->integer < 1)
+		goto garbage;
+	a->share = share;
+	a->id = (uint64_t)r->element[1]->integer;
+	a->hosts = (uint32_t)resil_min64(r->element[2]->integer, UINT32_MAX);
+	return true;
+garbage:
+	set_error(c, "Redis at %s answered the lease script with garbage (reply type %d)",
+		  where(c, w, sizeof(w)), r->type);
+	return false;
+}
+
+static bool parse_breaker(struct resild_cluster *c, redisReply *r, struct xans *a)
+{
+	char w[URL_MAX + 16];
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4)
+		goto garbage;
+	for (size_t i = 0; i < 4; i++)
+		if (r->element[i]->type != REDIS_REPLY_INTEGER || r->element[i]->integer < 0)
+			goto garbage;
+	a->bk_fresh = true;
+	a->bk_open = r->element[0]->integer != 0;
+	a->bk_gen = (uint64_t)r->element[1]->integer;
+	a->bk_calls = r->element[2]->integer;
+	a->bk_rate_bp = (uint32_t)resil_min64(r->element[3]->integer, 10000);
+	return true;
+garbage:
+	set_error(c, "Redis at %s answered the breaker script with garbage (reply type %d)",
+		  where(c, w, sizeof(w)), r->type);
+	return false;
+}
+
+static bool append_lease(struct resild_cluster *c, const struct xreq *q)
+{
+	char key[2 * RESIL_NAME_MAX + 16], d[32], rate[32], len[32], app[32];
+
+	snprintf(key, sizeof(key), "%s:{%s}:lease", c->prefix, q->name);
+	snprintf(d, sizeof(d), "%.3f", q->demand);
+	snprintf(rate, sizeof(rate), "%.6f", q->rate);
+	snprintf(len, sizeof(len), "%lld",
+		 (long long)(LEASE_INTERVALS * c->interval_ns / RESIL_NS_PER_MS));
+	snprintf(app, sizeof(app), "%llu", (unsigned long long)q->applied);
+	const char *argv[] = {"EVALSHA", c->sha, "1", key, c->host, d, rate, len, app};
+
+	return redisAppendCommandArgv(c->rc, 9, argv, NULL) == REDIS_OK;
+}
+
+static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
+{
+	char key[2 * RESIL_NAME_MAX + 16], v[8][32];
+
+	snprintf(key, sizeof(key), "%s:{%s}:breaker", c->prefix, q->name);
+	snprintf(v[0], 32, "%lld", (long long)q->calls);
+	snprintf(v[1], 32, "%lld", (long long)q->failures);
+	snprintf(v[2], 32, "%lld", (long long)q->slow);
+	snprintf(v[3], 32, "%lld", (long long)q->window_ms);
+	snprintf(v[4], 32, "%u", q->min_calls);
+	snprintf(v[5], 32, "%u", q->failure_bp);
+	snprintf(v[6], 32, "%u", q->slow_bp);
+	snprintf(v[7], 32, "%lld", (long long)q->wait_ms);
+	const char *argv[] = {"EVALSHA", c->bk_sha, "1",  key,	c->host, v[0], v[1],
+			      v[2],	 v[3],	    v[4], v[5], v[6],	 v[7]};
+
+	return redisAppendCommandArgv(c->rc, 13, argv, NULL) == REDIS_OK;
+}
+
+/* The next reply; NULL: logged, disconnected. */
+static redisReply *next_reply(struct resild_cluster *c, const char *name, const char *what)
+{
+	redisReply *r = NULL;
+	char w[URL_MAX + 16];
+
+	if (redisGetReply(c->rc, (void **)&r) != REDIS_OK || !r) {
+		set_error(c, "Redis at %s: %s", where(c, w, sizeof(w)),
+			  c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+		disconnect(c);
+		return NULL;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		set_error(c, "Redis at %s: the %s script failed for %s: %s", where(c, w, sizeof(w)),
+			  what, name, r->str);
+		freeReplyObject(r);
+		disconnect(c); /* NOSCRIPT included: reconnecting reloads it */
+		return NULL;
+	}
+	return r;
+}
+
+/* One round: pipelined script calls (a lease per global limiter, a
+ * breaker call per global breaker), one round trip. */
+static void exchange(struct resild_cluster *c)
+{
+	uint32_t n = 0, ok = 0, last = 0;
+	int64_t t0;
+
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < c->cap; i++) {
+		c->work[i] = c->req[i];
+		n += c->req[i].active;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!n)
+		return;
+
+	t0 = mono_ns();
+	for (uint32_t i = 0; i < c->cap; i++) {
+		struct xreq *q = &c->work[i];
+
+		if (!q->active)
+			continue;
+		if ((q->limit && !append_lease(c, q)) || (q->breaker && !append_breaker(c, q)))
+			break;
+		last = i + 1;
+	}
+	for (uint32_t i = 0; i < last; i++) {
+		struct xreq *q = &c->work[i];
+		struct xans a = {.gen = q->gen};
+		redisReply *r;
+
+		if (!q->active)
+			continue;
+		if (q->limit) {
+			if (!(r = next_reply(c, q->name, "lease")))
+				return;
+			if (!parse_answer(c, r, &a)) {
+				freeReplyObject(r);
+				disconnect(c);
+				return;
+			}
+			freeReplyObject(r);
+			a.fresh = true;
+			a.expiry_ns = t0 + LEASE_INTERVALS * c->interval_ns;
+		}
+		if (q->breaker) {
+			if (!(r = next_reply(c, q->name, "breaker")))
+				return;
+			if (!parse_breaker(c, r, &a)) {
+				freeReplyObject(r);
+				disconnect(c);
+				return;
+			}
+			freeReplyObject(r);
+		}
+		pthread_mutex_lock(&c->lock);
+		c->ans[i] = a;
+		c->script_calls += (uint64_t)q->limit + (uint64_t)q->breaker;
+		pthread_mutex_unlock(&c->lock);
+		ok++;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->exchanges++;
+	if (ok == n)
+		c->last_ok_ns = mono_ns();
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void *cluster_main(void *arg)
+{
+	struct resild_cluster *c = arg;
+	int64_t backoff = c->interval_ns, retry_at = 0;
+	sigset_t all;
+
+	/* signals belong to the loop's signalfd */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	c->rnd = (uint64_t)mono_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ULL;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (!c->stop && !c->kick)
+			pthread_cond_wait(&c->cond, &c->lock);
+		if (c->stop)
+			break;
+		c->kick = false;
+		pthread_mutex_unlock(&c->lock);
+
+		if (!c->rc && mono_ns() >= retry_at) {
+			if (connect_redis(c)) {
+				backoff = c->interval_ns;
+			} else {
+				/* full jitter over [backoff/2, backoff] */
+				retry_at = mono_ns() + backoff / 2 +
+					   (int64_t)(rnd_next(c) % (uint64_t)(backoff / 2 + 1));
+				backoff = resil_min64(backoff * 2, BACKOFF_MAX_NS);
+			}
+		}
+		if (c->rc)
+			exchange(c);
+		pthread_mutex_lock(&c->lock);
+	}
+	pthread_mutex_unlock(&c->lock);
+	disconnect(c);
+	return NULL;
+}
+
+/* -------------------------------------------------------------- loop */
+
+int resild_cluster_init(struct resild *d)
+{
+	struct resild_cluster *c;
+	const struct resild_opts *o = &d->opts;
+	char mid[HOST_MAX];
+	int r;
+
+	if (!o->cluster_redis)
+		return 0;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return log_error_errno(-ENOMEM, "cluster: out of memory");
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	d->cluster = c;
+	snprintf(c->url, sizeof(c->url), "%s", o->cluster_redis);
+	r = parse_url(c, o->cluster_redis);
+	if (r < 0)
+		return r;
+	c->interval_ns =
+	    o->cluster_interval_ns ? o->cluster_interval_ns : RESILD_CLUSTER_INTERVAL_NS;
+	c->fallback = o->cluster_fallback;
+	if (strlen(o->cluster_name ? o->cluster_name : "resil") >= sizeof(c->prefix))
+		return log_error_errno(-EINVAL, "--cluster-name: at most %d bytes",
+				       RESIL_NAME_MAX - 1);
+	snprintf(c->prefix, sizeof(c->prefix), "%s", o->cluster_name ? o->cluster_name : "resil");
+	if (o->cluster_host) {
+		if (!*o->cluster_host || strlen(o->cluster_host) >= sizeof(c->host))
+			return log_error_errno(-EINVAL, "--cluster-host: 1 to %d bytes",
+					       HOST_MAX - 1);
+		snprintf(c->host, sizeof(c->host), "%s", o->cluster_host);
+	} else {
+		r = read_line_file("/etc/machine-id", mid, sizeof(mid),
+				   "cluster host id (--cluster-host):");
+		if (r < 0)
+			return r;
+		snprintf(c->host, sizeof(c->host), "%s", mid);
+	}
+	if (o->cluster_password_file) {
+		r = read_line_file(o->cluster_password_file, c->password, sizeof(c->password),
+				   "--cluster-password-file");
+		if (r < 0)
+			return r;
+		c->have_password = true;
+	}
+	c->cap = d->seg.cfg->slot_cap;
+	c->slots = calloc(c->cap, sizeof(*c->slots));
+	c->req = calloc(c->cap, sizeof(*c->req));
+	c->ans = calloc(c->cap, sizeof(*c->ans));
+	c->work = calloc(c->cap, sizeof(*c->work));
+	if (!c->slots || !c->req || !c->ans || !c->work)
+		return log_error_errno(-ENOMEM, "cluster: out of memory");
+	r = -pthread_create(&c->thread, NULL, cluster_main, c);
+	if (r < 0)
+		return log_error_errno(r, "cluster: cannot start the exchange thread: %m");
+	c->started = true;
+	return 0;
+}
+
+void resild_cluster_fini(struct resild *d)
+{
+	struct resild_cluster *c = d->cluster;
+
+	if (!c)
+		return;
+	if (c->started) {
+		pthread_mutex_lock(&c->lock);
+		c->stop = true;
+		pthread_cond_signal(&c->cond);
+		pthread_mutex_unlock(&c->lock);
+		pthread_join(c->thread, NULL);
+	}
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->cond);
+	free(c->slots);
+	free(c->req);
+	free(c->ans);
+	free(c->work);
+	explicit_bzero(c->password, sizeof(c->password));
+	free(c);
+	d->cluster = NULL;
+}
+
+/* The emission interval of a rate per second, for the lease words. */
+static int64_t interval_of(double per_s)
+{
+	if (per_s <= 0)
+		return 0;
+	double t = ceil(1e9 / per_s);
+
+	return t > 86400e9 ? 0 : (int64_t)t;
+}
+
+struct tick_ctx {
+	struct resild *d;
+	struct resild_cluster *c;
+	int64_t now;
+	bool post;
+};
+
+/* A global limiter: apply the last lease (and the fallback), measure the
+ * demand for the next exchange. */
+static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const struct resil_rec *rec,
+		       struct cl_slot *cs, const struct xans *a, struct xreq *q)
+{
+	struct resild_cluster *c = t->c;
+	const struct resil_limit_conf *lc = &rec->conf.limit;
+	void *lst = resil_comp_state(s, rec, RESIL_C_LIMIT);
+	double rate = (double)lc->count * 1e9 / (double)lc->period_ns;
+	uint64_t v[RESIL_STAT__MAX], calls;
+	int64_t fb;
+
+	/* every fresh answer is newer than the last (one exchange at a time);
+	 * its id may be lower after Redis lost its data */
+	if (a->fresh && a->gen == rec->gen) {
+		/* an event when the share moves by more than a tenth */
+		if (!cs->applied || fabs(a->share - cs->share) > 0.1 * cs->share + 0.5) {
+			cs->lease_changes++;
+			resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_SHARE,
+					 0, 0, (uint64_t)(a->share * 1000.0), t->now);
+		}
+		cs->applied = a->id;
+		cs->share = a->share;
+		cs->expiry_ns = a->expiry_ns;
+		cs->hosts = a->hosts;
+	}
+	switch (c->fallback) {
+	case RESILD_FALLBACK_LOCAL:
+		fb = 0;
+		break;
+	case RESILD_FALLBACK_REJECT:
+		fb = RESIL_LIMIT_FALLBACK_REJECT;
+		break;
+	default:
+		fb = cs->hosts > 1 ? interval_of(rate / cs->hosts) : 0;
+		break;
+	}
+	if (cs->applied)
+		resil_limit_lease_set(lst, interval_of(cs->share), cs->expiry_ns, fb);
+	else
+		resil_limit_lease_set(lst, 0, 0, fb);
+	if (cs->in_lease && t->now >= cs->expiry_ns) {
+		cs->fallbacks++;
+		resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_FALLBACK, 0, 0,
+				 0, t->now);
+		log_warning("cluster: policy %s: lease expired without renewal, its clients "
+			    "fall back",
+			    rec->name);
+	}
+	cs->in_lease = t->now < cs->expiry_ns;
+
+	/* demand: calls that reached the limiter per second */
+	resil_stats_read_all(resil_comp_state(s, rec, RESIL_C_STATS), v);
+	calls = v[RESIL_STAT_SUCCESS] + v[RESIL_STAT_FAILURE] + v[RESIL_STAT_IGNORED] +
+		v[RESIL_STAT_REJ_LIMITED];
+	if (cs->calls_ns && t->now > cs->calls_ns)
+		cs->demand = (double)(calls - cs->calls) * 1e9 / (double)(t->now - cs->calls_ns);
+	if (t->post || !cs->calls_ns) {
+		cs->calls = calls;
+		cs->calls_ns = t->now;
+	}
+	q->limit = true;
+	q->rate = rate;
+	q->demand = cs->demand;
+	q->applied = cs->applied;
+}
+
+/* A global time-window breaker: mirror a fleet open, report the window. */
+static void tick_breaker(struct tick_ctx *t, const struct resil_seg *s, const struct resil_rec *rec,
+			 struct cl_slot *cs, const struct xans *a, struct xreq *q)
+{
+	const struct resil_breaker_conf *bc = &rec->conf.breaker;
+	void *bst = resil_comp_state(s, rec, RESIL_C_BREAKER);
+	struct resil_ctx x = {.seg = s, .rec = rec, .pid = (uint32_t)getpid()};
+	struct resil_breaker_counts k;
+
+	if (a->bk_fresh && a->gen == rec->gen) {
+		cs->bk_calls = a->bk_calls;
+		/* one open per outage: a generation not seen here yet */
+		if (a->bk_open && a->bk_gen != cs->bk_gen) {
+			cs->bk_gen = a->bk_gen;
+			if (resil_breaker_trip(&x, bc, bst, RESIL_WHY_FLEET, a->bk_rate_bp)) {
+				cs->bk_trips++;
+				log_notice("cluster: policy %s: the fleet's breaker opened "
+					   "(open %llu, %lld calls in the fleet's window, %.1f%% "
+					   "bad): opened here",
+					   rec->name, (unsigned long long)a->bk_gen,
+					   (long long)a->bk_calls, a->bk_rate_bp / 100.0);
+			}
+		} else if (!a->bk_open) {
+			cs->bk_gen = a->bk_gen;
+		}
+	}
+	resil_breaker_host_window(&x, bc, bst, &k);
+	q->breaker = true;
+	q->calls = k.calls;
+	q->failures = k.failures;
+	q->slow = bc->slow_rate_bp < 10000 ? k.slow : 0;
+	q->window_ms = bc->window_ns / RESIL_NS_PER_MS;
+	q->wait_ms = bc->wait_ns / RESIL_NS_PER_MS;
+	q->min_calls = bc->min_calls;
+	q->failure_bp = bc->failure_rate_bp;
+	q->slow_bp = bc->slow_rate_bp < 10000 ? bc->slow_rate_bp : 0;
+}
+
+static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+		    void *arg)
+{
+	struct tick_ctx *t = arg;
+	struct resild_cluster *c = t->c;
+	struct cl_slot *cs = &c->slots[slot];
+	struct xreq q = {.active = true, .gen = rec->gen};
+	bool lim, bk;
+	struct xans a;
+
+	if (slot >= c->cap || rec->conf.scope != RESIL_SCOPE_GLOBAL)
+		return 0;
+	lim = resil_has(rec, RESIL_C_LIMIT);
+	bk = resil_has(rec, RESIL_C_BREAKER) && rec->conf.breaker.window_kind == RESIL_WINDOW_TIME;
+	if (!lim && !bk)
+		return 0;
+	if (!cs->active || cs->gen != rec->gen) {
+		memset(cs, 0, sizeof(*cs));
+		cs->active = true;
+		cs->gen = rec->gen;
+	}
+	/* the answer of the last exchange, if it is for this policy */
+	pthread_mutex_lock(&c->lock);
+	a = c->ans[slot];
+	c->ans[slot].fresh = false;
+	c->ans[slot].bk_fresh = false;
+	pthread_mutex_unlock(&c->lock);
+	if (lim)
+		tick_limit(t, s, rec, cs, &a, &q);
+	if (bk)
+		tick_breaker(t, s, rec, cs, &a, &q);
+	if (!t->post)
+		return 0;
+	snprintf(q.name, sizeof(q.name), "%s", rec->name);
+	pthread_mutex_lock(&c->lock);
+	c->req[slot] = q;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+void resild_cluster_tick(struct resild *d)
+{
+	struct resild_cluster *c = d->cluster;
+	struct tick_ctx t = {.d = d, .c = c, .now = mono_ns()};
+
+	if (!c)
+		return;
+	t.post = t.now - c->last_post_ns >= c->interval_ns - c->interval_ns / 4;
+	if (t.post) {
+		c->last_post_ns = t.now;
+		pthread_mutex_lock(&c->lock);
+		for (uint32_t i = 0; i < c->cap; i++)
+			c->req[i].active = false;
+		pthread_mutex_unlock(&c->lock);
+	}
+	resil_seg_foreach(&d->seg, tick_one, &t);
+	for (uint32_t i = 0; i < c->cap; i++) {
+		if (!c->slots[i].active)
+			continue;
+		uint64_t w = ld_relaxed(&resil_seg_slots(&d->seg)[i]);
+		const struct resil_rec *rec = resil_seg_rec_of(&d->seg, w);
+
+		if (!rec || rec->gen != c->slots[i].gen || rec->conf.scope != RESIL_SCOPE_GLOBAL)
+			c->slots[i].active = false;
+	}
+	if (t.post) {
+		pthread_mutex_lock(&c->lock);
+		c->kick = true;
+		pthread_cond_signal(&c->cond);
+		pthread_mutex_unlock(&c->lock);
+	}
+}
+
+size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
+{
+	struct resild_cluster *c = d->cluster;
+	int64_t now = mono_ns(), last_ok;
+	uint64_t calls, errors, exchanges;
+	bool connected;
+	size_t n = 0;
+	int w;
+
+#define PUT(...)                                                                                   \
+	do {                                                                                       \
+		w = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, __VA_ARGS__);        \
+		if (w > 0)                                                                         \
+			n += (size_t)w;                                                            \
+	} while (0)
+	if (len)
+		buf[0] = '\0';
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	connected = c->connected;
+	last_ok = c->last_ok_ns;
+	calls = c->script_calls;
+	errors = c->errors;
+	exchanges = c->exchanges;
+	pthread_mutex_unlock(&c->lock);
+	PUT("# HELP resil_cluster_connected 1 when the exchange with Redis works.\n"
+	    "# TYPE resil_cluster_connected gauge\nresil_cluster_connected %d\n"
+	    "# HELP resil_cluster_last_exchange_age_seconds Since the last exchange that "
+	    "answered every global policy (-1: never).\n"
+	    "# TYPE resil_cluster_last_exchange_age_seconds gauge\n"
+	    "resil_cluster_last_exchange_age_seconds %.3f\n"
+	    "# HELP resil_cluster_exchanges_total Rounds with Redis.\n"
+	    "# TYPE resil_cluster_exchanges_total counter\nresil_cluster_exchanges_total %llu\n"
+	    "# HELP resil_cluster_script_calls_total Lease script calls answered.\n"
+	    "# TYPE resil_cluster_script_calls_total counter\n"
+	    "resil_cluster_script_calls_total %llu\n"
+	    "# HELP resil_cluster_errors_total Failed connections and exchanges.\n"
+	    "# TYPE resil_cluster_errors_total counter\nresil_cluster_errors_total %llu\n",
+	    connected ? 1 : 0, last_ok ? (double)(now - last_ok) / 1e9 : -1.0,
+	    (unsigned long long)exchanges, (unsigned long long)calls, (unsigned long long)errors);
+	PUT("# HELP resil_cluster_share Requests per second leased to this host.\n"
+	    "# TYPE resil_cluster_share gauge\n"
+	    "# HELP resil_cluster_lease_seconds Until the lease expires (<= 0: expired, "
+	    "clients fall back).\n"
+	    "# TYPE resil_cluster_lease_seconds gauge\n"
+	    "# HELP resil_cluster_demand Calls per second reaching the limiter here.\n"
+	    "# TYPE resil_cluster_demand gauge\n"
+	    "# HELP resil_cluster_hosts Hosts present in the policy's last lease.\n"
+	    "# TYPE resil_cluster_hosts gauge\n"
+	    "# HELP resil_cluster_fallbacks_total Leases that expired unrenewed.\n"
+	    "# TYPE resil_cluster_fallbacks_total counter\n"
+	    "# HELP resil_cluster_breaker_opens_total Fleet-wide opens that opened the "
+	    "breaker here.\n"
+	    "# TYPE resil_cluster_breaker_opens_total counter\n"
+	    "# HELP resil_cluster_breaker_fleet_calls Calls in the fleet's time window.\n"
+	    "# TYPE resil_cluster_breaker_fleet_calls gauge\n");
+	for (uint32_t i = 0; i < c->cap; i++) {
+		const struct cl_slot *cs = &c->slots[i];
+		uint64_t sw = ld_relaxed(&resil_seg_slots(&d->seg)[i]);
+		const struct resil_rec *rec = resil_seg_rec_of(&d->seg, sw);
+		char name[3 * RESIL_NAME_MAX];
+
+		if (!cs->active || !rec || rec->gen != cs->gen)
+			continue;
+		resil_metrics_escape(rec->name, strnlen(rec->name, RESIL_NAME_MAX), name,
+				     sizeof(name));
+		if (rec->conf.breaker.on)
+			PUT("resil_cluster_breaker_opens_total{policy=\"%s\"} %llu\n"
+			    "resil_cluster_breaker_fleet_calls{policy=\"%s\"} %lld\n",
+			    name, (unsigned long long)cs->bk_trips, name, (long long)cs->bk_calls);
+		if (!rec->conf.limit.on)
+			continue;
+		PUT("resil_cluster_share{policy=\"%s\"} %.3f\n"
+		    "resil_cluster_lease_seconds{policy=\"%s\"} %.3f\n"
+		    "resil_cluster_demand{policy=\"%s\"} %.3f\n"
+		    "resil_cluster_hosts{policy=\"%s\"} %u\n"
+		    "resil_cluster_fallbacks_total{policy=\"%s\"} %llu\n",
+		    name, cs->applied ? cs->share : 0.0, name,
+		    cs->expiry_ns ? (double)(cs->expiry_ns - now) / 1e9 : 0.0, name, cs->demand,
+		    name, cs->hosts, name, (unsigned long long)cs->fallbacks);
+	}
+#undef PUT
+	return n;
+}

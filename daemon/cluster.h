@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cluster.h - policy.scope = global: the daemons of a fleet of hosts share
+ * limits through Redis (cluster.c opens with the design).
+ *
+ * Every call is made from the loop's thread. None of them waits on Redis:
+ * the exchange runs in a thread of its own, and the loop only swaps
+ * requests and answers with it under a mutex held for a copy.
+ */
+#ifndef RESILD_CLUSTER_H
+#define RESILD_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct resild;
+
+enum resild_cluster_fallback {
+	RESILD_FALLBACK_SHARE = 0, /* the global rate divided by the hosts last seen */
+	RESILD_FALLBACK_LOCAL = 1, /* the global rate on this host alone */
+	RESILD_FALLBACK_REJECT = 2,
+};
+
+#define RESILD_CLUSTER_INTERVAL_NS (100 * RESIL_NS_PER_MS)
+
+/* Parse "share", "local", "reject": 0 or -EINVAL. */
+int resild_cluster_parse_fallback(const char *s, int *ret);
+/* Check the URL, read the password file and the host id, start the
+ * exchange thread (nothing when no --cluster-redis). -EINVAL: a
+ * configuration error, logged. */
+int resild_cluster_init(struct resild *d);
+/* The loop's tick: apply the answers of the last exchange to the
+ * segments, then hand the thread this tick's demands. */
+void resild_cluster_tick(struct resild *d);
+void resild_cluster_fini(struct resild *d);
+/* resil_cluster_* metrics (snprintf semantics). */
+size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,537 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * int_cluster.c - policy.scope = global across hosts, through a real
+ * redis-server on a private unix socket, with several resild instances
+ * as hosts (each its own socket, segments and worker processes).
+ *
+ * A limiter of 1,000/s (burst 10) shared by hosts A, B, C with demand
+ * 1200/225/75 per second (80/15/5%), then D joining with 300/s, B leaving,
+ * Redis killed for 5 s and restarted, A's daemon SIGSTOPped past its
+ * lease. Every worker counts its own admissions per 100 ms bucket; the
+ * fleet's admissions in every 1 s span (10 buckets) must stay within
+ * rate + sum of bursts. The hosts run with --cluster-fallback reject, so
+ * the bound holds through outages too, and a host whose lease ran out
+ * admits nothing: that is how its workers' own fallback is seen.
+ * Then a daemon given a wrong address and one refused AUTH: a clear line
+ * in the log, and their clients decide on the fallback.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "testutil.h"
+
+#define RATE	  1000
+#define BURST	  10
+#define HOSTS	  4
+#define BUCKET_NS (100 * 1000 * 1000LL)
+#define NBUCKETS  1200 /* 120 s */
+#define CONF	  "policy.scope = global; limit.rate = 1000/s; limit.burst = 10"
+
+struct shared {
+	int64_t t0;
+	_Atomic int stop[HOSTS];
+	_Atomic uint32_t adm[HOSTS][NBUCKETS];
+	_Atomic uint32_t rej[HOSTS][NBUCKETS];
+};
+
+static struct shared *sh;
+static char dir[PATH_MAX], rsock[PATH_MAX + 16], rurl[PATH_MAX + 32];
+static pid_t redis_pid;
+static struct test_daemon hd[HOSTS];
+static pid_t workers[HOSTS];
+static int failures;
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fputc('\n', stderr);                                                       \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+static int bucket_now(void)
+{
+	int64_t b = (test_mono_ns() - sh->t0) / BUCKET_NS;
+
+	return b < 0 ? 0 : b >= NBUCKETS ? NBUCKETS - 1 : (int)b;
+}
+
+static bool redis_up(const char *password)
+{
+	redisContext *c = redisConnectUnix(rsock);
+	bool ok = false;
+
+	if (c && !c->err) {
+		redisReply *r =
+		    password ? redisCommand(c, "AUTH %s", password) : redisCommand(c, "PING");
+
+		ok = r && r->type != REDIS_REPLY_ERROR;
+		if (r)
+			freeReplyObject(r);
+	}
+	if (c)
+		redisFree(c);
+	return ok;
+}
+
+static pid_t redis_start(const char *password)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		char log[PATH_MAX + 16];
+
+		snprintf(log, sizeof(log), "%s/redis.log", dir);
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		if (password)
+			execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", rsock,
+			       "--save", "", "--appendonly", "no", "--dir", dir, "--requirepass",
+			       password, (char *)NULL);
+		else
+			execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", rsock,
+			       "--save", "", "--appendonly", "no", "--dir", dir, (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0)
+		return -1;
+	if (!TEST_EVENTUALLY(redis_up(password))) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return -1;
+	}
+	return pid;
+}
+
+static void redis_kill(void)
+{
+	if (redis_pid > 0) {
+		kill(redis_pid, SIGKILL);
+		waitpid(redis_pid, NULL, 0);
+	}
+	redis_pid = 0;
+}
+
+/* One worker: `per_s` attempts a second on policy p, counted per bucket. */
+static void worker(int h, const char *sock, double per_s)
+{
+	resil_policy_t *p;
+	resil_t *r;
+	int64_t step = (int64_t)(1e9 / per_s), next;
+
+	if (resil_open(&r, sock) < 0 || resil_policy(r, "p", &p) < 0)
+		_exit(2);
+	next = test_mono_ns();
+	while (!atomic_load(&sh->stop[h])) {
+		resil_permit_t pm;
+		int64_t now = test_mono_ns();
+
+		if (now < next) {
+			struct timespec ts = {.tv_sec = 0,
+					      .tv_nsec =
+						  next - now > 999999999 ? 999999999 : next - now};
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		/* a worker that fell behind (a loaded machine) does not burst
+		 * to catch up: demand is a rate, not a backlog */
+		next = (now - next > 50 * 1000 * 1000LL ? now : next) + step;
+		/* the bucket is taken before the decision: an admission counts
+		 * in the span it was decided in or just before */
+		int b = bucket_now();
+		int v = resil_acquire(p, &pm);
+
+		if (v == 0) {
+			resil_release(p, &pm, RESIL_SUCCESS);
+			atomic_fetch_add(&sh->adm[h][b], 1);
+		} else if (v == RESIL_REJECT_LIMITED) {
+			atomic_fetch_add(&sh->rej[h][b], 1);
+		} else {
+			_exit(3);
+		}
+	}
+	resil_close(r);
+	_exit(0);
+}
+
+static void workers_start(int h, double per_s)
+{
+	atomic_store(&sh->stop[h], 0);
+	workers[h] = fork();
+	if (workers[h] == 0)
+		worker(h, hd[h].sock, per_s);
+}
+
+static void workers_stop(int h)
+{
+	if (workers[h] <= 0)
+		return;
+	atomic_store(&sh->stop[h], 1);
+	if (test_wait_pid(workers[h], 10000) < 0) {
+		kill(workers[h], SIGKILL);
+		waitpid(workers[h], NULL, 0);
+	}
+	workers[h] = 0;
+}
+
+/* A metric of resilctl metrics on host h (NAN if absent). */
+static double metric(int h, const char *name)
+{
+	const char *argv[] = {RESILCTL_PATH, "--socket", hd[h].sock, "metrics", NULL};
+	static char out[65536];
+	char *at;
+
+	if (test_run(argv, NULL, out, sizeof(out)) != 0)
+		return -1e9;
+	for (at = out; (at = strstr(at, name)); at++)
+		if ((at == out || at[-1] == '\n') &&
+		    (at[strlen(name)] == ' ' || at[strlen(name)] == '{'))
+			return strtod(strchr(at, ' ') + 1, NULL);
+	return -1e9;
+}
+
+static bool leased(int h)
+{
+	return metric(h, "resil_cluster_lease_seconds") > 0;
+}
+
+static int host_start(int h, const char *fallback, const char *url, const char *pwfile)
+{
+	char host[16], name[64];
+	const char *extra[16];
+	int n = 0;
+
+	snprintf(host, sizeof(host), "host%c", 'A' + h);
+	snprintf(name, sizeof(name), "t%d", (int)getpid());
+	extra[n++] = "--state-size";
+	extra[n++] = "16M";
+	extra[n++] = "--cluster-redis";
+	extra[n++] = url;
+	extra[n++] = "--cluster-host";
+	extra[n++] = host;
+	extra[n++] = "--cluster-name";
+	extra[n++] = name;
+	extra[n++] = "--cluster-fallback";
+	extra[n++] = fallback;
+	if (pwfile) {
+		extra[n++] = "--cluster-password-file";
+		extra[n++] = pwfile;
+	}
+	extra[n] = NULL;
+	if (test_daemon_init(&hd[h]) < 0 || test_daemon_start(&hd[h], extra) < 0)
+		return -1;
+	resil_t *r;
+	int v = resil_open(&r, hd[h].sock);
+
+	if (v < 0)
+		return v;
+	v = resil_define(r, "p", CONF);
+	resil_close(r);
+	return v;
+}
+
+static uint32_t adm(int h, int b)
+{
+	return atomic_load(&sh->adm[h][b]);
+}
+
+/* admissions of host h in buckets [from, to) */
+static uint64_t adm_span(int h, int from, int to)
+{
+	uint64_t n = 0;
+
+	for (int b = from; b < to; b++)
+		n += adm(h, b);
+	return n;
+}
+
+/* Every 1 s span (10 buckets) of [from, to): the fleet within the bound. */
+static void check_bound(int from, int to, const char *phase)
+{
+	/* rate x 1 s + every host's burst, and one permit per host for the
+	 * bucket taken before the decision (a worker preempted between the
+	 * two can put an admission decided in the next span in this one) */
+	uint64_t bound = RATE + HOSTS * BURST + HOSTS, worst = 0;
+
+	for (int a = from; a + 10 <= to; a++) {
+		uint64_t n = 0;
+
+		for (int h = 0; h < HOSTS; h++)
+			n += adm_span(h, a, a + 10);
+		if (n > worst)
+			worst = n;
+		CHECK(n <= bound, "%s: %llu admitted in the 1 s span from bucket %d (bound %llu)",
+		      phase, (unsigned long long)n, a, (unsigned long long)bound);
+	}
+	printf("%s: worst 1 s span %llu (bound %llu)\n", phase, (unsigned long long)worst,
+	       (unsigned long long)bound);
+}
+
+static bool log_has(const struct test_daemon *d, const char *what)
+{
+	char buf[65536];
+	FILE *f = fopen(d->log, "re");
+	size_t n;
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return strstr(buf, what) != NULL;
+}
+
+static void wait_buckets(int n)
+{
+	int until = bucket_now() + n;
+
+	while (bucket_now() < until)
+		test_sleep_ms(20);
+}
+
+static void cleanup(void)
+{
+	for (int h = 0; h < HOSTS; h++) {
+		workers_stop(h);
+		if (hd[h].pid)
+			kill(hd[h].pid, SIGCONT);
+		test_daemon_fini(&hd[h]);
+	}
+	redis_kill();
+}
+
+/* A daemon whose Redis is not there or refuses AUTH: a clear log line, and
+ * its clients decide on the fallback at once. */
+static void bad_redis(void)
+{
+	struct test_daemon *d = &hd[3];
+	char url[PATH_MAX + 32], pw[PATH_MAX + 16];
+	resil_policy_t *p;
+	resil_permit_t pm;
+	resil_t *r;
+	FILE *f;
+
+	/* wrong address, fallback share with no host ever seen: the rate */
+	snprintf(url, sizeof(url), "unix:%s/nothing.sock", dir);
+	CHECK(host_start(3, "share", url, NULL) == 0, "host with a wrong address starts");
+	CHECK(TEST_EVENTUALLY(log_has(d, "cannot connect to Redis at unix:")),
+	      "wrong address: clear error in the log");
+	CHECK(resil_open(&r, d->sock) == 0 && resil_policy(r, "p", &p) == 0, "open");
+	CHECK(resil_acquire(p, &pm) == 0, "wrong address: fallback share admits");
+	resil_release(p, &pm, RESIL_SUCCESS);
+	resil_close(r);
+	CHECK(metric(3, "resil_cluster_connected") == 0, "wrong address: not connected");
+	test_daemon_fini(d);
+
+	/* refused AUTH, fallback reject: nothing admitted */
+	redis_kill();
+	redis_pid = redis_start("right-password");
+	CHECK(redis_pid > 0, "redis with requirepass");
+	snprintf(pw, sizeof(pw), "%s/pw", dir);
+	f = fopen(pw, "w");
+	fputs("wrong-password\n", f);
+	fclose(f);
+	CHECK(host_start(3, "reject", rurl, pw) == 0, "host with a wrong password starts");
+	CHECK(TEST_EVENTUALLY(log_has(d, "refused AUTH")), "refused AUTH: clear error in the log");
+	CHECK(resil_open(&r, d->sock) == 0 && resil_policy(r, "p", &p) == 0, "open");
+	CHECK(resil_acquire(p, &pm) == RESIL_REJECT_LIMITED, "refused AUTH: fallback reject");
+	resil_close(r);
+	test_daemon_fini(d);
+
+	/* the right password: a lease */
+	f = fopen(pw, "w");
+	fputs("right-password\n", f);
+	fclose(f);
+	CHECK(host_start(3, "reject", rurl, pw) == 0, "host with the password starts");
+	CHECK(TEST_EVENTUALLY(leased(3)), "AUTH accepted: a lease");
+	CHECK(resil_open(&r, d->sock) == 0 && resil_policy(r, "p", &p) == 0, "open");
+	CHECK(resil_acquire(p, &pm) == 0, "AUTH accepted: admitted on the lease");
+	resil_release(p, &pm, RESIL_SUCCESS);
+	resil_close(r);
+	test_daemon_fini(d);
+}
+
+int main(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	int b0, b1, b2, b3, b4, b5, b6, b7;
+
+	if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+		fprintf(stderr, "redis-server not installed: skipped\n");
+		return TEST_SKIP;
+	}
+	snprintf(dir, sizeof(dir), "%s/resil-cluster-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(dir))
+		return 1;
+	snprintf(rsock, sizeof(rsock), "%s/redis.sock", dir);
+	snprintf(rurl, sizeof(rurl), "unix:%s", rsock);
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED)
+		return 1;
+	redis_pid = redis_start(NULL);
+	if (redis_pid <= 0) {
+		fprintf(stderr, "redis-server did not start\n");
+		return 1;
+	}
+	for (int h = 0; h < 3; h++)
+		if (host_start(h, "reject", rurl, NULL) < 0) {
+			fprintf(stderr, "host %d did not start\n", h);
+			cleanup();
+			return 1;
+		}
+	for (int h = 0; h < 3; h++)
+		CHECK(TEST_EVENTUALLY(leased(h)), "host %d holds a lease", h);
+	sh->t0 = test_mono_ns();
+
+	/* 1: demand 80/15/5% of 1,500/s */
+	workers_start(0, 1200);
+	workers_start(1, 225);
+	workers_start(2, 75);
+	wait_buckets(40);
+	b0 = bucket_now();
+	printf("steady: A %llu B %llu C %llu in the last second\n",
+	       (unsigned long long)adm_span(0, b0 - 10, b0),
+	       (unsigned long long)adm_span(1, b0 - 10, b0),
+	       (unsigned long long)adm_span(2, b0 - 10, b0));
+	/* max-min fair: C 75, B 225, A the remaining 700 (85%: pacing) */
+	CHECK(adm_span(2, b0 - 10, b0) >= 75 * 85 / 100, "C gets its demand");
+	CHECK(adm_span(1, b0 - 10, b0) >= 225 * 85 / 100, "B gets its demand");
+	CHECK(adm_span(0, b0 - 10, b0) >= 700 * 85 / 100, "A gets the rest");
+
+	/* 2: D joins with 300/s: fair shares C 75, B 225, D 300, A 400 */
+	CHECK(host_start(3, "reject", rurl, NULL) == 0, "D starts");
+	CHECK(TEST_EVENTUALLY(leased(3)), "D holds a lease");
+	b1 = bucket_now();
+	workers_start(3, 300);
+	/* eventually, within 10 s, D holds its share for a whole second (the
+	 * intervals it took are printed, not asserted: a loaded or sanitized
+	 * run stretches every tick) */
+	CHECK(TEST_EVENTUALLY(bucket_now() >= b1 + 10 &&
+			      adm_span(3, bucket_now() - 10, bucket_now()) >= 300 * 85 / 100),
+	      "D gets its share");
+	wait_buckets(10);
+	b2 = bucket_now();
+	{
+		int first = -1;
+
+		for (int b = b1; b < b2; b++)
+			if (adm(3, b) >= 30 * 80 / 100) {
+				first = b;
+				break;
+			}
+		printf("join: D reached 80%% of its share %d intervals after its workers "
+		       "started\n",
+		       first < 0 ? -1 : first - b1);
+		if (getenv("RESIL_TEST_DUMP") && first - b1 > 8) {
+			redisContext *rc = redisConnectUnix(rsock);
+			redisReply *rr = rc ? redisCommand(rc, "KEYS *:lease") : NULL;
+
+			for (size_t i = 0; rr && i < rr->elements; i++) {
+				redisReply *h = redisCommand(rc, "HGETALL %s", rr->element[i]->str);
+
+				for (size_t j = 0; h && j + 1 < h->elements; j += 2)
+					fprintf(stderr, "  %s %s\n", h->element[j]->str,
+						h->element[j + 1]->str);
+				if (h)
+					freeReplyObject(h);
+			}
+			if (rr)
+				freeReplyObject(rr);
+			if (rc)
+				redisFree(rc);
+		}
+		if (first < 0 || adm_span(3, b2 - 10, b2) < 300 * 85 / 100) {
+			for (int b = b1; b < b2; b++)
+				fprintf(stderr, "  bucket %d: D admitted %u rejected %u, A %u\n",
+					b - b1, adm(3, b), atomic_load(&sh->rej[3][b]), adm(0, b));
+			char cmd[PATH_MAX + 32];
+
+			snprintf(cmd, sizeof(cmd), "tail -n 8 '%s' >&2", hd[3].log);
+			(void)system(cmd);
+			fprintf(stderr, "  D: share %.1f demand %.1f hosts %.0f\n",
+				metric(3, "resil_cluster_share"), metric(3, "resil_cluster_demand"),
+				metric(3, "resil_cluster_hosts"));
+		}
+		CHECK(adm_span(3, b2 - 10, b2) >= 300 * 85 / 100, "D holds its share");
+		CHECK(first >= 0, "D reached 80%% of its share in a bucket");
+		CHECK(adm_span(0, b2 - 10, b2) >= 400 * 85 / 100, "A holds the rest");
+	}
+
+	/* 3: B leaves: its share goes to A once B's leases ran out */
+	workers_stop(1);
+	test_daemon_stop(&hd[1]);
+	wait_buckets(30);
+	b3 = bucket_now();
+	CHECK(adm_span(0, b3 - 10, b3) >= 625 * 85 / 100, "A takes B's share after B left");
+
+	/* 4: Redis killed for 5 s: leases run out, fallback reject */
+	redis_kill();
+	wait_buckets(50);
+	b4 = bucket_now();
+	for (int h = 0; h < HOSTS; h++)
+		if (h != 1)
+			CHECK(adm_span(h, b4 - 30, b4) == 0,
+			      "host %d admits nothing on fallback reject without Redis", h);
+	CHECK(log_has(&hd[0], "cannot connect to Redis at unix:") ||
+		  log_has(&hd[0], "Redis at unix:"),
+	      "Redis down: a clear error in the log");
+	redis_pid = redis_start(NULL);
+	CHECK(redis_pid > 0, "redis restarts");
+	for (int h = 0; h < HOSTS; h++)
+		if (h != 1)
+			CHECK(TEST_EVENTUALLY(leased(h)), "host %d back on a lease", h);
+	b5 = bucket_now();
+	wait_buckets(20);
+	CHECK(adm_span(0, bucket_now() - 10, bucket_now()) >= 625 * 85 / 100,
+	      "A back at its share after Redis returned");
+	CHECK(log_has(&hd[0], "connected to Redis at unix:") && log_has(&hd[0], "again"),
+	      "the return is logged");
+
+	/* 5: A's daemon SIGSTOPped past its lease: A's workers fall back
+	 * (reject) with no daemon, the others take its share */
+	kill(hd[0].pid, SIGSTOP);
+	wait_buckets(20);
+	b6 = bucket_now();
+	CHECK(adm_span(0, b6 - 10, b6) == 0, "A's workers fall back while A's daemon is stopped");
+	CHECK(adm_span(3, b6 - 10, b6) >= 300 * 85 / 100, "D keeps its share");
+	kill(hd[0].pid, SIGCONT);
+	CHECK(TEST_EVENTUALLY(leased(0)), "A back on a lease after SIGCONT");
+	wait_buckets(15);
+	b7 = bucket_now();
+	CHECK(adm_span(0, b7 - 5, b7) > 0, "A admits again");
+
+	check_bound(0, b7, "fleet");
+	(void)b5;
+	for (int h = 0; h < HOSTS; h++)
+		workers_stop(h);
+	for (int h = 0; h < HOSTS; h++)
+		test_daemon_fini(&hd[h]);
+
+	bad_redis();
+	cleanup();
+	if (!failures) {
+		char cmd[PATH_MAX + 16];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		(void)system(cmd);
+	}
+	printf("%s\n", failures ? "FAILED" : "ok");
+	return failures ? 1 : 0;
+}
