@@ -357,29 +357,32 @@ int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t 
 		if (st_size < RESIL_HDR_SIZE)
 			return resil_errf(err, errlen, -EBADMSG,
 					  "state segment too small (%zu bytes)", st_size);
-		if (s->magic != RESIL_STATE_MAGIC)
+		/* A 1.1 pair is described by its config header alone: the state
+		 * header's identity and geometry words are client-writable
+		 * copies the daemon repairs each tick (resil_seg_repair_header),
+		 * so a store into one between that tick and a restart must not
+		 * keep the restarted daemon from adopting the pair. */
+		bool described = cfg && cfg_has_geo(c);
+		struct resil_state_geo g;
+
+		if (!described && s->magic != RESIL_STATE_MAGIC)
 			return resil_errf(err, errlen, -EBADMSG, "state segment: bad magic");
-		if (s->abi_major != RESIL_ABI_MAJOR)
+		if (!described && s->abi_major != RESIL_ABI_MAJOR)
 			return resil_errf(err, errlen, -EPROTO,
 					  "state segment has ABI %" PRIu32 ".%" PRIu32
 					  ", this build speaks %d.x",
 					  s->abi_major, s->abi_minor, RESIL_ABI_MAJOR);
-		struct resil_state_geo g;
-
-		/* The geometry of a 1.1 pair is the config header's: what any
-		 * client wrote into the state header's copy does not matter
-		 * (the daemon repairs it). */
-		if (cfg && cfg_has_geo(c))
+		if (described)
 			geo_of_cfg(c, &g);
 		else
 			geo_of_state(s, &g);
-		if (s->hdr_size != RESIL_HDR_SIZE || s->seg_size != st_size ||
+		if ((!described && (s->hdr_size != RESIL_HDR_SIZE || s->seg_size != st_size)) ||
 		    !geo_valid(&g, st_size))
 			return resil_errf(err, errlen, -EBADMSG,
 					  "state segment: inconsistent header");
 	}
 	if (cfg && st) {
-		if (c->epoch != s->epoch)
+		if (!cfg_has_geo(c) && c->epoch != s->epoch)
 			return resil_errf(err, errlen, -EBADMSG,
 					  "config and state segments do not belong together");
 		if (c->state_size != st_size)
@@ -1104,6 +1107,9 @@ uint32_t resil_seg_repair_header(struct resil_seg *s)
 	FIX(arena_size, s->geo.arena_size);
 	FIX(seg_size, s->st_size);
 	FIX(hdr_size, RESIL_HDR_SIZE);
+	FIX(magic, RESIL_STATE_MAGIC);
+	FIX(abi_major, RESIL_ABI_MAJOR);
+	FIX(epoch, s->cfg->epoch);
 	if (s->arena_private && ld_relaxed(&h->arena_used) != s->arena_used) {
 		st_release(&h->arena_used, s->arena_used);
 		n++;

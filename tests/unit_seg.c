@@ -80,10 +80,30 @@ static void test_validate_rejects(void **state)
 	assert_int_equal(resil_seg_validate(NULL, 0, s.st, s.st_size, err, sizeof(err)), -EBADMSG);
 	s.st->event_off = RESIL_HDR_SIZE + (uint64_t)s.st->client_cap * RESIL_CLIENT_SIZE;
 
-	s.st->epoch ^= 1;
-	assert_int_equal(resil_seg_validate(s.cfg, s.cfg_size, s.st, s.st_size, err, sizeof(err)),
-			 -EBADMSG);
-	s.st->epoch ^= 1;
+	/* a 1.1 pair is described by its config header alone: the state
+	 * header's identity words are client-written copies that must not
+	 * keep a restarted daemon from adopting the pair, and the daemon's
+	 * tick puts them back */
+	{
+		uint64_t epoch = s.st->epoch;
+
+		s.st->epoch ^= 1;
+		s.st->magic = 0;
+		s.st->hdr_size = 1;
+		s.st->seg_size = 0;
+		assert_int_equal(
+		    resil_seg_validate(s.cfg, s.cfg_size, s.st, s.st_size, err, sizeof(err)), 0);
+		assert_true(resil_seg_repair_header(&s) >= 4);
+		assert_int_equal(s.st->epoch, epoch);
+		assert_int_equal(s.st->magic, RESIL_STATE_MAGIC);
+		assert_int_equal(s.st->hdr_size, RESIL_HDR_SIZE);
+		assert_int_equal(s.st->seg_size, s.st_size);
+		/* the state segment alone (no config header) is still checked */
+		s.st->magic = 0;
+		assert_int_equal(resil_seg_validate(NULL, 0, s.st, s.st_size, err, sizeof(err)),
+				 -EBADMSG);
+		s.st->magic = RESIL_STATE_MAGIC;
+	}
 
 	atomic_store(&s.cfg->flags, RESIL_SEG_RETIRED);
 	assert_int_equal(resil_seg_validate(s.cfg, s.cfg_size, s.st, s.st_size, err, sizeof(err)),
