@@ -662,11 +662,12 @@ uint32_t resild_loop_conns(const struct resild *d)
 }
 
 /* A state word found out of range and repaired: counted (the daemon's
- * private count, copied to st->state_repairs for metrics) and an event
- * naming the policy (slot) and the word. */
+ * private count, which the metrics show from seg.repairs; st->state_repairs
+ * is a copy for observers) and an event naming the policy and the word. */
 void resild_state_repaired(struct resild *d, uint32_t slot, uint32_t gen, uint32_t word, uint32_t n)
 {
 	d->state_repairs += n;
+	st_relaxed(&d->seg.repairs, d->state_repairs);
 	st_relaxed(&d->seg.st->state_repairs, d->state_repairs);
 	resil_event_push(&d->seg, RESIL_EV_REPAIRED, slot, gen, word, n, 0, n,
 			 resil_clock_monotonic(NULL));

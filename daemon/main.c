@@ -266,6 +266,9 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 	d->have_seg = true;
 	/* from here on the arena's bump pointer is the daemon's own */
 	resil_seg_own_arena(&d->seg);
+	/* the metrics show the daemon's count of repairs, not the shared copy */
+	d->seg.repairs_own = true;
+	st_relaxed(&d->seg.repairs, d->state_repairs);
 	/* and so are the free lists: rebuilt from the slot words (what no
 	 * live record names waits out a grace period, as after a delete) */
 	r = resil_seg_reuse_init(&d->seg, resil_clock_monotonic(NULL));

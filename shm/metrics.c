@@ -563,7 +563,7 @@ size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len)
 	    "and repaired, and state blocks it reset (beyond repair at adoption).\n"
 	    "# TYPE resil_state_repairs_total counter\n"
 	    "resil_state_repairs_total %" PRIu64 "\n",
-	    ld_relaxed(&s->st->state_repairs));
+	    s->repairs_own ? ld_relaxed(&s->repairs) : ld_relaxed(&s->st->state_repairs));
 	put(&o,
 	    "# HELP resil_build_info The resil version that serves these metrics.\n"
 	    "# TYPE resil_build_info gauge\nresil_build_info{version=\"%s\"} 1\n",

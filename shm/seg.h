@@ -345,6 +345,12 @@ struct resil_seg {
 	/* The daemon's reuse of records and arena space (resil_seg_reuse_init):
 	 * NULL elsewhere (clients, embedded mode: bump allocation only). */
 	struct resil_reuse *reuse;
+	/* The daemon's own count of repairs (its loop stores, its HTTP thread
+	 * loads: relaxed, a counter orders nothing), shown by the metrics
+	 * instead of st->state_repairs, which any client can rewrite; 0 and
+	 * unused (repairs_own false) in clients and embedded mode. */
+	bool repairs_own;
+	ra64 repairs;
 };
 
 /* Sizes of a new segment pair. */
