@@ -321,7 +321,9 @@ def gunicorn_rps():
         return []
     tmp = tempfile.mkdtemp(prefix="resil-pybench-")
     sock = os.path.join(tmp, "control.sock")
-    daemon = subprocess.Popen([resild, "--foreground", "--socket", sock],
+    os.mkdir(os.path.join(tmp, "conf"))
+    daemon = subprocess.Popen([resild, "--foreground", "--socket", sock,
+                               "--config", os.path.join(tmp, "conf")],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     out = []
     try:

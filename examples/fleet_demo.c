@@ -406,8 +406,8 @@ int main(int argc, char **argv)
 			embedded ? "open embedded segments" : "reach resild", strerror(-ret));
 		if (!embedded)
 			fprintf(stderr,
-				"  start it with `resild --foreground --socket %s`,"
-				" or run `fleet_demo --embedded`\n",
+				"  start it with `resild --foreground --socket %s --config DIR`"
+				" (DIR: its policy files, may be empty), or run `fleet_demo --embedded`\n",
 				path ? path : "/run/resild/control.sock");
 		return 1;
 	}

@@ -35,7 +35,9 @@ def fleet(request, tmp_path):
         pytest.skip("RESILD (the resild binary) not set")
     exe = uwsgi_cmd()
     sock = str(tmp_path / "control.sock")
-    daemon = subprocess.Popen([RESILD, "--foreground", "--socket", sock],
+    (tmp_path / "conf").mkdir()
+    daemon = subprocess.Popen([RESILD, "--foreground", "--socket", sock,
+                               "--config", str(tmp_path / "conf")],
                               stdout=subprocess.DEVNULL,
                               stderr=open(tmp_path / "resild.log", "w"))
     uw = None
