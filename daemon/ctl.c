@@ -1032,11 +1032,10 @@ static void health_take(struct resild *d, struct health *h)
 		h->slot_cap = d->seg.cfg->slot_cap;
 	/* the cluster's figures live in the loop's memory: rendered here, on
 	 * the loop's thread, so the HTTP thread reads a copy */
-	if (d->cluster && resild_cluster_metrics(d, h->cluster, sizeof(h->cluster)) >=
-			      sizeof(h->cluster))
+	if (d->cluster &&
+	    resild_cluster_metrics(d, h->cluster, sizeof(h->cluster)) >= sizeof(h->cluster))
 		h->cluster[0] = '\0';
 }
-
 
 void resild_metrics_publish(struct resild *d)
 {

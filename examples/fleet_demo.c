@@ -407,7 +407,8 @@ int main(int argc, char **argv)
 		if (!embedded)
 			fprintf(stderr,
 				"  start it with `resild --foreground --socket %s --config DIR`"
-				" (DIR: its policy files, may be empty), or run `fleet_demo --embedded`\n",
+				" (DIR: its policy files, may be empty), or run `fleet_demo "
+				"--embedded`\n",
 				path ? path : "/run/resild/control.sock");
 		return 1;
 	}

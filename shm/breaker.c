@@ -1449,8 +1449,8 @@ int resil_breaker_window(const struct resil_breaker_conf *c, const void *st, int
 	}
 }
 
-void resil_breaker_host_window(struct resil_ctx *x, const struct resil_breaker_conf *c,
-			       void *st, struct resil_breaker_counts *k)
+void resil_breaker_host_window(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			       struct resil_breaker_counts *k)
 {
 	bk_t *b = st;
 	int64_t now;

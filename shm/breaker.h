@@ -174,8 +174,8 @@ int resil_breaker_window(const struct resil_breaker_conf *c, const void *st, int
 /* policy.scope = global (daemon/cluster.c). The host's time window now
  * (zero for other windows), and CLOSED -> OPEN because the fleet crossed a
  * threshold (why, value as for a local open): true if this call moved it. */
-void resil_breaker_host_window(struct resil_ctx *x, const struct resil_breaker_conf *c,
-			       void *st, struct resil_breaker_counts *k);
+void resil_breaker_host_window(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			       struct resil_breaker_counts *k);
 bool resil_breaker_trip(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
 			uint32_t why, uint64_t value);
 /* Force a state (RESIL_STATE_DISABLED, FORCED_OPEN, METRICS_ONLY) or go
