@@ -108,6 +108,32 @@ static int64_t mono_ns(void)
 
 /* ---- getting the segments: once ---- */
 
+static bool top_json; /* --json: errors as JSON objects too */
+static void json_str(FILE *f, const char *s);
+
+/* An error (err: a positive errno): "resilctl top: MSG" on stderr, or with
+ * --json {"errno": N, "error": "ENAME", "message": "MSG"}, as resilctl's. */
+static void top_err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void top_err(int err, const char *fmt, ...)
+{
+	const char *name = strerrorname_np(err);
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (!top_json) {
+		fprintf(stderr, "resilctl top: %s\n", msg);
+		return;
+	}
+	fprintf(stderr, "{\"errno\":%d,\"error\":", err);
+	json_str(stderr, name ? name : "EIO");
+	fprintf(stderr, ",\"message\":");
+	json_str(stderr, msg);
+	fprintf(stderr, "}\n");
+}
+
 static int map_segments(const char *socket, struct resil_seg *seg)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
@@ -119,8 +145,7 @@ static int map_segments(const char *socket, struct resil_seg *seg)
 
 	err = resil_priv_open_ctl(&r, socket);
 	if (err < 0) {
-		fprintf(stderr, "resilctl top: %s\n",
-			*resil_last_error() ? resil_last_error() : strerror(-err));
+		top_err(-err, "%s", *resil_last_error() ? resil_last_error() : strerror(-err));
 		return err;
 	}
 	gs.observer = true;
@@ -130,8 +155,8 @@ static int map_segments(const char *socket, struct resil_seg *seg)
 	err = resil_priv_request(r, &req, &resp, fds, &nfds);
 	pthread_mutex_unlock(&r->lock);
 	if (err < 0) {
-		fprintf(stderr, "resilctl top: cannot get the segments from resild on %s: %s\n",
-			r->socket_path, *resil_last_error() ? resil_last_error() : strerror(-err));
+		top_err(-err, "cannot get the segments from resild on %s: %s", r->socket_path,
+			*resil_last_error() ? resil_last_error() : strerror(-err));
 		resil_close(r);
 		return err;
 	}
@@ -139,7 +164,7 @@ static int map_segments(const char *socket, struct resil_seg *seg)
 	if (nfds != 2) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
-		fprintf(stderr, "resilctl top: resild sent %d descriptors, not 2\n", nfds);
+		top_err(EPROTO, "resild sent %d descriptors, not 2", nfds);
 		resil_close(r);
 		return -EPROTO;
 	}
@@ -147,8 +172,7 @@ static int map_segments(const char *socket, struct resil_seg *seg)
 	if (err < 0) {
 		close(fds[0]);
 		close(fds[1]);
-		fprintf(stderr, "resilctl top: cannot map the segments: %s\n",
-			*why ? why : strerror(-err));
+		top_err(-err, "cannot map the segments: %s", *why ? why : strerror(-err));
 	}
 	resil_close(r); /* the mappings stay; no traffic from here on */
 	return err;
@@ -620,6 +644,10 @@ static int parse_sort(const char *s, enum sort_col *out)
 
 static int top_usage(const char *why)
 {
+	if (why && top_json) {
+		top_err(EINVAL, "%s (resilctl top --help)", why);
+		return 2;
+	}
 	if (why)
 		fprintf(stderr, "resilctl top: %s\n", why);
 	fprintf(stderr, "usage: resilctl top [--sort calls|failure|rejections|name] "
@@ -655,6 +683,10 @@ int resilctl_top(int argc, char **argv, const char *socket, bool json)
 	bool tty, term_set = false;
 	int ret = 0;
 
+	/* --json anywhere makes every error JSON, those before it too */
+	top_json = json;
+	for (int i = 0; i < argc; i++)
+		top_json = top_json || !strcmp(argv[i], "--json");
 	for (int i = 0; i < argc; i++) {
 		bool missing = false;
 		const char *v;
@@ -691,7 +723,7 @@ int resilctl_top(int argc, char **argv, const char *socket, bool json)
 		return 1;
 	t.prev = calloc(t.seg.cfg->slot_cap, sizeof(*t.prev));
 	if (!t.prev) {
-		fprintf(stderr, "resilctl top: out of memory\n");
+		top_err(ENOMEM, "out of memory");
 		resil_seg_unmap(&t.seg);
 		return 1;
 	}
@@ -734,8 +766,8 @@ int resilctl_top(int argc, char **argv, const char *socket, bool json)
 		if (iterations && ++n >= iterations)
 			break;
 		if (ld_acquire(&t.seg.cfg->flags) & RESIL_SEG_RETIRED) {
-			fprintf(stderr, "resilctl top: the daemon retired these segments "
-					"(restarted with another ABI): run top again\n");
+			top_err(ESTALE, "the daemon retired these segments (restarted with "
+					"another ABI): run top again");
 			ret = 1;
 			break;
 		}

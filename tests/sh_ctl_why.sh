@@ -103,6 +103,16 @@ assert "did you mean breaker.window?" in d["message"], d'
 ctl --json show nosuch >"$tmp/out" 2>"$tmp/err2" && fail "show of an unknown policy succeeded"
 [ ! -s "$tmp/out" ] || fail "--json error wrote on stdout: $(cat "$tmp/out")"
 jcheck "$tmp/err2" 'assert d["error"] == "ENOENT" and d["errno"] == 2 and "nosuch" in d["message"], d'
+# top's errors too: a bad option, and a daemon that is not there
+set +e
+ctl top --sort nosuch --json >"$tmp/out" 2>"$tmp/err4"
+rc=$?
+"$RESILCTL" --socket "$tmp/nosuch.sock" --json top >"$tmp/out5" 2>"$tmp/err5"
+rc5=$?
+set -e
+[ "$rc" = 2 ] && [ "$rc5" = 1 ] || fail "top --json errors: exit $rc and $rc5"
+jcheck "$tmp/err4" 'assert d["error"] == "EINVAL" and "--sort" in d["message"], d'
+jcheck "$tmp/err5" 'assert d["error"] == "ENOENT" and "nosuch.sock" in d["message"], d'
 set +e
 ctl --json frobnicate >"$tmp/out" 2>"$tmp/err3"
 rc=$?
