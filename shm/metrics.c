@@ -538,12 +538,7 @@ size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len)
 		return 0;
 	/* first: a text cut at its end for many policies keeps these */
 	put_space(&o, s);
-	for (int f = 0; f < F__MAX; f++) {
-		put(&o, "# HELP %s %s\n# TYPE %s %s\n", families[f].name, families[f].help,
-		    families[f].name, families[f].type);
-		v.f = (enum family)f;
-		resil_seg_foreach(s, visit, &v);
-	}
+	/* and the daemon-wide figures, before the per-policy families */
 	resil_seg_foreach(s, count_policy, &npol);
 	put(&o,
 	    "# HELP resil_policies Policies defined (named budgets not counted).\n"
@@ -568,5 +563,11 @@ size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len)
 	    "# HELP resil_build_info The resil version that serves these metrics.\n"
 	    "# TYPE resil_build_info gauge\nresil_build_info{version=\"%s\"} 1\n",
 	    RESIL_VERSION_STRING);
+	for (int f = 0; f < F__MAX; f++) {
+		put(&o, "# HELP %s %s\n# TYPE %s %s\n", families[f].name, families[f].help,
+		    families[f].name, families[f].type);
+		v.f = (enum family)f;
+		resil_seg_foreach(s, visit, &v);
+	}
 	return o.pos;
 }
