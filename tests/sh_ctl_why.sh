@@ -171,7 +171,10 @@ int main(int argc, char **argv)
 	return 0;
 }
 EOF
-cc -std=gnu11 -I"$SRC/client" "$tmp/drive.c" -o "$tmp/drive" -L"$BIN/client" -lresil \
+# a sanitized build's library wants its runtime first: built the same way
+san=
+ldd "$BIN/client/libresil.so" 2>/dev/null | grep -q libasan && san=-fsanitize=address,undefined
+cc -std=gnu11 $san -I"$SRC/client" "$tmp/drive.c" -o "$tmp/drive" -L"$BIN/client" -lresil \
 	-Wl,-rpath,"$BIN/client" || fail "the client program did not build"
 
 # (not through ctl: $! must be resilctl's own pid, for kill)

@@ -46,8 +46,11 @@ eventually() {
 }
 
 # cc FILE OUT: as a user would, with the warnings an example must not have
+# (a sanitized build's library wants its runtime first: built the same way)
+san=
+ldd "$LIBDIR/libresil.so" 2>/dev/null | grep -q libasan && san=-fsanitize=address,undefined
 cc_app() {
-	cc -std=c11 -Wall -Wextra -Werror -I"$SRC/client" "$1" -L"$LIBDIR" -lresil \
+	cc -std=c11 -Wall -Wextra -Werror $san -I"$SRC/client" "$1" -L"$LIBDIR" -lresil \
 		-Wl,-rpath,"$LIBDIR" -o "$2"
 }
 
