@@ -48,7 +48,7 @@ fail() {
 	[ -n "${leader:-}" ] && c journalctl -u resild.service -u resild.socket --no-pager 2>/dev/null | tail -30
 	exit 1
 }
-eventually() { # up to 10 s (30 s for a boot)
+eventually() { # up to 10 s (120 s for a boot)
 	local n=${N:-100}
 	for _ in $(seq "$n"); do
 		"$@" >/dev/null 2>&1 && return 0
@@ -81,8 +81,8 @@ done
 c() { nsenter -t "$leader" -a "$@"; }
 # the container's systemd answers (a degraded system is fine: other
 # units of this machine's tree may fail in a container)
-N=300 eventually sh -c "nsenter -t $leader -a systemctl is-system-running | grep -qE '^(running|degraded)'" ||
-	{ tail -20 "$tmp/boot.log"; fail "the container's systemd did not come up within 30 s"; }
+N=1200 eventually sh -c "nsenter -t $leader -a systemctl is-system-running | grep -qE '^(running|degraded)'" ||
+	{ tail -20 "$tmp/boot.log"; fail "the container's systemd did not come up within 120 s"; }
 echo "systemd $(c systemctl --version | head -n1 | awk '{print $2}') is PID 1 of the container"
 
 c dpkg -i "/mnt/pkg/$deb" >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; fail "dpkg -i in the container"; }
