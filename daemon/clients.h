@@ -8,6 +8,7 @@
 #define RESILD_CLIENTS_H
 
 #include <stdint.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 struct resild;
