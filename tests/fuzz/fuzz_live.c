@@ -282,7 +282,7 @@ static int daemon_start(int cfg_fd, int st_fd)
 	if (resild_clients_init(&d) < 0)
 		abort();
 	resild_events_init(&d);
-	row = resild_clients_bind(&d, getpid(), 0);
+	row = resild_clients_bind(&d, getpid(), 0, true);
 	return 0;
 }
 
