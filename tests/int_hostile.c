@@ -844,7 +844,8 @@ int main(void)
 			ask_metrics(a.sock, mtext, sizeof(mtext));
 			repairs1 = metric(mtext, "resil_state_repairs_total");
 			if (repairs1 == UINT64_MAX || repairs1 <= repairs0)
-				fprintf(stderr, "repairs: %llu before, %llu now (metrics: %zu bytes)\n",
+				fprintf(stderr,
+					"repairs: %llu before, %llu now (metrics: %zu bytes)\n",
 					(unsigned long long)repairs0, (unsigned long long)repairs1,
 					strlen(mtext));
 			TEST_CHECK(repairs1 != UINT64_MAX && repairs1 > repairs0);
