@@ -61,6 +61,20 @@ need fleet rate.all_busy.shared_r admitted_per_s
 if command -v valgrind >/dev/null; then
 	need resil breaker.count100.acq_rel instr_op
 fi
+# the in-process peers of the same run: python3-limits (a package of the
+# test command), the Node libraries where bench/peers has them installed
+if /usr/bin/python3 -c 'import limits' 2>/dev/null; then
+	need peer limits.bare_call ns_op
+	need peer limits.fixed_window ns_op
+fi
+if command -v node >/dev/null && [[ -d $SRC/bench/peers/node_modules/opossum ]]; then
+	need peer opossum.breaker ns_op
+fi
+# this host's clock: the library's choice is named
+if ! grep -Eq '^decision clock: (TSC|clock_gettime)' "$out/machine.txt"; then
+	echo "sh_bench_smoke: machine.txt does not name the decision clock" >&2
+	fail=1
+fi
 if grep -q '^smoke: 1' "$out/machine.txt" &&
 	{ [[ -s $out/BENCHMARKS.md ]] || ! command -v python3 >/dev/null; }; then
 	:
