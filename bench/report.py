@@ -563,8 +563,14 @@ def report(outdir, path):
         f = r.full("floor", n)
         if f is None:
             continue
+        if n == "clock_fast" and not clock_is_tsc(machine):
+            label = ("the decision clock (shm/clock.c): no usable TSC here, so its fallback, "
+                     "clock_gettime in line")
         ins = fmt_instr(r.get("floor", n, "instr_op"))
-        if n in ("clock_monotonic", "clock_coarse", "clock_cas", "coarse_cas") and ins != "n/a":
+        vdso = ("clock_monotonic", "clock_coarse", "clock_cas", "coarse_cas")
+        if not clock_is_tsc(machine):
+            vdso += ("clock_fast", "fast_cas")
+        if n in vdso and ins != "n/a":
             ins += " (vDSO not counted)"
         w(f"| {label} | {fmt_range(f)} | {ins} | {anchor} |")
     for keys, (n, nbytes) in sorted(mem_floors(r).items()):
