@@ -28,9 +28,10 @@ const out = outIdx >= 0 ? args[outIdx + 1] : null;
 const RUNS = smoke ? 1 : 7;
 const TARGET_NS = (smoke ? 5 : 40) * 1e6;
 
-function version(name) {
+function version(name)
+{
 	try {
-		const p = require.resolve(name + '/package.json', { paths: [__dirname] });
+		const p = require.resolve(name + '/package.json', {paths : [ __dirname ]});
 		return JSON.parse(fs.readFileSync(p, 'utf8')).version;
 	} catch (e) {
 		return null;
@@ -39,18 +40,21 @@ function version(name) {
 
 const now = () => process.hrtime.bigint();
 
-async function bare() {
+async function bare()
+{
 	return 1;
 }
 
-async function loop(fn, n) {
+async function loop(fn, n)
+{
 	const t = now();
 	for (let i = 0; i < n; i++)
 		await fn();
 	return Number(now() - t) / n;
 }
 
-async function calibrate(fn) {
+async function calibrate(fn)
+{
 	let n = 64;
 	for (;;) {
 		const t = now();
@@ -63,38 +67,47 @@ async function calibrate(fn) {
 	}
 }
 
-async function main() {
-	const cases = [{ name: 'bare.await', fn: bare, note: 'node ' + process.version }];
+async function main()
+{
+	const cases = [ {name : 'bare.await', fn : bare, note : 'node ' + process.version} ];
 	const vo = version('opossum'), vc = version('cockatiel');
 
 	if (vo) {
-		const CircuitBreaker = require(require.resolve('opossum', { paths: [__dirname] }));
+		const CircuitBreaker = require(require.resolve('opossum', {paths : [ __dirname ]}));
 		const b = new CircuitBreaker(bare, {}); /* defaults: as ANCHORS.md */
-		cases.push({ name: 'opossum.breaker', fn: () => b.fire(), note: 'opossum ' + vo });
+		cases.push({name : 'opossum.breaker', fn : () => b.fire(), note : 'opossum ' + vo});
 	} else {
-		process.stderr.write('node_peers: opossum not installed (npm install in bench/peers)\n');
+		process.stderr.write(
+		    'node_peers: opossum not installed (npm install in bench/peers)\n');
 	}
 	if (vc) {
-		const c = require(require.resolve('cockatiel', { paths: [__dirname] }));
+		const c = require(require.resolve('cockatiel', {paths : [ __dirname ]}));
 		const cons = c.circuitBreaker(c.handleAll, {
-			halfOpenAfter: 10000,
-			breaker: new c.ConsecutiveBreaker(5),
+			halfOpenAfter : 10000,
+			breaker : new c.ConsecutiveBreaker(5),
 		});
 		const samp = c.circuitBreaker(c.handleAll, {
-			halfOpenAfter: 10000,
-			breaker: new c.SamplingBreaker({ threshold: 0.5, duration: 10000 }),
+			halfOpenAfter : 10000,
+			breaker : new c.SamplingBreaker({threshold : 0.5, duration : 10000}),
 		});
 		const bh = c.bulkhead(25, 0);
 		const stack = c.wrap(
-		    c.retry(c.handleAll, { maxAttempts: 3, backoff: new c.ExponentialBackoff() }),
+		    c.retry(c.handleAll, {maxAttempts : 3, backoff : new c.ExponentialBackoff()}),
 		    cons, c.bulkhead(25, 0));
 		const note = 'cockatiel ' + vc;
-		cases.push({ name: 'cockatiel.breaker_consecutive', fn: () => cons.execute(bare), note });
-		cases.push({ name: 'cockatiel.breaker_sampling', fn: () => samp.execute(bare), note });
-		cases.push({ name: 'cockatiel.bulkhead', fn: () => bh.execute(bare), note });
-		cases.push({ name: 'cockatiel.retry_breaker_bulkhead', fn: () => stack.execute(bare), note });
+		cases.push(
+		    {name : 'cockatiel.breaker_consecutive', fn : () => cons.execute(bare), note});
+		cases.push(
+		    {name : 'cockatiel.breaker_sampling', fn : () => samp.execute(bare), note});
+		cases.push({name : 'cockatiel.bulkhead', fn : () => bh.execute(bare), note});
+		cases.push({
+			name : 'cockatiel.retry_breaker_bulkhead',
+			fn : () => stack.execute(bare),
+			note
+		});
 	} else {
-		process.stderr.write('node_peers: cockatiel not installed (npm install in bench/peers)\n');
+		process.stderr.write(
+		    'node_peers: cockatiel not installed (npm install in bench/peers)\n');
 	}
 	for (const k of cases) {
 		await loop(k.fn, 10000); /* warm: JIT, inline caches */
@@ -107,10 +120,13 @@ async function main() {
 	const rows = cases.map((k) => {
 		const v = k.v.slice().sort((a, b) => a - b);
 		const med = v[Math.floor(v.length / 2)];
-		process.stderr.write(`  peer           ${k.name.padEnd(34)} ${med.toFixed(2).padStart(9)} ns/op ` +
-				     `[${v[0].toFixed(2)}-${v[v.length - 1].toFixed(2)}] ${k.note}\n`);
-		return ['peer', k.name, 'ns_op', med.toFixed(2), v[0].toFixed(2), v[v.length - 1].toFixed(2),
-			'ns', `${k.note} n=${k.n}`].join('\t');
+		process.stderr.write(
+		    `  peer           ${k.name.padEnd(34)} ${med.toFixed(2).padStart(9)} ns/op ` +
+		    `[${v[0].toFixed(2)}-${v[v.length - 1].toFixed(2)}] ${k.note}\n`);
+		return [
+			'peer', k.name, 'ns_op', med.toFixed(2), v[0].toFixed(2),
+			v[v.length - 1].toFixed(2), 'ns', `${k.note} n=${k.n}`
+		].join('\t');
 	});
 	const text = rows.join('\n') + '\n';
 	if (out)
