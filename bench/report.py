@@ -760,20 +760,17 @@ def report(outdir, path):
     w("")
     w("![fleet scenarios](bench/fleet.png)")
     w("")
-    # the decision clock before and after (bench/clock_compare.sh), kept
-    # across reports: a run of its own, with its date and load
-    ck = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clock.md")
-    if os.path.exists(ck):
-        with open(ck) as f:
-            w(f.read().rstrip("\n"))
-        w("")
-    # the Python table of record (bench/python_bench.py --write), kept
-    # across reports: a run of its own, with its date and load
-    py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python.md")
-    if os.path.exists(py):
-        with open(py) as f:
-            w(f.read().rstrip("\n"))
-        w("")
+    # tables of record measured by runs of their own, each with its date
+    # and load, kept across reports: the hot paths before and after the
+    # untrusted-state work (callgrind), the decision clock before and after
+    # (bench/clock_compare.sh), Python (bench/python_bench.py --write)
+    here = os.path.dirname(os.path.abspath(__file__))
+    for kept in ("untrusted.md", "clock.md", "python.md"):
+        kp = os.path.join(here, kept)
+        if os.path.exists(kp):
+            with open(kp) as f:
+                w(f.read().rstrip("\n"))
+            w("")
     text = "\n".join(L) + "\n"
     if path == "-":
         sys.stdout.write(text)
