@@ -1319,8 +1319,8 @@ static struct cluster_status *cluster_status(struct resild *d)
 
 	if (!d->cluster)
 		return NULL;
-	cs = calloc(1, sizeof(*cs) + cap * (sizeof(Resil__ClusterPolicy *) +
-					    sizeof(Resil__ClusterPolicy)));
+	cs = calloc(1, sizeof(*cs) +
+			   cap * (sizeof(Resil__ClusterPolicy *) + sizeof(Resil__ClusterPolicy)));
 	if (!cs)
 		return NULL;
 	if (resild_cluster_info(d, &cs->ci) < 0) {
@@ -1349,8 +1349,7 @@ static struct cluster_status *cluster_status(struct resild *d)
 	return cs;
 }
 
-static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply *sr,
-			 void **to_free)
+static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply *sr, void **to_free)
 {
 	struct cluster_status *cs = cluster_status(d);
 	uint32_t n = 0;

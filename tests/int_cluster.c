@@ -359,18 +359,18 @@ static void status_checks(void)
 	const char *sh_[] = {"show", "p", NULL}, *shj[] = {"show", "--json", "p", NULL};
 
 	CHECK(ctl_says(0, st, "cluster    unix:", "as host hostA", "every 100 ms",
-		       "fallback reject", "connected, last exchange", "3 hosts seen",
-		       "share ", "/s, lease for ", NULL),
+		       "fallback reject", "connected, last exchange", "3 hosts seen", "share ",
+		       "/s, lease for ", NULL),
 	      "status: the cluster's lines");
 	CHECK(ctl_says(0, stj, "\"cluster\":{\"redis\":\"unix:", "\"host\":\"hostA\"",
 		       "\"connected\":true", "\"last_error\":\"\"", "\"hosts_seen\":3",
 		       "\"policies\":[{\"name\":\"p\",\"share\":", "\"lease_ms\":", NULL),
 	      "status --json: the cluster object");
-	CHECK(ctl_says(1, sh_, "cluster     in sync, last exchange", "of the global rate, expires in",
-		       "3 hosts)", NULL),
+	CHECK(ctl_says(1, sh_, "cluster     in sync, last exchange",
+		       "of the global rate, expires in", "3 hosts)", NULL),
 	      "show: the lease");
-	CHECK(ctl_says(1, shj, "\"cluster\":{\"connected\":true", "\"share\":",
-		       "\"lease_ms\":", "\"hosts\":3", NULL),
+	CHECK(ctl_says(1, shj, "\"cluster\":{\"connected\":true",
+		       "\"share\":", "\"lease_ms\":", "\"hosts\":3", NULL),
 	      "show --json: the lease");
 }
 

@@ -199,7 +199,7 @@ static void worker(int h)
 /* `resilctl show [--json] b` on host h has `want` */
 static bool show_says(int h, bool json, const char *want)
 {
-	const char *argv[] = {RESILCTL_PATH, "--socket", hd[h].sock, "show",
+	const char *argv[] = {RESILCTL_PATH,	     "--socket",	hd[h].sock, "show",
 			      json ? "--json" : "b", json ? "b" : NULL, NULL};
 	static char out[65536];
 
@@ -261,10 +261,11 @@ static void check_probes(void)
 		if (i == n || (i > 0 && pr[i].ns - pr[i - 1].ns > WAIT_MS / 2 * 1000000LL)) {
 			if (in) {
 				groups++;
-				printf("half-open %d: %d probes fleet-wide (hosts mask %d)\n", groups,
-				       in, mask);
-				CHECK(in <= PROBES, "half-open %d: %d probes reached the dependency "
-						    "fleet-wide, over breaker.half_open_calls = %d",
+				printf("half-open %d: %d probes fleet-wide (hosts mask %d)\n",
+				       groups, in, mask);
+				CHECK(in <= PROBES,
+				      "half-open %d: %d probes reached the dependency "
+				      "fleet-wide, over breaker.half_open_calls = %d",
 				      groups, in, PROBES);
 				last_mask = mask;
 			}
