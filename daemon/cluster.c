@@ -316,10 +316,10 @@ struct xreq {
 	int64_t window_ms, wait_ms;
 	uint32_t min_calls, failure_bp, slow_bp;
 	/* the fleet's half-open */
-	uint64_t sync;		/* the last fleet open seen closed here */
-	bool want;		/* callers rejected by the open since the last post */
-	uint64_t res_gen;	/* this host's round: gen, number, */
-	uint64_t res_round;	/* and outcome (1 closed, 2 failed, 0 none yet) */
+	uint64_t sync;	    /* the last fleet open seen closed here */
+	bool want;	    /* callers rejected by the open since the last post */
+	uint64_t res_gen;   /* this host's round: gen, number, */
+	uint64_t res_round; /* and outcome (1 closed, 2 failed, 0 none yet) */
 	int res;
 };
 struct xans {
@@ -334,7 +334,7 @@ struct xans {
 	uint64_t bk_gen;
 	int64_t bk_calls;
 	uint32_t bk_rate_bp;
-	bool bk_probe;	    /* this host probes for the fleet in round bk_round */
+	bool bk_probe; /* this host probes for the fleet in round bk_round */
 	uint64_t bk_round;
 	int64_t bk_until_ns; /* the answer holds until (local CLOCK_MONOTONIC) */
 };
@@ -748,8 +748,8 @@ static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
 	snprintf(v[11], 32, "%llu", (unsigned long long)q->res_round);
 	snprintf(v[12], 32, "%d", q->res);
 	snprintf(v[13], 32, "%lld", (long long)(hold_ns(c) / RESIL_NS_PER_MS));
-	const char *argv[] = {"EVALSHA", c->bk_sha, "1",   key,	  c->host, v[0],  v[1],
-			      v[2],	 v[3],	    v[4],  v[5],  v[6],	   v[7],  v[8],
+	const char *argv[] = {"EVALSHA", c->bk_sha, "1",   key,	  c->host, v[0], v[1],
+			      v[2],	 v[3],	    v[4],  v[5],  v[6],	   v[7], v[8],
 			      v[9],	 v[10],	    v[11], v[12], v[13]};
 
 	return redisAppendCommandArgv(c->rc, 19, argv, NULL) == REDIS_OK;
@@ -1137,8 +1137,7 @@ static void tick_breaker(struct tick_ctx *t, const struct resil_seg *s, const st
 	q->failure_bp = bc->failure_rate_bp;
 	q->slow_bp = bc->slow_rate_bp < 10000 ? bc->slow_rate_bp : 0;
 	q->sync = cs->bk_sync;
-	q->want = cs->bk_open && state == RESIL_STATE_OPEN &&
-		  v[RESIL_STAT_REJ_OPEN] != cs->bk_rej;
+	q->want = cs->bk_open && state == RESIL_STATE_OPEN && v[RESIL_STAT_REJ_OPEN] != cs->bk_rej;
 	q->res_gen = cs->bk_gen;
 	q->res_round = cs->bk_round;
 	q->res = cs->bk_result;
@@ -1356,10 +1355,15 @@ int resild_cluster_policy_info(struct resild *d, uint32_t slot, uint32_t gen,
 	out->lease_ns = cs->expiry_ns ? cs->expiry_ns - mono_ns() : 0;
 	out->demand = cs->demand;
 	out->hosts = cs->hosts;
-	out->breaker = resil_has(rec, RESIL_C_BREAKER) &&
-		       rec->conf.breaker.window_kind == RESIL_WINDOW_TIME;
+	out->breaker =
+	    resil_has(rec, RESIL_C_BREAKER) && rec->conf.breaker.window_kind == RESIL_WINDOW_TIME;
 	out->fleet = cs->bk_probing ? 2 : cs->bk_open ? 1 : 0;
 	out->fleet_open = cs->bk_gen;
 	out->fleet_calls = cs->bk_calls;
 	return 0;
+}
+
+const char *resild_cluster_lease_lua(void)
+{
+	return LEASE_LUA;
 }

@@ -37,12 +37,16 @@ void resild_cluster_fini(struct resild *d);
 /* resil_cluster_* metrics (snprintf semantics). */
 size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len);
 
+/* The lease script's text (bench/cluster_bench.c loads it to measure
+ * what one Redis core serves). */
+const char *resild_cluster_lease_lua(void);
+
 /* What `resilctl status` says of the exchange. */
 struct resild_cluster_info {
 	const char *redis, *name, *host, *fallback;
 	int64_t interval_ns;
 	bool connected;
-	char last_error[256];	   /* "" while connected */
+	char last_error[256];	  /* "" while connected */
 	int64_t last_exchange_ns; /* since the last exchange that answered every policy; -1 never */
 	uint64_t exchanges, script_calls, errors;
 	uint32_t hosts_seen; /* the most hosts a lease counted */
