@@ -607,12 +607,10 @@ static bool over_threshold(const struct resil_breaker_conf *c, const struct resi
 	return false;
 }
 
-static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1,
-		     struct resil_breaker_counts *k)
+/* The sum of the n buckets at bk that count the span ending at tick1. */
+static void time_sum_n(const struct resil_breaker_bucket *bk, uint32_t n, uint64_t tick1,
+		       struct resil_breaker_counts *k)
 {
-	struct resil_breaker_bucket *bk = buckets(b, c);
-	uint32_t n = wsize_of(c);
-
 	memset(k, 0, sizeof(*k));
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t e = ld_acquire(&bk[i].epoch), bad;
@@ -625,6 +623,12 @@ static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1
 		k->failures += (int64_t)(bad >> 32);
 		k->slow += (int64_t)(uint32_t)bad;
 	}
+}
+
+static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1,
+		     struct resil_breaker_counts *k)
+{
+	time_sum_n(buckets(b, c), wsize_of(c), tick1, k);
 }
 
 /* Record one outcome in CLOSED (or DISABLED, METRICS_ONLY). Returns true
@@ -663,9 +667,15 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 		return false;
 	}
 	case RESIL_WINDOW_TIME: {
-		int64_t now = rel_ns(b, resil_ctx_now(x)) + b->base_ns;
-		uint64_t tick1 = (uint64_t)(now < 0 ? 0 : now) / (uint64_t)bucket_ns_of(c) + 1;
-		struct resil_breaker_bucket *bk = &buckets(b, c)[(tick1 - 1) % wsize_of(c)];
+		/* A reading before the block's origin counts as the origin:
+		 * a comparison, no arithmetic on base_ns (any client may
+		 * write it). The geometry once, from the configuration. */
+		int64_t now = resil_max64(resil_ctx_now(x), b->base_ns);
+		uint32_t n = wsize_of(c);
+		int64_t span = c->window_ns / (int64_t)n;
+		uint64_t tick1 =
+		    (uint64_t)(now < 0 ? 0 : now) / (uint64_t)(span > 0 ? span : 1) + 1;
+		struct resil_breaker_bucket *win = buckets(b, c), *bk = &win[(tick1 - 1) % n];
 		uint64_t e = ld_acquire(&bk->epoch);
 
 		if (e != tick1) {
@@ -687,8 +697,8 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 			faa_relaxed(&bk->bad, 1);
 		if (!judge)
 			return false;
-		time_sum(b, c, tick1, &k);
-		return over_threshold(c, &k, min_calls_of(c), why, value);
+		time_sum_n(win, n, tick1, &k);
+		return over_threshold(c, &k, c->min_calls ? c->min_calls : 1, why, value);
 	}
 	default: {
 		uint32_t n = wsize_of(c);
