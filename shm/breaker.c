@@ -394,6 +394,7 @@ static inline uint32_t seq_slot(uint64_t seq, uint32_t n)
 	return (uint32_t)seq % n;
 }
 
+
 /* The block's layout, from the configuration only (the read-only config
  * segment): the one place offsets are computed. The copies in line 0
  * (probe_off, win_off, ...) are for observers of older builds; no access
@@ -1266,40 +1267,101 @@ static BK_COLD void release_probe(struct resil_ctx *x, const struct resil_breake
 		probes_decide(x, b, c, ld_acquire(&b->word), h);
 }
 
+/* A success's release is a record without a clock: count window, no
+ * slow-call rate. */
+static inline bool count_fast(const struct resil_breaker_conf *c)
+{
+	return c->window_kind == RESIL_WINDOW_COUNT && c->slow_rate_bp >= 10000 &&
+	       c->window_size - 1 < RESIL_BK_WINDOW_MAX;
+}
+
+bool resil_breaker_lean(const struct resil_breaker_conf *c)
+{
+	return !slow_on(c);
+}
+
+int resil_breaker_reject_lean(const struct resil_breaker_conf *c, void *st,
+			      const struct resil_clock *ck)
+{
+	bk_t *b = st;
+	uint64_t w = ld_acquire(&b->word);
+	int64_t wait;
+
+	if (w_state(w) == RESIL_STATE_FORCED_OPEN)
+		return RESIL_REJECT_OPEN;
+	/* OPEN, with a wait a coarse reading may judge (check_open's
+	 * reading): one load of the clock */
+	if (w_state(w) != RESIL_STATE_OPEN)
+		return 0;
+	wait = w_streak(w) ? open_wait(c, w_streak(w)) : first_wait(c);
+	if (wait < 100 * RESIL_NS_PER_MS)
+		return 0;
+	return elapsed_ns(b, w, resil_clock_now_coarse(ck)) < wait ? RESIL_REJECT_OPEN : 0;
+}
+
+int resil_breaker_acquire_lean(void *st, struct resil_permit_priv *pm)
+{
+	uint64_t w = ld_acquire(&((bk_t *)st)->word);
+
+	/* CLOSED, the only state whose acquire is this load (a lean
+	 * configuration stamps no time: no slow-call rate) */
+	if (RESIL_UNLIKELY(w_state(w) != RESIL_STATE_CLOSED))
+		return 1;
+	pm->breaker_gen = w_gen(w);
+	return 0;
+}
+
+/* The hot path: a success in CLOSED, count window, no slow-call
+ * threshold, overwriting a success: load, fetch_add, load. */
+uint32_t resil_breaker_release_lean(const struct resil_breaker_conf *c, void *st,
+				    const struct resil_permit_priv *pm, int outcome)
+{
+	bk_t *b = st;
+	uint64_t w, s;
+	uint32_t old;
+	ra32 *slot;
+
+	if (RESIL_UNLIKELY(outcome != RESIL_SUCCESS || pm->probe_idx != 0 || !count_fast(c)))
+		return RESIL_BK_LEAN_NO;
+	w = ld_acquire(&b->word);
+	if (RESIL_UNLIKELY(w != (w & ~(uint64_t)7) || w_gen(w) != pm->breaker_gen))
+		return RESIL_BK_LEAN_NO;
+	s = faa_relaxed(&b->seq, 1);
+	slot = &cslots(b, c)[seq_slot(s, c->window_size)];
+	/* A slot that already says "success" needs no write: the exchange
+	 * would store the same code and leave the counters as they are.
+	 * Skipping it is the ordering in which this record came just before
+	 * any concurrent writer of the same slot (a lapping recorder, a
+	 * window reset), which the exchange allows too. So a healthy window
+	 * costs one fetch_add and a load here. */
+	if (RESIL_LIKELY(ld_relaxed(slot) == RESIL_BK_OK))
+		return RESIL_BK_LEAN_DONE;
+	old = atomic_exchange_explicit(slot, RESIL_BK_OK, memory_order_relaxed);
+	/* CRASH WINDOW: as in record() */
+	if (RESIL_LIKELY(old == RESIL_BK_OK))
+		return RESIL_BK_LEAN_DONE;
+	return RESIL_BK_LEAN_AFTER | old;
+}
+
+void resil_breaker_lean_after(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			      uint32_t gen, uint32_t r)
+{
+	count_after(x, st, c, gen, r & ~RESIL_BK_LEAN_AFTER, RESIL_BK_OK);
+}
+
 void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
 			   struct resil_permit_priv *pm, int outcome)
 {
 	bk_t *b = st;
-	uint32_t code;
+	uint32_t code, r;
 	uint64_t w;
 
-	/* The hot path: a success in CLOSED, count window, no slow-call
-	 * threshold, overwriting a success: load, fetch_add, load. */
-	if (RESIL_LIKELY(outcome == RESIL_SUCCESS && pm->probe_idx == 0 &&
-			 c->window_kind == RESIL_WINDOW_COUNT && c->slow_rate_bp >= 10000 &&
-			 c->window_size - 1 < RESIL_BK_WINDOW_MAX)) {
-		w = ld_acquire(&b->word);
-		if (RESIL_LIKELY(w == (w & ~(uint64_t)7) && w_gen(w) == pm->breaker_gen)) {
-			uint64_t s = faa_relaxed(&b->seq, 1);
-			ra32 *slot = &cslots(b, c)[seq_slot(s, c->window_size)];
-			uint32_t old;
-
-			/* A slot that already says "success" needs no write:
-			 * the exchange would store the same code and leave the
-			 * counters as they are. Skipping it is the ordering in
-			 * which this record came just before any concurrent
-			 * writer of the same slot (a lapping recorder, a window
-			 * reset), which the exchange allows too. So a healthy
-			 * window costs one fetch_add and a load here. */
-			if (RESIL_LIKELY(ld_relaxed(slot) == RESIL_BK_OK))
-				return;
-			old = atomic_exchange_explicit(slot, RESIL_BK_OK, memory_order_relaxed);
-			/* CRASH WINDOW: as in record() */
-			if (RESIL_LIKELY(old == RESIL_BK_OK))
-				return;
-			count_after(x, b, c, w_gen(w), old, RESIL_BK_OK);
-			return;
-		}
+	r = resil_breaker_release_lean(c, st, pm, outcome);
+	if (RESIL_LIKELY(r == RESIL_BK_LEAN_DONE))
+		return;
+	if (r != RESIL_BK_LEAN_NO) {
+		resil_breaker_lean_after(x, c, st, pm->breaker_gen, r);
+		return;
 	}
 	if (outcome == RESIL_IGNORED) {
 		/* neither: a probe goes back unanswered (another may go) */
