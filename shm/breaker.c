@@ -27,8 +27,9 @@
  *             daemon's maintain, force); loaded (acquire) by every call.
  *             The release of the CAS publishes a window reset done before
  *             it (HALF_OPEN -> CLOSED, force CLOSED).
- *   seq       count window: fetch_add (relaxed) by every recorder: the slot
- *             a record takes. Only the index matters, no data hangs on it.
+ *   seq       count window: fetch_add (relaxed) by recorders, of 1 to 8
+ *             numbers at once (seq_take): the slots the records take.
+ *             Only the index matters, no data hangs on it.
  *   slots[]   exchange (relaxed) by recorders; the value returned says
  *             which counters to adjust. Relaxed: the counters are
  *             statistics, a decision never waits on one slot.
@@ -71,8 +72,10 @@
  * the same operations as a client (maintain, reclaim, force), rarely.
  *
  * Hot path (CLOSED, count window, a success, no slow-call threshold):
- * check = one acquire load of the word; release = one load, fetch_add seq,
- * exchange the slot (seq % N, N from the configuration), and the
+ * check = one acquire load of the word; release = one load, a record
+ * number (seq_take: a fetch_add of seq every k records, else a thread-local
+ * increment), the slot (seq % N, N from the configuration) exchanged
+ * unless it already says success, and the
  * counters only when the outcome differs from the overwritten one; no
  * threshold evaluation when a success overwrote a present outcome (the
  * window is warm and neither a rate nor the call count rose). The
@@ -133,7 +136,9 @@
  *     the difference, from a snapshot where seq and the counters did not
  *     move during the scan (a live writer preempted in the same window at
  *     that moment looks the same and would be repaired twice: the error
- *     is at most the writers in flight). A fresh window also clears it.
+ *     is at most the writers in flight; a writer recording inside a batch
+ *     it took earlier moves no seq, the same bound). A fresh window also
+ *     clears it.
  *   - probe claim: killed after the owner CAS, the slot is owned by a
  *     dead client: reclaim frees it (and answered + held drops, so another
  *     probe can go). Killed before stamping claimed_at, the slot reads
@@ -394,6 +399,53 @@ static inline uint32_t seq_slot(uint64_t seq, uint32_t n)
 	return (uint32_t)seq % n;
 }
 
+/*
+ * Record numbers in batches (count window). A thread takes k = N / 32
+ * numbers (1 to 8) with one fetch_add of seq and records into those slots
+ * one after the other; the next fetch_add comes k records later. Two
+ * processes deciding on one breaker then bounce seq's line once per k
+ * records instead of once per record (bench case mp
+ * breaker.count100.shared.p2, BENCHMARKS.md). What stays exact: every
+ * record lands in exactly one slot, the counters stay equal to the
+ * histogram of the slots (the exchange says what to adjust), and one
+ * thread's records take consecutive slots in its own order. What the
+ * window means: the N slots hold the last N records of the fleet except
+ * for numbers taken but not yet used: at most T x (k - 1) slots, T the
+ * threads recording, still hold the outcome of one lap (N numbers) ago;
+ * for N = 100 (k = 3) and two threads, at most 4 of the 100. Windows
+ * below 64 slots take one number at a time, as before. A number a thread
+ * took and never used (it stopped deciding, or was killed) leaves its
+ * slot a lap old: the same. A forked child inherits its parent's batch:
+ * both may write one slot of it, the later exchange wins, the counters
+ * stay equal to the slots (like a lapping recorder). The batch is keyed
+ * by the block's address: an entry left by an unmapped block gives
+ * numbers that are only positions, taken modulo this window's N.
+ */
+#define SEQ_CACHE 4 /* power of two */
+struct seq_batch {
+	const void *blk;
+	uint32_t next, left; /* low 32 bits: all seq_slot uses */
+};
+static _Thread_local
+    __attribute__((tls_model("initial-exec"))) struct seq_batch seq_cache[SEQ_CACHE];
+
+static inline uint64_t seq_take(bk_t *b, uint32_t n)
+{
+	struct seq_batch *e = &seq_cache[((uintptr_t)b / RESIL_HOT_ALIGN) & (SEQ_CACHE - 1)];
+	uint32_t k = n / 32;
+	uint64_t s;
+
+	if (RESIL_LIKELY(e->blk == b && e->left != 0)) {
+		e->left--;
+		return e->next++;
+	}
+	k = k < 1 ? 1 : k > 8 ? 8 : k;
+	s = faa_relaxed(&b->seq, k);
+	e->blk = b;
+	e->next = (uint32_t)s + 1;
+	e->left = k - 1;
+	return s;
+}
 
 /* The block's layout, from the configuration only (the read-only config
  * segment): the one place offsets are computed. The copies in line 0
@@ -703,7 +755,7 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 	}
 	default: {
 		uint32_t n = wsize_of(c);
-		uint64_t s = faa_relaxed(&b->seq, 1);
+		uint64_t s = seq_take(b, n);
 		/* 32-bit modulo: once every 2^32 records one slot is taken
 		 * out of turn, harmless for "the last N" */
 		ra32 *slot = &cslots(b, c)[seq_slot(s, n)];
@@ -1326,14 +1378,14 @@ uint32_t resil_breaker_release_lean(const struct resil_breaker_conf *c, void *st
 	w = ld_acquire(&b->word);
 	if (RESIL_UNLIKELY(w != (w & ~(uint64_t)7) || w_gen(w) != pm->breaker_gen))
 		return RESIL_BK_LEAN_NO;
-	s = faa_relaxed(&b->seq, 1);
+	s = seq_take(b, c->window_size);
 	slot = &cslots(b, c)[seq_slot(s, c->window_size)];
 	/* A slot that already says "success" needs no write: the exchange
 	 * would store the same code and leave the counters as they are.
 	 * Skipping it is the ordering in which this record came just before
 	 * any concurrent writer of the same slot (a lapping recorder, a
 	 * window reset), which the exchange allows too. So a healthy window
-	 * costs one fetch_add and a load here. */
+	 * costs a record number (seq_take) and a load here. */
 	if (RESIL_LIKELY(ld_relaxed(slot) == RESIL_BK_OK))
 		return RESIL_BK_LEAN_DONE;
 	old = atomic_exchange_explicit(slot, RESIL_BK_OK, memory_order_relaxed);
