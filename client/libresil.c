@@ -951,10 +951,11 @@ static void __attribute__((noinline)) retired_slow(struct resil *r)
 
 /* The clock reading a decision made, for resil_priv_check: x->now, or a
  * coarse reading every 256th call of a thread that decides without one. */
+/* initial-exec: no __tls_get_addr call in the shared library */
+static _Thread_local __attribute__((tls_model("initial-exec"))) uint32_t clockless;
+
 static inline void after_decision(struct resil *r, const struct resil_ctx *x)
 {
-	/* initial-exec: no __tls_get_addr call in the shared library */
-	static _Thread_local __attribute__((tls_model("initial-exec"))) uint32_t clockless;
 	int64_t now = x->now;
 
 	if (r->embedded)
@@ -965,6 +966,20 @@ static inline void after_decision(struct resil *r, const struct resil_ctx *x)
 		now = resil_clock_now_coarse(&x->clock);
 	}
 	resil_priv_check(r, now);
+}
+
+/* after_decision of a decision that read no clock and has no context:
+ * every 256th call of a thread reads the process's clock (coarse). */
+static RESIL_COLD __attribute__((noinline)) void clockless_check(struct resil *r)
+{
+	resil_priv_check(r, resil_clock_now_coarse(ld_acquire(&r->clock)));
+}
+
+static inline __attribute__((always_inline)) void after_clockless(struct resil *r)
+{
+	if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
+		return;
+	clockless_check(r);
 }
 
 /* ---- handles ---- */
@@ -1025,10 +1040,23 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
  * resil_policy_acquire/release, on the same words, and a lean permit is a
  * complete one: either path releases what the other granted (a permit
  * outlives a re-bind).
+ * Two more kinds need no context at all on their common path: the
+ * counters alone (an acquire only makes the permit; the release counts
+ * the outcome) and a breaker without a slow-call rate: in CLOSED, acquire
+ * loads the state word; in OPEN before its wait (or FORCED_OPEN) it
+ * rejects with a coarse clock reading at most; on a count window a
+ * success's release records without a clock (resil_breaker_*_lean,
+ * breaker.h). Any other state or outcome (the end of OPEN's wait,
+ * HALF_OPEN, a failure, another window's record) takes the general path
+ * from the same binding; a record that may open the breaker gets its
+ * context then. After such a decision, the periodic check counts the
+ * call as a clockless one (after_clockless).
  */
 #define RESIL_LEAN_NONE	    0u
 #define RESIL_LEAN_BULKHEAD 1u
 #define RESIL_LEAN_LIMIT    2u
+#define RESIL_LEAN_STATS    3u /* the counters alone: nothing to decide */
+#define RESIL_LEAN_BREAKER  4u /* resil_breaker_lean (breaker.h), partly; see above */
 
 static uint32_t lean_kind(const struct resil_rec *rec)
 {
@@ -1036,6 +1064,11 @@ static uint32_t lean_kind(const struct resil_rec *rec)
 
 	if (!rec || rec->proc_stride || rec->conf.histogram)
 		return RESIL_LEAN_NONE;
+	if (rec->components == stats)
+		return RESIL_LEAN_STATS;
+	if (rec->components == (stats | 1u << RESIL_C_BREAKER) &&
+	    resil_breaker_lean(&rec->conf.breaker))
+		return RESIL_LEAN_BREAKER;
 	if (rec->components == (stats | 1u << RESIL_C_BULKHEAD) &&
 	    resil_bulkhead_regime(&rec->conf.bulkhead) == RESIL_BULKHEAD_SCAN)
 		return RESIL_LEAN_BULKHEAD;
@@ -1046,7 +1079,16 @@ static uint32_t lean_kind(const struct resil_rec *rec)
 
 static enum resil_comp lean_comp(uint32_t kind)
 {
-	return kind == RESIL_LEAN_LIMIT ? RESIL_C_LIMIT : RESIL_C_BULKHEAD;
+	switch (kind) {
+	case RESIL_LEAN_LIMIT:
+		return RESIL_C_LIMIT;
+	case RESIL_LEAN_BULKHEAD:
+		return RESIL_C_BULKHEAD;
+	case RESIL_LEAN_BREAKER:
+		return RESIL_C_BREAKER;
+	default:
+		return RESIL_C_STATS;
+	}
 }
 
 /* Bind handle p to what lookup found: (m, slot, word). Under r->lock.
@@ -1354,6 +1396,46 @@ static inline __attribute__((always_inline)) int acquire_lean_limit(resil_policy
 			 resil_limit_acquire(&x, &b->rec->conf.limit, b->lean_st, pm));
 }
 
+/* acquire_lean_plain: neither admitted nor rejected here */
+#define RESIL_LEAN_GENERAL (-1)
+
+/* The counters alone, or a lean breaker: CLOSED spends nothing, so no
+ * context and no clock; the permit made whole as the general path makes
+ * it. OPEN before its wait, and FORCED_OPEN, reject with a coarse clock
+ * reading at most, counted as the general path counts them. Any other
+ * state (the first caller after the wait, HALF_OPEN, a short wait that
+ * needs a precise reading): RESIL_LEAN_GENERAL, nothing written but the
+ * permit: the general path decides. */
+static inline __attribute__((always_inline)) int acquire_lean_plain(resil_policy_t *p,
+								    const struct binding *b,
+								    const struct resil_req *req,
+								    struct resil_permit_priv *pm)
+{
+	int v;
+
+	memset(pm, 0, sizeof(*pm));
+	pm->limit_permits = 1;
+	if (req) {
+		pm->priority = (uint32_t)req->priority;
+		pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
+	}
+	if (b->lean == RESIL_LEAN_BREAKER &&
+	    RESIL_UNLIKELY(resil_breaker_acquire_lean(b->lean_st, pm))) {
+		/* acquire: pairs with the release in resil_set_clock */
+		v = resil_breaker_reject_lean(&b->rec->conf.breaker, b->lean_st,
+					      ld_acquire(&p->r->clock));
+		if (!v)
+			return RESIL_LEAN_GENERAL;
+		resil_stats_rejected(NULL, b->stats_st, v);
+		after_clockless(p->r);
+		return v;
+	}
+	pm->where = b->where;
+	pm->flags = b->held;
+	after_clockless(p->r);
+	return RESIL_ADMIT;
+}
+
 RESIL_API __attribute__((flatten)) int
 resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t *permit)
 {
@@ -1380,10 +1462,15 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		key_len = req->key_len;
 	}
 	ok = bound(p, &b);
-	if (RESIL_LIKELY(ok) && b.lean == RESIL_LEAN_BULKHEAD)
-		return acquire_lean_bulkhead(p, &b, pm);
-	if (RESIL_LIKELY(ok) && b.lean == RESIL_LEAN_LIMIT)
-		return acquire_lean_limit(p, &b, req, pm);
+	if (RESIL_LIKELY(ok) && b.lean) {
+		if (b.lean == RESIL_LEAN_BULKHEAD)
+			return acquire_lean_bulkhead(p, &b, pm);
+		if (b.lean == RESIL_LEAN_LIMIT)
+			return acquire_lean_limit(p, &b, req, pm);
+		ret = acquire_lean_plain(p, &b, req, pm);
+		if (RESIL_LIKELY(ret != RESIL_LEAN_GENERAL))
+			return ret;
+	}
 	memset(pm, 0, sizeof(*pm));
 	rec = ctx_bound(p, &b, ok, &x, &m, &where, &err);
 	if (RESIL_UNLIKELY(!rec))
@@ -1459,24 +1546,69 @@ bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen)
 	return ld_acquire((ra32 *)&rec->gen) == gen;
 }
 
+/* A release of a permit granted under the record the handle is bound to
+ * (rec, in mapping m), through the general path. Out of line: the lean
+ * releases below it keep a short prologue. */
+static __attribute__((noinline, flatten)) void release_bound(struct resil *r, struct resil_map *m,
+							     const struct resil_rec *rec,
+							     struct resil_permit_priv *pm,
+							     int outcome)
+{
+	struct resil_ctx x;
+
+	fill_ctx(r, m, &x);
+	x.rec = rec;
+	resil_policy_release(&x, rec, pm, outcome);
+	pm->flags = 0;
+}
+
+/* A release of a permit of a record the handle is no longer bound to
+ * (see release_old). */
+static RESIL_COLD __attribute__((noinline)) void
+release_unbound(struct resil *r, struct resil_permit_priv *pm, uint32_t tag, int outcome)
+{
+	uint32_t seq32 = pm->where >> RESIL_PERMIT_IDX_BITS;
+	uint32_t idx = pm->where & (RESIL_PERMIT_IDX_MAX - 1);
+	struct resil_map *m = ld_acquire(&r->cur);
+
+	if (RESIL_UNLIKELY((m->seq % 32) != seq32))
+		m = find_map(r, seq32);
+	if (RESIL_UNLIKELY(!m || idx == 0 || idx > m->seg->cfg->rec_cap)) {
+		pm->flags = 0;
+		return;
+	}
+	release_old(r, m, resil_seg_rec(m->seg, idx - 1), tag, pm, outcome);
+}
+
+/* A lean breaker's success recorded over a slot that held another
+ * outcome (v: RESIL_BK_LEAN_AFTER | its code): the counters, and the
+ * transition they may call for, with a context. */
+static RESIL_COLD __attribute__((noinline)) void release_lean_after(struct resil *r,
+								    const struct binding *b,
+								    struct resil_permit_priv *pm,
+								    uint32_t v)
+{
+	struct resil_ctx x;
+
+	fill_ctx(r, b->m, &x);
+	x.rec = b->rec;
+	resil_breaker_lean_after(&x, &b->rec->conf.breaker, b->lean_st, pm->breaker_gen, v);
+}
+
 RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_permit_t *permit,
 						      int outcome)
 {
 	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
-	const struct resil_rec *rec;
-	struct resil_map *m;
+	struct resil_ctx lx = {.client_id = 0};
 	struct resil *r;
-	struct resil_ctx x;
 	struct binding b;
-	uint32_t idx, seq32, tag;
+	uint32_t tag, v;
 
 	if (RESIL_UNLIKELY(!p || !permit || !(pm->flags & RESIL_PERMIT_HELD)))
 		return;
 	if (outcome != RESIL_SUCCESS && outcome != RESIL_FAILURE && outcome != RESIL_IGNORED)
 		outcome = RESIL_IGNORED;
 	r = p->r;
-	seq32 = pm->where >> RESIL_PERMIT_IDX_BITS;
-	idx = pm->where & (RESIL_PERMIT_IDX_MAX - 1);
 	/*
 	 * A release goes to the record (and so the state block) the permit
 	 * was granted under, whatever happened to the name since: a changed
@@ -1490,42 +1622,35 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	 */
 	tag = pm->flags >> RESIL_PERMIT_TAG_SHIFT;
 	fork_check(r);
-	if (RESIL_LIKELY(read_binding(p, &b) && b.rec && b.where == pm->where &&
-			 b.held >> RESIL_PERMIT_TAG_SHIFT == tag && b.word &&
-			 ld_acquire(b.slotp) == b.word)) {
-		/* the record the handle is bound to, still its slot's (not
-		 * retired, so not reused either): no walk */
-		if (b.lean) {
-			/* lean (see "Lean decisions"): the component's release
-			 * (neither reads a context here) and the count */
-			struct resil_ctx lx = {.client_id = 0};
-
-			if (b.lean == RESIL_LEAN_LIMIT)
-				resil_limit_release(&lx, &b.rec->conf.limit, b.lean_st, pm,
-						    outcome);
-			else
-				resil_bulkhead_release(&lx, &b.rec->conf.bulkhead, b.lean_st, pm,
-						       outcome);
-			resil_stats_released(&lx, &b.rec->conf, b.stats_st, pm, outcome, -1);
-			pm->flags = 0;
-			return;
-		}
-		m = b.m;
-		rec = b.rec;
-	} else {
-		m = ld_acquire(&r->cur);
-		if (RESIL_UNLIKELY((m->seq % 32) != seq32))
-			m = find_map(r, seq32);
-		if (RESIL_UNLIKELY(!m || idx == 0 || idx > m->seg->cfg->rec_cap)) {
-			pm->flags = 0;
-			return;
-		}
-		release_old(r, m, resil_seg_rec(m->seg, idx - 1), tag, pm, outcome);
+	if (RESIL_UNLIKELY(!(read_binding(p, &b) && b.rec && b.where == pm->where &&
+			     b.held >> RESIL_PERMIT_TAG_SHIFT == tag && b.word &&
+			     ld_acquire(b.slotp) == b.word))) {
+		release_unbound(r, pm, tag, outcome);
 		return;
 	}
-	fill_ctx(r, m, &x);
-	x.rec = rec;
-	resil_policy_release(&x, rec, pm, outcome);
+	/* the record the handle is bound to, still its slot's (not retired,
+	 * so not reused either): no walk */
+	if (!b.lean) {
+		release_bound(r, b.m, b.rec, pm, outcome);
+		return;
+	}
+	/* lean (see "Lean decisions"): the component's release (none reads
+	 * a context here) and the count */
+	if (b.lean == RESIL_LEAN_BULKHEAD) {
+		resil_bulkhead_release(&lx, &b.rec->conf.bulkhead, b.lean_st, pm, outcome);
+	} else if (b.lean == RESIL_LEAN_LIMIT) {
+		resil_limit_release(&lx, &b.rec->conf.limit, b.lean_st, pm, outcome);
+	} else if (b.lean == RESIL_LEAN_BREAKER) {
+		v = resil_breaker_release_lean(&b.rec->conf.breaker, b.lean_st, pm, outcome);
+		if (RESIL_UNLIKELY(v == RESIL_BK_LEAN_NO)) {
+			/* not a success in CLOSED */
+			release_bound(r, b.m, b.rec, pm, outcome);
+			return;
+		}
+		if (RESIL_UNLIKELY(v != RESIL_BK_LEAN_DONE))
+			release_lean_after(r, &b, pm, v);
+	}
+	resil_stats_released(&lx, &b.rec->conf, b.stats_st, pm, outcome, -1);
 	pm->flags = 0;
 }
 

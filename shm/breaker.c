@@ -27,8 +27,9 @@
  *             daemon's maintain, force); loaded (acquire) by every call.
  *             The release of the CAS publishes a window reset done before
  *             it (HALF_OPEN -> CLOSED, force CLOSED).
- *   seq       count window: fetch_add (relaxed) by every recorder: the slot
- *             a record takes. Only the index matters, no data hangs on it.
+ *   seq       count window: fetch_add (relaxed) by recorders, of 1 to 8
+ *             numbers at once (seq_take): the slots the records take.
+ *             Only the index matters, no data hangs on it.
  *   slots[]   exchange (relaxed) by recorders; the value returned says
  *             which counters to adjust. Relaxed: the counters are
  *             statistics, a decision never waits on one slot.
@@ -71,8 +72,10 @@
  * the same operations as a client (maintain, reclaim, force), rarely.
  *
  * Hot path (CLOSED, count window, a success, no slow-call threshold):
- * check = one acquire load of the word; release = one load, fetch_add seq,
- * exchange the slot (seq % N, N from the configuration), and the
+ * check = one acquire load of the word; release = one load, a record
+ * number (seq_take: a fetch_add of seq every k records, else a thread-local
+ * increment), the slot (seq % N, N from the configuration) exchanged
+ * unless it already says success, and the
  * counters only when the outcome differs from the overwritten one; no
  * threshold evaluation when a success overwrote a present outcome (the
  * window is warm and neither a rate nor the call count rose). The
@@ -133,7 +136,9 @@
  *     the difference, from a snapshot where seq and the counters did not
  *     move during the scan (a live writer preempted in the same window at
  *     that moment looks the same and would be repaired twice: the error
- *     is at most the writers in flight). A fresh window also clears it.
+ *     is at most the writers in flight; a writer recording inside a batch
+ *     it took earlier moves no seq, the same bound). A fresh window also
+ *     clears it.
  *   - probe claim: killed after the owner CAS, the slot is owned by a
  *     dead client: reclaim frees it (and answered + held drops, so another
  *     probe can go). Killed before stamping claimed_at, the slot reads
@@ -394,6 +399,54 @@ static inline uint32_t seq_slot(uint64_t seq, uint32_t n)
 	return (uint32_t)seq % n;
 }
 
+/*
+ * Record numbers in batches (count window). A thread takes k = N / 32
+ * numbers (1 to 8) with one fetch_add of seq and records into those slots
+ * one after the other; the next fetch_add comes k records later. Two
+ * processes deciding on one breaker then bounce seq's line once per k
+ * records instead of once per record (bench case mp
+ * breaker.count100.shared.p2, BENCHMARKS.md). What stays exact: every
+ * record lands in exactly one slot, the counters stay equal to the
+ * histogram of the slots (the exchange says what to adjust), and one
+ * thread's records take consecutive slots in its own order. What the
+ * window means: the N slots hold the last N records of the fleet except
+ * for numbers taken but not yet used: at most T x (k - 1) slots, T the
+ * threads recording, still hold the outcome of one lap (N numbers) ago;
+ * for N = 100 (k = 3) and two threads, at most 4 of the 100. Windows
+ * below 64 slots take one number at a time, as before. A number a thread
+ * took and never used (it stopped deciding, or was killed) leaves its
+ * slot a lap old: the same. A forked child inherits its parent's batch:
+ * both may write one slot of it, the later exchange wins, the counters
+ * stay equal to the slots (like a lapping recorder). The batch is keyed
+ * by the block's address: an entry left by an unmapped block gives
+ * numbers that are only positions, taken modulo this window's N.
+ */
+#define SEQ_CACHE 4 /* power of two */
+struct seq_batch {
+	const void *blk;
+	uint32_t next, left; /* low 32 bits: all seq_slot uses */
+};
+static _Thread_local
+    __attribute__((tls_model("initial-exec"))) struct seq_batch seq_cache[SEQ_CACHE];
+
+static inline uint64_t seq_take(bk_t *b, uint32_t n)
+{
+	struct seq_batch *e = &seq_cache[((uintptr_t)b / RESIL_HOT_ALIGN) & (SEQ_CACHE - 1)];
+	uint32_t k = n / 32;
+	uint64_t s;
+
+	if (RESIL_LIKELY(e->blk == b && e->left != 0)) {
+		e->left--;
+		return e->next++;
+	}
+	k = k < 1 ? 1 : k > 8 ? 8 : k;
+	s = faa_relaxed(&b->seq, k);
+	e->blk = b;
+	e->next = (uint32_t)s + 1;
+	e->left = k - 1;
+	return s;
+}
+
 /* The block's layout, from the configuration only (the read-only config
  * segment): the one place offsets are computed. The copies in line 0
  * (probe_off, win_off, ...) are for observers of older builds; no access
@@ -607,12 +660,10 @@ static bool over_threshold(const struct resil_breaker_conf *c, const struct resi
 	return false;
 }
 
-static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1,
-		     struct resil_breaker_counts *k)
+/* The sum of the n buckets at bk that count the span ending at tick1. */
+static void time_sum_n(const struct resil_breaker_bucket *bk, uint32_t n, uint64_t tick1,
+		       struct resil_breaker_counts *k)
 {
-	struct resil_breaker_bucket *bk = buckets(b, c);
-	uint32_t n = wsize_of(c);
-
 	memset(k, 0, sizeof(*k));
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t e = ld_acquire(&bk[i].epoch), bad;
@@ -625,6 +676,12 @@ static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1
 		k->failures += (int64_t)(bad >> 32);
 		k->slow += (int64_t)(uint32_t)bad;
 	}
+}
+
+static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1,
+		     struct resil_breaker_counts *k)
+{
+	time_sum_n(buckets(b, c), wsize_of(c), tick1, k);
 }
 
 /* Record one outcome in CLOSED (or DISABLED, METRICS_ONLY). Returns true
@@ -663,9 +720,15 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 		return false;
 	}
 	case RESIL_WINDOW_TIME: {
-		int64_t now = rel_ns(b, resil_ctx_now(x)) + b->base_ns;
-		uint64_t tick1 = (uint64_t)(now < 0 ? 0 : now) / (uint64_t)bucket_ns_of(c) + 1;
-		struct resil_breaker_bucket *bk = &buckets(b, c)[(tick1 - 1) % wsize_of(c)];
+		/* A reading before the block's origin counts as the origin:
+		 * a comparison, no arithmetic on base_ns (any client may
+		 * write it). The geometry once, from the configuration. */
+		int64_t now = resil_max64(resil_ctx_now(x), b->base_ns);
+		uint32_t n = wsize_of(c);
+		int64_t span = c->window_ns / (int64_t)n;
+		uint64_t tick1 =
+		    (uint64_t)(now < 0 ? 0 : now) / (uint64_t)(span > 0 ? span : 1) + 1;
+		struct resil_breaker_bucket *win = buckets(b, c), *bk = &win[(tick1 - 1) % n];
 		uint64_t e = ld_acquire(&bk->epoch);
 
 		if (e != tick1) {
@@ -687,12 +750,12 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 			faa_relaxed(&bk->bad, 1);
 		if (!judge)
 			return false;
-		time_sum(b, c, tick1, &k);
-		return over_threshold(c, &k, min_calls_of(c), why, value);
+		time_sum_n(win, n, tick1, &k);
+		return over_threshold(c, &k, c->min_calls ? c->min_calls : 1, why, value);
 	}
 	default: {
 		uint32_t n = wsize_of(c);
-		uint64_t s = faa_relaxed(&b->seq, 1);
+		uint64_t s = seq_take(b, n);
 		/* 32-bit modulo: once every 2^32 records one slot is taken
 		 * out of turn, harmless for "the last N" */
 		ra32 *slot = &cslots(b, c)[seq_slot(s, n)];
@@ -1256,40 +1319,101 @@ static BK_COLD void release_probe(struct resil_ctx *x, const struct resil_breake
 		probes_decide(x, b, c, ld_acquire(&b->word), h);
 }
 
+/* A success's release is a record without a clock: count window, no
+ * slow-call rate. */
+static inline bool count_fast(const struct resil_breaker_conf *c)
+{
+	return c->window_kind == RESIL_WINDOW_COUNT && c->slow_rate_bp >= 10000 &&
+	       c->window_size - 1 < RESIL_BK_WINDOW_MAX;
+}
+
+bool resil_breaker_lean(const struct resil_breaker_conf *c)
+{
+	return !slow_on(c);
+}
+
+int resil_breaker_reject_lean(const struct resil_breaker_conf *c, void *st,
+			      const struct resil_clock *ck)
+{
+	bk_t *b = st;
+	uint64_t w = ld_acquire(&b->word);
+	int64_t wait;
+
+	if (w_state(w) == RESIL_STATE_FORCED_OPEN)
+		return RESIL_REJECT_OPEN;
+	/* OPEN, with a wait a coarse reading may judge (check_open's
+	 * reading): one load of the clock */
+	if (w_state(w) != RESIL_STATE_OPEN)
+		return 0;
+	wait = w_streak(w) ? open_wait(c, w_streak(w)) : first_wait(c);
+	if (wait < 100 * RESIL_NS_PER_MS)
+		return 0;
+	return elapsed_ns(b, w, resil_clock_now_coarse(ck)) < wait ? RESIL_REJECT_OPEN : 0;
+}
+
+int resil_breaker_acquire_lean(void *st, struct resil_permit_priv *pm)
+{
+	uint64_t w = ld_acquire(&((bk_t *)st)->word);
+
+	/* CLOSED, the only state whose acquire is this load (a lean
+	 * configuration stamps no time: no slow-call rate) */
+	if (RESIL_UNLIKELY(w_state(w) != RESIL_STATE_CLOSED))
+		return 1;
+	pm->breaker_gen = w_gen(w);
+	return 0;
+}
+
+/* The hot path: a success in CLOSED, count window, no slow-call
+ * threshold, overwriting a success: load, fetch_add, load. */
+uint32_t resil_breaker_release_lean(const struct resil_breaker_conf *c, void *st,
+				    const struct resil_permit_priv *pm, int outcome)
+{
+	bk_t *b = st;
+	uint64_t w, s;
+	uint32_t old;
+	ra32 *slot;
+
+	if (RESIL_UNLIKELY(outcome != RESIL_SUCCESS || pm->probe_idx != 0 || !count_fast(c)))
+		return RESIL_BK_LEAN_NO;
+	w = ld_acquire(&b->word);
+	if (RESIL_UNLIKELY(w != (w & ~(uint64_t)7) || w_gen(w) != pm->breaker_gen))
+		return RESIL_BK_LEAN_NO;
+	s = seq_take(b, c->window_size);
+	slot = &cslots(b, c)[seq_slot(s, c->window_size)];
+	/* A slot that already says "success" needs no write: the exchange
+	 * would store the same code and leave the counters as they are.
+	 * Skipping it is the ordering in which this record came just before
+	 * any concurrent writer of the same slot (a lapping recorder, a
+	 * window reset), which the exchange allows too. So a healthy window
+	 * costs a record number (seq_take) and a load here. */
+	if (RESIL_LIKELY(ld_relaxed(slot) == RESIL_BK_OK))
+		return RESIL_BK_LEAN_DONE;
+	old = atomic_exchange_explicit(slot, RESIL_BK_OK, memory_order_relaxed);
+	/* CRASH WINDOW: as in record() */
+	if (RESIL_LIKELY(old == RESIL_BK_OK))
+		return RESIL_BK_LEAN_DONE;
+	return RESIL_BK_LEAN_AFTER | old;
+}
+
+void resil_breaker_lean_after(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			      uint32_t gen, uint32_t r)
+{
+	count_after(x, st, c, gen, r & ~RESIL_BK_LEAN_AFTER, RESIL_BK_OK);
+}
+
 void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
 			   struct resil_permit_priv *pm, int outcome)
 {
 	bk_t *b = st;
-	uint32_t code;
+	uint32_t code, r;
 	uint64_t w;
 
-	/* The hot path: a success in CLOSED, count window, no slow-call
-	 * threshold, overwriting a success: load, fetch_add, load. */
-	if (RESIL_LIKELY(outcome == RESIL_SUCCESS && pm->probe_idx == 0 &&
-			 c->window_kind == RESIL_WINDOW_COUNT && c->slow_rate_bp >= 10000 &&
-			 c->window_size - 1 < RESIL_BK_WINDOW_MAX)) {
-		w = ld_acquire(&b->word);
-		if (RESIL_LIKELY(w == (w & ~(uint64_t)7) && w_gen(w) == pm->breaker_gen)) {
-			uint64_t s = faa_relaxed(&b->seq, 1);
-			ra32 *slot = &cslots(b, c)[seq_slot(s, c->window_size)];
-			uint32_t old;
-
-			/* A slot that already says "success" needs no write:
-			 * the exchange would store the same code and leave the
-			 * counters as they are. Skipping it is the ordering in
-			 * which this record came just before any concurrent
-			 * writer of the same slot (a lapping recorder, a window
-			 * reset), which the exchange allows too. So a healthy
-			 * window costs one fetch_add and a load here. */
-			if (RESIL_LIKELY(ld_relaxed(slot) == RESIL_BK_OK))
-				return;
-			old = atomic_exchange_explicit(slot, RESIL_BK_OK, memory_order_relaxed);
-			/* CRASH WINDOW: as in record() */
-			if (RESIL_LIKELY(old == RESIL_BK_OK))
-				return;
-			count_after(x, b, c, w_gen(w), old, RESIL_BK_OK);
-			return;
-		}
+	r = resil_breaker_release_lean(c, st, pm, outcome);
+	if (RESIL_LIKELY(r == RESIL_BK_LEAN_DONE))
+		return;
+	if (r != RESIL_BK_LEAN_NO) {
+		resil_breaker_lean_after(x, c, st, pm->breaker_gen, r);
+		return;
 	}
 	if (outcome == RESIL_IGNORED) {
 		/* neither: a probe goes back unanswered (another may go) */

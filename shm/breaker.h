@@ -109,6 +109,41 @@ RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_state) == 640, "breaker state si
 RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_probe) == 16, "probe size");
 RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_bucket) == 32, "bucket size");
 
+/*
+ * Lean decisions (libresil.c, "Lean decisions"): a breaker without a
+ * slow-call rate decides a CLOSED acquire and an OPEN rejection, and on a
+ * count window a success's release, without a decision context, on the
+ * same words as resil_breaker_check/acquire/release (which call the same
+ * code or decide the same way).
+ *   resil_breaker_lean: the configuration is one (no slow-call rate: an
+ *     admission stamps no time).
+ *   resil_breaker_acquire_lean: CLOSED: 0, pm->breaker_gen set; else 1
+ *     and nothing read but the word: decide through resil_breaker_check
+ *     and resil_breaker_acquire.
+ *   resil_breaker_reject_lean: RESIL_REJECT_OPEN for FORCED_OPEN, and for
+ *     OPEN (with a wait of 100 ms or more) before its wait is
+ *     over by a coarse reading of ck, as check_open judges it; else 0
+ *     (decide through the general path).
+ *   resil_breaker_release_lean: RESIL_BK_LEAN_DONE: recorded;
+ *     RESIL_BK_LEAN_NO: nothing done (not a success of this gen in
+ *     CLOSED on a count window): release through resil_breaker_release;
+ *     else
+ *     RESIL_BK_LEAN_AFTER | the code the slot held: recorded, and the
+ *     counters and the threshold are resil_breaker_lean_after's, with a
+ *     context (a transition may follow).
+ */
+#define RESIL_BK_LEAN_DONE  0u
+#define RESIL_BK_LEAN_NO    0x100u
+#define RESIL_BK_LEAN_AFTER 0x200u
+bool resil_breaker_lean(const struct resil_breaker_conf *c);
+int resil_breaker_acquire_lean(void *st, struct resil_permit_priv *pm);
+int resil_breaker_reject_lean(const struct resil_breaker_conf *c, void *st,
+			      const struct resil_clock *ck);
+uint32_t resil_breaker_release_lean(const struct resil_breaker_conf *c, void *st,
+				    const struct resil_permit_priv *pm, int outcome);
+void resil_breaker_lean_after(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			      uint32_t gen, uint32_t r);
+
 /* pm->probe_idx of a probe: the claiming client's id << 11 | slot + 1, so
  * its release frees the slot it claimed whoever releases it (a thread, a
  * forked child). 0: no probe. */

@@ -31,6 +31,10 @@
  *                ns is as good as the new one; acquire epoch).
  *   b[i]         fetch_add (relaxed) by every acquire and release; zeroed
  *                (relaxed stores) by rotators for slots not in use.
+ *   width_ns     a copy of window / RESIL_SHED_BUCKETS; writers: init,
+ *                the daemon's repair (relaxed stores); readers: every
+ *                acquire and release (relaxed: the hot test's multiplier,
+ *                see current(); rotation divides by the configuration's).
  *   statistics   relaxed counters.
  * Counters are signed: an undo that lands after its bucket was zeroed can
  * take one below zero; sums are clamped at 0.
@@ -124,7 +128,7 @@ static int64_t width_of(const struct resil_shed_conf *c)
 
 bool resil_shed_layout_ok(const struct resil_shed_conf *c, const void *st)
 {
-	return ((const struct resil_shed_state *)st)->width_ns == width_of(c);
+	return ld_relaxed(&((struct resil_shed_state *)st)->width_ns) == width_of(c);
 }
 
 uint64_t resil_shed_state_size(const struct resil_shed_conf *c)
@@ -137,7 +141,8 @@ void resil_shed_state_init(void *st, const struct resil_shed_conf *c, int64_t no
 	struct resil_shed_state *s = st;
 
 	memset(s, 0, sizeof(*s));
-	s->width_ns = width_of(c); /* for observers: nobody divides by it */
+	/* nobody divides by it: the hot test's multiplier (current) */
+	st_relaxed(&s->width_ns, width_of(c));
 	st_relaxed(&s->epoch, (uint64_t)(now > 0 ? now : 0) / (uint64_t)width_of(c));
 }
 
@@ -217,23 +222,40 @@ static void rotate(const struct resil_shed_conf *c, struct resil_shed_state *s, 
 	faa_relaxed(&s->rotations, 1);
 }
 
-/* The current bucket at time t, rotating when t is past it. The width is
- * the configuration's (width_of: a division by a constant), never the
- * state block's copy: any client can write that one, and 0 would be a
- * SIGFPE in every process that rotates. Unsigned arithmetic: no epoch a
- * client writes overflows (one whose end wraps rotates back to t's
+/* current()'s slow path: t is past the bucket's end by the block's
+ * width. Whether to rotate, and where to, is decided with the
+ * configuration's width (width_of), never the block's copy: any client
+ * can write that one, and 0 would be a SIGFPE in every process that
+ * rotates. */
+static __attribute__((noinline)) uint64_t
+current_slow(const struct resil_shed_conf *c, struct resil_shed_state *s, uint64_t e, uint64_t ut)
+{
+	uint64_t w = (uint64_t)width_of(c);
+
+	if (ut < (e + 1) * w)
+		return e; /* a wrong copy of the width: the daemon repairs it */
+	rotate(c, s, e, ut / w);
+	return ld_acquire(&s->epoch);
+}
+
+/* The current bucket at time t, rotating when t is past it. The hot test
+ * multiplies by the block's copy of the width (one load on the epoch's
+ * line, no division): whatever a client writes there, a multiplication
+ * cannot fault, and unsigned arithmetic cannot overflow; a wrong copy
+ * only sends callers to current_slow (0, small) or keeps the window from
+ * rotating until the daemon's tick repairs it (large: the fleet's own
+ * decisions, which any client may spoil anyway). An epoch a client
+ * writes wraps harmlessly too (one whose end wraps rotates back to t's
  * bucket; one merely far ahead is healed by the daemon's maintain). */
 static inline uint64_t current(const struct resil_shed_conf *c, struct resil_shed_state *s,
 			       int64_t t)
 {
-	uint64_t w = (uint64_t)width_of(c);
 	uint64_t e = ld_acquire(&s->epoch);
 	uint64_t ut = t > 0 ? (uint64_t)t : 0;
 
-	if (RESIL_LIKELY(ut < (e + 1) * w))
+	if (RESIL_LIKELY(ut < (e + 1) * (uint64_t)ld_relaxed(&s->width_ns)))
 		return e; /* also when time appears to go backwards */
-	rotate(c, s, e, ut / w);
-	return ld_acquire(&s->epoch);
+	return current_slow(c, s, e, ut);
 }
 
 static inline int64_t shed_now(struct resil_ctx *x)
@@ -309,8 +331,8 @@ void resil_shed_maintain(struct resil_ctx *x, const struct resil_shed_conf *c, v
 	 * freeze the window: rotate back to now's bucket */
 	uint64_t nb = (uint64_t)(now > 0 ? now : 0) / (uint64_t)width_of(c);
 
-	if (s->width_ns != width_of(c)) {
-		s->width_ns = width_of(c);
+	if (ld_relaxed(&s->width_ns) != width_of(c)) {
+		st_relaxed(&s->width_ns, width_of(c));
 		resil_repaired(x, RESIL_W_SHED_WIDTH);
 	}
 	if (e > nb + RESIL_SHED_SLOTS) {

@@ -23,7 +23,8 @@ struct resil_shed_bucket {
  * State block. Lines:
  *   0  published, read by every acquire, written once per bucket by the
  *      process that crosses the boundary: p32 and epoch; width_ns is
- *      immutable after init;
+ *      written at init and by the daemon's repair (relaxed: a copy of
+ *      the configuration's, read as a multiplier, never a divisor);
  *   1-2  the bucket ring, fetch_add by every acquire and release;
  *   3  statistics.
  */
@@ -31,7 +32,7 @@ struct resil_shed_state {
 	alignas(RESIL_HOT_ALIGN) ra32 p32; /* reject probability x 2^32 (fixed point) */
 	uint32_t reserved32;
 	RESIL_A8 ra64 epoch;	   /* current bucket number: floor(time / width_ns) */
-	RESIL_A8 int64_t width_ns; /* shed.window / RESIL_SHED_BUCKETS */
+	RESIL_A8 rai64 width_ns;   /* shed.window / RESIL_SHED_BUCKETS */
 
 	alignas(RESIL_HOT_ALIGN) struct resil_shed_bucket b[RESIL_SHED_SLOTS];
 

@@ -1237,7 +1237,10 @@ static void test_threads_counters(void **unused)
 	assert_int_equal(k.calls, 100);
 	assert_true(k.failures > 5 && k.failures < 50);
 	assert_true(k.slow > 5 && k.slow < 95);
-	assert_int_equal(atomic_load(&t->st->seq), 400000);
+	/* every record took one number; each thread's last batch of
+	 * N / 32 = 3 (seq_take) may have up to 2 left unused */
+	assert_true(atomic_load(&t->st->seq) >= 400000);
+	assert_true(atomic_load(&t->st->seq) <= 400000 + 4 * 2);
 	t_free(t);
 }
 

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * unit_lean.c - libresil's lean decisions (libresil.c, "Lean decisions"):
- * a policy that is only a fail-fast bulkhead or a limiter (keyed or not) is
- * decided without the general context, on the same words and with the
- * same counts, and its permits are complete ones that the general path
- * releases after a re-bind.
+ * a policy that is only a fail-fast bulkhead, a limiter (keyed or not),
+ * the counters, or a breaker without a slow-call rate is decided without
+ * the general context, on the same words and with the same counts, and
+ * its permits are complete ones that the general path releases after a
+ * re-bind.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -232,6 +233,91 @@ static void test_lean_keyed(void **state)
 	resil_release(p, &a, RESIL_SUCCESS);
 }
 
+static int64_t now_ns = RESIL_NS_PER_S;
+
+static int64_t manual_clock(void *ctx)
+{
+	(void)ctx;
+	return now_ns;
+}
+
+/* The counters alone and a breaker without a slow-call rate are lean: a
+ * CLOSED acquire, an OPEN or FORCED_OPEN rejection and a count window's
+ * success need no context; failures, the end of the wait, HALF_OPEN and
+ * its probes take the general path, from the same binding, and every
+ * outcome and rejection is counted once. */
+static void test_lean_breaker(void **state)
+{
+	static const char *const lean[] = {
+	    "policy.scope = fleet",
+	    "breaker.window = count:10; breaker.min_calls = 5; breaker.wait = 1s;"
+	    " breaker.half_open_calls = 1",
+	    "breaker.window = consecutive:5; breaker.wait = 1s",
+	};
+	resil_policy_t *p;
+	resil_permit_t a;
+	const struct resil_rec *rec;
+
+	(void)state;
+	assert_int_equal(resil_set_clock(r, manual_clock, NULL), 0);
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(lean); i++) {
+		assert_int_equal(resil_define(r, "lb", lean[i]), 0);
+		assert_int_equal(resil_policy(r, "lb", &p), 0);
+		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* binds */
+		resil_release(p, &a, RESIL_SUCCESS);
+		assert_int_equal(p->lean, i == 0 ? 3 : 4);
+	}
+	/* slow-call rates stamp a time: general */
+	assert_int_equal(
+	    resil_define(r, "slow", "breaker.slow_call = 1s; breaker.slow_call_rate = 50"), 0);
+	assert_int_equal(resil_policy(r, "slow", &p), 0);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(p->lean, 0);
+
+	assert_int_equal(resil_define(r, "cb", lean[1]), 0);
+	assert_int_equal(resil_policy(r, "cb", &p), 0);
+	rec = test_rec_of(r, "cb");
+	for (int i = 0; i < 7; i++) {
+		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+		resil_release(p, &a, RESIL_SUCCESS);
+	}
+	assert_int_equal(p->lean, 4);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 7);
+	/* 5 failures after 7 successes: 5 of the last 10 failed (50%) */
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(resil_policy_state(p), RESIL_STATE_CLOSED);
+		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+		resil_release(p, &a, RESIL_FAILURE);
+	}
+	assert_int_equal(resil_policy_state(p), RESIL_STATE_OPEN);
+	assert_int_equal(count(rec, RESIL_STAT_FAILURE), 5);
+	/* OPEN before its wait: lean rejections, each counted */
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_OPEN);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_OPEN), 5);
+	/* after the wait: the general path makes the probe */
+	now_ns += 2 * RESIL_NS_PER_S;
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	assert_int_equal(resil_policy_state(p), RESIL_STATE_HALF_OPEN);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(resil_policy_state(p), RESIL_STATE_CLOSED);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 8);
+	/* a fresh window: successes again lean, counted */
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 9);
+	/* FORCED_OPEN: rejected without a clock, counted */
+	assert_int_equal(resil_force_state(r, "cb", RESIL_STATE_FORCED_OPEN), 0);
+	assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_OPEN);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_OPEN), 6);
+	assert_int_equal(resil_force_state(r, "cb", RESIL_STATE_CLOSED), 0);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	resil_release(p, &a, RESIL_IGNORED);
+	assert_int_equal(count(rec, RESIL_STAT_IGNORED), 1);
+	assert_int_equal(resil_set_clock(r, NULL, NULL), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -240,6 +326,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lean_permit_outlives_rebind, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_keyed, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_breaker, open_emb, close_emb),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
