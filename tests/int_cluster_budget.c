@@ -276,8 +276,8 @@ int main(void)
 		/* 101 requests in the fleet: 10 retries */
 		CHECK(allowed == 10, "B made %d retries on the fleet's 101 requests (10 expected)",
 		      allowed);
-		CHECK(strstr(resil_retry_reason(&rt), "budget") != NULL, "B stopped on the budget: %s",
-		      resil_retry_reason(&rt));
+		CHECK(strstr(resil_retry_reason(&rt), "budget") != NULL,
+		      "B stopped on the budget: %s", resil_retry_reason(&rt));
 	}
 
 	/* another configuration under the same cluster name */
