@@ -962,7 +962,8 @@ static redisReply *next_reply(struct resild_cluster *c, const char *name, const 
 	}
 	p = c->pend[c->rpend++];
 	if (redisGetReply(p.rc, (void **)&r) != REDIS_OK || !r) {
-		set_error(c, "Redis at %s: %s", p.rc == c->rc ? where(c, w, sizeof(w)) : "a cluster node",
+		set_error(c, "Redis at %s: %s",
+			  p.rc == c->rc ? where(c, w, sizeof(w)) : "a cluster node",
 			  p.rc->errstr[0] ? p.rc->errstr : "connection lost");
 		redisFreeCommand(p.cmd);
 		disconnect(c);

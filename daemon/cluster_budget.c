@@ -72,9 +72,9 @@
 #include "policy.h"
 #include "seg.h"
 
-#define CB_MILLI	 1000
+#define CB_MILLI	  1000
 #define CB_LOST_INTERVALS 10 /* a token report unanswered this long is given up */
-#define CB_CONF_EVERY	 10 /* intervals between configuration checks */
+#define CB_CONF_EVERY	  10 /* intervals between configuration checks */
 
 /*
  * KEYS[1] "<cluster>:{<policy>}:budget". ARGV: host, run, kind, then
@@ -395,8 +395,8 @@ bool resild_cb_parse_conf(const struct redisReply *r, struct resild_cb_ans *a)
 	    r->element[0]->type != REDIS_REPLY_INTEGER || r->element[0]->integer < 0 ||
 	    (r->element[1]->type != REDIS_REPLY_STRING && r->element[1]->type != REDIS_REPLY_NIL))
 		return false;
-	a->conflicts = (uint32_t)(r->element[0]->integer > UINT32_MAX ? UINT32_MAX
-								      : r->element[0]->integer);
+	a->conflicts =
+	    (uint32_t)(r->element[0]->integer > UINT32_MAX ? UINT32_MAX : r->element[0]->integer);
 	snprintf(a->other_host, sizeof(a->other_host), "%.*s",
 		 r->element[1]->type == REDIS_REPLY_STRING ? (int)r->element[1]->len : 0,
 		 r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "");

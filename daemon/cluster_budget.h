@@ -40,8 +40,8 @@ struct resild_cb_req {
 	uint64_t req, rty;   /* ratio: this host's window */
 	int64_t live_ms;     /* ratio: reports younger than this count */
 	int64_t conf_live_ms;
-	char run[40];	/* this daemon's run and the policy's generation */
-	char fp[20];	/* the configuration's fingerprint, hex */
+	char run[40]; /* this daemon's run and the policy's generation */
+	char fp[20];  /* the configuration's fingerprint, hex */
 };
 
 /* The answer (thread -> loop). */
@@ -89,7 +89,7 @@ bool resild_cb_wants_budget(const struct resil_rec *rec);
  * are sent). Returns how many (0..2): [0] the BUDGET call if q->budget,
  * then the CONF call if q->conf.
  */
-#define RESILD_CB_ARGC 12
+#define RESILD_CB_ARGC	 12
 #define RESILD_CB_ARGLEN 160
 struct resild_cb_cmd {
 	int argc;

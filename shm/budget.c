@@ -1146,8 +1146,8 @@ int64_t resil_budget_tokens_milli(const void *st, const struct resil_retry_conf 
 	}
 }
 
-int64_t resil_budget_mirror_tokens(void *st, const struct resil_retry_conf *bc,
-				   int64_t fleet_milli, int64_t seen_milli, int64_t *was_milli)
+int64_t resil_budget_mirror_tokens(void *st, const struct resil_retry_conf *bc, int64_t fleet_milli,
+				   int64_t seen_milli, int64_t *was_milli)
 {
 	struct resil_budget_state *b = st;
 	int64_t max = max_milli(bc), v = ld_relaxed(&b->tokens_milli), n;

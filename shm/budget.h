@@ -247,8 +247,8 @@ void resil_budget_record(void *st, const struct resil_retry_conf *bc, bool succe
  * mirror_ratio: the other hosts' window totals into g_req, g_rty.
  * window (ratio): this host's own requests and retries in the window.
  */
-int64_t resil_budget_mirror_tokens(void *st, const struct resil_retry_conf *bc,
-				   int64_t fleet_milli, int64_t seen_milli, int64_t *was_milli);
+int64_t resil_budget_mirror_tokens(void *st, const struct resil_retry_conf *bc, int64_t fleet_milli,
+				   int64_t seen_milli, int64_t *was_milli);
 void resil_budget_mirror_ratio(void *st, uint64_t others_req, uint64_t others_rty);
 void resil_budget_window(const void *st, int64_t now, uint64_t *req, uint64_t *rty);
 /* Tokens now, in milli-tokens (grpc, aws); ratio: retries allowed now. */

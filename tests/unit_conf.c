@@ -192,8 +192,8 @@ static void test_global_scope(void **state)
 					  err, sizeof(err)),
 			 0);
 	resil_conf_init(&c);
-	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; retry.budget = ratio:10%",
-					  1, err, sizeof(err)),
+	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; retry.budget = ratio:10%", 1,
+					  err, sizeof(err)),
 			 0);
 	resil_conf_init(&c);
 	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; retry.budget = @shared", 1,
