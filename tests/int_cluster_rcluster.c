@@ -197,6 +197,14 @@ static bool everywhere(long long v)
 	return true;
 }
 
+static bool in_redis(long long v)
+{
+	for (int i = 0; i < NPOL; i++)
+		if (fleet(owner(0, slot_of(pol[i])), pol[i]) != v)
+			return false;
+	return true;
+}
+
 static int start_node(int n)
 {
 	char p[16], conf[PATH_MAX + 32];
@@ -313,7 +321,8 @@ int main(void)
 
 	for (int h = 0; h < HOSTS; h++)
 		CHECK(host_start(h) == 0, "host %c starts", 'A' + h);
-	CHECK(TEST_EVENTUALLY(everywhere(100000)), "every budget synced and full");
+	CHECK(TEST_EVENTUALLY(everywhere(100000) && in_redis(100000)),
+	      "every budget synced and full, its bucket on its slot's node");
 
 	/* failures on A reach B and C for every policy, wherever its node */
 	for (int i = 0; i < NPOL; i++)
