@@ -285,8 +285,16 @@ int main(void)
 	CHECK(TEST_EVENTUALLY(conflict_seen()), "host D and host A report the conflict");
 
 	for (int h = 0; h <= HOSTS; h++) {
+		int st;
+
 		if (cl[h])
 			resil_close(cl[h]);
+		cl[h] = NULL;
+		st = test_daemon_stop(&hd[h]);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "host %c exits cleanly (status %#x)",
+		      'A' + h, st);
+	}
+	for (int h = 0; h <= HOSTS; h++) {
 		if (failures)
 			fprintf(stderr, "--- host %c log: %s\n", 'A' + h, hd[h].log);
 		else

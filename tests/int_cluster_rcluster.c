@@ -258,8 +258,12 @@ static void cleanup(void)
 		cl[h] = NULL;
 		if (failures)
 			fprintf(stderr, "--- host %c log: %s\n", 'A' + h, hd[h].log);
-		if (hd[h].pid)
-			test_daemon_stop(&hd[h]);
+		if (hd[h].pid) {
+			int st = test_daemon_stop(&hd[h]);
+
+			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			      "host %c exits cleanly (status %#x)", 'A' + h, st);
+		}
 		if (!failures)
 			test_daemon_fini(&hd[h]);
 	}
