@@ -124,6 +124,7 @@
 
 #include "breaker.h"
 #include "cluster.h"
+#include "cluster_budget.h"
 #include "limit.h"
 #include "log.h"
 #include "metrics.h"
@@ -136,6 +137,10 @@
 #define BACKOFF_MAX_NS	(5 * RESIL_NS_PER_S)
 #define HOST_MAX	128
 #define URL_MAX		512
+#define NODES_MAX	32    /* Redis Cluster primaries this host talks to */
+#define SLOTS		16384 /* Redis Cluster hash slots */
+#define PEND_MAX	4     /* commands per policy in one round */
+#define REDIRECTS_MAX	3
 
 /*
  * KEYS[1] the policy's lease hash. ARGV: host, demand per second, rate per
@@ -321,6 +326,7 @@ struct xreq {
 	uint64_t res_gen;   /* this host's round: gen, number, */
 	uint64_t res_round; /* and outcome (1 closed, 2 failed, 0 none yet) */
 	int res;
+	struct resild_cb_req cb; /* retry budget, configuration check */
 };
 struct xans {
 	bool fresh; /* not yet taken by the loop */
@@ -337,6 +343,22 @@ struct xans {
 	bool bk_probe; /* this host probes for the fleet in round bk_round */
 	uint64_t bk_round;
 	int64_t bk_until_ns; /* the answer holds until (local CLOCK_MONOTONIC) */
+	struct resild_cb_ans cb;
+};
+
+/* A Redis Cluster node learned from a redirection (the thread only). */
+struct cl_node {
+	char addr[256];
+	int port;
+	redisContext *rc; /* NULL: not connected yet */
+};
+
+/* A command sent in this round, kept formatted until its reply is read:
+ * a redirection sends it again to the node Redis names. */
+struct cl_pend {
+	char *cmd;
+	size_t len;
+	redisContext *rc;
 };
 
 /* What the loop keeps per slot (its thread only). */
@@ -365,6 +387,7 @@ struct cl_slot {
 	uint64_t bk_rej;    /* callers rejected by the open, at the last post */
 	uint64_t bk_rounds; /* rounds probed here for the fleet */
 	uint64_t bk_closes; /* fleet closes that closed this host's breaker */
+	struct resild_cb_slot cb;
 };
 
 struct resild_cluster {
@@ -406,8 +429,20 @@ struct resild_cluster {
 	redisContext *rc;
 	char sha[48];
 	char bk_sha[48];
+	char cb_sha[48]; /* cluster_budget.c's scripts */
+	char cf_sha[48];
 	struct xreq *work;
 	uint64_t rnd;
+	/* Redis Cluster (the thread only): the nodes learned from MOVED and
+	 * ASK, the slot map (node index + 1, 0: the seed connection), this
+	 * round's commands in the order of their replies */
+	struct cl_node nodes[NODES_MAX];
+	uint32_t nnodes;
+	uint8_t slot_node[SLOTS];
+	redisContext *cur; /* where this policy's commands go */
+	struct cl_pend *pend;
+	uint32_t npend, rpend, pend_cap;
+	uint64_t redirects;
 };
 
 int resild_cluster_parse_fallback(const char *s, int *ret)
@@ -542,13 +577,33 @@ static void set_error(struct resild_cluster *c, const char *fmt, ...)
 								 : "reject");
 }
 
+static void drop_pending(struct resild_cluster *c)
+{
+	for (uint32_t i = c->rpend; i < c->npend; i++)
+		redisFreeCommand(c->pend[i].cmd);
+	c->npend = c->rpend = 0;
+}
+
 static void disconnect(struct resild_cluster *c)
 {
+	drop_pending(c);
+	/* the nodes' connections go with the seed's: the slot map is learned
+	 * again from the seed's redirections (the addresses stay, a seed to
+	 * fall back on when the first one is gone) */
+	for (uint32_t i = 0; i < c->nnodes; i++) {
+		if (c->nodes[i].rc)
+			redisFree(c->nodes[i].rc);
+		c->nodes[i].rc = NULL;
+	}
+	memset(c->slot_node, 0, sizeof(c->slot_node));
 	if (c->rc)
 		redisFree(c->rc);
 	c->rc = NULL;
+	c->cur = NULL;
 	c->sha[0] = '\0';
 	c->bk_sha[0] = '\0';
+	c->cb_sha[0] = '\0';
+	c->cf_sha[0] = '\0';
 }
 
 static const char *where(const struct resild_cluster *c, char *buf, size_t len)
@@ -620,6 +675,12 @@ static bool connect_redis(struct resild_cluster *c)
 
 	c->rc = c->unix_sock ? redisConnectUnixWithTimeout(c->addr, tv)
 			     : redisConnectWithTimeout(c->addr, c->port, tv);
+	/* a Redis Cluster whose seed node is gone: the nodes it named */
+	for (uint32_t i = 0; (!c->rc || c->rc->err) && i < c->nnodes; i++) {
+		if (c->rc)
+			redisFree(c->rc);
+		c->rc = redisConnectWithTimeout(c->nodes[i].addr, c->nodes[i].port, tv);
+	}
 	if (!c->rc || c->rc->err) {
 		set_error(c, "cannot connect to Redis at %s: %s", where(c, w, sizeof(w)),
 			  c->rc ? c->rc->errstr : "out of memory");
@@ -640,7 +701,9 @@ static bool connect_redis(struct resild_cluster *c)
 		if (!simple(c, "SELECT", NULL, 2, argv))
 			return false;
 	}
-	if (!load_script(c, LEASE_LUA, c->sha) || !load_script(c, BREAKER_LUA, c->bk_sha))
+	if (!load_script(c, LEASE_LUA, c->sha) || !load_script(c, BREAKER_LUA, c->bk_sha) ||
+	    !load_script(c, resild_cb_budget_lua, c->cb_sha) ||
+	    !load_script(c, resild_cb_conf_lua, c->cf_sha))
 		return false;
 	pthread_mutex_lock(&c->lock);
 	bool was = c->last_error[0] != '\0';
@@ -714,6 +777,235 @@ static int64_t hold_ns(const struct resild_cluster *c)
 	return resil_max64(LEASE_INTERVALS * c->interval_ns, RESIL_NS_PER_S);
 }
 
+/* ------------------------------------------------ Redis Cluster
+ *
+ * Every key of one policy carries the hash tag {<policy>}, so one policy's
+ * calls go to one node. Debian's hiredis has no cluster client: the
+ * thread keeps a slot map learned from redirections. A command goes to
+ * the node its slot maps to (the seed connection until a MOVED names
+ * another); MOVED updates the map and sends the command again to the
+ * named node, ASK sends ASKING and the command there once (a slot being
+ * migrated), at most REDIRECTS_MAX hops. Commands are kept formatted
+ * until their reply is read, for that. A node's connection is opened on
+ * its first redirection (AUTH, the scripts loaded); any I/O error closes
+ * them all and the map is learned again from the seed, or, when the seed
+ * is gone (a failover), from the first learned node that answers.
+ */
+
+/* Redis Cluster's slot of a key: CRC16 (XMODEM) of its hash tag. */
+static uint32_t key_slot(const char *key)
+{
+	const char *o = strchr(key, '{'), *e;
+	size_t n = strlen(key);
+	uint16_t crc = 0;
+
+	if (o && (e = strchr(o + 1, '}')) && e > o + 1) {
+		key = o + 1;
+		n = (size_t)(e - o - 1);
+	}
+	for (size_t i = 0; i < n; i++) {
+		crc ^= (uint16_t)((uint8_t)key[i] << 8);
+		for (int b = 0; b < 8; b++)
+			crc = crc & 0x8000 ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+	}
+	return crc & (SLOTS - 1);
+}
+
+static struct timeval io_timeout(const struct resild_cluster *c)
+{
+	int64_t to = resil_max64(10 * c->interval_ns, 2 * RESIL_NS_PER_S);
+
+	return (struct timeval){.tv_sec = to / RESIL_NS_PER_S,
+				.tv_usec = (to % RESIL_NS_PER_S) / 1000};
+}
+
+/* A new connection to a cluster node, authenticated, scripts loaded;
+ * NULL: logged. */
+static redisContext *node_connect(struct resild_cluster *c, const struct cl_node *nd)
+{
+	static const char *const lua[] = {LEASE_LUA, BREAKER_LUA, resild_cb_budget_lua,
+					  resild_cb_conf_lua};
+	struct timeval tv = io_timeout(c);
+	redisContext *rc = redisConnectWithTimeout(nd->addr, nd->port, tv);
+	redisReply *r;
+
+	if (!rc || rc->err) {
+		set_error(c, "cannot connect to Redis Cluster node %s:%d: %s", nd->addr, nd->port,
+			  rc ? rc->errstr : "out of memory");
+		goto fail;
+	}
+	redisSetTimeout(rc, tv);
+	if (c->have_password) {
+		const char *argv[] = {"AUTH", c->password};
+
+		r = redisCommandArgv(rc, 2, argv, NULL);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			set_error(c, "Redis Cluster node %s:%d refused AUTH: %s", nd->addr,
+				  nd->port, r ? r->str : rc->errstr);
+			if (r)
+				freeReplyObject(r);
+			goto fail;
+		}
+		freeReplyObject(r);
+	}
+	for (size_t i = 0; i < sizeof(lua) / sizeof(lua[0]); i++) {
+		const char *argv[] = {"SCRIPT", "LOAD", lua[i]};
+
+		r = redisCommandArgv(rc, 3, argv, NULL);
+		if (!r || r->type != REDIS_REPLY_STRING) {
+			set_error(c, "Redis Cluster node %s:%d: SCRIPT LOAD: %s", nd->addr,
+				  nd->port,
+				  r && r->type == REDIS_REPLY_ERROR ? r->str
+				  : r				    ? "garbage"
+								    : rc->errstr);
+			if (r)
+				freeReplyObject(r);
+			goto fail;
+		}
+		freeReplyObject(r);
+	}
+	return rc;
+fail:
+	if (rc)
+		redisFree(rc);
+	return NULL;
+}
+
+/* The node at host:port in the table (added); -1: the table is full. */
+static int node_find(struct resild_cluster *c, const char *host, int port)
+{
+	for (uint32_t i = 0; i < c->nnodes; i++)
+		if (c->nodes[i].port == port && strcmp(c->nodes[i].addr, host) == 0)
+			return (int)i;
+	if (c->nnodes == NODES_MAX)
+		return -1;
+	snprintf(c->nodes[c->nnodes].addr, sizeof(c->nodes[0].addr), "%s", host);
+	c->nodes[c->nnodes].port = port;
+	c->nodes[c->nnodes].rc = NULL;
+	return (int)c->nnodes++;
+}
+
+static bool node_busy(const struct resild_cluster *c, const redisContext *rc)
+{
+	for (uint32_t i = c->rpend; i < c->npend; i++)
+		if (c->pend[i].rc == rc)
+			return true;
+	return false;
+}
+
+/* p's command again where the redirection r (freed) says; the new reply,
+ * or NULL (logged). */
+static redisReply *follow(struct resild_cluster *c, struct cl_pend *p, redisReply *r)
+{
+	bool ask = strncmp(r->str, "ASK ", 4) == 0;
+	char host[256], *colon;
+	redisContext *rc, *tmp = NULL;
+	redisReply *a = NULL;
+	unsigned long slot;
+	long port;
+	int k;
+
+	if (sscanf(r->str + (ask ? 4 : 6), "%lu %255s", &slot, host) != 2 || slot >= SLOTS ||
+	    !(colon = strrchr(host, ':')) || (port = strtol(colon + 1, NULL, 10)) < 1 ||
+	    port > 65535) {
+		set_error(c, "Redis answered a redirection that cannot be read: %.120s", r->str);
+		freeReplyObject(r);
+		return NULL;
+	}
+	*colon = '\0';
+	freeReplyObject(r);
+	k = node_find(c, host, (int)port);
+	if (k < 0) {
+		set_error(c, "Redis Cluster: more than %d nodes", NODES_MAX);
+		return NULL;
+	}
+	if (!c->nodes[k].rc && !(c->nodes[k].rc = node_connect(c, &c->nodes[k])))
+		return NULL;
+	rc = c->nodes[k].rc;
+	if (!ask)
+		c->slot_node[slot] = (uint8_t)(k + 1);
+	c->redirects++;
+	/* replies of this round still due on that connection come first:
+	 * a connection of its own for this one */
+	if (node_busy(c, rc)) {
+		if (!(tmp = node_connect(c, &c->nodes[k])))
+			return NULL;
+		rc = tmp;
+	}
+	if ((ask && redisAppendCommand(rc, "ASKING") != REDIS_OK) ||
+	    redisAppendFormattedCommand(rc, p->cmd, p->len) != REDIS_OK)
+		goto io;
+	if (ask) {
+		if (redisGetReply(rc, (void **)&a) != REDIS_OK || !a)
+			goto io;
+		if (a->type == REDIS_REPLY_ERROR) {
+			set_error(c, "Redis Cluster node %s:%ld refused ASKING: %s", host, port,
+				  a->str);
+			freeReplyObject(a);
+			goto out;
+		}
+		freeReplyObject(a);
+		a = NULL;
+	}
+	if (redisGetReply(rc, (void **)&a) != REDIS_OK || !a)
+		goto io;
+	if (tmp)
+		redisFree(tmp);
+	return a;
+io:
+	set_error(c, "Redis Cluster node %s:%ld: %s", host, port,
+		  rc->errstr[0] ? rc->errstr : "connection lost");
+out:
+	if (tmp)
+		redisFree(tmp);
+	return NULL;
+}
+
+/* Route the next policy's commands: the node its slot maps to. */
+static void route(struct resild_cluster *c, const struct xreq *q)
+{
+	char key[2 * RESIL_NAME_MAX + 16];
+	uint32_t k;
+
+	snprintf(key, sizeof(key), "%s:{%s}:lease", c->prefix, q->name);
+	k = c->slot_node[key_slot(key)];
+	c->cur = c->rc;
+	if (k && k <= c->nnodes) {
+		struct cl_node *nd = &c->nodes[k - 1];
+
+		if (!nd->rc)
+			nd->rc = node_connect(c, nd);
+		if (nd->rc)
+			c->cur = nd->rc;
+	}
+}
+
+/* Format and queue a command on c->cur; its reply is read in order. */
+static bool send_argv(struct resild_cluster *c, int argc, const char **argv)
+{
+	char *cmd;
+	int len;
+
+	if (c->npend == c->pend_cap) {
+		uint32_t cap = c->pend_cap ? 2 * c->pend_cap : 64;
+		struct cl_pend *n = realloc(c->pend, cap * sizeof(*n));
+
+		if (!n)
+			return false;
+		c->pend = n;
+		c->pend_cap = cap;
+	}
+	len = redisFormatCommandArgv(&cmd, argc, argv, NULL);
+	if (len < 0)
+		return false;
+	if (redisAppendFormattedCommand(c->cur, cmd, (size_t)len) != REDIS_OK) {
+		redisFreeCommand(cmd);
+		return false;
+	}
+	c->pend[c->npend++] = (struct cl_pend){.cmd = cmd, .len = (size_t)len, .rc = c->cur};
+	return true;
+}
+
 static bool append_lease(struct resild_cluster *c, const struct xreq *q)
 {
 	char key[2 * RESIL_NAME_MAX + 16], d[32], rate[32], len[32], app[32];
@@ -726,7 +1018,7 @@ static bool append_lease(struct resild_cluster *c, const struct xreq *q)
 	snprintf(app, sizeof(app), "%llu", (unsigned long long)q->applied);
 	const char *argv[] = {"EVALSHA", c->sha, "1", key, c->host, d, rate, len, app};
 
-	return redisAppendCommandArgv(c->rc, 9, argv, NULL) == REDIS_OK;
+	return send_argv(c, 9, argv);
 }
 
 static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
@@ -752,18 +1044,37 @@ static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
 			      v[2],	 v[3],	    v[4],  v[5],  v[6],	   v[7], v[8],
 			      v[9],	 v[10],	    v[11], v[12], v[13]};
 
-	return redisAppendCommandArgv(c->rc, 19, argv, NULL) == REDIS_OK;
+	return send_argv(c, 19, argv);
 }
 
-/* The next reply; NULL: logged, disconnected. */
+/* The next reply of this round's commands, redirections followed; NULL:
+ * logged, disconnected. */
 static redisReply *next_reply(struct resild_cluster *c, const char *name, const char *what)
 {
 	redisReply *r = NULL;
 	char w[URL_MAX + 16];
+	struct cl_pend p;
 
-	if (redisGetReply(c->rc, (void **)&r) != REDIS_OK || !r) {
-		set_error(c, "Redis at %s: %s", where(c, w, sizeof(w)),
-			  c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+	if (c->rpend >= c->npend) {
+		set_error(c, "cluster: no reply pending for %s (%s)", name, what);
+		disconnect(c);
+		return NULL;
+	}
+	p = c->pend[c->rpend++];
+	if (redisGetReply(p.rc, (void **)&r) != REDIS_OK || !r) {
+		set_error(c, "Redis at %s: %s",
+			  p.rc == c->rc ? where(c, w, sizeof(w)) : "a cluster node",
+			  p.rc->errstr[0] ? p.rc->errstr : "connection lost");
+		redisFreeCommand(p.cmd);
+		disconnect(c);
+		return NULL;
+	}
+	for (int hop = 0; r && hop < REDIRECTS_MAX && r->type == REDIS_REPLY_ERROR &&
+			  (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
+	     hop++)
+		r = follow(c, &p, r);
+	redisFreeCommand(p.cmd);
+	if (!r) {
 		disconnect(c);
 		return NULL;
 	}
@@ -775,6 +1086,57 @@ static redisReply *next_reply(struct resild_cluster *c, const char *name, const 
 		return NULL;
 	}
 	return r;
+}
+
+static bool append_cb(struct resild_cluster *c, const struct xreq *q)
+{
+	struct resild_cb_cmd cmd[2];
+	int n = resild_cb_commands(&q->cb, q->name, c->prefix, c->host, c->cb_sha, c->cf_sha, cmd);
+
+	for (int k = 0; k < n; k++)
+		if (!send_argv(c, cmd[k].argc, cmd[k].argv))
+			return false;
+	return true;
+}
+
+/* The replies of append_cb's commands into a; false: logged, closed. */
+static bool read_cb(struct resild_cluster *c, const struct xreq *q, struct resild_cb_ans *a)
+{
+	char w[URL_MAX + 16];
+	redisReply *r;
+	bool ok;
+
+	if (q->cb.budget) {
+		if (!(r = next_reply(c, q->name, "budget")))
+			return false;
+		ok = resild_cb_parse_budget(r, &q->cb, a);
+		if (!ok)
+			set_error(c,
+				  "Redis at %s answered the budget script with garbage (reply "
+				  "type %d)",
+				  where(c, w, sizeof(w)), r->type);
+		freeReplyObject(r);
+		if (!ok) {
+			disconnect(c);
+			return false;
+		}
+	}
+	if (q->cb.conf) {
+		if (!(r = next_reply(c, q->name, "conf")))
+			return false;
+		ok = resild_cb_parse_conf(r, a);
+		if (!ok)
+			set_error(c,
+				  "Redis at %s answered the configuration script with garbage "
+				  "(reply type %d)",
+				  where(c, w, sizeof(w)), r->type);
+		freeReplyObject(r);
+		if (!ok) {
+			disconnect(c);
+			return false;
+		}
+	}
+	return true;
 }
 
 /* One round: pipelined script calls (a lease per global limiter, a
@@ -799,7 +1161,9 @@ static void exchange(struct resild_cluster *c)
 
 		if (!q->active)
 			continue;
-		if ((q->limit && !append_lease(c, q)) || (q->breaker && !append_breaker(c, q)))
+		route(c, q);
+		if ((q->limit && !append_lease(c, q)) || (q->breaker && !append_breaker(c, q)) ||
+		    !append_cb(c, q))
 			break;
 		last = i + 1;
 	}
@@ -833,12 +1197,21 @@ static void exchange(struct resild_cluster *c)
 			freeReplyObject(r);
 			a.bk_until_ns = t0 + hold_ns(c);
 		}
+		if (!read_cb(c, q, &a.cb))
+			return;
 		pthread_mutex_lock(&c->lock);
 		c->ans[i] = a;
-		c->script_calls += (uint64_t)q->limit + (uint64_t)q->breaker;
+		c->script_calls += (uint64_t)q->limit + (uint64_t)q->breaker +
+				   (uint64_t)q->cb.budget + (uint64_t)q->cb.conf;
 		pthread_mutex_unlock(&c->lock);
 		ok++;
 	}
+	if (c->rpend != c->npend) {
+		/* replies left unread would answer the next round's commands */
+		set_error(c, "cluster: a round could not be sent whole");
+		disconnect(c);
+	}
+	c->npend = c->rpend = 0;
 	pthread_mutex_lock(&c->lock);
 	c->exchanges++;
 	if (ok == n)
@@ -964,6 +1337,7 @@ void resild_cluster_fini(struct resild *d)
 	free(c->req);
 	free(c->ans);
 	free(c->work);
+	free(c->pend);
 	explicit_bzero(c->password, sizeof(c->password));
 	free(c);
 	d->cluster = NULL;
@@ -1152,14 +1526,15 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	struct resild_cluster *c = t->c;
 	struct cl_slot *cs = &c->slots[slot];
 	struct xreq q = {.active = true, .gen = rec->gen};
-	bool lim, bk;
+	bool lim, bk, bud;
 	struct xans a;
 
 	if (slot >= c->cap || rec->conf.scope != RESIL_SCOPE_GLOBAL)
 		return 0;
 	lim = resil_has(rec, RESIL_C_LIMIT);
 	bk = resil_has(rec, RESIL_C_BREAKER) && rec->conf.breaker.window_kind == RESIL_WINDOW_TIME;
-	if (!lim && !bk)
+	bud = resild_cb_wants_budget(rec);
+	if (!lim && !bk && !bud)
 		return 0;
 	if (!cs->active || cs->gen != rec->gen) {
 		memset(cs, 0, sizeof(*cs));
@@ -1171,11 +1546,16 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	a = c->ans[slot];
 	c->ans[slot].fresh = false;
 	c->ans[slot].bk_fresh = false;
+	c->ans[slot].cb.fresh = false;
+	c->ans[slot].cb.conf_fresh = false;
 	pthread_mutex_unlock(&c->lock);
 	if (lim)
 		tick_limit(t, s, rec, cs, &a, &q);
 	if (bk)
 		tick_breaker(t, s, rec, cs, &a, &q);
+	if (a.gen != rec->gen)
+		memset(&a.cb, 0, sizeof(a.cb));
+	resild_cb_tick(s, rec, &cs->cb, &a.cb, &q.cb, t->now, c->interval_ns, t->post);
 	if (!t->post)
 		return 0;
 	snprintf(q.name, sizeof(q.name), "%s", rec->name);
@@ -1275,6 +1655,7 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 	    "# TYPE resil_cluster_breaker_opens_total counter\n"
 	    "# HELP resil_cluster_breaker_fleet_calls Calls in the fleet's time window.\n"
 	    "# TYPE resil_cluster_breaker_fleet_calls gauge\n");
+	n += resild_cb_metrics_help(n < len ? buf + n : NULL, n < len ? len - n : 0);
 	for (uint32_t i = 0; i < c->cap; i++) {
 		const struct cl_slot *cs = &c->slots[i];
 		uint64_t sw = ld_relaxed(&resil_seg_slots(&d->seg)[i]);
@@ -1285,6 +1666,8 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 			continue;
 		resil_metrics_escape(rec->name, strnlen(rec->name, RESIL_NAME_MAX), name,
 				     sizeof(name));
+		n += resild_cb_metrics(rec, &cs->cb, name, n < len ? buf + n : NULL,
+				       n < len ? len - n : 0);
 		if (rec->conf.breaker.on)
 			PUT("resil_cluster_breaker_opens_total{policy=\"%s\"} %llu\n"
 			    "resil_cluster_breaker_fleet_calls{policy=\"%s\"} %lld\n",

@@ -221,6 +221,11 @@ size_t resild_event_format(struct resild *d, const struct resil_event *e, char *
 		if (e->a == RESIL_CL_SHARE)
 			n = snprintf(buf, len, "policy %s: leased share now %.1f/s", pol,
 				     (double)e->value / 1000.0);
+		else if (e->a == RESIL_CL_CONFLICT)
+			n = snprintf(buf, len,
+				     "policy %s: %llu host(s) under the same cluster name run "
+				     "another configuration of it",
+				     pol, (unsigned long long)e->value);
 		else
 			n = snprintf(buf, len,
 				     "policy %s: lease expired unrenewed, clients fall back "

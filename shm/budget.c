@@ -929,7 +929,9 @@ void resil_budget_carry(void *nst, const struct resil_retry_conf *nc, const void
  * is repaired and counted (resil_repaired):
  *   - tokens outside [0, max]: clamped (a bucket above max never refuses;
  *     below 0, gRPC refuses until enough successes come back);
- *   - exhausted neither 0 nor 1: 1 (a refusal pushed its event).
+ *   - exhausted neither 0 nor 1: 1 (a refusal pushed its event);
+ *   - g_req, g_rty not 0 on a budget that is not global (only the
+ *     cluster exchange sets them, and rewrites them every interval).
  * The ratio buckets need nothing: a word of any epoch and count is summed
  * only inside the window (by difference), and the first writer of its
  * bucket's next span overwrites it.
@@ -946,6 +948,11 @@ void resil_budget_maintain(struct resil_ctx *x, const struct resil_retry_conf *c
 		resil_repaired(x, RESIL_W_BUDGET_TOKENS);
 	if (f > 1 && cas_relaxed(&b->exhausted, &f, 1))
 		resil_repaired(x, RESIL_W_BUDGET_FLAG);
+	if (x->rec && x->rec->conf.scope != RESIL_SCOPE_GLOBAL &&
+	    (ld_relaxed(&b->g_req) || ld_relaxed(&b->g_rty))) {
+		resil_budget_mirror_ratio(b, 0, 0);
+		resil_repaired(x, RESIL_W_BUDGET_MIRROR);
+	}
 }
 
 void *resil_budget_state_for(const struct resil_seg *s, const struct resil_rec *rec,
@@ -1079,8 +1086,9 @@ int resil_budget_try_retry(void *st, const struct resil_retry_conf *bc, uint32_t
 		/* (retries + 1) / requests <= ratio; a check then an add: two
 		 * processes deciding at once may both pass, overshooting by at
 		 * most the number deciding concurrently */
-		if ((window_sum(b->rty, e) + 1) * MILLI >
-		    (uint64_t)bc->budget_ratio_milli * window_sum(b->req, e))
+		if ((window_sum(b->rty, e) + ld_relaxed(&b->g_rty) + 1) * MILLI >
+		    (uint64_t)bc->budget_ratio_milli *
+			(window_sum(b->req, e) + ld_relaxed(&b->g_req)))
 			return refuse(b, first_refusal);
 		bucket_add(&b->rty[e % RESIL_BUDGET_BUCKETS], e);
 		break;
@@ -1130,9 +1138,44 @@ int64_t resil_budget_tokens_milli(const void *st, const struct resil_retry_conf 
 		return ld_relaxed(&b->tokens_milli);
 	case RESIL_BUDGET_RATIO:
 		e = epoch_of(now);
-		return (int64_t)((uint64_t)bc->budget_ratio_milli * window_sum(b->req, e) / MILLI) -
-		       (int64_t)window_sum(b->rty, e);
+		return (int64_t)((uint64_t)bc->budget_ratio_milli *
+				 (window_sum(b->req, e) + ld_relaxed(&b->g_req)) / MILLI) -
+		       (int64_t)(window_sum(b->rty, e) + ld_relaxed(&b->g_rty));
 	default:
 		return 0;
 	}
+}
+
+int64_t resil_budget_mirror_tokens(void *st, const struct resil_retry_conf *bc, int64_t fleet_milli,
+				   int64_t seen_milli, int64_t *was_milli)
+{
+	struct resil_budget_state *b = st;
+	int64_t max = max_milli(bc), v = ld_relaxed(&b->tokens_milli), n;
+
+	do {
+		/* saturating: v is any client's to write */
+		if (__builtin_sub_overflow(v, seen_milli, &n) ||
+		    __builtin_add_overflow(n, fleet_milli, &n))
+			n = v > seen_milli ? max : 0;
+		n = resil_max64(0, resil_min64(n, max));
+	} while (n != v && !cas_relaxed(&b->tokens_milli, &v, n));
+	*was_milli = v;
+	return n;
+}
+
+void resil_budget_mirror_ratio(void *st, uint64_t others_req, uint64_t others_rty)
+{
+	struct resil_budget_state *b = st;
+
+	st_relaxed(&b->g_req, others_req);
+	st_relaxed(&b->g_rty, others_rty);
+}
+
+void resil_budget_window(const void *st, int64_t now, uint64_t *req, uint64_t *rty)
+{
+	struct resil_budget_state *b = (struct resil_budget_state *)st;
+	uint32_t e = epoch_of(now);
+
+	*req = window_sum(b->req, e);
+	*rty = window_sum(b->rty, e);
 }

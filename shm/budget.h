@@ -159,6 +159,16 @@ enum resil_budget_counter {
  * counters: fetch_add relaxed, on their own line (written on the retry
  * path only, never on a first attempt that succeeds).
  *
+ * g_req, g_rty (ratio, policy.scope = global): the other hosts' requests
+ * and retries in their windows, stored relaxed by the daemon's cluster
+ * exchange every interval (resil_budget_mirror_ratio), read relaxed by
+ * the ratio test beside the local window; 0 on a host-scoped budget.
+ * Relaxed: two counts that publish nothing else; a client that reads one
+ * interval's g_req with the next one's g_rty errs by one interval's
+ * change, which the fleet's own reports lag by anyway. With global scope
+ * tokens_milli is also written by the daemon (resil_budget_mirror_tokens,
+ * one CAS like a client's).
+ *
  * Crash windows: every update is a single atomic on one word, so a
  * process killed between two of them leaves each word whole; what it
  * loses is an update it had not made (a retry paid for and never run is a
@@ -172,7 +182,9 @@ struct resil_budget_state {
 	RESIL_A8 uint64_t pad0[14];
 	alignas(RESIL_HOT_ALIGN) ra64 req[RESIL_BUDGET_BUCKETS]; /* ratio: requests */
 	ra64 rty[RESIL_BUDGET_BUCKETS];				 /* ratio: retries */
-	RESIL_A8 uint64_t pad1[12];
+	ra64 g_req; /* ratio, scope = global: the other hosts' requests in the window */
+	ra64 g_rty; /* ... and their retries (the daemon's mirror) */
+	RESIL_A8 uint64_t pad1[10];
 	alignas(RESIL_HOT_ALIGN) ra64 counters[RESIL_BUDGET_CNT_MAX];
 	RESIL_A8 uint64_t pad2[4];
 };
@@ -225,6 +237,20 @@ int resil_budget_try_retry(void *st, const struct resil_retry_conf *bc, uint32_t
  */
 void resil_budget_record(void *st, const struct resil_retry_conf *bc, bool success,
 			 bool retryable_failure, uint32_t attempt, uint32_t cost_milli);
+/*
+ * policy.scope = global (the daemon's cluster exchange; cluster_budget.c).
+ * mirror_tokens (grpc, aws): the fleet's tokens fleet_milli, computed from
+ * this host's reports up to the local value seen_milli, become the local
+ * value; what clients changed since seen_milli stays on top (one CAS
+ * loop, clamped to [0, max]). Returns the value stored; *was_milli the
+ * local value it replaced.
+ * mirror_ratio: the other hosts' window totals into g_req, g_rty.
+ * window (ratio): this host's own requests and retries in the window.
+ */
+int64_t resil_budget_mirror_tokens(void *st, const struct resil_retry_conf *bc, int64_t fleet_milli,
+				   int64_t seen_milli, int64_t *was_milli);
+void resil_budget_mirror_ratio(void *st, uint64_t others_req, uint64_t others_rty);
+void resil_budget_window(const void *st, int64_t now, uint64_t *req, uint64_t *rty);
 /* Tokens now, in milli-tokens (grpc, aws); ratio: retries allowed now. */
 int64_t resil_budget_tokens_milli(const void *st, const struct resil_retry_conf *bc, int64_t now);
 static inline void resil_budget_count(void *st, enum resil_budget_counter i)

@@ -660,10 +660,10 @@ static int global_check(const struct resil_conf *c, char *err, size_t errlen)
 		return resil_errf(err, errlen, -EINVAL,
 				  "policy.scope = global applies to the unkeyed gcra limiter "
 				  "(limit.algorithm = gcra, no limit.keys)");
-	if (!c->limit.on && !c->breaker.on)
-		return resil_errf(
-		    err, errlen, -EINVAL,
-		    "policy.scope = global needs limit.rate or a time-window breaker");
+	if (!c->limit.on && !c->breaker.on && !resil_budget_has_state(&c->retry))
+		return resil_errf(err, errlen, -EINVAL,
+				  "policy.scope = global needs limit.rate, a time-window breaker "
+				  "or a retry.budget of its own (grpc, aws or ratio)");
 	return 0;
 }
 

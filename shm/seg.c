@@ -1082,6 +1082,7 @@ const char *resil_word_name(uint32_t w)
 	    [RESIL_W_BUDGET_FLAG] = "budget.exhausted",
 	    [RESIL_W_STATS_P95] = "stats p95 cache",
 	    [RESIL_W_LIMIT_USED] = "limit.used",
+	    [RESIL_W_BUDGET_MIRROR] = "budget.g_req/g_rty",
 	};
 
 	return w < RESIL_W_MAX && names[w] ? names[w] : "unknown";

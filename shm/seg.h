@@ -190,6 +190,7 @@ enum resil_event_type {
 enum resil_cluster_event {
 	RESIL_CL_SHARE = 1,    /* the leased share changed: value = share in thousandths per s */
 	RESIL_CL_FALLBACK = 2, /* a lease ran out unrenewed: clients fall back */
+	RESIL_CL_CONFLICT = 8, /* hosts with another configuration of the policy: value = hosts */
 };
 
 /* State words the daemon checks and repairs (event RESIL_EV_REPAIRED). */
@@ -213,6 +214,7 @@ enum resil_word {
 	RESIL_W_BUDGET_FLAG,
 	RESIL_W_STATS_P95,
 	RESIL_W_LIMIT_USED,
+	RESIL_W_BUDGET_MIRROR,
 	RESIL_W_MAX,
 };
 /* "breaker.state": the word's name for events and logs. Never NULL. */

@@ -183,7 +183,22 @@ static void test_global_scope(void **state)
 	assert_int_equal(
 	    resil_conf_parse(&c, "policy.scope = global; bulkhead.max = 3", 1, err, sizeof(err)),
 	    -EINVAL);
-	assert_non_null(strstr(err, "needs limit.rate or a time-window breaker"));
+	assert_non_null(strstr(err, "needs limit.rate, a time-window breaker or a retry.budget"));
+
+	/* a retry budget of its own is shared fleet-wide; a shared one's
+	 * owner (@NAME) decides */
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; retry.budget = grpc:10:1", 1,
+					  err, sizeof(err)),
+			 0);
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; retry.budget = ratio:10%", 1,
+					  err, sizeof(err)),
+			 0);
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; retry.budget = @shared", 1,
+					  err, sizeof(err)),
+			 -EINVAL);
 }
 
 int main(void)

@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * int_cluster_budget.c - global retry budgets over three hosts (three
+ * resild instances, one real redis-server on a private unix socket), and
+ * a fourth host under the same cluster name with another configuration.
+ *
+ * gRPC (grpc:10:1: retries while tokens > 5): six failures on host A
+ * drain the fleet's bucket to 4, and hosts B and C, which saw none, stop
+ * retrying (a real retry loop on B is refused: retry budget exhausted);
+ * six successes on host C refill it for every host. The fleet's bucket
+ * in Redis ends at exactly 10 - 6 - 1 (B's refused loop failed once) + 6
+ * = 9, and every host's mirror with it: nothing counted twice or lost.
+ *
+ * Ratio (ratio:10%): 100 requests begun on host A let host B, which began
+ * none, make 10 retries and refuse the 11th.
+ *
+ * Host D runs policy "g" with another budget under the same cluster
+ * name: D and the others report the conflict (log, event text).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "budget.h"
+#include "internal.h"
+#include "testutil.h"
+
+#define HOSTS 3
+#define GCONF "policy.scope = global; retry.budget = grpc:10:1; retry.max_attempts = 5"
+#define RCONF "policy.scope = global; retry.budget = ratio:10%; retry.max_attempts = 50"
+#define DCONF "policy.scope = global; retry.budget = grpc:20:1; retry.max_attempts = 5"
+
+static char dir[PATH_MAX], rsock[PATH_MAX + 16], rurl[PATH_MAX + 32], cname[64];
+static pid_t redis_pid;
+static struct test_daemon hd[HOSTS + 1];
+static resil_t *cl[HOSTS + 1];
+static int failures;
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fputc('\n', stderr);                                                       \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+static bool redis_up(void)
+{
+	redisContext *c = redisConnectUnix(rsock);
+	bool ok = false;
+
+	if (c && !c->err) {
+		redisReply *r = redisCommand(c, "PING");
+
+		ok = r && r->type != REDIS_REPLY_ERROR;
+		if (r)
+			freeReplyObject(r);
+	}
+	if (c)
+		redisFree(c);
+	return ok;
+}
+
+/* HGET key field as a number, -1: none */
+static long long redis_hget(const char *key, const char *field)
+{
+	redisContext *c = redisConnectUnix(rsock);
+	long long v = -1;
+
+	if (c && !c->err) {
+		redisReply *r = redisCommand(c, "HGET %s %s", key, field);
+
+		if (r && r->type == REDIS_REPLY_STRING)
+			v = atoll(r->str);
+		if (r)
+			freeReplyObject(r);
+	}
+	if (c)
+		redisFree(c);
+	return v;
+}
+
+static int host_start(int h, const char *policy, const char *conf)
+{
+	char host[16];
+	const char *extra[] = {"--state-size",
+			       "16M",
+			       "--cluster-redis",
+			       rurl,
+			       "--cluster-host",
+			       host,
+			       "--cluster-name",
+			       cname,
+			       NULL};
+	int v;
+
+	snprintf(host, sizeof(host), "host%c", 'A' + h);
+	if (test_daemon_init(&hd[h]) < 0 || test_daemon_start(&hd[h], extra) < 0)
+		return -1;
+	v = resil_open(&cl[h], hd[h].sock);
+	if (v < 0)
+		return v;
+	return resil_define(cl[h], policy, conf);
+}
+
+/* host h's local budget for policy name: tokens (milli) or, ratio,
+ * retries allowed now */
+static long long tokens(int h, const char *name)
+{
+	const struct resil_rec *rec = test_rec_of(cl[h], name);
+	const struct resil_retry_conf *bc;
+	void *st = resil_budget_state_for(&cl[h]->seg, rec, &bc);
+
+	return st ? resil_budget_tokens_milli(st, bc, resil_clock_monotonic(NULL)) : -1;
+}
+
+/* One request on host h whose first attempt ends with cls; with a
+ * failure, the budget's answer to a retry (1: allowed, 0: refused). */
+static int request(int h, const char *name, int cls)
+{
+	resil_policy_t *p;
+	resil_retry_t rt;
+	int64_t d;
+
+	if (resil_policy(cl[h], name, &p) < 0)
+		return -1;
+	resil_retry_begin(p, &rt, 0);
+	d = resil_retry_next(&rt, cls, 0);
+	if (cls == RESIL_ERR_NONE)
+		return d < 0 && strstr(resil_retry_reason(&rt), "succeeded") ? 1 : -1;
+	if (d >= 0)
+		return 1;
+	return strstr(resil_retry_reason(&rt), "budget") ? 0 : -1;
+}
+
+static bool all_at(const char *key, long long fleet, long long local)
+{
+	if (redis_hget(key, "t") != fleet)
+		return false;
+	for (int h = 0; h < HOSTS; h++)
+		if (tokens(h, "g") != local)
+			return false;
+	return true;
+}
+
+static bool others_below_half(void)
+{
+	return tokens(1, "g") <= 5000 && tokens(2, "g") <= 5000;
+}
+
+static bool others_above_half(void)
+{
+	return tokens(0, "g") > 5000 && tokens(1, "g") > 5000;
+}
+
+static bool ratio_seen(void)
+{
+	return tokens(1, "q") >= 10;
+}
+
+static bool log_has(int h, const char *what)
+{
+	char buf[65536];
+	FILE *f = fopen(hd[h].log, "re");
+	size_t n;
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return strstr(buf, what) != NULL;
+}
+
+static bool conflict_seen(void)
+{
+	return log_has(HOSTS, "runs another configuration") &&
+	       log_has(0, "runs another configuration");
+}
+
+int main(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	char key[128];
+	int64_t t0;
+	int v;
+
+	if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+		fprintf(stderr, "redis-server not installed: skipped\n");
+		return TEST_SKIP;
+	}
+	snprintf(dir, sizeof(dir), "%s/resil-clbu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(dir))
+		return 1;
+	snprintf(rsock, sizeof(rsock), "%s/redis.sock", dir);
+	snprintf(rurl, sizeof(rurl), "unix:%s", rsock);
+	snprintf(cname, sizeof(cname), "bu%d", (int)getpid());
+	redis_pid = fork();
+	if (redis_pid == 0) {
+		int fd = open("/dev/null", O_WRONLY);
+
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", rsock,
+		       "--save", "", "--appendonly", "no", "--dir", dir, (char *)NULL);
+		_exit(127);
+	}
+	if (!TEST_EVENTUALLY(redis_up())) {
+		fprintf(stderr, "redis-server did not start\n");
+		kill(redis_pid, SIGKILL);
+		return 1;
+	}
+	for (int h = 0; h < HOSTS; h++) {
+		CHECK(host_start(h, "g", GCONF) == 0, "host %d starts", h);
+		CHECK(resil_define(cl[h], "q", RCONF) == 0, "host %d defines q", h);
+	}
+	snprintf(key, sizeof(key), "%s:{g}:budget", cname);
+	CHECK(TEST_EVENTUALLY(all_at(key, 10000, 10000)), "the fleet's bucket starts full");
+
+	/* gRPC: failures on A drain it for B and C */
+	for (int i = 0; i < 6; i++)
+		CHECK(request(0, "g", RESIL_ERR_TRANSIENT) >= 0, "a failure on A");
+	t0 = test_mono_ns();
+	CHECK(TEST_EVENTUALLY(others_below_half()),
+	      "B and C see the fleet's bucket at half or below (B %lld, C %lld)", tokens(1, "g"),
+	      tokens(2, "g"));
+	printf("failures on A mirrored on B and C %.1f intervals later\n",
+	       (double)(test_mono_ns() - t0) / 1e8);
+	v = request(1, "g", RESIL_ERR_TRANSIENT);
+	CHECK(v == 0, "a retry on B, which saw no failure, is refused by the budget (%d)", v);
+	v = request(2, "g", RESIL_ERR_NONE);
+	CHECK(TEST_EVENTUALLY(redis_hget(key, "t") == 4000),
+	      "the fleet's bucket: 10 - 6 - 1 + 1 = 4 (%lld)", redis_hget(key, "t"));
+
+	/* successes on C refill it everywhere */
+	for (int i = 0; i < 5; i++)
+		CHECK(request(2, "g", RESIL_ERR_NONE) == 1, "a success on C");
+	t0 = test_mono_ns();
+	CHECK(TEST_EVENTUALLY(others_above_half()), "A and B see the refill (A %lld, B %lld)",
+	      tokens(0, "g"), tokens(1, "g"));
+	printf("successes on C mirrored on A and B %.1f intervals later\n",
+	       (double)(test_mono_ns() - t0) / 1e8);
+	v = request(0, "g", RESIL_ERR_TRANSIENT);
+	CHECK(v == 1, "a retry on A is allowed again (%d)", v);
+	CHECK(TEST_EVENTUALLY(all_at(key, 8000, 8000)),
+	      "fleet and hosts agree on 4 + 5 - 1 = 8 (Redis %lld; A %lld B %lld C %lld)",
+	      redis_hget(key, "t"), tokens(0, "g"), tokens(1, "g"), tokens(2, "g"));
+
+	/* ratio: A's requests pay for B's retries */
+	{
+		resil_policy_t *p;
+		resil_retry_t rt;
+		int allowed = 0;
+
+		CHECK(resil_policy(cl[0], "q", &p) == 0, "q on A");
+		for (int i = 0; i < 100; i++)
+			resil_retry_begin(p, &rt, 0);
+		CHECK(TEST_EVENTUALLY(ratio_seen()), "B sees A's requests (%lld retries allowed)",
+		      tokens(1, "q"));
+		CHECK(resil_policy(cl[1], "q", &p) == 0, "q on B");
+		resil_retry_begin(p, &rt, 0);
+		for (int i = 0; i < 20; i++) {
+			if (resil_retry_next(&rt, RESIL_ERR_TRANSIENT, 0) < 0)
+				break;
+			allowed++;
+		}
+		/* 101 requests in the fleet: 10 retries */
+		CHECK(allowed == 10, "B made %d retries on the fleet's 101 requests (10 expected)",
+		      allowed);
+		CHECK(strstr(resil_retry_reason(&rt), "budget") != NULL,
+		      "B stopped on the budget: %s", resil_retry_reason(&rt));
+	}
+
+	/* another configuration under the same cluster name */
+	CHECK(host_start(HOSTS, "g", DCONF) == 0, "host D starts");
+	CHECK(TEST_EVENTUALLY(conflict_seen()), "host D and host A report the conflict");
+
+	for (int h = 0; h <= HOSTS; h++) {
+		int st;
+
+		if (cl[h])
+			resil_close(cl[h]);
+		cl[h] = NULL;
+		st = test_daemon_stop(&hd[h]);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "host %c exits cleanly (status %#x)",
+		      'A' + h, st);
+	}
+	for (int h = 0; h <= HOSTS; h++) {
+		if (failures)
+			fprintf(stderr, "--- host %c log: %s\n", 'A' + h, hd[h].log);
+		else
+			test_daemon_fini(&hd[h]);
+	}
+	for (int h = 0; failures && h <= HOSTS; h++)
+		test_daemon_stop(&hd[h]);
+	kill(redis_pid, SIGKILL);
+	waitpid(redis_pid, NULL, 0);
+	if (!failures) {
+		char cmd[PATH_MAX + 16];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		(void)system(cmd);
+	}
+	printf("%s\n", failures ? "FAILED" : "ok");
+	return failures ? 1 : 0;
+}

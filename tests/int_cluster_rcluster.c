@@ -1,0 +1,411 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * int_cluster_rcluster.c - global policies on a real Redis Cluster of
+ * three primaries (redis-server --cluster-enabled yes, put together by
+ * redis-cli --cluster create), three resild instances as hosts, each
+ * given only the first node's address.
+ *
+ * Six global gRPC budgets whose hash tags spread over the three nodes:
+ * failures on host A reach hosts B and C for every one of them (the
+ * daemons follow MOVED to the node of each policy's slot), and all keys of
+ * a policy live on one node. Then one policy's slot is migrated to
+ * another node by hand (IMPORTING, MIGRATING, MIGRATE of its keys: the
+ * daemons get ASK meanwhile; SETSLOT NODE: then MOVED), and the budget
+ * keeps working through it, its bucket unchanged by the move.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "budget.h"
+#include "internal.h"
+#include "testutil.h"
+
+#define HOSTS 3
+#define NODES 3
+#define NPOL  6
+#define GCONF "policy.scope = global; retry.budget = grpc:100:1; retry.max_attempts = 5"
+
+static char dir[PATH_MAX], rurl[64], cname[64];
+static int port[NODES];
+static pid_t redis_pid[NODES];
+static char node_id[NODES][64];
+static struct test_daemon hd[HOSTS];
+static resil_t *cl[HOSTS];
+static int failures;
+static const char *const pol[NPOL] = {"p0", "p1", "p2", "p3", "p4", "p5"};
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fputc('\n', stderr);                                                       \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+/* One command on node n; the reply (NULL: no answer). */
+static redisReply *node_cmd(int n, const char *fmt, ...)
+{
+	redisContext *c = redisConnect("127.0.0.1", port[n]);
+	redisReply *r = NULL;
+	va_list ap;
+
+	if (c && !c->err) {
+		va_start(ap, fmt);
+		r = redisvCommand(c, fmt, ap);
+		va_end(ap);
+	}
+	if (c)
+		redisFree(c);
+	return r;
+}
+
+static bool node_up(int n)
+{
+	redisReply *r = node_cmd(n, "PING");
+	bool ok = r && r->type != REDIS_REPLY_ERROR;
+
+	if (r)
+		freeReplyObject(r);
+	return ok;
+}
+
+static bool cluster_ok(void)
+{
+	for (int n = 0; n < NODES; n++) {
+		redisReply *r = node_cmd(n, "CLUSTER INFO");
+		bool ok = r && r->type == REDIS_REPLY_STRING &&
+			  strstr(r->str, "cluster_state:ok") != NULL;
+
+		if (r)
+			freeReplyObject(r);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static int slot_of(const char *name)
+{
+	char key[128];
+	redisReply *r;
+	int s = -1;
+
+	snprintf(key, sizeof(key), "%s:{%s}:budget", cname, name);
+	r = node_cmd(0, "CLUSTER KEYSLOT %s", key);
+	if (r && r->type == REDIS_REPLY_INTEGER)
+		s = (int)r->integer;
+	if (r)
+		freeReplyObject(r);
+	return s;
+}
+
+/* The node serving slot s, as node n sees it (-1: none) */
+static int owner(int n, int s)
+{
+	redisReply *r = node_cmd(n, "CLUSTER SLOTS");
+	int o = -1;
+
+	for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+		redisReply *e = r->element[i];
+
+		if (e->elements >= 3 && s >= e->element[0]->integer &&
+		    s <= e->element[1]->integer)
+			for (int k = 0; k < NODES; k++)
+				if (e->element[2]->element[1]->integer == port[k])
+					o = k;
+	}
+	if (r)
+		freeReplyObject(r);
+	return o;
+}
+
+/* The fleet's tokens of a policy in the node n (-1: no key there; ASKING
+ * first, so that an importing node answers for its keys) */
+static long long fleet(int n, const char *name)
+{
+	redisContext *c = redisConnect("127.0.0.1", port[n]);
+	redisReply *r = NULL;
+	long long v = -1;
+
+	if (c && !c->err) {
+		redisAppendCommand(c, "ASKING");
+		redisAppendCommand(c, "HGET %s:{%s}:budget t", cname, name);
+		if (redisGetReply(c, (void **)&r) == REDIS_OK && r) {
+			freeReplyObject(r);
+			r = NULL;
+			if (redisGetReply(c, (void **)&r) == REDIS_OK && r &&
+			    r->type == REDIS_REPLY_STRING)
+				v = atoll(r->str);
+		}
+	}
+	if (r)
+		freeReplyObject(r);
+	if (c)
+		redisFree(c);
+	return v;
+}
+
+static long long tokens(int h, const char *name)
+{
+	const struct resil_rec *rec = test_rec_of(cl[h], name);
+	const struct resil_retry_conf *bc;
+	void *st = resil_budget_state_for(&cl[h]->seg, rec, &bc);
+
+	return st ? resil_budget_tokens_milli(st, bc, 0) : -1;
+}
+
+static void fail_on(int h, const char *name, int n)
+{
+	resil_policy_t *p;
+	resil_retry_t rt;
+
+	TEST_CHECK(resil_policy(cl[h], name, &p) == 0);
+	for (int i = 0; i < n; i++) {
+		resil_retry_begin(p, &rt, 0);
+		resil_retry_next(&rt, RESIL_ERR_TRANSIENT, 0);
+	}
+}
+
+static long long want;
+static const char *want_pol;
+static bool hosts_at(void)
+{
+	for (int h = 0; h < HOSTS; h++)
+		if (tokens(h, want_pol) != want)
+			return false;
+	return true;
+}
+
+static bool everywhere(long long v)
+{
+	for (int i = 0; i < NPOL; i++) {
+		want = v;
+		want_pol = pol[i];
+		if (!hosts_at())
+			return false;
+	}
+	return true;
+}
+
+static bool in_redis(long long v)
+{
+	for (int i = 0; i < NPOL; i++)
+		if (fleet(owner(0, slot_of(pol[i])), pol[i]) != v)
+			return false;
+	return true;
+}
+
+static int start_node(int n)
+{
+	char p[16], conf[PATH_MAX + 32];
+
+	snprintf(p, sizeof(p), "%d", port[n]);
+	snprintf(conf, sizeof(conf), "%s/nodes-%d.conf", dir, port[n]);
+	redis_pid[n] = fork();
+	if (redis_pid[n] == 0) {
+		int fd = open("/dev/null", O_WRONLY);
+
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1",
+		       "--cluster-enabled", "yes", "--cluster-config-file", conf,
+		       "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+		       "--dir", dir, (char *)NULL);
+		_exit(127);
+	}
+	return redis_pid[n] > 0 ? 0 : -1;
+}
+
+static int host_start(int h)
+{
+	char host[16];
+	const char *extra[] = {"--state-size",
+			       "16M",
+			       "--cluster-redis",
+			       rurl,
+			       "--cluster-host",
+			       host,
+			       "--cluster-name",
+			       cname,
+			       NULL};
+
+	snprintf(host, sizeof(host), "host%c", 'A' + h);
+	if (test_daemon_init(&hd[h]) < 0 || test_daemon_start(&hd[h], extra) < 0)
+		return -1;
+	if (resil_open(&cl[h], hd[h].sock) < 0)
+		return -1;
+	for (int i = 0; i < NPOL; i++)
+		if (resil_define(cl[h], pol[i], GCONF) < 0)
+			return -1;
+	return 0;
+}
+
+static void cleanup(void)
+{
+	for (int h = 0; h < HOSTS; h++) {
+		if (cl[h])
+			resil_close(cl[h]);
+		cl[h] = NULL;
+		if (failures)
+			fprintf(stderr, "--- host %c log: %s\n", 'A' + h, hd[h].log);
+		if (hd[h].pid) {
+			int st = test_daemon_stop(&hd[h]);
+
+			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			      "host %c exits cleanly (status %#x)", 'A' + h, st);
+		}
+		if (!failures)
+			test_daemon_fini(&hd[h]);
+	}
+	for (int n = 0; n < NODES; n++)
+		if (redis_pid[n] > 0) {
+			kill(redis_pid[n], SIGKILL);
+			waitpid(redis_pid[n], NULL, 0);
+		}
+	if (!failures) {
+		char cmd[PATH_MAX + 16];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		(void)system(cmd);
+	}
+}
+
+int main(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	char cmd[PATH_MAX + 256];
+	int moved = -1, from, to, s, off_seed = 0;
+	long long before;
+
+	if (system("command -v redis-server >/dev/null 2>&1 && "
+		   "command -v redis-cli >/dev/null 2>&1") != 0) {
+		fprintf(stderr, "redis-server or redis-cli not installed: skipped\n");
+		return TEST_SKIP;
+	}
+	snprintf(dir, sizeof(dir), "%s/resil-clrc-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(dir))
+		return 1;
+	/* ports in 21000..50999, their cluster bus (+10000) below 61000 */
+	for (int n = 0; n < NODES; n++)
+		port[n] = 21000 + (int)(getpid() % 10000) * 3 + n;
+	snprintf(rurl, sizeof(rurl), "redis://127.0.0.1:%d", port[0]);
+	snprintf(cname, sizeof(cname), "rc%d", (int)getpid());
+	for (int n = 0; n < NODES; n++)
+		CHECK(start_node(n) == 0 && TEST_EVENTUALLY(node_up(n)), "node %d starts", n);
+	if (failures) {
+		cleanup();
+		return 1;
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "redis-cli --cluster create 127.0.0.1:%d 127.0.0.1:%d 127.0.0.1:%d "
+		 "--cluster-yes >%s/create.log 2>&1",
+		 port[0], port[1], port[2], dir);
+	CHECK(system(cmd) == 0, "redis-cli --cluster create (%s/create.log)", dir);
+	CHECK(TEST_EVENTUALLY(cluster_ok()), "the cluster is up");
+	for (int n = 0; n < NODES; n++) {
+		redisReply *r = node_cmd(n, "CLUSTER MYID");
+
+		TEST_CHECK(r && r->type == REDIS_REPLY_STRING);
+		snprintf(node_id[n], sizeof(node_id[n]), "%s", r->str);
+		freeReplyObject(r);
+	}
+	for (int i = 0; i < NPOL; i++)
+		off_seed += owner(0, slot_of(pol[i])) != 0;
+	CHECK(off_seed > 0, "some policies live off the seed node (%d of %d)", off_seed, NPOL);
+
+	for (int h = 0; h < HOSTS; h++)
+		CHECK(host_start(h) == 0, "host %c starts", 'A' + h);
+	CHECK(TEST_EVENTUALLY(everywhere(100000) && in_redis(100000)),
+	      "every budget synced and full, its bucket on its slot's node");
+
+	/* failures on A reach B and C for every policy, wherever its node */
+	for (int i = 0; i < NPOL; i++)
+		fail_on(0, pol[i], 10);
+	CHECK(TEST_EVENTUALLY(everywhere(90000)), "10 failures on A seen by every host");
+	for (int i = 0; i < NPOL; i++) {
+		int o = owner(0, slot_of(pol[i]));
+
+		CHECK(fleet(o, pol[i]) == 90000, "policy %s: its bucket on node %d is 90 (%lld)",
+		      pol[i], o, fleet(o, pol[i]));
+		for (int n = 0; n < NODES; n++)
+			if (n != o)
+				CHECK(fleet(n, pol[i]) == -1, "policy %s: no key on node %d", pol[i],
+				      n);
+	}
+
+	/* migrate p0's slot to another node, by hand */
+	s = slot_of(pol[0]);
+	from = owner(0, s);
+	to = (from + 1) % NODES;
+	before = fleet(from, pol[0]);
+	{
+		redisReply *r;
+
+		r = node_cmd(to, "CLUSTER SETSLOT %d IMPORTING %s", s, node_id[from]);
+		CHECK(r && r->type != REDIS_REPLY_ERROR, "IMPORTING");
+		if (r)
+			freeReplyObject(r);
+		r = node_cmd(from, "CLUSTER SETSLOT %d MIGRATING %s", s, node_id[to]);
+		CHECK(r && r->type != REDIS_REPLY_ERROR, "MIGRATING");
+		if (r)
+			freeReplyObject(r);
+		r = node_cmd(from, "CLUSTER GETKEYSINSLOT %d 100", s);
+		CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2,
+		      "the policy's keys in its slot");
+		for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+			redisReply *m = node_cmd(from, "MIGRATE 127.0.0.1 %d %s 0 5000", port[to],
+						 r->element[i]->str);
+
+			CHECK(m && m->type != REDIS_REPLY_ERROR, "MIGRATE %s: %s",
+			      r->element[i]->str, m && m->str ? m->str : "?");
+			if (m)
+				freeReplyObject(m);
+		}
+		if (r)
+			freeReplyObject(r);
+		CHECK(fleet(to, pol[0]) == before, "the bucket moved whole");
+
+		/* mid-migration: the source answers ASK for the moved keys */
+		fail_on(1, pol[0], 5);
+		want = before - 5000;
+		want_pol = pol[0];
+		CHECK(TEST_EVENTUALLY(hosts_at()), "mid-migration (ASK): B's failures reach A and C");
+		CHECK(fleet(to, pol[0]) == want, "the bucket on the importing node (%lld)",
+		      fleet(to, pol[0]));
+
+		for (int n = 0; n < NODES; n++) {
+			r = node_cmd(n, "CLUSTER SETSLOT %d NODE %s", s, node_id[to]);
+			CHECK(r && r->type != REDIS_REPLY_ERROR, "SETSLOT NODE on %d", n);
+			if (r)
+				freeReplyObject(r);
+		}
+		moved = owner(0, s);
+		CHECK(moved == to, "the slot is on node %d now (%d)", to, moved);
+	}
+	/* after it (MOVED): C's failures reach everyone */
+	fail_on(2, pol[0], 5);
+	want = before - 10000;
+	CHECK(TEST_EVENTUALLY(hosts_at()), "after the migration (MOVED): C's failures reach A and B");
+	CHECK(fleet(to, pol[0]) == want, "the bucket on the new node (%lld)", fleet(to, pol[0]));
+	CHECK(fleet(from, pol[0]) == -1, "nothing left on the old node");
+	/* the others untouched */
+	for (int i = 1; i < NPOL; i++) {
+		want = 90000;
+		want_pol = pol[i];
+		CHECK(hosts_at(), "policy %s still at 90", pol[i]);
+	}
+
+	cleanup();
+	printf("%s\n", failures ? "FAILED" : "ok");
+	return failures ? 1 : 0;
+}
