@@ -87,7 +87,7 @@ static const enum resil_comp layout_order[] = {
  * process's copy as large as the whole block. */
 static const enum resil_comp layout_order_whole[] = {
     RESIL_C_STATS,    RESIL_C_BREAKER, RESIL_C_LIMIT,  RESIL_C_BULKHEAD,
-    RESIL_C_ADAPTIVE, RESIL_C_SHED,	   RESIL_C_BUDGET,
+    RESIL_C_ADAPTIVE, RESIL_C_SHED,    RESIL_C_BUDGET,
 };
 
 static uint64_t lay(const struct resil_conf *conf, const enum resil_comp *order,

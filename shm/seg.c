@@ -744,8 +744,8 @@ static uint64_t alloc_size_of(const struct resil_seg *s, const struct resil_conf
 {
 	uint32_t comp_off[RESIL_C_MAX], components;
 
-	*main_size = resil_align_up(resil_policy_state_layout(conf, comp_off, &components),
-				    RESIL_HOT_ALIGN);
+	*main_size =
+	    resil_align_up(resil_policy_state_layout(conf, comp_off, &components), RESIL_HOT_ALIGN);
 	*copy = resil_policy_copy_size(conf);
 	return *main_size + *copy * s->geo.client_cap;
 }

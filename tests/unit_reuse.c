@@ -222,8 +222,8 @@ static void test_procscope_size(void **state)
 	h = rec_of(&s, "hist");
 	n = rec_of(&s, "plain");
 	print_message("process scope, --clients %u: breaker count:100 %" PRIu64
-		      " bytes (copy %" PRIu64 "), with the histogram %" PRIu64 " bytes (copy %" PRIu64
-		      ")\n",
+		      " bytes (copy %" PRIu64 "), with the histogram %" PRIu64
+		      " bytes (copy %" PRIu64 ")\n",
 		      s.geo.client_cap, without, n->proc_stride, with_hist, h->proc_stride);
 	assert_true(with_hist < (2u << 20));
 	/* the histogram is in the main block only */
@@ -300,10 +300,8 @@ static void test_layout_before(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_blocks),
-	    cmocka_unit_test(test_records),
-	    cmocka_unit_test(test_restart),
-	    cmocka_unit_test(test_procscope_size),
+	    cmocka_unit_test(test_blocks),	  cmocka_unit_test(test_records),
+	    cmocka_unit_test(test_restart),	  cmocka_unit_test(test_procscope_size),
 	    cmocka_unit_test(test_layout_before),
 	};
 
