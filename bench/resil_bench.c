@@ -1704,31 +1704,48 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: resil_bench [--smoke] [--callgrind] [--only GROUP/NAME-PART[,...]]\n"
 		   "                   [--socket PATH] [--redis PATH] [--out FILE] [--runs N]\n"
-		   "                   [--target-ms MS] [--cg-iters N]\n");
+		   "                   [--target-ms MS] [--cg-iters N]\n"
+		   "       resil_bench --which-clock\n");
+}
+
+/* --which-clock: the decision clock this process chose (shm/clock.c), after
+ * 20 ms of readings (calibration needs two anchors 1 ms apart; polled, not
+ * slept: the readings are what calibrates). */
+static int which_clock(void)
+{
+	int64_t t0 = mono_ns();
+	const char *env = getenv("RESIL_CLOCK");
+
+	while (mono_ns() - t0 < 20 * NS_PER_MS && !resil_clock_fast_tsc())
+		sink += (uint64_t)resil_clock_fast();
+	if (resil_clock_fast_tsc())
+		printf("TSC, extrapolated to CLOCK_MONOTONIC (shm/clock.c)\n");
+	else
+		printf("clock_gettime(CLOCK_MONOTONIC) (no usable TSC%s)\n",
+		       env && strcmp(env, "monotonic") == 0 ? ": RESIL_CLOCK=monotonic"
+							    : " on this host");
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"smoke", no_argument, NULL, 'S'},
-	    {"callgrind", no_argument, NULL, 'C'},
-	    {"only", required_argument, NULL, 'o'},
-	    {"socket", required_argument, NULL, 's'},
-	    {"redis", required_argument, NULL, 'R'},
-	    {"out", required_argument, NULL, 'O'},
-	    {"runs", required_argument, NULL, 'n'},
-	    {"target-ms", required_argument, NULL, 't'},
-	    {"cg-iters", required_argument, NULL, 'i'},
-	    {"help", no_argument, NULL, 'h'},
-	    {0},
+	    {"smoke", no_argument, NULL, 'S'},		{"callgrind", no_argument, NULL, 'C'},
+	    {"only", required_argument, NULL, 'o'},	{"socket", required_argument, NULL, 's'},
+	    {"redis", required_argument, NULL, 'R'},	{"out", required_argument, NULL, 'O'},
+	    {"runs", required_argument, NULL, 'n'},	{"target-ms", required_argument, NULL, 't'},
+	    {"cg-iters", required_argument, NULL, 'i'}, {"which-clock", no_argument, NULL, 'W'},
+	    {"help", no_argument, NULL, 'h'},		{0},
 	};
 	resil_t *emb = NULL, *dmn = NULL;
 	const char *outpath = NULL;
 	int c, ret;
 
 	opt.out = stdout;
-	while ((c = getopt_long(argc, argv, "SCo:s:R:O:n:t:i:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "SCo:s:R:O:n:t:i:Wh", opts, NULL)) != -1) {
 		switch (c) {
+		case 'W':
+			return which_clock();
 		case 'S':
 			opt.smoke = true;
 			break;

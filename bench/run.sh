@@ -2,12 +2,14 @@
 # run.sh - every benchmark in one command, and BENCHMARKS.md from its results.
 #
 #   bench/run.sh [BUILD-DIR] [--smoke] [--build DIR] [--out DIR] [--no-redis] [--no-callgrind]
+#                [--no-peers]
 #
 # Starts a private resild and a private redis-server (unix sockets in a
 # temporary directory, stopped by their own pids at the end), runs
 # resil_bench (ns/op, floors, the socket and Redis peers, multi-process
-# throughput, the shared rate limit), fleet_demo (the shared breaker in an
-# outage), resil_bench again under callgrind (instructions per op), draws
+# throughput, the shared rate limit), the in-process peers (bench/peers:
+# opossum and cockatiel under node, python3-limits), fleet_demo (the shared
+# breaker in an outage), resil_bench again under callgrind (instructions per op), draws
 # the plots with gnuplot and writes BENCHMARKS.md with bench/report.py.
 #
 # Results: OUT/results.tsv (group, name, metric, median, min, max, unit,
@@ -25,6 +27,7 @@ smoke=0
 out=
 use_redis=1
 use_cg=1
+use_peers=1
 custom_out=0
 
 if [[ -n ${1:-} && ${1:0:1} != - ]]; then
@@ -38,6 +41,7 @@ while (($#)); do
 	--out) out=$2; custom_out=1; shift ;;
 	--no-redis) use_redis=0 ;;
 	--no-callgrind) use_cg=0 ;;
+	--no-peers) use_peers=0 ;;
 	-h | --help)
 		sed -n '2,/^[^#]/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'
 		exit 0
@@ -101,7 +105,13 @@ log() { echo "run.sh: $*" >&2; }
 	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo "kernel: $(uname -r)"
 	lscpu | grep -E '^(Model name|Architecture|CPU\(s\)|Thread\(s\) per core|Hypervisor vendor|L1d cache|L2 cache|L3 cache):' || true
-	echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)"
+	cs=/sys/devices/system/clocksource/clocksource0
+	echo "clocksource: $(cat $cs/current_clocksource 2>/dev/null || echo unknown) (available: $(cat $cs/available_clocksource 2>/dev/null | xargs))"
+	echo "tsc flags: $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' |
+		grep -E '^(tsc|constant_tsc|nonstop_tsc|tsc_known_freq|tsc_reliable|rdtscp)$' | xargs)"
+	echo "kernel clock options: $(tr ' ' '\n' </proc/cmdline 2>/dev/null |
+		grep -E '^(tsc|clocksource|notsc)(=|$)' | xargs || true)"
+	echo "decision clock: $("$bench" --which-clock 2>/dev/null || echo unknown)${RESIL_CLOCK:+ (RESIL_CLOCK=$RESIL_CLOCK)}"
 	echo "compiler: $(${CC:-cc} --version 2>/dev/null | head -1)"
 	echo "build: $(grep -E '^CMAKE_BUILD_TYPE:' "$build/CMakeCache.txt" 2>/dev/null | cut -d= -f2)"
 	lto=$(grep -o -- '-flto[^ ]*' "$build/bench/CMakeFiles/resil_bench.dir/link.txt" \
@@ -165,6 +175,31 @@ args=(--out "$out/results.tsv")
 [[ -n $redis_pid ]] && args+=(--redis "$rsock")
 log "resil_bench ${args[*]}"
 "$bench" "${args[@]}"
+
+# in-process peers, side by side in this run: opossum and cockatiel under
+# node (installed from the npm registry into bench/peers/node_modules, the
+# versions bench/peers/package.json pins), python3-limits (Debian)
+if ((use_peers)) && command -v node >/dev/null; then
+	# a smoke run (the test suite) installs nothing: it runs what is there
+	if [[ ! -d $here/peers/node_modules/opossum || ! -d $here/peers/node_modules/cockatiel ]] &&
+		((!smoke)) && command -v npm >/dev/null; then
+		log "npm install (bench/peers: opossum, cockatiel)"
+		(cd "$here/peers" && npm install --no-package-lock --no-audit --no-fund --loglevel=error >&2) ||
+			log "npm install failed: no Node.js peer figures"
+	fi
+	pargs=(--out "$out/results.tsv")
+	((smoke)) && pargs+=(--smoke)
+	log "node bench/peers/node_peers.js ${pargs[*]}"
+	node "$here/peers/node_peers.js" "${pargs[@]}" || log "node peers failed"
+elif ((use_peers)); then
+	log "node not installed (apt-get install nodejs): no Node.js peer figures"
+fi
+if ((use_peers)); then
+	pargs=(--out "$out/results.tsv")
+	((smoke)) && pargs+=(--smoke)
+	log "python3 bench/peers/limits_peer.py ${pargs[*]}"
+	/usr/bin/python3 "$here/peers/limits_peer.py" "${pargs[@]}" || log "python3-limits peer failed"
+fi
 
 # the fleet in an outage: shared breaker against one per process
 dargs=(--tsv "$out/results.tsv")

@@ -473,7 +473,72 @@ static bool stat_in_section(const char *name)
 		if (!strcmp(name, key_stats[i]))
 			return true;
 	return !strncmp(name, "permits_", 8) || !strncmp(name, "held_", 5) ||
-	       !strncmp(name, "why_", 4);
+	       !strncmp(name, "why_", 4) || !strncmp(name, "cluster_", 8);
+}
+
+/* ---- show: policy.scope = global (daemon/ctl.c add_cluster_stats) ---- */
+
+static const char *fleet_word(int64_t v)
+{
+	return v == 2 ? "probing" : v == 1 ? "open" : "closed";
+}
+
+static void show_cluster_json(const Resil__PolicyInfo *p)
+{
+	int64_t v, conn, last = -1;
+
+	if (!stat_of(p, "cluster_connected", &conn))
+		return;
+	stat_of(p, "cluster_last_exchange_ms", &last);
+	printf(",\"cluster\":{\"connected\":%s,\"last_exchange_ms\":%" PRId64,
+	       conn ? "true" : "false", last);
+	if (stat_of(p, "cluster_share_milli", &v)) {
+		printf(",\"share\":%.3f", (double)v / 1000.0);
+		if (stat_of(p, "cluster_lease_ms", &v))
+			printf(",\"lease_ms\":%" PRId64, v);
+		if (stat_of(p, "cluster_demand_milli", &v))
+			printf(",\"demand\":%.3f", (double)v / 1000.0);
+		if (stat_of(p, "cluster_hosts", &v))
+			printf(",\"hosts\":%" PRId64, v);
+	}
+	if (stat_of(p, "cluster_fleet", &v)) {
+		printf(",\"fleet\":\"%s\"", fleet_word(v));
+		if (stat_of(p, "cluster_fleet_open", &v))
+			printf(",\"fleet_open\":%" PRId64, v);
+		if (stat_of(p, "cluster_fleet_calls", &v))
+			printf(",\"fleet_calls\":%" PRId64, v);
+	}
+	printf("}");
+}
+
+static void show_cluster_text(const Resil__PolicyInfo *p)
+{
+	int64_t v, conn, last = -1, lease = 0, demand = 0, hosts = 0, gen = 0, calls = 0;
+
+	if (!stat_of(p, "cluster_connected", &conn))
+		return;
+	stat_of(p, "cluster_last_exchange_ms", &last);
+	printf("cluster     %s", conn ? "in sync" : "NOT CONNECTED to Redis");
+	if (last >= 0)
+		printf(", last exchange %" PRId64 " ms ago\n", last);
+	else
+		printf(", no exchange yet\n");
+	if (stat_of(p, "cluster_share_milli", &v)) {
+		stat_of(p, "cluster_lease_ms", &lease);
+		stat_of(p, "cluster_demand_milli", &demand);
+		stat_of(p, "cluster_hosts", &hosts);
+		printf("  lease     %.1f/s of the global rate, %s %" PRId64 " ms "
+		       "(demand here %.1f/s, %" PRId64 " hosts)\n",
+		       (double)v / 1000.0, lease > 0 ? "expires in" : "EXPIRED",
+		       lease > 0 ? lease : -lease, (double)demand / 1000.0, hosts);
+	}
+	if (stat_of(p, "cluster_fleet", &v)) {
+		stat_of(p, "cluster_fleet_open", &gen);
+		stat_of(p, "cluster_fleet_calls", &calls);
+		printf("  fleet     breaker %s%s (opens %" PRId64 "), %" PRId64
+		       " calls in the fleet's window\n",
+		       fleet_word(v), v == 2 ? ": this host probes for the fleet" : "", gen, calls);
+	}
 }
 
 /* Held permits (bulkhead and adaptive) and who holds them, as daemon/ctl.c
@@ -850,6 +915,7 @@ static int cmd_show(const char *name)
 		print_policy_fields(p, true);
 		show_limit_json(p);
 		show_why_json(p);
+		show_cluster_json(p);
 		printf("}\n");
 	} else {
 		printf("policy      %s\n", p->name);
@@ -876,6 +942,7 @@ static int cmd_show(const char *name)
 			s = e ? e + 1 : s + len;
 		}
 		show_why_text(p);
+		show_cluster_text(p);
 		show_limit_text(p);
 		show_permits_text(p);
 		if (p->n_stats)
@@ -1156,6 +1223,80 @@ static void fmt_time(int64_t t, char *buf, size_t len)
 		snprintf(buf, len, "never");
 }
 
+/* policy.scope = global: the exchange with Redis, and each global
+ * policy's lease and fleet breaker as this host last exchanged them. */
+static void status_cluster_json(const Resil__ClusterStatus *c)
+{
+	if (!c) {
+		printf("null");
+		return;
+	}
+	printf("{\"redis\":");
+	json_str(stdout, c->redis);
+	printf(",\"name\":");
+	json_str(stdout, c->name);
+	printf(",\"host\":");
+	json_str(stdout, c->host);
+	printf(",\"interval_ms\":%" PRIu64 ",\"fallback\":", c->interval_ms);
+	json_str(stdout, c->fallback);
+	printf(",\"connected\":%s,\"last_error\":", c->connected ? "true" : "false");
+	json_str(stdout, c->last_error);
+	printf(",\"last_exchange_ms\":%" PRId64 ",\"exchanges\":%" PRIu64
+	       ",\"script_calls\":%" PRIu64 ",\"errors\":%" PRIu64
+	       ",\"hosts_seen\":%u,\"policies\":[",
+	       c->last_exchange_ms, c->exchanges, c->script_calls, c->errors, c->hosts_seen);
+	for (size_t i = 0; i < c->n_policies; i++) {
+		const Resil__ClusterPolicy *p = c->policies[i];
+
+		printf("%s{\"name\":", i ? "," : "");
+		json_str(stdout, p->name);
+		if (p->limit)
+			printf(",\"share\":%.3f,\"lease_ms\":%" PRId64
+			       ",\"demand\":%.3f,\"hosts\":%u",
+			       p->share, p->lease_ms, p->demand, p->hosts);
+		if (p->breaker) {
+			printf(",\"fleet\":");
+			json_str(stdout, p->fleet);
+			printf(",\"fleet_open\":%" PRIu64 ",\"fleet_calls\":%" PRIu64,
+			       p->fleet_open, p->fleet_calls);
+		}
+		printf("}");
+	}
+	printf("]}");
+}
+
+static void status_cluster_text(const Resil__ClusterStatus *c)
+{
+	if (!c)
+		return;
+	printf("cluster    %s as host %s, name %s, every %" PRIu64 " ms, fallback %s\n", c->redis,
+	       c->host, c->name, c->interval_ms, c->fallback);
+	if (c->connected)
+		printf("           connected");
+	else
+		printf("           NOT CONNECTED: %s", *c->last_error ? c->last_error : "not yet");
+	if (c->last_exchange_ms >= 0)
+		printf(", last exchange %" PRId64 " ms ago", c->last_exchange_ms);
+	else
+		printf(", no exchange yet");
+	printf(" (%" PRIu64 " exchanges, %" PRIu64 " script calls, %" PRIu64
+	       " errors), %u hosts seen\n",
+	       c->exchanges, c->script_calls, c->errors, c->hosts_seen);
+	for (size_t i = 0; i < c->n_policies; i++) {
+		const Resil__ClusterPolicy *p = c->policies[i];
+
+		if (p->limit)
+			printf("  %-16s share %.1f/s, lease %s %" PRId64 " ms, demand %.1f/s, "
+			       "%u hosts\n",
+			       p->name, p->share, p->lease_ms > 0 ? "for" : "EXPIRED",
+			       p->lease_ms > 0 ? p->lease_ms : -p->lease_ms, p->demand, p->hosts);
+		if (p->breaker)
+			printf("  %-16s fleet breaker %s (opens %" PRIu64 "), %" PRIu64
+			       " calls in the fleet's window\n",
+			       p->name, p->fleet, p->fleet_open, p->fleet_calls);
+	}
+}
+
 static int cmd_status(void)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
@@ -1200,7 +1341,9 @@ static int cmd_status(void)
 		json_str(stdout, s->metrics_listen);
 		printf(",\"error\":");
 		json_str(stdout, s->metrics_error);
-		printf("}}\n");
+		printf("},\"cluster\":");
+		status_cluster_json(s->cluster);
+		printf("}\n");
 		resil__response__free_unpacked(resp, NULL);
 		return 0;
 	}
@@ -1227,6 +1370,7 @@ static int cmd_status(void)
 		printf("metrics    FAILED: %s\n", s->metrics_error);
 	else
 		printf("metrics    %s on %s\n", s->metrics_state, s->metrics_listen);
+	status_cluster_text(s->cluster);
 	resil__response__free_unpacked(resp, NULL);
 	return 0;
 }

@@ -62,15 +62,31 @@
  * resil_breaker_host_window) under "h:<host>"; the script adds up the reports
  * younger than the window, and when the fleet's window holds
  * breaker.min_calls and a rate at or over a threshold it opens once: a
- * generation and the time in the hash; no new open until the OPEN wait and
- * a whole window after it have passed, so one outage's failures open it
- * once. A daemon that sees a generation it has not mirrored opens its
- * host's breaker (resil_breaker_trip: the CAS a local open makes, with
- * RESIL_WHY_FLEET); the host then waits and probes on its own. The host's
- * breaker still opens at once on its own window. Not here yet: a
- * fleet-wide probe budget and close (each host probes and closes alone).
- * Reporting the whole window each time keeps the counts of an outage of
- * Redis: they are sent when it is back, bounded by the window.
+ * generation and the time in the hash; no new open while the fleet is
+ * open, and after its close only the windows of hosts that have seen the
+ * close count, so one outage's failures open it once. A daemon that sees
+ * a generation it has not mirrored opens its host's breaker
+ * (resil_breaker_trip: the CAS a local open makes, with RESIL_WHY_FLEET).
+ * The host's breaker still opens at once on its own window.
+ *
+ * The fleet's half-open. Probes are a fleet-wide budget of
+ * breaker.half_open_calls: once the fleet's wait is over, the first host
+ * whose callers the open rejected is granted the round (all of it) and
+ * moves its breaker to HALF_OPEN (resil_breaker_probe_now), where its own
+ * probe accounting spends at most half_open_calls; every other host holds
+ * its OPEN (resil_breaker_hold pushes the end of its wait to the last
+ * answer's validity, hold_ns from the request: a daemon or a Redis gone
+ * longer than that leaves the host to its own wait and probes). The
+ * prober reports how its half-open ended: passed, the fleet closes and
+ * every daemon closes its host's breaker (resil_breaker_fleet_close, a
+ * fresh window) at the tick after its next exchange: within 2 intervals of
+ * the report, 3 of the probes' end; failed (or the prober silent past its
+ * claim), the next round comes a wait later. Bound: while the daemons
+ * answer, at most half_open_calls probes reach the dependency per round
+ * fleet-wide; a host already in its own half-open when the fleet opens
+ * finishes it. Reporting the whole window each time keeps the counts of
+ * an outage of Redis: they are sent when it is back, bounded by the
+ * window.
  *
  * The interval. Requests are posted at the loop's tick (100 ms) once
  * --cluster-interval has passed since the last post: an interval below the
@@ -112,6 +128,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "policy.h"
+#include "resil.h"
 #include "resild.h"
 #include "stats.h"
 
@@ -190,13 +207,28 @@ static const char LEASE_LUA[] =
 
 /*
  * KEYS[1] the policy's breaker hash: "h:<host>" = this host's time window
- * {calls, failures, slow, when}; "gen" = opens so far; "opened" = when the
- * last one happened (ms). ARGV: host, calls, failures, slow, window (ms),
- * min_calls, failure rate and slow rate thresholds (basis points, slow 0:
- * off), OPEN wait (ms). The fleet opens once per outage: a new open needs
- * the last one's wait and a whole window after it to have passed, so the
- * failures that opened it are not counted twice. Returns {open (0/1), gen,
- * fleet calls, the fleet's rate that opened it (bp)}.
+ * {calls, failures, slow, when, sync}; "gen" = opens so far, "opened" =
+ * when the last one happened (ms), "st" = "o" while the fleet is open;
+ * the half-open: "round" = probe rounds granted in this open, "ready" =
+ * when the next may start, "prober" and "pexp" = the host that holds the
+ * round's probes and when its claim lapses; "rounds" = rounds ever granted.
+ * ARGV: host, calls, failures, slow, window (ms), min_calls, failure rate
+ * and slow rate thresholds (basis points, slow 0: off), OPEN wait (ms),
+ * sync (the last open this host has seen closed: its window holds nothing
+ * of it), want (1: it has callers rejected by the fleet's open), the
+ * result of its round (gen, round, 1 closed / 2 failed / 0 none), the
+ * prober's claim (ms).
+ *
+ * One open per outage: no new open while the fleet is open, and after a
+ * close only the windows of hosts that have seen that close count (a host
+ * that has not applied it yet still reports the outage's failures). The
+ * fleet leaves OPEN through one prober at a time: once `ready`, the first
+ * host with rejected callers gets the round (all of half_open_calls: its
+ * own breaker's half-open spends them); the others hold. Its probes
+ * passed: the fleet closes and every host closes on its next answer; they
+ * failed, or it went silent past its claim: the next round after another
+ * wait. Returns {open (0/1), gen, fleet calls, the rate that opened it
+ * (bp), role (1: this host probes for the fleet), round}.
  */
 static const char BREAKER_LUA[] =
     "local t = redis.call('TIME')\n"
@@ -205,39 +237,70 @@ static const char BREAKER_LUA[] =
     "local c, f, sl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
     "local win, minc = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
     "local fbp, sbp, wait = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])\n"
-    "if not (c and f and sl and win and minc and fbp and sbp and wait) or win <= 0 then\n"
+    "local sync, want = tonumber(ARGV[10]), tonumber(ARGV[11])\n"
+    "local rg, rr, res, plen = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), "
+    "tonumber(ARGV[15])\n"
+    "if not (c and f and sl and win and minc and fbp and sbp and wait and sync and want and "
+    "rg and rr and res and plen) or win <= 0 then\n"
     "  return redis.error_reply('ERR resil breaker: bad arguments')\n"
     "end\n"
-    "redis.call('HSET', KEYS[1], 'h:' .. me, cjson.encode({c, f, sl, now}))\n"
+    "redis.call('HSET', KEYS[1], 'h:' .. me, cjson.encode({c, f, sl, now, sync}))\n"
     "local raw = redis.call('HGETALL', KEYS[1])\n"
-    "local C, F, S, gen, opened = 0, 0, 0, 0, nil\n"
-    "for i = 1, #raw, 2 do\n"
-    "  local k, v = raw[i], raw[i + 1]\n"
-    "  if k == 'gen' then gen = tonumber(v) or 0\n"
-    "  elseif k == 'opened' then opened = tonumber(v)\n"
-    "  elseif string.sub(k, 1, 2) == 'h:' then\n"
+    "local m = {}\n"
+    "for i = 1, #raw, 2 do m[raw[i]] = raw[i + 1] end\n"
+    "local gen, open = tonumber(m.gen) or 0, m.st == 'o'\n"
+    "local round, ready = tonumber(m.round) or 0, tonumber(m.ready) or 0\n"
+    "local prober, pexp = m.prober, tonumber(m.pexp) or 0\n"
+    "local C, F, S, N = 0, 0, 0, 0\n"
+    "for k, v in pairs(m) do\n"
+    "  if string.sub(k, 1, 2) == 'h:' then\n"
     "    local ok, x = pcall(cjson.decode, v)\n"
     "    if ok and type(x) == 'table' and tonumber(x[1]) and tonumber(x[2]) and\n"
-    "       tonumber(x[3]) and tonumber(x[4]) and tonumber(x[4]) > now - win then\n"
-    "      C, F, S = C + x[1], F + x[2], S + x[3]\n"
-    "    elseif not ok or type(x) ~= 'table' or not tonumber(x[4]) or\n"
-    "           tonumber(x[4]) <= now - 2 * win then\n"
+    "       tonumber(x[3]) and tonumber(x[4]) then\n"
+    "      if tonumber(x[4]) > now - win then\n"
+    "        N = N + x[1]\n"
+    "        if (tonumber(x[5]) or 0) >= gen then C, F, S = C + x[1], F + x[2], S + x[3] end\n"
+    "      elseif tonumber(x[4]) <= now - 2 * win then\n"
+    "        redis.call('HDEL', KEYS[1], k)\n"
+    "      end\n"
+    "    else\n"
     "      redis.call('HDEL', KEYS[1], k)\n"
     "    end\n"
     "  end\n"
     "end\n"
-    "local open = opened and now < opened + wait\n"
-    "local rate = 0\n"
+    "local rate, was = 0, open\n"
     "if C > 0 then rate = math.floor(math.max(F, sbp > 0 and S or 0) * 10000 / C) end\n"
-    "if not open and (not opened or now >= opened + wait + win) and C >= minc and C > 0 and\n"
+    "if open and prober then\n"
+    "  if prober == me and rg == gen and rr == round and res > 0 then\n"
+    "    if res == 1 then\n"
+    "      open = false\n"
+    "      redis.call('HSET', KEYS[1], 'st', 'c', 'closed', now)\n"
+    "    else\n"
+    "      redis.call('HSET', KEYS[1], 'ready', now + wait)\n"
+    "      ready = now + wait\n"
+    "    end\n"
+    "    prober = nil\n"
+    "  elseif pexp <= now then\n"
+    "    redis.call('HSET', KEYS[1], 'ready', now + wait)\n"
+    "    ready, prober = now + wait, nil\n"
+    "  end\n"
+    "  if not prober then redis.call('HDEL', KEYS[1], 'prober', 'pexp') end\n"
+    "end\n"
+    "if open and not prober and want == 1 and now >= ready then\n"
+    "  prober, round = me, round + 1\n"
+    "  redis.call('HSET', KEYS[1], 'prober', me, 'round', round)\n"
+    "  redis.call('HINCRBY', KEYS[1], 'rounds', 1)\n"
+    "end\n"
+    "if open and prober == me then redis.call('HSET', KEYS[1], 'pexp', now + plen) end\n"
+    "if not was and C >= minc and C > 0 and\n"
     "   (F * 10000 >= fbp * C or (sbp > 0 and S * 10000 >= sbp * C)) then\n"
-    "  gen = gen + 1\n"
-    "  opened = now\n"
-    "  open = true\n"
-    "  redis.call('HSET', KEYS[1], 'gen', gen, 'opened', now)\n"
+    "  gen, open, round = gen + 1, true, 0\n"
+    "  redis.call('HSET', KEYS[1], 'gen', gen, 'opened', now, 'st', 'o', 'round', 0,\n"
+    "             'ready', now + wait)\n"
+    "  redis.call('HDEL', KEYS[1], 'prober', 'pexp')\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], 2 * win + wait + 60000)\n"
-    "return {open and 1 or 0, gen, C, rate}\n";
+    "return {open and 1 or 0, gen, N, rate, (open and prober == me) and 1 or 0, round}\n";
 
 /* One policy's request (loop -> thread) and answer (thread -> loop). */
 struct xreq {
@@ -252,6 +315,12 @@ struct xreq {
 	int64_t calls, failures, slow;
 	int64_t window_ms, wait_ms;
 	uint32_t min_calls, failure_bp, slow_bp;
+	/* the fleet's half-open */
+	uint64_t sync;	    /* the last fleet open seen closed here */
+	bool want;	    /* callers rejected by the open since the last post */
+	uint64_t res_gen;   /* this host's round: gen, number, */
+	uint64_t res_round; /* and outcome (1 closed, 2 failed, 0 none yet) */
+	int res;
 };
 struct xans {
 	bool fresh; /* not yet taken by the loop */
@@ -265,6 +334,9 @@ struct xans {
 	uint64_t bk_gen;
 	int64_t bk_calls;
 	uint32_t bk_rate_bp;
+	bool bk_probe; /* this host probes for the fleet in round bk_round */
+	uint64_t bk_round;
+	int64_t bk_until_ns; /* the answer holds until (local CLOCK_MONOTONIC) */
 };
 
 /* What the loop keeps per slot (its thread only). */
@@ -284,6 +356,15 @@ struct cl_slot {
 	uint64_t bk_gen;   /* the fleet's last open mirrored here */
 	uint64_t bk_trips; /* fleet opens that opened this host's breaker */
 	int64_t bk_calls;  /* the fleet's window at the last exchange */
+	bool bk_open;	   /* the fleet is in open bk_gen */
+	bool bk_probing;   /* this host probes for the fleet (round bk_round) */
+	uint64_t bk_round; /* the last round granted here */
+	int bk_result;	   /* its outcome: 1 closed, 2 failed, 0 none yet */
+	uint64_t bk_sync;  /* the last fleet open seen closed */
+	int64_t bk_hold_ns; /* hold the host's OPEN until then (the last answer's validity) */
+	uint64_t bk_rej;    /* callers rejected by the open, at the last post */
+	uint64_t bk_rounds; /* rounds probed here for the fleet */
+	uint64_t bk_closes; /* fleet closes that closed this host's breaker */
 };
 
 struct resild_cluster {
@@ -604,9 +685,9 @@ static bool parse_breaker(struct resild_cluster *c, redisReply *r, struct xans *
 {
 	char w[URL_MAX + 16];
 
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4)
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 6)
 		goto garbage;
-	for (size_t i = 0; i < 4; i++)
+	for (size_t i = 0; i < 6; i++)
 		if (r->element[i]->type != REDIS_REPLY_INTEGER || r->element[i]->integer < 0)
 			goto garbage;
 	a->bk_fresh = true;
@@ -614,11 +695,23 @@ static bool parse_breaker(struct resild_cluster *c, redisReply *r, struct xans *
 	a->bk_gen = (uint64_t)r->element[1]->integer;
 	a->bk_calls = r->element[2]->integer;
 	a->bk_rate_bp = (uint32_t)resil_min64(r->element[3]->integer, 10000);
+	a->bk_probe = r->element[4]->integer == 1;
+	a->bk_round = (uint64_t)r->element[5]->integer;
 	return true;
 garbage:
 	set_error(c, "Redis at %s answered the breaker script with garbage (reply type %d)",
 		  where(c, w, sizeof(w)), r->type);
 	return false;
+}
+
+/* How long an answer of the fleet's breaker holds the host's OPEN (and a
+ * prober's claim lasts in Redis without renewal): LEASE_INTERVALS, at least
+ * a second, so a loop late by a few ticks does not let the host's own wait
+ * end between two answers. Redis away longer: the host's breaker runs its
+ * own wait and probes (its local logic). */
+static int64_t hold_ns(const struct resild_cluster *c)
+{
+	return resil_max64(LEASE_INTERVALS * c->interval_ns, RESIL_NS_PER_S);
 }
 
 static bool append_lease(struct resild_cluster *c, const struct xreq *q)
@@ -638,7 +731,7 @@ static bool append_lease(struct resild_cluster *c, const struct xreq *q)
 
 static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
 {
-	char key[2 * RESIL_NAME_MAX + 16], v[8][32];
+	char key[2 * RESIL_NAME_MAX + 16], v[14][32];
 
 	snprintf(key, sizeof(key), "%s:{%s}:breaker", c->prefix, q->name);
 	snprintf(v[0], 32, "%lld", (long long)q->calls);
@@ -649,10 +742,17 @@ static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
 	snprintf(v[5], 32, "%u", q->failure_bp);
 	snprintf(v[6], 32, "%u", q->slow_bp);
 	snprintf(v[7], 32, "%lld", (long long)q->wait_ms);
-	const char *argv[] = {"EVALSHA", c->bk_sha, "1",  key,	c->host, v[0], v[1],
-			      v[2],	 v[3],	    v[4], v[5], v[6],	 v[7]};
+	snprintf(v[8], 32, "%llu", (unsigned long long)q->sync);
+	snprintf(v[9], 32, "%d", q->want ? 1 : 0);
+	snprintf(v[10], 32, "%llu", (unsigned long long)q->res_gen);
+	snprintf(v[11], 32, "%llu", (unsigned long long)q->res_round);
+	snprintf(v[12], 32, "%d", q->res);
+	snprintf(v[13], 32, "%lld", (long long)(hold_ns(c) / RESIL_NS_PER_MS));
+	const char *argv[] = {"EVALSHA", c->bk_sha, "1",   key,	  c->host, v[0], v[1],
+			      v[2],	 v[3],	    v[4],  v[5],  v[6],	   v[7], v[8],
+			      v[9],	 v[10],	    v[11], v[12], v[13]};
 
-	return redisAppendCommandArgv(c->rc, 13, argv, NULL) == REDIS_OK;
+	return redisAppendCommandArgv(c->rc, 19, argv, NULL) == REDIS_OK;
 }
 
 /* The next reply; NULL: logged, disconnected. */
@@ -731,6 +831,7 @@ static void exchange(struct resild_cluster *c)
 				return;
 			}
 			freeReplyObject(r);
+			a.bk_until_ns = t0 + hold_ns(c);
 		}
 		pthread_mutex_lock(&c->lock);
 		c->ans[i] = a;
@@ -952,7 +1053,10 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 	q->applied = cs->applied;
 }
 
-/* A global time-window breaker: mirror a fleet open, report the window. */
+/* A global time-window breaker: mirror a fleet open and its close, hold
+ * the host's OPEN while another host probes for the fleet, probe when the
+ * fleet's round is granted here, report the window and the round's
+ * outcome. */
 static void tick_breaker(struct tick_ctx *t, const struct resil_seg *s, const struct resil_rec *rec,
 			 struct cl_slot *cs, const struct xans *a, struct xreq *q)
 {
@@ -960,25 +1064,69 @@ static void tick_breaker(struct tick_ctx *t, const struct resil_seg *s, const st
 	void *bst = resil_comp_state(s, rec, RESIL_C_BREAKER);
 	struct resil_ctx x = {.seg = s, .rec = rec, .pid = (uint32_t)getpid()};
 	struct resil_breaker_counts k;
+	uint64_t v[RESIL_STAT__MAX];
+	int state;
 
 	if (a->bk_fresh && a->gen == rec->gen) {
 		cs->bk_calls = a->bk_calls;
-		/* one open per outage: a generation not seen here yet */
-		if (a->bk_open && a->bk_gen != cs->bk_gen) {
-			cs->bk_gen = a->bk_gen;
-			if (resil_breaker_trip(&x, bc, bst, RESIL_WHY_FLEET, a->bk_rate_bp)) {
-				cs->bk_trips++;
-				log_notice("cluster: policy %s: the fleet's breaker opened "
-					   "(open %llu, %lld calls in the fleet's window, %.1f%% "
-					   "bad): opened here",
-					   rec->name, (unsigned long long)a->bk_gen,
-					   (long long)a->bk_calls, a->bk_rate_bp / 100.0);
+		if (a->bk_open) {
+			/* one open per outage: a generation not seen here yet */
+			if (a->bk_gen != cs->bk_gen || !cs->bk_open) {
+				cs->bk_gen = a->bk_gen;
+				cs->bk_open = true;
+				cs->bk_probing = false;
+				cs->bk_result = 0;
+				cs->bk_round = 0;
+				if (resil_breaker_trip(&x, bc, bst, RESIL_WHY_FLEET,
+						       a->bk_rate_bp)) {
+					cs->bk_trips++;
+					log_notice("cluster: policy %s: the fleet's breaker opened "
+						   "(open %llu, %lld calls in the fleet's window, "
+						   "%.1f%% bad): opened here",
+						   rec->name, (unsigned long long)a->bk_gen,
+						   (long long)a->bk_calls, a->bk_rate_bp / 100.0);
+				}
 			}
-		} else if (!a->bk_open) {
+			cs->bk_hold_ns = a->bk_until_ns;
+			/* the fleet's probes are this host's for a new round */
+			if (a->bk_probe && a->bk_round != cs->bk_round) {
+				cs->bk_round = a->bk_round;
+				cs->bk_result = 0;
+				cs->bk_probing = true;
+				cs->bk_rounds++;
+				resil_breaker_probe_now(&x, bc, bst);
+				log_info("cluster: policy %s: probes for the fleet (open %llu, "
+					 "round %llu)",
+					 rec->name, (unsigned long long)a->bk_gen,
+					 (unsigned long long)a->bk_round);
+			}
+		} else {
+			if (cs->bk_open && a->bk_gen == cs->bk_gen &&
+			    resil_breaker_fleet_close(&x, bc, bst)) {
+				cs->bk_closes++;
+				log_notice("cluster: policy %s: the fleet's probes passed on "
+					   "another host: closed here",
+					   rec->name);
+			}
+			cs->bk_open = false;
+			cs->bk_probing = false;
 			cs->bk_gen = a->bk_gen;
+			cs->bk_sync = a->bk_gen;
 		}
 	}
+	state = resil_breaker_state(bst);
+	/* this host's round ends as its own half-open does */
+	if (cs->bk_probing && state != RESIL_STATE_HALF_OPEN) {
+		cs->bk_probing = false;
+		cs->bk_result = state == RESIL_STATE_CLOSED ? 1 : 2;
+	}
+	/* another host probes (or the next round is not due): the host's own
+	 * wait must not end while the last answer holds */
+	if (cs->bk_open && !cs->bk_probing && t->now < cs->bk_hold_ns)
+		resil_breaker_hold(&x, bc, bst, cs->bk_hold_ns);
+
 	resil_breaker_host_window(&x, bc, bst, &k);
+	resil_stats_read_all(resil_comp_state(s, rec, RESIL_C_STATS), v);
 	q->breaker = true;
 	q->calls = k.calls;
 	q->failures = k.failures;
@@ -988,6 +1136,13 @@ static void tick_breaker(struct tick_ctx *t, const struct resil_seg *s, const st
 	q->min_calls = bc->min_calls;
 	q->failure_bp = bc->failure_rate_bp;
 	q->slow_bp = bc->slow_rate_bp < 10000 ? bc->slow_rate_bp : 0;
+	q->sync = cs->bk_sync;
+	q->want = cs->bk_open && state == RESIL_STATE_OPEN && v[RESIL_STAT_REJ_OPEN] != cs->bk_rej;
+	q->res_gen = cs->bk_gen;
+	q->res_round = cs->bk_round;
+	q->res = cs->bk_result;
+	if (t->post)
+		cs->bk_rej = v[RESIL_STAT_REJ_OPEN];
 }
 
 static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
@@ -1147,4 +1302,68 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 	}
 #undef PUT
 	return n;
+}
+
+int resild_cluster_info(struct resild *d, struct resild_cluster_info *out)
+{
+	struct resild_cluster *c = d->cluster;
+	int64_t now = mono_ns(), last_ok;
+
+	if (!c)
+		return -ENOENT;
+	memset(out, 0, sizeof(*out));
+	out->redis = c->url;
+	out->name = c->prefix;
+	out->host = c->host;
+	out->fallback = c->fallback == RESILD_FALLBACK_SHARE   ? "share"
+			: c->fallback == RESILD_FALLBACK_LOCAL ? "local"
+							       : "reject";
+	out->interval_ns = c->interval_ns;
+	pthread_mutex_lock(&c->lock);
+	out->connected = c->connected;
+	snprintf(out->last_error, sizeof(out->last_error), "%s", c->last_error);
+	last_ok = c->last_ok_ns;
+	out->exchanges = c->exchanges;
+	out->script_calls = c->script_calls;
+	out->errors = c->errors;
+	pthread_mutex_unlock(&c->lock);
+	out->last_exchange_ns = last_ok ? now - last_ok : -1;
+	for (uint32_t i = 0; i < c->cap; i++)
+		if (c->slots[i].active && c->slots[i].hosts > out->hosts_seen)
+			out->hosts_seen = c->slots[i].hosts;
+	return 0;
+}
+
+int resild_cluster_policy_info(struct resild *d, uint32_t slot, uint32_t gen,
+			       struct resild_cluster_policy *out)
+{
+	struct resild_cluster *c = d->cluster;
+	const struct cl_slot *cs;
+	uint64_t w;
+	const struct resil_rec *rec;
+
+	if (!c || slot >= c->cap)
+		return -ENOENT;
+	cs = &c->slots[slot];
+	w = ld_relaxed(&resil_seg_slots(&d->seg)[slot]);
+	rec = resil_seg_rec_of(&d->seg, w);
+	if (!cs->active || cs->gen != gen || !rec || rec->gen != gen)
+		return -ENOENT;
+	memset(out, 0, sizeof(*out));
+	out->limit = resil_has(rec, RESIL_C_LIMIT);
+	out->share = cs->applied ? cs->share : 0.0;
+	out->lease_ns = cs->expiry_ns ? cs->expiry_ns - mono_ns() : 0;
+	out->demand = cs->demand;
+	out->hosts = cs->hosts;
+	out->breaker =
+	    resil_has(rec, RESIL_C_BREAKER) && rec->conf.breaker.window_kind == RESIL_WINDOW_TIME;
+	out->fleet = cs->bk_probing ? 2 : cs->bk_open ? 1 : 0;
+	out->fleet_open = cs->bk_gen;
+	out->fleet_calls = cs->bk_calls;
+	return 0;
+}
+
+const char *resild_cluster_lease_lua(void)
+{
+	return LEASE_LUA;
 }

@@ -10,6 +10,7 @@
 #ifndef RESILD_CLUSTER_H
 #define RESILD_CLUSTER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,5 +36,38 @@ void resild_cluster_tick(struct resild *d);
 void resild_cluster_fini(struct resild *d);
 /* resil_cluster_* metrics (snprintf semantics). */
 size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len);
+
+/* The lease script's text (bench/cluster_bench.c loads it to measure
+ * what one Redis core serves). */
+const char *resild_cluster_lease_lua(void);
+
+/* What `resilctl status` says of the exchange. */
+struct resild_cluster_info {
+	const char *redis, *name, *host, *fallback;
+	int64_t interval_ns;
+	bool connected;
+	char last_error[256];	  /* "" while connected */
+	int64_t last_exchange_ns; /* since the last exchange that answered every policy; -1 never */
+	uint64_t exchanges, script_calls, errors;
+	uint32_t hosts_seen; /* the most hosts a lease counted */
+};
+/* What `resilctl show` and status say of one global policy. */
+struct resild_cluster_policy {
+	bool limit;
+	double share;	  /* per second leased here (0: none yet) */
+	int64_t lease_ns; /* until the lease expires (<= 0: expired) */
+	double demand;
+	uint32_t hosts;
+	bool breaker;
+	int fleet; /* 0 closed, 1 open, 2 this host probes for the fleet */
+	uint64_t fleet_open;
+	int64_t fleet_calls;
+};
+/* 0, or -ENOENT when the daemon runs without --cluster-redis. */
+int resild_cluster_info(struct resild *d, struct resild_cluster_info *out);
+/* 0, or -ENOENT when the policy in slot (of that generation) is not a
+ * global policy the exchange follows. */
+int resild_cluster_policy_info(struct resild *d, uint32_t slot, uint32_t gen,
+			       struct resild_cluster_policy *out);
 
 #endif

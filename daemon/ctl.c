@@ -33,6 +33,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -63,9 +64,11 @@
 /* counters, percentiles, keyed limiter and one key (16), up to 64 processes side by side,
  * held permits (2 + up to HOLDERS_MAX holders + 1) */
 #define HOLDERS_MAX 16
-#define STATS_MAX   (RESIL_STAT__MAX + 8 + 16 + 8 + 64 + 3 + HOLDERS_MAX + WHY_MAX)
+#define STATS_MAX   (RESIL_STAT__MAX + 8 + 16 + 8 + 64 + 3 + HOLDERS_MAX + WHY_MAX + CLUSTER_MAX)
 /* the why_* stats of add_why_stats */
 #define WHY_MAX 24
+/* the cluster_* stats of add_cluster_stats */
+#define CLUSTER_MAX 10
 
 const char *resild_state_name(int state)
 {
@@ -451,6 +454,34 @@ static int64_t mono_to_unix_ns(int64_t mono, int64_t mono_now)
  *   bulkhead: why_bulkhead_in_use, why_bulkhead_max, why_bulkhead_waiters;
  *   retry budget: why_budget_tokens_milli.
  */
+/* policy.scope = global: the host's lease and the fleet's breaker as this
+ * daemon last exchanged them (cluster.c). Fixed point: _milli is x 1000. */
+static void add_cluster_stats(struct resild *d, const struct resil_rec *rec, struct info *in,
+			      size_t *n)
+{
+	struct resild_cluster_policy cp;
+	struct resild_cluster_info ci;
+
+	if (rec->conf.scope != RESIL_SCOPE_GLOBAL ||
+	    resild_cluster_policy_info(d, rec->slot, rec->gen, &cp) < 0 ||
+	    resild_cluster_info(d, &ci) < 0)
+		return;
+	add_stat(in, n, "cluster_connected", ci.connected);
+	add_stat(in, n, "cluster_last_exchange_ms",
+		 ci.last_exchange_ns < 0 ? -1 : ci.last_exchange_ns / RESIL_NS_PER_MS);
+	if (cp.limit) {
+		add_stat(in, n, "cluster_share_milli", llround(cp.share * 1000.0));
+		add_stat(in, n, "cluster_lease_ms", cp.lease_ns / RESIL_NS_PER_MS);
+		add_stat(in, n, "cluster_demand_milli", llround(cp.demand * 1000.0));
+		add_stat(in, n, "cluster_hosts", cp.hosts);
+	}
+	if (cp.breaker) {
+		add_stat(in, n, "cluster_fleet", cp.fleet);
+		add_stat(in, n, "cluster_fleet_open", (int64_t)cp.fleet_open);
+		add_stat(in, n, "cluster_fleet_calls", cp.fleet_calls);
+	}
+}
+
 static void add_why_stats(struct resild *d, const struct resil_rec *rec, struct info *in, size_t *n)
 {
 	const struct resil_conf *c = &rec->conf;
@@ -616,6 +647,7 @@ static void fill_info(struct resild *d, const struct resil_rec *rec, struct info
 		add_limit_stats(d, rec, in, &n);
 		add_holder_stats(d, rec, in, &n);
 		add_why_stats(d, rec, in, &n);
+		add_cluster_stats(d, rec, in, &n);
 		/* give-ups by reason (RESIL_RSTOP_* of budget.h) */
 		{
 			static const char *const why[] = {
@@ -1241,8 +1273,85 @@ static const char *const metrics_states[] = {
 /* What an operator asks first: which daemon, since when, how full, did
  * the last reload apply, is the metrics listener serving. Anyone who may
  * connect may read it. */
-static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply *sr)
+struct cluster_status {
+	Resil__ClusterStatus st;
+	struct resild_cluster_info ci;
+	uint32_t n;
+	Resil__ClusterPolicy *pp[];
+};
+
+static int cluster_policy_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+			      void *arg)
 {
+	void **a = arg;
+	struct resild *d = a[0];
+	struct cluster_status *cs = a[1];
+	Resil__ClusterPolicy *p = (Resil__ClusterPolicy *)(cs->pp + d->seg.cfg->slot_cap) + cs->n;
+	struct resild_cluster_policy cp;
+
+	(void)s;
+	if (cs->n >= d->seg.cfg->slot_cap || rec->conf.scope != RESIL_SCOPE_GLOBAL ||
+	    resild_cluster_policy_info(d, slot, rec->gen, &cp) < 0)
+		return 0;
+	resil__cluster_policy__init(p);
+	p->name = (char *)rec->name;
+	p->limit = cp.limit;
+	p->share = cp.share;
+	p->lease_ms = cp.lease_ns / RESIL_NS_PER_MS;
+	p->demand = cp.demand;
+	p->hosts = cp.hosts;
+	p->breaker = cp.breaker;
+	p->fleet = (char *)(cp.fleet == 2 ? "probing" : cp.fleet ? "open" : "closed");
+	p->fleet_open = cp.fleet_open;
+	p->fleet_calls = cp.fleet_calls < 0 ? 0 : (uint64_t)cp.fleet_calls;
+	cs->pp[cs->n++] = p;
+	return 0;
+}
+
+/* The exchange with Redis and each global policy's sync; NULL when the
+ * daemon runs without --cluster-redis (or out of memory: status goes on
+ * without it). The caller frees it after packing. */
+static struct cluster_status *cluster_status(struct resild *d)
+{
+	uint32_t cap = d->seg.cfg->slot_cap;
+	struct cluster_status *cs;
+	void *arg[2];
+
+	if (!d->cluster)
+		return NULL;
+	cs = calloc(1, sizeof(*cs) +
+			   cap * (sizeof(Resil__ClusterPolicy *) + sizeof(Resil__ClusterPolicy)));
+	if (!cs)
+		return NULL;
+	if (resild_cluster_info(d, &cs->ci) < 0) {
+		free(cs);
+		return NULL;
+	}
+	resil__cluster_status__init(&cs->st);
+	cs->st.redis = (char *)cs->ci.redis;
+	cs->st.name = (char *)cs->ci.name;
+	cs->st.host = (char *)cs->ci.host;
+	cs->st.interval_ms = (uint64_t)(cs->ci.interval_ns / RESIL_NS_PER_MS);
+	cs->st.fallback = (char *)cs->ci.fallback;
+	cs->st.connected = cs->ci.connected;
+	cs->st.last_error = cs->ci.last_error;
+	cs->st.last_exchange_ms =
+	    cs->ci.last_exchange_ns < 0 ? -1 : cs->ci.last_exchange_ns / RESIL_NS_PER_MS;
+	cs->st.exchanges = cs->ci.exchanges;
+	cs->st.script_calls = cs->ci.script_calls;
+	cs->st.errors = cs->ci.errors;
+	cs->st.hosts_seen = cs->ci.hosts_seen;
+	arg[0] = d;
+	arg[1] = cs;
+	resil_seg_foreach(&d->seg, cluster_policy_one, arg);
+	cs->st.n_policies = cs->n;
+	cs->st.policies = cs->pp;
+	return cs;
+}
+
+static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply *sr, void **to_free)
+{
+	struct cluster_status *cs = cluster_status(d);
 	uint32_t n = 0;
 
 	resil_seg_foreach(&d->seg, count_one, &n);
@@ -1272,6 +1381,10 @@ static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply 
 						      : (char *)"";
 	sr->metrics_error = d->metrics_error;
 	sr->adopted = d->adopted;
+	if (cs) {
+		sr->cluster = &cs->st;
+		*to_free = cs;
+	}
 	rp->resp.body_case = RESIL__RESPONSE__BODY_STATUS;
 	rp->resp.status = sr;
 	return 0;
@@ -1352,7 +1465,7 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		handle_reload(d, peer, &rp, &rr);
 		break;
 	case RESIL__REQUEST__BODY_STATUS:
-		handle_status(d, &rp, &str);
+		handle_status(d, &rp, &str, &to_free[0]);
 		break;
 	default:
 		reply_error(&rp, -EOPNOTSUPP, "unknown request");

@@ -1478,6 +1478,59 @@ bool resil_breaker_trip(struct resil_ctx *x, const struct resil_breaker_conf *c,
 	return false;
 }
 
+/* Push OPEN's end to `until`: since = until - wait, in one CAS of the
+ * word that keeps its state, streak and gen (a permit of this gen is a
+ * rejection either way). A client that read the old word and found the
+ * wait over fails its CAS to HALF_OPEN, reloads and is rejected
+ * (resil_breaker_acquire re-checks the wait). */
+bool resil_breaker_hold(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			int64_t until)
+{
+	bk_t *b = st;
+	uint64_t w = ld_acquire(&b->word), want;
+
+	(void)x;
+	while (w_state(w) == RESIL_STATE_OPEN) {
+		int64_t wait = open_wait(c, w_streak(w));
+
+		want = since_of(b, until > INT64_MIN + wait ? until - wait : until);
+		if (want <= w_since(w))
+			return false;
+		if (cas_acq_rel(&b->word, &w,
+				w_make(RESIL_STATE_OPEN, w_streak(w), w_gen(w), want)))
+			return true;
+	}
+	return false;
+}
+
+bool resil_breaker_probe_now(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st)
+{
+	bk_t *b = st;
+	uint64_t w = ld_acquire(&b->word);
+
+	while (w_state(w) == RESIL_STATE_OPEN)
+		if (move(x, b, &w, RESIL_STATE_HALF_OPEN, w_streak(w), RESIL_WHY_WAIT_OVER,
+			 (uint64_t)open_wait(c, w_streak(w))))
+			return true;
+	return false;
+}
+
+/* As the decision of passed probes: the window reset before the CAS that
+ * publishes it (a caller of the old OPEN gen records nothing into it). */
+bool resil_breaker_fleet_close(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st)
+{
+	bk_t *b = st;
+	uint64_t w = ld_acquire(&b->word);
+
+	if (w_state(w) != RESIL_STATE_OPEN)
+		return false;
+	window_reset(b, c);
+	while (w_state(w) == RESIL_STATE_OPEN)
+		if (move(x, b, &w, RESIL_STATE_CLOSED, 0, RESIL_WHY_FLEET_CLOSED, 0))
+			return true;
+	return false;
+}
+
 int resil_breaker_force(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
 			int state)
 {
@@ -1908,6 +1961,7 @@ const char *resil_breaker_why(uint32_t reason)
 	    [RESIL_WHY_FORCED] = "forced",
 	    [RESIL_WHY_RESET] = "reset",
 	    [RESIL_WHY_FLEET] = "the fleet's window",
+	    [RESIL_WHY_FLEET_CLOSED] = "the fleet's probes passed",
 	};
 
 	return reason < RESIL_WHY_MAX ? why[reason] : "unknown";

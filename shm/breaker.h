@@ -25,6 +25,8 @@ enum resil_breaker_why {
 	RESIL_WHY_RESET = 9,	     /* resil_breaker_force(CLOSED): fresh closed breaker */
 	/* scope = global: the fleet's window crossed a threshold (value: bp) */
 	RESIL_WHY_FLEET = 10,
+	/* scope = global: another host's probes passed for the fleet */
+	RESIL_WHY_FLEET_CLOSED = 11,
 	RESIL_WHY_MAX,
 };
 
@@ -178,6 +180,16 @@ void resil_breaker_host_window(struct resil_ctx *x, const struct resil_breaker_c
 			       struct resil_breaker_counts *k);
 bool resil_breaker_trip(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
 			uint32_t why, uint64_t value);
+/* The fleet's half-open (cluster.c): one host at a time probes for every
+ * host. hold: OPEN keeps rejecting until `until` at least (the wait's end
+ * is pushed later, never earlier; no transition, no event); true if it
+ * moved. probe_now: OPEN -> HALF_OPEN now, whatever the wait (this host
+ * holds the fleet's probes). fleet_close: OPEN -> a fresh CLOSED (another
+ * host's probes passed). Both true if this call moved the word. */
+bool resil_breaker_hold(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			int64_t until);
+bool resil_breaker_probe_now(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st);
+bool resil_breaker_fleet_close(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st);
 /* Force a state (RESIL_STATE_DISABLED, FORCED_OPEN, METRICS_ONLY) or go
  * back to normal (RESIL_STATE_CLOSED: a fresh, closed breaker). 0 or
  * -EINVAL. */

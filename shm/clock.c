@@ -32,6 +32,15 @@
  *   RESIL_CLOCK=monotonic makes every reading a clock_gettime). Otherwise,
  *   and before the constructor ran, resil_clock_fast() is clock_gettime.
  *
+ * The fallback. Where the TSC is not usable (kvm-clock with tsc=unstable,
+ *   Xen, Hyper-V, RESIL_CLOCK=monotonic) a reading must cost no more than
+ *   the clock_gettime it falls back to. The choice is made once, by the
+ *   constructor, into `usable`, and every reading tests that word first:
+ *   0 calls clock_gettime in line (resil_clock_kernel: the vDSO call and
+ *   the conversion to ns), with no TSC read, no seqlock and no call into
+ *   this file. What it adds to a bare clock_gettime is one load of a line
+ *   nobody writes after the constructor and one predicted branch.
+ *
  * Anchors (resil_tsc_anchor, the cold path): a = rdtsc, clock_gettime, b =
  *   rdtsc, both TSC reads behind an lfence so they bracket the TSC read
  *   inside the vDSO. When b - a > ANCHOR_MAX_TICKS (2^10; 74-90 ticks is
@@ -95,8 +104,9 @@
  *     move. limit == 0 means not calibrated (or not eligible), so one
  *     unsigned compare, rdtsc - tsc0 < limit, rejects all of: stale span,
  *     TSC behind the anchor, no calibration.
- *   - usable: stored once by the constructor, loaded relaxed on the cold
- *     path only.
+ *   - usable: stored once by the constructor (before main, one thread),
+ *     loaded relaxed by every reading before anything else (it publishes
+ *     nothing: the seqlock above orders the words).
  *   Nobody spins: a reader that meets a writer (or a signal handler that
  *   interrupts one on its own thread) takes a clock_gettime reading. A
  *   fork while another thread holds seq odd would leave the child's clock

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #if ATOMIC_LLONG_LOCK_FREE != 2 || ATOMIC_INT_LOCK_FREE != 2
 #error "resil needs lock-free 32- and 64-bit atomics"
@@ -86,6 +87,22 @@ struct resil_clock {
 
 int64_t resil_clock_monotonic(void *ctx);
 int64_t resil_clock_coarse(void *ctx);
+
+/* clock_gettime in line: the vDSO call and the conversion, nothing else
+ * (the decision clock's fallback, and the coarse reading). */
+static inline int64_t resil_clock_kernel_id(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static inline int64_t resil_clock_kernel(void)
+{
+	return resil_clock_kernel_id(CLOCK_MONOTONIC);
+}
+
 /* CLOCK_MONOTONIC extrapolated from the TSC where the host allows it
  * (clock.c: eligibility, error bound, RESIL_CLOCK=monotonic), else
  * clock_gettime. It may step back at a re-anchor by its error bound:
@@ -96,7 +113,7 @@ bool resil_clock_fast_tsc(void);
  * cold path; the reader below is inlined into every decision. */
 struct resil_tsc_cal {
 	ra32 seq;    /* seqlock: odd while a writer stores the words below */
-	ra32 usable; /* 1: eligible (constructor); 0: clock_gettime */
+	ra32 usable; /* 1: eligible; 0: clock_gettime (constructor, once) */
 	ra64 tsc0;   /* anchor TSC; 0: no anchor yet */
 	ra64 ns0;    /* CLOCK_MONOTONIC at tsc0 */
 	ra64 mult;   /* ns per tick, 32.32; 0: not calibrated */
@@ -105,7 +122,7 @@ struct resil_tsc_cal {
 extern struct resil_tsc_cal resil_tsc_cal;
 int64_t resil_tsc_anchor(void);
 
-static inline int64_t resil_clock_fast(void)
+static inline int64_t resil_clock_tsc(void)
 {
 	uint32_t s = ld_acquire(&resil_tsc_cal.seq);
 	uint64_t tsc0 = ld_relaxed(&resil_tsc_cal.tsc0);
@@ -119,10 +136,19 @@ static inline int64_t resil_clock_fast(void)
 		return (int64_t)(ns0 + ((d * mult) >> 32));
 	return resil_tsc_anchor();
 }
+
+static inline int64_t resil_clock_fast(void)
+{
+	/* decided once per process (clock.c's constructor): a host without a
+	 * usable TSC reads the kernel's clock and nothing else */
+	if (!ld_relaxed(&resil_tsc_cal.usable))
+		return resil_clock_kernel();
+	return resil_clock_tsc();
+}
 #else
 static inline int64_t resil_clock_fast(void)
 {
-	return resil_clock_monotonic(NULL);
+	return resil_clock_kernel();
 }
 #endif
 /* Resolution of CLOCK_MONOTONIC_COARSE (4 ms here), read once. */
@@ -137,7 +163,7 @@ static inline int64_t resil_clock_now(const struct resil_clock *c)
  * for decisions whose precision allows it. A manual clock is exact. */
 static inline int64_t resil_clock_now_coarse(const struct resil_clock *c)
 {
-	return c->fn ? c->fn(c->ctx) : resil_clock_coarse(NULL);
+	return c->fn ? c->fn(c->ctx) : resil_clock_kernel_id(CLOCK_MONOTONIC_COARSE);
 }
 
 /* xoshiro-style splitmix64 step: a fast per-thread generator. */

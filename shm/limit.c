@@ -858,7 +858,15 @@ static int64_t overflow_slot(struct resil_limit_entry *t, const struct chain *ch
 				continue;
 			for (m = 1; m < k; m++)
 				mark_ovf(t, chain_bucket(ch, m));
-			*seen = ld_sc(&t[i].fp);
+			/* read again (a mark may have set this word's OVF bit), and
+			 * only an entry still EMPTY: another inserter may have
+			 * claimed it since, and the claim's CAS expects *seen, so
+			 * a key read here would be overwritten, its `used` count
+			 * left behind */
+			f = ld_sc(&t[i].fp);
+			if (fp_key(f) != RESIL_LIMIT_FP_EMPTY)
+				continue;
+			*seen = f;
 			return i;
 		}
 	}

@@ -14,10 +14,14 @@
  * admits nothing: that is how its workers' own fallback is seen.
  * Then a daemon given a wrong address and one refused AUTH: a clear line
  * in the log, and their clients decide on the fallback.
+ * `resilctl status` and `show` (text and --json) say the same: the
+ * connection, the host, the hosts seen, each global policy's lease, and
+ * the error while Redis is out of reach.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,6 +323,57 @@ static void cleanup(void)
 
 /* A daemon whose Redis is not there or refuses AUTH: a clear log line, and
  * its clients decide on the fallback at once. */
+/* resilctl ARGS on host h; its output has every one of the NULL-ended
+ * strings (printed when one is missing) */
+static bool ctl_says(int h, const char *const *args, ...)
+{
+	const char *argv[8] = {RESILCTL_PATH, "--socket", hd[h].sock};
+	static char out[65536];
+	const char *want;
+	bool ok = true;
+	va_list ap;
+	int n = 3;
+
+	for (int i = 0; args[i] && n < 7; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	if (test_run(argv, NULL, out, sizeof(out)) != 0) {
+		fprintf(stderr, "resilctl %s failed:\n%s\n", args[0], out);
+		return false;
+	}
+	va_start(ap, args);
+	while ((want = va_arg(ap, const char *)))
+		if (!strstr(out, want)) {
+			fprintf(stderr, "resilctl %s %s: no \"%s\" in:\n%s\n", args[0],
+				args[1] ? args[1] : "", want, out);
+			ok = false;
+		}
+	va_end(ap);
+	return ok;
+}
+
+/* status and show while hosts A, B, C hold leases of policy p */
+static void status_checks(void)
+{
+	const char *st[] = {"status", NULL}, *stj[] = {"status", "--json", NULL};
+	const char *sh_[] = {"show", "p", NULL}, *shj[] = {"show", "--json", "p", NULL};
+
+	CHECK(ctl_says(0, st, "cluster    unix:", "as host hostA", "every 100 ms",
+		       "fallback reject", "connected, last exchange", "3 hosts seen", "share ",
+		       "/s, lease for ", NULL),
+	      "status: the cluster's lines");
+	CHECK(ctl_says(0, stj, "\"cluster\":{\"redis\":\"unix:", "\"host\":\"hostA\"",
+		       "\"connected\":true", "\"last_error\":\"\"", "\"hosts_seen\":3",
+		       "\"policies\":[{\"name\":\"p\",\"share\":", "\"lease_ms\":", NULL),
+	      "status --json: the cluster object");
+	CHECK(ctl_says(1, sh_, "cluster     in sync, last exchange",
+		       "of the global rate, expires in", "3 hosts)", NULL),
+	      "show: the lease");
+	CHECK(ctl_says(1, shj, "\"cluster\":{\"connected\":true",
+		       "\"share\":", "\"lease_ms\":", "\"hosts\":3", NULL),
+	      "show --json: the lease");
+}
+
 static void bad_redis(void)
 {
 	struct test_daemon *d = &hd[3];
@@ -338,6 +393,19 @@ static void bad_redis(void)
 	resil_release(p, &pm, RESIL_SUCCESS);
 	resil_close(r);
 	CHECK(metric(3, "resil_cluster_connected") == 0, "wrong address: not connected");
+	{
+		const char *st[] = {"status", NULL}, *stj[] = {"status", "--json", NULL};
+		const char *shw[] = {"show", "p", NULL};
+
+		CHECK(ctl_says(3, st, "NOT CONNECTED: cannot connect to Redis at unix:",
+			       "no exchange yet", NULL),
+		      "status: the error");
+		CHECK(ctl_says(3, stj, "\"connected\":false",
+			       "\"last_error\":\"cannot connect to Redis at unix:",
+			       "\"last_exchange_ms\":-1", NULL),
+		      "status --json: the error");
+		CHECK(ctl_says(3, shw, "NOT CONNECTED to Redis", NULL), "show: not in sync");
+	}
 	test_daemon_fini(d);
 
 	/* refused AUTH, fallback reject: nothing admitted */
@@ -414,6 +482,7 @@ int main(void)
 	CHECK(adm_span(2, b0 - 10, b0) >= 75 * 85 / 100, "C gets its demand");
 	CHECK(adm_span(1, b0 - 10, b0) >= 225 * 85 / 100, "B gets its demand");
 	CHECK(adm_span(0, b0 - 10, b0) >= 700 * 85 / 100, "A gets the rest");
+	status_checks();
 
 	/* 2: D joins with 300/s: fair shares C 75, B 225, D 300, A 400 */
 	CHECK(host_start(3, "reject", rurl, NULL) == 0, "D starts");

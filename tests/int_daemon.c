@@ -294,24 +294,6 @@ static void write_file(const char *path, const char *text)
 	assert_int_equal(rename(tmp, path), 0);
 }
 
-static bool log_has(const struct test_daemon *d, const char *what, int nth)
-{
-	static char buf[1 << 16];
-	ssize_t n;
-	int fd = open(d->log, O_RDONLY | O_CLOEXEC), count = 0;
-
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	for (char *p = buf; (p = strstr(p, what)); p++)
-		count++;
-	return count >= nth;
-}
-
 /* The daemon of the running test: a failed assertion leaves the test
  * function at once, and the teardown stops it and removes its directory. */
 static struct test_daemon *current;
@@ -465,7 +447,7 @@ static void test_reload(void **state)
 	write_file(path, "[policy a]\nbreaker.failure_rate = 50\n[policy new]\n"
 			 "breaker.wait = forever\n");
 	kill(d.pid, SIGHUP);
-	assert_true(TEST_EVENTUALLY(log_has(&d, "configuration not reloaded", 1)));
+	assert_true(TEST_EVENTUALLY(test_log_count(&d, "configuration not reloaded") >= 1));
 	assert_int_equal(do_list(fd, names, sizeof(names)), 4);
 	assert_null(strstr(names, " new "));
 	assert_non_null(strstr(names, " gone "));
@@ -729,7 +711,7 @@ static void test_events_reclaim(void **state)
 	assert_string_equal(ev->event->from, "closed");
 	assert_string_equal(ev->event->to, "open");
 	resp_free(ev);
-	assert_true(TEST_EVENTUALLY(log_has(&d, "policy ev: closed -> open (2 consecutive", 1)));
+	assert_true(TEST_EVENTUALLY(test_log_count(&d, "policy ev: closed -> open (2 consecutive") >= 1));
 	/* the filtered subscriber sees "other" first, nothing of "ev" */
 	assert_int_equal(do_req(all, FORCE, "other", "open", NULL, 0), 0);
 	ev = next_event(one);
@@ -756,7 +738,7 @@ static void test_events_reclaim(void **state)
 	assert_int_equal(resil_acquire(p, &pm), RESIL_REJECT_FULL);
 	kill(child, SIGKILL);
 	assert_true(test_wait_pid(child, 10000) >= 0);
-	assert_true(TEST_EVENTUALLY(log_has(&d, "reclaimed 1 permits", 1)));
+	assert_true(TEST_EVENTUALLY(test_log_count(&d, "reclaimed 1 permits") >= 1));
 	assert_int_equal(resil_acquire(p, &pm), RESIL_ADMIT);
 	resil_release(p, &pm, RESIL_SUCCESS);
 	for (;;) {
@@ -1038,7 +1020,7 @@ static void test_fdstore_adopt(void **state)
 	assert_int_equal(do_get(fd, "kept", st, NULL, 0, NULL), 0);
 	assert_string_equal(st, "forced-open");
 	close(fd);
-	assert_true(log_has(&d, "adopted the segments", 1));
+	assert_true(test_log_count(&d, "adopted the segments") >= 1);
 
 	close(n.cfg_fd);
 	close(n.st_fd);

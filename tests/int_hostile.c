@@ -375,20 +375,6 @@ static int spawn_a(struct test_daemon *d, struct store *s, bool with_store)
 	return TEST_EVENTUALLY(test_daemon_answers(d)) ? 0 : -ETIMEDOUT;
 }
 
-static bool log_has(const struct test_daemon *d, const char *what)
-{
-	static char buf[1 << 20];
-	int fd = open(d->log, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	return strstr(buf, what) != NULL;
-}
-
 static void print_log(const struct test_daemon *d)
 {
 	char buf[4096];
@@ -857,7 +843,7 @@ int main(void)
 			atomic_store(&board->daemons[0], 0); /* reaped below */
 			test_daemon_kill(&a);
 			TEST_CHECK(spawn_a(&a, &s, true) == 0);
-			if (!TEST_EVENTUALLY(log_has(&a, "adopted the segments"))) {
+			if (!TEST_EVENTUALLY(test_log_count(&a, "adopted the segments") > 0)) {
 				char err[256] = "";
 
 				resil_seg_validate(g->cfg, g->cfg_size, st, st_size, err,

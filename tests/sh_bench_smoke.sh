@@ -61,6 +61,48 @@ need fleet rate.all_busy.shared_r admitted_per_s
 if command -v valgrind >/dev/null; then
 	need resil breaker.count100.acq_rel instr_op
 fi
+# the in-process peers of the same run: python3-limits (a package of the
+# test command), the Node libraries where bench/peers has them installed
+if /usr/bin/python3 -c 'import limits' 2>/dev/null; then
+	need peer limits.bare_call ns_op
+	need peer limits.fixed_window ns_op
+fi
+if command -v node >/dev/null && [[ -d $SRC/bench/peers/node_modules/opossum ]]; then
+	need peer opossum.breaker ns_op
+fi
+# this host's clock: the library's choice is named
+if ! grep -Eq '^decision clock: (TSC|clock_gettime)' "$out/machine.txt"; then
+	echo "sh_bench_smoke: machine.txt does not name the decision clock" >&2
+	fail=1
+fi
+# The decision clock's fallback (no usable TSC; RESIL_CLOCK=monotonic forces
+# it on any host) is clock_gettime and nothing else: in instructions
+# (callgrind, load-independent; the vDSO is hidden from valgrind alike in
+# both loops) it adds at most a load, a branch and the conversion to the
+# bare clock_gettime loop. Reading the TSC and checking a calibration it
+# will not use costs 22 more.
+if command -v valgrind >/dev/null; then
+	RESIL_CLOCK=monotonic valgrind --tool=callgrind --collect-atstart=no \
+		--callgrind-out-file="$out/clk.cg" "$BIN/bench/resil_bench" --callgrind --smoke \
+		--only floor/clock_monotonic,floor/clock_fast --out /dev/null 2>>"$out/log" || true
+	declare -A ins=()
+	for f in "$out"/clk.cg.*; do
+		[[ -e $f ]] || continue
+		read -r name v < <(awk -F': ' '
+			/^desc: Trigger: Client Request: / { split($0, a, "Client Request: "); tag = a[2] }
+			/^totals: / { tot = $2 }
+			END { split(tag, t, "|"); if (t[3] > 0) printf "%s %d\n", t[2], tot / t[3] }' "$f")
+		ins[$name]=$v
+	done
+	if [[ -z ${ins[clock_monotonic]:-} || -z ${ins[clock_fast]:-} ]]; then
+		echo "sh_bench_smoke: no instruction counts for the clock floors" >&2
+		fail=1
+	elif ((ins[clock_fast] - ins[clock_monotonic] > 8)); then
+		echo "sh_bench_smoke: the decision clock's fallback costs ${ins[clock_fast]} instructions" \
+			"per reading against ${ins[clock_monotonic]} for clock_gettime" >&2
+		fail=1
+	fi
+fi
 if grep -q '^smoke: 1' "$out/machine.txt" &&
 	{ [[ -s $out/BENCHMARKS.md ]] || ! command -v python3 >/dev/null; }; then
 	:

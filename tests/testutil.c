@@ -422,6 +422,30 @@ static void rm_tree(const char *path)
 	rmdir(path);
 }
 
+int test_log_count(const struct test_daemon *d, const char *what)
+{
+	int fd = open(d->log, O_RDONLY | O_CLOEXEC), count = 0;
+	size_t wl = strlen(what);
+	struct stat sb;
+	const char *m, *p, *end;
+
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &sb) != 0 || sb.st_size == 0 || wl == 0) {
+		close(fd);
+		return 0;
+	}
+	m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return 0;
+	end = m + sb.st_size;
+	for (p = m; (p = memmem(p, (size_t)(end - p), what, wl)) != NULL; p += wl)
+		count++;
+	munmap((void *)m, (size_t)sb.st_size);
+	return count;
+}
+
 void test_daemon_fini(struct test_daemon *d)
 {
 	test_daemon_stop(d);

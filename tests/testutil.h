@@ -54,6 +54,9 @@ int test_daemon_stop(struct test_daemon *d);
 void test_daemon_kill(struct test_daemon *d);
 /* Stop if running and remove the directory. */
 void test_daemon_fini(struct test_daemon *d);
+/* How many times the daemon's log holds what, over the whole file (a long
+ * log of a hostile run passes a megabyte). */
+int test_log_count(const struct test_daemon *d, const char *what);
 /* init + start + resil_open on its socket: 0, or -errno with what failed
  * on stderr and d cleaned up. */
 int test_daemon_open(struct test_daemon *d, resil_t **r);
