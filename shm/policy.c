@@ -4,9 +4,26 @@
  * release, and laying out its state block.
  *
  * A state block is the concatenation of the components' states, each
- * 128-byte aligned, in a fixed order (stats, breaker, limit, bulkhead,
- * adaptive, shed, budget); the counters are always there. rec->comp_off[] says where each one starts; a component
- * absent from the configuration has no state.
+ * 128-byte aligned, in a fixed order: the decision components first
+ * (breaker, limit, bulkhead, adaptive, shed), then the counters (always
+ * there) and the retry budget. rec->comp_off[] says where each one starts;
+ * a component absent from the configuration has no state.
+ *
+ * policy.scope = process: each client row gets a copy of the decision
+ * components only, the block's prefix up to the counters (rec->proc_stride
+ * bytes, so one comp_off[] addresses the main block and every copy). What
+ * a process's decision needs is its own; the counters, the histogram and
+ * the retry budget are observations and a shared budget, kept once per
+ * policy in the main block and added to by every process (one add per
+ * word on the CPU's stripe, relaxed: stats.c), with the writers, readers
+ * and memory orders they have under fleet scope. The copies used to be
+ * whole blocks (the counters and a 28 KiB histogram that nothing read,
+ * times --clients); blocks an older build laid out that way are still
+ * accepted (resil_policy_layout_ok), as every reader goes by comp_off[] and
+ * proc_stride. Crash window of the shared counters: each update is one add
+ * on one word, so a process SIGKILLed within a release loses at most the
+ * counts it had not added yet (its histogram sample, one call); nothing
+ * decides on them and nothing repairs them.
  *
  * Acquire order (see policy.h): the breaker's read-only check first, so an
  * OPEN breaker costs a load and spends nothing; then the shedder; then what
@@ -37,32 +54,99 @@ static bool budget_own(const struct resil_conf *c)
 	       c->retry.budget_kind == RESIL_BUDGET_RATIO;
 }
 
-uint64_t resil_policy_state_layout(const struct resil_conf *conf, uint32_t comp_off[RESIL_C_MAX],
-				   uint32_t *components)
+/* A component's state size, 0 when the configuration has none. */
+static uint64_t comp_size(const struct resil_conf *c, enum resil_comp comp)
+{
+	switch (comp) {
+	case RESIL_C_STATS:
+		return resil_stats_state_size(c);
+	case RESIL_C_BREAKER:
+		return c->breaker.on ? resil_breaker_state_size(&c->breaker) : 0;
+	case RESIL_C_LIMIT:
+		return c->limit.on ? resil_limit_state_size(&c->limit) : 0;
+	case RESIL_C_BULKHEAD:
+		return c->bulkhead.on ? resil_bulkhead_state_size(&c->bulkhead) : 0;
+	case RESIL_C_ADAPTIVE:
+		return c->adaptive.on ? resil_adaptive_state_size(&c->adaptive) : 0;
+	case RESIL_C_SHED:
+		return c->shed.on ? resil_shed_state_size(&c->shed) : 0;
+	case RESIL_C_BUDGET:
+		return budget_own(c) ? resil_budget_state_size(&c->retry) : 0;
+	default:
+		return 0;
+	}
+}
+
+/* The decision components first (a process's copy is that prefix), then
+ * what is fleet-wide whatever the scope. */
+static const enum resil_comp layout_order[] = {
+    RESIL_C_BREAKER, RESIL_C_LIMIT, RESIL_C_BULKHEAD, RESIL_C_ADAPTIVE,
+    RESIL_C_SHED,    RESIL_C_STATS, RESIL_C_BUDGET,
+};
+/* Blocks written by builds before that: the counters first, and a
+ * process's copy as large as the whole block. */
+static const enum resil_comp layout_order_whole[] = {
+    RESIL_C_STATS,    RESIL_C_BREAKER, RESIL_C_LIMIT,  RESIL_C_BULKHEAD,
+    RESIL_C_ADAPTIVE, RESIL_C_SHED,    RESIL_C_BUDGET,
+};
+
+static uint64_t lay(const struct resil_conf *conf, const enum resil_comp *order,
+		    uint32_t comp_off[RESIL_C_MAX], uint32_t *components, uint64_t *copy)
 {
 	uint64_t off = 0;
 	uint32_t comps = 0;
 
-#define LAY(comp, present, size_expr)                                                              \
-	do {                                                                                       \
-		if (present) {                                                                     \
-			comp_off[comp] = (uint32_t)off;                                            \
-			comps |= 1u << (comp);                                                     \
-			off += resil_align_up((size_expr), RESIL_HOT_ALIGN);                       \
-		}                                                                                  \
-	} while (0)
-
 	memset(comp_off, 0, sizeof(uint32_t) * RESIL_C_MAX);
-	LAY(RESIL_C_STATS, true, resil_stats_state_size(conf));
-	LAY(RESIL_C_BREAKER, conf->breaker.on, resil_breaker_state_size(&conf->breaker));
-	LAY(RESIL_C_LIMIT, conf->limit.on, resil_limit_state_size(&conf->limit));
-	LAY(RESIL_C_BULKHEAD, conf->bulkhead.on, resil_bulkhead_state_size(&conf->bulkhead));
-	LAY(RESIL_C_ADAPTIVE, conf->adaptive.on, resil_adaptive_state_size(&conf->adaptive));
-	LAY(RESIL_C_SHED, conf->shed.on, resil_shed_state_size(&conf->shed));
-	LAY(RESIL_C_BUDGET, budget_own(conf), resil_budget_state_size(&conf->retry));
-#undef LAY
+	*copy = 0;
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(layout_order); i++) {
+		enum resil_comp comp = order[i];
+		uint64_t size = comp_size(conf, comp);
+
+		if (comp == RESIL_C_STATS && !*copy)
+			*copy = off;
+		if (!size && comp != RESIL_C_STATS)
+			continue;
+		comp_off[comp] = (uint32_t)off;
+		comps |= 1u << comp;
+		off += resil_align_up(size, RESIL_HOT_ALIGN);
+	}
 	*components = comps;
+	if (!*copy)
+		*copy = RESIL_HOT_ALIGN; /* no decision component: a copy of one line */
 	return off ? off : RESIL_HOT_ALIGN;
+}
+
+uint64_t resil_policy_state_layout(const struct resil_conf *conf, uint32_t comp_off[RESIL_C_MAX],
+				   uint32_t *components)
+{
+	uint64_t copy;
+
+	return lay(conf, layout_order, comp_off, components, &copy);
+}
+
+uint64_t resil_policy_copy_size(const struct resil_conf *conf)
+{
+	uint32_t off[RESIL_C_MAX], comps;
+	uint64_t copy;
+
+	(void)lay(conf, layout_order, off, &comps, &copy);
+	return conf->scope == RESIL_SCOPE_PROCESS ? copy : 0;
+}
+
+bool resil_policy_layout_ok(const struct resil_rec *rec)
+{
+	uint32_t off[RESIL_C_MAX], comps;
+	uint64_t size, copy;
+	bool proc = rec->conf.scope == RESIL_SCOPE_PROCESS;
+
+	size = lay(&rec->conf, layout_order, off, &comps, &copy);
+	if (comps == rec->components && size == rec->state_size &&
+	    memcmp(off, rec->comp_off, sizeof(off)) == 0 && rec->proc_stride == (proc ? copy : 0))
+		return true;
+	size = lay(&rec->conf, layout_order_whole, off, &comps, &copy);
+	return comps == rec->components && size == rec->state_size &&
+	       memcmp(off, rec->comp_off, sizeof(off)) == 0 &&
+	       rec->proc_stride == (proc ? size : 0);
 }
 
 /* A component's state in the block at base (the main block, or one
@@ -109,7 +193,7 @@ void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, i
 	if (resil_has(rec, RESIL_C_BUDGET))
 		resil_budget_state_init(resil_comp_state(s, rec, RESIL_C_BUDGET), &c->retry, now);
 	/* process scope: every row's copy starts fresh (this touches the
-	 * copies' pages once: client_cap x state_size bytes) */
+	 * copies' pages once: client_cap x proc_stride bytes) */
 	for (uint32_t i = 0; rec->proc_stride && i < s->geo.client_cap; i++) {
 		uint64_t base = rec->proc_off + (uint64_t)i * rec->proc_stride;
 

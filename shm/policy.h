@@ -104,6 +104,14 @@ void resil_policy_release(struct resil_ctx *c, const struct resil_rec *rec,
 /* State block: size, init, same shape, carry over (used by resil_seg_define). */
 uint64_t resil_policy_state_layout(const struct resil_conf *conf, uint32_t comp_off[RESIL_C_MAX],
 				   uint32_t *components);
+/* policy.scope = process: the bytes of one process's copy (the decision
+ * components, the block's prefix; RESIL_HOT_ALIGN when there are none);
+ * 0 for any other scope. */
+uint64_t resil_policy_copy_size(const struct resil_conf *conf);
+/* rec's components, offsets, size and copy stride are the ones this build
+ * computes for rec->conf, or the ones builds before the prefix copies did
+ * (counters first, copies of the whole block). */
+bool resil_policy_layout_ok(const struct resil_rec *rec);
 void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, int64_t now);
 bool resil_policy_same_shape(const struct resil_conf *a, const struct resil_conf *b);
 void resil_policy_carry(const struct resil_seg *s, struct resil_rec *nrec,

@@ -504,19 +504,18 @@ bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec)
 	if (rec->proc_stride) {
 		uint64_t n = s->geo.client_cap;
 
-		if (rec->conf.scope != RESIL_SCOPE_PROCESS || rec->proc_stride != rec->state_size ||
-		    rec->proc_off < lo || rec->proc_off % RESIL_HOT_ALIGN ||
+		/* the copies after the main block, each holding every
+		 * component the copy covers (the stride: layout_ok below) */
+		if (rec->conf.scope != RESIL_SCOPE_PROCESS || rec->proc_off < lo ||
+		    rec->proc_off % RESIL_HOT_ALIGN || rec->proc_stride % RESIL_HOT_ALIGN ||
+		    rec->proc_off - rec->state_off < rec->state_size ||
 		    rec->proc_stride > (hi - rec->proc_off) / n)
 			return false;
 	} else if (rec->conf.scope == RESIL_SCOPE_PROCESS || rec->proc_off) {
 		return false;
 	}
-	/* the layout must be the one this build computes for the conf */
-	uint32_t off[RESIL_C_MAX], comps;
-	uint64_t size = resil_policy_state_layout(&rec->conf, off, &comps);
-
-	return comps == rec->components && size == rec->state_size &&
-	       memcmp(off, rec->comp_off, sizeof(off)) == 0;
+	/* the layout must be one a build computes for the conf */
+	return resil_policy_layout_ok(rec);
 }
 
 /* A configuration is one the parser can produce (every bound the keys
@@ -734,8 +733,34 @@ static uint64_t rec_extent(const struct resil_seg *s, const struct resil_rec *re
 	    resil_align_up(rec->state_size ? rec->state_size : RESIL_HOT_ALIGN, RESIL_HOT_ALIGN);
 
 	if (rec->proc_stride)
-		return main_size + main_size * s->geo.client_cap;
+		return rec->proc_off - rec->state_off + rec->proc_stride * s->geo.client_cap;
 	return main_size;
+}
+
+/* What resil_seg_define allocates for conf: the main block and, under
+ * process scope, one copy of the decision components per client row. */
+static uint64_t alloc_size_of(const struct resil_seg *s, const struct resil_conf *conf,
+			      uint64_t *main_size, uint64_t *copy)
+{
+	uint32_t comp_off[RESIL_C_MAX], components;
+
+	*main_size =
+	    resil_align_up(resil_policy_state_layout(conf, comp_off, &components), RESIL_HOT_ALIGN);
+	*copy = resil_policy_copy_size(conf);
+	return *main_size + *copy * s->geo.client_cap;
+}
+
+/* A change of configuration that keeps orec's block as it is: the same
+ * shape, laid out as this build lays it out (a block an older build laid
+ * out otherwise moves at its first change: a new block, carried over). */
+static bool keeps_block(const struct resil_rec *orec, const struct resil_conf *conf)
+{
+	uint32_t off[RESIL_C_MAX], comps;
+	uint64_t size = resil_policy_state_layout(conf, off, &comps);
+
+	return resil_policy_same_shape(&orec->conf, conf) && size == orec->state_size &&
+	       comps == orec->components && memcmp(off, orec->comp_off, sizeof(off)) == 0 &&
+	       orec->proc_stride == resil_policy_copy_size(conf);
 }
 
 static void retire_rec(struct resil_seg *s, uint32_t idx, int64_t now)
@@ -1168,20 +1193,17 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	}
 
 	state_size = resil_policy_state_layout(conf, comp_off, &components);
-	reuse_state = exists && resil_policy_same_shape(&orec->conf, conf);
+	reuse_state = exists && keeps_block(orec, conf);
 	/* process scope: the main block, then one copy per client row */
-	uint64_t main_size = resil_align_up(state_size, RESIL_HOT_ALIGN);
-	uint64_t alloc_size = main_size;
+	uint64_t main_size, copy_size, alloc_size;
 
-	if (conf->scope == RESIL_SCOPE_PROCESS) {
-		if (main_size > (s->geo.arena_size / s->geo.client_cap))
-			return resil_errf(err, errlen, -ENOSPC,
-					  "policy.scope = process needs %" PRIu64
-					  " bytes per client row for %" PRIu32
-					  " rows: raise --state-size",
-					  main_size, s->geo.client_cap);
-		alloc_size += main_size * s->geo.client_cap;
-	}
+	if (conf->scope == RESIL_SCOPE_PROCESS &&
+	    resil_policy_copy_size(conf) > s->geo.arena_size / (s->geo.client_cap + 1ull))
+		return resil_errf(err, errlen, -ENOSPC,
+				  "policy.scope = process needs %" PRIu64
+				  " bytes per client row for %" PRIu32 " rows: raise --state-size",
+				  resil_policy_copy_size(conf), s->geo.client_cap);
+	alloc_size = alloc_size_of(s, conf, &main_size, &copy_size);
 
 	/* a never used record, else (reuse) the one retired longest ago if
 	 * its grace period is over */
@@ -1250,7 +1272,7 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	rec->budget_slot = budget_slot;
 	if (conf->scope == RESIL_SCOPE_PROCESS) {
 		rec->proc_off = state_off + main_size;
-		rec->proc_stride = state_size;
+		rec->proc_stride = copy_size;
 	}
 	rec->conf = *conf;
 
@@ -1287,9 +1309,9 @@ int resil_seg_define_cost(const struct resil_seg *s, const char *name,
 			  const struct resil_conf *conf, uint32_t flags,
 			  struct resil_define_cost *c)
 {
-	uint32_t comp_off[RESIL_C_MAX] = {0}, components = 0, slot;
 	const struct resil_rec *orec = NULL;
-	uint64_t w, size;
+	uint64_t w, main_size, copy_size;
+	uint32_t slot;
 
 	memset(c, 0, sizeof(*c));
 	if (!s || !s->cfg || !conf || !resil_name_valid(name))
@@ -1303,14 +1325,10 @@ int resil_seg_define_cost(const struct resil_seg *s, const char *name,
 		c->slots = 1;
 	}
 	c->records = 1;
-	if (orec && resil_policy_same_shape(&orec->conf, conf))
+	if (orec && keeps_block(orec, conf))
 		return 0;
 	/* as resil_seg_define and arena_alloc size it */
-	size =
-	    resil_align_up(resil_policy_state_layout(conf, comp_off, &components), RESIL_HOT_ALIGN);
-	if (conf->scope == RESIL_SCOPE_PROCESS)
-		size += size * s->geo.client_cap;
-	c->arena = resil_align_up(size ? size : RESIL_HOT_ALIGN, RESIL_HOT_ALIGN);
+	c->arena = alloc_size_of(s, conf, &main_size, &copy_size);
 	return 0;
 }
 

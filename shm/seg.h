@@ -153,8 +153,11 @@ struct resil_rec {
 	uint32_t reserved32[7];
 	/* policy.scope = process: one copy of the decision components per
 	 * client row at proc_off + (client_id - 1) * proc_stride (absolute
-	 * offsets in the state segment); the counters and the retry budget
-	 * stay fleet-wide in the main block. 0 for fleet scope. */
+	 * offsets in the state segment), each component at comp_off[] in it;
+	 * the copy is the block's prefix of decision components (policy.c),
+	 * or the whole block in records of older builds. The counters, the
+	 * histogram and the retry budget stay fleet-wide in the main block.
+	 * 0 for fleet scope. */
 	RESIL_A8 uint64_t proc_off;
 	RESIL_A8 uint64_t proc_stride;
 	RESIL_A8 uint64_t reserved[6];

@@ -10,10 +10,17 @@
  *     every record waiting, a define says so (-ENOSPC naming the grace
  *     period);
  *   - a restart (reuse_init on the same pair) rebuilds the lists from the
- *     slot words: what no live record names waits again.
+ *     slot words: what no live record names waits again;
+ *   - policy.scope = process at the default --clients: one policy with a
+ *     breaker and the histogram takes under 2 MiB of the arena (32.3 MiB
+ *     when every process's copy held the whole block, histogram included);
+ *     the copies hold the decision components only, so the histogram does
+ *     not change their size; blocks laid out that older way still pass the
+ *     layout check, and change to this layout at their next change.
  * The grace period runs on the real clock: reclaim is given a time past it.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,8 +30,11 @@
 
 #include <cmocka.h>
 
+#include "resil.h"
+#include "breaker.h"
 #include "policy.h"
 #include "seg.h"
+#include "stats.h"
 
 static int64_t later(void)
 {
@@ -181,12 +191,118 @@ static void test_restart(void **state)
 	resil_seg_unmap(&s);
 }
 
+/* One policy's arena bytes: the bump pointer's move on an empty arena. */
+static uint64_t arena_of(struct resil_seg *s, const char *name, const char *text)
+{
+	struct resil_seg_usage before, after;
+
+	resil_seg_usage(s, &before);
+	define(s, name, text);
+	resil_seg_usage(s, &after);
+	return after.arena_used - before.arena_used;
+}
+
+#define PROC_BREAKER "policy.scope = process\nbreaker.window = count:100"
+
+static void test_procscope_size(void **state)
+{
+	struct resil_seg_params p = {.slots = 16}; /* default --clients and --state-size */
+	struct resil_seg s;
+	const struct resil_rec *h, *n;
+	uint64_t with_hist, without;
+
+	(void)state;
+	assert_int_equal(resil_seg_create(&s, &p), 0);
+	resil_seg_own_arena(&s);
+	assert_int_equal(resil_seg_reuse_init(&s, resil_clock_monotonic(NULL)), 0);
+	assert_int_equal(s.geo.client_cap, RESIL_CLIENTS_DEFAULT);
+
+	with_hist = arena_of(&s, "hist", PROC_BREAKER "\nhistogram = on");
+	without = arena_of(&s, "plain", PROC_BREAKER);
+	h = rec_of(&s, "hist");
+	n = rec_of(&s, "plain");
+	print_message("process scope, --clients %u: breaker count:100 %" PRIu64
+		      " bytes (copy %" PRIu64 "), with the histogram %" PRIu64
+		      " bytes (copy %" PRIu64 ")\n",
+		      s.geo.client_cap, without, n->proc_stride, with_hist, h->proc_stride);
+	assert_true(with_hist < (2u << 20));
+	/* the histogram is in the main block only */
+	assert_int_equal(h->proc_stride, n->proc_stride);
+	assert_true(h->state_size > n->state_size);
+	assert_int_equal(with_hist - without, h->state_size - n->state_size);
+	/* a copy covers the breaker and stops before the counters */
+	assert_true(h->comp_off[RESIL_C_BREAKER] < h->proc_stride);
+	assert_true(h->comp_off[RESIL_C_STATS] >= h->proc_stride);
+	assert_true(resil_policy_layout_ok(h));
+	resil_seg_unmap(&s);
+}
+
+/* A record as builds before the prefix copies laid it out: counters
+ * first, then the breaker, copies of the whole block. The pair is
+ * rewritten in place and adopted (own_arena, reuse_init) as a restarted
+ * daemon adopts one an older build wrote. */
+static void test_layout_before(void **state)
+{
+	struct resil_seg s;
+	struct resil_rec *old, mix;
+	const struct resil_rec *now;
+	struct resil_ctx x = {0};
+	uint64_t stats, w;
+	char err[256] = "";
+
+	(void)state;
+	setup(&s, 16);
+	define(&s, "p", PROC_BREAKER "\nhistogram = on");
+	assert_int_equal(resil_seg_lookup(&s, "p", NULL, &w), 0);
+	old = resil_seg_rec_of(&s, w);
+	stats = resil_align_up(resil_stats_state_size(&old->conf), RESIL_HOT_ALIGN);
+	memset(old->comp_off, 0, sizeof(old->comp_off));
+	old->comp_off[RESIL_C_BREAKER] = (uint32_t)stats;
+	old->state_size =
+	    stats + resil_align_up(resil_breaker_state_size(&old->conf.breaker), RESIL_HOT_ALIGN);
+	assert_int_equal(old->proc_off, old->state_off + old->state_size);
+	old->proc_stride = old->state_size;
+	resil_policy_state_init(&s, old, resil_clock_monotonic(NULL));
+	resil_seg_own_arena(&s);
+	assert_int_equal(resil_seg_reuse_init(&s, resil_clock_monotonic(NULL)), 0);
+	assert_int_equal(resil_seg_check(&s, err, sizeof(err)), 0);
+	assert_true(resil_policy_layout_ok(old));
+	/* either layout whole, never a mix */
+	mix = *old;
+	mix.proc_stride = stats;
+	assert_false(resil_policy_layout_ok(&mix));
+
+	/* client 3's own breaker forced open in the old layout */
+	x.seg = &s;
+	x.client_id = 3;
+	assert_int_equal(resil_breaker_force(&x, &old->conf.breaker,
+					     (char *)s.st + old->proc_off + 2 * old->proc_stride +
+						 old->comp_off[RESIL_C_BREAKER],
+					     RESIL_STATE_FORCED_OPEN),
+			 0);
+	assert_int_equal(resil_policy_breaker_state_of(&s, old, 3), RESIL_STATE_FORCED_OPEN);
+
+	/* a change of the same shape moves it to this layout, carried over */
+	define(&s, "p", PROC_BREAKER "\nhistogram = on\nbreaker.failure_rate = 60");
+	now = rec_of(&s, "p");
+	assert_int_not_equal(now->state_off, old->state_off);
+	assert_true(now->proc_stride < old->proc_stride);
+	assert_true(resil_policy_layout_ok(now));
+	assert_int_equal(resil_policy_breaker_state_of(&s, now, 3), RESIL_STATE_FORCED_OPEN);
+	assert_int_equal(resil_policy_breaker_state_of(&s, now, 2), RESIL_STATE_CLOSED);
+	/* and the next change of the same shape keeps the block */
+	w = now->state_off;
+	define(&s, "p", PROC_BREAKER "\nhistogram = on\nbreaker.failure_rate = 70");
+	assert_int_equal(rec_of(&s, "p")->state_off, w);
+	resil_seg_unmap(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_blocks),
-	    cmocka_unit_test(test_records),
-	    cmocka_unit_test(test_restart),
+	    cmocka_unit_test(test_blocks),	  cmocka_unit_test(test_records),
+	    cmocka_unit_test(test_restart),	  cmocka_unit_test(test_procscope_size),
+	    cmocka_unit_test(test_layout_before),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
