@@ -761,12 +761,13 @@ def report(outdir, path):
     w("![fleet scenarios](bench/fleet.png)")
     w("")
     # tables of record measured by runs of their own, each with its date
-    # and load, kept across reports: the hot paths before and after the
+    # and load, kept across reports: the state arena per policy (from the
+    # layout), the hot paths before and after the
     # untrusted-state work (callgrind), the global scope through Redis
     # (bench/cluster runs), the decision clock before and after
     # (bench/clock_compare.sh), Python (bench/python_bench.py --write)
     here = os.path.dirname(os.path.abspath(__file__))
-    for kept in ("untrusted.md", "global.md", "clock.md", "python.md"):
+    for kept in ("sizes.md", "untrusted.md", "global.md", "clock.md", "python.md"):
         kp = os.path.join(here, kept)
         if os.path.exists(kp):
             with open(kp) as f:
