@@ -162,6 +162,7 @@
 #include <strings.h>
 
 #include "breaker.h"
+#include "parse.h"
 #include "resil.h"
 #include "stats.h"
 

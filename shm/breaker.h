@@ -190,6 +190,10 @@ int resil_breaker_outcome_errno(const struct resil_breaker_conf *c, int err);
 /* Configuration: defaults, and "breaker.x = y\n" lines (snprintf-like:
  * returns the length the whole text needs). */
 void resil_breaker_conf_defaults(struct resil_breaker_conf *c);
+/* Its keys (conf.c dispatches breaker.*): 0, -ENOENT for a key that is not
+ * one of them, -EINVAL with a message in err. */
+int resil_breaker_conf_set(struct resil_breaker_conf *c, const char *key, const char *value,
+			   char *err, size_t errlen);
 size_t resil_breaker_conf_format(const struct resil_breaker_conf *c, char *buf, size_t len);
 
 /* What `resilctl show` says of a breaker (resil_breaker_info). */

@@ -69,7 +69,7 @@
 #include <string.h>
 
 #include "budget.h"
-#include "conf.h"
+#include "parse.h"
 
 #define MILLI 1000
 

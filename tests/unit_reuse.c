@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "conf.h"
 #include "policy.h"
 #include "seg.h"
 
