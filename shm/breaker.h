@@ -4,7 +4,8 @@
  * half-open probes, forced states.
  *
  * The component interface is described in policy.h; the algorithm, the
- * layout and every crash window in breaker.c.
+ * layout and every crash window in breaker.c; its keys, outcome rules and
+ * names in breaker_conf.c.
  */
 #ifndef RESIL_SHM_BREAKER_H
 #define RESIL_SHM_BREAKER_H

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * budget.h - retries: configuration keys, the backoff and rule engine, and
- * the retry budget shared by every process (component RESIL_C_BUDGET).
+ * budget.h - retries: configuration keys, the backoff and rule engine
+ * (retry.c), and the retry budget shared by every process (component
+ * RESIL_C_BUDGET, budget.c).
  *
  * The engine (resil_retry_engine_*) is pure: a retry state on the caller's
  * stack, a configuration, a clock reading and a random source in, a delay
