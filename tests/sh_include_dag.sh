@@ -12,6 +12,8 @@
 #      sit under every component, the dispatcher (conf.c) and the
 #      composition (policy.c, metrics.c) over them, so a component can
 #      never include the dispatcher that includes it;
+#   4. every .c of shm/, client/ and daemon/ is named in a CMakeLists.txt
+#      (sources are listed, never globbed).
 # A file new to shm/ must be given a layer here. The script checks its own
 # teeth first: trees with a cycle, a layer inverted and a forbidden folder
 # arrow must fail.
@@ -102,6 +104,13 @@ check() { # root: prints each broken rule, fails if any
 			fi
 		fi
 	done <"$tmp/edges"
+	# 4. sources are listed
+	while IFS= read -r f; do
+		if ! grep -qswF "${f##*/}" "$root/CMakeLists.txt" "$root/${f%%/*}/CMakeLists.txt"; then
+			echo "$f is in no CMakeLists.txt"
+			bad=1
+		fi
+	done < <(cd "$root" && find shm client daemon -name '*.c' 2>/dev/null | sort)
 	return $bad
 }
 
@@ -119,6 +128,8 @@ mini() { # dir
 	printf '#include "breaker.h"\n#include "resil.h"\n' >"$1/daemon/ctl.c"
 	printf '#include "policy.h"\n' >"$1/client/internal.h"
 	printf '\n' >"$1/client/resil.h"
+	printf 'x parse.c breaker.c conf.c\n' >"$1/CMakeLists.txt"
+	printf 'x ctl.c\n' >"$1/daemon/CMakeLists.txt"
 }
 
 fails_with() { # what dir
@@ -150,6 +161,9 @@ fails_with "an arrow up" "$tmp/up"
 mini "$tmp/folder"
 printf '#include "internal.h"\n' >>"$tmp/folder/daemon/ctl.c"
 fails_with "daemon/ may not include" "$tmp/folder"
+mini "$tmp/glob"
+: >"$tmp/glob/daemon/CMakeLists.txt"
+fails_with "in no CMakeLists.txt" "$tmp/glob"
 
 if ! out=$(check "$src"); then
 	echo "FAIL: the tree breaks the include rules:"
