@@ -30,8 +30,8 @@
 
 void resil_retry_conf_defaults(struct resil_retry_conf *c);
 /* 0, -ENOENT for a key that is not one of them, -EINVAL with a message. */
-int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char *value,
-			 char *err, size_t errlen);
+int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char *value, char *err,
+			 size_t errlen);
 int resil_retry_conf_check(const struct resil_retry_conf *c, char *err, size_t errlen);
 /* "retry.x = y\n" lines; snprintf semantics (buf may be NULL when len is 0). */
 size_t resil_retry_conf_format(const struct resil_retry_conf *c, char *buf, size_t len);

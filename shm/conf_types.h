@@ -43,9 +43,9 @@ struct resil_record_rule {
 
 struct resil_breaker_conf {
 	uint8_t on;
-	uint8_t window_kind; /* enum resil_window_kind */
-	uint16_t buckets;    /* time window: number of buckets */
-	uint32_t window_size; /* count: last N calls; consecutive: N failures */
+	uint8_t window_kind;	    /* enum resil_window_kind */
+	uint16_t buckets;	    /* time window: number of buckets */
+	uint32_t window_size;	    /* count: last N calls; consecutive: N failures */
 	RESIL_A8 int64_t window_ns; /* time window span */
 	uint32_t failure_rate_bp;
 	uint32_t slow_rate_bp;
@@ -75,9 +75,9 @@ struct resil_limit_conf {
 	uint8_t when_full_admit;
 	uint8_t dry_run; /* limit.dry_run: count what would be rejected, admit it */
 	uint32_t burst;
-	uint32_t count;             /* limit.rate = count / period */
-	uint32_t keys;              /* keyed table capacity, 0 = unkeyed */
-	RESIL_A8 int64_t period_ns; /* limit.rate = count / period */
+	uint32_t count;		      /* limit.rate = count / period */
+	uint32_t keys;		      /* keyed table capacity, 0 = unkeyed */
+	RESIL_A8 int64_t period_ns;   /* limit.rate = count / period */
 	RESIL_A8 int64_t interval_ns; /* emission interval: period / count */
 	RESIL_A8 int64_t wait_ns;     /* reservation: longest wait */
 	RESIL_A8 uint64_t reserved[8];
@@ -129,8 +129,12 @@ struct resil_shed_conf {
 	RESIL_A8 uint64_t reserved[6];
 };
 
-enum resil_jitter { RESIL_JITTER_FULL = 0, RESIL_JITTER_EQUAL, RESIL_JITTER_DECORRELATED,
-		    RESIL_JITTER_NONE };
+enum resil_jitter {
+	RESIL_JITTER_FULL = 0,
+	RESIL_JITTER_EQUAL,
+	RESIL_JITTER_DECORRELATED,
+	RESIL_JITTER_NONE
+};
 
 #define RESIL_RETRY_RULES 8
 struct resil_retry_rule {
@@ -144,8 +148,13 @@ struct resil_retry_rule {
 	uint8_t pad[2];
 };
 
-enum resil_budget_kind { RESIL_BUDGET_NONE = 0, RESIL_BUDGET_GRPC, RESIL_BUDGET_AWS,
-			 RESIL_BUDGET_RATIO, RESIL_BUDGET_SHARED };
+enum resil_budget_kind {
+	RESIL_BUDGET_NONE = 0,
+	RESIL_BUDGET_GRPC,
+	RESIL_BUDGET_AWS,
+	RESIL_BUDGET_RATIO,
+	RESIL_BUDGET_SHARED
+};
 
 struct resil_retry_conf {
 	uint8_t on;
@@ -158,18 +167,18 @@ struct resil_retry_conf {
 	RESIL_A8 int64_t base_ns;
 	RESIL_A8 int64_t max_delay_ns;
 	struct resil_retry_rule rules[RESIL_RETRY_RULES];
-	uint32_t budget_max;       /* grpc: MAX_TOKENS; aws: tokens */
+	uint32_t budget_max;	     /* grpc: MAX_TOKENS; aws: tokens */
 	uint32_t budget_ratio_milli; /* grpc: RATIO; ratio: PERCENT*10 */
-	char budget_name[32];      /* @NAME */
+	char budget_name[32];	     /* @NAME */
 	RESIL_A8 int64_t timeout_ns;
-	int32_t interrupt_signal;  /* 0: none */
+	int32_t interrupt_signal; /* 0: none */
 	uint32_t hedge_max;
 	RESIL_A8 int64_t hedge_delay_ns; /* 0: off; -1: p95 */
 	RESIL_A8 uint64_t reserved[8];
 };
 
 struct resil_conf {
-	uint8_t scope;     /* enum resil_scope */
+	uint8_t scope;	   /* enum resil_scope */
 	uint8_t histogram; /* keep a latency histogram */
 	uint8_t pad[6];
 	struct resil_breaker_conf breaker;

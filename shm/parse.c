@@ -124,12 +124,12 @@ static const struct {
 	const char *unit;
 	int64_t ns;
 } units[] = {
-	{ "ns", 1 },
-	{ "us", RESIL_NS_PER_US },
-	{ "ms", RESIL_NS_PER_MS },
-	{ "s", RESIL_NS_PER_S },
-	{ "m", 60 * RESIL_NS_PER_S },
-	{ "h", 3600 * RESIL_NS_PER_S },
+    {"ns", 1},
+    {"us", RESIL_NS_PER_US},
+    {"ms", RESIL_NS_PER_MS},
+    {"s", RESIL_NS_PER_S},
+    {"m", 60 * RESIL_NS_PER_S},
+    {"h", 3600 * RESIL_NS_PER_S},
 };
 
 /* "DURATION" at s: a number (decimals allowed) and a unit; "0" alone. */
@@ -223,8 +223,8 @@ int resil_parse_rate(const char *s, uint32_t *count, int64_t *period_ns)
 
 int resil_parse_bool(const char *s, uint8_t *v)
 {
-	static const char *yes[] = { "yes", "on", "true", "1" };
-	static const char *no[] = { "no", "off", "false", "0" };
+	static const char *yes[] = {"yes", "on", "true", "1"};
+	static const char *no[] = {"no", "off", "false", "0"};
 	char w[8];
 	size_t n;
 
