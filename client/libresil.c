@@ -77,6 +77,7 @@
 #include <unistd.h>
 
 #include "breaker.h"
+#include "conf.h"
 #include "internal.h"
 #include "bulkhead.h"
 #include "stats.h"

@@ -15,7 +15,7 @@
  *
  * Report the success too (class RESIL_ERR_NONE): it is what refunds the
  * retry budget (gRPC ratio, AWS refunds). The state is the engine's
- * (shm/budget.c) inside resil_retry_t, on the caller's stack: nothing is
+ * (shm/retry.c) inside resil_retry_t, on the caller's stack: nothing is
  * allocated, nothing is locked. begin reads the clock only with a
  * deadline (the reasons speak from the start) or a ratio budget; next only
  * after a failure (is the next attempt past the deadline?). Nested loops: a loop begun inside a

@@ -36,6 +36,7 @@
 #include "events.h"
 #include "journal.h"
 #include "log.h"
+#include "parse.h"
 #include "loop.h"
 #include "policy.h"
 #include "resil.h"

@@ -25,6 +25,7 @@
 #include "cfgfile.h"
 #include "conf.h"
 #include "log.h"
+#include "parse.h"
 #include "cluster.h"
 #include "options.h"
 #include "resild.h"

@@ -95,6 +95,7 @@
 
 #include "resil.h"
 #include "adaptive.h"
+#include "parse.h"
 
 #define STEAL_WINDOWS	  8
 #define AIMD_TIMEOUT_NS	  (5 * RESIL_NS_PER_S)

@@ -101,6 +101,10 @@ uint32_t resil_adaptive_limit(const void *st);
 uint32_t resil_adaptive_held(const struct resil_adaptive_conf *c, const void *st);
 
 void resil_adaptive_conf_defaults(struct resil_adaptive_conf *c);
+/* Its keys (conf.c dispatches adaptive.*): 0, -ENOENT for a key that is not
+ * one of them, -EINVAL with a message in err. */
+int resil_adaptive_conf_set(struct resil_adaptive_conf *c, const char *key, const char *value,
+			    char *err, size_t errlen);
 size_t resil_adaptive_conf_format(const struct resil_adaptive_conf *c, char *buf, size_t len);
 
 uint64_t resil_adaptive_state_size(const struct resil_adaptive_conf *c);

@@ -4,7 +4,8 @@
  * half-open probes, forced states.
  *
  * The component interface is described in policy.h; the algorithm, the
- * layout and every crash window in breaker.c.
+ * layout and every crash window in breaker.c; its keys, outcome rules and
+ * names in breaker_conf.c.
  */
 #ifndef RESIL_SHM_BREAKER_H
 #define RESIL_SHM_BREAKER_H
@@ -237,6 +238,10 @@ int resil_breaker_outcome_errno(const struct resil_breaker_conf *c, int err);
 /* Configuration: defaults, and "breaker.x = y\n" lines (snprintf-like:
  * returns the length the whole text needs). */
 void resil_breaker_conf_defaults(struct resil_breaker_conf *c);
+/* Its keys (conf.c dispatches breaker.*): 0, -ENOENT for a key that is not
+ * one of them, -EINVAL with a message in err. */
+int resil_breaker_conf_set(struct resil_breaker_conf *c, const char *key, const char *value,
+			   char *err, size_t errlen);
 size_t resil_breaker_conf_format(const struct resil_breaker_conf *c, char *buf, size_t len);
 
 /* What `resilctl show` says of a breaker (resil_breaker_info). */

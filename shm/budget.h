@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * budget.h - retries: configuration keys, the backoff and rule engine, and
- * the retry budget shared by every process (component RESIL_C_BUDGET).
+ * budget.h - retries: configuration keys, the backoff and rule engine
+ * (retry.c), and the retry budget shared by every process (component
+ * RESIL_C_BUDGET, budget.c).
  *
  * The engine (resil_retry_engine_*) is pure: a retry state on the caller's
  * stack, a configuration, a clock reading and a random source in, a delay
@@ -28,7 +29,9 @@
 /* ---- configuration keys (conf.c dispatches retry.*, timeout*, hedge.*, idempotent) ---- */
 
 void resil_retry_conf_defaults(struct resil_retry_conf *c);
-/* int resil_retry_conf_set(...) is declared in conf.h. */
+/* 0, -ENOENT for a key that is not one of them, -EINVAL with a message. */
+int resil_retry_conf_set(struct resil_retry_conf *c, const char *key, const char *value, char *err,
+			 size_t errlen);
 int resil_retry_conf_check(const struct resil_retry_conf *c, char *err, size_t errlen);
 /* "retry.x = y\n" lines; snprintf semantics (buf may be NULL when len is 0). */
 size_t resil_retry_conf_format(const struct resil_retry_conf *c, char *buf, size_t len);

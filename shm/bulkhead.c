@@ -162,7 +162,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <linux/futex.h>
 #include <stdio.h>
 #include <string.h>
@@ -172,6 +171,7 @@
 
 #include "resil.h"
 #include "bulkhead.h"
+#include "parse.h"
 
 #define seq_faa(p, v) atomic_fetch_add_explicit((p), (v), memory_order_seq_cst)
 #define seq_fas(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst)
@@ -405,18 +405,6 @@ int resil_bulkhead_conf_set(struct resil_bulkhead_conf *c, const char *key, cons
 	}
 	c->on = 1;
 	return 0;
-}
-
-void resil_priv_put(char *buf, size_t len, size_t *off, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(*off < len ? buf + *off : NULL, *off < len ? len - *off : 0, fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		*off += (size_t)n;
 }
 
 size_t resil_bulkhead_conf_format(const struct resil_bulkhead_conf *c, char *buf, size_t len)

@@ -177,12 +177,11 @@ static inline struct resil_pool resil_bulkhead_pool(struct resil_bulkhead_state 
  * geometry words of the block. */
 uint32_t resil_bulkhead_held(const struct resil_bulkhead_conf *c, const void *st);
 
-/* Append printf output at buf + *off; *off grows by the would-be length,
- * like snprintf, so a caller can tell truncation (*off >= len). */
-void resil_priv_put(char *buf, size_t len, size_t *off, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
 void resil_bulkhead_conf_defaults(struct resil_bulkhead_conf *c);
+/* Its keys (conf.c dispatches bulkhead.*): 0, -ENOENT for a key that is not
+ * one of them, -EINVAL with a message in err. */
+int resil_bulkhead_conf_set(struct resil_bulkhead_conf *c, const char *key, const char *value,
+			    char *err, size_t errlen);
 size_t resil_bulkhead_conf_format(const struct resil_bulkhead_conf *c, char *buf, size_t len);
 
 uint64_t resil_bulkhead_state_size(const struct resil_bulkhead_conf *c);

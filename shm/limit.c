@@ -230,6 +230,7 @@
 #include <string.h>
 
 #include "limit.h"
+#include "parse.h"
 #include "resil.h"
 #include "stats.h"
 

@@ -120,6 +120,10 @@ void resil_limit_reclaim(struct resil_ctx *x, const struct resil_limit_conf *c, 
 /* Configuration: defaults, cross-key check, "limit.x = y\n" lines
  * (snprintf semantics: the length it needed, NUL-terminated if len > 0). */
 void resil_limit_conf_defaults(struct resil_limit_conf *c);
+/* Its keys (conf.c dispatches limit.*): 0, -ENOENT for a key that is not
+ * one of them, -EINVAL with a message in err. */
+int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char *value, char *err,
+			 size_t errlen);
 int resil_limit_conf_check(const struct resil_limit_conf *c, char *err, size_t errlen);
 size_t resil_limit_conf_format(const struct resil_limit_conf *c, char *buf, size_t len);
 

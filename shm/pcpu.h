@@ -8,8 +8,9 @@
  * add executes. Words 0 .. RESIL_PCPU_SPARE - 1 are owned by the CPUs of
  * the same number; word RESIL_PCPU_SPARE is the spare.
  *
- * Why: a locked fetch_add costs about 4.5 ns here (ANCHORS.md), a plain
- * add about one. A plain add (load, add, store inside the core) is only
+ * Why: a locked fetch_add (BENCHMARKS.md "Floors", bench case
+ * floor.fetch_add) costs several times a plain add, which stays inside
+ * the core. A plain add (load, add, store inside the core) is only
  * exact on a word that no other CPU writes meanwhile: the word of the CPU
  * we run on, if we are still on it when the add executes. The rseq
  * critical section gives exactly that: the kernel sends a thread that is

@@ -98,6 +98,7 @@
 #include <unistd.h>
 
 #include "seg.h"
+#include "conf.h"
 #include "policy.h"
 
 struct resil_reuse;

@@ -38,7 +38,7 @@
 #define RESIL_SHM_SEG_H
 
 #include "common.h"
-#include "conf.h"
+#include "conf_types.h"
 
 #define RESIL_CFG_MAGIC   0x4746434c49534552ULL /* "RESILCFG" */
 #define RESIL_STATE_MAGIC 0x5453434c49534552ULL /* "RESILSTA" with a twist */

@@ -55,7 +55,7 @@
 #include <string.h>
 
 #include "resil.h"
-#include "bulkhead.h" /* resil_priv_put */
+#include "parse.h"
 #include "shed.h"
 
 #define SHED_MASK (RESIL_SHED_SLOTS - 1)

@@ -51,6 +51,10 @@ RESIL_STATIC_ASSERT(sizeof(struct resil_shed_state) == 512, "shed state size");
 double resil_shed_probability(const void *st);
 
 void resil_shed_conf_defaults(struct resil_shed_conf *c);
+/* Its keys (conf.c dispatches shed.*): 0, -ENOENT for a key that is not
+ * one of them, -EINVAL with a message in err. */
+int resil_shed_conf_set(struct resil_shed_conf *c, const char *key, const char *value, char *err,
+			size_t errlen);
 size_t resil_shed_conf_format(const struct resil_shed_conf *c, char *buf, size_t len);
 
 uint64_t resil_shed_state_size(const struct resil_shed_conf *c);

@@ -9,12 +9,13 @@
  *
  * Why striped: every process of the fleet counts into the same policy. One
  * counter line written by every CPU would bounce between caches on every
- * call (85.7 M/s aggregate for two processes on one line against 329 M/s
- * on separate lines, ANCHORS.md). So each counter exists once per stripe,
- * a stripe is one 128-byte line holding every counter, and a caller writes
+ * call (BENCHMARKS.md, "Several processes": the fetch_add floor on one
+ * shared word against one line each, bench case mp.fetch_add). So each
+ * counter exists once per stripe, a stripe is one 128-byte line holding
+ * every counter, and a caller writes
  * the stripe of the CPU it runs on. On hosts of up to 15 CPUs a stripe
  * belongs to one CPU and the add is a plain add inside a restartable
- * sequence, no lock prefix (pcpu.h: about 1 ns instead of 4.5); the last
+ * sequence, no lock prefix (pcpu.h: no locked RMW); the last
  * stripe takes what runs without rseq (a thread, or a whole process: the
  * mode is the host's, so a fleet mixing both stays exact). On larger hosts, a locked
  * fetch_add on the stripe cpu % 16. Exact either way.

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conf.h"
 #include "limit.h"
 #include "resil.h"
 

@@ -37,6 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "conf.h"
 #include "resil.h"
 #include "adaptive.h"
 

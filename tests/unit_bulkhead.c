@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "conf.h"
 #include "resil.h"
 #include "bulkhead.h"
 #include "policy.h"

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "conf.h"
+#include "parse.h"
 
 static void test_durations(void **state)
 {

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "conf.h"
+#include "parse.h"
 
 static void test_long_durations(void **state)
 {

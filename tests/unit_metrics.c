@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "conf.h"
 #include "internal.h"
 #include "metrics.h"
 #include "stats.h"

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "conf.h"
 #include "resil.h"
 #include "internal.h"
 #include "budget.h"

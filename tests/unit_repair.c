@@ -36,6 +36,7 @@
 
 #include <cmocka.h>
 
+#include "conf.h"
 #include "adaptive.h"
 #include "breaker.h"
 #include "budget.h"

@@ -32,6 +32,7 @@
 
 #include "resil.h"
 #include "breaker.h"
+#include "conf.h"
 #include "policy.h"
 #include "seg.h"
 #include "stats.h"

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "conf.h"
 #include "policy.h"
 
 static void define_ok(struct resil_seg *s, const char *name, const char *text, int expect)

@@ -35,6 +35,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "conf.h"
 #include "internal.h"
 #include "pcpu.h"
 #include "stats.h"

@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "conf.h"
 #include "breaker.h"
 #include "bulkhead.h"
 #include "limit.h"

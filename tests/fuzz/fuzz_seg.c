@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "conf.h"
 #include "policy.h"
 
 static struct resil_seg base;
