@@ -118,8 +118,7 @@ static int owner(int n, int s)
 	for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
 		redisReply *e = r->element[i];
 
-		if (e->elements >= 3 && s >= e->element[0]->integer &&
-		    s <= e->element[1]->integer)
+		if (e->elements >= 3 && s >= e->element[0]->integer && s <= e->element[1]->integer)
 			for (int k = 0; k < NODES; k++)
 				if (e->element[2]->element[1]->integer == port[k])
 					o = k;
@@ -339,8 +338,8 @@ int main(void)
 		      pol[i], o, fleet(o, pol[i]));
 		for (int n = 0; n < NODES; n++)
 			if (n != o)
-				CHECK(fleet(n, pol[i]) == -1, "policy %s: no key on node %d", pol[i],
-				      n);
+				CHECK(fleet(n, pol[i]) == -1, "policy %s: no key on node %d",
+				      pol[i], n);
 	}
 
 	/* migrate p0's slot to another node, by hand */
@@ -379,7 +378,8 @@ int main(void)
 		fail_on(1, pol[0], 5);
 		want = before - 5000;
 		want_pol = pol[0];
-		CHECK(TEST_EVENTUALLY(hosts_at()), "mid-migration (ASK): B's failures reach A and C");
+		CHECK(TEST_EVENTUALLY(hosts_at()),
+		      "mid-migration (ASK): B's failures reach A and C");
 		CHECK(fleet(to, pol[0]) == want, "the bucket on the importing node (%lld)",
 		      fleet(to, pol[0]));
 
@@ -395,7 +395,8 @@ int main(void)
 	/* after it (MOVED): C's failures reach everyone */
 	fail_on(2, pol[0], 5);
 	want = before - 10000;
-	CHECK(TEST_EVENTUALLY(hosts_at()), "after the migration (MOVED): C's failures reach A and B");
+	CHECK(TEST_EVENTUALLY(hosts_at()),
+	      "after the migration (MOVED): C's failures reach A and B");
 	CHECK(fleet(to, pol[0]) == want, "the bucket on the new node (%lld)", fleet(to, pol[0]));
 	CHECK(fleet(from, pol[0]) == -1, "nothing left on the old node");
 	/* the others untouched */

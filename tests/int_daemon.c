@@ -711,7 +711,8 @@ static void test_events_reclaim(void **state)
 	assert_string_equal(ev->event->from, "closed");
 	assert_string_equal(ev->event->to, "open");
 	resp_free(ev);
-	assert_true(TEST_EVENTUALLY(test_log_count(&d, "policy ev: closed -> open (2 consecutive") >= 1));
+	assert_true(
+	    TEST_EVENTUALLY(test_log_count(&d, "policy ev: closed -> open (2 consecutive") >= 1));
 	/* the filtered subscriber sees "other" first, nothing of "ev" */
 	assert_int_equal(do_req(all, FORCE, "other", "open", NULL, 0), 0);
 	ev = next_event(one);
