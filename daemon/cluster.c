@@ -20,7 +20,9 @@
  * per policy: each tick the loop (1) applies the answers the thread left,
  * then (2) leaves its requests (name, generation, rate, demand, the lease
  * it has applied) and signals the thread, which runs one exchange: one
- * pipelined round trip with one script call per global policy. The thread
+ * pipelined round trip with one script call per global policy, then
+ * writes an eventfd the loop reads: the loop applies the answers at once
+ * (a tick that posts nothing), not a whole tick later. The thread
  * never touches the segments (a policy deleted meanwhile could have its
  * space reused); the loop checks the slot's generation before it writes an
  * answer into a state block.
@@ -49,10 +51,10 @@
  * A lease granted for L (3 intervals) to a request sent at local time t0
  * ends on this host at t0 + L: Redis ran the script after t0, so the host
  * stops using it no later than Redis believes it ends (clock rates being
- * equal). The loop applies a lease at the tick after the exchange that
- * got it, and the next exchange starts right after: with the tick at the
- * cluster interval a host renews every interval and a lease covers the
- * two ticks a renewal can take. A client past the expiry falls back on
+ * equal). The loop applies a lease as soon as the thread wakes it after
+ * the exchange that got it (or at the next tick, if the wake is lost):
+ * with the tick at the cluster interval a host renews every interval and
+ * a lease covers the two ticks a renewal can take. A client past the expiry falls back on
  * its own (limit.c): --cluster-fallback share (the rate divided by the
  * hosts last seen; until the first exchange, the whole rate), local (the
  * whole rate on this host) or reject.
@@ -116,6 +118,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -414,6 +417,7 @@ struct resild_cluster {
 	pthread_cond_t cond;
 	bool stop;
 	bool kick; /* a new round of requests */
+	int efd;   /* eventfd: the thread's "answers ready", read by the loop */
 	struct xreq *req;
 	struct xans *ans;
 	bool connected;
@@ -1248,8 +1252,15 @@ static void *cluster_main(void *arg)
 				backoff = resil_min64(backoff * 2, BACKOFF_MAX_NS);
 			}
 		}
-		if (c->rc)
+		if (c->rc) {
 			exchange(c);
+			/* wake the loop: it applies the answers now rather than at
+			 * its next tick (a lease, a fleet close, a budget a whole
+			 * tick sooner); a full counter or a failed write costs only
+			 * that tick */
+			if (eventfd_write(c->efd, 1) < 0 && errno != EAGAIN)
+				log_warning("cluster: cannot wake the loop: %m");
+		}
 		pthread_mutex_lock(&c->lock);
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -1274,6 +1285,9 @@ int resild_cluster_init(struct resild *d)
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
 	d->cluster = c;
+	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->efd < 0)
+		return log_error_errno(-errno, "cluster: eventfd: %m");
 	snprintf(c->url, sizeof(c->url), "%s", o->cluster_redis);
 	r = parse_url(c, o->cluster_redis);
 	if (r < 0)
@@ -1331,6 +1345,8 @@ void resild_cluster_fini(struct resild *d)
 		pthread_mutex_unlock(&c->lock);
 		pthread_join(c->thread, NULL);
 	}
+	if (c->efd >= 0)
+		close(c->efd);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
 	free(c->slots);
@@ -1565,14 +1581,14 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	return 0;
 }
 
-void resild_cluster_tick(struct resild *d)
+static void cluster_tick(struct resild *d, bool may_post)
 {
 	struct resild_cluster *c = d->cluster;
 	struct tick_ctx t = {.d = d, .c = c, .now = mono_ns()};
 
 	if (!c)
 		return;
-	t.post = t.now - c->last_post_ns >= c->interval_ns - c->interval_ns / 4;
+	t.post = may_post && t.now - c->last_post_ns >= c->interval_ns - c->interval_ns / 4;
 	if (t.post) {
 		c->last_post_ns = t.now;
 		pthread_mutex_lock(&c->lock);
@@ -1596,6 +1612,21 @@ void resild_cluster_tick(struct resild *d)
 		pthread_cond_signal(&c->cond);
 		pthread_mutex_unlock(&c->lock);
 	}
+}
+
+void resild_cluster_tick(struct resild *d)
+{
+	cluster_tick(d, true);
+}
+
+int resild_cluster_wake_fd(const struct resild *d)
+{
+	return d->cluster ? d->cluster->efd : -1;
+}
+
+void resild_cluster_woken(struct resild *d)
+{
+	cluster_tick(d, false);
 }
 
 size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)

@@ -33,6 +33,12 @@ int resild_cluster_init(struct resild *d);
 /* The loop's tick: apply the answers of the last exchange to the
  * segments, then hand the thread this tick's demands. */
 void resild_cluster_tick(struct resild *d);
+/* An eventfd the exchange thread writes after each exchange (-1: no
+ * cluster); the loop reads it and calls resild_cluster_woken, which
+ * applies the answers without waiting for the next tick (and posts
+ * nothing). */
+int resild_cluster_wake_fd(const struct resild *d);
+void resild_cluster_woken(struct resild *d);
 void resild_cluster_fini(struct resild *d);
 /* resil_cluster_* metrics (snprintf semantics). */
 size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len);

@@ -37,7 +37,8 @@
  *
  * Mirror latency. A failure on host A is in A's next report (at most an
  * interval later); host B's next exchange reads it and B's loop applies
- * it at its next tick: within two intervals of the report.
+ * it when the exchange thread wakes it: within about an interval of the
+ * report, two if a wake is lost and the tick applies it.
  *
  * One configuration per policy (CONF_LUA). Two fleets given the same
  * --cluster-name on one Redis, or one host left on an old configuration,

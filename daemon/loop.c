@@ -12,6 +12,7 @@
  *             Responses, with SCM_RIGHTS when the reply carries fds;
  *   read      on a signalfd for SIGTERM, SIGINT (stop) and SIGHUP (reload);
  *   timeout   the maintenance tick (RESILD_TICK_NS);
+ *   read      on the cluster thread's eventfd (its answers are ready);
  *   poll      POLLIN on the pidfd of each client row (the process exited).
  * user_data packs the operation, a connection or row index and a cookie
  * (a connection's generation, a watch's cookie), so a completion that
@@ -86,6 +87,7 @@ enum op {
 	OP_SIGNAL,
 	OP_TICK,
 	OP_PIDFD,
+	OP_WAKE,
 	OP_IGNORE, /* cancellations, poll removals */
 };
 
@@ -149,6 +151,8 @@ struct resild_loop {
 	int sigfd;
 	struct signalfd_siginfo sig;
 	struct __kernel_timespec tick;
+	int wakefd; /* the cluster thread's eventfd, -1: none */
+	uint64_t wake;
 	bool multishot;
 	bool accept_armed;
 	struct conn *conns;
@@ -209,6 +213,37 @@ static int arm_tick(struct resild_loop *l)
 	io_uring_prep_timeout(sqe, &l->tick, 0, 0);
 	io_uring_sqe_set_data64(sqe, ud(OP_TICK, 0, 0));
 	return 0;
+}
+
+static int arm_wake(struct resild_loop *l)
+{
+	struct io_uring_sqe *sqe = get_sqe(l);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_read(sqe, l->wakefd, &l->wake, sizeof(l->wake), 0);
+	io_uring_sqe_set_data64(sqe, ud(OP_WAKE, 0, 0));
+	return 0;
+}
+
+int resild_loop_watch_wake(struct resild *d, int fd)
+{
+	d->loop->wakefd = fd;
+	return fd >= 0 ? arm_wake(d->loop) : 0;
+}
+
+/* The cluster thread's answers are ready: apply them now. A read that
+ * fails leaves them to the tick (logged once). */
+static void on_wake(struct resild *d, int res)
+{
+	if (res == -EINTR || res == -EAGAIN || res > 0) {
+		if (res > 0)
+			resild_cluster_woken(d);
+		if (!d->stopping)
+			arm_wake(d->loop);
+		return;
+	}
+	log_error_errno(res, "cluster eventfd: %m; answers wait for the tick");
 }
 
 static int arm_recv(struct resild *d, struct conn *c)
@@ -842,6 +877,7 @@ int resild_loop_init(struct resild *d)
 		return log_error_errno(-ENOMEM, "cannot start the loop: %m");
 	d->loop = l;
 	l->sigfd = -1;
+	l->wakefd = -1;
 	l->cap = d->opts.max_conns ? d->opts.max_conns : RESILD_CONNS_DEFAULT;
 	l->conns = calloc(l->cap, sizeof(*l->conns));
 	l->obuf = malloc(RESILD_MSG_MAX);
@@ -919,6 +955,9 @@ int resild_loop_run(struct resild *d)
 				break;
 			case OP_TICK:
 				on_tick(d);
+				break;
+			case OP_WAKE:
+				on_wake(d, cqe->res);
 				break;
 			case OP_PIDFD:
 				if (cqe->res > 0)

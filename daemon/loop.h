@@ -22,6 +22,10 @@ void resild_loop_fini(struct resild *d);
 int resild_loop_watch_pid(struct resild *d, int fd, uint32_t row, uint32_t cookie);
 void resild_loop_unwatch_pid(struct resild *d, uint32_t row, uint32_t cookie);
 
+/* Read fd (an eventfd, -1: none) and call resild_cluster_woken when it
+ * counts: the cluster thread's answers applied as they come. */
+int resild_loop_watch_wake(struct resild *d, int fd);
+
 /* Queue an already packed Response (id 0, an event) to every subscriber
  * that wants events of policy; a subscriber whose queue is full misses it
  * (counted). */

@@ -442,6 +442,9 @@ int main(int argc, char **argv)
 		exit_code = RESILD_EXIT_CONFIG;
 		goto out;
 	}
+	r = resild_loop_watch_wake(&d, resild_cluster_wake_fd(&d));
+	if (r < 0)
+		goto out;
 	if (passed.metrics_fd >= 0) {
 		/* resild-metrics.socket: bound by systemd outside the unit's
 		 * PrivateNetwork=, served here; it wins over metrics_listen */
