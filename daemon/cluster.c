@@ -1259,7 +1259,7 @@ static void *cluster_main(void *arg)
 			 * tick sooner); a full counter or a failed write costs only
 			 * that tick */
 			if (eventfd_write(c->efd, 1) < 0 && errno != EAGAIN)
-				log_warning("cluster: cannot wake the loop: %m");
+				log_warning_errno(-errno, "cluster: cannot wake the loop: %m");
 		}
 		pthread_mutex_lock(&c->lock);
 	}
