@@ -46,6 +46,7 @@
 #include <hiredis/hiredis.h>
 
 #include "cluster.h"
+#include "lua_gcra.h"
 #include "testutil.h"
 
 #define RATE	  1000
@@ -411,18 +412,8 @@ static void write_plot(int end, const int *marks, const char *const *labels, int
 
 /* The same fleet load through a per-request Redis limiter: `per_s`
  * decisions a second for `secs` from `procs` processes, each one EVALSHA
- * of a Lua GCRA. Latency: mean and p99 of every decision. */
-static const char lua_gcra[] =
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "local interval = tonumber(ARGV[1])\n"
-    "local tau = (tonumber(ARGV[2]) - 1) * interval\n"
-    "local tat = tonumber(redis.call('GET', KEYS[1]) or now)\n"
-    "if tat < now then tat = now end\n"
-    "if tat - now > tau then return tat - tau - now end\n"
-    "local ntat = tat + interval\n"
-    "redis.call('SET', KEYS[1], ntat, 'PX', math.floor((ntat - now) / 1000) + 1)\n"
-    "return 0\n";
+ * of the bench's Lua GCRA (lua_gcra.h). Latency: mean and p99 of every
+ * decision. */
 
 static int cmp_i64(const void *a, const void *b)
 {

@@ -62,6 +62,7 @@
 #include "limit.h"  /* the keyed table's size, for its memory floor */
 #include "resil.h"
 #include "resil.pb-c.h"
+#include "lua_gcra.h" /* the per-request Redis limiter */
 
 #ifdef RESIL_HAVE_HIREDIS
 #include <hiredis/hiredis.h>
@@ -1033,20 +1034,6 @@ static void run_socket(resil_t *r)
 /* Redis on loopback (unix socket), through hiredis */
 
 #ifdef RESIL_HAVE_HIREDIS
-/* GCRA in one key holding the TAT, in microseconds of the server's clock.
- * ARGV: emission interval (us), burst. Returns 0 (admitted) or the wait. */
-static const char lua_gcra[] =
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "local interval = tonumber(ARGV[1])\n"
-    "local tau = (tonumber(ARGV[2]) - 1) * interval\n"
-    "local tat = tonumber(redis.call('GET', KEYS[1]) or now)\n"
-    "if tat < now then tat = now end\n"
-    "if tat - now > tau then return tat - tau - now end\n"
-    "local ntat = tat + interval\n"
-    "redis.call('SET', KEYS[1], ntat, 'PX', math.floor((ntat - now) / 1000) + 1)\n"
-    "return 0\n";
-
 /* A consecutive-failures breaker in one hash: record an outcome and read
  * the state in one round trip. ARGV: outcome (1 failure), threshold, wait (us). */
 static const char lua_breaker[] =
