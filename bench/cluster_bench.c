@@ -47,7 +47,7 @@
 
 #include "cluster.h"
 #include "lua_gcra.h"
-#include "testutil.h"
+#include "cluster_util.h"
 
 #define RATE	  1000
 #define BURST	  10
@@ -70,9 +70,9 @@ struct shared {
 };
 
 static struct shared *sh;
-static char dir[PATH_MAX], rsock[PATH_MAX + 16], rurl[PATH_MAX + 32], cname[64];
+static char cname[64];
+static struct test_redis rd;
 static const char *outdir = ".";
-static pid_t redis_pid;
 static struct test_daemon hd[HOSTS];
 static pid_t workers[HOSTS];
 static bool quick, capacity_only;
@@ -86,58 +86,7 @@ static int bucket_now(void)
 
 static redisContext *rconn(void)
 {
-	redisContext *c = redisConnectUnix(rsock);
-
-	if (c && c->err) {
-		redisFree(c);
-		return NULL;
-	}
-	return c;
-}
-
-static bool redis_up(void)
-{
-	redisContext *c = rconn();
-	redisReply *r = c ? redisCommand(c, "PING") : NULL;
-	bool ok = r && r->type != REDIS_REPLY_ERROR;
-
-	if (r)
-		freeReplyObject(r);
-	if (c)
-		redisFree(c);
-	return ok;
-}
-
-static pid_t redis_start(void)
-{
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		int fd = open("/dev/null", O_WRONLY);
-
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", rsock,
-		       "--save", "", "--appendonly", "no", "--dir", dir, (char *)NULL);
-		_exit(127);
-	}
-	if (pid < 0 || !TEST_EVENTUALLY(redis_up())) {
-		if (pid > 0) {
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-		}
-		return -1;
-	}
-	return pid;
-}
-
-static void redis_kill(void)
-{
-	if (redis_pid > 0) {
-		kill(redis_pid, SIGKILL);
-		waitpid(redis_pid, NULL, 0);
-	}
-	redis_pid = 0;
+	return test_redis_conn(&rd);
 }
 
 /* INFO's used_cpu_sys + used_cpu_user, seconds; -1 when unreachable */
@@ -246,23 +195,11 @@ static void workers_stop(int h)
 
 static int host_start(int h)
 {
-	char host[16];
-	const char *extra[] = {"--state-size",
-			       "16M",
-			       "--cluster-redis",
-			       rurl,
-			       "--cluster-host",
-			       host,
-			       "--cluster-name",
-			       cname,
-			       "--cluster-fallback",
-			       "reject",
-			       NULL};
+	const char *more[] = {"--cluster-fallback", "reject", NULL};
 	resil_t *r;
 	int v;
 
-	snprintf(host, sizeof(host), "host%c", 'A' + h);
-	if (test_daemon_init(&hd[h]) < 0 || test_daemon_start(&hd[h], extra) < 0)
+	if (test_cluster_host(&hd[h], rd.url, cname, h, more) < 0)
 		return -1;
 	v = resil_open(&r, hd[h].sock);
 	if (v < 0)
@@ -563,12 +500,11 @@ static void cleanup(void)
 		workers_stop(h);
 		test_daemon_fini(&hd[h]);
 	}
-	redis_kill();
+	test_redis_kill(&rd);
 }
 
 int main(int argc, char **argv)
 {
-	const char *tmp = getenv("TMPDIR");
 	int b_steady, b_shift, b_join, b_leave, b_out, b_back, b_end;
 	double cpu0, cpu1, calls0[3], calls1[3];
 	uint64_t dns = 0, dn = 0;
@@ -586,18 +522,15 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+	if (!test_redis_installed()) {
 		fprintf(stderr, "cluster_bench: redis-server not installed\n");
 		return 77;
 	}
-	snprintf(dir, sizeof(dir), "%s/resil-clbench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir))
+	if (test_redis_init(&rd, "clbench") < 0)
 		return 1;
-	snprintf(rsock, sizeof(rsock), "%s/redis.sock", dir);
-	snprintf(rurl, sizeof(rurl), "unix:%s", rsock);
 	snprintf(cname, sizeof(cname), "cb%d", (int)getpid());
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (sh == MAP_FAILED || (redis_pid = redis_start()) <= 0) {
+	if (sh == MAP_FAILED || test_redis_start(&rd, NULL) < 0) {
 		fprintf(stderr, "cluster_bench: redis-server did not start\n");
 		return 1;
 	}
@@ -660,10 +593,11 @@ int main(int argc, char **argv)
 
 	/* Redis away for 5 s */
 	b_out = bucket_now();
-	redis_kill();
+	test_redis_kill(&rd);
 	wait_buckets(50);
 	b_back = bucket_now();
-	redis_pid = redis_start();
+	if (test_redis_start(&rd, NULL) < 0)
+		fprintf(stderr, "cluster_bench: redis-server did not restart\n");
 	wait_buckets(quick ? 40 : 60);
 	b_end = bucket_now();
 
@@ -729,11 +663,6 @@ capacity:
 			printf("\nload average at the end: %.2f %.2f %.2f\n", l[0], l[1], l[2]);
 	}
 	cleanup();
-	{
-		char cmd[PATH_MAX + 16];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-		(void)system(cmd);
-	}
+	test_redis_fini(&rd, false);
 	return 0;
 }

@@ -31,9 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
-
-#include "testutil.h"
+#include "cluster_util.h"
 
 #define RATE	  1000
 #define BURST	  10
@@ -50,87 +48,15 @@ struct shared {
 };
 
 static struct shared *sh;
-static char dir[PATH_MAX], rsock[PATH_MAX + 16], rurl[PATH_MAX + 32];
-static pid_t redis_pid;
+static struct test_redis rd;
 static struct test_daemon hd[HOSTS];
 static pid_t workers[HOSTS];
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
 
 static int bucket_now(void)
 {
 	int64_t b = (test_mono_ns() - sh->t0) / BUCKET_NS;
 
 	return b < 0 ? 0 : b >= NBUCKETS ? NBUCKETS - 1 : (int)b;
-}
-
-static bool redis_up(const char *password)
-{
-	redisContext *c = redisConnectUnix(rsock);
-	bool ok = false;
-
-	if (c && !c->err) {
-		redisReply *r =
-		    password ? redisCommand(c, "AUTH %s", password) : redisCommand(c, "PING");
-
-		ok = r && r->type != REDIS_REPLY_ERROR;
-		if (r)
-			freeReplyObject(r);
-	}
-	if (c)
-		redisFree(c);
-	return ok;
-}
-
-static pid_t redis_start(const char *password)
-{
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		char log[PATH_MAX + 16];
-
-		snprintf(log, sizeof(log), "%s/redis.log", dir);
-		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		if (password)
-			execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", rsock,
-			       "--save", "", "--appendonly", "no", "--dir", dir, "--requirepass",
-			       password, (char *)NULL);
-		else
-			execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", rsock,
-			       "--save", "", "--appendonly", "no", "--dir", dir, (char *)NULL);
-		_exit(127);
-	}
-	if (pid < 0)
-		return -1;
-	if (!TEST_EVENTUALLY(redis_up(password))) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		return -1;
-	}
-	return pid;
-}
-
-static void redis_kill(void)
-{
-	if (redis_pid > 0) {
-		kill(redis_pid, SIGKILL);
-		waitpid(redis_pid, NULL, 0);
-	}
-	redis_pid = 0;
 }
 
 /* One worker: `per_s` attempts a second on policy p, counted per bucket. */
@@ -218,28 +144,12 @@ static bool leased(int h)
 
 static int host_start(int h, const char *fallback, const char *url, const char *pwfile)
 {
-	char host[16], name[64];
-	const char *extra[16];
-	int n = 0;
+	char name[64];
+	const char *more[] = {"--cluster-fallback", fallback,
+			      pwfile ? "--cluster-password-file" : NULL, pwfile, NULL};
 
-	snprintf(host, sizeof(host), "host%c", 'A' + h);
 	snprintf(name, sizeof(name), "t%d", (int)getpid());
-	extra[n++] = "--state-size";
-	extra[n++] = "16M";
-	extra[n++] = "--cluster-redis";
-	extra[n++] = url;
-	extra[n++] = "--cluster-host";
-	extra[n++] = host;
-	extra[n++] = "--cluster-name";
-	extra[n++] = name;
-	extra[n++] = "--cluster-fallback";
-	extra[n++] = fallback;
-	if (pwfile) {
-		extra[n++] = "--cluster-password-file";
-		extra[n++] = pwfile;
-	}
-	extra[n] = NULL;
-	if (test_daemon_init(&hd[h]) < 0 || test_daemon_start(&hd[h], extra) < 0)
+	if (test_cluster_host(&hd[h], url, name, h, more) < 0)
 		return -1;
 	resil_t *r;
 	int v = resil_open(&r, hd[h].sock);
@@ -288,20 +198,6 @@ static void check_bound(int from, int to, const char *phase)
 	       (unsigned long long)bound);
 }
 
-static bool log_has(const struct test_daemon *d, const char *what)
-{
-	char buf[65536];
-	FILE *f = fopen(d->log, "re");
-	size_t n;
-
-	if (!f)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	return strstr(buf, what) != NULL;
-}
-
 static void wait_buckets(int n)
 {
 	int until = bucket_now() + n;
@@ -318,7 +214,7 @@ static void cleanup(void)
 			kill(hd[h].pid, SIGCONT);
 		test_daemon_fini(&hd[h]);
 	}
-	redis_kill();
+	test_redis_kill(&rd);
 }
 
 /* A daemon whose Redis is not there or refuses AUTH: a clear log line, and
@@ -384,9 +280,9 @@ static void bad_redis(void)
 	FILE *f;
 
 	/* wrong address, fallback share with no host ever seen: the rate */
-	snprintf(url, sizeof(url), "unix:%s/nothing.sock", dir);
+	snprintf(url, sizeof(url), "unix:%s/nothing.sock", rd.dir);
 	CHECK(host_start(3, "share", url, NULL) == 0, "host with a wrong address starts");
-	CHECK(TEST_EVENTUALLY(log_has(d, "cannot connect to Redis at unix:")),
+	CHECK(TEST_EVENTUALLY(test_log_count(d, "cannot connect to Redis at unix:") > 0),
 	      "wrong address: clear error in the log");
 	CHECK(resil_open(&r, d->sock) == 0 && resil_policy(r, "p", &p) == 0, "open");
 	CHECK(resil_acquire(p, &pm) == 0, "wrong address: fallback share admits");
@@ -409,15 +305,15 @@ static void bad_redis(void)
 	test_daemon_fini(d);
 
 	/* refused AUTH, fallback reject: nothing admitted */
-	redis_kill();
-	redis_pid = redis_start("right-password");
-	CHECK(redis_pid > 0, "redis with requirepass");
-	snprintf(pw, sizeof(pw), "%s/pw", dir);
+	test_redis_kill(&rd);
+	CHECK(test_redis_start(&rd, "right-password") == 0, "redis with requirepass");
+	snprintf(pw, sizeof(pw), "%s/pw", rd.dir);
 	f = fopen(pw, "w");
 	fputs("wrong-password\n", f);
 	fclose(f);
-	CHECK(host_start(3, "reject", rurl, pw) == 0, "host with a wrong password starts");
-	CHECK(TEST_EVENTUALLY(log_has(d, "refused AUTH")), "refused AUTH: clear error in the log");
+	CHECK(host_start(3, "reject", rd.url, pw) == 0, "host with a wrong password starts");
+	CHECK(TEST_EVENTUALLY(test_log_count(d, "refused AUTH") > 0),
+	      "refused AUTH: clear error in the log");
 	CHECK(resil_open(&r, d->sock) == 0 && resil_policy(r, "p", &p) == 0, "open");
 	CHECK(resil_acquire(p, &pm) == RESIL_REJECT_LIMITED, "refused AUTH: fallback reject");
 	resil_close(r);
@@ -427,7 +323,7 @@ static void bad_redis(void)
 	f = fopen(pw, "w");
 	fputs("right-password\n", f);
 	fclose(f);
-	CHECK(host_start(3, "reject", rurl, pw) == 0, "host with the password starts");
+	CHECK(host_start(3, "reject", rd.url, pw) == 0, "host with the password starts");
 	CHECK(TEST_EVENTUALLY(leased(3)), "AUTH accepted: a lease");
 	CHECK(resil_open(&r, d->sock) == 0 && resil_policy(r, "p", &p) == 0, "open");
 	CHECK(resil_acquire(p, &pm) == 0, "AUTH accepted: admitted on the lease");
@@ -438,28 +334,19 @@ static void bad_redis(void)
 
 int main(void)
 {
-	const char *tmp = getenv("TMPDIR");
 	int b0, b1, b2, b3, b4, b5, b6, b7;
 
-	if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+	if (!test_redis_installed()) {
 		fprintf(stderr, "redis-server not installed: skipped\n");
 		return TEST_SKIP;
 	}
-	snprintf(dir, sizeof(dir), "%s/resil-cluster-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir))
+	if (test_redis_init(&rd, "cluster") < 0)
 		return 1;
-	snprintf(rsock, sizeof(rsock), "%s/redis.sock", dir);
-	snprintf(rurl, sizeof(rurl), "unix:%s", rsock);
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (sh == MAP_FAILED)
+	if (sh == MAP_FAILED || test_redis_start(&rd, NULL) < 0)
 		return 1;
-	redis_pid = redis_start(NULL);
-	if (redis_pid <= 0) {
-		fprintf(stderr, "redis-server did not start\n");
-		return 1;
-	}
 	for (int h = 0; h < 3; h++)
-		if (host_start(h, "reject", rurl, NULL) < 0) {
+		if (host_start(h, "reject", rd.url, NULL) < 0) {
 			fprintf(stderr, "host %d did not start\n", h);
 			cleanup();
 			return 1;
@@ -485,7 +372,7 @@ int main(void)
 	status_checks();
 
 	/* 2: D joins with 300/s: fair shares C 75, B 225, D 300, A 400 */
-	CHECK(host_start(3, "reject", rurl, NULL) == 0, "D starts");
+	CHECK(host_start(3, "reject", rd.url, NULL) == 0, "D starts");
 	CHECK(TEST_EVENTUALLY(leased(3)), "D holds a lease");
 	b1 = bucket_now();
 	workers_start(3, 300);
@@ -509,7 +396,7 @@ int main(void)
 		       "started\n",
 		       first < 0 ? -1 : first - b1);
 		if (getenv("RESIL_TEST_DUMP") && first - b1 > 8) {
-			redisContext *rc = redisConnectUnix(rsock);
+			redisContext *rc = test_redis_conn(&rd);
 			redisReply *rr = rc ? redisCommand(rc, "KEYS *:lease") : NULL;
 
 			for (size_t i = 0; rr && i < rr->elements; i++) {
@@ -551,18 +438,17 @@ int main(void)
 	CHECK(adm_span(0, b3 - 10, b3) >= 625 * 85 / 100, "A takes B's share after B left");
 
 	/* 4: Redis killed for 5 s: leases run out, fallback reject */
-	redis_kill();
+	test_redis_kill(&rd);
 	wait_buckets(50);
 	b4 = bucket_now();
 	for (int h = 0; h < HOSTS; h++)
 		if (h != 1)
 			CHECK(adm_span(h, b4 - 30, b4) == 0,
 			      "host %d admits nothing on fallback reject without Redis", h);
-	CHECK(log_has(&hd[0], "cannot connect to Redis at unix:") ||
-		  log_has(&hd[0], "Redis at unix:"),
+	CHECK(test_log_count(&hd[0], "cannot connect to Redis at unix:") > 0 ||
+		  test_log_count(&hd[0], "Redis at unix:") > 0,
 	      "Redis down: a clear error in the log");
-	redis_pid = redis_start(NULL);
-	CHECK(redis_pid > 0, "redis restarts");
+	CHECK(test_redis_start(&rd, NULL) == 0, "redis restarts");
 	for (int h = 0; h < HOSTS; h++)
 		if (h != 1)
 			CHECK(TEST_EVENTUALLY(leased(h)), "host %d back on a lease", h);
@@ -570,7 +456,8 @@ int main(void)
 	wait_buckets(20);
 	CHECK(adm_span(0, bucket_now() - 10, bucket_now()) >= 625 * 85 / 100,
 	      "A back at its share after Redis returned");
-	CHECK(log_has(&hd[0], "connected to Redis at unix:") && log_has(&hd[0], "again"),
+	CHECK(test_log_count(&hd[0], "connected to Redis at unix:") > 0 &&
+		  test_log_count(&hd[0], "again") > 0,
 	      "the return is logged");
 
 	/* 5: A's daemon SIGSTOPped past its lease: A's workers fall back
@@ -595,12 +482,7 @@ int main(void)
 
 	bad_redis();
 	cleanup();
-	if (!failures) {
-		char cmd[PATH_MAX + 16];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-		(void)system(cmd);
-	}
-	printf("%s\n", failures ? "FAILED" : "ok");
-	return failures ? 1 : 0;
+	test_redis_fini(&rd, test_failures > 0);
+	printf("%s\n", test_failures ? "FAILED" : "ok");
+	return test_failures ? 1 : 0;
 }

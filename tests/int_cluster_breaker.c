@@ -31,9 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
-
-#include "testutil.h"
+#include "cluster_util.h"
 
 #define HOSTS 3
 #define CONF                                                                                       \
@@ -59,73 +57,16 @@ struct shared {
 static struct shared *sh;
 static pid_t workers[HOSTS];
 
-static char dir[PATH_MAX], rsock[PATH_MAX + 16], rurl[PATH_MAX + 32], cname[64];
-static pid_t redis_pid;
+static char cname[64];
+static struct test_redis rd;
 static struct test_daemon hd[HOSTS + 1];
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
-
-static bool redis_up(void)
-{
-	redisContext *c = redisConnectUnix(rsock);
-	bool ok = false;
-
-	if (c && !c->err) {
-		redisReply *r = redisCommand(c, "PING");
-
-		ok = r && r->type != REDIS_REPLY_ERROR;
-		if (r)
-			freeReplyObject(r);
-	}
-	if (c)
-		redisFree(c);
-	return ok;
-}
-
-static long long redis_int(const char *cmd, const char *key, const char *field)
-{
-	redisContext *c = redisConnectUnix(rsock);
-	long long v = -1;
-
-	if (c && !c->err) {
-		redisReply *r = redisCommand(c, "%s %s %s", cmd, key, field);
-
-		if (r && r->type == REDIS_REPLY_STRING)
-			v = atoll(r->str);
-		if (r)
-			freeReplyObject(r);
-	}
-	if (c)
-		redisFree(c);
-	return v;
-}
 
 static int host_start(int h)
 {
-	char host[16];
-	const char *extra[] = {"--state-size",
-			       "16M",
-			       "--cluster-redis",
-			       rurl,
-			       "--cluster-host",
-			       host,
-			       "--cluster-name",
-			       cname,
-			       NULL};
 	resil_t *r;
 	int v;
 
-	snprintf(host, sizeof(host), "host%c", 'A' + h);
-	if (test_daemon_init(&hd[h]) < 0 || test_daemon_start(&hd[h], extra) < 0)
+	if (test_cluster_host(&hd[h], rd.url, cname, h, NULL) < 0)
 		return -1;
 	v = resil_open(&r, hd[h].sock);
 	if (v < 0)
@@ -236,7 +177,7 @@ static bool all_closed(void)
 
 static bool rounds_at_least(const char *key, long long n)
 {
-	return redis_int("HGET", key, "rounds") >= n;
+	return test_redis_num(&rd, "HGET", key, "rounds") >= n;
 }
 
 static int by_time(const void *a, const void *b)
@@ -286,35 +227,16 @@ static void check_probes(void)
 
 int main(void)
 {
-	const char *tmp = getenv("TMPDIR");
 	char key[128];
 	int64_t t0;
 
-	if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+	if (!test_redis_installed()) {
 		fprintf(stderr, "redis-server not installed: skipped\n");
 		return TEST_SKIP;
 	}
-	snprintf(dir, sizeof(dir), "%s/resil-clbk-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir))
+	if (test_redis_init(&rd, "clbk") < 0 || test_redis_start(&rd, NULL) < 0)
 		return 1;
-	snprintf(rsock, sizeof(rsock), "%s/redis.sock", dir);
-	snprintf(rurl, sizeof(rurl), "unix:%s", rsock);
 	snprintf(cname, sizeof(cname), "bk%d", (int)getpid());
-	redis_pid = fork();
-	if (redis_pid == 0) {
-		int fd = open("/dev/null", O_WRONLY);
-
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", rsock,
-		       "--save", "", "--appendonly", "no", "--dir", dir, (char *)NULL);
-		_exit(127);
-	}
-	if (!TEST_EVENTUALLY(redis_up())) {
-		fprintf(stderr, "redis-server did not start\n");
-		kill(redis_pid, SIGKILL);
-		return 1;
-	}
 	for (int h = 0; h < HOSTS; h++)
 		CHECK(host_start(h) == 0, "host %d starts", h);
 
@@ -326,20 +248,20 @@ int main(void)
 	printf("fleet open mirrored on every host %.1f intervals after the last failure\n",
 	       (double)(test_mono_ns() - t0) / 1e8);
 	snprintf(key, sizeof(key), "%s:{b}:breaker", cname);
-	CHECK(redis_int("HGET", key, "gen") == 1, "one open for the outage (gen %lld)",
-	      redis_int("HGET", key, "gen"));
+	CHECK(test_redis_num(&rd, "HGET", key, "gen") == 1, "one open for the outage (gen %lld)",
+	      test_redis_num(&rd, "HGET", key, "gen"));
 	CHECK(show_says(1, false, "fleet     breaker open (opens 1)"), "show: the fleet's open");
 	CHECK(show_says(1, true, "\"fleet\":\"open\",\"fleet_open\":1"),
 	      "show --json: the fleet's open");
 	/* more failures during the open: still one open */
 	test_sleep_ms(500);
-	CHECK(redis_int("HGET", key, "gen") == 1, "still one open");
+	CHECK(test_redis_num(&rd, "HGET", key, "gen") == 1, "still one open");
 
 	/* the fleet's half-open: workers on every host, the dependency down */
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	CHECK(sh != MAP_FAILED, "mmap");
 	if (sh != MAP_FAILED) {
-		long long r0 = redis_int("HGET", key, "rounds");
+		long long r0 = test_redis_num(&rd, "HGET", key, "rounds");
 		int64_t t1, t2;
 
 		for (int h = 0; h < HOSTS; h++) {
@@ -349,7 +271,7 @@ int main(void)
 		}
 		CHECK(TEST_EVENTUALLY(rounds_at_least(key, (r0 < 0 ? 0 : r0) + 2)),
 		      "two rounds of probes while the dependency is down (%lld)",
-		      redis_int("HGET", key, "rounds"));
+		      test_redis_num(&rd, "HGET", key, "rounds"));
 		CHECK(!all_closed(), "still open while it is down");
 		atomic_store(&sh->up, 1);
 		CHECK(TEST_EVENTUALLY(state_of(0) == RESIL_STATE_CLOSED ||
@@ -369,8 +291,9 @@ int main(void)
 				waitpid(workers[h], &st, 0);
 			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker %d exits (%d)", h, st);
 		}
-		CHECK(redis_int("HGET", key, "gen") == 1, "the close ends the one open (gen %lld)",
-		      redis_int("HGET", key, "gen"));
+		CHECK(test_redis_num(&rd, "HGET", key, "gen") == 1,
+		      "the close ends the one open (gen %lld)",
+		      test_redis_num(&rd, "HGET", key, "gen"));
 		check_probes();
 		for (int h = 0; h < HOSTS; h++)
 			CHECK(show_says(h, false, "fleet     breaker closed (opens 1)"),
@@ -379,22 +302,11 @@ int main(void)
 
 	/* a host's own evidence opens it at once, whatever the fleet */
 	{
-		char host[16] = "hostD";
 		char name[64];
-		const char *extra[] = {"--state-size",
-				       "16M",
-				       "--cluster-redis",
-				       rurl,
-				       "--cluster-host",
-				       host,
-				       "--cluster-name",
-				       name,
-				       NULL};
 		resil_t *r;
 
 		snprintf(name, sizeof(name), "bk%d-other", (int)getpid());
-		CHECK(test_daemon_init(&hd[HOSTS]) == 0 &&
-			  test_daemon_start(&hd[HOSTS], extra) == 0,
+		CHECK(test_cluster_host(&hd[HOSTS], rd.url, name, HOSTS, NULL) == 0,
 		      "host D starts");
 		CHECK(resil_open(&r, hd[HOSTS].sock) == 0 && resil_define(r, "b", CONF) == 0,
 		      "define on D");
@@ -414,14 +326,7 @@ int main(void)
 
 	for (int h = 0; h <= HOSTS; h++)
 		test_daemon_fini(&hd[h]);
-	kill(redis_pid, SIGKILL);
-	waitpid(redis_pid, NULL, 0);
-	if (!failures) {
-		char cmd[PATH_MAX + 16];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-		(void)system(cmd);
-	}
-	printf("%s\n", failures ? "FAILED" : "ok");
-	return failures ? 1 : 0;
+	test_redis_fini(&rd, test_failures > 0);
+	printf("%s\n", test_failures ? "FAILED" : "ok");
+	return test_failures ? 1 : 0;
 }

@@ -26,85 +26,25 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
-
 #include "budget.h"
 #include "internal.h"
-#include "testutil.h"
+#include "cluster_util.h"
 
 #define HOSTS 3
 #define GCONF "policy.scope = global; retry.budget = grpc:10:1; retry.max_attempts = 5"
 #define RCONF "policy.scope = global; retry.budget = ratio:10%; retry.max_attempts = 50"
 #define DCONF "policy.scope = global; retry.budget = grpc:20:1; retry.max_attempts = 5"
 
-static char dir[PATH_MAX], rsock[PATH_MAX + 16], rurl[PATH_MAX + 32], cname[64];
-static pid_t redis_pid;
+static char cname[64];
+static struct test_redis rd;
 static struct test_daemon hd[HOSTS + 1];
 static resil_t *cl[HOSTS + 1];
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
-
-static bool redis_up(void)
-{
-	redisContext *c = redisConnectUnix(rsock);
-	bool ok = false;
-
-	if (c && !c->err) {
-		redisReply *r = redisCommand(c, "PING");
-
-		ok = r && r->type != REDIS_REPLY_ERROR;
-		if (r)
-			freeReplyObject(r);
-	}
-	if (c)
-		redisFree(c);
-	return ok;
-}
-
-/* HGET key field as a number, -1: none */
-static long long redis_hget(const char *key, const char *field)
-{
-	redisContext *c = redisConnectUnix(rsock);
-	long long v = -1;
-
-	if (c && !c->err) {
-		redisReply *r = redisCommand(c, "HGET %s %s", key, field);
-
-		if (r && r->type == REDIS_REPLY_STRING)
-			v = atoll(r->str);
-		if (r)
-			freeReplyObject(r);
-	}
-	if (c)
-		redisFree(c);
-	return v;
-}
 
 static int host_start(int h, const char *policy, const char *conf)
 {
-	char host[16];
-	const char *extra[] = {"--state-size",
-			       "16M",
-			       "--cluster-redis",
-			       rurl,
-			       "--cluster-host",
-			       host,
-			       "--cluster-name",
-			       cname,
-			       NULL};
 	int v;
 
-	snprintf(host, sizeof(host), "host%c", 'A' + h);
-	if (test_daemon_init(&hd[h]) < 0 || test_daemon_start(&hd[h], extra) < 0)
+	if (test_cluster_host(&hd[h], rd.url, cname, h, NULL) < 0)
 		return -1;
 	v = resil_open(&cl[h], hd[h].sock);
 	if (v < 0)
@@ -144,7 +84,7 @@ static int request(int h, const char *name, int cls)
 
 static bool all_at(const char *key, long long fleet, long long local)
 {
-	if (redis_hget(key, "t") != fleet)
+	if (test_redis_num(&rd, "HGET", key, "t") != fleet)
 		return false;
 	for (int h = 0; h < HOSTS; h++)
 		if (tokens(h, "g") != local)
@@ -167,58 +107,25 @@ static bool ratio_seen(void)
 	return tokens(1, "q") >= 10;
 }
 
-static bool log_has(int h, const char *what)
-{
-	char buf[65536];
-	FILE *f = fopen(hd[h].log, "re");
-	size_t n;
-
-	if (!f)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	return strstr(buf, what) != NULL;
-}
-
 static bool conflict_seen(void)
 {
-	return log_has(HOSTS, "runs another configuration") &&
-	       log_has(0, "runs another configuration");
+	return test_log_count(&hd[HOSTS], "runs another configuration") > 0 &&
+	       test_log_count(&hd[0], "runs another configuration") > 0;
 }
 
 int main(void)
 {
-	const char *tmp = getenv("TMPDIR");
 	char key[128];
 	int64_t t0;
 	int v;
 
-	if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+	if (!test_redis_installed()) {
 		fprintf(stderr, "redis-server not installed: skipped\n");
 		return TEST_SKIP;
 	}
-	snprintf(dir, sizeof(dir), "%s/resil-clbu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir))
+	if (test_redis_init(&rd, "clbu") < 0 || test_redis_start(&rd, NULL) < 0)
 		return 1;
-	snprintf(rsock, sizeof(rsock), "%s/redis.sock", dir);
-	snprintf(rurl, sizeof(rurl), "unix:%s", rsock);
 	snprintf(cname, sizeof(cname), "bu%d", (int)getpid());
-	redis_pid = fork();
-	if (redis_pid == 0) {
-		int fd = open("/dev/null", O_WRONLY);
-
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", rsock,
-		       "--save", "", "--appendonly", "no", "--dir", dir, (char *)NULL);
-		_exit(127);
-	}
-	if (!TEST_EVENTUALLY(redis_up())) {
-		fprintf(stderr, "redis-server did not start\n");
-		kill(redis_pid, SIGKILL);
-		return 1;
-	}
 	for (int h = 0; h < HOSTS; h++) {
 		CHECK(host_start(h, "g", GCONF) == 0, "host %d starts", h);
 		CHECK(resil_define(cl[h], "q", RCONF) == 0, "host %d defines q", h);
@@ -238,8 +145,9 @@ int main(void)
 	v = request(1, "g", RESIL_ERR_TRANSIENT);
 	CHECK(v == 0, "a retry on B, which saw no failure, is refused by the budget (%d)", v);
 	v = request(2, "g", RESIL_ERR_NONE);
-	CHECK(TEST_EVENTUALLY(redis_hget(key, "t") == 4000),
-	      "the fleet's bucket: 10 - 6 - 1 + 1 = 4 (%lld)", redis_hget(key, "t"));
+	CHECK(TEST_EVENTUALLY(test_redis_num(&rd, "HGET", key, "t") == 4000),
+	      "the fleet's bucket: 10 - 6 - 1 + 1 = 4 (%lld)",
+	      test_redis_num(&rd, "HGET", key, "t"));
 
 	/* successes on C refill it everywhere */
 	for (int i = 0; i < 5; i++)
@@ -253,7 +161,8 @@ int main(void)
 	CHECK(v == 1, "a retry on A is allowed again (%d)", v);
 	CHECK(TEST_EVENTUALLY(all_at(key, 8000, 8000)),
 	      "fleet and hosts agree on 4 + 5 - 1 = 8 (Redis %lld; A %lld B %lld C %lld)",
-	      redis_hget(key, "t"), tokens(0, "g"), tokens(1, "g"), tokens(2, "g"));
+	      test_redis_num(&rd, "HGET", key, "t"), tokens(0, "g"), tokens(1, "g"),
+	      tokens(2, "g"));
 
 	/* ratio: A's requests pay for B's retries */
 	{
@@ -295,21 +204,14 @@ int main(void)
 		      'A' + h, st);
 	}
 	for (int h = 0; h <= HOSTS; h++) {
-		if (failures)
+		if (test_failures)
 			fprintf(stderr, "--- host %c log: %s\n", 'A' + h, hd[h].log);
 		else
 			test_daemon_fini(&hd[h]);
 	}
-	for (int h = 0; failures && h <= HOSTS; h++)
+	for (int h = 0; test_failures && h <= HOSTS; h++)
 		test_daemon_stop(&hd[h]);
-	kill(redis_pid, SIGKILL);
-	waitpid(redis_pid, NULL, 0);
-	if (!failures) {
-		char cmd[PATH_MAX + 16];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-		(void)system(cmd);
-	}
-	printf("%s\n", failures ? "FAILED" : "ok");
-	return failures ? 1 : 0;
+	test_redis_fini(&rd, test_failures > 0);
+	printf("%s\n", test_failures ? "FAILED" : "ok");
+	return test_failures ? 1 : 0;
 }

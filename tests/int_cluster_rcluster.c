@@ -22,11 +22,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
-
 #include "budget.h"
 #include "internal.h"
-#include "testutil.h"
+#include "cluster_util.h"
 
 #define HOSTS 3
 #define NODES 3
@@ -39,18 +37,7 @@ static pid_t redis_pid[NODES];
 static char node_id[NODES][64];
 static struct test_daemon hd[HOSTS];
 static resil_t *cl[HOSTS];
-static int failures;
 static const char *const pol[NPOL] = {"p0", "p1", "p2", "p3", "p4", "p5"};
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
 
 /* One command on node n; the reply (NULL: no answer). */
 static redisReply *node_cmd(int n, const char *fmt, ...)
@@ -227,19 +214,7 @@ static int start_node(int n)
 
 static int host_start(int h)
 {
-	char host[16];
-	const char *extra[] = {"--state-size",
-			       "16M",
-			       "--cluster-redis",
-			       rurl,
-			       "--cluster-host",
-			       host,
-			       "--cluster-name",
-			       cname,
-			       NULL};
-
-	snprintf(host, sizeof(host), "host%c", 'A' + h);
-	if (test_daemon_init(&hd[h]) < 0 || test_daemon_start(&hd[h], extra) < 0)
+	if (test_cluster_host(&hd[h], rurl, cname, h, NULL) < 0)
 		return -1;
 	if (resil_open(&cl[h], hd[h].sock) < 0)
 		return -1;
@@ -255,7 +230,7 @@ static void cleanup(void)
 		if (cl[h])
 			resil_close(cl[h]);
 		cl[h] = NULL;
-		if (failures)
+		if (test_failures)
 			fprintf(stderr, "--- host %c log: %s\n", 'A' + h, hd[h].log);
 		if (hd[h].pid) {
 			int st = test_daemon_stop(&hd[h]);
@@ -263,7 +238,7 @@ static void cleanup(void)
 			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 			      "host %c exits cleanly (status %#x)", 'A' + h, st);
 		}
-		if (!failures)
+		if (!test_failures)
 			test_daemon_fini(&hd[h]);
 	}
 	for (int n = 0; n < NODES; n++)
@@ -271,7 +246,7 @@ static void cleanup(void)
 			kill(redis_pid[n], SIGKILL);
 			waitpid(redis_pid[n], NULL, 0);
 		}
-	if (!failures) {
+	if (!test_failures) {
 		char cmd[PATH_MAX + 16];
 
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
@@ -301,7 +276,7 @@ int main(void)
 	snprintf(cname, sizeof(cname), "rc%d", (int)getpid());
 	for (int n = 0; n < NODES; n++)
 		CHECK(start_node(n) == 0 && TEST_EVENTUALLY(node_up(n)), "node %d starts", n);
-	if (failures) {
+	if (test_failures) {
 		cleanup();
 		return 1;
 	}
@@ -407,6 +382,6 @@ int main(void)
 	}
 
 	cleanup();
-	printf("%s\n", failures ? "FAILED" : "ok");
-	return failures ? 1 : 0;
+	printf("%s\n", test_failures ? "FAILED" : "ok");
+	return test_failures ? 1 : 0;
 }

@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cluster_util.c - a private redis-server and resild hosts for the
+ * cluster tests and bench/cluster_bench (cluster_util.h).
+ */
+#include "cluster_util.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int test_failures;
+
+bool test_redis_installed(void)
+{
+	return system("command -v redis-server >/dev/null 2>&1") == 0;
+}
+
+int test_redis_init(struct test_redis *r, const char *tag)
+{
+	const char *tmp = getenv("TMPDIR");
+
+	memset(r, 0, sizeof(*r));
+	snprintf(r->dir, sizeof(r->dir), "%s/resil-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", tag);
+	if (!mkdtemp(r->dir))
+		return -1;
+	snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
+	snprintf(r->url, sizeof(r->url), "unix:%s", r->sock);
+	return 0;
+}
+
+redisContext *test_redis_conn(const struct test_redis *r)
+{
+	redisContext *c = redisConnectUnix(r->sock);
+
+	if (c && c->err) {
+		redisFree(c);
+		return NULL;
+	}
+	return c;
+}
+
+bool test_redis_up(const struct test_redis *r, const char *password)
+{
+	redisContext *c = test_redis_conn(r);
+	redisReply *rep = NULL;
+	bool ok;
+
+	if (c)
+		rep = password ? redisCommand(c, "AUTH %s", password) : redisCommand(c, "PING");
+	ok = rep && rep->type != REDIS_REPLY_ERROR;
+	if (rep)
+		freeReplyObject(rep);
+	if (c)
+		redisFree(c);
+	return ok;
+}
+
+int test_redis_start(struct test_redis *r, const char *password)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		char log[PATH_MAX + 16];
+		int fd;
+
+		snprintf(log, sizeof(log), "%s/redis.log", r->dir);
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		if (password)
+			execlp("redis-server", "redis-server", "--port", "0", "--unixsocket",
+			       r->sock, "--save", "", "--appendonly", "no", "--dir", r->dir,
+			       "--requirepass", password, (char *)NULL);
+		else
+			execlp("redis-server", "redis-server", "--port", "0", "--unixsocket",
+			       r->sock, "--save", "", "--appendonly", "no", "--dir", r->dir,
+			       (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0)
+		return -1;
+	r->pid = pid;
+	if (!TEST_EVENTUALLY(test_redis_up(r, password))) {
+		fprintf(stderr, "redis-server did not start (log: %s/redis.log)\n", r->dir);
+		test_redis_kill(r);
+		return -1;
+	}
+	return 0;
+}
+
+void test_redis_kill(struct test_redis *r)
+{
+	if (r->pid > 0) {
+		kill(r->pid, SIGKILL);
+		waitpid(r->pid, NULL, 0);
+	}
+	r->pid = 0;
+}
+
+void test_redis_fini(struct test_redis *r, bool keep)
+{
+	test_redis_kill(r);
+	if (!keep && r->dir[0]) {
+		char cmd[PATH_MAX + 16];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", r->dir);
+	}
+}
+
+long long test_redis_num(const struct test_redis *r, const char *cmd, const char *key,
+			 const char *field)
+{
+	redisContext *c = test_redis_conn(r);
+	redisReply *rep = NULL;
+	long long v = -1;
+
+	if (!c)
+		return -1;
+	rep = field ? redisCommand(c, "%s %s %s", cmd, key, field)
+		    : redisCommand(c, "%s %s", cmd, key);
+	if (rep && rep->type == REDIS_REPLY_STRING)
+		v = atoll(rep->str);
+	else if (rep && rep->type == REDIS_REPLY_INTEGER)
+		v = rep->integer;
+	if (rep)
+		freeReplyObject(rep);
+	redisFree(c);
+	return v;
+}
+
+int test_cluster_host(struct test_daemon *d, const char *url, const char *cname, int h,
+		      const char *const *more)
+{
+	char host[16];
+	const char *extra[32] = {"--state-size",   "16M", "--cluster-redis", url,
+				 "--cluster-host", host,  "--cluster-name",  cname};
+	int n = 8;
+
+	snprintf(host, sizeof(host), "host%c", 'A' + h);
+	for (int i = 0; more && more[i] && n < 31; i++)
+		extra[n++] = more[i];
+	extra[n] = NULL;
+	if (test_daemon_init(d) < 0 || test_daemon_start(d, extra) < 0)
+		return -1;
+	return 0;
+}

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cluster_util.h - what the cluster tests and bench/cluster_bench share:
+ *
+ *   - CHECK(cond, fmt, ...): count a failure and say where, go on;
+ *   - a private redis-server on a unix socket in a fresh temporary
+ *     directory, started (and awaited), killed, restarted by the test;
+ *   - a number read from Redis (HGET, GET, ...);
+ *   - a resild started as host A, B, ... of a cluster.
+ */
+#ifndef RESIL_CLUSTER_UTIL_H
+#define RESIL_CLUSTER_UTIL_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include <hiredis/hiredis.h>
+
+#include "testutil.h"
+
+/* Failed CHECKs so far: a test exits non-zero when it is not 0. */
+extern int test_failures;
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fputc('\n', stderr);                                                       \
+			test_failures++;                                                           \
+		}                                                                                  \
+	} while (0)
+
+struct test_redis {
+	pid_t pid;		  /* 0 when not running */
+	char dir[PATH_MAX];	  /* temporary directory: socket, log, the tests' own files */
+	char sock[PATH_MAX + 16]; /* dir/redis.sock */
+	char url[PATH_MAX + 32];  /* "unix:" sock, for --cluster-redis */
+};
+
+/* Is redis-server installed? (A test skips when it is not.) */
+bool test_redis_installed(void);
+/* Make the directory ($TMPDIR/resil-TAG-XXXXXX) and fill the paths: 0 or
+ * -1. Does not start. */
+int test_redis_init(struct test_redis *r, const char *tag);
+/* Start redis-server on the socket (no TCP port, no persistence, its log
+ * in dir/redis.log), with requirepass when password is not NULL, and
+ * wait until it answers: 0, or -1 (nothing left running). */
+int test_redis_start(struct test_redis *r, const char *password);
+/* Does it answer PING (or AUTH password) right now? */
+bool test_redis_up(const struct test_redis *r, const char *password);
+/* SIGKILL and reap; a no-op when not running. */
+void test_redis_kill(struct test_redis *r);
+/* Kill, and remove the directory unless keep (a failed test keeps it). */
+void test_redis_fini(struct test_redis *r, bool keep);
+/* A connection (NULL on error: nothing to free). */
+redisContext *test_redis_conn(const struct test_redis *r);
+/* "CMD KEY FIELD" (FIELD may be NULL) as a number: -1 when there is no
+ * answer or it is not a number. */
+long long test_redis_num(const struct test_redis *r, const char *cmd, const char *key,
+			 const char *field);
+
+/* Start d (initialised here) as host 'A' + h of cluster cname through url:
+ * --state-size 16M --cluster-redis url --cluster-host host<A+h>
+ * --cluster-name cname, then the NULL-ended more (may be NULL). 0 or -1. */
+int test_cluster_host(struct test_daemon *d, const char *url, const char *cname, int h,
+		      const char *const *more);
+
+#endif
