@@ -2245,6 +2245,8 @@ int resild_cluster_policy_info(struct resild *d, uint32_t slot, uint32_t gen,
 	out->fleet = cs->bk_probing ? 2 : cs->bk_open ? 1 : 0;
 	out->fleet_open = cs->bk_gen;
 	out->fleet_calls = cs->bk_calls;
+	out->conflicts = cs->cb.conflicts;
+	snprintf(out->conflict_host, sizeof(out->conflict_host), "%s", cs->cb.other_host);
 	return 0;
 }
 
