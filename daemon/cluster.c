@@ -103,6 +103,13 @@
  * lease is believed past its expiry. Demand is a rate over the last
  * interval, so nothing piles up while Redis is away.
  *
+ * Where Redis is. --cluster-redis names one Redis, one node of a Redis
+ * Cluster (the others learned from its redirections, and again after a
+ * failover), or the sentinels of a primary (asked at each connection, so
+ * a failover is followed at the reconnection it causes); any of them over
+ * TLS (OpenSSL beside hiredis, through a relay thread per connection).
+ * Each is described where it is done, below.
+ *
  * Who writes what. struct xchg: both threads, under x->lock. The
  * limiter's lease words: the loop only (resil_limit_lease_set's order).
  * struct cl_slot: the loop only.
@@ -154,7 +161,7 @@
 #define SLOTS		16384 /* Redis Cluster hash slots */
 #define PEND_MAX	4     /* commands per policy in one round */
 #define REDIRECTS_MAX	3
-#define SENTINELS_MAX	8
+#define SENTINELS_MAX		8
 #define SENTINEL_BACKOFF_MAX_NS RESIL_NS_PER_S /* a failover is a few seconds */
 
 /*
@@ -417,10 +424,10 @@ struct resild_cluster {
 			     * found last, the thread only) */
 	int port;
 	int db;
-	bool tls;		 /* rediss:// or --cluster-tls-ca */
-	char tls_name[256];	 /* --cluster-tls-server-name ("": each node's host) */
-	SSL_CTX *ssl;		 /* NULL: plain TCP */
-	bool sentinel;		 /* sentinel:// */
+	bool tls;		     /* rediss:// or --cluster-tls-ca */
+	char tls_name[256];	     /* --cluster-tls-server-name ("": each node's host) */
+	SSL_CTX *ssl;		     /* NULL: plain TCP */
+	bool sentinel;		     /* sentinel:// */
 	char master[RESIL_NAME_MAX]; /* the name the sentinels know the primary by */
 	struct cl_node sentinels[SENTINELS_MAX];
 	uint32_t nsentinels;
@@ -484,8 +491,7 @@ int resild_cluster_parse_fallback(const char *s, int *ret)
 
 /* "host[:port]" of n bytes at p into host and *port (defport when none);
  * false: not one. IPv6 in brackets: [::1]:6379. */
-static bool parse_hostport(const char *p, size_t n, char *host, size_t hlen, int *port,
-			   int defport)
+static bool parse_hostport(const char *p, size_t n, char *host, size_t hlen, int *port, int defport)
 {
 	const char *colon = NULL, *h = p;
 	size_t hn;
@@ -572,8 +578,8 @@ static int parse_sentinel(struct resild_cluster *c, const char *url)
 	snprintf(c->master, sizeof(c->master), "%.*s", (int)(e ? e - name : (long)strlen(name)),
 		 name);
 	if (e && !parse_db(c, e))
-		return log_error_errno(-EINVAL,
-				       "--cluster-redis %s: the database is not a number", url);
+		return log_error_errno(-EINVAL, "--cluster-redis %s: the database is not a number",
+				       url);
 	c->sentinel = true;
 	return 0;
 bad:
@@ -587,7 +593,7 @@ bad:
  * or sentinel://host:port[,host:port...]/master[/db] */
 static int parse_url(struct resild_cluster *c, const char *url)
 {
-	const char *p;
+	const char *p, *rb;
 	size_t n;
 
 	if (strlen(url) >= sizeof(c->addr))
@@ -622,16 +628,17 @@ static int parse_url(struct resild_cluster *c, const char *url)
 				       "sentinel://HOST[:PORT][,...]/MASTER[/DB]",
 				       url);
 	}
-	n = *p == '[' && strchr(p, ']') ? (size_t)(strchr(p, ']') - p) + strcspn(strchr(p, ']'), "/")
-				       : strcspn(p, "/");
+	/* [v6]:port: its colons are not the port's */
+	rb = *p == '[' ? strchr(p, ']') : NULL;
+	n = rb ? (size_t)(rb - p) + strcspn(rb, "/") : strcspn(p, "/");
 	if (!parse_hostport(p, n, c->addr, sizeof(c->addr), &c->port, 6379))
 		return log_error_errno(-EINVAL,
 				       "--cluster-redis %s: expected a host name and a port "
 				       "1..65535",
 				       url);
 	if (!parse_db(c, p + n))
-		return log_error_errno(-EINVAL,
-				       "--cluster-redis %s: the database is not a number", url);
+		return log_error_errno(-EINVAL, "--cluster-redis %s: the database is not a number",
+				       url);
 	return 0;
 }
 
@@ -849,8 +856,7 @@ static int tls_init(struct resild_cluster *c, const struct resild_opts *o)
 	if (o->cluster_tls_server_name) {
 		if (!*o->cluster_tls_server_name ||
 		    strlen(o->cluster_tls_server_name) >= sizeof(c->tls_name))
-			return log_error_errno(-EINVAL,
-					       "--cluster-tls-server-name: 1 to %zu bytes",
+			return log_error_errno(-EINVAL, "--cluster-tls-server-name: 1 to %zu bytes",
 					       sizeof(c->tls_name) - 1);
 		snprintf(c->tls_name, sizeof(c->tls_name), "%s", o->cluster_tls_server_name);
 	}
@@ -926,7 +932,8 @@ static redisContext *tls_connect(struct resild_cluster *c, const char *host, int
 		if (v != X509_V_OK)
 			snprintf(err, elen, "TLS: the server's certificate is refused: %s (%s)",
 				 X509_verify_cert_error_string(v),
-				 v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH
+				 v == X509_V_ERR_HOSTNAME_MISMATCH ||
+					 v == X509_V_ERR_IP_ADDRESS_MISMATCH
 				     ? "--cluster-tls-server-name"
 				     : "--cluster-tls-ca");
 		else if (ERR_peek_error())
@@ -1031,10 +1038,10 @@ static bool sentinel_discover(struct resild_cluster *c, struct timeval tv, char 
 			return true;
 		}
 		snprintf(err, elen, "sentinel %s:%d: %s", s->addr, s->port,
-			 !r				  ? rc->errstr
+			 !r				? rc->errstr
 			 : r->type == REDIS_REPLY_ERROR ? r->str
-			 : r->type == REDIS_REPLY_NIL	  ? "no such master"
-							  : "an answer that cannot be read");
+			 : r->type == REDIS_REPLY_NIL	? "no such master"
+							: "an answer that cannot be read");
 		if (r)
 			freeReplyObject(r);
 		redisFree(rc);
@@ -1710,9 +1717,9 @@ static void *cluster_main(void *arg)
 				/* full jitter over [backoff/2, backoff] */
 				retry_at = mono_ns() + backoff / 2 +
 					   (int64_t)(rnd_next(c) % (uint64_t)(backoff / 2 + 1));
-				backoff = resil_min64(backoff * 2, c->sentinel
-									? SENTINEL_BACKOFF_MAX_NS
-									: BACKOFF_MAX_NS);
+				backoff =
+				    resil_min64(backoff * 2, c->sentinel ? SENTINEL_BACKOFF_MAX_NS
+									 : BACKOFF_MAX_NS);
 			}
 		}
 		if (c->rc) {

@@ -1325,7 +1325,7 @@ static struct cluster_status *cluster_status(struct resild *d)
 	if (!d->cluster)
 		return NULL;
 	cs = calloc(1, sizeof(*cs) + cap * (sizeof(Resil__ClusterPolicy *) +
-					     sizeof(Resil__ClusterPolicy) + sizeof(cs->hosts[0])));
+					    sizeof(Resil__ClusterPolicy) + sizeof(cs->hosts[0])));
 	if (!cs)
 		return NULL;
 	cs->hosts = (void *)((Resil__ClusterPolicy *)(cs->pp + cap) + cap);

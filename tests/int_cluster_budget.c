@@ -111,7 +111,7 @@ static bool ratio_seen(void)
 /* resilctl status (--json when json) on host h has want */
 static bool status_has(int h, bool json, const char *want)
 {
-	const char *argv[] = {RESILCTL_PATH, "--socket", hd[h].sock, "status",
+	const char *argv[] = {RESILCTL_PATH,	      "--socket", hd[h].sock, "status",
 			      json ? "--json" : NULL, NULL};
 	static char out[65536];
 

@@ -161,8 +161,8 @@ static bool role_is(int n, const char *role)
 static bool replica_synced(int n)
 {
 	redisReply *r = cmd(n, "INFO replication");
-	bool ok = r && r->type == REDIS_REPLY_STRING &&
-		  strstr(r->str, "master_link_status:up") != NULL;
+	bool ok =
+	    r && r->type == REDIS_REPLY_STRING && strstr(r->str, "master_link_status:up") != NULL;
 
 	if (r)
 		freeReplyObject(r);
@@ -258,7 +258,8 @@ int main(void)
 	}
 	for (int h = 0; h < HOSTS; h++) {
 		CHECK(test_cluster_host(&hd[h], url, cname, h, NULL) == 0 &&
-			  resil_open(&cl[h], hd[h].sock) == 0 && resil_define(cl[h], "g", GCONF) == 0,
+			  resil_open(&cl[h], hd[h].sock) == 0 &&
+			  resil_define(cl[h], "g", GCONF) == 0,
 		      "host %c starts", 'A' + h);
 	}
 	if (test_failures) {
@@ -267,7 +268,8 @@ int main(void)
 	}
 	want = 100000;
 	want_node = PRIMARY;
-	CHECK(TEST_EVENTUALLY(synced()), "the budget is full everywhere, its bucket on the primary");
+	CHECK(TEST_EVENTUALLY(synced()),
+	      "the budget is full everywhere, its bucket on the primary");
 	fail_on(0, 10);
 	want = 90000;
 	CHECK(TEST_EVENTUALLY(synced()), "10 failures on A seen by B, the bucket at 90 (%lld)",

@@ -56,8 +56,7 @@ static long long cli_num(const char *args)
 	FILE *f;
 
 	snprintf(cmd, sizeof(cmd),
-		 "redis-cli --tls --cacert '%s' -h 127.0.0.1 -p %d %s 2>/dev/null", ca, port,
-		 args);
+		 "redis-cli --tls --cacert '%s' -h 127.0.0.1 -p %d %s 2>/dev/null", ca, port, args);
 	f = popen(cmd, "r");
 	if (!f)
 		return -1;
