@@ -827,6 +827,16 @@ static void *relay_main(void *arg)
 	return NULL;
 }
 
+/* Why OpenSSL refused the last call: its reason, else errno's. */
+static const char *ssl_why(void)
+{
+	int e = errno;
+	const char *r = ERR_reason_error_string(ERR_peek_last_error());
+
+	ERR_clear_error();
+	return r ? r : e ? strerror(e) : "unknown reason";
+}
+
 static int tls_init(struct resild_cluster *c, const struct resild_opts *o)
 {
 	c->ssl = SSL_CTX_new(TLS_client_method());
@@ -834,11 +844,12 @@ static int tls_init(struct resild_cluster *c, const struct resild_opts *o)
 		return log_error_errno(-ENOMEM, "cluster: TLS: out of memory");
 	SSL_CTX_set_min_proto_version(c->ssl, TLS1_2_VERSION);
 	SSL_CTX_set_verify(c->ssl, SSL_VERIFY_PEER, NULL);
+	errno = 0;
 	if (o->cluster_tls_ca ? SSL_CTX_load_verify_locations(c->ssl, o->cluster_tls_ca, NULL) != 1
 			      : SSL_CTX_set_default_verify_paths(c->ssl) != 1)
 		return log_error_errno(-EINVAL, "--cluster-tls-ca %s: cannot load: %s",
 				       o->cluster_tls_ca ? o->cluster_tls_ca : "(system default)",
-				       ERR_reason_error_string(ERR_get_error()));
+				       ssl_why());
 	if (!o->cluster_tls_cert != !o->cluster_tls_key)
 		return log_error_errno(-EINVAL,
 				       "--cluster-tls-cert and --cluster-tls-key go together");
@@ -846,13 +857,13 @@ static int tls_init(struct resild_cluster *c, const struct resild_opts *o)
 	    SSL_CTX_use_certificate_chain_file(c->ssl, o->cluster_tls_cert) != 1)
 		return log_error_errno(-EINVAL, "--cluster-tls-cert %s: cannot load: %s",
 				       o->cluster_tls_cert,
-				       ERR_reason_error_string(ERR_get_error()));
+				       ssl_why());
 	if (o->cluster_tls_key &&
 	    (SSL_CTX_use_PrivateKey_file(c->ssl, o->cluster_tls_key, SSL_FILETYPE_PEM) != 1 ||
 	     SSL_CTX_check_private_key(c->ssl) != 1))
 		return log_error_errno(-EINVAL, "--cluster-tls-key %s: cannot load: %s",
 				       o->cluster_tls_key,
-				       ERR_reason_error_string(ERR_get_error()));
+				       ssl_why());
 	if (o->cluster_tls_server_name) {
 		if (!*o->cluster_tls_server_name ||
 		    strlen(o->cluster_tls_server_name) >= sizeof(c->tls_name))
@@ -938,7 +949,7 @@ static redisContext *tls_connect(struct resild_cluster *c, const char *host, int
 				     : "--cluster-tls-ca");
 		else if (ERR_peek_error())
 			snprintf(err, elen, "TLS handshake: %s",
-				 ERR_reason_error_string(ERR_get_error()));
+				 ssl_why());
 		else
 			snprintf(err, elen, "TLS handshake: %s",
 				 errno ? strerror(errno) : "the server closed the connection");
