@@ -831,14 +831,28 @@ static void *relay_main(void *arg)
 static const char *ssl_why(void)
 {
 	int e = errno;
-	const char *r = ERR_reason_error_string(ERR_peek_last_error());
+	unsigned long f = ERR_peek_error(), l = ERR_peek_last_error();
+	const char *r = ERR_reason_error_string(l);
 
 	ERR_clear_error();
+	if (f && ERR_GET_LIB(f) == ERR_LIB_SYS) /* "system lib": its reason is an errno */
+		return strerror(ERR_GET_REASON(f));
 	return r ? r : e ? strerror(e) : "unknown reason";
 }
 
 static int tls_init(struct resild_cluster *c, const struct resild_opts *o)
 {
+	const char *const files[][2] = {{"--cluster-tls-ca", o->cluster_tls_ca},
+					{"--cluster-tls-cert", o->cluster_tls_cert},
+					{"--cluster-tls-key", o->cluster_tls_key}};
+
+	if (!o->cluster_tls_cert != !o->cluster_tls_key)
+		return log_error_errno(-EINVAL,
+				       "--cluster-tls-cert and --cluster-tls-key go together");
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+		if (files[i][1] && access(files[i][1], R_OK) < 0)
+			return log_error_errno(-errno, "%s %s: cannot read: %m", files[i][0],
+					       files[i][1]);
 	c->ssl = SSL_CTX_new(TLS_client_method());
 	if (!c->ssl)
 		return log_error_errno(-ENOMEM, "cluster: TLS: out of memory");
@@ -850,20 +864,15 @@ static int tls_init(struct resild_cluster *c, const struct resild_opts *o)
 		return log_error_errno(-EINVAL, "--cluster-tls-ca %s: cannot load: %s",
 				       o->cluster_tls_ca ? o->cluster_tls_ca : "(system default)",
 				       ssl_why());
-	if (!o->cluster_tls_cert != !o->cluster_tls_key)
-		return log_error_errno(-EINVAL,
-				       "--cluster-tls-cert and --cluster-tls-key go together");
 	if (o->cluster_tls_cert &&
 	    SSL_CTX_use_certificate_chain_file(c->ssl, o->cluster_tls_cert) != 1)
 		return log_error_errno(-EINVAL, "--cluster-tls-cert %s: cannot load: %s",
-				       o->cluster_tls_cert,
-				       ssl_why());
+				       o->cluster_tls_cert, ssl_why());
 	if (o->cluster_tls_key &&
 	    (SSL_CTX_use_PrivateKey_file(c->ssl, o->cluster_tls_key, SSL_FILETYPE_PEM) != 1 ||
 	     SSL_CTX_check_private_key(c->ssl) != 1))
 		return log_error_errno(-EINVAL, "--cluster-tls-key %s: cannot load: %s",
-				       o->cluster_tls_key,
-				       ssl_why());
+				       o->cluster_tls_key, ssl_why());
 	if (o->cluster_tls_server_name) {
 		if (!*o->cluster_tls_server_name ||
 		    strlen(o->cluster_tls_server_name) >= sizeof(c->tls_name))
@@ -948,8 +957,7 @@ static redisContext *tls_connect(struct resild_cluster *c, const char *host, int
 				     ? "--cluster-tls-server-name"
 				     : "--cluster-tls-ca");
 		else if (ERR_peek_error())
-			snprintf(err, elen, "TLS handshake: %s",
-				 ssl_why());
+			snprintf(err, elen, "TLS handshake: %s", ssl_why());
 		else
 			snprintf(err, elen, "TLS handshake: %s",
 				 errno ? strerror(errno) : "the server closed the connection");

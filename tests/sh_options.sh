@@ -91,7 +91,7 @@ cl 'sentinel://h:1: expected sentinel://HOST' --cluster-redis sentinel://h:1
 cl 'sentinel://h/m/x: the database is not a number' --cluster-redis sentinel://h/m/x
 cl 'rediss://: expected a host name and a port 1..65535' --cluster-redis rediss://
 cl '--cluster-redis: no credentials in the URL' --cluster-redis redis://u:p@h
-cl "--cluster-tls-ca $tmp/none.pem: cannot load: " --cluster-redis rediss://h --cluster-tls-ca "$tmp/none.pem"
+cl "--cluster-tls-ca $tmp/none.pem: cannot read: No such file or directory" --cluster-redis rediss://h --cluster-tls-ca "$tmp/none.pem"
 cl '--cluster-tls-cert and --cluster-tls-key go together' --cluster-redis redis://h --cluster-tls-cert "$tmp/none.pem"
 cl '--cluster-tls-\*: not over a unix socket' --cluster-redis unix:/x --cluster-tls-server-name h
 "$RESILD" --foreground --socket "$tmp/sock" --config "$conf" --policies 200 2>"$tmp/resild.log" &
