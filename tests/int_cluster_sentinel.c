@@ -3,7 +3,8 @@
  * int_cluster_sentinel.c - global policies through Redis Sentinel: a
  * primary, its replica and a sentinel (redis-server --sentinel, quorum 1,
  * down-after 1 s), all on 127.0.0.1 at ports derived from the pid, and
- * two resild hosts given only the sentinel (sentinel://.../MASTER).
+ * two resild hosts given only the sentinels (sentinel://.../MASTER: one
+ * that is not listening, then the real one).
  *
  * A global gRPC budget: failures on host A reach host B through the
  * primary the sentinel names. The primary is killed once its replica
@@ -245,7 +246,9 @@ int main(void)
 		port[n] = 10000 + (int)(getpid() % 3000) * 3 + n;
 	snprintf(cname, sizeof(cname), "se%d", (int)getpid());
 	snprintf(master, sizeof(master), "m%d", (int)getpid());
-	snprintf(url, sizeof(url), "sentinel://127.0.0.1:%d/%s", port[SENTINEL], master);
+	/* a sentinel that is not there first: the next one answers */
+	snprintf(url, sizeof(url), "sentinel://127.0.0.1:1,127.0.0.1:%d/%s", port[SENTINEL],
+		 master);
 
 	CHECK(start(PRIMARY, -1) == 0 && TEST_EVENTUALLY(up(PRIMARY)), "the primary starts");
 	CHECK(start(REPLICA, PRIMARY) == 0 && TEST_EVENTUALLY(up(REPLICA)), "the replica starts");
