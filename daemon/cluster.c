@@ -764,10 +764,11 @@ struct relay {
 	int tcp, sp;
 };
 
-static bool write_all(int fd, const char *p, size_t n)
+/* all of p to the socket fd; false: its reader is gone (no SIGPIPE) */
+static bool send_all(int fd, const char *p, size_t n)
 {
 	while (n) {
-		ssize_t w = write(fd, p, n);
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
 
 		if (w < 0 && errno == EINTR)
 			continue;
@@ -810,7 +811,7 @@ static void *relay_main(void *arg)
 		if (pf[1].revents) {
 			n = SSL_read(r->ssl, buf, sizeof(buf));
 			if (n > 0) {
-				if (!write_all(r->sp, buf, (size_t)n))
+				if (!send_all(r->sp, buf, (size_t)n))
 					break;
 			} else {
 				int e = SSL_get_error(r->ssl, n);
