@@ -163,6 +163,7 @@
 #define REDIRECTS_MAX	3
 #define SENTINELS_MAX		8
 #define SENTINEL_BACKOFF_MAX_NS RESIL_NS_PER_S /* a failover is a few seconds */
+#define SENTINEL_RECHECK_NS	RESIL_NS_PER_S /* the sentinels asked again while connected */
 
 /*
  * KEYS[1] the policy's lease hash. ARGV: host, demand per second, rate per
@@ -431,6 +432,7 @@ struct resild_cluster {
 	char master[RESIL_NAME_MAX]; /* the name the sentinels know the primary by */
 	struct cl_node sentinels[SENTINELS_MAX];
 	uint32_t nsentinels;
+	int64_t sentinel_at; /* when the sentinels are asked again (the thread's) */
 	int64_t interval_ns;
 	int fallback;
 	uint32_t cap; /* slots */
@@ -1030,6 +1032,14 @@ static redisContext *tcp_connect(struct resild_cluster *c, const char *host, int
  * connection (next_reply), and the reconnection asks the sentinels again.
  * The backoff is capped at SENTINEL_BACKOFF_MAX_NS there: a failover takes
  * seconds, and asking a sentinel is cheap.
+ * A failover by hand (SENTINEL FAILOVER) leaves the old primary up and
+ * taking writes until the sentinels reconfigure it, 10 s later: its
+ * connection never fails. So while connected the thread asks the
+ * sentinels again every SENTINEL_RECHECK_NS (sentinel_recheck) and moves
+ * to the primary they name. What it wrote meanwhile on the old one is
+ * lost with that node's resync; the reports are totals since the host
+ * started (cluster_budget.c), so the next report to the new primary puts
+ * it back.
  */
 static bool sentinel_discover(struct resild_cluster *c, struct timeval tv, char *err, size_t elen)
 {
@@ -1067,6 +1077,28 @@ static bool sentinel_discover(struct resild_cluster *c, struct timeval tv, char 
 		redisFree(rc);
 	}
 	return false;
+}
+
+/* While connected: do the sentinels name another primary now? Then close,
+ * and the reconnection goes there. Sentinels out of reach keep the
+ * connection as it is. */
+static void sentinel_recheck(struct resild_cluster *c)
+{
+	char addr[sizeof(c->addr)], err[256], w[URL_MAX + 16];
+	struct timeval tv = {.tv_sec = 0, .tv_usec = 200 * 1000};
+	int port = c->port;
+
+	memcpy(addr, c->addr, sizeof(addr));
+	if (!sentinel_discover(c, tv, err, sizeof(err))) {
+		memcpy(c->addr, addr, sizeof(addr));
+		c->port = port;
+		return;
+	}
+	if (c->port == port && strcmp(c->addr, addr) == 0)
+		return;
+	log_notice("cluster: the sentinels name %s for %s now (was %s:%d): reconnecting",
+		   where(c, w, sizeof(w)), c->master, addr, port);
+	disconnect(c);
 }
 
 /* Is the node c->rc is connected to a primary? false: logged, closed. */
@@ -1741,6 +1773,12 @@ static void *cluster_main(void *arg)
 				    resil_min64(backoff * 2, c->sentinel ? SENTINEL_BACKOFF_MAX_NS
 									 : BACKOFF_MAX_NS);
 			}
+		}
+		if (c->rc && c->sentinel && mono_ns() >= c->sentinel_at) {
+			c->sentinel_at = mono_ns() + SENTINEL_RECHECK_NS;
+			sentinel_recheck(c);
+			if (!c->rc && connect_redis(c))
+				backoff = c->interval_ns;
 		}
 		if (c->rc) {
 			exchange(c);
