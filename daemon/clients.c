@@ -562,6 +562,8 @@ static bool stray_id(uint32_t id, void *ctx)
 		d->clients->stats.unregistered_held++;
 		return false;
 	}
+	if (id == RESIL_BULKHEAD_PARKED)
+		return false; /* the cluster's parking of a global bulkhead */
 	/* the slot was loaded before this row: see "Stray claims" */
 	return id > d->clients->cap || ld_acquire(&resil_seg_client(&d->seg, id - 1)->owner) == 0;
 }
