@@ -475,6 +475,13 @@ static void add_cluster_stats(struct resild *d, const struct resil_rec *rec, str
 		add_stat(in, n, "cluster_demand_milli", llround(cp.demand * 1000.0));
 		add_stat(in, n, "cluster_hosts", cp.hosts);
 	}
+	if (cp.bulkhead) {
+		add_stat(in, n, "cluster_slots", cp.slots);
+		add_stat(in, n, "cluster_slots_max", cp.max);
+		add_stat(in, n, "cluster_slots_parked", cp.parked);
+		add_stat(in, n, "cluster_slots_lease_ms", cp.slots_lease_ns / RESIL_NS_PER_MS);
+		add_stat(in, n, "cluster_slots_hosts", cp.slots_hosts);
+	}
 	if (cp.breaker) {
 		add_stat(in, n, "cluster_fleet", cp.fleet);
 		add_stat(in, n, "cluster_fleet_open", (int64_t)cp.fleet_open);
@@ -1304,6 +1311,11 @@ static int cluster_policy_one(const struct resil_seg *s, uint32_t slot, const st
 	p->fleet = (char *)(cp.fleet == 2 ? "probing" : cp.fleet ? "open" : "closed");
 	p->fleet_open = cp.fleet_open;
 	p->fleet_calls = cp.fleet_calls < 0 ? 0 : (uint64_t)cp.fleet_calls;
+	p->bulkhead = cp.bulkhead;
+	p->slots = cp.slots;
+	p->slots_max = cp.max;
+	p->slots_lease_ms = cp.slots_lease_ns / RESIL_NS_PER_MS;
+	p->parked = cp.parked;
 	cs->pp[cs->n++] = p;
 	return 0;
 }
