@@ -1900,6 +1900,9 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 	    "# TYPE resil_cluster_demand gauge\n"
 	    "# HELP resil_cluster_hosts Hosts present in the policy's last lease.\n"
 	    "# TYPE resil_cluster_hosts gauge\n"
+	    "# HELP resil_cluster_early_calls_total Lease calls between intervals (a demand "
+	    "rise, an acknowledgement).\n"
+	    "# TYPE resil_cluster_early_calls_total counter\n"
 	    "# HELP resil_cluster_fallbacks_total Leases that expired unrenewed.\n"
 	    "# TYPE resil_cluster_fallbacks_total counter\n"
 	    "# HELP resil_cluster_breaker_opens_total Fleet-wide opens that opened the "
@@ -1934,10 +1937,12 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 		    "resil_cluster_lease_seconds{policy=\"%s\"} %.3f\n"
 		    "resil_cluster_demand{policy=\"%s\"} %.3f\n"
 		    "resil_cluster_hosts{policy=\"%s\"} %u\n"
-		    "resil_cluster_fallbacks_total{policy=\"%s\"} %llu\n",
+		    "resil_cluster_fallbacks_total{policy=\"%s\"} %llu\n"
+		    "resil_cluster_early_calls_total{policy=\"%s\"} %llu\n",
 		    name, cs->applied ? cs->share : 0.0, name,
 		    cs->expiry_ns ? (double)(cs->expiry_ns - now) / 1e9 : 0.0, name, cs->demand,
-		    name, cs->hosts, name, (unsigned long long)cs->fallbacks);
+		    name, cs->hosts, name, (unsigned long long)cs->fallbacks, name,
+		    (unsigned long long)cs->early);
 	}
 #undef PUT
 	return n;
