@@ -1503,6 +1503,7 @@ struct tick_ctx {
 	int64_t now;
 	bool post;
 	bool early; /* this policy posts an early lease call (tick_limit says) */
+	bool grant; /* and it asks for a lease (else: an acknowledgement only) */
 	bool limiters; /* a global limiter was seen: sample its demand */
 };
 
@@ -1554,7 +1555,7 @@ static void tick_early(struct tick_ctx *t, struct cl_slot *cs, const struct xans
 			cs->demand = sub;
 			cs->asks = EARLY_ASKS;
 			cs->waiting = false;
-			t->early = true;
+			t->early = t->grant = true;
 			up = false;
 		}
 		cs->rise = up;
@@ -1562,7 +1563,7 @@ static void tick_early(struct tick_ctx *t, struct cl_slot *cs, const struct xans
 	if (!t->early && cs->waiting && cs->asks > 0) {
 		cs->asks--;
 		cs->waiting = false; /* until the answer says so again */
-		t->early = true;
+		t->early = t->grant = true;
 	}
 	if (cs->ack_due)
 		t->early = true;
@@ -1631,7 +1632,7 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 	q->demand = cs->demand;
 	q->applied = cs->applied;
 	/* an acknowledgement alone when it is the only reason to call */
-	q->ack = t->early && cs->ack_due && !cs->rise && cs->asks == 0;
+	q->ack = t->early && !t->grant;
 	if (t->early) {
 		cs->ack_due = false;
 		cs->early++;
@@ -1769,7 +1770,7 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	c->ans[slot].cb.conf_fresh = false;
 	c->ans[slot].bh.fresh = false;
 	pthread_mutex_unlock(&c->lock);
-	t->early = false;
+	t->early = t->grant = false;
 	if (lim)
 		tick_limit(t, s, rec, cs, &a, &q);
 	if (bk)
