@@ -909,7 +909,7 @@ static void run_simple(resil_t *r, const char *group, struct simple_group *g)
 			void *st = atomic_load(&x->p->lean_st);
 
 			if (st)
-				resil_bulkhead_lease_set(st, INT64_MAX, 0);
+				resil_bulkhead_lease_set(st, INT64_MAX, 25, 0);
 			if (!st || resil_acquire(x->p, &pm) != RESIL_ADMIT) {
 				fprintf(stderr, "%s: no lease set\n", c->name);
 				continue;

@@ -12,13 +12,13 @@
  * met is split evenly, as headroom), never more than max minus what the
  * other hosts hold.
  *
- * The hot path is a host bulkhead's (shm/bulkhead.c, "Global scope"): the
- * daemon parks the slots its host may not use (a claim with the id
- * RESIL_BULKHEAD_PARKED, which no client releases and no reclaim or sweep
- * frees), so clients count the host's share with the slots they already
- * count. A share that grows unparks slots at once; one that shrinks parks
- * the free slots at once and the others as their calls end: a running
- * call is never revoked.
+ * The hot path is a host bulkhead's over the first `share` slots
+ * (shm/bulkhead.c, "Global scope"), and the daemon parks the slots above
+ * (a claim with the id RESIL_BULKHEAD_PARKED, which no client releases
+ * and no reclaim or sweep frees while the policy is global). A share that
+ * grows unparks slots at once; one that shrinks parks the free slots
+ * above it at once and the others as their calls end (no client claims
+ * above the share): a running call is never revoked.
  *
  * The invariant (sum over hosts of what each may hold <= max). What a
  * host holds, for the script, is the larger of its largest live lease and
@@ -180,7 +180,9 @@ void resild_cbh_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		parked = resil_bulkhead_park(bc, st, max - cs->share, &busy);
 	else
 		parked = resil_bulkhead_park(bc, st, UINT32_MAX, &busy);
-	resil_bulkhead_lease_set(st, cs->applied ? cs->expiry_ns : 0, fb);
+	/* 1 until the first lease: past, so the fallback (0 would mean no
+	 * cluster at all: a host bulkhead) */
+	resil_bulkhead_lease_set(st, cs->applied ? cs->expiry_ns : 1, cs->share, fb);
 	if (cs->in_lease && now >= cs->expiry_ns) {
 		cs->fallbacks++;
 		resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_FALLBACK, 0, 0,

@@ -109,17 +109,20 @@
  * admission: the slots bound the total.
  *
  * Global scope (policy.scope = global, scan regime only: conf.c). The
- * fleet's bulkhead.max is leased to hosts (daemon/cluster_bulkhead.c); the
- * daemon parks the slots its host may not use (CAS 0 -> PARKED on a free
- * slot, from the top; PARKED -> 0 to give them back, from the bottom), so
- * a client claims at most the host's share with the hot path it always
- * had: a parked slot is a taken slot. A slot held by a call is never
- * revoked: the daemon parks it once it is freed, and reports meanwhile
- * that its host still uses it. The lease's end sits in line 2
- * (lease_expiry_ns, written by the daemon after parking, release; clients
- * load it, acquire, with the coarse clock: one load of a line written
- * once per interval and a vDSO read, the only cost over a host bulkhead).
- * Past it (the daemon is stopped, dead, or cannot reach Redis) a client
+ * fleet's bulkhead.max is leased to hosts (daemon/cluster_bulkhead.c).
+ * Under a live lease of S slots a client claims only slots below S (the
+ * scan claim over the first S slots: lease_slots); the daemon parks the
+ * slots above (CAS 0 -> PARKED on a free one; PARKED -> 0 below S when
+ * the share grows), so what a host may hold is visible in its slots. A
+ * slot held by a call is never revoked: above S it drains (its release
+ * frees a slot no client of this host claims again, and the daemon parks
+ * it), and the daemon reports meanwhile that its host still holds it. The
+ * lease sits in line 2 (lease_slots, then lease_expiry_ns last, release;
+ * clients load the expiry, acquire, with the coarse clock, and then the
+ * slots: loads of a line written once per interval and a vDSO read, the
+ * only cost over a host bulkhead).
+ * A block no daemon has leased (expiry 0: no --cluster-redis) is a host
+ * bulkhead. Past it (the daemon is stopped, dead, or cannot reach Redis) a client
  * claims only slots below fallback_slots, free or parked alike (CAS 0 or
  * PARKED -> id): the configured fallback (the fleet's max over the hosts
  * last seen, all of it, or none) whatever the parked slots say. Its
@@ -784,8 +787,17 @@ static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_s
 	 * for this lease is seen with it */
 	int64_t exp = (int64_t)ld_acquire(&s->lease_expiry_ns);
 
-	if (RESIL_LIKELY(resil_clock_now_coarse(&x->clock) < exp))
-		return scan_claim(s, n, id);
+	if (RESIL_LIKELY(resil_clock_now_coarse(&x->clock) < exp)) {
+		/* only below the share: slots above it drain (a call that
+		 * ends there frees a slot nobody takes; the daemon parks it) */
+		uint32_t lim = ld_relaxed(&s->lease_slots);
+
+		if (RESIL_UNLIKELY(lim < n))
+			n = lim;
+		return n ? scan_claim(s, n, id) : 0;
+	}
+	if (exp == 0)
+		return scan_claim(s, n, id); /* no daemon ever leased it */
 	return fallback_claim(s, n, id);
 }
 
@@ -810,14 +822,14 @@ uint32_t resil_bulkhead_park(const struct resil_bulkhead_conf *c, void *st, uint
 		return parked; /* a count only */
 	if (target > n)
 		target = n;
-	for (uint32_t i = n; i-- > 0 && parked < target;) {
+	for (uint32_t i = n; i-- > n - target;) {
 		uint32_t exp = 0;
 
-		if (ld_relaxed(scan_slot(s, i)) == 0 && cas_acq_rel(scan_slot(s, i), &exp,
-								    RESIL_BULKHEAD_PARKED))
+		if (ld_relaxed(scan_slot(s, i)) == 0 &&
+		    cas_acq_rel(scan_slot(s, i), &exp, RESIL_BULKHEAD_PARKED))
 			parked++;
 	}
-	for (uint32_t i = 0; i < n && parked > target; i++) {
+	for (uint32_t i = 0; i < n - target; i++) {
 		uint32_t exp = RESIL_BULKHEAD_PARKED;
 
 		if (ld_relaxed(scan_slot(s, i)) == RESIL_BULKHEAD_PARKED &&
@@ -830,10 +842,11 @@ uint32_t resil_bulkhead_park(const struct resil_bulkhead_conf *c, void *st, uint
 	return parked;
 }
 
-void resil_bulkhead_lease_set(void *st, int64_t expiry_ns, uint32_t fallback_slots)
+void resil_bulkhead_lease_set(void *st, int64_t expiry_ns, uint32_t slots, uint32_t fallback_slots)
 {
 	struct resil_bulkhead_state *s = st;
 
+	st_relaxed(&s->lease_slots, slots);
 	st_relaxed(&s->fallback_slots, fallback_slots);
 	/* last, release: pairs with global_claim's acquire */
 	atomic_store_explicit(&s->lease_expiry_ns, (uint64_t)expiry_ns, memory_order_release);
