@@ -16,7 +16,7 @@ build=${BUILD_DIR:-$top/build}
 jobs=${JOBS:-$(nproc)}
 
 packages=(build-essential cmake pkg-config liburing-dev libprotobuf-c-dev protobuf-c-compiler
-	libsystemd-dev libcmocka-dev libinih-dev libmicrohttpd-dev libhiredis-dev redis-server
+	libsystemd-dev libcmocka-dev libinih-dev libmicrohttpd-dev libhiredis-dev libssl-dev redis-server
 	systemd valgrind strace clang libclang-rt-14-dev gnuplot-nox tmux gcc-multilib
 	python3 python3-prometheus-client prometheus scdoc man-db bsdextrautils
 	systemd-container

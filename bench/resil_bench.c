@@ -1726,7 +1726,10 @@ static int which_clock(void)
 	while (mono_ns() - t0 < 20 * NS_PER_MS && !resil_clock_fast_tsc())
 		sink += (uint64_t)resil_clock_fast();
 	if (resil_clock_fast_tsc())
-		printf("TSC, extrapolated to CLOCK_MONOTONIC (shm/clock.c)\n");
+		printf("TSC, extrapolated to CLOCK_MONOTONIC (shm/clock.c)%s\n",
+		       env && strcmp(env, "tsc") == 0
+			   ? "; forced by RESIL_CLOCK=tsc: the kernel's clocksource is not the TSC"
+			   : "");
 	else
 		printf("clock_gettime(CLOCK_MONOTONIC) (no usable TSC%s)\n",
 		       env && strcmp(env, "monotonic") == 0 ? ": RESIL_CLOCK=monotonic"

@@ -1283,6 +1283,11 @@ static void status_cluster_json(const Resil__ClusterStatus *c)
 			printf(",\"fleet_open\":%" PRIu64 ",\"fleet_calls\":%" PRIu64,
 			       p->fleet_open, p->fleet_calls);
 		}
+		printf(",\"conflicts\":%u", p->conflicts);
+		if (p->conflicts) {
+			printf(",\"conflict_host\":");
+			json_str(stdout, p->conflict_host);
+		}
 		if (p->bulkhead)
 			printf(",\"slots\":%u,\"slots_max\":%u,\"slots_lease_ms\":%" PRId64
 			       ",\"parked\":%u",
@@ -1321,6 +1326,9 @@ static void status_cluster_text(const Resil__ClusterStatus *c)
 			printf("  %-16s fleet breaker %s (opens %" PRIu64 "), %" PRIu64
 			       " calls in the fleet's window\n",
 			       p->name, p->fleet, p->fleet_open, p->fleet_calls);
+		if (p->conflicts)
+			printf("  %-16s CONFLICT: host %s%s runs it with another configuration\n",
+			       p->name, p->conflict_host, p->conflicts > 1 ? " (and more)" : "");
 		if (p->bulkhead)
 			printf("  %-16s bulkhead %u slots of %u, lease %s %" PRId64
 			       " ms, %u parked\n",

@@ -109,6 +109,13 @@
  * lease is believed past its expiry. Demand is a rate over the last
  * interval, so nothing piles up while Redis is away.
  *
+ * Where Redis is. --cluster-redis names one Redis, one node of a Redis
+ * Cluster (the others learned from its redirections, and again after a
+ * failover), or the sentinels of a primary (asked at each connection, so
+ * a failover is followed at the reconnection it causes); any of them over
+ * TLS (OpenSSL beside hiredis, through a relay thread per connection).
+ * Each is described where it is done, below.
+ *
  * Who writes what. struct xchg (req, ereq, ans, the kicks): both
  * threads, under x->lock. The
  * limiter's lease words: the loop only (resil_limit_lease_set's order).
@@ -130,7 +137,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
 #include <hiredis/hiredis.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "breaker.h"
 #include "bulkhead.h"
@@ -155,6 +172,8 @@
 #define SLOTS		16384 /* Redis Cluster hash slots */
 #define PEND_MAX	4     /* commands per policy in one round */
 #define REDIRECTS_MAX	3
+#define SENTINELS_MAX		8
+#define SENTINEL_BACKOFF_MAX_NS RESIL_NS_PER_S /* a failover is a few seconds */
 
 /*
  * KEYS[1] the policy's lease hash. ARGV: host, demand per second, rate per
@@ -443,9 +462,17 @@ struct resild_cluster {
 	char password[256];
 	bool have_password;
 	bool unix_sock;
-	char addr[URL_MAX]; /* host name or socket path */
+	char addr[URL_MAX]; /* host name or socket path (sentinel: the primary
+			     * found last, the thread only) */
 	int port;
 	int db;
+	bool tls;		     /* rediss:// or --cluster-tls-ca */
+	char tls_name[256];	     /* --cluster-tls-server-name ("": each node's host) */
+	SSL_CTX *ssl;		     /* NULL: plain TCP */
+	bool sentinel;		     /* sentinel:// */
+	char master[RESIL_NAME_MAX]; /* the name the sentinels know the primary by */
+	struct cl_node sentinels[SENTINELS_MAX];
+	uint32_t nsentinels;
 	int64_t interval_ns;
 	int fallback;
 	uint32_t cap; /* slots */
@@ -508,14 +535,120 @@ int resild_cluster_parse_fallback(const char *s, int *ret)
 	return 0;
 }
 
-/* redis://host[:port][/db] or unix:/path (unix:///path too) */
+/* "host[:port]" of n bytes at p into host and *port (defport when none);
+ * false: not one. IPv6 in brackets: [::1]:6379. */
+static bool parse_hostport(const char *p, size_t n, char *host, size_t hlen, int *port, int defport)
+{
+	const char *colon = NULL, *h = p;
+	size_t hn;
+	char num[8], *end;
+	long v;
+
+	if (n && *p == '[') {
+		const char *rb = memchr(p, ']', n);
+
+		if (!rb)
+			return false;
+		h = p + 1;
+		hn = (size_t)(rb - h);
+		if (rb + 1 < p + n) {
+			if (rb[1] != ':')
+				return false;
+			colon = rb + 1;
+		}
+	} else {
+		colon = memchr(p, ':', n);
+		hn = colon ? (size_t)(colon - p) : n;
+	}
+	if (hn == 0 || hn >= hlen)
+		return false;
+	memcpy(host, h, hn);
+	host[hn] = '\0';
+	*port = defport;
+	if (colon) {
+		size_t pn = (size_t)(p + n - colon - 1);
+
+		if (pn == 0 || pn >= sizeof(num))
+			return false;
+		memcpy(num, colon + 1, pn);
+		num[pn] = '\0';
+		v = strtol(num, &end, 10);
+		if (*end || v < 1 || v > 65535)
+			return false;
+		*port = (int)v;
+	}
+	return true;
+}
+
+/* "/DB" (or nothing) at p into c->db; false: not a number. */
+static bool parse_db(struct resild_cluster *c, const char *p)
+{
+	char *end;
+	long v;
+
+	if (!*p || (*p == '/' && !p[1]))
+		return true;
+	if (*p != '/')
+		return false;
+	v = strtol(p + 1, &end, 10);
+	if (end == p + 1 || *end || v < 0 || v > 1000000)
+		return false;
+	c->db = (int)v;
+	return true;
+}
+
+/* sentinel://h:p[,h:p...]/MASTER[/DB]: the sentinels and the master's name */
+static int parse_sentinel(struct resild_cluster *c, const char *url)
+{
+	const char *p = url + 11, *slash = strchr(p, '/'), *name, *e;
+
+	if (!slash || slash == p)
+		goto bad;
+	while (p < slash) {
+		const char *comma = memchr(p, ',', (size_t)(slash - p));
+		size_t n = comma ? (size_t)(comma - p) : (size_t)(slash - p);
+		struct cl_node *s = &c->sentinels[c->nsentinels];
+
+		if (c->nsentinels == SENTINELS_MAX)
+			return log_error_errno(-EINVAL, "--cluster-redis %s: at most %d sentinels",
+					       url, SENTINELS_MAX);
+		if (!parse_hostport(p, n, s->addr, sizeof(s->addr), &s->port, 26379))
+			goto bad;
+		c->nsentinels++;
+		p += n + (comma ? 1 : 0);
+	}
+	name = slash + 1;
+	e = strchr(name, '/');
+	if (e == name || !*name || (size_t)(e ? e - name : (long)strlen(name)) >= sizeof(c->master))
+		goto bad;
+	snprintf(c->master, sizeof(c->master), "%.*s", (int)(e ? e - name : (long)strlen(name)),
+		 name);
+	if (e && !parse_db(c, e))
+		return log_error_errno(-EINVAL, "--cluster-redis %s: the database is not a number",
+				       url);
+	c->sentinel = true;
+	return 0;
+bad:
+	return log_error_errno(-EINVAL,
+			       "--cluster-redis %s: expected "
+			       "sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER[/DB]",
+			       url);
+}
+
+/* redis://host[:port][/db], rediss:// (TLS), unix:/path (unix:///path too)
+ * or sentinel://host:port[,host:port...]/master[/db] */
 static int parse_url(struct resild_cluster *c, const char *url)
 {
-	const char *p;
-	char *end;
+	const char *p, *rb;
+	size_t n;
 
 	if (strlen(url) >= sizeof(c->addr))
 		return log_error_errno(-EINVAL, "--cluster-redis: the URL is too long");
+	if (strchr(url, '@'))
+		return log_error_errno(-EINVAL,
+				       "--cluster-redis: no credentials in the URL (the command "
+				       "line is visible to every user); use "
+				       "--cluster-password-file");
 	if (strncmp(url, "unix:", 5) == 0) {
 		p = url + 5;
 		if (strncmp(p, "//", 2) == 0)
@@ -527,42 +660,31 @@ static int parse_url(struct resild_cluster *c, const char *url)
 		snprintf(c->addr, sizeof(c->addr), "%s", p);
 		return 0;
 	}
-	if (strncmp(url, "redis://", 8) != 0)
+	if (strncmp(url, "sentinel://", 11) == 0)
+		return parse_sentinel(c, url);
+	if (strncmp(url, "rediss://", 9) == 0) {
+		c->tls = true;
+		p = url + 9;
+	} else if (strncmp(url, "redis://", 8) == 0) {
+		p = url + 8;
+	} else {
 		return log_error_errno(-EINVAL,
-				       "--cluster-redis %s: expected redis://HOST[:PORT][/DB] or "
-				       "unix:/PATH",
+				       "--cluster-redis %s: expected redis://HOST[:PORT][/DB], "
+				       "rediss://..., unix:/PATH or "
+				       "sentinel://HOST[:PORT][,...]/MASTER[/DB]",
 				       url);
-	p = url + 8;
-	if (strchr(p, '@'))
+	}
+	/* [v6]:port: its colons are not the port's */
+	rb = *p == '[' ? strchr(p, ']') : NULL;
+	n = rb ? (size_t)(rb - p) + strcspn(rb, "/") : strcspn(p, "/");
+	if (!parse_hostport(p, n, c->addr, sizeof(c->addr), &c->port, 6379))
 		return log_error_errno(-EINVAL,
-				       "--cluster-redis: no credentials in the URL (the command "
-				       "line is visible to every user); use "
-				       "--cluster-password-file");
-	size_t n = strcspn(p, ":/");
-
-	if (n == 0 || n >= sizeof(c->addr))
-		return log_error_errno(-EINVAL, "--cluster-redis %s: no host name", url);
-	memcpy(c->addr, p, n);
-	c->addr[n] = '\0';
-	p += n;
-	c->port = 6379;
-	if (*p == ':') {
-		long v = strtol(p + 1, &end, 10);
-
-		if (end == p + 1 || v < 1 || v > 65535 || (*end && *end != '/'))
-			return log_error_errno(-EINVAL,
-					       "--cluster-redis %s: the port is not 1..65535", url);
-		c->port = (int)v;
-		p = end;
-	}
-	if (*p == '/' && p[1]) {
-		long v = strtol(p + 1, &end, 10);
-
-		if (end == p + 1 || *end || v < 0 || v > 1000000)
-			return log_error_errno(
-			    -EINVAL, "--cluster-redis %s: the database is not a number", url);
-		c->db = (int)v;
-	}
+				       "--cluster-redis %s: expected a host name and a port "
+				       "1..65535",
+				       url);
+	if (!parse_db(c, p + n))
+		return log_error_errno(-EINVAL, "--cluster-redis %s: the database is not a number",
+				       url);
 	return 0;
 }
 
@@ -661,9 +783,362 @@ static const char *where(const struct resild_cluster *c, char *buf, size_t len)
 {
 	if (c->unix_sock)
 		snprintf(buf, len, "unix:%s", c->addr);
+	else if (c->sentinel && !c->addr[0])
+		snprintf(buf, len, "%s", c->url);
 	else
-		snprintf(buf, len, "%s:%d", c->addr, c->port);
+		snprintf(buf, len, "%s:%d%s", c->addr, c->port, c->sentinel ? " (sentinel)" : "");
 	return buf;
+}
+
+/*
+ * TLS. Debian's hiredis (0.14) has no TLS of its own, so OpenSSL does the
+ * session and hiredis speaks plain RESP through a socketpair: the
+ * handshake (the server's certificate checked against --cluster-tls-ca,
+ * and its name or address against the node's host or
+ * --cluster-tls-server-name) runs in the exchange thread under the socket
+ * timeouts, so a refused certificate is an error of that connection like
+ * any other; then a relay thread per connection owns the SSL session and
+ * the TCP socket and copies bytes both ways until either side closes:
+ * redisFree closing hiredis' end ends the relay, Redis closing the TCP
+ * connection closes hiredis' end (an I/O error there). The relay never
+ * blocks on one direction while the other waits: it reads only what poll
+ * says is there (SSL_MODE_AUTO_RETRY off: a TLS record that is not data,
+ * a session ticket, returns to the poll), and the TCP socket keeps the
+ * exchange's timeouts, so a peer that stops reading ends it.
+ */
+struct relay {
+	SSL *ssl;
+	int tcp, sp;
+};
+
+/* all of p to the socket fd; false: its reader is gone (no SIGPIPE) */
+static bool send_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return false;
+		p += w;
+		n -= (size_t)w;
+	}
+	return true;
+}
+
+static void *relay_main(void *arg)
+{
+	struct relay *r = arg;
+	char buf[16384];
+
+	for (;;) {
+		struct pollfd pf[2] = {{.fd = r->sp, .events = POLLIN},
+				       {.fd = r->tcp, .events = POLLIN}};
+		int n;
+
+		if (SSL_pending(r->ssl) > 0)
+			pf[1].revents = POLLIN;
+		else if (poll(pf, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (pf[0].revents) {
+			ssize_t k = read(r->sp, buf, sizeof(buf));
+
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0)
+				break;
+			n = SSL_write(r->ssl, buf, (int)k);
+			if (n <= 0)
+				break;
+		}
+		if (pf[1].revents) {
+			n = SSL_read(r->ssl, buf, sizeof(buf));
+			if (n > 0) {
+				if (!send_all(r->sp, buf, (size_t)n))
+					break;
+			} else {
+				int e = SSL_get_error(r->ssl, n);
+
+				if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+					break;
+			}
+		}
+	}
+	SSL_free(r->ssl);
+	close(r->tcp);
+	close(r->sp);
+	free(r);
+	return NULL;
+}
+
+/* Why OpenSSL refused the last call: its reason, else errno's. */
+static const char *ssl_why(void)
+{
+	int e = errno;
+	unsigned long f = ERR_peek_error(), l = ERR_peek_last_error();
+	const char *r = ERR_reason_error_string(l);
+
+	ERR_clear_error();
+	if (f && ERR_GET_LIB(f) == ERR_LIB_SYS) /* "system lib": its reason is an errno */
+		return strerror(ERR_GET_REASON(f));
+	return r ? r : e ? strerror(e) : "unknown reason";
+}
+
+static int tls_init(struct resild_cluster *c, const struct resild_opts *o)
+{
+	const char *const files[][2] = {{"--cluster-tls-ca", o->cluster_tls_ca},
+					{"--cluster-tls-cert", o->cluster_tls_cert},
+					{"--cluster-tls-key", o->cluster_tls_key}};
+
+	if (!o->cluster_tls_cert != !o->cluster_tls_key)
+		return log_error_errno(-EINVAL,
+				       "--cluster-tls-cert and --cluster-tls-key go together");
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+		if (files[i][1] && access(files[i][1], R_OK) < 0)
+			return log_error_errno(-errno, "%s %s: cannot read: %m", files[i][0],
+					       files[i][1]);
+	c->ssl = SSL_CTX_new(TLS_client_method());
+	if (!c->ssl)
+		return log_error_errno(-ENOMEM, "cluster: TLS: out of memory");
+	SSL_CTX_set_min_proto_version(c->ssl, TLS1_2_VERSION);
+	SSL_CTX_set_verify(c->ssl, SSL_VERIFY_PEER, NULL);
+	errno = 0;
+	if (o->cluster_tls_ca ? SSL_CTX_load_verify_locations(c->ssl, o->cluster_tls_ca, NULL) != 1
+			      : SSL_CTX_set_default_verify_paths(c->ssl) != 1)
+		return log_error_errno(-EINVAL, "--cluster-tls-ca %s: cannot load: %s",
+				       o->cluster_tls_ca ? o->cluster_tls_ca : "(system default)",
+				       ssl_why());
+	if (o->cluster_tls_cert &&
+	    SSL_CTX_use_certificate_chain_file(c->ssl, o->cluster_tls_cert) != 1)
+		return log_error_errno(-EINVAL, "--cluster-tls-cert %s: cannot load: %s",
+				       o->cluster_tls_cert, ssl_why());
+	if (o->cluster_tls_key &&
+	    (SSL_CTX_use_PrivateKey_file(c->ssl, o->cluster_tls_key, SSL_FILETYPE_PEM) != 1 ||
+	     SSL_CTX_check_private_key(c->ssl) != 1))
+		return log_error_errno(-EINVAL, "--cluster-tls-key %s: cannot load: %s",
+				       o->cluster_tls_key, ssl_why());
+	if (o->cluster_tls_server_name) {
+		if (!*o->cluster_tls_server_name ||
+		    strlen(o->cluster_tls_server_name) >= sizeof(c->tls_name))
+			return log_error_errno(-EINVAL, "--cluster-tls-server-name: 1 to %zu bytes",
+					       sizeof(c->tls_name) - 1);
+		snprintf(c->tls_name, sizeof(c->tls_name), "%s", o->cluster_tls_server_name);
+	}
+	return 0;
+}
+
+/* A TCP connection to host:port under the timeouts; -1 (err set). */
+static int tcp_open(const char *host, int port, struct timeval tv, char *err, size_t elen)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai, *a;
+	char ps[8];
+	int fd = -1, e, one = 1;
+
+	snprintf(ps, sizeof(ps), "%d", port);
+	e = getaddrinfo(host, ps, &hints, &ai);
+	if (e) {
+		snprintf(err, elen, "%s", gai_strerror(e));
+		return -1;
+	}
+	for (a = ai; a; a = a->ai_next) {
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		/* connect() honours SO_SNDTIMEO */
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+			break;
+		snprintf(err, elen, "%s", strerror(errno));
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (fd >= 0)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+/* hiredis over a TLS session with host:port; NULL (err set). */
+static redisContext *tls_connect(struct resild_cluster *c, const char *host, int port,
+				 struct timeval tv, char *err, size_t elen)
+{
+	const char *name = c->tls_name[0] ? c->tls_name : host;
+	struct in6_addr ip;
+	struct relay *r = NULL;
+	redisContext *rc;
+	pthread_t t;
+	SSL *ssl;
+	int fd, sp[2] = {-1, -1};
+	long v;
+
+	fd = tcp_open(host, port, tv, err, elen);
+	if (fd < 0)
+		return NULL;
+	ssl = SSL_new(c->ssl);
+	if (!ssl) {
+		snprintf(err, elen, "TLS: out of memory");
+		close(fd);
+		return NULL;
+	}
+	SSL_clear_mode(ssl, SSL_MODE_AUTO_RETRY);
+	SSL_set_fd(ssl, fd);
+	if (inet_pton(AF_INET, name, &ip) == 1 || inet_pton(AF_INET6, name, &ip) == 1) {
+		X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name);
+	} else {
+		SSL_set_tlsext_host_name(ssl, name);
+		SSL_set1_host(ssl, name);
+	}
+	ERR_clear_error();
+	errno = 0;
+	if (SSL_connect(ssl) != 1) {
+		v = SSL_get_verify_result(ssl);
+		if (v != X509_V_OK)
+			snprintf(err, elen, "TLS: the server's certificate is refused: %s (%s)",
+				 X509_verify_cert_error_string(v),
+				 v == X509_V_ERR_HOSTNAME_MISMATCH ||
+					 v == X509_V_ERR_IP_ADDRESS_MISMATCH
+				     ? "--cluster-tls-server-name"
+				     : "--cluster-tls-ca");
+		else if (ERR_peek_error())
+			snprintf(err, elen, "TLS handshake: %s", ssl_why());
+		else
+			snprintf(err, elen, "TLS handshake: %s",
+				 errno ? strerror(errno) : "the server closed the connection");
+		goto fail;
+	}
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0 ||
+	    !(r = malloc(sizeof(*r)))) {
+		snprintf(err, elen, "TLS: socketpair: %s", strerror(errno ? errno : ENOMEM));
+		goto fail;
+	}
+	*r = (struct relay){.ssl = ssl, .tcp = fd, .sp = sp[1]};
+	/* the relay inherits this thread's mask: every signal blocked */
+	if (pthread_create(&t, NULL, relay_main, r) != 0) {
+		snprintf(err, elen, "TLS: cannot start a relay thread");
+		free(r);
+		close(sp[1]);
+		sp[1] = -1;
+		goto fail;
+	}
+	pthread_detach(t);
+	rc = redisConnectFd(sp[0]);
+	if (!rc || rc->err) {
+		snprintf(err, elen, "%s", rc ? rc->errstr : "out of memory");
+		if (rc)
+			redisFree(rc); /* closes sp[0]: the relay ends */
+		else
+			close(sp[0]);
+		return NULL;
+	}
+	return rc;
+fail:
+	if (sp[0] >= 0)
+		close(sp[0]);
+	if (sp[1] >= 0)
+		close(sp[1]);
+	SSL_free(ssl);
+	close(fd);
+	return NULL;
+}
+
+/* A connection to host:port, TLS when configured; NULL (err set). */
+static redisContext *tcp_connect(struct resild_cluster *c, const char *host, int port,
+				 struct timeval tv, char *err, size_t elen)
+{
+	redisContext *rc;
+
+	if (c->tls)
+		rc = tls_connect(c, host, port, tv, err, elen);
+	else {
+		rc = redisConnectWithTimeout(host, port, tv);
+		if (!rc || rc->err) {
+			snprintf(err, elen, "%s", rc ? rc->errstr : "out of memory");
+			if (rc)
+				redisFree(rc);
+			rc = NULL;
+		}
+	}
+	if (rc)
+		redisSetTimeout(rc, tv);
+	return rc;
+}
+
+/*
+ * Sentinel. The primary is whatever the sentinels name for the master:
+ * asked (SENTINEL get-master-addr-by-name, the first sentinel that
+ * answers) at each connection; the node it names must say it is a
+ * primary (ROLE). After a failover the old primary's connection fails, or
+ * it answers -READONLY once it is back as a replica: both close the
+ * connection (next_reply), and the reconnection asks the sentinels again.
+ * The backoff is capped at SENTINEL_BACKOFF_MAX_NS there: a failover takes
+ * seconds, and asking a sentinel is cheap.
+ */
+static bool sentinel_discover(struct resild_cluster *c, struct timeval tv, char *err, size_t elen)
+{
+	snprintf(err, elen, "no sentinel answered");
+	for (uint32_t i = 0; i < c->nsentinels; i++) {
+		const struct cl_node *s = &c->sentinels[i];
+		char e[200];
+		redisContext *rc = tcp_connect(c, s->addr, s->port, tv, e, sizeof(e));
+		redisReply *r;
+		long port;
+
+		if (!rc) {
+			snprintf(err, elen, "sentinel %s:%d: %s", s->addr, s->port, e);
+			continue;
+		}
+		r = redisCommand(rc, "SENTINEL get-master-addr-by-name %s", c->master);
+		if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+		    r->element[0]->type == REDIS_REPLY_STRING &&
+		    r->element[1]->type == REDIS_REPLY_STRING &&
+		    r->element[0]->len < (int)sizeof(c->addr) &&
+		    (port = strtol(r->element[1]->str, NULL, 10)) >= 1 && port <= 65535) {
+			snprintf(c->addr, sizeof(c->addr), "%s", r->element[0]->str);
+			c->port = (int)port;
+			freeReplyObject(r);
+			redisFree(rc);
+			return true;
+		}
+		snprintf(err, elen, "sentinel %s:%d: %s", s->addr, s->port,
+			 !r				? rc->errstr
+			 : r->type == REDIS_REPLY_ERROR ? r->str
+			 : r->type == REDIS_REPLY_NIL	? "no such master"
+							: "an answer that cannot be read");
+		if (r)
+			freeReplyObject(r);
+		redisFree(rc);
+	}
+	return false;
+}
+
+/* Is the node c->rc is connected to a primary? false: logged, closed. */
+static bool sentinel_check_role(struct resild_cluster *c)
+{
+	redisReply *r = redisCommand(c->rc, "ROLE");
+	char w[URL_MAX + 16];
+	bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+		  r->element[0]->type == REDIS_REPLY_STRING &&
+		  strcmp(r->element[0]->str, "master") == 0;
+
+	if (!ok) {
+		set_error(c, "Redis at %s, named by the sentinels for %s, is not a primary (%s)",
+			  where(c, w, sizeof(w)), c->master,
+			  !r				 ? c->rc->errstr
+			  : r->type == REDIS_REPLY_ERROR ? r->str
+			  : r->type == REDIS_REPLY_ARRAY && r->elements &&
+				  r->element[0]->type == REDIS_REPLY_STRING
+			      ? r->element[0]->str
+			      : "an answer that cannot be read");
+		disconnect(c);
+	}
+	if (r)
+		freeReplyObject(r);
+	return ok;
 }
 
 /* A command whose reply must not be an error; false: logged, closed. */
@@ -722,23 +1197,36 @@ static bool connect_redis(struct resild_cluster *c)
 	int64_t to = resil_max64(10 * c->interval_ns, 2 * RESIL_NS_PER_S);
 	struct timeval tv = {.tv_sec = to / RESIL_NS_PER_S,
 			     .tv_usec = (to % RESIL_NS_PER_S) / 1000};
-	char w[URL_MAX + 16], db[16];
+	char w[URL_MAX + 16], db[16], err[256], e2[256];
 
-	c->rc = c->unix_sock ? redisConnectUnixWithTimeout(c->addr, tv)
-			     : redisConnectWithTimeout(c->addr, c->port, tv);
-	/* a Redis Cluster whose seed node is gone: the nodes it named */
-	for (uint32_t i = 0; (!c->rc || c->rc->err) && i < c->nnodes; i++) {
-		if (c->rc)
-			redisFree(c->rc);
-		c->rc = redisConnectWithTimeout(c->nodes[i].addr, c->nodes[i].port, tv);
+	if (c->sentinel && !sentinel_discover(c, tv, err, sizeof(err))) {
+		set_error(c, "no primary for %s from the sentinels: %s", c->master, err);
+		return false;
 	}
-	if (!c->rc || c->rc->err) {
-		set_error(c, "cannot connect to Redis at %s: %s", where(c, w, sizeof(w)),
-			  c->rc ? c->rc->errstr : "out of memory");
+	if (c->unix_sock) {
+		c->rc = redisConnectUnixWithTimeout(c->addr, tv);
+		if (c->rc && c->rc->err) {
+			snprintf(err, sizeof(err), "%s", c->rc->errstr);
+			redisFree(c->rc);
+			c->rc = NULL;
+		} else if (!c->rc) {
+			snprintf(err, sizeof(err), "out of memory");
+		} else {
+			redisSetTimeout(c->rc, tv);
+		}
+	} else {
+		c->rc = tcp_connect(c, c->addr, c->port, tv, err, sizeof(err));
+	}
+	/* a Redis Cluster whose seed node is gone: the nodes it named */
+	for (uint32_t i = 0; !c->rc && i < c->nnodes; i++)
+		c->rc = tcp_connect(c, c->nodes[i].addr, c->nodes[i].port, tv, e2, sizeof(e2));
+	if (!c->rc) {
+		set_error(c, "cannot connect to Redis at %s: %s", where(c, w, sizeof(w)), err);
 		disconnect(c);
 		return false;
 	}
-	redisSetTimeout(c->rc, tv);
+	if (c->sentinel && !sentinel_check_role(c))
+		return false;
 	if (c->have_password) {
 		const char *argv[] = {"AUTH", c->password};
 
@@ -880,15 +1368,15 @@ static redisContext *node_connect(struct resild_cluster *c, const struct cl_node
 	static const char *const lua[] = {LEASE_LUA, BREAKER_LUA, resild_cb_budget_lua,
 					  resild_cb_conf_lua, resild_cbh_lua};
 	struct timeval tv = io_timeout(c);
-	redisContext *rc = redisConnectWithTimeout(nd->addr, nd->port, tv);
+	char err[256];
+	redisContext *rc = tcp_connect(c, nd->addr, nd->port, tv, err, sizeof(err));
 	redisReply *r;
 
-	if (!rc || rc->err) {
+	if (!rc) {
 		set_error(c, "cannot connect to Redis Cluster node %s:%d: %s", nd->addr, nd->port,
-			  rc ? rc->errstr : "out of memory");
+			  err);
 		goto fail;
 	}
-	redisSetTimeout(rc, tv);
 	if (c->have_password) {
 		const char *argv[] = {"AUTH", c->password};
 
@@ -1371,7 +1859,9 @@ static void *cluster_main(void *arg)
 				/* full jitter over [backoff/2, backoff] */
 				retry_at = mono_ns() + backoff / 2 +
 					   (int64_t)(rnd_next(c) % (uint64_t)(backoff / 2 + 1));
-				backoff = resil_min64(backoff * 2, BACKOFF_MAX_NS);
+				backoff =
+				    resil_min64(backoff * 2, c->sentinel ? SENTINEL_BACKOFF_MAX_NS
+									 : BACKOFF_MAX_NS);
 			}
 		}
 		if (c->rc) {
@@ -1437,6 +1927,12 @@ int resild_cluster_init(struct resild *d)
 			return r;
 		snprintf(c->host, sizeof(c->host), "%s", mid);
 	}
+	if (o->cluster_tls_ca || o->cluster_tls_cert || o->cluster_tls_server_name)
+		c->tls = true;
+	if (c->tls && c->unix_sock)
+		return log_error_errno(-EINVAL, "--cluster-tls-*: not over a unix socket");
+	if (c->tls && (r = tls_init(c, o)) < 0)
+		return r;
 	if (o->cluster_password_file) {
 		r = read_line_file(o->cluster_password_file, c->password, sizeof(c->password),
 				   "--cluster-password-file");
@@ -1483,6 +1979,8 @@ void resild_cluster_fini(struct resild *d)
 	free(c->work);
 	free(c->pend);
 	explicit_bzero(c->password, sizeof(c->password));
+	if (c->ssl)
+		SSL_CTX_free(c->ssl); /* the sessions of relays still closing hold a reference */
 	free(c);
 	d->cluster = NULL;
 }
@@ -2005,6 +2503,8 @@ int resild_cluster_policy_info(struct resild *d, uint32_t slot, uint32_t gen,
 	out->fleet = cs->bk_probing ? 2 : cs->bk_open ? 1 : 0;
 	out->fleet_open = cs->bk_gen;
 	out->fleet_calls = cs->bk_calls;
+	out->conflicts = cs->cb.conflicts;
+	snprintf(out->conflict_host, sizeof(out->conflict_host), "%s", cs->cb.other_host);
 	out->bulkhead = resild_cbh_wants(rec);
 	out->slots = cs->bh.applied ? cs->bh.share : 0;
 	out->max = resil_bulkhead_max_of(&rec->conf.bulkhead);

@@ -68,6 +68,8 @@ struct resild_cluster_policy {
 	int fleet; /* 0 closed, 1 open, 2 this host probes for the fleet */
 	uint64_t fleet_open;
 	int64_t fleet_calls;
+	uint32_t conflicts;	 /* live hosts with another configuration */
+	char conflict_host[128]; /* one of them (RESILD_CB_HOST_MAX) */
 	bool bulkhead;	      /* a global bulkhead (cluster_bulkhead.c) */
 	uint32_t slots;	      /* of the fleet's bulkhead.max leased here */
 	uint32_t max;	      /* bulkhead.max */

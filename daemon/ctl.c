@@ -1284,6 +1284,7 @@ struct cluster_status {
 	Resil__ClusterStatus st;
 	struct resild_cluster_info ci;
 	uint32_t n;
+	char (*hosts)[sizeof(((struct resild_cluster_policy *)0)->conflict_host)];
 	Resil__ClusterPolicy *pp[];
 };
 
@@ -1311,6 +1312,10 @@ static int cluster_policy_one(const struct resil_seg *s, uint32_t slot, const st
 	p->fleet = (char *)(cp.fleet == 2 ? "probing" : cp.fleet ? "open" : "closed");
 	p->fleet_open = cp.fleet_open;
 	p->fleet_calls = cp.fleet_calls < 0 ? 0 : (uint64_t)cp.fleet_calls;
+	p->conflicts = cp.conflicts;
+	/* the copy outlives this call: cs is freed after packing */
+	snprintf(cs->hosts[cs->n], sizeof(cs->hosts[0]), "%s", cp.conflict_host);
+	p->conflict_host = cs->hosts[cs->n];
 	p->bulkhead = cp.bulkhead;
 	p->slots = cp.slots;
 	p->slots_max = cp.max;
@@ -1331,10 +1336,11 @@ static struct cluster_status *cluster_status(struct resild *d)
 
 	if (!d->cluster)
 		return NULL;
-	cs = calloc(1, sizeof(*cs) +
-			   cap * (sizeof(Resil__ClusterPolicy *) + sizeof(Resil__ClusterPolicy)));
+	cs = calloc(1, sizeof(*cs) + cap * (sizeof(Resil__ClusterPolicy *) +
+					    sizeof(Resil__ClusterPolicy) + sizeof(cs->hosts[0])));
 	if (!cs)
 		return NULL;
+	cs->hosts = (void *)((Resil__ClusterPolicy *)(cs->pp + cap) + cap);
 	if (resild_cluster_info(d, &cs->ci) < 0) {
 		free(cs);
 		return NULL;

@@ -60,7 +60,9 @@ static void usage(FILE *f)
 		"                        this long (default 60s; 0: never)\n"
 		"  --cluster-redis URL   share policy.scope = global policies with the\n"
 		"                        hosts of the fleet through Redis:\n"
-		"                        redis://HOST[:PORT][/DB] or unix:/PATH\n"
+		"                        redis://HOST[:PORT][/DB], rediss://... (TLS),\n"
+		"                        unix:/PATH or\n"
+		"                        sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB]\n"
 		"  --cluster-name NAME   key prefix of the fleet in Redis (default resil)\n"
 		"  --cluster-host ID     this host's id (default /etc/machine-id)\n"
 		"  --cluster-interval DURATION  exchange period (default 100ms)\n"
@@ -68,6 +70,11 @@ static void usage(FILE *f)
 		"                        rate divided by the hosts last seen (default),\n"
 		"                        the whole rate here, or reject\n"
 		"  --cluster-password-file PATH  Redis AUTH password (first line)\n"
+		"  --cluster-tls-ca FILE  speak TLS to Redis, its certificate checked\n"
+		"                        against these CAs (PEM)\n"
+		"  --cluster-tls-cert FILE, --cluster-tls-key FILE  a client certificate\n"
+		"  --cluster-tls-server-name NAME  the name the certificate must carry\n"
+		"                        (default: the host of the URL)\n"
 		"  --admin-group NAME    members may change any policy\n"
 		"  --socket-group NAME   group of the socket file (default: our group)\n"
 		"  --metrics-listen ADDR:PORT  serve GET /metrics over HTTP (Prometheus)\n"
@@ -180,6 +187,10 @@ enum {
 	O_CL_INTERVAL,
 	O_CL_FALLBACK,
 	O_CL_PASSWORD,
+	O_CL_TLS_CA,
+	O_CL_TLS_CERT,
+	O_CL_TLS_KEY,
+	O_CL_TLS_NAME,
 	O_CHECK,
 	O_OPTIONS,
 	O_END
@@ -215,6 +226,10 @@ static const struct setting {
     {"cluster-interval", "cluster_interval", required_argument, O_CL_INTERVAL},
     {"cluster-fallback", "cluster_fallback", required_argument, O_CL_FALLBACK},
     {"cluster-password-file", "cluster_password_file", required_argument, O_CL_PASSWORD},
+    {"cluster-tls-ca", "cluster_tls_ca", required_argument, O_CL_TLS_CA},
+    {"cluster-tls-cert", "cluster_tls_cert", required_argument, O_CL_TLS_CERT},
+    {"cluster-tls-key", "cluster_tls_key", required_argument, O_CL_TLS_KEY},
+    {"cluster-tls-server-name", "cluster_tls_server_name", required_argument, O_CL_TLS_NAME},
     {"socket-group", "socket_group", required_argument, O_SOCKGRP},
     {"verbose", "verbose", no_argument, O_VERBOSE},
     {"metrics-listen", "metrics_listen", required_argument, O_METRICS},
@@ -336,6 +351,18 @@ static int setting_apply(struct resild *d, int code, const char *val, char *why,
 		break;
 	case O_CL_PASSWORD:
 		d->opts.cluster_password_file = val;
+		break;
+	case O_CL_TLS_CA:
+		d->opts.cluster_tls_ca = val;
+		break;
+	case O_CL_TLS_CERT:
+		d->opts.cluster_tls_cert = val;
+		break;
+	case O_CL_TLS_KEY:
+		d->opts.cluster_tls_key = val;
+		break;
+	case O_CL_TLS_NAME:
+		d->opts.cluster_tls_server_name = val;
 		break;
 	case O_CL_INTERVAL:
 		if (resil_parse_duration(val, &d->opts.cluster_interval_ns) < 0 ||

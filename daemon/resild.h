@@ -56,6 +56,10 @@ struct resild_opts {
 	const char *cluster_name;	   /* key prefix (resil) */
 	const char *cluster_host;	   /* this host's id (/etc/machine-id) */
 	const char *cluster_password_file; /* AUTH password, first line */
+	const char *cluster_tls_ca;	   /* TLS to Redis: the CAs (PEM); NULL: plain */
+	const char *cluster_tls_cert;	   /* a client certificate (PEM), its key */
+	const char *cluster_tls_key;
+	const char *cluster_tls_server_name; /* checked in the certificate (the URL's host) */
 	int64_t cluster_interval_ns;	   /* exchange period (100ms) */
 	int cluster_fallback;		   /* enum resild_cluster_fallback */
 };

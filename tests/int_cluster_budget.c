@@ -15,7 +15,8 @@
  * none, make 10 retries and refuse the 11th.
  *
  * Host D runs policy "g" with another budget under the same cluster
- * name: D and the others report the conflict (log, event text).
+ * name: D and the others report the conflict (log, event text, a line
+ * per conflicting policy in `resilctl status` and its --json).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -107,6 +108,28 @@ static bool ratio_seen(void)
 	return tokens(1, "q") >= 10;
 }
 
+/* resilctl status (--json when json) on host h has want */
+static bool status_has(int h, bool json, const char *want)
+{
+	const char *argv[] = {RESILCTL_PATH,	      "--socket", hd[h].sock, "status",
+			      json ? "--json" : NULL, NULL};
+	static char out[65536];
+
+	if (test_run(argv, NULL, out, sizeof(out)) != 0)
+		return false;
+	return strstr(out, want) != NULL;
+}
+
+static bool status_conflict(void)
+{
+	/* D sees A, B and C; each of them sees D */
+	return status_has(HOSTS, false, "CONFLICT: host host") &&
+	       status_has(HOSTS, false, "(and more) runs it with another configuration") &&
+	       status_has(HOSTS, true, "\"conflicts\":3,\"conflict_host\":\"host") &&
+	       status_has(0, false, "CONFLICT: host hostD runs it with another configuration") &&
+	       status_has(0, true, "\"name\":\"g\",\"conflicts\":1,\"conflict_host\":\"hostD\"");
+}
+
 static bool conflict_seen(void)
 {
 	return test_log_count(&hd[HOSTS], "runs another configuration") > 0 &&
@@ -192,6 +215,10 @@ int main(void)
 	/* another configuration under the same cluster name */
 	CHECK(host_start(HOSTS, "g", DCONF) == 0, "host D starts");
 	CHECK(TEST_EVENTUALLY(conflict_seen()), "host D and host A report the conflict");
+	CHECK(TEST_EVENTUALLY(status_conflict()),
+	      "resilctl status on D and A: a conflict line for g, and its fields in --json");
+	CHECK(status_has(1, true, "{\"name\":\"q\",\"conflicts\":0}"),
+	      "no conflict for q: every host runs the same ratio budget");
 
 	for (int h = 0; h <= HOSTS; h++) {
 		int st;

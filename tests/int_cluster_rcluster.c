@@ -12,6 +12,13 @@
  * another node by hand (IMPORTING, MIGRATING, MIGRATE of its keys: the
  * daemons get ASK meanwhile; SETSLOT NODE: then MOVED), and the budget
  * keeps working through it, its bucket unchanged by the move.
+ *
+ * Each primary has a replica (--cluster-replicas 1). Last, a primary
+ * (not the seed) whose slots hold policies is killed once its replica
+ * holds their buckets; the cluster promotes the replica (node timeout
+ * 2 s), and the daemons, whose connection to the dead node fails, learn
+ * the map again (MOVED to the promoted replica) and keep syncing: the
+ * bucket on the new primary lands exactly.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +34,8 @@
 #include "cluster_util.h"
 
 #define HOSTS 3
-#define NODES 3
+#define PRIMS 3 /* nodes 0..2: primaries, 3..5 their replicas */
+#define NODES 6
 #define NPOL  6
 #define GCONF "policy.scope = global; retry.budget = grpc:100:1; retry.max_attempts = 5"
 
@@ -69,6 +77,8 @@ static bool node_up(int n)
 static bool cluster_ok(void)
 {
 	for (int n = 0; n < NODES; n++) {
+		if (redis_pid[n] <= 0)
+			continue;
 		redisReply *r = node_cmd(n, "CLUSTER INFO");
 		bool ok = r && r->type == REDIS_REPLY_STRING &&
 			  strstr(r->str, "cluster_state:ok") != NULL;
@@ -119,20 +129,24 @@ static int owner(int n, int s)
  * first, so that an importing node answers for its keys) */
 static long long fleet(int n, const char *name)
 {
-	redisContext *c = redisConnect("127.0.0.1", port[n]);
+	redisContext *c = n >= 0 ? redisConnect("127.0.0.1", port[n]) : NULL;
 	redisReply *r = NULL;
 	long long v = -1;
 
+	/* READONLY: a replica answers for its copy */
 	if (c && !c->err) {
+		redisAppendCommand(c, "READONLY");
 		redisAppendCommand(c, "ASKING");
 		redisAppendCommand(c, "HGET %s:{%s}:budget t", cname, name);
-		if (redisGetReply(c, (void **)&r) == REDIS_OK && r) {
-			freeReplyObject(r);
+		for (int k = 0; k < 3; k++) {
+			if (r)
+				freeReplyObject(r);
 			r = NULL;
-			if (redisGetReply(c, (void **)&r) == REDIS_OK && r &&
-			    r->type == REDIS_REPLY_STRING)
-				v = atoll(r->str);
+			if (redisGetReply(c, (void **)&r) != REDIS_OK || !r)
+				break;
 		}
+		if (r && r->type == REDIS_REPLY_STRING)
+			v = atoll(r->str);
 	}
 	if (r)
 		freeReplyObject(r);
@@ -189,6 +203,24 @@ static bool in_redis(long long v)
 		if (fleet(owner(0, slot_of(pol[i])), pol[i]) != v)
 			return false;
 	return true;
+}
+
+/* the replica of primary p (-1: none) */
+static int replica_of(int p)
+{
+	for (int n = 0; n < NODES; n++) {
+		redisReply *r = node_cmd(n, "ROLE");
+		bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+			  strcmp(r->element[0]->str, "slave") == 0 &&
+			  r->element[2]->type == REDIS_REPLY_INTEGER &&
+			  r->element[2]->integer == port[p];
+
+		if (r)
+			freeReplyObject(r);
+		if (ok)
+			return n;
+	}
+	return -1;
 }
 
 static int start_node(int n)
@@ -271,7 +303,7 @@ int main(void)
 		return 1;
 	/* ports in 21000..50999, their cluster bus (+10000) below 61000 */
 	for (int n = 0; n < NODES; n++)
-		port[n] = 21000 + (int)(getpid() % 10000) * 3 + n;
+		port[n] = 21000 + (int)(getpid() % 5000) * NODES + n;
 	snprintf(rurl, sizeof(rurl), "redis://127.0.0.1:%d", port[0]);
 	snprintf(cname, sizeof(cname), "rc%d", (int)getpid());
 	for (int n = 0; n < NODES; n++)
@@ -282,10 +314,13 @@ int main(void)
 	}
 	snprintf(cmd, sizeof(cmd),
 		 "redis-cli --cluster create 127.0.0.1:%d 127.0.0.1:%d 127.0.0.1:%d "
+		 "127.0.0.1:%d 127.0.0.1:%d 127.0.0.1:%d --cluster-replicas 1 "
 		 "--cluster-yes >%s/create.log 2>&1",
-		 port[0], port[1], port[2], dir);
+		 port[0], port[1], port[2], port[3], port[4], port[5], dir);
 	CHECK(system(cmd) == 0, "redis-cli --cluster create (%s/create.log)", dir);
 	CHECK(TEST_EVENTUALLY(cluster_ok()), "the cluster is up");
+	for (int n = 0; n < PRIMS; n++)
+		CHECK(TEST_EVENTUALLY(replica_of(n) >= PRIMS), "node %d has a replica", n);
 	for (int n = 0; n < NODES; n++) {
 		redisReply *r = node_cmd(n, "CLUSTER MYID");
 
@@ -311,7 +346,7 @@ int main(void)
 
 		CHECK(fleet(o, pol[i]) == 90000, "policy %s: its bucket on node %d is 90 (%lld)",
 		      pol[i], o, fleet(o, pol[i]));
-		for (int n = 0; n < NODES; n++)
+		for (int n = 0; n < PRIMS; n++)
 			if (n != o)
 				CHECK(fleet(n, pol[i]) == -1, "policy %s: no key on node %d",
 				      pol[i], n);
@@ -320,7 +355,7 @@ int main(void)
 	/* migrate p0's slot to another node, by hand */
 	s = slot_of(pol[0]);
 	from = owner(0, s);
-	to = (from + 1) % NODES;
+	to = (from + 1) % PRIMS;
 	before = fleet(from, pol[0]);
 	{
 		redisReply *r;
@@ -358,7 +393,7 @@ int main(void)
 		CHECK(fleet(to, pol[0]) == want, "the bucket on the importing node (%lld)",
 		      fleet(to, pol[0]));
 
-		for (int n = 0; n < NODES; n++) {
+		for (int n = 0; n < PRIMS; n++) {
 			r = node_cmd(n, "CLUSTER SETSLOT %d NODE %s", s, node_id[to]);
 			CHECK(r && r->type != REDIS_REPLY_ERROR, "SETSLOT NODE on %d", n);
 			if (r)
@@ -379,6 +414,52 @@ int main(void)
 		want = 90000;
 		want_pol = pol[i];
 		CHECK(hosts_at(), "policy %s still at 90", pol[i]);
+	}
+
+	/* a primary (not the seed) holding policies dies; its replica takes over */
+	{
+		int victim = -1, rep, vp = -1, next;
+
+		for (int i = 1; i < NPOL && victim < 0; i++)
+			if (owner(0, slot_of(pol[i])) > 0) {
+				victim = owner(0, slot_of(pol[i]));
+				vp = i;
+			}
+		CHECK(victim > 0, "a policy lives off the seed node");
+		rep = victim > 0 ? replica_of(victim) : -1;
+		CHECK(rep >= 0, "the victim %d has a replica", victim);
+		CHECK(TEST_EVENTUALLY(fleet(rep, pol[vp]) == 90000),
+		      "the replica holds %s's bucket (%lld)", pol[vp], fleet(rep, pol[vp]));
+		if (victim > 0 && rep >= 0) {
+			bool ok = false;
+
+			kill(redis_pid[victim], SIGKILL);
+			waitpid(redis_pid[victim], NULL, 0);
+			redis_pid[victim] = 0;
+			/* failure detection (2 s node timeout) and the election:
+			 * a few seconds, more on a loaded machine */
+			for (int k = 0; k < 4 && !ok; k++)
+				ok = TEST_EVENTUALLY(owner(0, slot_of(pol[vp])) == rep &&
+						     cluster_ok());
+			CHECK(ok, "the replica %d is promoted (owner %d)", rep,
+			      owner(0, slot_of(pol[vp])));
+			fail_on(0, pol[vp], 5);
+			want = 85000;
+			want_pol = pol[vp];
+			ok = false;
+			for (int k = 0; k < 2 && !ok; k++)
+				ok = TEST_EVENTUALLY(hosts_at() && fleet(rep, pol[vp]) == 85000);
+			CHECK(ok,
+			      "after the failover: A's failures on %s reach B and C, the bucket "
+			      "on the promoted replica at 85 (%lld)",
+			      pol[vp], fleet(rep, pol[vp]));
+			next = (vp + 1) % NPOL;
+			fail_on(2, pol[next], 1);
+			want = next == 0 ? before - 11000 : 89000;
+			want_pol = pol[next];
+			CHECK(TEST_EVENTUALLY(hosts_at()), "and the others keep syncing (%s)",
+			      pol[next]);
+		}
 	}
 
 	cleanup();

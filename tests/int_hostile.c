@@ -528,10 +528,7 @@ static void guardian(void)
 		if (dp > 0)
 			kill(dp, SIGKILL);
 		if (board->dirs[i][0]) {
-			snprintf(d.dir, sizeof(d.dir), "%s", board->dirs[i]);
-			snprintf(d.log, sizeof(d.log), "%s/resild.log", d.dir);
-			snprintf(d.sock, sizeof(d.sock), "%s/control.sock", d.dir);
-			snprintf(d.confdir, sizeof(d.confdir), "%s/conf.d", d.dir);
+			test_daemon_paths(&d, board->dirs[i]);
 			test_daemon_fini(&d);
 		}
 	}
@@ -767,7 +764,7 @@ int main(void)
 
 	/* A, under a fd store */
 	TEST_CHECK(test_daemon_init(&a) == 0);
-	snprintf(s.path, sizeof(s.path), "%s/notify", a.dir);
+	snprintf(s.path, sizeof(s.path), "%.*s/notify", (int)sizeof(s.path) - 8, a.dir);
 	strcpy(sa.sun_path, s.path);
 	s.nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	TEST_CHECK(s.nfd >= 0);

@@ -55,218 +55,20 @@
 #include "seg.h"
 #include "shed.h"
 #include "stats.h"
+#include "fdstore_util.h"
 #include "testutil.h"
 
-/* ---- systemd 252 for one unit: notify socket and fd store ---- */
+static struct test_unit *current;
 
-#define STORE_MAX 8 /* FileDescriptorStoreMax= */
-
-struct unit {
-	struct test_daemon d;
-	char notify[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	int nfd; /* the notify socket */
-	int fds[STORE_MAX];
-	char names[STORE_MAX][64];
-	int n;
-	int ready;	  /* READY=1 seen (counted) */
-	char status[128]; /* the last STATUS= */
-};
-
-static bool same_file(int a, int b)
+static void unit_init(struct test_unit *u)
 {
-	struct stat sa, sb;
-
-	return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-	       sa.st_ino == sb.st_ino;
-}
-
-static void store_remove(struct unit *u, const char *name)
-{
-	for (int i = 0; i < u->n;) {
-		if (strcmp(u->names[i], name) == 0) {
-			close(u->fds[i]);
-			memmove(&u->fds[i], &u->fds[i + 1], sizeof(u->fds[0]) * (u->n - i - 1));
-			memmove(u->names[i], u->names[i + 1], sizeof(u->names[0]) * (u->n - i - 1));
-			u->n--;
-		} else {
-			i++;
-		}
-	}
-}
-
-static void store_add(struct unit *u, int fd, const char *name)
-{
-	for (int i = 0; i < u->n; i++) {
-		if (same_file(u->fds[i], fd)) {
-			close(fd); /* a duplicate: systemd keeps the first */
-			return;
-		}
-	}
-	if (u->n == STORE_MAX) {
-		close(fd);
-		return;
-	}
-	u->fds[u->n] = fd;
-	snprintf(u->names[u->n], sizeof(u->names[0]), "%s", name);
-	u->n++;
-}
-
-/* The value of KEY= in a notify message (a line of it), into out. */
-static bool field(const char *msg, const char *key, char *out, size_t len)
-{
-	size_t kl = strlen(key);
-
-	for (const char *p = msg; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-		if (strncmp(p, key, kl) == 0 && p[kl] == '=') {
-			const char *v = p + kl + 1, *e = strchr(v, '\n');
-			size_t n = e ? (size_t)(e - v) : strlen(v);
-
-			if (n >= len)
-				n = len - 1;
-			memcpy(out, v, n);
-			out[n] = '\0';
-			return true;
-		}
-	}
-	return false;
-}
-
-/* Read every message that arrived on the notify socket. */
-static void unit_poll(struct unit *u)
-{
-	for (;;) {
-		char buf[4096], v[64], name[64];
-		union {
-			char b[CMSG_SPACE(sizeof(int) * STORE_MAX) +
-			       CMSG_SPACE(sizeof(struct ucred))];
-			struct cmsghdr align;
-		} cm;
-		struct iovec iov = {buf, sizeof(buf) - 1};
-		struct msghdr mh = {.msg_iov = &iov,
-				    .msg_iovlen = 1,
-				    .msg_control = cm.b,
-				    .msg_controllen = sizeof(cm.b)};
-		ssize_t len = recvmsg(u->nfd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-		int got[STORE_MAX], ngot = 0;
-
-		if (len < 0)
-			return;
-		buf[len] = '\0';
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-				continue;
-			for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-				int fd;
-
-				memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-				if (ngot < STORE_MAX)
-					got[ngot++] = fd;
-				else
-					close(fd);
-			}
-		}
-		if (!field(buf, "FDNAME", name, sizeof(name)))
-			strcpy(name, "stored");
-		if (field(buf, "FDSTOREREMOVE", v, sizeof(v)) && strcmp(v, "1") == 0)
-			store_remove(u, name);
-		for (int i = 0; i < ngot; i++) {
-			if (field(buf, "FDSTORE", v, sizeof(v)) && strcmp(v, "1") == 0)
-				store_add(u, got[i], name);
-			else
-				close(got[i]); /* fds without FDSTORE=1 are refused */
-		}
-		if (field(buf, "READY", v, sizeof(v)) && strcmp(v, "1") == 0)
-			u->ready++;
-		field(buf, "STATUS", u->status, sizeof(u->status));
-	}
-}
-
-static bool unit_stored(struct unit *u, int n)
-{
-	unit_poll(u);
-	return u->n == n;
-}
-
-static struct unit *current;
-
-static void unit_init(struct unit *u)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int one = 1;
-
-	memset(u, 0, sizeof(*u));
+	assert_int_equal(test_unit_init(u), 0);
 	current = u;
-	assert_int_equal(test_daemon_init(&u->d), 0);
-	assert_true(strlen(u->d.dir) + 8 < sizeof(sa.sun_path));
-	snprintf(u->notify, sizeof(u->notify), "%s/notify", u->d.dir);
-	strcpy(sa.sun_path, u->notify);
-	u->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	assert_true(u->nfd >= 0);
-	assert_int_equal(bind(u->nfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	setsockopt(u->nfd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
 }
 
-/* Start (or restart) the unit's daemon, passing the store when with_store. */
-static int unit_start(struct unit *u, bool with_store)
+static void unit_fini(struct test_unit *u)
 {
-	pid_t pid;
-
-	unit_poll(u);
-	pid = fork();
-	if (pid < 0)
-		return -errno;
-	if (pid == 0) {
-		int logfd = open(u->d.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		int n = with_store ? u->n : 0, high[STORE_MAX];
-		char names[STORE_MAX * 65] = "", num[32];
-
-		dup2(logfd, 1);
-		dup2(logfd, 2);
-		/* out of the way of 3..3+n first, then into place */
-		for (int i = 0; i < n; i++)
-			high[i] = fcntl(u->fds[i], F_DUPFD_CLOEXEC, 100);
-		for (int i = 0; i < n; i++) {
-			TEST_CHECK(high[i] >= 100 && dup2(high[i], 3 + i) == 3 + i);
-			close(high[i]);
-			if (i)
-				strcat(names, ":");
-			strcat(names, u->names[i]);
-		}
-		unsetenv("LISTEN_FDS");
-		unsetenv("LISTEN_PID");
-		unsetenv("LISTEN_FDNAMES");
-		setenv("NOTIFY_SOCKET", u->notify, 1);
-		if (n) {
-			snprintf(num, sizeof(num), "%d", (int)getpid());
-			setenv("LISTEN_PID", num, 1);
-			snprintf(num, sizeof(num), "%d", n);
-			setenv("LISTEN_FDS", num, 1);
-			setenv("LISTEN_FDNAMES", names, 1);
-		}
-		execl(RESILD_PATH, RESILD_PATH, "--foreground", "--socket", u->d.sock, "--config",
-		      u->d.confdir, (char *)NULL);
-		_exit(127);
-	}
-	u->d.pid = pid;
-	return TEST_EVENTUALLY(test_daemon_answers(&u->d)) ? 0 : -ETIMEDOUT;
-}
-
-/* A crash (Restart=always brings it back with the store). */
-static void unit_crash(struct unit *u)
-{
-	test_daemon_kill(&u->d);
-	unit_poll(u);
-}
-
-static void unit_fini(struct unit *u)
-{
-	test_daemon_fini(&u->d);
-	for (int i = 0; i < u->n; i++)
-		close(u->fds[i]);
-	u->n = 0;
-	if (u->nfd > 0)
-		close(u->nfd);
-	u->nfd = -1;
+	test_unit_fini(u);
 	current = NULL;
 }
 
@@ -295,7 +97,7 @@ static int teardown(void **state)
 }
 
 /* resil_state_repairs_total as resilctl metrics reports it, -1 if absent. */
-static long repairs_total(const struct unit *u)
+static long repairs_total(const struct test_unit *u)
 {
 	const char *argv[] = {RESILCTL_PATH, "--socket", u->d.sock, "metrics", NULL};
 	static char out[1 << 20];
@@ -371,7 +173,7 @@ static void poison(const struct resil_seg *s, const struct resil_rec *rec[NPOL])
 }
 
 struct alive {
-	struct unit *u;
+	struct test_unit *u;
 	long repairs;
 };
 
@@ -387,7 +189,7 @@ static bool repaired_and_alive(void *ctx)
 
 static void test_poisoned_restarts(void **state)
 {
-	static struct unit u;
+	static struct test_unit u;
 	const struct resil_rec *rec[NPOL];
 	const struct resil_seg *s;
 	resil_policy_t *p[NPOL];
@@ -396,8 +198,8 @@ static void test_poisoned_restarts(void **state)
 
 	(void)state;
 	unit_init(&u);
-	assert_int_equal(unit_start(&u, false), 0);
-	assert_true(TEST_EVENTUALLY(unit_stored(&u, 2)));
+	assert_int_equal(test_unit_start(&u, false), 0);
+	assert_true(TEST_EVENTUALLY(test_unit_stored(&u, 2)));
 	assert_int_equal(resil_open(&r, u.d.sock), 0);
 	for (int i = 0; i < NPOL; i++) {
 		assert_int_equal(resil_define(r, NAMES[i], TEXTS[i]), 0);
@@ -415,9 +217,9 @@ static void test_poisoned_restarts(void **state)
 	for (int round = 1; round <= 5; round++) {
 		struct alive al = {.u = &u};
 
-		unit_crash(&u);
+		test_unit_crash(&u);
 		poison(s, rec);
-		assert_int_equal(unit_start(&u, true), 0);
+		assert_int_equal(test_unit_start(&u, true), 0);
 		/* adopted (the same segments), survived its ticks, counted */
 		assert_true(test_wait_until(repaired_and_alive, &al, TEST_EVENTUALLY_MS));
 		assert_ptr_equal(ld_acquire(&r->cur)->seg, s);

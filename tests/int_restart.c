@@ -67,157 +67,30 @@
 #include "resil.h"
 #include "seg.h"
 #include "stats.h"
+#include "fdstore_util.h"
 #include "testutil.h"
 
-/* ---- systemd 252 for one unit: notify socket and fd store ---- */
-
-#define STORE_MAX   8 /* FileDescriptorStoreMax= */
 #define WORKERS_MAX 16
 
-struct unit {
-	struct test_daemon d;
-	char notify[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	int nfd; /* the notify socket */
-	int fds[STORE_MAX];
-	char names[STORE_MAX][64];
-	int n;
-	int ready;	  /* READY=1 seen (counted) */
-	char status[128]; /* the last STATUS= */
-};
+static struct test_unit *current;
 
-static bool same_file(int a, int b)
+static void unit_init(struct test_unit *u)
 {
-	struct stat sa, sb;
-
-	return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-	       sa.st_ino == sb.st_ino;
+	assert_int_equal(test_unit_init(u), 0);
+	current = u;
 }
 
-static void store_remove(struct unit *u, const char *name)
+static void unit_fini(struct test_unit *u)
 {
-	for (int i = 0; i < u->n;) {
-		if (strcmp(u->names[i], name) == 0) {
-			close(u->fds[i]);
-			memmove(&u->fds[i], &u->fds[i + 1], sizeof(u->fds[0]) * (u->n - i - 1));
-			memmove(u->names[i], u->names[i + 1], sizeof(u->names[0]) * (u->n - i - 1));
-			u->n--;
-		} else {
-			i++;
-		}
-	}
+	test_unit_fini(u);
+	current = NULL;
 }
 
-static void store_add(struct unit *u, int fd, const char *name)
+/* systemctl stop on systemd 252: the daemon stops, the store is emptied. */
+static void unit_stop(struct test_unit *u)
 {
-	for (int i = 0; i < u->n; i++) {
-		if (same_file(u->fds[i], fd)) {
-			close(fd); /* a duplicate: systemd keeps the first */
-			return;
-		}
-	}
-	if (u->n == STORE_MAX) {
-		close(fd);
-		return;
-	}
-	u->fds[u->n] = fd;
-	snprintf(u->names[u->n], sizeof(u->names[0]), "%s", name);
-	u->n++;
+	assert_int_equal(test_unit_stop(u), 0);
 }
-
-/* The value of KEY= in a notify message (a line of it), into out. */
-static bool field(const char *msg, const char *key, char *out, size_t len)
-{
-	size_t kl = strlen(key);
-
-	for (const char *p = msg; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-		if (strncmp(p, key, kl) == 0 && p[kl] == '=') {
-			const char *v = p + kl + 1, *e = strchr(v, '\n');
-			size_t n = e ? (size_t)(e - v) : strlen(v);
-
-			if (n >= len)
-				n = len - 1;
-			memcpy(out, v, n);
-			out[n] = '\0';
-			return true;
-		}
-	}
-	return false;
-}
-
-/* Read every message that arrived on the notify socket. */
-static void unit_poll(struct unit *u)
-{
-	for (;;) {
-		char buf[4096], v[64], name[64];
-		union {
-			char b[CMSG_SPACE(sizeof(int) * STORE_MAX) +
-			       CMSG_SPACE(sizeof(struct ucred))];
-			struct cmsghdr align;
-		} cm;
-		struct iovec iov = {buf, sizeof(buf) - 1};
-		struct msghdr mh = {.msg_iov = &iov,
-				    .msg_iovlen = 1,
-				    .msg_control = cm.b,
-				    .msg_controllen = sizeof(cm.b)};
-		ssize_t len = recvmsg(u->nfd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-		int got[STORE_MAX], ngot = 0;
-
-		if (len < 0)
-			return;
-		buf[len] = '\0';
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-				continue;
-			for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-				int fd;
-
-				memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-				if (ngot < STORE_MAX)
-					got[ngot++] = fd;
-				else
-					close(fd);
-			}
-		}
-		if (!field(buf, "FDNAME", name, sizeof(name)))
-			strcpy(name, "stored");
-		if (field(buf, "FDSTOREREMOVE", v, sizeof(v)) && strcmp(v, "1") == 0)
-			store_remove(u, name);
-		for (int i = 0; i < ngot; i++) {
-			if (field(buf, "FDSTORE", v, sizeof(v)) && strcmp(v, "1") == 0)
-				store_add(u, got[i], name);
-			else
-				close(got[i]); /* fds without FDSTORE=1 are refused */
-		}
-		if (field(buf, "READY", v, sizeof(v)) && strcmp(v, "1") == 0)
-			u->ready++;
-		field(buf, "STATUS", u->status, sizeof(u->status));
-	}
-}
-
-static bool unit_stored(struct unit *u, int n)
-{
-	unit_poll(u);
-	return u->n == n;
-}
-
-/* The daemon's STATUS= says "N policies, M clients". */
-static bool unit_status_has(struct unit *u, const char *what)
-{
-	unit_poll(u);
-	return strstr(u->status, what) != NULL;
-}
-
-static int unit_store_fd(struct unit *u, const char *name)
-{
-	unit_poll(u);
-	for (int i = 0; i < u->n; i++) {
-		if (strcmp(u->names[i], name) == 0)
-			return u->fds[i];
-	}
-	return -1;
-}
-
-static struct unit *current;
 
 /* Processes a test forked: killed by the teardown when an assertion left
  * the test early (and they die with the test process anyway). */
@@ -235,97 +108,6 @@ static pid_t fork_kid(void)
 		kids[nkids++] = pid;
 	}
 	return pid;
-}
-
-static void unit_init(struct unit *u)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int one = 1;
-
-	memset(u, 0, sizeof(*u));
-	current = u;
-	assert_int_equal(test_daemon_init(&u->d), 0);
-	assert_true(strlen(u->d.dir) + 8 < sizeof(sa.sun_path));
-	snprintf(u->notify, sizeof(u->notify), "%s/notify", u->d.dir);
-	strcpy(sa.sun_path, u->notify);
-	u->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	assert_true(u->nfd >= 0);
-	assert_int_equal(bind(u->nfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	setsockopt(u->nfd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
-}
-
-/* Start (or restart) the unit's daemon, passing the store when with_store. */
-static int unit_start(struct unit *u, bool with_store)
-{
-	pid_t pid;
-
-	unit_poll(u);
-	pid = fork();
-	if (pid < 0)
-		return -errno;
-	if (pid == 0) {
-		int logfd = open(u->d.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		int n = with_store ? u->n : 0, high[STORE_MAX];
-		char names[STORE_MAX * 65] = "", num[32];
-
-		dup2(logfd, 1);
-		dup2(logfd, 2);
-		/* out of the way of 3..3+n first, then into place */
-		for (int i = 0; i < n; i++)
-			high[i] = fcntl(u->fds[i], F_DUPFD_CLOEXEC, 100);
-		for (int i = 0; i < n; i++) {
-			TEST_CHECK(high[i] >= 100 && dup2(high[i], 3 + i) == 3 + i);
-			close(high[i]);
-			if (i)
-				strcat(names, ":");
-			strcat(names, u->names[i]);
-		}
-		unsetenv("LISTEN_FDS");
-		unsetenv("LISTEN_PID");
-		unsetenv("LISTEN_FDNAMES");
-		setenv("NOTIFY_SOCKET", u->notify, 1);
-		if (n) {
-			snprintf(num, sizeof(num), "%d", (int)getpid());
-			setenv("LISTEN_PID", num, 1);
-			snprintf(num, sizeof(num), "%d", n);
-			setenv("LISTEN_FDS", num, 1);
-			setenv("LISTEN_FDNAMES", names, 1);
-		}
-		execl(RESILD_PATH, RESILD_PATH, "--foreground", "--socket", u->d.sock, "--config",
-		      u->d.confdir, (char *)NULL);
-		_exit(127);
-	}
-	u->d.pid = pid;
-	return TEST_EVENTUALLY(test_daemon_answers(&u->d)) ? 0 : -ETIMEDOUT;
-}
-
-/* A crash (Restart=always brings it back with the store). */
-static void unit_crash(struct unit *u)
-{
-	test_daemon_kill(&u->d);
-	unit_poll(u);
-}
-
-/* systemctl stop on systemd 252: the daemon stops, the store is emptied. */
-static void unit_stop(struct unit *u)
-{
-	assert_int_equal(test_daemon_stop(&u->d), 0);
-	unit_poll(u);
-	for (int i = 0; i < u->n; i++)
-		close(u->fds[i]);
-	u->n = 0;
-}
-
-static void unit_fini(struct unit *u)
-{
-	test_daemon_fini(&u->d);
-	for (int i = 0; i < u->n; i++)
-		close(u->fds[i]);
-	u->n = 0;
-	if (u->nfd > 0)
-		close(u->nfd);
-	u->nfd = -1;
-	current = NULL;
 }
 
 static void decider_stop(void);
@@ -417,7 +199,7 @@ static void pause_a_little(void)
 #define A_WORK	 "a-work"
 
 /* A client that decides on A_WORK until told to stop. */
-static void a_worker(struct unit *u, struct shared *sh, int i)
+static void a_worker(struct test_unit *u, struct shared *sh, int i)
 {
 	resil_policy_t *p;
 	resil_permit_t pm;
@@ -460,7 +242,7 @@ static bool budget_refuses(resil_policy_t *p)
 
 static void test_restart_with_store(void **state)
 {
-	static struct unit u;
+	static struct test_unit u;
 	struct shared *sh = shared_new();
 	resil_policy_t *brk, *budget, *keys;
 	resil_permit_t pm;
@@ -472,9 +254,9 @@ static void test_restart_with_store(void **state)
 
 	(void)state;
 	unit_init(&u);
-	assert_int_equal(unit_start(&u, false), 0);
-	assert_true(TEST_EVENTUALLY(unit_stored(&u, 2)));
-	assert_true(unit_store_fd(&u, "config") >= 0 && unit_store_fd(&u, "state") >= 0);
+	assert_int_equal(test_unit_start(&u, false), 0);
+	assert_true(TEST_EVENTUALLY(test_unit_stored(&u, 2)));
+	assert_true(test_unit_store_fd(&u, "config") >= 0 && test_unit_store_fd(&u, "state") >= 0);
 
 	assert_int_equal(resil_open(&r, u.d.sock), 0);
 	assert_int_equal(
@@ -515,14 +297,14 @@ static void test_restart_with_store(void **state)
 
 	/* a crash, then Restart=always with the store, late enough that the
 	 * workers saw the heartbeat go stale and found nobody on the socket */
-	unit_crash(&u);
+	test_unit_crash(&u);
 	killed = test_mono_ns();
 	for (int i = 0; i < 2; i++)
 		assert_true(TEST_EVENTUALLY(atomic_load(&sh->next_check[i]) >
 					    killed + RESIL_BEAT_STALE_NS + RESIL_CHECK_NS));
 	calls = atomic_load(&sh->calls[0][0]);
 	assert_true(TEST_EVENTUALLY(atomic_load(&sh->calls[0][0]) > calls + 10));
-	assert_int_equal(unit_start(&u, true), 0);
+	assert_int_equal(test_unit_start(&u, true), 0);
 	restarted = test_mono_ns();
 	assert_true(TEST_EVENTUALLY(log_has(&u.d, "adopted the segments")));
 	/* a control request reaches the new daemon: same epoch, same mapping */
@@ -572,7 +354,7 @@ static int call_ok(void *arg, resil_attempt_t *a)
 
 /* Another process: it only looks the policy up (someone else defines it)
  * and decides through resil_call only. */
-static void b_follower(struct unit *u, struct shared *sh)
+static void b_follower(struct test_unit *u, struct shared *sh)
 {
 	resil_policy_t *p;
 	resil_t *r;
@@ -672,7 +454,7 @@ static void decider_stop(void)
 
 static void test_restart_without_store(void **state)
 {
-	static struct unit u;
+	static struct test_unit u;
 	struct shared *sh = shared_new();
 	resil_policy_t *p, *bulk, *p2;
 	resil_permit_t pm, old_permit, a, b;
@@ -686,8 +468,8 @@ static void test_restart_without_store(void **state)
 
 	(void)state;
 	unit_init(&u);
-	assert_int_equal(unit_start(&u, false), 0);
-	assert_true(TEST_EVENTUALLY(unit_stored(&u, 2)));
+	assert_int_equal(test_unit_start(&u, false), 0);
+	assert_true(TEST_EVENTUALLY(test_unit_stored(&u, 2)));
 	assert_int_equal(resil_open(&r, u.d.sock), 0);
 	assert_int_equal(
 	    resil_define(r, B_POL, "breaker.window = consecutive:2; breaker.wait = 1h"), 0);
@@ -720,7 +502,7 @@ static void test_restart_without_store(void **state)
 
 	/* systemctl stop, then start, on 252: the store is gone */
 	unit_stop(&u);
-	assert_int_equal(unit_start(&u, false), 0);
+	assert_int_equal(test_unit_start(&u, false), 0);
 	assert_false(log_has(&u.d, "adopted the segments"));
 
 	/* the client notices by itself while it decides, and keeps going */
@@ -775,7 +557,7 @@ static void test_restart_without_store(void **state)
 	/* the other process followed too, without an error; the new daemon
 	 * found both rows in its table */
 	assert_true(TEST_EVENTUALLY(atomic_load(&sh->reattaches[0]) == 1));
-	assert_true(TEST_EVENTUALLY(unit_status_has(&u, " 2 clients")));
+	assert_true(TEST_EVENTUALLY(test_unit_status_has(&u, " 2 clients")));
 	atomic_store(&sh->stop, 1);
 	st = test_wait_pid(pid, 10000);
 	assert_true(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -849,7 +631,7 @@ static void c_child(struct shared *sh, resil_t *r, resil_policy_t **pol)
 	_exit(0);
 }
 
-static void c_worker(struct unit *u, struct shared *sh, int i)
+static void c_worker(struct test_unit *u, struct shared *sh, int i)
 {
 	resil_policy_t *pol[NPOL];
 	bool forked = false;
@@ -909,7 +691,7 @@ static bool probe_admitted(void *ctx)
 
 static void test_daemon_killed(void **state)
 {
-	static struct unit u;
+	static struct test_unit u;
 	struct shared *sh = shared_new();
 	resil_policy_t *probe;
 	resil_permit_t pm;
@@ -920,8 +702,8 @@ static void test_daemon_killed(void **state)
 
 	(void)state;
 	unit_init(&u);
-	assert_int_equal(unit_start(&u, false), 0);
-	assert_true(TEST_EVENTUALLY(unit_stored(&u, 2)));
+	assert_int_equal(test_unit_start(&u, false), 0);
+	assert_true(TEST_EVENTUALLY(test_unit_stored(&u, 2)));
 	assert_int_equal(resil_open(&r, u.d.sock), 0);
 	for (int k = 0; k < NPOL; k++)
 		assert_int_equal(resil_define(r, c_names[k], c_confs[k]), 0);
@@ -941,7 +723,7 @@ static void test_daemon_killed(void **state)
 		assert_true(TEST_EVENTUALLY(atomic_load(&sh->calls[i][0]) > 20));
 
 	/* SIGKILL: nobody stores, nobody restarts yet */
-	unit_crash(&u);
+	test_unit_crash(&u);
 	killed = test_mono_ns();
 	atomic_store(&sh->go, 1);
 	for (int i = 0; i < WORKERS; i++) {
@@ -977,9 +759,9 @@ static void test_daemon_killed(void **state)
 	/* back, with the store: the rows of the running clients stay valid
 	 * and the new daemon watches them (ours and the 4 workers'; the
 	 * child that exited meanwhile is reclaimed) */
-	assert_int_equal(unit_start(&u, true), 0);
+	assert_int_equal(test_unit_start(&u, true), 0);
 	assert_true(TEST_EVENTUALLY(log_has(&u.d, "adopted the segments")));
-	assert_true(TEST_EVENTUALLY(unit_status_has(&u, " 5 clients")));
+	assert_true(TEST_EVENTUALLY(test_unit_status_has(&u, " 5 clients")));
 	atomic_store(&sh->go, 2);
 	for (int i = 0; i < WORKERS; i++) {
 		long c = atomic_load(&sh->calls[i][0]);
@@ -1048,7 +830,7 @@ static void test_daemon_killed(void **state)
 
 static void test_retired(void **state)
 {
-	static struct unit u;
+	static struct test_unit u;
 	resil_policy_t *p;
 	resil_permit_t pm;
 	struct resil_map *old;
@@ -1060,8 +842,8 @@ static void test_retired(void **state)
 
 	(void)state;
 	unit_init(&u);
-	assert_int_equal(unit_start(&u, false), 0);
-	assert_true(TEST_EVENTUALLY(unit_stored(&u, 2)));
+	assert_int_equal(test_unit_start(&u, false), 0);
+	assert_true(TEST_EVENTUALLY(test_unit_stored(&u, 2)));
 	assert_int_equal(resil_open(&r, u.d.sock), 0);
 	assert_int_equal(resil_define(r, "d-pol", "bulkhead.max = 4"), 0);
 	assert_int_equal(resil_policy(r, "d-pol", &p), 0);
@@ -1069,8 +851,8 @@ static void test_retired(void **state)
 
 	/* a crash; before the restart, the stored config segment says it
 	 * belongs to another ABI major (as a build of another major left it) */
-	unit_crash(&u);
-	cfd = unit_store_fd(&u, "config");
+	test_unit_crash(&u);
+	cfd = test_unit_store_fd(&u, "config");
 	assert_true(cfd >= 0);
 	m = mmap(NULL, RESIL_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
 	assert_true(m != MAP_FAILED);
@@ -1081,11 +863,11 @@ static void test_retired(void **state)
 	assert_int_equal(resil_acquire(p, &pm), RESIL_ADMIT);
 	resil_release(p, &pm, RESIL_SUCCESS);
 
-	assert_int_equal(unit_start(&u, true), 0);
+	assert_int_equal(test_unit_start(&u, true), 0);
 	assert_true(TEST_EVENTUALLY(log_has(&u.d, "not adopted")));
 	/* retired in both headers, and the old pair left the store for a new
 	 * one */
-	assert_true(TEST_EVENTUALLY(unit_stored(&u, 2)));
+	assert_true(TEST_EVENTUALLY(test_unit_stored(&u, 2)));
 	assert_true(ld_acquire(&old->seg->cfg->flags) & RESIL_SEG_RETIRED);
 	assert_true(ld_acquire(&old->seg->st->flags) & RESIL_SEG_RETIRED);
 

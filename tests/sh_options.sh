@@ -84,6 +84,16 @@ metrics_listen = 192.0.2.1:9
 C
 printf '[policy pay]\nbulkhead.max = 4\n' >"$conf/10-pay.conf"
 expect 0 "$conf/resild.conf: settings OK, 4 given" "$RESILD" --check-config --config "$conf"
+echo "== --cluster-redis and --cluster-tls-*: a bad value is named, exit 78"
+cl() { expect 78 "$1" "$RESILD" --foreground --config "$conf" --socket "$tmp/sock" --cluster-host x "${@:2}"; }
+cl 'sentinel://h:99999/m: expected sentinel://HOST' --cluster-redis sentinel://h:99999/m
+cl 'sentinel://h:1: expected sentinel://HOST' --cluster-redis sentinel://h:1
+cl 'sentinel://h/m/x: the database is not a number' --cluster-redis sentinel://h/m/x
+cl 'rediss://: expected a host name and a port 1..65535' --cluster-redis rediss://
+cl '--cluster-redis: no credentials in the URL' --cluster-redis redis://u:p@h
+cl "--cluster-tls-ca $tmp/none.pem: cannot read: No such file or directory" --cluster-redis rediss://h --cluster-tls-ca "$tmp/none.pem"
+cl '--cluster-tls-cert and --cluster-tls-key go together' --cluster-redis redis://h --cluster-tls-cert "$tmp/none.pem"
+cl '--cluster-tls-\*: not over a unix socket' --cluster-redis unix:/x --cluster-tls-server-name h
 "$RESILD" --foreground --socket "$tmp/sock" --config "$conf" --policies 200 2>"$tmp/resild.log" &
 pid=$!
 for _ in $(seq 100); do ctl status >/dev/null 2>&1 && break; sleep 0.1; done

@@ -254,6 +254,18 @@ int test_drop_to_nobody(void)
 
 /* ---- daemon ---- */
 
+void test_daemon_paths(struct test_daemon *d, const char *dir)
+{
+	/* dir is a mkdtemp name, far below PATH_MAX: the precision only
+	 * bounds what the compiler must assume */
+	int n = PATH_MAX - 32;
+
+	snprintf(d->dir, sizeof(d->dir), "%.*s", n, dir);
+	snprintf(d->sock, sizeof(d->sock), "%.*s/control.sock", n, dir);
+	snprintf(d->confdir, sizeof(d->confdir), "%.*s/conf.d", n, dir);
+	snprintf(d->log, sizeof(d->log), "%.*s/resild.log", n, dir);
+}
+
 int test_daemon_init(struct test_daemon *d)
 {
 	char tmpl[] = "/tmp/resil-test-XXXXXX";
@@ -263,10 +275,7 @@ int test_daemon_init(struct test_daemon *d)
 		return -errno;
 	/* 0755: a child dropped to nobody must reach the socket */
 	chmod(tmpl, 0755);
-	snprintf(d->dir, sizeof(d->dir), "%s", tmpl);
-	snprintf(d->sock, sizeof(d->sock), "%s/control.sock", tmpl);
-	snprintf(d->confdir, sizeof(d->confdir), "%s/conf.d", tmpl);
-	snprintf(d->log, sizeof(d->log), "%s/resild.log", tmpl);
+	test_daemon_paths(d, tmpl);
 	if (mkdir(d->confdir, 0755) < 0)
 		return -errno;
 	return 0;

@@ -41,6 +41,8 @@ struct test_daemon {
 
 /* Create the directory (mode 0755) and fill the paths; does not start. */
 int test_daemon_init(struct test_daemon *d);
+/* Fill d's paths for the directory dir (no file is made). */
+void test_daemon_paths(struct test_daemon *d, const char *dir);
 /* Start RESILD_PATH --foreground --socket SOCK --config-dir CONFDIR plus
  * extra (NULL-terminated, may be NULL) and wait until it answers (10 s).
  * 0 or -errno; on failure the log is printed to stderr. */

@@ -169,6 +169,8 @@ static bool host_eligible(void)
 #endif
 	if (e && strcmp(e, "monotonic") == 0)
 		return false;
+	if (e && strcmp(e, "tsc") == 0)
+		return cpuinfo_has("constant_tsc", "nonstop_tsc");
 	return first_line_is("/sys/devices/system/clocksource/clocksource0/current_clocksource",
 			     "tsc") &&
 	       cpuinfo_has("constant_tsc", "nonstop_tsc");
@@ -340,6 +342,42 @@ static int monotonic_child(void)
 	return 0;
 }
 
+/* RESIL_CLOCK=tsc: the TSC wherever the CPU says it is invariant, the
+ * kernel's clocksource whatever it is; never where the CPU does not. */
+static int tsc_child(void)
+{
+	bool cpu = cpuinfo_has("constant_tsc", "nonstop_tsc");
+
+#if !defined(__x86_64__)
+	cpu = false;
+#endif
+	if (cpu ? !wait_calibrated() : resil_clock_fast_tsc()) {
+		fprintf(stderr, "RESIL_CLOCK=tsc: TSC %s in use, the CPU flags say %s\n",
+			resil_clock_fast_tsc() ? "is" : "is not",
+			cpu ? "invariant" : "not invariant");
+		return 1;
+	}
+	return 0;
+}
+
+static void test_forced_tsc(void **state)
+{
+	char *argv[] = {"unit_clock", "--tsc-child", NULL};
+	int status;
+	pid_t pid;
+
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		setenv("RESIL_CLOCK", "tsc", 1);
+		execve("/proc/self/exe", argv, environ);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 static void test_escape_hatch(void **state)
 {
 	char *argv[] = {"unit_clock", "--monotonic-child", NULL};
@@ -434,11 +472,14 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_bracket_forked),
 	    cmocka_unit_test(test_monotone),
 	    cmocka_unit_test(test_escape_hatch),
+	    cmocka_unit_test(test_forced_tsc),
 	    cmocka_unit_test(test_no_syscall),
 	    cmocka_unit_test(test_duration_clamped),
 	};
 
 	if (argc == 2 && strcmp(argv[1], "--monotonic-child") == 0)
 		return monotonic_child();
+	if (argc == 2 && strcmp(argv[1], "--tsc-child") == 0)
+		return tsc_child();
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,42 +33,7 @@
 #include "resil.h"
 #include "seg.h"
 #include "shed.h"
-
-static int64_t now_ns = 1000 * RESIL_NS_PER_S;
-
-static int64_t manual_clock(void *ctx)
-{
-	return now_ns;
-}
-
-static uint64_t seed = 42;
-static uint64_t seeded(void *ctx)
-{
-	return resil_splitmix64(&seed);
-}
-
-static void ctx_init(struct resil_ctx *x, struct resil_seg *s)
-{
-	memset(x, 0, sizeof(*x));
-	x->seg = s;
-	x->clock.fn = manual_clock;
-	x->random.fn = seeded;
-	x->client_id = 1;
-}
-
-static const struct resil_rec *define(struct resil_seg *s, const char *name, const char *text)
-{
-	struct resil_conf c;
-	char err[256];
-	uint32_t slot;
-	uint64_t w;
-
-	resil_conf_init(&c);
-	assert_int_equal(resil_conf_parse(&c, text, 1, err, sizeof(err)), 0);
-	assert_true(resil_seg_define(s, name, &c, 0, 0, now_ns, err, sizeof(err)) >= 0);
-	assert_int_equal(resil_seg_lookup(s, name, &slot, &w), 0);
-	return resil_seg_rec_of(s, w);
-}
+#include "segfix.h"
 
 /* Decide a few calls of each outcome, then one maintain pass: its repairs. */
 static uint32_t exercise(struct resil_seg *s, const struct resil_rec *rec)
