@@ -773,12 +773,35 @@ def report(outdir, path):
             with open(kp) as f:
                 w(f.read().rstrip("\n"))
             w("")
+        if kept == "global.md":
+            cluster(outdir, w)
     text = "\n".join(L) + "\n"
     if path == "-":
         sys.stdout.write(text)
     else:
         with open(path, "w") as f:
             f.write(text)
+
+
+def cluster(outdir, w):
+    """bench/cluster_bench --quick's tables from this run (run.sh writes
+    them to OUTDIR/cluster.md), under global.md's prose."""
+    p = os.path.join(outdir, "cluster.md")
+    if not os.path.exists(p):
+        return
+    with open(p) as f:
+        text = f.read().rstrip("\n")
+    if not text:
+        return
+    w("### This run: `cluster_bench --quick` (bench/run.sh)")
+    w("")
+    w(text)
+    w("")
+    w("Admitted per second per host through the demand shifts, the join, the")
+    w("leave and the outage (`bench/cluster_rate.csv` has the figures):")
+    w("")
+    w("![admitted rate per host](bench/cluster_rate.svg)")
+    w("")
 
 
 def main():

@@ -58,8 +58,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common.h" /* resil_clock_fast, inline */
-#include "limit.h"  /* the keyed table's size, for its memory floor */
+#include "bulkhead.h" /* a global bulkhead's lease, set by hand */
+#include "common.h"   /* resil_clock_fast, inline */
+#include "internal.h" /* the policy's state block (the lease) */
+#include "limit.h"    /* the keyed table's size, for its memory floor */
 #include "resil.h"
 #include "resil.pb-c.h"
 #include "lua_gcra.h" /* the per-request Redis limiter */
@@ -838,7 +840,10 @@ struct simple_case {
 
 /* PREP_HOLD_ALL: the bench process takes every permit it can and holds
  * them during the loop, so each acquire of the loop is a rejection. */
-enum { PREP_NONE, PREP_FAIL_ONCE, PREP_ADMIT_ONCE, PREP_HOLD_ALL };
+/* PREP_LEASE: a global bulkhead leased all of its slots until far in the
+ * future, as its daemon would (no cluster here): the hot path under a
+ * live lease. */
+enum { PREP_NONE, PREP_FAIL_ONCE, PREP_ADMIT_ONCE, PREP_HOLD_ALL, PREP_LEASE };
 #define HOLD_MAX 64
 
 static const struct simple_case simple_cases[] = {
@@ -859,6 +864,8 @@ static const struct simple_case simple_cases[] = {
     {"limit.reject", "lrej", "limit.rate = 1/h", PREP_ADMIT_ONCE, loop_acq_rel},
     {"bulkhead.acq_rel", "bulk", "bulkhead.max = 25", PREP_NONE, loop_acq_rel},
     {"bulkhead.reject", "bulkrej", "bulkhead.max = 25", PREP_HOLD_ALL, loop_acq_rel},
+    {"bulkhead.acq_rel_global", "bglobal", "policy.scope = global; bulkhead.max = 25", PREP_LEASE,
+     loop_acq_rel},
     {"adaptive.acq_rel", "adapt", "adaptive.algorithm = vegas", PREP_NONE, loop_acq_rel},
     {"shed.acq_rel", "shed", "shed.k = 2", PREP_NONE, loop_acq_rel},
     {"budget.acq_rel", "budget", "retry.budget = grpc:100:0.1", PREP_NONE, loop_acq_rel},
@@ -895,7 +902,20 @@ static void run_simple(resil_t *r, const char *group, struct simple_group *g)
 		x->p = mkpol(r, c->base, c->cfg);
 		if (!x->p)
 			continue;
-		if (c->prep == PREP_HOLD_ALL && !g->held_p) {
+		if (c->prep == PREP_LEASE) {
+			/* one decision binds the policy (its state block) */
+			if (resil_acquire(x->p, &pm) == RESIL_ADMIT)
+				resil_release(x->p, &pm, RESIL_SUCCESS);
+			void *st = atomic_load(&x->p->lean_st);
+
+			if (st)
+				resil_bulkhead_lease_set(st, INT64_MAX, 25, 0);
+			if (!st || resil_acquire(x->p, &pm) != RESIL_ADMIT) {
+				fprintf(stderr, "%s: no lease set\n", c->name);
+				continue;
+			}
+			resil_release(x->p, &pm, RESIL_SUCCESS);
+		} else if (c->prep == PREP_HOLD_ALL && !g->held_p) {
 			g->held_p = x->p;
 			while (g->nheld < HOLD_MAX &&
 			       resil_acquire(x->p, &g->held[g->nheld]) == RESIL_ADMIT)

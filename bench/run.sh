@@ -262,6 +262,20 @@ elif ((use_cg)); then
 	log "valgrind not installed: no instruction counts"
 fi
 
+# policy.scope = global through Redis: accuracy, script calls, a
+# per-request Redis limiter side by side, the fleet one Redis core serves
+# (its own redis-server and daemons; --quick: about a minute, the phases
+# shortened, the capacity calls 2,000 per fleet size). Its tables go into
+# BENCHMARKS.md's "Global scope" section (report.py), its plot beside it.
+cluster=$build/bench/cluster_bench
+if ((use_redis)) && ((!smoke)) && [[ -x $cluster ]] && command -v redis-server >/dev/null; then
+	log "cluster_bench --quick --out $out"
+	"$cluster" --quick --out "$out" >"$out/cluster.md" 2>"$tmp/cluster.log" ||
+		{ log "cluster_bench failed:"; tail -20 "$tmp/cluster.log" >&2; rm -f "$out/cluster.md"; }
+elif ((use_redis)) && ((!smoke)); then
+	log "cluster_bench not built or redis-server missing: no global-scope figures"
+fi
+
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
 
 # plots and the report
@@ -283,6 +297,7 @@ if ((smoke)) || ((custom_out)); then
 	log "done: $out/results.tsv ($(grep -vc '^#' "$out/results.tsv") rows), $out/BENCHMARKS.md"
 else
 	cp "$out"/*.png "$here"/ 2>/dev/null || true
+	cp "$out"/cluster_rate.svg "$out"/cluster_rate.csv "$here"/ 2>/dev/null || true
 	python3 "$here/report.py" --out "$src/BENCHMARKS.md" "$out"
 	log "done: $out/results.tsv, bench/*.png, BENCHMARKS.md"
 fi

@@ -1368,7 +1368,8 @@ static inline __attribute__((always_inline)) int lean_done(resil_policy_t *p,
 static inline __attribute__((always_inline)) int
 acquire_lean_bulkhead(resil_policy_t *p, const struct binding *b, struct resil_permit_priv *pm)
 {
-	struct resil_ctx x = {.client_id = resil_client_id(ld_relaxed(&b->m->row))};
+	/* the record: a global bulkhead checks its lease (bulkhead.c) */
+	struct resil_ctx x = {.rec = b->rec, .client_id = resil_client_id(ld_relaxed(&b->m->row))};
 
 	memset(pm, 0, sizeof(*pm));
 	pm->limit_permits = 1;

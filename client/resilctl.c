@@ -501,6 +501,17 @@ static void show_cluster_json(const Resil__PolicyInfo *p)
 		if (stat_of(p, "cluster_hosts", &v))
 			printf(",\"hosts\":%" PRId64, v);
 	}
+	if (stat_of(p, "cluster_slots", &v)) {
+		printf(",\"slots\":%" PRId64, v);
+		if (stat_of(p, "cluster_slots_max", &v))
+			printf(",\"slots_max\":%" PRId64, v);
+		if (stat_of(p, "cluster_slots_parked", &v))
+			printf(",\"slots_parked\":%" PRId64, v);
+		if (stat_of(p, "cluster_slots_lease_ms", &v))
+			printf(",\"slots_lease_ms\":%" PRId64, v);
+		if (stat_of(p, "cluster_slots_hosts", &v))
+			printf(",\"slots_hosts\":%" PRId64, v);
+	}
 	if (stat_of(p, "cluster_fleet", &v)) {
 		printf(",\"fleet\":\"%s\"", fleet_word(v));
 		if (stat_of(p, "cluster_fleet_open", &v))
@@ -531,6 +542,18 @@ static void show_cluster_text(const Resil__PolicyInfo *p)
 		       "(demand here %.1f/s, %" PRId64 " hosts)\n",
 		       (double)v / 1000.0, lease > 0 ? "expires in" : "EXPIRED",
 		       lease > 0 ? lease : -lease, (double)demand / 1000.0, hosts);
+	}
+	if (stat_of(p, "cluster_slots", &v)) {
+		int64_t max = 0, parked = 0;
+
+		stat_of(p, "cluster_slots_max", &max);
+		stat_of(p, "cluster_slots_parked", &parked);
+		stat_of(p, "cluster_slots_lease_ms", &lease);
+		stat_of(p, "cluster_slots_hosts", &hosts);
+		printf("  bulkhead  %" PRId64 " of the fleet's %" PRId64 " slots, %s %" PRId64
+		       " ms (%" PRId64 " parked here, %" PRId64 " hosts)\n",
+		       v, max, lease > 0 ? "expires in" : "EXPIRED", lease > 0 ? lease : -lease,
+		       parked, hosts);
 	}
 	if (stat_of(p, "cluster_fleet", &v)) {
 		stat_of(p, "cluster_fleet_open", &gen);
@@ -1265,6 +1288,10 @@ static void status_cluster_json(const Resil__ClusterStatus *c)
 			printf(",\"conflict_host\":");
 			json_str(stdout, p->conflict_host);
 		}
+		if (p->bulkhead)
+			printf(",\"slots\":%u,\"slots_max\":%u,\"slots_lease_ms\":%" PRId64
+			       ",\"parked\":%u",
+			       p->slots, p->slots_max, p->slots_lease_ms, p->parked);
 		printf("}");
 	}
 	printf("]}");
@@ -1302,6 +1329,12 @@ static void status_cluster_text(const Resil__ClusterStatus *c)
 		if (p->conflicts)
 			printf("  %-16s CONFLICT: host %s%s runs it with another configuration\n",
 			       p->name, p->conflict_host, p->conflicts > 1 ? " (and more)" : "");
+		if (p->bulkhead)
+			printf("  %-16s bulkhead %u slots of %u, lease %s %" PRId64
+			       " ms, %u parked\n",
+			       p->name, p->slots, p->slots_max, p->slots_lease_ms > 0 ? "for" : "EXPIRED",
+			       p->slots_lease_ms > 0 ? p->slots_lease_ms : -p->slots_lease_ms,
+			       p->parked);
 	}
 }
 

@@ -553,26 +553,32 @@ int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid, bool exempt
 	return row;
 }
 
-/* Frees a stray claim? (resil_stray_fn) */
-static bool stray_id(uint32_t id, void *ctx)
-{
-	struct resild *d = ctx;
-
-	if (id == RESIL_CLIENT_UNREGISTERED) {
-		d->clients->stats.unregistered_held++;
-		return false;
-	}
-	/* the slot was loaded before this row: see "Stray claims" */
-	return id > d->clients->cap || ld_acquire(&resil_seg_client(&d->seg, id - 1)->owner) == 0;
-}
-
 struct sweep_ctx {
 	struct resild *d;
 	uint32_t budget;
 	uint32_t last; /* the slot visited last */
 	uint32_t freed;
 	bool stopped;
+	bool global; /* the policy swept is policy.scope = global */
 };
+
+/* Frees a stray claim? (resil_stray_fn; ctx: the sweep_ctx) */
+static bool stray_id(uint32_t id, void *ctx)
+{
+	struct sweep_ctx *sc = ctx;
+	struct resild *d = sc->d;
+
+	if (id == RESIL_CLIENT_UNREGISTERED) {
+		d->clients->stats.unregistered_held++;
+		return false;
+	}
+	/* a slot the cluster parked (a global bulkhead's share): kept while
+	 * the policy is global, given back once it is not */
+	if (id == RESIL_BULKHEAD_PARKED)
+		return !sc->global;
+	/* the slot was loaded before this row: see "Stray claims" */
+	return id > d->clients->cap || ld_acquire(&resil_seg_client(&d->seg, id - 1)->owner) == 0;
+}
 
 static int sweep_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
 		     void *ctx)
@@ -589,7 +595,8 @@ static int sweep_one(const struct resil_seg *s, uint32_t slot, const struct resi
 	}
 	sc->budget = cost > sc->budget ? 0 : sc->budget - cost;
 	sc->last = slot;
-	n = resil_policy_sweep(&x, rec, stray_id, sc->d);
+	sc->global = rec->conf.scope == RESIL_SCOPE_GLOBAL;
+	n = resil_policy_sweep(&x, rec, stray_id, sc);
 	if (n) {
 		resil_event_push(s, RESIL_EV_RECLAIMED, slot, rec->gen, n, 0, 0, 0,
 				 resil_clock_monotonic(NULL));

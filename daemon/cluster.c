@@ -92,7 +92,13 @@
  *
  * The interval. Requests are posted at the loop's tick (100 ms) once
  * --cluster-interval has passed since the last post: an interval below the
- * tick runs at the tick.
+ * tick runs at the tick. Between posts, early lease calls ("Early calls"
+ * below) bring a host's new demand to Redis, and the smaller share that
+ * makes room for it back, within a fraction of an interval: the thread
+ * wakes the loop every interval / SAMPLES to sample global limiters.
+ *
+ * Bulkheads (cluster_bulkhead.c: its script, its tick, its design): the
+ * fleet's bulkhead.max leased as slots, in the same round as the rest.
  *
  * Redis down, slow or garbage. The exchange has socket timeouts (ten
  * intervals, at least 2 s); any I/O error, a refused AUTH, a script error or a reply of
@@ -110,7 +116,8 @@
  * TLS (OpenSSL beside hiredis, through a relay thread per connection).
  * Each is described where it is done, below.
  *
- * Who writes what. struct xchg: both threads, under x->lock. The
+ * Who writes what. struct xchg (req, ereq, ans, the kicks): both
+ * threads, under x->lock. The
  * limiter's lease words: the loop only (resil_limit_lease_set's order).
  * struct cl_slot: the loop only.
  */
@@ -143,8 +150,10 @@
 #include <openssl/x509v3.h>
 
 #include "breaker.h"
+#include "bulkhead.h"
 #include "cluster.h"
 #include "cluster_budget.h"
+#include "cluster_bulkhead.h"
 #include "limit.h"
 #include "log.h"
 #include "metrics.h"
@@ -154,6 +163,8 @@
 #include "stats.h"
 
 #define LEASE_INTERVALS 3
+#define SAMPLES		4 /* demand samples per interval (early calls) */
+#define EARLY_ASKS	4 /* early calls while waiting for a share, per rise */
 #define BACKOFF_MAX_NS	(5 * RESIL_NS_PER_S)
 #define HOST_MAX	128
 #define URL_MAX		512
@@ -167,14 +178,20 @@
 
 /*
  * KEYS[1] the policy's lease hash. ARGV: host, demand per second, rate per
- * second, lease length (ms), the id of the lease the host has applied.
- * Returns {share per second (string), lease id, hosts present}.
+ * second, lease length (ms), the id of the lease the host has applied,
+ * and optionally "1": an acknowledgement only (the host applied a smaller
+ * share: its larger leases go, no new one is granted, the answer is not
+ * a lease). Returns {share per second (string), lease id, hosts present,
+ * tell}: tell 2, this host got less than its fair share (others still
+ * hold it: ask again soon); 1, a host waits for what this host gives
+ * back (acknowledge the smaller share at once); 0, nothing to hurry.
  */
 static const char LEASE_LUA[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local me, demand, rate = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
     "local L, applied = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
+    "local ack = ARGV[6] == '1'\n"
     "if not demand or not rate or not L or not applied or demand < 0 or rate <= 0 or L <= 0 "
     "then\n"
     "  return redis.error_reply('ERR resil lease: bad arguments')\n"
@@ -194,9 +211,10 @@ static const char LEASE_LUA[] =
     "r.d, r.s = demand, now\n"
     "if applied > r.a then r.a = applied end\n"
     "hosts[me] = r\n"
-    "local live, other = {}, 0\n"
+    "local live, other, held, wanted = {}, 0, 0, false\n"
     "for h, x in pairs(hosts) do\n"
     "  local keep, c = {}, 0\n"
+    "  if h ~= me and tonumber(x.w) and tonumber(x.w) > now then wanted = true end\n"
     "  for _, e in ipairs(x.l) do\n"
     "    local s, ex, id = tonumber(e[1]), tonumber(e[2]), tonumber(e[3])\n"
     "    if s and ex and id and ex > now and id >= x.a then\n"
@@ -211,8 +229,14 @@ static const char LEASE_LUA[] =
     "    redis.call('HDEL', KEYS[1], h)\n"
     "  else\n"
     "    live[#live + 1] = h\n"
-    "    if h ~= me then other = other + c end\n"
+    "    if h ~= me then other = other + c else held = c end\n"
     "  end\n"
+    "end\n"
+    "if ack then\n"
+    "  for h, _ in pairs(dirty) do\n"
+    "    if hosts[h] then redis.call('HSET', KEYS[1], h, cjson.encode(hosts[h])) end\n"
+    "  end\n"
+    "  return {'0', math.max(r.id, 1), #live, 0}\n"
     "end\n"
     "table.sort(live, function(a, b) return hosts[a].d < hosts[b].d end)\n"
     "local left, n, mine = rate, #live, 0\n"
@@ -224,6 +248,10 @@ static const char LEASE_LUA[] =
     "if left > 0 then mine = mine + left / n end\n"
     "local share = math.min(mine, rate - other)\n"
     "if share < 0 then share = 0 end\n"
+    "local slack = rate / 20 + 0.5\n"
+    "local tell = 0\n"
+    "if share < mine - slack then r.w, tell = now + L, 2 else r.w = nil end\n"
+    "if tell == 0 and wanted and share < held - slack then tell = 1 end\n"
     "r.id = r.id + 1\n"
     "r.l[#r.l + 1] = {share, now + L + 1, r.id}\n"
     "dirty[me] = true\n"
@@ -231,7 +259,7 @@ static const char LEASE_LUA[] =
     "  if hosts[h] then redis.call('HSET', KEYS[1], h, cjson.encode(hosts[h])) end\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], 10 * L + 1000)\n"
-    "return {string.format('%.6f', share), r.id, n}\n";
+    "return {string.format('%.6f', share), r.id, n, tell}\n";
 
 /*
  * KEYS[1] the policy's breaker hash: "h:<host>" = this host's time window
@@ -339,6 +367,7 @@ struct xreq {
 	double rate;	  /* per second */
 	double demand;	  /* per second */
 	uint64_t applied; /* the lease id in the segment */
+	bool ack;	  /* only acknowledge `applied` (an early call) */
 	/* breaker: this host's time window, the thresholds */
 	int64_t calls, failures, slow;
 	int64_t window_ms, wait_ms;
@@ -350,6 +379,7 @@ struct xreq {
 	uint64_t res_round; /* and outcome (1 closed, 2 failed, 0 none yet) */
 	int res;
 	struct resild_cb_req cb; /* retry budget, configuration check */
+	struct resild_cbh_req bh; /* bulkhead */
 };
 struct xans {
 	bool fresh; /* not yet taken by the loop */
@@ -358,6 +388,7 @@ struct xans {
 	double share;
 	int64_t expiry_ns; /* local CLOCK_MONOTONIC */
 	uint32_t hosts;
+	int tell;      /* LEASE_LUA's: 2 ask again soon, 1 acknowledge at once */
 	bool bk_fresh; /* a breaker answer */
 	bool bk_open;  /* the fleet's breaker is in an open it decided */
 	uint64_t bk_gen;
@@ -367,6 +398,7 @@ struct xans {
 	uint64_t bk_round;
 	int64_t bk_until_ns; /* the answer holds until (local CLOCK_MONOTONIC) */
 	struct resild_cb_ans cb;
+	struct resild_cbh_ans bh;
 };
 
 /* A Redis Cluster node learned from a redirection (the thread only). */
@@ -396,6 +428,15 @@ struct cl_slot {
 	int64_t expiry_ns;
 	uint32_t hosts;
 	bool in_lease; /* the last tick saw a live lease */
+	/* demand changes between posts (sampled every interval / SAMPLES) */
+	uint64_t s_calls, s_rej; /* at the last sample */
+	int64_t s_ns;
+	double reported; /* the demand the last call sent */
+	bool rise;	 /* the last sample saw calls rise and rejections start */
+	bool ack_due;	 /* an early acknowledgement of a smaller share */
+	bool waiting;	 /* the last answer: less than the fair share (tell 2) */
+	int asks;	 /* early calls left while this host waits for its share */
+	uint64_t early;	 /* early calls posted (demand rises, acknowledgements) */
 	uint64_t fallbacks;
 	uint64_t lease_changes;
 	uint64_t bk_gen;   /* the fleet's last open mirrored here */
@@ -411,6 +452,7 @@ struct cl_slot {
 	uint64_t bk_rounds; /* rounds probed here for the fleet */
 	uint64_t bk_closes; /* fleet closes that closed this host's breaker */
 	struct resild_cb_slot cb;
+	struct resild_cbh_slot bh;
 };
 
 struct resild_cluster {
@@ -446,8 +488,11 @@ struct resild_cluster {
 	pthread_cond_t cond;
 	bool stop;
 	bool kick; /* a new round of requests */
+	bool kick_early; /* early requests in ereq */
+	bool sampling;	 /* the loop wants a wake every interval / SAMPLES */
 	int efd;   /* eventfd: the thread's "answers ready", read by the loop */
 	struct xreq *req;
+	struct xreq *ereq; /* early lease calls: a demand rise, an acknowledgement */
 	struct xans *ans;
 	bool connected;
 	char last_error[256];
@@ -464,6 +509,7 @@ struct resild_cluster {
 	char bk_sha[48];
 	char cb_sha[48]; /* cluster_budget.c's scripts */
 	char cf_sha[48];
+	char bh_sha[48]; /* cluster_bulkhead.c's script */
 	struct xreq *work;
 	uint64_t rnd;
 	/* Redis Cluster (the thread only): the nodes learned from MOVED and
@@ -732,6 +778,7 @@ static void disconnect(struct resild_cluster *c)
 	c->bk_sha[0] = '\0';
 	c->cb_sha[0] = '\0';
 	c->cf_sha[0] = '\0';
+	c->bh_sha[0] = '\0';
 }
 
 static const char *where(const struct resild_cluster *c, char *buf, size_t len)
@@ -1227,7 +1274,8 @@ static bool connect_redis(struct resild_cluster *c)
 	}
 	if (!load_script(c, LEASE_LUA, c->sha) || !load_script(c, BREAKER_LUA, c->bk_sha) ||
 	    !load_script(c, resild_cb_budget_lua, c->cb_sha) ||
-	    !load_script(c, resild_cb_conf_lua, c->cf_sha))
+	    !load_script(c, resild_cb_conf_lua, c->cf_sha) ||
+	    !load_script(c, resild_cbh_lua, c->bh_sha))
 		return false;
 	pthread_mutex_lock(&c->lock);
 	bool was = c->last_error[0] != '\0';
@@ -1249,10 +1297,11 @@ static bool parse_answer(struct resild_cluster *c, redisReply *r, struct xans *a
 	char w[URL_MAX + 16], *end;
 	double share;
 
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
 	    r->element[0]->type != REDIS_REPLY_STRING ||
 	    r->element[1]->type != REDIS_REPLY_INTEGER ||
-	    r->element[2]->type != REDIS_REPLY_INTEGER)
+	    r->element[2]->type != REDIS_REPLY_INTEGER ||
+	    r->element[3]->type != REDIS_REPLY_INTEGER)
 		goto garbage;
 	share = strtod(r->element[0]->str, &end);
 	if (end == r->element[0]->str || *end || !isfinite(share) || share < 0 ||
@@ -1261,6 +1310,7 @@ static bool parse_answer(struct resild_cluster *c, redisReply *r, struct xans *a
 	a->share = share;
 	a->id = (uint64_t)r->element[1]->integer;
 	a->hosts = (uint32_t)resil_min64(r->element[2]->integer, UINT32_MAX);
+	a->tell = (int)resil_min64(resil_max64(r->element[3]->integer, 0), 2);
 	return true;
 garbage:
 	set_error(c, "Redis at %s answered the lease script with garbage (reply type %d)",
@@ -1348,7 +1398,7 @@ static struct timeval io_timeout(const struct resild_cluster *c)
 static redisContext *node_connect(struct resild_cluster *c, const struct cl_node *nd)
 {
 	static const char *const lua[] = {LEASE_LUA, BREAKER_LUA, resild_cb_budget_lua,
-					  resild_cb_conf_lua};
+					  resild_cb_conf_lua, resild_cbh_lua};
 	struct timeval tv = io_timeout(c);
 	char err[256];
 	redisContext *rc = tcp_connect(c, nd->addr, nd->port, tv, err, sizeof(err));
@@ -1540,9 +1590,9 @@ static bool append_lease(struct resild_cluster *c, const struct xreq *q)
 	snprintf(len, sizeof(len), "%lld",
 		 (long long)(LEASE_INTERVALS * c->interval_ns / RESIL_NS_PER_MS));
 	snprintf(app, sizeof(app), "%llu", (unsigned long long)q->applied);
-	const char *argv[] = {"EVALSHA", c->sha, "1", key, c->host, d, rate, len, app};
+	const char *argv[] = {"EVALSHA", c->sha, "1", key, c->host, d, rate, len, app, "1"};
 
-	return send_argv(c, 9, argv);
+	return send_argv(c, q->ack ? 10 : 9, argv);
 }
 
 static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
@@ -1623,6 +1673,15 @@ static bool append_cb(struct resild_cluster *c, const struct xreq *q)
 	return true;
 }
 
+static bool append_bh(struct resild_cluster *c, const struct xreq *q)
+{
+	struct resild_cb_cmd cmd;
+
+	resild_cbh_command(&q->bh, q->name, c->prefix, c->host, c->bh_sha,
+			   LEASE_INTERVALS * c->interval_ns / RESIL_NS_PER_MS, &cmd);
+	return send_argv(c, cmd.argc, cmd.argv);
+}
+
 /* The replies of append_cb's commands into a; false: logged, closed. */
 static bool read_cb(struct resild_cluster *c, const struct xreq *q, struct resild_cb_ans *a)
 {
@@ -1664,16 +1723,21 @@ static bool read_cb(struct resild_cluster *c, const struct xreq *q, struct resil
 }
 
 /* One round: pipelined script calls (a lease per global limiter, a
- * breaker call per global breaker), one round trip. */
-static void exchange(struct resild_cluster *c)
+ * breaker call per global breaker), one round trip. early: only the early
+ * lease calls of ereq (a regular round takes their place: it carries the
+ * same demand and applied id). */
+static void exchange(struct resild_cluster *c, bool early)
 {
+	const struct xreq *src = early ? c->ereq : c->req;
 	uint32_t n = 0, ok = 0, last = 0;
+	char w[URL_MAX + 16];
 	int64_t t0;
 
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < c->cap; i++) {
-		c->work[i] = c->req[i];
-		n += c->req[i].active;
+		c->work[i] = src[i];
+		n += src[i].active;
+		c->ereq[i].active = false;
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (!n)
@@ -1686,8 +1750,13 @@ static void exchange(struct resild_cluster *c)
 		if (!q->active)
 			continue;
 		route(c, q);
+		if (early) {
+			q->breaker = false;
+			q->cb.budget = q->cb.conf = false;
+			q->bh.on = false;
+		}
 		if ((q->limit && !append_lease(c, q)) || (q->breaker && !append_breaker(c, q)) ||
-		    !append_cb(c, q))
+		    !append_cb(c, q) || (q->bh.on && !append_bh(c, q)))
 			break;
 		last = i + 1;
 	}
@@ -1707,7 +1776,7 @@ static void exchange(struct resild_cluster *c)
 				return;
 			}
 			freeReplyObject(r);
-			a.fresh = true;
+			a.fresh = !q->ack; /* an acknowledgement grants nothing */
 			a.expiry_ns = t0 + LEASE_INTERVALS * c->interval_ns;
 		}
 		if (q->breaker) {
@@ -1723,10 +1792,44 @@ static void exchange(struct resild_cluster *c)
 		}
 		if (!read_cb(c, q, &a.cb))
 			return;
+		if (q->bh.on) {
+			if (!(r = next_reply(c, q->name, "bulkhead")))
+				return;
+			if (!resild_cbh_parse(r, &a.bh)) {
+				set_error(c,
+					  "Redis at %s answered the bulkhead script with garbage "
+					  "(reply type %d)",
+					  where(c, w, sizeof(w)), r->type);
+				freeReplyObject(r);
+				disconnect(c);
+				return;
+			}
+			freeReplyObject(r);
+			a.bh.fresh = true;
+			/* an interval before Redis' end: a call shorter than an
+			 * interval is over before the slots go elsewhere */
+			a.bh.expiry_ns = t0 + (LEASE_INTERVALS - 1) * c->interval_ns;
+		}
 		pthread_mutex_lock(&c->lock);
-		c->ans[i] = a;
+		if (!early) {
+			c->ans[i] = a;
+		} else if (a.fresh) {
+			/* only the lease: a regular answer not yet taken keeps
+			 * its breaker and budget parts */
+			struct xans *o = &c->ans[i];
+
+			if (o->gen != a.gen)
+				memset(o, 0, sizeof(*o));
+			o->gen = a.gen;
+			o->fresh = true;
+			o->id = a.id;
+			o->share = a.share;
+			o->expiry_ns = a.expiry_ns;
+			o->hosts = a.hosts;
+			o->tell = a.tell;
+		}
 		c->script_calls += (uint64_t)q->limit + (uint64_t)q->breaker +
-				   (uint64_t)q->cb.budget + (uint64_t)q->cb.conf;
+				   (uint64_t)q->cb.budget + (uint64_t)q->cb.conf + (uint64_t)q->bh.on;
 		pthread_mutex_unlock(&c->lock);
 		ok++;
 	}
@@ -1747,6 +1850,7 @@ static void *cluster_main(void *arg)
 {
 	struct resild_cluster *c = arg;
 	int64_t backoff = c->interval_ns, retry_at = 0;
+	bool early;
 	sigset_t all;
 
 	/* signals belong to the loop's signalfd */
@@ -1755,11 +1859,29 @@ static void *cluster_main(void *arg)
 	c->rnd = (uint64_t)mono_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ULL;
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
-		while (!c->stop && !c->kick)
-			pthread_cond_wait(&c->cond, &c->lock);
+		while (!c->stop && !c->kick && !c->kick_early) {
+			struct timespec ts;
+			int64_t at;
+
+			if (!c->sampling || !c->rc) {
+				pthread_cond_wait(&c->cond, &c->lock);
+				continue;
+			}
+			/* a demand sample: wake the loop every interval / SAMPLES
+			 * (it may post an early call on what it sees) */
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			at = (int64_t)ts.tv_sec * RESIL_NS_PER_S + ts.tv_nsec +
+			     c->interval_ns / SAMPLES;
+			ts.tv_sec = at / RESIL_NS_PER_S;
+			ts.tv_nsec = at % RESIL_NS_PER_S;
+			if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT &&
+			    !c->kick && !c->kick_early && !c->stop)
+				(void)eventfd_write(c->efd, 1);
+		}
 		if (c->stop)
 			break;
-		c->kick = false;
+		early = !c->kick;
+		c->kick = c->kick_early = false;
 		pthread_mutex_unlock(&c->lock);
 
 		if (!c->rc && mono_ns() >= retry_at) {
@@ -1781,7 +1903,7 @@ static void *cluster_main(void *arg)
 				backoff = c->interval_ns;
 		}
 		if (c->rc) {
-			exchange(c);
+			exchange(c, early);
 			/* wake the loop: it applies the answers now rather than at
 			 * its next tick (a lease, a fleet close, a budget a whole
 			 * tick sooner); a full counter or a failed write costs only
@@ -1803,6 +1925,7 @@ int resild_cluster_init(struct resild *d)
 	struct resild_cluster *c;
 	const struct resild_opts *o = &d->opts;
 	char mid[HOST_MAX];
+	pthread_condattr_t ca;
 	int r;
 
 	if (!o->cluster_redis)
@@ -1811,7 +1934,10 @@ int resild_cluster_init(struct resild *d)
 	if (!c)
 		return log_error_errno(-ENOMEM, "cluster: out of memory");
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	d->cluster = c;
 	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->efd < 0)
@@ -1855,9 +1981,10 @@ int resild_cluster_init(struct resild *d)
 	c->cap = d->seg.cfg->slot_cap;
 	c->slots = calloc(c->cap, sizeof(*c->slots));
 	c->req = calloc(c->cap, sizeof(*c->req));
+	c->ereq = calloc(c->cap, sizeof(*c->ereq));
 	c->ans = calloc(c->cap, sizeof(*c->ans));
 	c->work = calloc(c->cap, sizeof(*c->work));
-	if (!c->slots || !c->req || !c->ans || !c->work)
+	if (!c->slots || !c->req || !c->ereq || !c->ans || !c->work)
 		return log_error_errno(-ENOMEM, "cluster: out of memory");
 	r = -pthread_create(&c->thread, NULL, cluster_main, c);
 	if (r < 0)
@@ -1885,6 +2012,7 @@ void resild_cluster_fini(struct resild *d)
 	pthread_cond_destroy(&c->cond);
 	free(c->slots);
 	free(c->req);
+	free(c->ereq);
 	free(c->ans);
 	free(c->work);
 	free(c->pend);
@@ -1910,7 +2038,72 @@ struct tick_ctx {
 	struct resild_cluster *c;
 	int64_t now;
 	bool post;
+	bool early; /* this policy posts an early lease call (tick_limit says) */
+	bool grant; /* and it asks for a lease (else: an acknowledgement only) */
+	bool limiters; /* a global limiter was seen: sample its demand */
 };
+
+/*
+ * Early calls. A host whose demand appears between two posts would wait
+ * for the next post to report it (with a rate diluted by the part of the
+ * interval before it began), the hosts holding the rate for their next
+ * posts to be granted less, and once more for them to say they applied
+ * it before Redis can grant it elsewhere. So the loop samples each global
+ * limiter every interval / SAMPLES (the exchange thread wakes it): calls
+ * that rose by half over the demand last reported, with rejections, seen
+ * on two samples in a row (the second one measures a whole sample of the
+ * new rate) post an early lease call with that rate; a host granted less
+ * than its fair share (tell 2) asks again at each sample, at most
+ * EARLY_ASKS times per rise; a host told that another waits for its share
+ * (tell 1) acknowledges its smaller lease at once (ARGV[6]: no new lease,
+ * so no lease is ever applied twice). In steady state none of these fire
+ * (demand moves by less than half, nobody is granted less than its fair
+ * share by more than rate / 20): one call per interval; a rise costs the
+ * rising host at most 1 + EARLY_ASKS calls and each host it takes from one.
+ */
+static void tick_early(struct tick_ctx *t, struct cl_slot *cs, const struct xans *a,
+		       uint64_t calls, uint64_t rej)
+{
+	int64_t dt = t->now - cs->s_ns;
+
+	if (a->fresh && a->gen == cs->gen) {
+		cs->ack_due = a->tell == 1 && !t->post; /* a post acknowledges too */
+		cs->waiting = a->tell == 2;
+		if (!cs->waiting)
+			cs->asks = 0;
+	}
+	if (!cs->s_ns || t->post) {
+		cs->s_calls = calls;
+		cs->s_rej = rej;
+		cs->s_ns = t->now;
+		cs->rise = false;
+		return;
+	}
+	if (dt >= t->c->interval_ns / (2 * SAMPLES)) {
+		double sub = (double)(calls - cs->s_calls) * 1e9 / (double)dt;
+		bool up = rej != cs->s_rej && sub > 1.5 * cs->reported + 1.0;
+
+		cs->s_calls = calls;
+		cs->s_rej = rej;
+		cs->s_ns = t->now;
+		if (up && cs->rise) {
+			/* the second sample: a whole one at the new rate */
+			cs->demand = sub;
+			cs->asks = EARLY_ASKS;
+			cs->waiting = false;
+			t->early = t->grant = true;
+			up = false;
+		}
+		cs->rise = up;
+	}
+	if (!t->early && cs->waiting && cs->asks > 0) {
+		cs->asks--;
+		cs->waiting = false; /* until the answer says so again */
+		t->early = t->grant = true;
+	}
+	if (cs->ack_due)
+		t->early = true;
+}
 
 /* A global limiter: apply the last lease (and the fallback), measure the
  * demand for the next exchange. */
@@ -1969,14 +2162,24 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 		v[RESIL_STAT_REJ_LIMITED];
 	if (cs->calls_ns && t->now > cs->calls_ns)
 		cs->demand = (double)(calls - cs->calls) * 1e9 / (double)(t->now - cs->calls_ns);
-	if (t->post || !cs->calls_ns) {
-		cs->calls = calls;
-		cs->calls_ns = t->now;
-	}
+	tick_early(t, cs, a, calls, v[RESIL_STAT_REJ_LIMITED]);
 	q->limit = true;
 	q->rate = rate;
 	q->demand = cs->demand;
 	q->applied = cs->applied;
+	/* an acknowledgement alone when it is the only reason to call */
+	q->ack = t->early && !t->grant;
+	if (t->early) {
+		cs->ack_due = false;
+		cs->early++;
+	}
+	if (t->post || !cs->calls_ns || (t->early && !q->ack)) {
+		cs->calls = calls;
+		cs->calls_ns = t->now;
+	}
+	if (t->post || (t->early && !q->ack))
+		cs->reported = q->demand;
+	t->limiters = true;
 }
 
 /* A global time-window breaker: mirror a fleet open and its close, hold
@@ -2078,7 +2281,7 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	struct resild_cluster *c = t->c;
 	struct cl_slot *cs = &c->slots[slot];
 	struct xreq q = {.active = true, .gen = rec->gen};
-	bool lim, bk, bud;
+	bool lim, bk, bud, bh;
 	struct xans a;
 
 	if (slot >= c->cap || rec->conf.scope != RESIL_SCOPE_GLOBAL)
@@ -2086,7 +2289,8 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	lim = resil_has(rec, RESIL_C_LIMIT);
 	bk = resil_has(rec, RESIL_C_BREAKER) && rec->conf.breaker.window_kind == RESIL_WINDOW_TIME;
 	bud = resild_cb_wants_budget(rec);
-	if (!lim && !bk && !bud)
+	bh = resild_cbh_wants(rec);
+	if (!lim && !bk && !bud && !bh)
 		return 0;
 	if (!cs->active || cs->gen != rec->gen) {
 		memset(cs, 0, sizeof(*cs));
@@ -2100,14 +2304,28 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	c->ans[slot].bk_fresh = false;
 	c->ans[slot].cb.fresh = false;
 	c->ans[slot].cb.conf_fresh = false;
+	c->ans[slot].bh.fresh = false;
 	pthread_mutex_unlock(&c->lock);
+	t->early = t->grant = false;
 	if (lim)
 		tick_limit(t, s, rec, cs, &a, &q);
 	if (bk)
 		tick_breaker(t, s, rec, cs, &a, &q);
-	if (a.gen != rec->gen)
+	if (a.gen != rec->gen) {
 		memset(&a.cb, 0, sizeof(a.cb));
+		memset(&a.bh, 0, sizeof(a.bh));
+	}
+	if (bh)
+		resild_cbh_tick(s, rec, &cs->bh, &a.bh, &q.bh, t->now, c->fallback, t->post);
 	resild_cb_tick(s, rec, &cs->cb, &a.cb, &q.cb, t->now, c->interval_ns, t->post);
+	if (t->early && !t->post) {
+		snprintf(q.name, sizeof(q.name), "%s", rec->name);
+		pthread_mutex_lock(&c->lock);
+		c->ereq[slot] = q;
+		c->kick_early = true;
+		pthread_cond_signal(&c->cond);
+		pthread_mutex_unlock(&c->lock);
+	}
 	if (!t->post)
 		return 0;
 	snprintf(q.name, sizeof(q.name), "%s", rec->name);
@@ -2142,12 +2360,16 @@ static void cluster_tick(struct resild *d, bool may_post)
 		if (!rec || rec->gen != c->slots[i].gen || rec->conf.scope != RESIL_SCOPE_GLOBAL)
 			c->slots[i].active = false;
 	}
+	pthread_mutex_lock(&c->lock);
+	if (c->sampling != t.limiters) {
+		c->sampling = t.limiters;
+		pthread_cond_signal(&c->cond);
+	}
 	if (t.post) {
-		pthread_mutex_lock(&c->lock);
 		c->kick = true;
 		pthread_cond_signal(&c->cond);
-		pthread_mutex_unlock(&c->lock);
 	}
+	pthread_mutex_unlock(&c->lock);
 }
 
 void resild_cluster_tick(struct resild *d)
@@ -2215,6 +2437,9 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 	    "# TYPE resil_cluster_demand gauge\n"
 	    "# HELP resil_cluster_hosts Hosts present in the policy's last lease.\n"
 	    "# TYPE resil_cluster_hosts gauge\n"
+	    "# HELP resil_cluster_early_calls_total Lease calls between intervals (a demand "
+	    "rise, an acknowledgement).\n"
+	    "# TYPE resil_cluster_early_calls_total counter\n"
 	    "# HELP resil_cluster_fallbacks_total Leases that expired unrenewed.\n"
 	    "# TYPE resil_cluster_fallbacks_total counter\n"
 	    "# HELP resil_cluster_breaker_opens_total Fleet-wide opens that opened the "
@@ -2223,6 +2448,7 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 	    "# HELP resil_cluster_breaker_fleet_calls Calls in the fleet's time window.\n"
 	    "# TYPE resil_cluster_breaker_fleet_calls gauge\n");
 	n += resild_cb_metrics_help(n < len ? buf + n : NULL, n < len ? len - n : 0);
+	n += resild_cbh_metrics_help(n < len ? buf + n : NULL, n < len ? len - n : 0);
 	for (uint32_t i = 0; i < c->cap; i++) {
 		const struct cl_slot *cs = &c->slots[i];
 		uint64_t sw = ld_relaxed(&resil_seg_slots(&d->seg)[i]);
@@ -2235,6 +2461,9 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 				     sizeof(name));
 		n += resild_cb_metrics(rec, &cs->cb, name, n < len ? buf + n : NULL,
 				       n < len ? len - n : 0);
+		if (resild_cbh_wants(rec))
+			n += resild_cbh_metrics(&cs->bh, name, now, n < len ? buf + n : NULL,
+						n < len ? len - n : 0);
 		if (rec->conf.breaker.on)
 			PUT("resil_cluster_breaker_opens_total{policy=\"%s\"} %llu\n"
 			    "resil_cluster_breaker_fleet_calls{policy=\"%s\"} %lld\n",
@@ -2245,10 +2474,12 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 		    "resil_cluster_lease_seconds{policy=\"%s\"} %.3f\n"
 		    "resil_cluster_demand{policy=\"%s\"} %.3f\n"
 		    "resil_cluster_hosts{policy=\"%s\"} %u\n"
-		    "resil_cluster_fallbacks_total{policy=\"%s\"} %llu\n",
+		    "resil_cluster_fallbacks_total{policy=\"%s\"} %llu\n"
+		    "resil_cluster_early_calls_total{policy=\"%s\"} %llu\n",
 		    name, cs->applied ? cs->share : 0.0, name,
 		    cs->expiry_ns ? (double)(cs->expiry_ns - now) / 1e9 : 0.0, name, cs->demand,
-		    name, cs->hosts, name, (unsigned long long)cs->fallbacks);
+		    name, cs->hosts, name, (unsigned long long)cs->fallbacks, name,
+		    (unsigned long long)cs->early);
 	}
 #undef PUT
 	return n;
@@ -2312,6 +2543,12 @@ int resild_cluster_policy_info(struct resild *d, uint32_t slot, uint32_t gen,
 	out->fleet_calls = cs->bk_calls;
 	out->conflicts = cs->cb.conflicts;
 	snprintf(out->conflict_host, sizeof(out->conflict_host), "%s", cs->cb.other_host);
+	out->bulkhead = resild_cbh_wants(rec);
+	out->slots = cs->bh.applied ? cs->bh.share : 0;
+	out->max = resil_bulkhead_max_of(&rec->conf.bulkhead);
+	out->parked = cs->bh.parked;
+	out->slots_lease_ns = cs->bh.expiry_ns ? cs->bh.expiry_ns - mono_ns() : 0;
+	out->slots_hosts = cs->bh.hosts;
 	return 0;
 }
 

@@ -475,6 +475,13 @@ static void add_cluster_stats(struct resild *d, const struct resil_rec *rec, str
 		add_stat(in, n, "cluster_demand_milli", llround(cp.demand * 1000.0));
 		add_stat(in, n, "cluster_hosts", cp.hosts);
 	}
+	if (cp.bulkhead) {
+		add_stat(in, n, "cluster_slots", cp.slots);
+		add_stat(in, n, "cluster_slots_max", cp.max);
+		add_stat(in, n, "cluster_slots_parked", cp.parked);
+		add_stat(in, n, "cluster_slots_lease_ms", cp.slots_lease_ns / RESIL_NS_PER_MS);
+		add_stat(in, n, "cluster_slots_hosts", cp.slots_hosts);
+	}
 	if (cp.breaker) {
 		add_stat(in, n, "cluster_fleet", cp.fleet);
 		add_stat(in, n, "cluster_fleet_open", (int64_t)cp.fleet_open);
@@ -1309,6 +1316,11 @@ static int cluster_policy_one(const struct resil_seg *s, uint32_t slot, const st
 	/* the copy outlives this call: cs is freed after packing */
 	snprintf(cs->hosts[cs->n], sizeof(cs->hosts[0]), "%s", cp.conflict_host);
 	p->conflict_host = cs->hosts[cs->n];
+	p->bulkhead = cp.bulkhead;
+	p->slots = cp.slots;
+	p->slots_max = cp.max;
+	p->slots_lease_ms = cp.slots_lease_ns / RESIL_NS_PER_MS;
+	p->parked = cp.parked;
 	cs->pp[cs->n++] = p;
 	return 0;
 }

@@ -108,6 +108,28 @@
  * count, and then the next release or tick repairs), never an excess
  * admission: the slots bound the total.
  *
+ * Global scope (policy.scope = global, scan regime only: conf.c). The
+ * fleet's bulkhead.max is leased to hosts (daemon/cluster_bulkhead.c).
+ * Under a live lease of S slots a client claims only slots below S (the
+ * scan claim over the first S slots: lease_slots); the daemon parks the
+ * slots above (CAS 0 -> PARKED on a free one; PARKED -> 0 below S when
+ * the share grows), so what a host may hold is visible in its slots. A
+ * slot held by a call is never revoked: above S it drains (its release
+ * frees a slot no client of this host claims again, and the daemon parks
+ * it), and the daemon reports meanwhile that its host still holds it. The
+ * lease sits in line 2 (lease_slots, then lease_expiry_ns last, release;
+ * clients load the expiry, acquire, with the coarse clock, and then the
+ * slots: loads of a line written once per interval and a vDSO read, the
+ * only cost over a host bulkhead).
+ * A block no daemon has leased (expiry 0: no --cluster-redis) is a host
+ * bulkhead. Past it (the daemon is stopped, dead, or cannot reach Redis) a client
+ * claims only slots below fallback_slots, free or parked alike (CAS 0 or
+ * PARKED -> id): the configured fallback (the fleet's max over the hosts
+ * last seen, all of it, or none) whatever the parked slots say. Its
+ * release is the usual CAS id -> 0; the daemon parks again when it is
+ * back. Neither word can send anyone out of bounds: the slot count comes
+ * from the configuration, fallback_slots is clamped to it.
+ *
  * Crash windows (a process can die between any two instructions):
  *   scan regime:
  *   B  after the slot CAS, before pm->bulkhead_idx is written: the slot
@@ -736,6 +758,100 @@ static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
 	return 0;
 }
 
+/* ---- global scope ---- */
+
+/* Past the lease: a slot below fallback_slots, free or parked. */
+static __attribute__((noinline, cold)) uint32_t fallback_claim(struct resil_bulkhead_state *s,
+							       uint32_t n, uint32_t id)
+{
+	uint32_t fb = ld_relaxed(&s->fallback_slots);
+
+	if (fb > n)
+		fb = n;
+	for (uint32_t i = 0; i < fb; i++) {
+		ra32 *w = scan_slot(s, i);
+		uint32_t v = ld_relaxed(w);
+
+		if ((v == 0 || v == RESIL_BULKHEAD_PARKED) && cas_acq_rel(w, &v, id))
+			return i + 1;
+	}
+	return 0;
+}
+
+/* A global bulkhead's claim: the usual one under a live lease (the parked
+ * slots bound it), the fallback's past it. */
+static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_state *s,
+				    uint32_t n, uint32_t id)
+{
+	/* pairs with resil_bulkhead_lease_set's release: the parking done
+	 * for this lease is seen with it */
+	int64_t exp = (int64_t)ld_acquire(&s->lease_expiry_ns);
+
+	if (RESIL_LIKELY(resil_clock_now_coarse(&x->clock) < exp)) {
+		/* only below the share: slots above it drain (a call that
+		 * ends there frees a slot nobody takes; the daemon parks it) */
+		uint32_t lim = ld_relaxed(&s->lease_slots);
+
+		if (RESIL_UNLIKELY(lim < n))
+			n = lim;
+		return n ? scan_claim(s, n, id) : 0;
+	}
+	if (exp == 0)
+		return scan_claim(s, n, id); /* no daemon ever leased it */
+	return fallback_claim(s, n, id);
+}
+
+uint32_t resil_bulkhead_park(const struct resil_bulkhead_conf *c, void *st, uint32_t target,
+			     uint32_t *busy)
+{
+	struct resil_bulkhead_state *s = st;
+	uint32_t n = resil_bulkhead_max_of(c), parked = 0, held = 0;
+
+	if (!scan_regime(c)) {
+		*busy = 0;
+		return 0;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t v = ld_acquire(scan_slot(s, i));
+
+		parked += v == RESIL_BULKHEAD_PARKED;
+		held += v != 0 && v != RESIL_BULKHEAD_PARKED;
+	}
+	*busy = held;
+	if (target == UINT32_MAX)
+		return parked; /* a count only */
+	if (target > n)
+		target = n;
+	for (uint32_t i = n; i-- > n - target;) {
+		uint32_t exp = 0;
+
+		if (ld_relaxed(scan_slot(s, i)) == 0 &&
+		    cas_acq_rel(scan_slot(s, i), &exp, RESIL_BULKHEAD_PARKED))
+			parked++;
+	}
+	for (uint32_t i = 0; i < n - target; i++) {
+		uint32_t exp = RESIL_BULKHEAD_PARKED;
+
+		if (ld_relaxed(scan_slot(s, i)) == RESIL_BULKHEAD_PARKED &&
+		    cas_acq_rel(scan_slot(s, i), &exp, 0)) {
+			parked--;
+			if (ld_relaxed(&s->full))
+				st_relaxed(&s->full, 0); /* a slot is free now */
+		}
+	}
+	return parked;
+}
+
+void resil_bulkhead_lease_set(void *st, int64_t expiry_ns, uint32_t slots, uint32_t fallback_slots)
+{
+	struct resil_bulkhead_state *s = st;
+
+	st_relaxed(&s->lease_slots, slots);
+	st_relaxed(&s->fallback_slots, fallback_slots);
+	/* last, release: pairs with global_claim's acquire */
+	atomic_store_explicit(&s->lease_expiry_ns, (uint64_t)expiry_ns, memory_order_release);
+}
+
 int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			   struct resil_permit_priv *pm)
 {
@@ -744,7 +860,10 @@ int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf
 	uint32_t id = claim_id(x), limit, inflight, idx;
 
 	if (scan_regime(c)) {
-		idx = scan_claim(s, resil_bulkhead_max_of(c), id);
+		if (RESIL_UNLIKELY(x->rec && x->rec->conf.scope == RESIL_SCOPE_GLOBAL))
+			idx = global_claim(x, s, resil_bulkhead_max_of(c), id);
+		else
+			idx = scan_claim(s, resil_bulkhead_max_of(c), id);
 		if (RESIL_UNLIKELY(!idx))
 			return RESIL_REJECT_FULL;
 		pm->holder = id;

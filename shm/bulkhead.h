@@ -150,6 +150,10 @@ struct resil_bulkhead_state {
 	RESIL_A8 ra64 reclaimed; /* permits taken back from dead clients (daemon) */
 	RESIL_A8 ra64 repaired;	 /* hint corrections applied (daemon) */
 	RESIL_A8 ra64 waits;	 /* waits entered (waiters) */
+	/* policy.scope = global (bulkhead.c, "Global scope"): the daemon only */
+	RESIL_A8 ra64 lease_expiry_ns; /* CLOCK_MONOTONIC end of the lease; 0: none */
+	ra32 fallback_slots;	       /* past it: claims only below this slot */
+	ra32 lease_slots;	       /* under it: claims only below this slot */
 
 	alignas(RESIL_HOT_ALIGN) ra32 wslots[RESIL_BULKHEAD_WAITERS];
 };
@@ -159,6 +163,12 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, wake_seq) == 128, "bul
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, nslots) == 256, "bulkhead line 2");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, regime) == 276, "bulkhead regime");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, reclaimed) == 280, "bulkhead stats");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, lease_expiry_ns) == 304,
+		    "bulkhead lease");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, fallback_slots) == 312,
+		    "bulkhead fallback");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, lease_slots) == 316,
+		    "bulkhead lease slots");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, wslots) == 384, "bulkhead waiters");
 RESIL_STATIC_ASSERT(sizeof(struct resil_bulkhead_state) == 640, "bulkhead state size");
 
@@ -209,5 +219,23 @@ void resil_bulkhead_holders(const struct resil_bulkhead_conf *c, const void *st,
 			    void *ctx);
 void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			    uint32_t dead_client, struct resil_reclaim_counts *counts);
+
+/*
+ * policy.scope = global (scan regime only: conf.c). The daemon parks the
+ * slots its host may not use: a claim with this id, which no client
+ * releases and no reclaim or sweep frees, so the hot path counts the
+ * host's share with the slots it already counts.
+ */
+#define RESIL_BULKHEAD_PARKED 0xfffffffeu
+/* Daemon: park the free slots of the top `target` (a slot held by a call
+ * is never taken: it is parked once freed, at a later call) and unpark
+ * the parked ones below them; UINT32_MAX: only count. Returns the slots
+ * parked now; *busy gets the slots held by calls. */
+uint32_t resil_bulkhead_park(const struct resil_bulkhead_conf *c, void *st, uint32_t target,
+			     uint32_t *busy);
+/* Daemon: publish the lease (after parking for it): its end, the slots a
+ * client may claim under it (below that index) and past it (below that
+ * index, parked or free). */
+void resil_bulkhead_lease_set(void *st, int64_t expiry_ns, uint32_t slots, uint32_t fallback_slots);
 
 #endif

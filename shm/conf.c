@@ -428,10 +428,15 @@ static int global_check(const struct resil_conf *c, char *err, size_t errlen)
 		return resil_errf(err, errlen, -EINVAL,
 				  "policy.scope = global applies to the unkeyed gcra limiter "
 				  "(limit.algorithm = gcra, no limit.keys)");
-	if (!c->limit.on && !c->breaker.on && !resil_budget_has_state(&c->retry))
+	if (c->bulkhead.on && resil_bulkhead_regime(&c->bulkhead) != RESIL_BULKHEAD_SCAN)
 		return resil_errf(err, errlen, -EINVAL,
-				  "policy.scope = global needs limit.rate, a time-window breaker "
-				  "or a retry.budget of its own (grpc, aws or ratio)");
+				  "policy.scope = global applies to fail-fast bulkheads of at most "
+				  "%u permits (bulkhead.wait = 0, no bulkhead.critical)",
+				  RESIL_BULKHEAD_SCAN_MAX);
+	if (!c->limit.on && !c->breaker.on && !c->bulkhead.on && !resil_budget_has_state(&c->retry))
+		return resil_errf(err, errlen, -EINVAL,
+				  "policy.scope = global needs limit.rate, a time-window breaker, "
+				  "bulkhead.max or a retry.budget of its own (grpc, aws or ratio)");
 	return 0;
 }
 

@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cluster_bulkhead.c - policy.scope = global for bulkheads: at most
+ * bulkhead.max calls in flight across the fleet.
+ *
+ * What. The fleet's bulkhead.max is leased to hosts as slots, like a
+ * global limiter's rate (cluster.c): every cluster interval each daemon
+ * reports its host's demand (the most calls in flight seen since the last
+ * report, plus the calls rejected meanwhile, at most max) and the slots
+ * its clients may hold right now, and BULKHEAD_LUA grants it a share,
+ * max-min fair by demand in whole slots (what is left once every demand is
+ * met is split evenly, as headroom), never more than max minus what the
+ * other hosts hold.
+ *
+ * The hot path is a host bulkhead's over the first `share` slots
+ * (shm/bulkhead.c, "Global scope"), and the daemon parks the slots above
+ * (a claim with the id RESIL_BULKHEAD_PARKED, which no client releases
+ * and no reclaim or sweep frees while the policy is global). A share that
+ * grows unparks slots at once; one that shrinks parks the free slots
+ * above it at once and the others as their calls end (no client claims
+ * above the share): a running call is never revoked.
+ *
+ * The invariant (sum over hosts of what each may hold <= max). What a
+ * host holds, for the script, is the larger of its largest live lease and
+ * `used`, the slots not parked at its last report (a call still running
+ * past a smaller lease keeps its slot counted), both alive for a lease
+ * length after the report. A grant fits next to what the others hold, a
+ * host unparks only up to a grant it has, and nothing else raises a
+ * holding: so while every daemon reports, the slots its clients can claim
+ * fleet-wide are at most max, and so are the calls in flight.
+ *
+ * Expiry. A lease granted for L (3 intervals) to a request sent at local
+ * time t0 ends on this host at t0 + L - 1 interval, in the state block
+ * (the clients' coarse clock reads it): a call shorter than an interval,
+ * admitted before the end, is over before Redis forgets the lease (no
+ * earlier than t0 + L) and grants its slots elsewhere. Past the end (the
+ * daemon stopped, dead, or Redis away) clients claim only the fallback's
+ * slots, parked or free: --cluster-fallback reject none, share
+ * max / hosts last seen (all of it before the first exchange), local all
+ * of it. Bounds: with reject, at most max in flight fleet-wide, always
+ * (calls longer than an interval excepted, on a host whose daemon is
+ * gone); with share, max + the stopped hosts' max / hosts each; local
+ * gives up the fleet's bound while Redis is away.
+ *
+ * Who writes what. struct resild_cbh_slot: the loop only. The requests
+ * and answers: cluster.c's struct xchg, under its lock. The state block's
+ * lease words and the parking: the loop only (bulkhead.h).
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "bulkhead.h"
+#include "cluster.h"
+#include "cluster_bulkhead.h"
+#include "log.h"
+#include "policy.h"
+#include "seg.h"
+#include "stats.h"
+
+/*
+ * KEYS[1] "<cluster>:{<policy>}:bulkhead", one field per host: its demand,
+ * when it last reported (Redis TIME, ms), the slots it used then, the
+ * lease it has applied and its live leases {slots, expiry, id}. ARGV:
+ * host, demand, max, lease length (ms), the id of the lease the host has
+ * applied, the slots its clients may hold now. Returns {slots, lease id,
+ * hosts present}.
+ */
+const char resild_cbh_lua[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local me, demand, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+    "local L, applied, used = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+    "if not demand or not max or not L or not applied or not used or demand < 0 or\n"
+    "   max < 1 or L <= 0 or used < 0 then\n"
+    "  return redis.error_reply('ERR resil bulkhead: bad arguments')\n"
+    "end\n"
+    "local raw = redis.call('HGETALL', KEYS[1])\n"
+    "local hosts, dirty = {}, {}\n"
+    "for i = 1, #raw, 2 do\n"
+    "  local ok, r = pcall(cjson.decode, raw[i + 1])\n"
+    "  if ok and type(r) == 'table' and type(r.l) == 'table' and tonumber(r.d) and\n"
+    "     tonumber(r.s) and tonumber(r.a) and tonumber(r.id) and tonumber(r.u) then\n"
+    "    hosts[raw[i]] = r\n"
+    "  else\n"
+    "    redis.call('HDEL', KEYS[1], raw[i])\n"
+    "  end\n"
+    "end\n"
+    "local r = hosts[me] or {d = 0, s = now, a = 0, id = 0, u = 0, l = {}}\n"
+    "r.d, r.s, r.u = demand, now, used\n"
+    "if applied > r.a then r.a = applied end\n"
+    "hosts[me] = r\n"
+    "local live, other = {}, 0\n"
+    "for h, x in pairs(hosts) do\n"
+    "  local keep, c = {}, 0\n"
+    "  for _, e in ipairs(x.l) do\n"
+    "    local s, ex, id = tonumber(e[1]), tonumber(e[2]), tonumber(e[3])\n"
+    "    if s and ex and id and ex > now and id >= x.a then\n"
+    "      keep[#keep + 1] = {s, ex, id}\n"
+    "      if s > c then c = s end\n"
+    "    end\n"
+    "  end\n"
+    "  if #keep ~= #x.l then dirty[h] = true end\n"
+    "  x.l = keep\n"
+    "  local fresh = now - x.s <= L\n"
+    "  if fresh and x.u > c then c = x.u end\n"
+    "  if #keep == 0 and not fresh and h ~= me then\n"
+    "    hosts[h] = nil\n"
+    "    redis.call('HDEL', KEYS[1], h)\n"
+    "  else\n"
+    "    live[#live + 1] = h\n"
+    "    if h ~= me then other = other + c end\n"
+    "  end\n"
+    "end\n"
+    "table.sort(live, function(a, b)\n"
+    "  if hosts[a].d ~= hosts[b].d then return hosts[a].d < hosts[b].d end\n"
+    "  return a < b\n"
+    "end)\n"
+    "local left, n, mine = max, #live, 0\n"
+    "for i, h in ipairs(live) do\n"
+    "  local g = math.min(hosts[h].d, math.floor(left / (n - i + 1)))\n"
+    "  if h == me then mine = g end\n"
+    "  left = left - g\n"
+    "end\n"
+    "if left > 0 then mine = mine + math.floor(left / n) end\n"
+    "local share = math.min(mine, max - other)\n"
+    "if share < 0 then share = 0 end\n"
+    "r.id = r.id + 1\n"
+    "r.l[#r.l + 1] = {share, now + L + 1, r.id}\n"
+    "dirty[me] = true\n"
+    "for h, _ in pairs(dirty) do\n"
+    "  if hosts[h] then redis.call('HSET', KEYS[1], h, cjson.encode(hosts[h])) end\n"
+    "end\n"
+    "redis.call('PEXPIRE', KEYS[1], 10 * L + 1000)\n"
+    "return {share, r.id, n}\n";
+
+bool resild_cbh_wants(const struct resil_rec *rec)
+{
+	return resil_has(rec, RESIL_C_BULKHEAD) &&
+	       resil_bulkhead_regime(&rec->conf.bulkhead) == RESIL_BULKHEAD_SCAN;
+}
+
+void resild_cbh_tick(const struct resil_seg *s, const struct resil_rec *rec,
+		     struct resild_cbh_slot *cs, const struct resild_cbh_ans *a,
+		     struct resild_cbh_req *q, int64_t now, int fallback, bool post)
+{
+	const struct resil_bulkhead_conf *bc = &rec->conf.bulkhead;
+	void *st = resil_comp_state(s, rec, RESIL_C_BULKHEAD);
+	uint32_t max = resil_bulkhead_max_of(bc), fb, busy = 0, parked;
+	uint64_t v[RESIL_STAT__MAX], rej;
+
+	if (a->fresh) {
+		if (!cs->applied || a->share != cs->share) {
+			cs->lease_changes++;
+			resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_SHARE,
+					 0, 0, (uint64_t)a->share * 1000, now);
+		}
+		cs->applied = a->id;
+		cs->share = a->share < max ? a->share : max;
+		cs->expiry_ns = a->expiry_ns;
+		cs->hosts = a->hosts;
+	}
+	switch (fallback) {
+	case RESILD_FALLBACK_LOCAL:
+		fb = max;
+		break;
+	case RESILD_FALLBACK_REJECT:
+		fb = 0;
+		break;
+	default:
+		fb = cs->hosts > 1 ? max / cs->hosts : max;
+		break;
+	}
+	/* under a live lease: park what the share leaves; past it, the
+	 * parking stays as it was (clients decide on the fallback) */
+	if (cs->applied && now < cs->expiry_ns)
+		parked = resil_bulkhead_park(bc, st, max - cs->share, &busy);
+	else
+		parked = resil_bulkhead_park(bc, st, UINT32_MAX, &busy);
+	/* 1 until the first lease: past, so the fallback (0 would mean no
+	 * cluster at all: a host bulkhead) */
+	resil_bulkhead_lease_set(st, cs->applied ? cs->expiry_ns : 1, cs->share, fb);
+	if (cs->in_lease && now >= cs->expiry_ns) {
+		cs->fallbacks++;
+		resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_FALLBACK, 0, 0,
+				 0, now);
+		log_warning("cluster: policy %s: bulkhead lease expired without renewal, its "
+			    "clients fall back",
+			    rec->name);
+	}
+	cs->in_lease = now < cs->expiry_ns;
+	cs->parked = parked;
+	cs->busy = busy;
+	if (busy > cs->peak)
+		cs->peak = busy;
+	if (!post)
+		return;
+	resil_stats_read_all(resil_comp_state(s, rec, RESIL_C_STATS), v);
+	rej = v[RESIL_STAT_REJ_FULL] - cs->rej;
+	cs->rej = v[RESIL_STAT_REJ_FULL];
+	q->on = true;
+	q->max = max;
+	q->demand = cs->peak + (rej < max ? (uint32_t)rej : max);
+	if (q->demand > max)
+		q->demand = max;
+	q->used = max - parked;
+	q->applied = cs->applied;
+	cs->demand = q->demand;
+	cs->peak = busy;
+}
+
+static void put(struct resild_cb_cmd *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct resild_cb_cmd *c, const char *fmt, ...)
+{
+	va_list ap;
+	char *b = c->buf[c->argc];
+
+	va_start(ap, fmt);
+	vsnprintf(b, RESILD_CB_ARGLEN, fmt, ap);
+	va_end(ap);
+	c->argv[c->argc++] = b;
+}
+
+void resild_cbh_command(const struct resild_cbh_req *q, const char *name, const char *prefix,
+			const char *host, const char *sha, int64_t lease_ms,
+			struct resild_cb_cmd *cmd)
+{
+	cmd->argc = 0;
+	put(cmd, "EVALSHA");
+	put(cmd, "%s", sha);
+	put(cmd, "1");
+	put(cmd, "%s:{%s}:bulkhead", prefix, name);
+	cmd->argv[cmd->argc++] = host;
+	put(cmd, "%u", q->demand);
+	put(cmd, "%u", q->max);
+	put(cmd, "%" PRId64, lease_ms);
+	put(cmd, "%" PRIu64, q->applied);
+	put(cmd, "%u", q->used);
+}
+
+bool resild_cbh_parse(const struct redisReply *r, struct resild_cbh_ans *a)
+{
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+		return false;
+	for (size_t i = 0; i < 3; i++)
+		if (r->element[i]->type != REDIS_REPLY_INTEGER)
+			return false;
+	if (r->element[0]->integer < 0 || r->element[0]->integer > RESIL_POOL_MAX ||
+	    r->element[1]->integer < 1 || r->element[2]->integer < 1)
+		return false;
+	a->share = (uint32_t)r->element[0]->integer;
+	a->id = (uint64_t)r->element[1]->integer;
+	a->hosts = (uint32_t)(r->element[2]->integer > UINT32_MAX ? UINT32_MAX
+								  : r->element[2]->integer);
+	return true;
+}
+
+size_t resild_cbh_metrics_help(char *buf, size_t len)
+{
+	int w = snprintf(buf, len,
+			 "# HELP resil_cluster_bulkhead_share Slots of the fleet's bulkhead "
+			 "leased to this host.\n"
+			 "# TYPE resil_cluster_bulkhead_share gauge\n"
+			 "# HELP resil_cluster_bulkhead_parked Slots parked by the daemon "
+			 "(not this host's to use).\n"
+			 "# TYPE resil_cluster_bulkhead_parked gauge\n"
+			 "# HELP resil_cluster_bulkhead_lease_seconds Until the bulkhead's "
+			 "lease expires (<= 0: expired, clients fall back).\n"
+			 "# TYPE resil_cluster_bulkhead_lease_seconds gauge\n"
+			 "# HELP resil_cluster_bulkhead_fallbacks_total Bulkhead leases that "
+			 "expired unrenewed.\n"
+			 "# TYPE resil_cluster_bulkhead_fallbacks_total counter\n");
+
+	return w > 0 ? (size_t)w : 0;
+}
+
+size_t resild_cbh_metrics(const struct resild_cbh_slot *cs, const char *name, int64_t now,
+			  char *buf, size_t len)
+{
+	int w = snprintf(buf, len,
+			 "resil_cluster_bulkhead_share{policy=\"%s\"} %u\n"
+			 "resil_cluster_bulkhead_parked{policy=\"%s\"} %u\n"
+			 "resil_cluster_bulkhead_lease_seconds{policy=\"%s\"} %.3f\n"
+			 "resil_cluster_bulkhead_fallbacks_total{policy=\"%s\"} %llu\n",
+			 name, cs->applied ? cs->share : 0, name, cs->parked, name,
+			 cs->expiry_ns ? (double)(cs->expiry_ns - now) / 1e9 : 0.0, name,
+			 (unsigned long long)cs->fallbacks);
+
+	return w > 0 ? (size_t)w : 0;
+}

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cluster_bulkhead.h - policy.scope = global for bulkheads: the fleet's
+ * bulkhead.max leased to hosts as slots (cluster_bulkhead.c opens with
+ * the design).
+ *
+ * cluster.c owns the exchange; this module says what to send for a
+ * policy, parses what comes back and applies it to the segment. The loop
+ * calls resild_cbh_tick; the exchange thread resild_cbh_command and
+ * resild_cbh_parse.
+ */
+#ifndef RESILD_CLUSTER_BULKHEAD_H
+#define RESILD_CLUSTER_BULKHEAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster_budget.h"
+
+struct resil_seg;
+struct resil_rec;
+struct redisReply;
+
+/* The script, loaded by cluster.c on every connection. */
+extern const char resild_cbh_lua[];
+
+/* One policy's request (loop -> thread). */
+struct resild_cbh_req {
+	bool on;	  /* a global bulkhead: one BULKHEAD call */
+	uint32_t max;	  /* bulkhead.max, the fleet's */
+	uint32_t demand;  /* calls in flight (the peak since the last post) + rejected */
+	uint32_t used;	  /* slots this host's clients may hold now (not parked) */
+	uint64_t applied; /* the lease id in the segment */
+};
+
+/* The answer (thread -> loop). */
+struct resild_cbh_ans {
+	bool fresh;
+	uint32_t share; /* slots */
+	uint64_t id;
+	uint32_t hosts;
+	int64_t expiry_ns; /* local CLOCK_MONOTONIC */
+};
+
+/* What the loop keeps per policy. */
+struct resild_cbh_slot {
+	uint64_t applied; /* lease id applied (0: none yet) */
+	uint32_t share;
+	int64_t expiry_ns;
+	uint32_t hosts;
+	uint32_t parked; /* slots parked at the last tick */
+	uint32_t busy;	 /* slots held by calls at the last tick */
+	uint32_t peak;	 /* the most held since the last post */
+	uint32_t demand; /* the last demand sent */
+	uint64_t rej;	 /* RESIL_STAT_REJ_FULL at the last post */
+	bool in_lease;
+	uint64_t fallbacks;
+	uint64_t lease_changes;
+};
+
+/* True when rec has a bulkhead the cluster leases. */
+bool resild_cbh_wants(const struct resil_rec *rec);
+
+/* The loop, for a global bulkhead at each tick: apply the answer in a
+ * (park the slots the host may not use, publish the lease's end and the
+ * fallback), then (post) fill q. fallback: enum resild_cluster_fallback. */
+void resild_cbh_tick(const struct resil_seg *s, const struct resil_rec *rec,
+		     struct resild_cbh_slot *cs, const struct resild_cbh_ans *a,
+		     struct resild_cbh_req *q, int64_t now, int fallback, bool post);
+
+/* The thread: q's BULKHEAD call for policy name into cmd (argv in its
+ * bufs). lease_ms: the lease's length. */
+void resild_cbh_command(const struct resild_cbh_req *q, const char *name, const char *prefix,
+			const char *host, const char *sha, int64_t lease_ms,
+			struct resild_cb_cmd *cmd);
+/* The thread: a reply into a; false: garbage. */
+bool resild_cbh_parse(const struct redisReply *r, struct resild_cbh_ans *a);
+
+/* resil_cluster_bulkhead_* lines of one policy (snprintf semantics). */
+size_t resild_cbh_metrics(const struct resild_cbh_slot *cs, const char *name, int64_t now,
+			  char *buf, size_t len);
+size_t resild_cbh_metrics_help(char *buf, size_t len);
+
+#endif
