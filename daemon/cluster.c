@@ -103,6 +103,14 @@
  * lease is believed past its expiry. Demand is a rate over the last
  * interval, so nothing piles up while Redis is away.
  *
+ * Keyed limiters (cluster_keyed.c). A global keyed gcra limiter has no
+ * lease: every host runs the whole per-key limit, publishes the keys its
+ * clients admitted since the last exchange (one script call per policy in
+ * the same round) and charges the other hosts' admissions to those keys.
+ * Its records ride in the request and the answer; whoever holds one owns
+ * them, and a request or answer replaced before it was taken hands its
+ * records on to the new one.
+ *
  * Who writes what. struct xchg: both threads, under x->lock. The
  * limiter's lease words: the loop only (resil_limit_lease_set's order).
  * struct cl_slot: the loop only.
@@ -128,6 +136,7 @@
 #include "breaker.h"
 #include "cluster.h"
 #include "cluster_budget.h"
+#include "cluster_keyed.h"
 #include "limit.h"
 #include "log.h"
 #include "metrics.h"
@@ -330,6 +339,7 @@ struct xreq {
 	uint64_t res_round; /* and outcome (1 closed, 2 failed, 0 none yet) */
 	int res;
 	struct resild_cb_req cb; /* retry budget, configuration check */
+	struct resild_ck_req ck; /* keyed limiter: this host's admissions */
 };
 struct xans {
 	bool fresh; /* not yet taken by the loop */
@@ -347,6 +357,7 @@ struct xans {
 	uint64_t bk_round;
 	int64_t bk_until_ns; /* the answer holds until (local CLOCK_MONOTONIC) */
 	struct resild_cb_ans cb;
+	struct resild_ck_ans ck;
 };
 
 /* A Redis Cluster node learned from a redirection (the thread only). */
@@ -391,6 +402,7 @@ struct cl_slot {
 	uint64_t bk_rounds; /* rounds probed here for the fleet */
 	uint64_t bk_closes; /* fleet closes that closed this host's breaker */
 	struct resild_cb_slot cb;
+	struct resild_ck_slot ck;
 };
 
 struct resild_cluster {
@@ -435,6 +447,8 @@ struct resild_cluster {
 	char bk_sha[48];
 	char cb_sha[48]; /* cluster_budget.c's scripts */
 	char cf_sha[48];
+	char ck_sha[48]; /* cluster_keyed.c's script */
+	struct resild_ck_thr *ck_thr;
 	struct xreq *work;
 	uint64_t rnd;
 	/* Redis Cluster (the thread only): the nodes learned from MOVED and
@@ -608,6 +622,7 @@ static void disconnect(struct resild_cluster *c)
 	c->bk_sha[0] = '\0';
 	c->cb_sha[0] = '\0';
 	c->cf_sha[0] = '\0';
+	c->ck_sha[0] = '\0';
 }
 
 static const char *where(const struct resild_cluster *c, char *buf, size_t len)
@@ -707,7 +722,8 @@ static bool connect_redis(struct resild_cluster *c)
 	}
 	if (!load_script(c, LEASE_LUA, c->sha) || !load_script(c, BREAKER_LUA, c->bk_sha) ||
 	    !load_script(c, resild_cb_budget_lua, c->cb_sha) ||
-	    !load_script(c, resild_cb_conf_lua, c->cf_sha))
+	    !load_script(c, resild_cb_conf_lua, c->cf_sha) ||
+	    !load_script(c, resild_ck_lua, c->ck_sha))
 		return false;
 	pthread_mutex_lock(&c->lock);
 	bool was = c->last_error[0] != '\0';
@@ -828,7 +844,7 @@ static struct timeval io_timeout(const struct resild_cluster *c)
 static redisContext *node_connect(struct resild_cluster *c, const struct cl_node *nd)
 {
 	static const char *const lua[] = {LEASE_LUA, BREAKER_LUA, resild_cb_budget_lua,
-					  resild_cb_conf_lua};
+					  resild_cb_conf_lua, resild_ck_lua};
 	struct timeval tv = io_timeout(c);
 	redisContext *rc = redisConnectWithTimeout(nd->addr, nd->port, tv);
 	redisReply *r;
@@ -985,7 +1001,7 @@ static void route(struct resild_cluster *c, const struct xreq *q)
 }
 
 /* Format and queue a command on c->cur; its reply is read in order. */
-static bool send_argv(struct resild_cluster *c, int argc, const char **argv)
+static bool send_argv(struct resild_cluster *c, int argc, const char **argv, const size_t *argvlen)
 {
 	char *cmd;
 	int len;
@@ -999,7 +1015,7 @@ static bool send_argv(struct resild_cluster *c, int argc, const char **argv)
 		c->pend = n;
 		c->pend_cap = cap;
 	}
-	len = redisFormatCommandArgv(&cmd, argc, argv, NULL);
+	len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
 	if (len < 0)
 		return false;
 	if (redisAppendFormattedCommand(c->cur, cmd, (size_t)len) != REDIS_OK) {
@@ -1022,7 +1038,7 @@ static bool append_lease(struct resild_cluster *c, const struct xreq *q)
 	snprintf(app, sizeof(app), "%llu", (unsigned long long)q->applied);
 	const char *argv[] = {"EVALSHA", c->sha, "1", key, c->host, d, rate, len, app};
 
-	return send_argv(c, 9, argv);
+	return send_argv(c, 9, argv, NULL);
 }
 
 static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
@@ -1048,7 +1064,7 @@ static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
 			      v[2],	 v[3],	    v[4],  v[5],  v[6],	   v[7], v[8],
 			      v[9],	 v[10],	    v[11], v[12], v[13]};
 
-	return send_argv(c, 19, argv);
+	return send_argv(c, 19, argv, NULL);
 }
 
 /* The next reply of this round's commands, redirections followed; NULL:
@@ -1098,9 +1114,42 @@ static bool append_cb(struct resild_cluster *c, const struct xreq *q)
 	int n = resild_cb_commands(&q->cb, q->name, c->prefix, c->host, c->cb_sha, c->cf_sha, cmd);
 
 	for (int k = 0; k < n; k++)
-		if (!send_argv(c, cmd[k].argc, cmd[k].argv))
+		if (!send_argv(c, cmd[k].argc, cmd[k].argv, NULL))
 			return false;
 	return true;
+}
+
+static bool append_ck(struct resild_cluster *c, const struct xreq *q, uint32_t slot)
+{
+	struct resild_ck_cmd cmd;
+
+	if (!q->ck.on)
+		return true;
+	resild_ck_command(&q->ck, &c->ck_thr[slot], q->gen, q->name, c->prefix, c->host, c->ck_sha,
+			  &cmd);
+	return send_argv(c, cmd.argc, cmd.argv, cmd.argvlen);
+}
+
+/* The reply of append_ck's command into a; false: logged, closed. */
+static bool read_ck(struct resild_cluster *c, const struct xreq *q, uint32_t slot,
+		    struct resild_ck_ans *a)
+{
+	char w[URL_MAX + 16];
+	redisReply *r;
+	bool ok;
+
+	if (!q->ck.on)
+		return true;
+	if (!(r = next_reply(c, q->name, "keyed")))
+		return false;
+	ok = resild_ck_parse(r, &c->ck_thr[slot], a);
+	if (!ok)
+		set_error(c, "Redis at %s answered the keyed script with garbage (reply type %d)",
+			  where(c, w, sizeof(w)), r->type);
+	freeReplyObject(r);
+	if (!ok)
+		disconnect(c);
+	return ok;
 }
 
 /* The replies of append_cb's commands into a; false: logged, closed. */
@@ -1152,8 +1201,12 @@ static void exchange(struct resild_cluster *c)
 
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < c->cap; i++) {
+		resild_ck_free_req(&c->work[i].ck);
 		c->work[i] = c->req[i];
 		n += c->req[i].active;
+		/* the records go with the request: the thread frees them */
+		c->req[i].ck.blob = NULL;
+		c->req[i].ck.len = 0;
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (!n)
@@ -1167,7 +1220,7 @@ static void exchange(struct resild_cluster *c)
 			continue;
 		route(c, q);
 		if ((q->limit && !append_lease(c, q)) || (q->breaker && !append_breaker(c, q)) ||
-		    !append_cb(c, q))
+		    !append_cb(c, q) || !append_ck(c, q, i))
 			break;
 		last = i + 1;
 	}
@@ -1201,12 +1254,17 @@ static void exchange(struct resild_cluster *c)
 			freeReplyObject(r);
 			a.bk_until_ns = t0 + hold_ns(c);
 		}
-		if (!read_cb(c, q, &a.cb))
+		if (!read_cb(c, q, &a.cb) || !read_ck(c, q, i, &a.ck))
 			return;
+		resild_ck_free_req(&q->ck);
 		pthread_mutex_lock(&c->lock);
+		/* the keys' charges of an answer the loop has not taken yet */
+		resild_ck_keep_ans(&a.ck, &c->ans[i].ck);
+		resild_ck_free_ans(&c->ans[i].ck);
 		c->ans[i] = a;
 		c->script_calls += (uint64_t)q->limit + (uint64_t)q->breaker +
-				   (uint64_t)q->cb.budget + (uint64_t)q->cb.conf;
+				   (uint64_t)q->cb.budget + (uint64_t)q->cb.conf +
+				   (uint64_t)q->ck.on;
 		pthread_mutex_unlock(&c->lock);
 		ok++;
 	}
@@ -1323,7 +1381,8 @@ int resild_cluster_init(struct resild *d)
 	c->req = calloc(c->cap, sizeof(*c->req));
 	c->ans = calloc(c->cap, sizeof(*c->ans));
 	c->work = calloc(c->cap, sizeof(*c->work));
-	if (!c->slots || !c->req || !c->ans || !c->work)
+	c->ck_thr = calloc(c->cap, sizeof(*c->ck_thr));
+	if (!c->slots || !c->req || !c->ans || !c->work || !c->ck_thr)
 		return log_error_errno(-ENOMEM, "cluster: out of memory");
 	r = -pthread_create(&c->thread, NULL, cluster_main, c);
 	if (r < 0)
@@ -1349,10 +1408,16 @@ void resild_cluster_fini(struct resild *d)
 		close(c->efd);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
+	for (uint32_t i = 0; c->req && c->ans && c->work && i < c->cap; i++) {
+		resild_ck_free_req(&c->req[i].ck);
+		resild_ck_free_req(&c->work[i].ck);
+		resild_ck_free_ans(&c->ans[i].ck);
+	}
 	free(c->slots);
 	free(c->req);
 	free(c->ans);
 	free(c->work);
+	free(c->ck_thr);
 	free(c->pend);
 	explicit_bzero(c->password, sizeof(c->password));
 	free(c);
@@ -1542,15 +1607,16 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	struct resild_cluster *c = t->c;
 	struct cl_slot *cs = &c->slots[slot];
 	struct xreq q = {.active = true, .gen = rec->gen};
-	bool lim, bk, bud;
+	bool lim, bk, bud, keyed;
 	struct xans a;
 
 	if (slot >= c->cap || rec->conf.scope != RESIL_SCOPE_GLOBAL)
 		return 0;
-	lim = resil_has(rec, RESIL_C_LIMIT);
+	keyed = resild_ck_wants(rec);
+	lim = resil_has(rec, RESIL_C_LIMIT) && !rec->conf.limit.keys;
 	bk = resil_has(rec, RESIL_C_BREAKER) && rec->conf.breaker.window_kind == RESIL_WINDOW_TIME;
 	bud = resild_cb_wants_budget(rec);
-	if (!lim && !bk && !bud)
+	if (!lim && !bk && !bud && !keyed)
 		return 0;
 	if (!cs->active || cs->gen != rec->gen) {
 		memset(cs, 0, sizeof(*cs));
@@ -1564,6 +1630,9 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	c->ans[slot].bk_fresh = false;
 	c->ans[slot].cb.fresh = false;
 	c->ans[slot].cb.conf_fresh = false;
+	c->ans[slot].ck.fresh = false;
+	c->ans[slot].ck.blob = NULL; /* the loop's now */
+	c->ans[slot].ck.len = 0;
 	pthread_mutex_unlock(&c->lock);
 	if (lim)
 		tick_limit(t, s, rec, cs, &a, &q);
@@ -1572,10 +1641,19 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	if (a.gen != rec->gen)
 		memset(&a.cb, 0, sizeof(a.cb));
 	resild_cb_tick(s, rec, &cs->cb, &a.cb, &q.cb, t->now, c->interval_ns, t->post);
+	if (a.gen != rec->gen)
+		resild_ck_free_ans(&a.ck);
+	if (keyed)
+		resild_ck_tick(s, rec, &cs->ck, &a.ck, &q.ck, t->now, c->interval_ns, t->post);
+	resild_ck_free_ans(&a.ck);
 	if (!t->post)
 		return 0;
 	snprintf(q.name, sizeof(q.name), "%s", rec->name);
 	pthread_mutex_lock(&c->lock);
+	/* admissions of a request the thread has not taken yet go with this one */
+	if (c->req[slot].gen == q.gen)
+		resild_ck_keep_req(&q.ck, &c->req[slot].ck);
+	resild_ck_free_req(&c->req[slot].ck);
 	c->req[slot] = q;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
@@ -1687,6 +1765,7 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 	    "# HELP resil_cluster_breaker_fleet_calls Calls in the fleet's time window.\n"
 	    "# TYPE resil_cluster_breaker_fleet_calls gauge\n");
 	n += resild_cb_metrics_help(n < len ? buf + n : NULL, n < len ? len - n : 0);
+	n += resild_ck_metrics_help(n < len ? buf + n : NULL, n < len ? len - n : 0);
 	for (uint32_t i = 0; i < c->cap; i++) {
 		const struct cl_slot *cs = &c->slots[i];
 		uint64_t sw = ld_relaxed(&resil_seg_slots(&d->seg)[i]);
@@ -1703,7 +1782,10 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 			PUT("resil_cluster_breaker_opens_total{policy=\"%s\"} %llu\n"
 			    "resil_cluster_breaker_fleet_calls{policy=\"%s\"} %lld\n",
 			    name, (unsigned long long)cs->bk_trips, name, (long long)cs->bk_calls);
-		if (!rec->conf.limit.on)
+		if (resild_ck_wants(rec))
+			n += resild_ck_metrics(&cs->ck, name, n < len ? buf + n : NULL,
+					       n < len ? len - n : 0);
+		if (!rec->conf.limit.on || rec->conf.limit.keys)
 			continue;
 		PUT("resil_cluster_share{policy=\"%s\"} %.3f\n"
 		    "resil_cluster_lease_seconds{policy=\"%s\"} %.3f\n"
@@ -1764,7 +1846,7 @@ int resild_cluster_policy_info(struct resild *d, uint32_t slot, uint32_t gen,
 	if (!cs->active || cs->gen != gen || !rec || rec->gen != gen)
 		return -ENOENT;
 	memset(out, 0, sizeof(*out));
-	out->limit = resil_has(rec, RESIL_C_LIMIT);
+	out->limit = resil_has(rec, RESIL_C_LIMIT) && !rec->conf.limit.keys;
 	out->share = cs->applied ? cs->share : 0.0;
 	out->lease_ns = cs->expiry_ns ? cs->expiry_ns - mono_ns() : 0;
 	out->demand = cs->demand;
