@@ -1348,7 +1348,8 @@ static inline bool lease_apply(struct resil_ctx *x, const struct resil_limit_con
 	bool leased;
 	int64_t T;
 
-	if (!x->rec || x->rec->conf.scope != RESIL_SCOPE_GLOBAL)
+	/* keyed: no lease, the whole per-key rate on every host (limit_global.c) */
+	if (!x->rec || x->rec->conf.scope != RESIL_SCOPE_GLOBAL || c->keys)
 		return true;
 	T = resil_limit_lease_T(c, s, p->now, &leased);
 	if (!T)
