@@ -52,6 +52,7 @@
 
 #include "cluster.h"
 #include "cluster_keyed.h"
+#include "limit_global.h"
 #include "lua_gcra.h"
 #include "cluster_util.h"
 
@@ -592,6 +593,63 @@ done:
 	       (double)mem / 1048576.0);
 }
 
+static void count_rec(void *arg, uint64_t fp, uint32_t n)
+{
+	(void)fp;
+	*(uint64_t *)arg += n;
+}
+
+/* The daemon's side of the keyed exchange: collecting a table's counts and
+ * charging the other hosts' records, per record (the loop thread's cost
+ * per interval is that times the records). */
+static void keyed_loop_cost(uint32_t keys)
+{
+	struct resil_limit_conf c;
+	char err[128], kv[32];
+	struct resil_limit_state *st;
+	uint64_t size, sum = 0;
+	int64_t now = 1000 * RESIL_NS_PER_S, t0, t1, t2;
+
+	resil_limit_conf_defaults(&c);
+	snprintf(kv, sizeof(kv), "%u", 2 * keys);
+	if (resil_limit_conf_set(&c, "limit.rate", "100/60s", err, sizeof(err)) < 0 ||
+	    resil_limit_conf_set(&c, "limit.burst", "100", err, sizeof(err)) < 0 ||
+	    resil_limit_conf_set(&c, "limit.keys", kv, err, sizeof(err)) < 0)
+		return;
+	c.global = 1;
+	size = resil_limit_state_size(&c);
+	st = aligned_alloc(128, (size + 127) / 128 * 128);
+	if (!st)
+		return;
+	resil_limit_state_init(st, &c, now);
+	/* two other hosts' reports of every key: inserts first, then charges
+	 * of keys held */
+	t0 = test_mono_ns();
+	for (uint32_t i = 0; i < keys; i++)
+		resil_limit_global_charge(&c, st, ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL) >> 1 | 2,
+					  1, now);
+	t1 = test_mono_ns();
+	for (int h = 0; h < 2; h++)
+		for (uint32_t i = 0; i < keys; i++)
+			resil_limit_global_charge(
+			    &c, st, ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL) >> 1 | 2, 1, now);
+	t2 = test_mono_ns();
+	for (uint64_t i = 0; i < (uint64_t)keys * 4; i++)
+		if (i % 3 == 0)
+			st_relaxed(&resil_limit_global_counts(&c, st)[i], 1);
+	{
+		int64_t t3 = test_mono_ns(), t4;
+		uint64_t acc = 0;
+
+		sum = resil_limit_global_collect(&c, st, 1000, count_rec, &acc);
+		t4 = test_mono_ns();
+		printf("| %u | %.0f ns | %.0f ns | %.2f ms (%llu keys) |\n", keys,
+		       (double)(t1 - t0) / keys, (double)(t2 - t1) / (2.0 * keys),
+		       (double)(t4 - t3) / 1e6, (unsigned long long)sum);
+	}
+	free(st);
+}
+
 static void print_load(void)
 {
 	double l[3];
@@ -752,6 +810,10 @@ keyed:
 	       "exchange | the stream |\n|---|---|---|---|---|---|---|\n");
 	keyed_load(1000);
 	keyed_load(100000);
+	printf("\n| active keys (table of 2x) | insert + charge, per record | charge a key held, "
+	       "per record | collect the table |\n|---|---|---|---|\n");
+	keyed_loop_cost(1000);
+	keyed_loop_cost(100000);
 	if (keyed_only)
 		goto end;
 capacity:
