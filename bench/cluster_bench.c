@@ -626,8 +626,8 @@ static void keyed_loop_cost(uint32_t keys)
 	 * of keys held */
 	t0 = test_mono_ns();
 	for (uint32_t i = 0; i < keys; i++)
-		resil_limit_global_charge(&c, st, ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL) >> 1 | 2,
-					  1, now);
+		resil_limit_global_charge(
+		    &c, st, ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL) >> 1 | 2, 1, now);
 	t1 = test_mono_ns();
 	for (int h = 0; h < 2; h++)
 		for (uint32_t i = 0; i < keys; i++)
