@@ -4,9 +4,14 @@
  * and a per-request Redis limiter side by side (a benchmark, not a test:
  * it asserts nothing, it prints figures).
  *
- *   cluster_bench [--out DIR] [--quick] [--capacity]
+ *   cluster_bench [--out DIR] [--quick] [--capacity] [--keyed]
  *
- * --quick: shorter phases; --capacity: the lease script's cost only.
+ * --quick: shorter phases; --capacity: the lease script's cost only;
+ * --keyed: the keyed limiter's script (global per-key limits) only: Redis
+ * load per host with 1k and 100k active keys per host, 3 hosts calling it
+ * every 100 ms with a report of every key (the worst case: every active
+ * key admitted in every interval), script time per call, Redis CPU,
+ * bytes per exchange and what the stream holds.
  *
  * One private redis-server (unix socket) and resild daemons as hosts, one
  * limiter of 1,000/s (burst 10 per host) with --cluster-fallback reject.
@@ -46,6 +51,8 @@
 #include <hiredis/hiredis.h>
 
 #include "cluster.h"
+#include "cluster_keyed.h"
+#include "limit_global.h"
 #include "lua_gcra.h"
 #include "cluster_util.h"
 
@@ -75,7 +82,7 @@ static struct test_redis rd;
 static const char *outdir = ".";
 static struct test_daemon hd[HOSTS];
 static pid_t workers[HOSTS];
-static bool quick, capacity_only;
+static bool quick, capacity_only, keyed_only;
 
 static int bucket_now(void)
 {
@@ -494,6 +501,163 @@ static double lease_capacity(int hosts)
 	return us;
 }
 
+/* The keyed script with `keys` active keys per host, 3 hosts, one call per
+ * host per 100 ms: Redis' cost, the bytes each exchange moves. */
+static void keyed_load(int keys)
+{
+	redisContext *c = rconn();
+	redisReply *r = c ? redisCommand(c, "SCRIPT LOAD %s", resild_ck_lua) : NULL;
+	char sha[64] = "", key[64], last[3][48] = {"", "", ""}, host[8];
+	int rounds = quick ? 10 : 30, calls = 0;
+	size_t len = (size_t)keys * RESILD_CK_REC, in = 0, out = 0;
+	uint8_t *blob = malloc(len);
+	double cpu0, cpu1, usec;
+	long long mem = -1, xlen = -1;
+	int64_t t0;
+
+	if (r && r->type == REDIS_REPLY_STRING)
+		snprintf(sha, sizeof(sha), "%s", r->str);
+	if (r)
+		freeReplyObject(r);
+	if (!*sha || !blob) {
+		if (c)
+			redisFree(c);
+		free(blob);
+		return;
+	}
+	snprintf(key, sizeof(key), "kl%d:{p}:keyed", keys);
+	redis_cmd("CONFIG RESETSTAT");
+	cpu0 = redis_cpu();
+	t0 = test_mono_ns();
+	for (int k = 0; k < rounds; k++) {
+		int64_t at = t0 + (int64_t)k * BUCKET_NS;
+		struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
+
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		for (int h = 0; h < 3; h++) {
+			/* host h's keys: fingerprints of its own, counts 1..3 */
+			for (int i = 0; i < keys; i++) {
+				uint64_t fp = ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL) >> 1 | 2;
+				uint32_t n = 1 + (uint32_t)((i + k + h) % 3);
+
+				memcpy(blob + (size_t)i * RESILD_CK_REC, &fp, 8);
+				memcpy(blob + (size_t)i * RESILD_CK_REC + 8, &n, 4);
+			}
+			snprintf(host, sizeof(host), "h%d", h);
+			{
+				const char *argv[] = {
+				    "EVALSHA", sha,	"1",	key,
+				    host,      last[h], "1000", (const char *)blob};
+				size_t argvlen[] = {7,		 strlen(sha),  1,
+						    strlen(key), strlen(host), strlen(last[h]),
+						    4,		 len};
+
+				r = redisCommandArgv(c, 8, argv, argvlen);
+			}
+			if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+				fprintf(stderr, "cluster_bench: the keyed script failed: %s\n",
+					r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply");
+				if (r)
+					freeReplyObject(r);
+				goto done;
+			}
+			snprintf(last[h], sizeof(last[h]), "%.*s", (int)r->element[0]->len,
+				 r->element[0]->str);
+			out += len;
+			for (size_t e = 1; e < r->elements; e++)
+				in += r->element[e]->len;
+			freeReplyObject(r);
+			calls++;
+		}
+	}
+done:
+	cpu1 = redis_cpu();
+	usec = evalsha_usec();
+	r = redisCommand(c, "MEMORY USAGE %s", key);
+	if (r && r->type == REDIS_REPLY_INTEGER)
+		mem = r->integer;
+	if (r)
+		freeReplyObject(r);
+	r = redisCommand(c, "XLEN %s", key);
+	if (r && r->type == REDIS_REPLY_INTEGER)
+		xlen = r->integer;
+	if (r)
+		freeReplyObject(r);
+	redisFree(c);
+	free(blob);
+	if (!calls)
+		return;
+	printf("| %d | %.0f us | %.0f us | %.1f%% | %.1f KB | %.1f KB | %lld entries, %.1f MB |\n",
+	       keys, usec, (cpu1 - cpu0) * 1e6 / calls, (cpu1 - cpu0) * 100.0 / calls * 30.0,
+	       (double)out / calls / 1024.0, (double)in / calls / 1024.0, xlen,
+	       (double)mem / 1048576.0);
+}
+
+static void count_rec(void *arg, uint64_t fp, uint32_t n)
+{
+	(void)fp;
+	*(uint64_t *)arg += n;
+}
+
+/* The daemon's side of the keyed exchange: collecting a table's counts and
+ * charging the other hosts' records, per record (the loop thread's cost
+ * per interval is that times the records). */
+static void keyed_loop_cost(uint32_t keys)
+{
+	struct resil_limit_conf c;
+	char err[128], kv[32];
+	struct resil_limit_state *st;
+	uint64_t size, sum = 0;
+	int64_t now = 1000 * RESIL_NS_PER_S, t0, t1, t2;
+
+	resil_limit_conf_defaults(&c);
+	snprintf(kv, sizeof(kv), "%u", 2 * keys);
+	if (resil_limit_conf_set(&c, "limit.rate", "100/60s", err, sizeof(err)) < 0 ||
+	    resil_limit_conf_set(&c, "limit.burst", "100", err, sizeof(err)) < 0 ||
+	    resil_limit_conf_set(&c, "limit.keys", kv, err, sizeof(err)) < 0)
+		return;
+	c.global = 1;
+	size = resil_limit_state_size(&c);
+	st = aligned_alloc(128, (size + 127) / 128 * 128);
+	if (!st)
+		return;
+	resil_limit_state_init(st, &c, now);
+	/* two other hosts' reports of every key: inserts first, then charges
+	 * of keys held */
+	t0 = test_mono_ns();
+	for (uint32_t i = 0; i < keys; i++)
+		resil_limit_global_charge(
+		    &c, st, ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL) >> 1 | 2, 1, now);
+	t1 = test_mono_ns();
+	for (int h = 0; h < 2; h++)
+		for (uint32_t i = 0; i < keys; i++)
+			resil_limit_global_charge(
+			    &c, st, ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL) >> 1 | 2, 1, now);
+	t2 = test_mono_ns();
+	for (uint64_t i = 0; i < (uint64_t)keys * 4; i++)
+		if (i % 3 == 0)
+			st_relaxed(&resil_limit_global_counts(&c, st)[i], 1);
+	{
+		int64_t t3 = test_mono_ns(), t4;
+		uint64_t acc = 0;
+
+		sum = resil_limit_global_collect(&c, st, 1000, count_rec, &acc);
+		t4 = test_mono_ns();
+		printf("| %u | %.0f ns | %.0f ns | %.2f ms (%llu keys) |\n", keys,
+		       (double)(t1 - t0) / keys, (double)(t2 - t1) / (2.0 * keys),
+		       (double)(t4 - t3) / 1e6, (unsigned long long)sum);
+	}
+	free(st);
+}
+
+static void print_load(void)
+{
+	double l[3];
+
+	if (getloadavg(l, 3) == 3)
+		printf("\nload average at the end: %.2f %.2f %.2f\n", l[0], l[1], l[2]);
+}
+
 static void cleanup(void)
 {
 	for (int h = 0; h < HOSTS; h++) {
@@ -516,9 +680,11 @@ int main(int argc, char **argv)
 			quick = true;
 		else if (!strcmp(argv[i], "--capacity"))
 			capacity_only = true;
+		else if (!strcmp(argv[i], "--keyed"))
+			keyed_only = true;
 		else {
-			fprintf(stderr,
-				"usage: cluster_bench [--out DIR] [--quick] [--capacity]\n");
+			fprintf(stderr, "usage: cluster_bench [--out DIR] [--quick] [--capacity] "
+					"[--keyed]\n");
 			return 2;
 		}
 	}
@@ -534,6 +700,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cluster_bench: redis-server did not start\n");
 		return 1;
 	}
+	if (keyed_only)
+		goto keyed;
 	if (capacity_only)
 		goto capacity;
 	for (int h = 0; h < 3; h++)
@@ -636,6 +804,18 @@ int main(int argc, char **argv)
 		write_plot(b_end, marks, labels, 5);
 	}
 	per_request(1500, 3, quick ? 5.0 : 10.0);
+keyed:
+	printf("\n| active keys per host | time in the script (usec_per_call) | Redis CPU per "
+	       "call | a core's share at 3 hosts x 10 calls/s | sent per exchange | received per "
+	       "exchange | the stream |\n|---|---|---|---|---|---|---|\n");
+	keyed_load(1000);
+	keyed_load(100000);
+	printf("\n| active keys (table of 2x) | insert + charge, per record | charge a key held, "
+	       "per record | collect the table |\n|---|---|---|---|\n");
+	keyed_loop_cost(1000);
+	keyed_loop_cost(100000);
+	if (keyed_only)
+		goto end;
 capacity:
 
 	printf("\n| hosts in the policy | Redis CPU per lease call | time in the command "
@@ -656,12 +836,8 @@ capacity:
 		       best);
 	}
 
-	{
-		double l[3];
-
-		if (getloadavg(l, 3) == 3)
-			printf("\nload average at the end: %.2f %.2f %.2f\n", l[0], l[1], l[2]);
-	}
+end:
+	print_load();
 	cleanup();
 	test_redis_fini(&rd, false);
 	return 0;

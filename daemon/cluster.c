@@ -116,6 +116,14 @@
  * TLS (OpenSSL beside hiredis, through a relay thread per connection).
  * Each is described where it is done, below.
  *
+ * Keyed limiters (cluster_keyed.c). A global keyed gcra limiter has no
+ * lease: every host runs the whole per-key limit, publishes the keys its
+ * clients admitted since the last exchange (one script call per policy in
+ * the same round) and charges the other hosts' admissions to those keys.
+ * Its records ride in the request and the answer; whoever holds one owns
+ * them, and a request or answer replaced before it was taken hands its
+ * records on to the new one.
+ *
  * Who writes what. struct xchg (req, ereq, ans, the kicks): both
  * threads, under x->lock. The
  * limiter's lease words: the loop only (resil_limit_lease_set's order).
@@ -154,6 +162,7 @@
 #include "cluster.h"
 #include "cluster_budget.h"
 #include "cluster_bulkhead.h"
+#include "cluster_keyed.h"
 #include "limit.h"
 #include "log.h"
 #include "metrics.h"
@@ -380,6 +389,7 @@ struct xreq {
 	int res;
 	struct resild_cb_req cb; /* retry budget, configuration check */
 	struct resild_cbh_req bh; /* bulkhead */
+	struct resild_ck_req ck; /* keyed limiter: this host's admissions */
 };
 struct xans {
 	bool fresh; /* not yet taken by the loop */
@@ -399,6 +409,7 @@ struct xans {
 	int64_t bk_until_ns; /* the answer holds until (local CLOCK_MONOTONIC) */
 	struct resild_cb_ans cb;
 	struct resild_cbh_ans bh;
+	struct resild_ck_ans ck;
 };
 
 /* A Redis Cluster node learned from a redirection (the thread only). */
@@ -453,6 +464,7 @@ struct cl_slot {
 	uint64_t bk_closes; /* fleet closes that closed this host's breaker */
 	struct resild_cb_slot cb;
 	struct resild_cbh_slot bh;
+	struct resild_ck_slot ck;
 };
 
 struct resild_cluster {
@@ -510,6 +522,8 @@ struct resild_cluster {
 	char cb_sha[48]; /* cluster_budget.c's scripts */
 	char cf_sha[48];
 	char bh_sha[48]; /* cluster_bulkhead.c's script */
+	char ck_sha[48]; /* cluster_keyed.c's script */
+	struct resild_ck_thr *ck_thr;
 	struct xreq *work;
 	uint64_t rnd;
 	/* Redis Cluster (the thread only): the nodes learned from MOVED and
@@ -779,6 +793,7 @@ static void disconnect(struct resild_cluster *c)
 	c->cb_sha[0] = '\0';
 	c->cf_sha[0] = '\0';
 	c->bh_sha[0] = '\0';
+	c->ck_sha[0] = '\0';
 }
 
 static const char *where(const struct resild_cluster *c, char *buf, size_t len)
@@ -1275,7 +1290,8 @@ static bool connect_redis(struct resild_cluster *c)
 	if (!load_script(c, LEASE_LUA, c->sha) || !load_script(c, BREAKER_LUA, c->bk_sha) ||
 	    !load_script(c, resild_cb_budget_lua, c->cb_sha) ||
 	    !load_script(c, resild_cb_conf_lua, c->cf_sha) ||
-	    !load_script(c, resild_cbh_lua, c->bh_sha))
+	    !load_script(c, resild_cbh_lua, c->bh_sha) ||
+	    !load_script(c, resild_ck_lua, c->ck_sha))
 		return false;
 	pthread_mutex_lock(&c->lock);
 	bool was = c->last_error[0] != '\0';
@@ -1398,7 +1414,8 @@ static struct timeval io_timeout(const struct resild_cluster *c)
 static redisContext *node_connect(struct resild_cluster *c, const struct cl_node *nd)
 {
 	static const char *const lua[] = {LEASE_LUA, BREAKER_LUA, resild_cb_budget_lua,
-					  resild_cb_conf_lua, resild_cbh_lua};
+					  resild_cb_conf_lua, resild_cbh_lua,
+					  resild_ck_lua};
 	struct timeval tv = io_timeout(c);
 	char err[256];
 	redisContext *rc = tcp_connect(c, nd->addr, nd->port, tv, err, sizeof(err));
@@ -1555,7 +1572,7 @@ static void route(struct resild_cluster *c, const struct xreq *q)
 }
 
 /* Format and queue a command on c->cur; its reply is read in order. */
-static bool send_argv(struct resild_cluster *c, int argc, const char **argv)
+static bool send_argv(struct resild_cluster *c, int argc, const char **argv, const size_t *argvlen)
 {
 	char *cmd;
 	int len;
@@ -1569,7 +1586,7 @@ static bool send_argv(struct resild_cluster *c, int argc, const char **argv)
 		c->pend = n;
 		c->pend_cap = cap;
 	}
-	len = redisFormatCommandArgv(&cmd, argc, argv, NULL);
+	len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
 	if (len < 0)
 		return false;
 	if (redisAppendFormattedCommand(c->cur, cmd, (size_t)len) != REDIS_OK) {
@@ -1592,7 +1609,7 @@ static bool append_lease(struct resild_cluster *c, const struct xreq *q)
 	snprintf(app, sizeof(app), "%llu", (unsigned long long)q->applied);
 	const char *argv[] = {"EVALSHA", c->sha, "1", key, c->host, d, rate, len, app, "1"};
 
-	return send_argv(c, q->ack ? 10 : 9, argv);
+	return send_argv(c, q->ack ? 10 : 9, argv, NULL);
 }
 
 static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
@@ -1618,7 +1635,7 @@ static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
 			      v[2],	 v[3],	    v[4],  v[5],  v[6],	   v[7], v[8],
 			      v[9],	 v[10],	    v[11], v[12], v[13]};
 
-	return send_argv(c, 19, argv);
+	return send_argv(c, 19, argv, NULL);
 }
 
 /* The next reply of this round's commands, redirections followed; NULL:
@@ -1668,7 +1685,7 @@ static bool append_cb(struct resild_cluster *c, const struct xreq *q)
 	int n = resild_cb_commands(&q->cb, q->name, c->prefix, c->host, c->cb_sha, c->cf_sha, cmd);
 
 	for (int k = 0; k < n; k++)
-		if (!send_argv(c, cmd[k].argc, cmd[k].argv))
+		if (!send_argv(c, cmd[k].argc, cmd[k].argv, NULL))
 			return false;
 	return true;
 }
@@ -1679,7 +1696,40 @@ static bool append_bh(struct resild_cluster *c, const struct xreq *q)
 
 	resild_cbh_command(&q->bh, q->name, c->prefix, c->host, c->bh_sha,
 			   LEASE_INTERVALS * c->interval_ns / RESIL_NS_PER_MS, &cmd);
-	return send_argv(c, cmd.argc, cmd.argv);
+	return send_argv(c, cmd.argc, cmd.argv, NULL);
+}
+
+static bool append_ck(struct resild_cluster *c, const struct xreq *q, uint32_t slot)
+{
+	struct resild_ck_cmd cmd;
+
+	if (!q->ck.on)
+		return true;
+	resild_ck_command(&q->ck, &c->ck_thr[slot], q->gen, q->name, c->prefix, c->host, c->ck_sha,
+			  &cmd);
+	return send_argv(c, cmd.argc, cmd.argv, cmd.argvlen);
+}
+
+/* The reply of append_ck's command into a; false: logged, closed. */
+static bool read_ck(struct resild_cluster *c, const struct xreq *q, uint32_t slot,
+		    struct resild_ck_ans *a)
+{
+	char w[URL_MAX + 16];
+	redisReply *r;
+	bool ok;
+
+	if (!q->ck.on)
+		return true;
+	if (!(r = next_reply(c, q->name, "keyed")))
+		return false;
+	ok = resild_ck_parse(r, &c->ck_thr[slot], a);
+	if (!ok)
+		set_error(c, "Redis at %s answered the keyed script with garbage (reply type %d)",
+			  where(c, w, sizeof(w)), r->type);
+	freeReplyObject(r);
+	if (!ok)
+		disconnect(c);
+	return ok;
 }
 
 /* The replies of append_cb's commands into a; false: logged, closed. */
@@ -1735,9 +1785,15 @@ static void exchange(struct resild_cluster *c, bool early)
 
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < c->cap; i++) {
+		resild_ck_free_req(&c->work[i].ck);
 		c->work[i] = src[i];
 		n += src[i].active;
 		c->ereq[i].active = false;
+		if (!early) {
+			/* the records go with the request: the thread frees them */
+			c->req[i].ck.blob = NULL;
+			c->req[i].ck.len = 0;
+		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (!n)
@@ -1756,7 +1812,7 @@ static void exchange(struct resild_cluster *c, bool early)
 			q->bh.on = false;
 		}
 		if ((q->limit && !append_lease(c, q)) || (q->breaker && !append_breaker(c, q)) ||
-		    !append_cb(c, q) || (q->bh.on && !append_bh(c, q)))
+		    !append_cb(c, q) || (q->bh.on && !append_bh(c, q)) || !append_ck(c, q, i))
 			break;
 		last = i + 1;
 	}
@@ -1790,7 +1846,7 @@ static void exchange(struct resild_cluster *c, bool early)
 			freeReplyObject(r);
 			a.bk_until_ns = t0 + hold_ns(c);
 		}
-		if (!read_cb(c, q, &a.cb))
+		if (!read_cb(c, q, &a.cb) || !read_ck(c, q, i, &a.ck))
 			return;
 		if (q->bh.on) {
 			if (!(r = next_reply(c, q->name, "bulkhead")))
@@ -1810,8 +1866,12 @@ static void exchange(struct resild_cluster *c, bool early)
 			 * interval is over before the slots go elsewhere */
 			a.bh.expiry_ns = t0 + (LEASE_INTERVALS - 1) * c->interval_ns;
 		}
+		resild_ck_free_req(&q->ck);
 		pthread_mutex_lock(&c->lock);
 		if (!early) {
+			/* the keys' charges of an answer the loop has not taken yet */
+			resild_ck_keep_ans(&a.ck, &c->ans[i].ck);
+			resild_ck_free_ans(&c->ans[i].ck);
 			c->ans[i] = a;
 		} else if (a.fresh) {
 			/* only the lease: a regular answer not yet taken keeps
@@ -1829,7 +1889,7 @@ static void exchange(struct resild_cluster *c, bool early)
 			o->tell = a.tell;
 		}
 		c->script_calls += (uint64_t)q->limit + (uint64_t)q->breaker +
-				   (uint64_t)q->cb.budget + (uint64_t)q->cb.conf + (uint64_t)q->bh.on;
+				   (uint64_t)q->cb.budget + (uint64_t)q->cb.conf + (uint64_t)q->bh.on + (uint64_t)q->ck.on;
 		pthread_mutex_unlock(&c->lock);
 		ok++;
 	}
@@ -1985,6 +2045,8 @@ int resild_cluster_init(struct resild *d)
 	c->ans = calloc(c->cap, sizeof(*c->ans));
 	c->work = calloc(c->cap, sizeof(*c->work));
 	if (!c->slots || !c->req || !c->ereq || !c->ans || !c->work)
+	c->ck_thr = calloc(c->cap, sizeof(*c->ck_thr));
+	if (!c->slots || !c->req || !c->ans || !c->work || !c->ck_thr)
 		return log_error_errno(-ENOMEM, "cluster: out of memory");
 	r = -pthread_create(&c->thread, NULL, cluster_main, c);
 	if (r < 0)
@@ -2010,11 +2072,17 @@ void resild_cluster_fini(struct resild *d)
 		close(c->efd);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
+	for (uint32_t i = 0; c->req && c->ans && c->work && i < c->cap; i++) {
+		resild_ck_free_req(&c->req[i].ck);
+		resild_ck_free_req(&c->work[i].ck);
+		resild_ck_free_ans(&c->ans[i].ck);
+	}
 	free(c->slots);
 	free(c->req);
 	free(c->ereq);
 	free(c->ans);
 	free(c->work);
+	free(c->ck_thr);
 	free(c->pend);
 	explicit_bzero(c->password, sizeof(c->password));
 	if (c->ssl)
@@ -2281,16 +2349,17 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	struct resild_cluster *c = t->c;
 	struct cl_slot *cs = &c->slots[slot];
 	struct xreq q = {.active = true, .gen = rec->gen};
-	bool lim, bk, bud, bh;
+	c->ck_thr = calloc(c->cap, sizeof(*c->ck_thr));
+	if (!c->slots || !c->req || !c->ereq || !c->ans || !c->work || !c->ck_thr)
 	struct xans a;
 
 	if (slot >= c->cap || rec->conf.scope != RESIL_SCOPE_GLOBAL)
 		return 0;
-	lim = resil_has(rec, RESIL_C_LIMIT);
+	keyed = resild_ck_wants(rec);
+	lim = resil_has(rec, RESIL_C_LIMIT) && !rec->conf.limit.keys;
 	bk = resil_has(rec, RESIL_C_BREAKER) && rec->conf.breaker.window_kind == RESIL_WINDOW_TIME;
 	bud = resild_cb_wants_budget(rec);
-	bh = resild_cbh_wants(rec);
-	if (!lim && !bk && !bud && !bh)
+	bool lim, bk, bud, bh, keyed;
 		return 0;
 	if (!cs->active || cs->gen != rec->gen) {
 		memset(cs, 0, sizeof(*cs));
@@ -2304,7 +2373,8 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	c->ans[slot].bk_fresh = false;
 	c->ans[slot].cb.fresh = false;
 	c->ans[slot].cb.conf_fresh = false;
-	c->ans[slot].bh.fresh = false;
+	bh = resild_cbh_wants(rec);
+	if (!lim && !bk && !bud && !bh && !keyed)
 	pthread_mutex_unlock(&c->lock);
 	t->early = t->grant = false;
 	if (lim)
@@ -2326,10 +2396,19 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 		pthread_cond_signal(&c->cond);
 		pthread_mutex_unlock(&c->lock);
 	}
+	if (a.gen != rec->gen)
+		resild_ck_free_ans(&a.ck);
+	if (keyed)
+		resild_ck_tick(s, rec, &cs->ck, &a.ck, &q.ck, t->now, c->interval_ns, t->post);
+	resild_ck_free_ans(&a.ck);
 	if (!t->post)
 		return 0;
 	snprintf(q.name, sizeof(q.name), "%s", rec->name);
 	pthread_mutex_lock(&c->lock);
+	/* admissions of a request the thread has not taken yet go with this one */
+	if (c->req[slot].gen == q.gen)
+		resild_ck_keep_req(&q.ck, &c->req[slot].ck);
+	resild_ck_free_req(&c->req[slot].ck);
 	c->req[slot] = q;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
@@ -2448,6 +2527,7 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 	    "# HELP resil_cluster_breaker_fleet_calls Calls in the fleet's time window.\n"
 	    "# TYPE resil_cluster_breaker_fleet_calls gauge\n");
 	n += resild_cb_metrics_help(n < len ? buf + n : NULL, n < len ? len - n : 0);
+	n += resild_ck_metrics_help(n < len ? buf + n : NULL, n < len ? len - n : 0);
 	n += resild_cbh_metrics_help(n < len ? buf + n : NULL, n < len ? len - n : 0);
 	for (uint32_t i = 0; i < c->cap; i++) {
 		const struct cl_slot *cs = &c->slots[i];
@@ -2468,7 +2548,10 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 			PUT("resil_cluster_breaker_opens_total{policy=\"%s\"} %llu\n"
 			    "resil_cluster_breaker_fleet_calls{policy=\"%s\"} %lld\n",
 			    name, (unsigned long long)cs->bk_trips, name, (long long)cs->bk_calls);
-		if (!rec->conf.limit.on)
+		if (resild_ck_wants(rec))
+			n += resild_ck_metrics(&cs->ck, name, n < len ? buf + n : NULL,
+					       n < len ? len - n : 0);
+		if (!rec->conf.limit.on || rec->conf.limit.keys)
 			continue;
 		PUT("resil_cluster_share{policy=\"%s\"} %.3f\n"
 		    "resil_cluster_lease_seconds{policy=\"%s\"} %.3f\n"
@@ -2531,7 +2614,7 @@ int resild_cluster_policy_info(struct resild *d, uint32_t slot, uint32_t gen,
 	if (!cs->active || cs->gen != gen || !rec || rec->gen != gen)
 		return -ENOENT;
 	memset(out, 0, sizeof(*out));
-	out->limit = resil_has(rec, RESIL_C_LIMIT);
+	out->limit = resil_has(rec, RESIL_C_LIMIT) && !rec->conf.limit.keys;
 	out->share = cs->applied ? cs->share : 0.0;
 	out->lease_ns = cs->expiry_ns ? cs->expiry_ns - mono_ns() : 0;
 	out->demand = cs->demand;

@@ -42,6 +42,7 @@
 #include "ctl.h"
 #include "events.h"
 #include "cluster.h"
+#include "cluster_keyed.h"
 #include "http.h"
 #include "log.h"
 #include "loop.h"
@@ -264,6 +265,8 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 					       sp.clients);
 	}
 	d->have_seg = true;
+	/* policy.scope = global, keyed: one key, one fingerprint on every host */
+	resild_ck_seg_key(d, d->adopted);
 	/* from here on the arena's bump pointer is the daemon's own */
 	resil_seg_own_arena(&d->seg);
 	/* the metrics show the daemon's count of repairs, not the shared copy */

@@ -264,6 +264,7 @@ static int conf_set(struct resil_conf *c, const char *key, const char *value, ch
 			return resil_errf(
 			    err, errlen, -EINVAL,
 			    "policy.scope: '%s' is not 'fleet', 'process' or 'global'", value);
+		c->limit.global = c->scope == RESIL_SCOPE_GLOBAL;
 		return 0;
 	}
 	if (strcmp(key, "histogram") == 0) {
@@ -424,10 +425,10 @@ static int global_check(const struct resil_conf *c, char *err, size_t errlen)
 				  "time:DURATION): a %s window cannot be added up across hosts",
 				  c->breaker.window_kind == RESIL_WINDOW_COUNT ? "count"
 									       : "consecutive");
-	if (c->limit.on && (resil_limit_algo(&c->limit) != RESIL_LIMIT_GCRA || c->limit.keys))
+	if (c->limit.on && resil_limit_algo(&c->limit) != RESIL_LIMIT_GCRA)
 		return resil_errf(err, errlen, -EINVAL,
-				  "policy.scope = global applies to the unkeyed gcra limiter "
-				  "(limit.algorithm = gcra, no limit.keys)");
+				  "policy.scope = global applies to the gcra limiter, keyed or not "
+				  "(limit.algorithm = gcra)");
 	if (c->bulkhead.on && resil_bulkhead_regime(&c->bulkhead) != RESIL_BULKHEAD_SCAN)
 		return resil_errf(err, errlen, -EINVAL,
 				  "policy.scope = global applies to fail-fast bulkheads of at most "

@@ -80,10 +80,16 @@ struct resil_limit_conf {
 	RESIL_A8 int64_t period_ns;   /* limit.rate = count / period */
 	RESIL_A8 int64_t interval_ns; /* emission interval: period / count */
 	RESIL_A8 int64_t wait_ns;     /* reservation: longest wait */
-	RESIL_A8 uint64_t reserved[8];
+	/* 1 when policy.scope = global (conf.c sets it with the scope): a
+	 * keyed table then counts each key's admissions for the cluster
+	 * exchange (limit_global.c) */
+	uint32_t global;
+	uint32_t reserved32;
+	RESIL_A8 uint64_t reserved[7];
 };
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, dry_run) == 3, "limit dry_run");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, burst) == 4, "limit burst");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, global) == 40, "limit global");
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_conf) == 104, "limit conf size");
 
 struct resil_bulkhead_conf {

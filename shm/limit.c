@@ -178,7 +178,10 @@
  *   on the rejection branch: an admission costs what it costs without dry
  *   run (plus one test of limit.wait, already in a register).
  *
- * Global scope (policy.scope = global, GCRA unkeyed only: conf.c). The
+ * Global scope (policy.scope = global, GCRA only: conf.c). Keyed: no
+ *   lease; each admission adds its permits to the entry's counter after
+ *   the table (one relaxed add, behind a test of limit.global), and the
+ *   daemon publishes and charges them (limit_global.c). Unkeyed: the
  *   daemon leases the host a share of the fleet's rate (daemon/cluster.c)
  *   and writes it into line 2: lease_ns (the share's emission interval, 0
  *   for no share), lease_expiry_ns (the lease's end on this host's
@@ -230,6 +233,7 @@
 #include <string.h>
 
 #include "limit.h"
+#include "limit_global.h"
 #include "parse.h"
 #include "resil.h"
 #include "stats.h"
@@ -1122,7 +1126,31 @@ static int keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
 		return v;
 	pm->key_idx = (uint32_t)idx + 1;
 	pm->limit_tat = (uint64_t)stamp;
+	/* policy.scope = global: the key's admissions for the next exchange
+	 * (limit_global.c) */
+	if (RESIL_UNLIKELY(c->global))
+		faa_relaxed(&resil_limit_global_counts(c, s)[idx], p->n);
 	return 0;
+}
+
+int64_t resil_limit_key_entry(const struct resil_limit_conf *c, void *st, uint64_t fp, int64_t now,
+			      bool insert)
+{
+	struct resil_limit_state *s = lstate(st);
+	struct resil_ctx x = {0};
+	struct chain ch;
+	struct lp p;
+	int64_t idx, full_wait;
+
+	if (!c->keys || fp < 2 || (fp & FP_OVF))
+		return -1;
+	chain_init(&ch, fp, nbuckets(c));
+	idx = key_find_bounded(table_of(s), &ch, fp);
+	if (idx >= 0 || idx == -2 || !insert)
+		return idx >= 0 ? idx : -1;
+	lp_init(&p, c, now, 1);
+	p.heals = &s->heals;
+	return key_get(&x, s, c, &p, fp, &full_wait);
 }
 
 /* ------------------------------------------------------ the component */
@@ -1133,7 +1161,8 @@ uint64_t resil_limit_state_size(const struct resil_limit_conf *c)
 
 	if (c->keys)
 		size +=
-		    (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET * sizeof(struct resil_limit_entry);
+		    (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET * sizeof(struct resil_limit_entry) +
+		    resil_limit_global_counts_size(c);
 	else if (c->algorithm == RESIL_LIMIT_SLIDING)
 		size += resil_align_up((uint64_t)c->count * sizeof(int64_t), RESIL_HOT_ALIGN);
 	return size;
@@ -1168,6 +1197,9 @@ void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t 
 			st_relaxed(&t[i].fp, RESIL_LIMIT_FP_EMPTY);
 			st_relaxed(&t[i].st, 0);
 		}
+		if (c->global)
+			for (i = 0; i < n; i++)
+				st_relaxed(&resil_limit_global_counts(c, s)[i], 0);
 	} else if (c->algorithm == RESIL_LIMIT_SLIDING) {
 		for (i = 0; i < c->count; i++)
 			st_relaxed(&ring_of(s)[i], 0); /* biased: "never" */
@@ -1176,7 +1208,8 @@ void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t 
 
 bool resil_limit_same_shape(const struct resil_limit_conf *a, const struct resil_limit_conf *b)
 {
-	if (a->keys != b->keys || a->algorithm != b->algorithm)
+	if (a->keys != b->keys || a->algorithm != b->algorithm ||
+	    (a->keys && a->global != b->global))
 		return false;
 	/* the exact ring has one slot per admission of the period */
 	if (!a->keys && a->algorithm == RESIL_LIMIT_SLIDING && a->count != b->count)
@@ -1315,7 +1348,8 @@ static inline bool lease_apply(struct resil_ctx *x, const struct resil_limit_con
 	bool leased;
 	int64_t T;
 
-	if (!x->rec || x->rec->conf.scope != RESIL_SCOPE_GLOBAL)
+	/* keyed: no lease, the whole per-key rate on every host (limit_global.c) */
+	if (!x->rec || x->rec->conf.scope != RESIL_SCOPE_GLOBAL || c->keys)
 		return true;
 	T = resil_limit_lease_T(c, s, p->now, &leased);
 	if (!T)

@@ -165,13 +165,29 @@ static void test_global_scope(void **state)
 	assert_non_null(strstr(err, "time window"));
 	assert_non_null(strstr(err, "count window"));
 
+	/* keyed gcra: shared per key across hosts (limit.global set with the
+	 * scope, whichever comes first); keyed sliding is refused */
 	resil_conf_init(&c);
 	assert_int_equal(resil_conf_parse(&c,
 					  "policy.scope = global; limit.rate = 10/s; "
 					  "limit.keys = 100",
 					  1, err, sizeof(err)),
+			 0);
+	assert_int_equal(c.limit.global, 1);
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c,
+					  "limit.rate = 10/s; limit.keys = 100; "
+					  "policy.scope = global",
+					  1, err, sizeof(err)),
+			 0);
+	assert_int_equal(c.limit.global, 1);
+	resil_conf_init(&c);
+	assert_int_equal(resil_conf_parse(&c,
+					  "policy.scope = global; limit.rate = 10/s; "
+					  "limit.keys = 100; limit.algorithm = sliding",
+					  1, err, sizeof(err)),
 			 -EINVAL);
-	assert_non_null(strstr(err, "unkeyed gcra"));
+	assert_non_null(strstr(err, "gcra"));
 
 	resil_conf_init(&c);
 	assert_int_equal(resil_conf_parse(&c,

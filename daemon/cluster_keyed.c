@@ -1,0 +1,403 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cluster_keyed.c - policy.scope = global for keyed limiters: one limit
+ * per key (a client IP, an API key) whichever host a request lands on.
+ *
+ * What. Each host runs the full per-key GCRA in its segment (the hot path
+ * of a host keyed limiter, plus one relaxed add: shm/limit_global.c).
+ * Every cluster interval the daemon collects the keys its clients
+ * admitted since the last collect, with their counts, and sends them to
+ * Redis in cluster.c's pipelined round (one script call per policy,
+ * KEYED_LUA); the same call returns what the other hosts sent since this
+ * host's last read, which the loop charges to the keys here: a key's TAT
+ * moves by n * T for n admissions elsewhere (saturated at the furthest a
+ * writer sets it).
+ *
+ * Redis. Per policy one stream, "<cluster>:{<policy>}:keyed": one entry
+ * per host and exchange, {h = host, d = records}, a record being a key's
+ * fingerprint and its count (12 bytes, little-endian). The script trims
+ * entries older than keep (ten intervals, at least a second: the memory
+ * is bounded by hosts x keep / interval reports of the active keys), adds
+ * this host's entry, and returns every entry of the other hosts after the
+ * last one this host read (the thread keeps that id per policy): each
+ * report is charged once on every other host. A host that falls further
+ * behind than keep (a daemon stopped, a Redis away) misses those charges:
+ * the bound below does not hold for the admissions it missed. A new host
+ * (or a new policy) reads back what the stream keeps: up to keep of
+ * history is charged at its first exchange.
+ *
+ * Keys are named by fingerprint: the segment's SipHash key is set from the
+ * cluster's name and password (resild_ck_seg_key), so one key has one
+ * fingerprint on every host. With --cluster-password-file the key is the
+ * fleet's secret; without one it follows from the cluster name, and
+ * whoever knows the name can choose keys that share buckets (keys still
+ * never mix; an attacker could only crowd buckets, as with any known
+ * hash).
+ *
+ * Overshoot bound (README: per key, span S, rate r = 1/T, burst b, H
+ * hosts). Let D = 2 x interval + one round trip + the loop's wake: an
+ * admission at t is in its host's next report (<= interval), read by every
+ * other host's next exchange after that (<= interval + the round trip) and
+ * charged at once. Take the fleet's last admission of the key in a span
+ * [a, a + S], on host A at t. Everything the other hosts admitted before
+ * t - D was charged on A by t, and A's own GCRA admitted its own calls
+ * and those charges only as GCRA allows: at most r x (t - a) + b of them
+ * (a charge that hits the cap is lost only when A was full anyway, so
+ * it cannot let A admit sooner than a full bucket does). What the others
+ * admitted in (t - D, t] A may not have seen: at most, per host, its own
+ * GCRA's r x D + b. So the fleet admits at most
+ *     r x S + b + (H - 1) x (r x D + b)
+ * in any span S, and with demand d_h per second on host h, the last term
+ * is at most sum over h != A of min(d_h x D, r x D + b): the admissions
+ * the other hosts make within one exchange delay. Paced demand makes the
+ * overshoot small; a burst of every host at once, before any exchange,
+ * reaches (H - 1) x b (each host's bucket starts full).
+ *
+ * Untrusted words. Counts come from a table every client writes: cut to
+ * what a GCRA can admit between two collects (resil_limit_global_cap).
+ * Records from Redis (another client of it can write the stream): a
+ * record that is no fingerprint or has count 0 is skipped and counted,
+ * a report whose length is not a multiple of a record is skipped, an id
+ * that is not a stream id is garbage; charges saturate.
+ *
+ * Who writes what. struct resild_ck_slot: the loop. struct resild_ck_thr:
+ * the thread. Requests and answers: cluster.c's, under its lock; the
+ * records they point to belong to whoever holds the request or answer.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "cluster_keyed.h"
+#include "limit.h"
+#include "limit_global.h"
+#include "log.h"
+#include "policy.h"
+#include "resild.h"
+#include "seg.h"
+
+#define CK_KEEP_INTERVALS 10
+#define CK_KEEP_MIN_MS	  1000
+
+/*
+ * KEYS[1] the policy's stream. ARGV: host, the last id this host read (""
+ * none), keep (ms), this host's records. Returns {the last id read now,
+ * the other hosts' records, one string per report}.
+ */
+const char resild_ck_lua[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local me, last, keep, d = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]\n"
+    "if not keep or keep <= 0 or #d % 12 ~= 0 or\n"
+    "   (last ~= '' and not string.match(last, '^%d+%-%d+$')) then\n"
+    "  return redis.error_reply('ERR resil keyed: bad arguments')\n"
+    "end\n"
+    "redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', now - keep))\n"
+    "if #d > 0 then redis.call('XADD', KEYS[1], '*', 'h', me, 'd', d) end\n"
+    "local from = '-'\n"
+    "if last ~= '' then from = '(' .. last end\n"
+    "local r = redis.call('XRANGE', KEYS[1], from, '+')\n"
+    "local out = {last}\n"
+    "for _, e in ipairs(r) do\n"
+    "  out[1] = e[1]\n"
+    "  local f = e[2]\n"
+    "  if f[1] == 'h' and f[2] ~= me and f[3] == 'd' and f[4] then out[#out + 1] = f[4] end\n"
+    "end\n"
+    "redis.call('PEXPIRE', KEYS[1], keep + 60000)\n"
+    "return out\n";
+
+bool resild_ck_wants(const struct resil_rec *rec)
+{
+	return resil_has(rec, RESIL_C_LIMIT) && rec->conf.scope == RESIL_SCOPE_GLOBAL &&
+	       rec->conf.limit.keys && rec->conf.limit.global &&
+	       resil_limit_algo(&rec->conf.limit) == RESIL_LIMIT_GCRA;
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+struct buf {
+	uint8_t *b;
+	size_t len, cap;
+	bool oom;
+	uint64_t admitted;
+};
+
+static void put_rec(void *arg, uint64_t fp, uint32_t n)
+{
+	struct buf *b = arg;
+
+	if (b->len + RESILD_CK_REC > b->cap) {
+		size_t cap = b->cap ? 2 * b->cap : 64 * RESILD_CK_REC;
+		uint8_t *nb = realloc(b->b, cap);
+
+		if (!nb) {
+			b->oom = true;
+			return;
+		}
+		b->b = nb;
+		b->cap = cap;
+	}
+	for (int i = 0; i < 8; i++)
+		b->b[b->len + (size_t)i] = (uint8_t)(fp >> (8 * i));
+	for (int i = 0; i < 4; i++)
+		b->b[b->len + 8 + (size_t)i] = (uint8_t)(n >> (8 * i));
+	b->len += RESILD_CK_REC;
+	b->admitted += n;
+}
+
+void resild_ck_tick(const struct resil_seg *s, const struct resil_rec *rec,
+		    struct resild_ck_slot *cs, struct resild_ck_ans *a, struct resild_ck_req *q,
+		    int64_t now, int64_t interval_ns, bool post)
+{
+	const struct resil_limit_conf *lc = &rec->conf.limit;
+	void *st = resil_comp_state(s, rec, RESIL_C_LIMIT);
+	struct buf b = {0};
+	int64_t keep_ms = interval_ns / RESIL_NS_PER_MS * CK_KEEP_INTERVALS;
+
+	if (a->fresh) {
+		for (size_t o = 0; o + RESILD_CK_REC <= a->len; o += RESILD_CK_REC) {
+			uint64_t fp = get_le64(a->blob + o);
+			uint32_t n = get_le32(a->blob + o + 8);
+			int r;
+
+			if (fp < 2 || fp >> 63 || !n) {
+				cs->bad++;
+				continue;
+			}
+			r = resil_limit_global_charge(lc, st, fp, n, now);
+			if (r == 0)
+				cs->charged += n;
+			else
+				cs->dropped++;
+		}
+	}
+	resild_ck_free_ans(a);
+	if (!post)
+		return;
+	resil_limit_global_collect(
+	    lc, st, resil_limit_global_cap(lc, cs->collect_ns ? now - cs->collect_ns : interval_ns),
+	    put_rec, &b);
+	cs->collect_ns = now;
+	if (b.oom)
+		log_warning("cluster: policy %s: out of memory for the keys' report; part of "
+			    "this interval's admissions is not sent",
+			    rec->name);
+	cs->published += b.len / RESILD_CK_REC;
+	cs->admitted += b.admitted;
+	q->on = true;
+	q->blob = b.b;
+	q->len = b.len;
+	q->keep_ms = keep_ms > CK_KEEP_MIN_MS ? keep_ms : CK_KEEP_MIN_MS;
+}
+
+static void append(uint8_t **dst, size_t *dlen, uint8_t **src, size_t *slen)
+{
+	uint8_t *n;
+
+	if (!*src)
+		return;
+	if (!*dst) {
+		*dst = *src;
+		*dlen = *slen;
+	} else if ((n = realloc(*dst, *dlen + *slen))) {
+		memcpy(n + *dlen, *src, *slen);
+		*dst = n;
+		*dlen += *slen;
+		free(*src);
+	} else {
+		free(*src); /* out of memory: those admissions go uncharged */
+	}
+	*src = NULL;
+	*slen = 0;
+}
+
+void resild_ck_keep_req(struct resild_ck_req *q, struct resild_ck_req *old)
+{
+	append(&q->blob, &q->len, &old->blob, &old->len);
+}
+
+void resild_ck_keep_ans(struct resild_ck_ans *a, struct resild_ck_ans *old)
+{
+	if (old->fresh)
+		append(&a->blob, &a->len, &old->blob, &old->len);
+	old->fresh = false;
+}
+
+void resild_ck_free_req(struct resild_ck_req *q)
+{
+	free(q->blob);
+	q->blob = NULL;
+	q->len = 0;
+}
+
+void resild_ck_free_ans(struct resild_ck_ans *a)
+{
+	free(a->blob);
+	a->blob = NULL;
+	a->len = 0;
+	a->fresh = false;
+}
+
+void resild_ck_command(const struct resild_ck_req *q, struct resild_ck_thr *th, uint32_t gen,
+		       const char *name, const char *prefix, const char *host, const char *sha,
+		       struct resild_ck_cmd *c)
+{
+	if (th->gen != gen) {
+		th->gen = gen;
+		th->last[0] = '\0';
+	}
+	snprintf(c->key, sizeof(c->key), "%s:{%s}:keyed", prefix, name);
+	snprintf(c->keep, sizeof(c->keep), "%lld", (long long)q->keep_ms);
+	c->argc = 0;
+#define ARG(s, l)                                                                                  \
+	do {                                                                                       \
+		c->argv[c->argc] = (s);                                                            \
+		c->argvlen[c->argc++] = (l);                                                       \
+	} while (0)
+	ARG("EVALSHA", 7);
+	ARG(sha, strlen(sha));
+	ARG("1", 1);
+	ARG(c->key, strlen(c->key));
+	ARG(host, strlen(host));
+	ARG(th->last, strlen(th->last));
+	ARG(c->keep, strlen(c->keep));
+	ARG(q->blob ? (const char *)q->blob : "", q->len);
+#undef ARG
+}
+
+static bool stream_id(const char *s, size_t len)
+{
+	size_t i = 0, d1 = 0, d2 = 0;
+
+	while (i < len && s[i] >= '0' && s[i] <= '9')
+		i++, d1++;
+	if (i == len || s[i++] != '-')
+		return false;
+	while (i < len && s[i] >= '0' && s[i] <= '9')
+		i++, d2++;
+	return i == len && d1 && d2 && d1 <= 20 && d2 <= 20;
+}
+
+bool resild_ck_parse(const struct redisReply *r, struct resild_ck_thr *th, struct resild_ck_ans *a)
+{
+	const struct redisReply *id;
+	size_t total = 0;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
+		return false;
+	id = r->element[0];
+	if (id->type != REDIS_REPLY_STRING || id->len >= sizeof(th->last) ||
+	    (id->len && !stream_id(id->str, id->len)))
+		return false;
+	for (size_t i = 1; i < r->elements; i++) {
+		const struct redisReply *e = r->element[i];
+
+		if (e->type == REDIS_REPLY_STRING && e->len % RESILD_CK_REC == 0)
+			total += e->len;
+	}
+	a->blob = NULL;
+	a->len = 0;
+	if (total && !(a->blob = malloc(total)))
+		return false;
+	for (size_t i = 1; i < r->elements; i++) {
+		const struct redisReply *e = r->element[i];
+
+		/* a report another client of Redis mangled: skipped whole */
+		if (e->type != REDIS_REPLY_STRING || e->len % RESILD_CK_REC)
+			continue;
+		memcpy(a->blob + a->len, e->str, e->len);
+		a->len += e->len;
+	}
+	memcpy(th->last, id->str, id->len);
+	th->last[id->len] = '\0';
+	a->fresh = true;
+	return true;
+}
+
+static void read_secret(const char *path, char *buf, size_t len)
+{
+	FILE *f = path ? fopen(path, "re") : NULL;
+
+	buf[0] = '\0';
+	if (!f)
+		return; /* resild_cluster_init says why */
+	if (!fgets(buf, (int)len, f))
+		buf[0] = '\0';
+	fclose(f);
+	buf[strcspn(buf, "\r\n")] = '\0';
+}
+
+int resild_ck_seg_key(struct resild *d, bool adopted)
+{
+	const struct resild_opts *o = &d->opts;
+	char pw[256], text[RESIL_NAME_MAX + sizeof(pw) + 32];
+	uint64_t k0, k1;
+	int n;
+
+	if (!o->cluster_redis)
+		return 0;
+	read_secret(o->cluster_password_file, pw, sizeof(pw));
+	n = snprintf(text, sizeof(text), "resil cluster key\n%s\n%s",
+		     o->cluster_name ? o->cluster_name : "resil", pw);
+	if (n < 0 || (size_t)n >= sizeof(text))
+		n = (int)strnlen(text, sizeof(text));
+	k0 = resil_hash64(text, (size_t)n, 0x736f6d6570736575ULL, 0x646f72616e646f6dULL);
+	k1 = resil_hash64(text, (size_t)n, 0x6c7967656e657261ULL, 0x7465646279746573ULL);
+	memset(pw, 0, sizeof(pw));
+	memset(text, 0, sizeof(text));
+	if (adopted) {
+		if (d->seg.cfg->hash_k0 != k0 || d->seg.cfg->hash_k1 != k1)
+			log_warning("cluster: the adopted segments hash keys with another key than "
+				    "this cluster's (--cluster-name or the password changed): "
+				    "global keyed limits do not match keys across hosts until "
+				    "the segments are created afresh (a stop and start)");
+		return 0;
+	}
+	/* a new pair: no name and no key is hashed yet, no client maps it */
+	d->seg.cfg->hash_k0 = k0;
+	d->seg.cfg->hash_k1 = k1;
+	return 0;
+}
+
+size_t resild_ck_metrics_help(char *buf, size_t len)
+{
+	int w = snprintf(buf, len,
+			 "# HELP resil_cluster_keyed_published_total Key counts this host "
+			 "sent (a key per exchange it was admitted in).\n"
+			 "# TYPE resil_cluster_keyed_published_total counter\n"
+			 "# HELP resil_cluster_keyed_charged_total Admissions of other hosts "
+			 "charged to keys here.\n"
+			 "# TYPE resil_cluster_keyed_charged_total counter\n"
+			 "# HELP resil_cluster_keyed_dropped_total Charges dropped: no room "
+			 "for their key in the table.\n"
+			 "# TYPE resil_cluster_keyed_dropped_total counter\n");
+
+	return w > 0 ? (size_t)w : 0;
+}
+
+size_t resild_ck_metrics(const struct resild_ck_slot *cs, const char *name, char *buf, size_t len)
+{
+	int w = snprintf(buf, len,
+			 "resil_cluster_keyed_published_total{policy=\"%s\"} %llu\n"
+			 "resil_cluster_keyed_charged_total{policy=\"%s\"} %llu\n"
+			 "resil_cluster_keyed_dropped_total{policy=\"%s\"} %llu\n",
+			 name, (unsigned long long)cs->published, name,
+			 (unsigned long long)cs->charged, name, (unsigned long long)cs->dropped);
+
+	return w > 0 ? (size_t)w : 0;
+}

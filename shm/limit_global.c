@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * limit_global.c - policy.scope = global for keyed limiters (per IP, per
+ * API key across hosts): the shm side.
+ *
+ * What. Every host runs the whole per-key GCRA locally (the hot path is
+ * the host keyed limiter's), and learns the other hosts' admissions of
+ * each key through the daemons' exchange (daemon/cluster_keyed.c): each
+ * daemon publishes the keys its clients admitted since the last exchange,
+ * with their counts, and charges what the other hosts published to the
+ * same keys here: TAT = max(TAT, now) + n * T, as if its own clients had
+ * taken those n permits, saturated at now + tau + limit.wait (the
+ * furthest any writer sets a TAT: further, a client's heal would cut it).
+ *
+ * Key identity across hosts. Entries hold SipHash fingerprints under the
+ * segment's hash key; the daemon of a cluster sets that key from the
+ * cluster's name and password (daemon/cluster_keyed.c), so one key has one
+ * fingerprint on every host of the cluster, and the exchange names keys
+ * by fingerprint (the raw key is never stored or sent).
+ *
+ * The counters. After the entries of a table with limit.global, one
+ * 32-bit counter per entry (limit_global.h): a client adds its permits
+ * with one relaxed fetch_add after the admission's CAS (keyed_take; the
+ * only cost global adds to a keyed admission, behind a test of the
+ * configuration word). The daemon takes them with an exchange (relaxed:
+ * the counter publishes nothing else; fetch_add and exchange are RMWs on
+ * one word, so no admission is counted twice or lost between them), and
+ * loads the entry's fingerprint (acquire, as lookups do) to name the key.
+ * Clients write the whole segment: a count above what a GCRA can admit
+ * between two collects (resil_limit_global_cap) is cut to that, a word
+ * that is no fingerprint is skipped, and charges saturate, so nothing a
+ * client writes makes the daemon overflow or charge without bound.
+ *
+ * Bounded errors (counting for the fleet, not this host's decisions): an
+ * undone admission (a later component rejected) stays counted (the fleet
+ * is charged one permit too many); an entry that changes hands (evicted,
+ * swept) between an admission and the next collect has that count
+ * published under its new key (idle and least recently used keys only
+ * are evicted: their count is then almost always 0); a charge that lands
+ * while its entry changes hands goes to the new key (conservative). A key
+ * a host has never seen is inserted by the charge like a client's first
+ * call (evicting an idle or cold key if it must); with no room the charge
+ * is dropped (limit.when_full then decides for the key's own calls).
+ * Calls of a keyed global limiter without a key use the unkeyed word,
+ * host-local.
+ *
+ * Who writes what. Counters: clients (fetch_add), the daemon (exchange).
+ * Entries: as limit.c says; the daemon's charge is one more CAS writer of
+ * a TAT, and its inserts are a client's.
+ *
+ * Nothing here runs on a client's path but the counter's add.
+ */
+#include <errno.h>
+#include <stdint.h>
+
+#include "limit.h"
+#include "limit_global.h"
+
+#define FP_OVF (1ULL << 63) /* limit.c: the chain mark in a bucket's first word */
+
+uint32_t resil_limit_global_cap(const struct resil_limit_conf *c, int64_t span_ns)
+{
+	uint64_t T = (uint64_t)c->interval_ns, n;
+
+	if (!c->keys || c->interval_ns <= 0)
+		return 0;
+	if (span_ns < 0)
+		span_ns = 0;
+	n = (uint64_t)c->burst + 1 + (uint64_t)c->wait_ns / T + (uint64_t)span_ns / T;
+	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+uint64_t resil_limit_global_collect(const struct resil_limit_conf *c, void *st, uint32_t cap,
+				    resil_limit_global_fn fn, void *arg)
+{
+	struct resil_limit_state *s = st;
+	struct resil_limit_entry *t = (struct resil_limit_entry *)(void *)s->data;
+	ra32 *cnt;
+	uint64_t n, i, keys = 0;
+
+	if (!c->keys || !c->global)
+		return 0;
+	cnt = resil_limit_global_counts(c, st);
+	n = (uint64_t)(c->keys / 2 ? c->keys / 2 : 1) * RESIL_LIMIT_BUCKET;
+	for (i = 0; i < n; i++) {
+		uint32_t v;
+		uint64_t fp;
+
+		if (!ld_relaxed(&cnt[i]))
+			continue;
+		v = atomic_exchange_explicit(&cnt[i], 0, memory_order_relaxed);
+		fp = ld_acquire(&t[i].fp) & ~FP_OVF;
+		if (!v || fp < 2)
+			continue; /* emptied meanwhile, or no key holds the entry */
+		fn(arg, fp, v > cap ? cap : v);
+		keys++;
+	}
+	return keys;
+}
+
+int resil_limit_global_charge(const struct resil_limit_conf *c, void *st, uint64_t fp, uint64_t n,
+			      int64_t now)
+{
+	struct resil_limit_state *s = st;
+	struct resil_limit_entry *t = (struct resil_limit_entry *)(void *)s->data;
+	int64_t T = c->interval_ns, tau, cap, add, idx;
+	uint64_t v;
+
+	if (!c->keys || T <= 0 || resil_limit_algo(c) != RESIL_LIMIT_GCRA || fp < 2 ||
+	    (fp & FP_OVF))
+		return -EINVAL;
+	if (!n)
+		return 0;
+	idx = resil_limit_key_entry(c, st, fp, now, true);
+	if (idx < 0)
+		return -ENOSPC;
+	tau = T * (int64_t)(c->burst ? c->burst : 1);
+	cap = now + tau + c->wait_ns;
+	/* n * T, saturated at the cap's distance from now (no overflow) */
+	add = n > (uint64_t)(tau + c->wait_ns) / (uint64_t)T ? tau + c->wait_ns : (int64_t)n * T;
+	v = ld_relaxed(&t[idx].st);
+	for (;;) {
+		int64_t base = (int64_t)v > now ? (int64_t)v : now, nv;
+
+		/* at or past the cap already: a reservation of this host's
+		 * own, or a word a client wrote (its heal is the client's) */
+		if (base >= cap)
+			return 0;
+		nv = base > cap - add ? cap : base + add;
+		if (cas_relaxed(&t[idx].st, &v, (uint64_t)nv))
+			return 0;
+	}
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * limit_global.h - policy.scope = global for keyed limiters: the shm side
+ * of the cluster exchange (limit_global.c opens with the design).
+ *
+ * A global keyed table carries, after its entries, one 32-bit counter
+ * per entry: the admissions made through that entry since the daemon
+ * last read it. Clients add to it (one relaxed add per admission, only
+ * when limit.global); the daemon reads and zeroes it every cluster
+ * interval, publishes the counts and charges the other hosts' counts to
+ * the keys' TATs.
+ */
+#ifndef RESIL_SHM_LIMIT_GLOBAL_H
+#define RESIL_SHM_LIMIT_GLOBAL_H
+
+#include "limit.h"
+
+/* Bytes of counters after a keyed table (0 unless limit.global). */
+static inline uint64_t resil_limit_global_counts_size(const struct resil_limit_conf *c)
+{
+	uint64_t n = (uint64_t)(c->keys / 2 ? c->keys / 2 : 1) * RESIL_LIMIT_BUCKET;
+
+	if (!c->keys || !c->global)
+		return 0;
+	return resil_align_up(n * sizeof(ra32), RESIL_HOT_ALIGN);
+}
+
+/* The counters: entry i's is [i]. */
+static inline ra32 *resil_limit_global_counts(const struct resil_limit_conf *c, void *st)
+{
+	struct resil_limit_state *s = st;
+	uint64_t n = (uint64_t)(c->keys / 2 ? c->keys / 2 : 1) * RESIL_LIMIT_BUCKET;
+
+	return (ra32 *)(void *)(s->data + n * sizeof(struct resil_limit_entry));
+}
+
+/* The daemon, at each exchange: every key admitted since the last call,
+ * with its count (read and zeroed). fn gets the key's fingerprint and a
+ * count in 1..cap (a larger count, which no client can have made, is cut
+ * to cap). Returns how many keys fn got. */
+typedef void (*resil_limit_global_fn)(void *arg, uint64_t fp, uint32_t n);
+uint64_t resil_limit_global_collect(const struct resil_limit_conf *c, void *st, uint32_t cap,
+				    resil_limit_global_fn fn, void *arg);
+
+/* The daemon: charge n admissions made on other hosts to the key whose
+ * fingerprint is fp, inserting it when this host's table lacks it:
+ * TAT = min(max(TAT, now) + n * T, now + tau + limit.wait). 0, -EINVAL
+ * (not a keyed gcra table, a fingerprint no key has), -ENOSPC (no room
+ * for the key: the charge is dropped). */
+int resil_limit_global_charge(const struct resil_limit_conf *c, void *st, uint64_t fp, uint64_t n,
+			      int64_t now);
+
+/* Admissions of one collect at most, for a key: what a GCRA with this
+ * configuration can admit in span ns from full (burst, the span's
+ * permits, the reservations of limit.wait, one more for rounding). */
+uint32_t resil_limit_global_cap(const struct resil_limit_conf *c, int64_t span_ns);
+
+/* limit.c: the entry of the key whose fingerprint is fp: found within the
+ * bounded walk the daemon's maintenance uses, else, when insert, added as
+ * a client's first call adds it (its state 0). -1: absent, no room, or a
+ * chain too long to walk. */
+int64_t resil_limit_key_entry(const struct resil_limit_conf *c, void *st, uint64_t fp, int64_t now,
+			      bool insert);
+
+#endif
