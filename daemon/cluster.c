@@ -2044,9 +2044,8 @@ int resild_cluster_init(struct resild *d)
 	c->ereq = calloc(c->cap, sizeof(*c->ereq));
 	c->ans = calloc(c->cap, sizeof(*c->ans));
 	c->work = calloc(c->cap, sizeof(*c->work));
-	if (!c->slots || !c->req || !c->ereq || !c->ans || !c->work)
 	c->ck_thr = calloc(c->cap, sizeof(*c->ck_thr));
-	if (!c->slots || !c->req || !c->ans || !c->work || !c->ck_thr)
+	if (!c->slots || !c->req || !c->ereq || !c->ans || !c->work || !c->ck_thr)
 		return log_error_errno(-ENOMEM, "cluster: out of memory");
 	r = -pthread_create(&c->thread, NULL, cluster_main, c);
 	if (r < 0)
@@ -2349,8 +2348,7 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	struct resild_cluster *c = t->c;
 	struct cl_slot *cs = &c->slots[slot];
 	struct xreq q = {.active = true, .gen = rec->gen};
-	c->ck_thr = calloc(c->cap, sizeof(*c->ck_thr));
-	if (!c->slots || !c->req || !c->ereq || !c->ans || !c->work || !c->ck_thr)
+	bool lim, bk, bud, bh, keyed;
 	struct xans a;
 
 	if (slot >= c->cap || rec->conf.scope != RESIL_SCOPE_GLOBAL)
@@ -2359,7 +2357,8 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	lim = resil_has(rec, RESIL_C_LIMIT) && !rec->conf.limit.keys;
 	bk = resil_has(rec, RESIL_C_BREAKER) && rec->conf.breaker.window_kind == RESIL_WINDOW_TIME;
 	bud = resild_cb_wants_budget(rec);
-	bool lim, bk, bud, bh, keyed;
+	bh = resild_cbh_wants(rec);
+	if (!lim && !bk && !bud && !bh && !keyed)
 		return 0;
 	if (!cs->active || cs->gen != rec->gen) {
 		memset(cs, 0, sizeof(*cs));
@@ -2373,8 +2372,10 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	c->ans[slot].bk_fresh = false;
 	c->ans[slot].cb.fresh = false;
 	c->ans[slot].cb.conf_fresh = false;
-	bh = resild_cbh_wants(rec);
-	if (!lim && !bk && !bud && !bh && !keyed)
+	c->ans[slot].bh.fresh = false;
+	c->ans[slot].ck.fresh = false;
+	c->ans[slot].ck.blob = NULL; /* the loop's now */
+	c->ans[slot].ck.len = 0;
 	pthread_mutex_unlock(&c->lock);
 	t->early = t->grant = false;
 	if (lim)
@@ -2388,19 +2389,22 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	if (bh)
 		resild_cbh_tick(s, rec, &cs->bh, &a.bh, &q.bh, t->now, c->fallback, t->post);
 	resild_cb_tick(s, rec, &cs->cb, &a.cb, &q.cb, t->now, c->interval_ns, t->post);
-	if (t->early && !t->post) {
-		snprintf(q.name, sizeof(q.name), "%s", rec->name);
-		pthread_mutex_lock(&c->lock);
-		c->ereq[slot] = q;
-		c->kick_early = true;
-		pthread_cond_signal(&c->cond);
-		pthread_mutex_unlock(&c->lock);
-	}
 	if (a.gen != rec->gen)
 		resild_ck_free_ans(&a.ck);
 	if (keyed)
 		resild_ck_tick(s, rec, &cs->ck, &a.ck, &q.ck, t->now, c->interval_ns, t->post);
 	resild_ck_free_ans(&a.ck);
+	if (t->early && !t->post) {
+		snprintf(q.name, sizeof(q.name), "%s", rec->name);
+		pthread_mutex_lock(&c->lock);
+		c->ereq[slot] = q;
+		/* an early call is a lease only: the keys' records stay with
+		 * the regular request */
+		memset(&c->ereq[slot].ck, 0, sizeof(c->ereq[slot].ck));
+		c->kick_early = true;
+		pthread_cond_signal(&c->cond);
+		pthread_mutex_unlock(&c->lock);
+	}
 	if (!t->post)
 		return 0;
 	snprintf(q.name, sizeof(q.name), "%s", rec->name);
