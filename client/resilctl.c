@@ -459,8 +459,8 @@ static int cmd_list(void)
 				print_policy_json(p, false);
 			} else {
 				printf("%-32s %-13s %6u %6u %u%s\n", p->name,
-				       state_word(p->breaker), p->slot,
-				       p->generation, p->owner_uid, p->from_file ? " (file)" : "");
+				       state_word(p->breaker), p->slot, p->generation, p->owner_uid,
+				       p->from_file ? " (file)" : "");
 			}
 			first = false;
 			snprintf(after, sizeof(after), "%s", p->name);
@@ -1074,7 +1074,6 @@ static int cmd_force(const char *name, int state, bool reset, const char *what)
 	return done(what, name);
 }
 
-
 /* A sample's value as the exposition writes it: the shortest form that
  * reads back the same double; +Inf, -Inf, NaN. */
 static void fmt_value(double v, char *buf, size_t len)
@@ -1113,8 +1112,7 @@ static void put_escaped(const char *s, bool quote)
  * (what resild's HTTP endpoint serves). */
 static void print_metrics_text(const Resil__MetricsReply *m)
 {
-	static const char *const types[] = {"untyped", "counter", "gauge", "histogram",
-					     "summary"};
+	static const char *const types[] = {"untyped", "counter", "gauge", "histogram", "summary"};
 
 	for (size_t i = 0; i < m->n_families; i++) {
 		const Resil__MetricFamily *f = m->families[i];
@@ -1474,9 +1472,8 @@ static void event_words(const Resil__Event *e, struct event_words *w)
 
 static const char *event_value(const Resil__Event *e, double *v)
 {
-	Resil__BreakerWhy why = e->kind == RESIL__EVENT_KIND__EVENT_TRANSITION
-				    ? e->why
-				    : RESIL__BREAKER_WHY__WHY_NONE;
+	Resil__BreakerWhy why =
+	    e->kind == RESIL__EVENT_KIND__EVENT_TRANSITION ? e->why : RESIL__BREAKER_WHY__WHY_NONE;
 
 	*v = (double)e->value;
 	if (why == RESIL__BREAKER_WHY__WHY_FAILURE_RATE ||

@@ -20,8 +20,10 @@
  * change when it exists and differs); update NAME CONFIG must find it and
  * applies CONFIG over its current configuration (keys not given keep
  * their values). A change keeps the creator (owner_uid) and the from-file
- * flag: the file still wins at the next reload. reset = force closed: a
- * fresh, closed breaker (counters are not reset: shm has no call for it).
+ * flag: the file still wins at the next reload. Version 2's Define is
+ * both: create (must_not_exist: exclusive) or update (merge), one request.
+ * reset = force closed: a fresh, closed breaker (counters are not reset:
+ * shm has no call for it), and the permits held unregistered freed.
  *
  * Writes to the segments go through resil_seg_define / resil_seg_delete
  * (the daemon is the only writer of configuration) and resil_policy_force
@@ -260,9 +262,10 @@ static int handle_hello(struct resild *d, const Resil__Hello *h, struct reply *r
 	if (hi == 0)
 		hi = lo;
 	if (lo > RESILD_PROTO_VERSION || hi < RESILD_PROTO_MIN || lo > hi)
-		return reply_error(rp, -EPROTONOSUPPORT,
-				   "protocol versions %u..%u not spoken here (resild speaks %d..%d)",
-				   lo, hi, RESILD_PROTO_MIN, RESILD_PROTO_VERSION);
+		return reply_error(
+		    rp, -EPROTONOSUPPORT,
+		    "protocol versions %u..%u not spoken here (resild speaks %d..%d)", lo, hi,
+		    RESILD_PROTO_MIN, RESILD_PROTO_VERSION);
 	/* the highest both speak */
 	hr->version = hi < RESILD_PROTO_VERSION ? hi : RESILD_PROTO_VERSION;
 	hr->abi_major = d->seg.cfg->abi_major;
@@ -988,8 +991,9 @@ static int handle_force_v2(struct resild *d, const struct resild_peer *p,
 	case RESIL__BREAKER_STATE__BREAKER_NONE:
 		if (f->reset)
 			return force_state(d, p, f->name, RESIL_STATE_CLOSED, "resetting", rp, in);
-		return reply_error(rp, -EINVAL, "no target state (expected closed, open, "
-						"disabled or metrics-only, or reset)");
+		return reply_error(rp, -EINVAL,
+				   "no target state (expected closed, open, "
+				   "disabled or metrics-only, or reset)");
 	case RESIL__BREAKER_STATE__BREAKER_CLOSED:
 		return force_state(d, p, f->name, RESIL_STATE_CLOSED,
 				   f->reset ? "resetting" : "forcing", rp, in);
@@ -998,8 +1002,9 @@ static int handle_force_v2(struct resild *d, const struct resild_peer *p,
 	case RESIL__BREAKER_STATE__BREAKER_DISABLED:
 	case RESIL__BREAKER_STATE__BREAKER_METRICS_ONLY:
 		if (f->reset)
-			return reply_error(rp, -EINVAL, "a reset closes the breaker: no other "
-							"target state with it");
+			return reply_error(rp, -EINVAL,
+					   "a reset closes the breaker: no other "
+					   "target state with it");
 		return force_state(d, p, f->name,
 				   f->target == RESIL__BREAKER_STATE__BREAKER_DISABLED
 				       ? RESIL_STATE_DISABLED
@@ -1208,10 +1213,9 @@ static size_t metrics_render(const struct health *h, const struct resil_seg *seg
 	     "resil_connections_closed_total{reason=\"unread\"} %llu\n",
 	     (unsigned long long)h->conns_refused, (unsigned long long)h->conns_idle,
 	     (unsigned long long)h->conns_cut);
-	mput(&m,
-	     "# HELP resil_control_requests_total Control requests by the protocol version "
-	     "they spoke.\n"
-	     "# TYPE resil_control_requests_total counter\n");
+	mput(&m, "# HELP resil_control_requests_total Control requests by the protocol version "
+		 "they spoke.\n"
+		 "# TYPE resil_control_requests_total counter\n");
 	for (int v = RESILD_PROTO_MIN; v <= RESILD_PROTO_VERSION; v++)
 		mput(&m, "resil_control_requests_total{version=\"%d\"} %llu\n", v,
 		     (unsigned long long)h->requests[v]);
@@ -1327,8 +1331,7 @@ static Resil__MetricFamily *fam_of(struct fams *f, const char *name, bool sample
 {
 	Resil__MetricFamily *m = f->nfam ? &f->fam[f->nfam - 1] : NULL;
 
-	if (m && (!strcmp(m->name, name) ||
-		  (sample && !strncmp(m->name, name, strlen(m->name)))))
+	if (m && (!strcmp(m->name, name) || (sample && !strncmp(m->name, name, strlen(m->name)))))
 		return m;
 	m = &f->fam[f->nfam];
 	resil__metric_family__init(m);
@@ -1401,9 +1404,9 @@ static int metrics_families(char *text, Resil__MetricsReply *mr, void **to_free)
 		lines += *c == '\n';
 		eqs += *c == '=';
 	}
-	mem = calloc(1, lines * (sizeof(*f.fam) + sizeof(*f.famp) + sizeof(*f.smp) +
-				 sizeof(*f.smpp)) +
-			    (eqs + 1) * (sizeof(*f.lab) + sizeof(*f.labp)));
+	mem = calloc(1,
+		     lines * (sizeof(*f.fam) + sizeof(*f.famp) + sizeof(*f.smp) + sizeof(*f.smpp)) +
+			 (eqs + 1) * (sizeof(*f.lab) + sizeof(*f.labp)));
 	if (!mem)
 		return -ENOMEM;
 	*to_free = mem;
@@ -1735,13 +1738,12 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 	if (rp.version >= 2 && (req->body_case == RESIL__REQUEST__BODY_CREATE ||
 				req->body_case == RESIL__REQUEST__BODY_UPDATE ||
 				req->body_case == RESIL__REQUEST__BODY_RESET)) {
-		reply_error(&rp, -EPROTO,
-			    "%s is protocol version 1 (version 2 sends %s)",
+		reply_error(&rp, -EPROTO, "%s is protocol version 1 (version 2 sends %s)",
 			    req->body_case == RESIL__REQUEST__BODY_RESET    ? "Reset"
 			    : req->body_case == RESIL__REQUEST__BODY_CREATE ? "Create"
-									     : "Update",
+									    : "Update",
 			    req->body_case == RESIL__REQUEST__BODY_RESET ? "ForceState with reset"
-									  : "Define");
+									 : "Define");
 		goto send;
 	}
 
