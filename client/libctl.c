@@ -46,7 +46,7 @@
 
 #define CTL_MSG_MAX 65536 /* proto/resil.proto: at most 64 KiB a message */
 #define CTL_FDS_MAX 4
-#define CTL_VERSION 1
+#define CTL_VERSION 2
 
 const char *resil_priv_socket_path(const char *path)
 {
@@ -324,7 +324,9 @@ static void ctl_drop(struct resil *r)
 	r->ctl_pid = 0;
 }
 
-/* Connect and say hello: the daemon must speak protocol version 1. */
+/* Connect and say hello: the daemon must speak protocol version 2 (enums,
+ * Define, structured metrics: proto/resil.proto); every request after it
+ * says so (resil_priv_request stamps Request.version). */
 static int ctl_open(struct resil *r, int64_t deadline)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
@@ -340,6 +342,7 @@ static int ctl_open(struct resil *r, int64_t deadline)
 	hello.client =
 	    "libresil " RESIL_STR(RESIL_VERSION_MAJOR) "." RESIL_STR(RESIL_VERSION_MINOR);
 	req.id = ++r->req_id;
+	req.version = CTL_VERSION;
 	req.body_case = RESIL__REQUEST__BODY_HELLO;
 	req.hello = &hello;
 	ret = ctl_roundtrip(fd, &req, &resp, NULL, NULL, deadline);
@@ -404,6 +407,7 @@ int resil_priv_request(struct resil *r, struct Resil__Request *req, struct Resil
 			fresh = true;
 		}
 		req->id = ++r->req_id;
+		req->version = r->version;
 		n = room;
 		ret = ctl_roundtrip(r->ctl_fd, req, &m, fds, nfds ? &n : NULL, deadline);
 		if (ret == 0)

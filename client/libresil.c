@@ -608,27 +608,18 @@ static bool valid_name(const char *name)
 	return n > 0 && n < RESIL_NAME_MAX;
 }
 
-/* Create NAME, or update it when it exists with another configuration. */
+/* Create NAME, or re-define it when it exists with another configuration:
+ * one Define (an upsert), one round trip. */
 static int send_define(struct resil *r, const char *name, const char *config)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
-	Resil__Create cr = RESIL__CREATE__INIT;
-	Resil__Update up = RESIL__UPDATE__INIT;
-	int err;
+	Resil__Define df = RESIL__DEFINE__INIT;
 
-	cr.name = (char *)name;
-	cr.config = (char *)config;
-	req.body_case = RESIL__REQUEST__BODY_CREATE;
-	req.create = &cr;
-	err = simple_request(r, &req, NULL);
-	if (err == -EEXIST) {
-		up.name = (char *)name;
-		up.config = (char *)config;
-		req.body_case = RESIL__REQUEST__BODY_UPDATE;
-		req.update = &up;
-		err = simple_request(r, &req, NULL);
-	}
-	return err;
+	df.name = (char *)name;
+	df.config = (char *)config;
+	req.body_case = RESIL__REQUEST__BODY_DEFINE;
+	req.define = &df;
+	return simple_request(r, &req, NULL);
 }
 
 /* Remember (or forget, config NULL) what this process defined, for a
@@ -1762,7 +1753,8 @@ RESIL_API int resil_force_state(resil_t *r, const char *name, int state)
 		Resil__ForceState fs = RESIL__FORCE_STATE__INIT;
 
 		fs.name = (char *)name;
-		fs.state = (char *)word;
+		/* RESIL_STATE_* plus one: proto/resil.proto's BreakerState */
+		fs.target = (Resil__BreakerState)(state + 1);
 		req.body_case = RESIL__REQUEST__BODY_FORCE;
 		req.force = &fs;
 		err = simple_request(r, &req, NULL);
@@ -1786,11 +1778,12 @@ RESIL_API int resil_reset(resil_t *r, const char *name)
 		err = embedded_force(r, name, RESIL_STATE_CLOSED);
 	} else {
 		Resil__Request req = RESIL__REQUEST__INIT;
-		Resil__Reset rs = RESIL__RESET__INIT;
+		Resil__ForceState fs = RESIL__FORCE_STATE__INIT;
 
-		rs.name = (char *)name;
-		req.body_case = RESIL__REQUEST__BODY_RESET;
-		req.reset = &rs;
+		fs.name = (char *)name;
+		fs.reset = true;
+		req.body_case = RESIL__REQUEST__BODY_FORCE;
+		req.force = &fs;
 		err = simple_request(r, &req, NULL);
 		if (err == 0)
 			(void)follow(r);

@@ -39,9 +39,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "breaker.h"
 #include "internal.h"
 #include "resil.pb-c.h"
 #include "resilctl_top.h"
+#include "seg.h"
 
 #define EXIT_USAGE 2
 
@@ -351,6 +353,43 @@ static int request(Resil__Request *req, Resil__Response **resp, const char *name
 	return 0;
 }
 
+/* ---- protocol v2's enums in the words users read (and v1 sent) ---- */
+
+/* BreakerState: RESIL_STATE_* plus one, 0 for a policy without a breaker */
+static const char *state_word(Resil__BreakerState s)
+{
+	return s == RESIL__BREAKER_STATE__BREAKER_NONE ? "none"
+						       : resil_breaker_state_name((int)s - 1);
+}
+
+static const char *outcome_word(Resil__Outcome r)
+{
+	switch (r) {
+	case RESIL__OUTCOME__OUTCOME_CREATED:
+		return "created";
+	case RESIL__OUTCOME__OUTCOME_CHANGED:
+		return "changed";
+	case RESIL__OUTCOME__OUTCOME_UNCHANGED:
+		return "unchanged";
+	default:
+		return "";
+	}
+}
+
+static const char *metrics_state_word(Resil__MetricsState m)
+{
+	return m == RESIL__METRICS_STATE__METRICS_LISTENING ? "listening"
+	       : m == RESIL__METRICS_STATE__METRICS_FAILED  ? "failed"
+							    : "off";
+}
+
+static const char *fallback_word(Resil__ClusterFallback f)
+{
+	return f == RESIL__CLUSTER_FALLBACK__FALLBACK_LOCAL    ? "local"
+	       : f == RESIL__CLUSTER_FALLBACK__FALLBACK_REJECT ? "reject"
+							       : "share";
+}
+
 /* ---- commands ---- */
 
 /* The fields of a policy object, without its closing brace. */
@@ -359,7 +398,7 @@ static void print_policy_fields(const Resil__PolicyInfo *p, bool stats)
 	printf("{\"name\":");
 	json_str(stdout, p->name);
 	printf(",\"slot\":%u,\"generation\":%u,\"state\":", p->slot, p->generation);
-	json_str(stdout, p->state);
+	json_str(stdout, state_word(p->breaker));
 	printf(",\"owner_uid\":%u,\"from_file\":%s", p->owner_uid, p->from_file ? "true" : "false");
 	if (stats) {
 		bool first = true;
@@ -419,8 +458,9 @@ static int cmd_list(void)
 					putchar(',');
 				print_policy_json(p, false);
 			} else {
-				printf("%-32s %-13s %6u %6u %u%s\n", p->name, p->state, p->slot,
-				       p->generation, p->owner_uid, p->from_file ? " (file)" : "");
+				printf("%-32s %-13s %6u %6u %u%s\n", p->name,
+				       state_word(p->breaker), p->slot, p->generation, p->owner_uid,
+				       p->from_file ? " (file)" : "");
 			}
 			first = false;
 			snprintf(after, sizeof(after), "%s", p->name);
@@ -746,7 +786,7 @@ static void show_why_json(const Resil__PolicyInfo *p)
 		int64_t now = clock_ns(CLOCK_REALTIME);
 
 		printf("\"breaker\":{\"state\":");
-		json_str(stdout, p->state);
+		json_str(stdout, state_word(p->breaker));
 		fmt_utc(since, t, sizeof(t));
 		printf(",\"since\":\"%s\",\"since_unix_ms\":%" PRId64, t, since / 1000000);
 		if (stat_of(p, "why_next_probe_unix_ns", &next)) {
@@ -827,7 +867,7 @@ static void show_why_text(const Resil__PolicyInfo *p)
 		WHY_HEAD();
 		fmt_utc(since, t, sizeof(t));
 		fmt_span(now - since, span, sizeof(span));
-		printf("  breaker      %s since %s (%s ago)", p->state, t, span);
+		printf("  breaker      %s since %s (%s ago)", state_word(p->breaker), t, span);
 		if (stat_of(p, "why_open_streak", &v) && v > 0)
 			printf(", reopened %" PRId64 " time%s in a row", v, v == 1 ? "" : "s");
 		putchar('\n');
@@ -942,7 +982,7 @@ static int cmd_show(const char *name)
 		printf("}\n");
 	} else {
 		printf("policy      %s\n", p->name);
-		printf("state       %s\n", p->state);
+		printf("state       %s\n", state_word(p->breaker));
 		printf("slot        %u (generation %u)\n", p->slot, p->generation);
 		/* who owns the name: the uid, and the account when there is one */
 		{
@@ -999,34 +1039,27 @@ static int done(const char *what, const char *name)
 static int cmd_define(const char *cmd, const char *name, const char *config)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
-	Resil__Create c = RESIL__CREATE__INIT;
-	Resil__Update u = RESIL__UPDATE__INIT;
+	Resil__Define df = RESIL__DEFINE__INIT;
 	Resil__Response *resp = NULL;
 	bool create = strcmp(cmd, "update") != 0;
 	char what[16];
 
-	if (create) {
-		c.name = (char *)name;
-		c.config = (char *)config;
-		c.exclusive = !strcmp(cmd, "create");
-		req.body_case = RESIL__REQUEST__BODY_CREATE;
-		req.create = &c;
-	} else {
-		u.name = (char *)name;
-		u.config = (char *)config;
-		req.body_case = RESIL__REQUEST__BODY_UPDATE;
-		req.update = &u;
-	}
+	/* one Define, one round trip: create must not find the name, update
+	 * must (and merges), apply either */
+	df.name = (char *)name;
+	df.config = (char *)config;
+	df.must_not_exist = !strcmp(cmd, "create");
+	df.merge = !create;
+	req.body_case = RESIL__REQUEST__BODY_DEFINE;
+	req.define = &df;
 	if (request(&req, &resp, name))
 		return 1;
-	/* the daemon says whether anything changed; an older one does not */
 	snprintf(what, sizeof(what), "%s",
 		 !strcmp(cmd, "create") ? "created"
 		 : create		? "applied"
 					: "updated");
-	if (resp->body_case == RESIL__RESPONSE__BODY_POLICY && resp->policy->outcome &&
-	    *resp->policy->outcome)
-		snprintf(what, sizeof(what), "%s", resp->policy->outcome);
+	if (resp->body_case == RESIL__RESPONSE__BODY_POLICY && resp->policy->result)
+		snprintf(what, sizeof(what), "%s", outcome_word(resp->policy->result));
 	resil__response__free_unpacked(resp, NULL);
 	return done(what, name);
 }
@@ -1046,14 +1079,16 @@ static int cmd_delete(const char *name)
 	return done("deleted", name);
 }
 
-static int cmd_force(const char *name, const char *state, const char *what)
+/* state: RESIL_STATE_*; reset: closed, and the permits held unregistered freed */
+static int cmd_force(const char *name, int state, bool reset, const char *what)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__ForceState f = RESIL__FORCE_STATE__INIT;
 	Resil__Response *resp = NULL;
 
 	f.name = (char *)name;
-	f.state = (char *)state;
+	f.target = (Resil__BreakerState)(state + 1);
+	f.reset = reset;
 	req.body_case = RESIL__REQUEST__BODY_FORCE;
 	req.force = &f;
 	if (request(&req, &resp, name))
@@ -1062,103 +1097,111 @@ static int cmd_force(const char *name, const char *state, const char *what)
 	return done(what, name);
 }
 
-static int cmd_reset(const char *name)
+/* A sample's value as the exposition writes it: the shortest form that
+ * reads back the same double; +Inf, -Inf, NaN. */
+static void fmt_value(double v, char *buf, size_t len)
 {
-	Resil__Request req = RESIL__REQUEST__INIT;
-	Resil__Reset r = RESIL__RESET__INIT;
-	Resil__Response *resp = NULL;
+	if (isnan(v)) {
+		snprintf(buf, len, "NaN");
+		return;
+	}
+	if (isinf(v)) {
+		snprintf(buf, len, "%cInf", v > 0 ? '+' : '-');
+		return;
+	}
+	for (int prec = 15; prec <= 17; prec++) {
+		snprintf(buf, len, "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			return;
+	}
+}
 
-	r.name = (char *)name;
-	req.body_case = RESIL__REQUEST__BODY_RESET;
-	req.reset = &r;
-	if (request(&req, &resp, name))
-		return 1;
-	resil__response__free_unpacked(resp, NULL);
-	return done("reset", name);
+/* s with the exposition's escapes: \\ and \n, and \" in a label value */
+static void put_escaped(const char *s, bool quote)
+{
+	for (; *s; s++) {
+		if (*s == '\\')
+			fputs("\\\\", stdout);
+		else if (*s == '\n')
+			fputs("\\n", stdout);
+		else if (*s == '"' && quote)
+			fputs("\\\"", stdout);
+		else
+			putchar(*s);
+	}
+}
+
+/* The families of a v2 Metrics reply as the Prometheus text exposition
+ * (what resild's HTTP endpoint serves). */
+static void print_metrics_text(const Resil__MetricsReply *m)
+{
+	static const char *const types[] = {"untyped", "counter", "gauge", "histogram", "summary"};
+
+	for (size_t i = 0; i < m->n_families; i++) {
+		const Resil__MetricFamily *f = m->families[i];
+
+		if (*f->help) {
+			printf("# HELP %s ", f->name);
+			put_escaped(f->help, false);
+			putchar('\n');
+		}
+		if ((unsigned)f->type < RESIL_ARRAY_SIZE(types))
+			printf("# TYPE %s %s\n", f->name, types[f->type]);
+		for (size_t j = 0; j < f->n_samples; j++) {
+			const Resil__Sample *x = f->samples[j];
+			char v[40];
+
+			fputs(x->name, stdout);
+			for (size_t l = 0; l < x->n_labels; l++) {
+				printf("%s%s=\"", l ? "," : "{", x->labels[l]->name);
+				put_escaped(x->labels[l]->value, true);
+				putchar('"');
+			}
+			if (x->n_labels)
+				putchar('}');
+			fmt_value(x->value, v, sizeof(v));
+			printf(" %s\n", v);
+		}
+	}
+	if (m->truncated)
+		printf("# cut: a reply holds at most 64 KiB; "
+		       "resild --metrics-listen serves all of it\n");
 }
 
 /*
- * The text exposition as samples: {"samples": [{"name": ..., "labels":
- * {...}, "value": N}, ...]}, in the text's order; +Inf, -Inf and NaN, which
- * JSON has no numbers for, as the strings "+Inf", "-Inf", "NaN". Comments
- * (# HELP, # TYPE) are left out.
+ * The samples as {"samples": [{"name": ..., "labels": {...}, "value": N},
+ * ...]}, in the exposition's order; +Inf, -Inf and NaN, which JSON has no
+ * numbers for, as the strings "+Inf", "-Inf", "NaN".
  */
-static void print_samples_json(const char *text)
+static void print_metrics_json(const Resil__MetricsReply *m)
 {
 	bool first = true;
 
 	printf("{\"samples\":[");
-	for (const char *s = text; s && *s;) {
-		const char *e = strchr(s, '\n'), *p, *n;
-		size_t len = e ? (size_t)(e - s) : strlen(s);
-		const char *end = s + len;
+	for (size_t i = 0; i < m->n_families; i++) {
+		const Resil__MetricFamily *f = m->families[i];
 
-		if (len == 0 || *s == '#')
-			goto next;
-		for (n = s; n < end && *n != '{' && *n != ' '; n++)
-			;
-		printf("%s{\"name\":", first ? "" : ",");
-		first = false;
-		json_strn(stdout, s, (size_t)(n - s));
-		printf(",\"labels\":{");
-		p = n;
-		if (p < end && *p == '{') {
-			bool lfirst = true;
+		for (size_t j = 0; j < f->n_samples; j++) {
+			const Resil__Sample *x = f->samples[j];
+			char v[40];
 
-			p++;
-			while (p < end && *p != '}') {
-				const char *k = p, *ke;
-				char val[1024];
-				size_t vn = 0;
-
-				while (p < end && *p != '=')
-					p++;
-				ke = p;
-				if (p + 1 >= end || p[1] != '"')
-					break;
-				p += 2;
-				while (p < end && *p != '"') {
-					char c = *p++;
-
-					if (c == '\\' && p < end) {
-						c = *p++;
-						if (c == 'n')
-							c = '\n';
-					}
-					if (vn < sizeof(val) - 1)
-						val[vn++] = c;
-				}
-				val[vn] = '\0';
-				p++; /* the closing quote */
-				if (!lfirst)
+			printf("%s{\"name\":", first ? "" : ",");
+			first = false;
+			json_str(stdout, x->name);
+			printf(",\"labels\":{");
+			for (size_t l = 0; l < x->n_labels; l++) {
+				if (l)
 					putchar(',');
-				lfirst = false;
-				json_strn(stdout, k, (size_t)(ke - k));
+				json_str(stdout, x->labels[l]->name);
 				putchar(':');
-				json_str(stdout, val);
-				if (p < end && *p == ',')
-					p++;
+				json_str(stdout, x->labels[l]->value);
 			}
-			if (p < end && *p == '}')
-				p++;
-		}
-		putchar('}');
-		while (p < end && *p == ' ')
-			p++;
-		{
-			const char *ve = p;
-
-			while (ve < end && *ve != ' ')
-				ve++; /* a timestamp may follow */
-			printf(",\"value\":");
-			if (json_number(p, (size_t)(ve - p)))
-				printf("%.*s", (int)(ve - p), p);
+			fmt_value(x->value, v, sizeof(v));
+			if (isfinite(x->value))
+				printf("},\"value\":%s}", v);
 			else
-				json_strn(stdout, p, (size_t)(ve - p));
+				printf("},\"value\":\"%s\"}", v);
 		}
-		putchar('}');
-	next:
-		s = e ? e + 1 : end;
 	}
 	printf("]}\n");
 }
@@ -1177,11 +1220,10 @@ static int cmd_metrics(void)
 		resil__response__free_unpacked(resp, NULL);
 		return say_error(EPROTO, "unexpected answer to metrics");
 	}
-	if (o.json) {
-		print_samples_json(resp->metrics->text);
-	} else {
-		fputs(resp->metrics->text, stdout);
-	}
+	if (o.json)
+		print_metrics_json(resp->metrics);
+	else
+		print_metrics_text(resp->metrics);
 	resil__response__free_unpacked(resp, NULL);
 	return 0;
 }
@@ -1261,7 +1303,7 @@ static void status_cluster_json(const Resil__ClusterStatus *c)
 	printf(",\"host\":");
 	json_str(stdout, c->host);
 	printf(",\"interval_ms\":%" PRIu64 ",\"fallback\":", c->interval_ms);
-	json_str(stdout, c->fallback);
+	json_str(stdout, fallback_word(c->fallback_mode));
 	printf(",\"connected\":%s,\"last_error\":", c->connected ? "true" : "false");
 	json_str(stdout, c->last_error);
 	printf(",\"last_exchange_ms\":%" PRId64 ",\"exchanges\":%" PRIu64
@@ -1279,7 +1321,7 @@ static void status_cluster_json(const Resil__ClusterStatus *c)
 			       p->share, p->lease_ms, p->demand, p->hosts);
 		if (p->breaker) {
 			printf(",\"fleet\":");
-			json_str(stdout, p->fleet);
+			json_str(stdout, fleet_word(p->fleet_state));
 			printf(",\"fleet_open\":%" PRIu64 ",\"fleet_calls\":%" PRIu64,
 			       p->fleet_open, p->fleet_calls);
 		}
@@ -1302,7 +1344,7 @@ static void status_cluster_text(const Resil__ClusterStatus *c)
 	if (!c)
 		return;
 	printf("cluster    %s as host %s, name %s, every %" PRIu64 " ms, fallback %s\n", c->redis,
-	       c->host, c->name, c->interval_ms, c->fallback);
+	       c->host, c->name, c->interval_ms, fallback_word(c->fallback_mode));
 	if (c->connected)
 		printf("           connected");
 	else
@@ -1325,7 +1367,7 @@ static void status_cluster_text(const Resil__ClusterStatus *c)
 		if (p->breaker)
 			printf("  %-16s fleet breaker %s (opens %" PRIu64 "), %" PRIu64
 			       " calls in the fleet's window\n",
-			       p->name, p->fleet, p->fleet_open, p->fleet_calls);
+			       p->name, fleet_word(p->fleet_state), p->fleet_open, p->fleet_calls);
 		if (p->conflicts)
 			printf("  %-16s CONFLICT: host %s%s runs it with another configuration\n",
 			       p->name, p->conflict_host, p->conflicts > 1 ? " (and more)" : "");
@@ -1377,7 +1419,7 @@ static int cmd_status(void)
 		json_str(stdout, s->reload_message);
 		printf(",\"reloads\":%" PRIu64 ",\"failed\":%" PRIu64 "},\"metrics\":{\"state\":",
 		       s->reloads, s->reload_errors);
-		json_str(stdout, s->metrics_state);
+		json_str(stdout, metrics_state_word(s->metrics));
 		printf(",\"listen\":");
 		json_str(stdout, s->metrics_listen);
 		printf(",\"error\":");
@@ -1405,12 +1447,12 @@ static int cmd_status(void)
 	printf("reload     %s at %s: %s (%" PRIu64 " reloads, %" PRIu64 " failed)\n",
 	       s->reload_ok ? "ok" : "FAILED", reloaded, s->reload_message, s->reloads,
 	       s->reload_errors);
-	if (!strcmp(s->metrics_state, "off"))
+	if (s->metrics == RESIL__METRICS_STATE__METRICS_OFF)
 		printf("metrics    off (no metrics_listen, no resild-metrics.socket)\n");
-	else if (!strcmp(s->metrics_state, "failed"))
+	else if (s->metrics == RESIL__METRICS_STATE__METRICS_FAILED)
 		printf("metrics    FAILED: %s\n", s->metrics_error);
 	else
-		printf("metrics    %s on %s\n", s->metrics_state, s->metrics_listen);
+		printf("metrics    %s on %s\n", metrics_state_word(s->metrics), s->metrics_listen);
 	status_cluster_text(s->cluster);
 	resil__response__free_unpacked(resp, NULL);
 	return 0;
@@ -1428,22 +1470,66 @@ static void on_signal(int sig)
  * table's capacity in keys; unit "" when it has none (text: not printed;
  * --json: the value as the daemon sent it).
  */
+/* An event's enums (protocol v2) in the words v1 sent and users read. */
+struct event_words {
+	const char *type, *from, *to, *reason;
+	char code[16];
+};
+
+static void event_words(const Resil__Event *e, struct event_words *w)
+{
+	static const char *const kinds[] = {
+	    [RESIL__EVENT_KIND__EVENT_TRANSITION] = "transition",
+	    [RESIL__EVENT_KIND__EVENT_BUDGET_EXHAUSTED] = "budget-exhausted",
+	    [RESIL__EVENT_KIND__EVENT_KEYS_FULL] = "keys-full",
+	    [RESIL__EVENT_KIND__EVENT_RECLAIMED] = "reclaimed",
+	    [RESIL__EVENT_KIND__EVENT_CLIENTS_FULL] = "clients-full",
+	    [RESIL__EVENT_KIND__EVENT_CONFIG] = "config",
+	    [RESIL__EVENT_KIND__EVENT_REPAIRED] = "repaired",
+	    [RESIL__EVENT_KIND__EVENT_CLUSTER] = "cluster",
+	};
+	static const char *const changes[] = {"created", "changed", "deleted", "redefined"};
+	unsigned k = (unsigned)e->kind;
+
+	w->type = k < RESIL_ARRAY_SIZE(kinds) && kinds[k] ? kinds[k] : "unknown";
+	w->from = w->to = w->reason = "";
+	w->code[0] = '\0';
+	if (e->kind == RESIL__EVENT_KIND__EVENT_TRANSITION) {
+		w->from = state_word(e->from_state);
+		w->to = state_word(e->to_state);
+		if (e->why)
+			w->reason = resil_breaker_why((uint32_t)e->why);
+		return;
+	}
+	if (e->kind == RESIL__EVENT_KIND__EVENT_CONFIG)
+		w->to = changes[(unsigned)e->change < 4 ? (unsigned)e->change : 3];
+	else if (e->kind == RESIL__EVENT_KIND__EVENT_REPAIRED)
+		w->to = resil_word_name(e->word);
+	if (e->code) {
+		snprintf(w->code, sizeof(w->code), "%u", e->code);
+		w->reason = w->code;
+	}
+}
+
 static const char *event_value(const Resil__Event *e, double *v)
 {
-	const char *r = e->reason ? e->reason : "";
+	Resil__BreakerWhy why =
+	    e->kind == RESIL__EVENT_KIND__EVENT_TRANSITION ? e->why : RESIL__BREAKER_WHY__WHY_NONE;
 
 	*v = (double)e->value;
-	if (!strcmp(r, "failure rate") || !strcmp(r, "slow-call rate")) {
+	if (why == RESIL__BREAKER_WHY__WHY_FAILURE_RATE ||
+	    why == RESIL__BREAKER_WHY__WHY_SLOW_RATE) {
 		*v = (double)e->value / 100;
 		return "%";
 	}
-	if (!strcmp(r, "wait over") || !strcmp(r, "probe timed out")) {
+	if (why == RESIL__BREAKER_WHY__WHY_WAIT_OVER ||
+	    why == RESIL__BREAKER_WHY__WHY_PROBE_TIMEOUT) {
 		*v = (double)e->value / 1e6;
 		return "ms";
 	}
-	if (!strcmp(r, "consecutive failures"))
+	if (why == RESIL__BREAKER_WHY__WHY_CONSECUTIVE)
 		return "failures";
-	if (!strcmp(e->type, "keys-full"))
+	if (e->kind == RESIL__EVENT_KIND__EVENT_KEYS_FULL)
 		return "keys";
 	*v = 0;
 	return "";
@@ -1452,25 +1538,27 @@ static const char *event_value(const Resil__Event *e, double *v)
 static void print_event(const Resil__Event *e)
 {
 	int64_t unix_ns = mono_to_unix_ns(e->time_ns);
+	struct event_words w;
 	const char *unit;
 	char t[48];
 	double v;
 
 	fmt_utc(unix_ns, t, sizeof(t));
+	event_words(e, &w);
 	unit = event_value(e, &v);
 	if (o.json) {
 		printf("{\"seq\":%" PRIu64 ",\"time\":\"%s\",\"time_unix_ms\":%" PRId64
 		       ",\"type\":",
 		       e->seq, t, unix_ns / 1000000);
-		json_str(stdout, e->type);
+		json_str(stdout, w.type);
 		printf(",\"policy\":");
 		json_str(stdout, e->policy);
 		printf(",\"from\":");
-		json_str(stdout, e->from);
+		json_str(stdout, w.from);
 		printf(",\"to\":");
-		json_str(stdout, e->to);
+		json_str(stdout, w.to);
 		printf(",\"reason\":");
-		json_str(stdout, e->reason);
+		json_str(stdout, w.reason);
 		printf(",\"pid\":%u", e->pid);
 		if (*unit)
 			printf(",\"value\":%.3f,\"unit\":\"%s\"", v, unit);
@@ -1478,15 +1566,15 @@ static void print_event(const Resil__Event *e)
 			printf(",\"value\":%" PRIu64, e->value);
 		printf("}\n");
 	} else {
-		printf("%s %s %s", t, *e->policy ? e->policy : "-", e->type);
-		if (*e->from || *e->to)
-			printf(" %s%s%s", e->from, *e->from ? " -> " : "", e->to);
-		if (*e->reason && *unit)
-			printf(" (%s %.*f%s%s)", e->reason, !strcmp(unit, "%") ? 2 : 0, v,
+		printf("%s %s %s", t, *e->policy ? e->policy : "-", w.type);
+		if (*w.from || *w.to)
+			printf(" %s%s%s", w.from, *w.from ? " -> " : "", w.to);
+		if (*w.reason && *unit)
+			printf(" (%s %.*f%s%s)", w.reason, !strcmp(unit, "%") ? 2 : 0, v,
 			       !strcmp(unit, "%") ? "" : " ",
 			       !strcmp(unit, "failures") ? "" : unit);
-		else if (*e->reason)
-			printf(" (%s)", e->reason);
+		else if (*w.reason)
+			printf(" (%s)", w.reason);
 		else if (*unit)
 			printf(" (%.0f %s)", v, unit);
 		if (e->pid)
@@ -1707,13 +1795,13 @@ int main(int argc, char **argv)
 	else if (!strcmp(cmd, "delete"))
 		ret = cmd_delete(o.pos[1]);
 	else if (!strcmp(cmd, "force-open"))
-		ret = cmd_force(o.pos[1], "open", "forced open");
+		ret = cmd_force(o.pos[1], RESIL_STATE_FORCED_OPEN, false, "forced open");
 	else if (!strcmp(cmd, "force-closed"))
-		ret = cmd_force(o.pos[1], "closed", "closed");
+		ret = cmd_force(o.pos[1], RESIL_STATE_CLOSED, false, "closed");
 	else if (!strcmp(cmd, "disable"))
-		ret = cmd_force(o.pos[1], "disabled", "disabled");
+		ret = cmd_force(o.pos[1], RESIL_STATE_DISABLED, false, "disabled");
 	else if (!strcmp(cmd, "reset"))
-		ret = cmd_reset(o.pos[1]);
+		ret = cmd_force(o.pos[1], RESIL_STATE_CLOSED, true, "reset");
 	else if (!strcmp(cmd, "metrics"))
 		ret = cmd_metrics();
 	else if (!strcmp(cmd, "reload"))

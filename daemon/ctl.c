@@ -20,16 +20,32 @@
  * change when it exists and differs); update NAME CONFIG must find it and
  * applies CONFIG over its current configuration (keys not given keep
  * their values). A change keeps the creator (owner_uid) and the from-file
- * flag: the file still wins at the next reload. reset = force closed: a
- * fresh, closed breaker (counters are not reset: shm has no call for it).
+ * flag: the file still wins at the next reload. Version 2's Define is
+ * both: create (must_not_exist: exclusive) or update (merge), one request.
+ * reset = force closed: a fresh, closed breaker (counters are not reset:
+ * shm has no call for it), and the permits held unregistered freed.
  *
  * Writes to the segments go through resil_seg_define / resil_seg_delete
  * (the daemon is the only writer of configuration) and resil_policy_force
  * (breaker state, an atomic store clients read).
  *
  * Replies never exceed RESILD_MSG_MAX: a list page stops early (more =
- * true), metrics are cut at a line boundary, anything else that would not
- * fit becomes an E2BIG error.
+ * true), metrics are cut at a line boundary (v1) or a family (v2),
+ * anything else that would not fit becomes an E2BIG error.
+ *
+ * Protocol versions (proto/resil.proto says what each one sends): every
+ * Request names its version (0: version 1). The handlers fill a reply with
+ * both shapes, the words of version 1 and the enums of version 2, and
+ * shape_reply() clears the fields the request's version does not have
+ * before packing: one place decides what each version sees, so a v1
+ * client gets exactly the fields it always had. What differs beyond the
+ * fields: the v1-only bodies (Create, Update, Reset) are refused in a v2
+ * request (EPROTO), ForceState reads its string in v1 and its enum in v2,
+ * and Metrics answers text in v1 and families of samples in v2 (the text
+ * parsed back into samples by metrics_families(): the producers in shm/
+ * and cluster.c write the exposition; the structure is recovered from it
+ * line by line, HELP and TYPE then samples). Requests are counted by
+ * version (resil_control_requests_total).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -86,6 +102,7 @@ static const char *policy_state(struct resild *d, const struct resil_rec *rec)
 struct reply {
 	Resil__Response resp;
 	Resil__Error error;
+	uint32_t version; /* the request's protocol version (1 or 2) */
 	char errmsg[512];
 };
 
@@ -244,11 +261,13 @@ static int handle_hello(struct resild *d, const Resil__Hello *h, struct reply *r
 
 	if (hi == 0)
 		hi = lo;
-	if (lo > RESILD_PROTO_VERSION || (hi && hi < RESILD_PROTO_VERSION) || lo > hi)
-		return reply_error(rp, -EPROTONOSUPPORT,
-				   "protocol versions %u..%u not spoken here (resild speaks %d)",
-				   lo, hi, RESILD_PROTO_VERSION);
-	hr->version = RESILD_PROTO_VERSION;
+	if (lo > RESILD_PROTO_VERSION || hi < RESILD_PROTO_MIN || lo > hi)
+		return reply_error(
+		    rp, -EPROTONOSUPPORT,
+		    "protocol versions %u..%u not spoken here (resild speaks %d..%d)", lo, hi,
+		    RESILD_PROTO_MIN, RESILD_PROTO_VERSION);
+	/* the highest both speak */
+	hr->version = hi < RESILD_PROTO_VERSION ? hi : RESILD_PROTO_VERSION;
 	hr->abi_major = d->seg.cfg->abi_major;
 	hr->abi_minor = d->seg.cfg->abi_minor;
 	hr->epoch = d->seg.cfg->epoch;
@@ -354,8 +373,11 @@ static void fill_head(struct resild *d, const struct resil_rec *rec, struct info
 	pi->name = (char *)rec->name;
 	pi->slot = rec->slot;
 	pi->generation = rec->gen;
+	int s = resil_policy_breaker_state(&d->seg, rec);
+
 	snprintf(h->state, sizeof(h->state), "%s", policy_state(d, rec));
 	pi->state = h->state;
+	pi->breaker = s < 0 ? RESIL__BREAKER_STATE__BREAKER_NONE : (Resil__BreakerState)(s + 1);
 	pi->owner_uid = rec->owner_uid;
 	pi->from_file = !!(rec->flags & RESIL_REC_FROM_FILE);
 }
@@ -857,6 +879,7 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 {
 	const struct resil_rec *rec;
 	const char *outcome;
+	Resil__Outcome result;
 	struct resil_conf c;
 	int r;
 
@@ -879,9 +902,11 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 		return r;
 	if (rec && memcmp(&rec->conf, &c, sizeof(c)) == 0) {
 		outcome = "unchanged";
+		result = RESIL__OUTCOME__OUTCOME_UNCHANGED;
 		goto done; /* identical: anyone who can connect */
 	}
 	outcome = rec ? "changed" : "created";
+	result = rec ? RESIL__OUTCOME__OUTCOME_CHANGED : RESIL__OUTCOME__OUTCOME_CREATED;
 	if (rec) {
 		r = may_change(d, p, rec, "changing", rp);
 		if (r < 0)
@@ -903,6 +928,7 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 done:
 	fill_info(d, rec, in);
 	in->h.pi.outcome = (char *)outcome;
+	in->h.pi.result = result;
 	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
 	rp->resp.policy = &in->h.pi;
 	return 0;
@@ -962,6 +988,43 @@ static int force_state(struct resild *d, const struct resild_peer *p, const char
 	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
 	rp->resp.policy = &in->h.pi;
 	return 0;
+}
+
+/* Version 2: the target as an enum, reset as a flag (v1's Reset). */
+static int handle_force_v2(struct resild *d, const struct resild_peer *p,
+			   const Resil__ForceState *f, struct reply *rp, struct info *in)
+{
+	switch (f->target) {
+	case RESIL__BREAKER_STATE__BREAKER_NONE:
+		if (f->reset)
+			return force_state(d, p, f->name, RESIL_STATE_CLOSED, "resetting", rp, in);
+		return reply_error(rp, -EINVAL,
+				   "no target state (expected closed, open, "
+				   "disabled or metrics-only, or reset)");
+	case RESIL__BREAKER_STATE__BREAKER_CLOSED:
+		return force_state(d, p, f->name, RESIL_STATE_CLOSED,
+				   f->reset ? "resetting" : "forcing", rp, in);
+	case RESIL__BREAKER_STATE__BREAKER_OPEN:
+	case RESIL__BREAKER_STATE__BREAKER_FORCED_OPEN:
+	case RESIL__BREAKER_STATE__BREAKER_DISABLED:
+	case RESIL__BREAKER_STATE__BREAKER_METRICS_ONLY:
+		if (f->reset)
+			return reply_error(rp, -EINVAL,
+					   "a reset closes the breaker: no other "
+					   "target state with it");
+		return force_state(d, p, f->name,
+				   f->target == RESIL__BREAKER_STATE__BREAKER_DISABLED
+				       ? RESIL_STATE_DISABLED
+				   : f->target == RESIL__BREAKER_STATE__BREAKER_METRICS_ONLY
+				       ? RESIL_STATE_METRICS_ONLY
+				       : RESIL_STATE_FORCED_OPEN,
+				   "forcing", rp, in);
+	default:
+		return reply_error(rp, -EINVAL,
+				   "target state %d cannot be forced (expected closed, open, "
+				   "disabled or metrics-only)",
+				   (int)f->target);
+	}
 }
 
 static int handle_force(struct resild *d, const struct resild_peer *p, const Resil__ForceState *f,
@@ -1044,6 +1107,7 @@ struct health {
 	struct resild_clients_stats cs;
 	uint64_t conns_refused, conns_idle, conns_cut, events_seen, reclaims;
 	uint64_t reloads, reload_errors, clients_over_quota;
+	uint64_t requests[RESILD_PROTO_VERSION + 1];
 	int64_t reload_ok_time;
 	char cluster[8192]; /* resil_cluster_* (cluster.c), rendered by the loop */
 };
@@ -1067,6 +1131,7 @@ static void health_take(struct resild *d, struct health *h)
 	h->reload_errors = d->reload_errors;
 	h->reload_ok_time = d->reload_ok_time;
 	h->clients_over_quota = d->clients_over_quota;
+	memcpy(h->requests, d->requests, sizeof(h->requests));
 	if (d->seg.cfg)
 		h->slot_cap = d->seg.cfg->slot_cap;
 	/* the cluster's figures live in the loop's memory: rendered here, on
@@ -1155,6 +1220,12 @@ static size_t metrics_render(const struct health *h, const struct resil_seg *seg
 	     "resil_connections_closed_total{reason=\"unread\"} %llu\n",
 	     (unsigned long long)h->conns_refused, (unsigned long long)h->conns_idle,
 	     (unsigned long long)h->conns_cut);
+	mput(&m, "# HELP resil_control_requests_total Control requests by the protocol version "
+		 "they spoke.\n"
+		 "# TYPE resil_control_requests_total counter\n");
+	for (int v = RESILD_PROTO_MIN; v <= RESILD_PROTO_VERSION; v++)
+		mput(&m, "resil_control_requests_total{version=\"%d\"} %llu\n", v,
+		     (unsigned long long)h->requests[v]);
 	mput(&m,
 	     "# HELP resil_subscribers Event subscribers.\n"
 	     "# TYPE resil_subscribers gauge\nresil_subscribers %u\n",
@@ -1221,8 +1292,177 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	return n + sizeof(cut) - 1;
 }
 
+/* Undo the exposition's escapes in place: \\ and \n (HELP), and \" (label
+ * values); the result is never longer. */
+static void unescape(char *s)
+{
+	char *o = s;
+
+	for (; *s; s++) {
+		if (*s == '\\' && (s[1] == '\\' || s[1] == '"' || s[1] == 'n')) {
+			s++;
+			*o++ = *s == 'n' ? '\n' : *s;
+		} else {
+			*o++ = *s;
+		}
+	}
+	*o = '\0';
+}
+
+static Resil__MetricType metric_type(const char *w)
+{
+	if (!strcmp(w, "counter"))
+		return RESIL__METRIC_TYPE__METRIC_COUNTER;
+	if (!strcmp(w, "gauge"))
+		return RESIL__METRIC_TYPE__METRIC_GAUGE;
+	if (!strcmp(w, "histogram"))
+		return RESIL__METRIC_TYPE__METRIC_HISTOGRAM;
+	if (!strcmp(w, "summary"))
+		return RESIL__METRIC_TYPE__METRIC_SUMMARY;
+	return RESIL__METRIC_TYPE__METRIC_UNTYPED;
+}
+
+/* The families being built from one exposition: every array sized by the
+ * text's line and '=' counts, strings pointing into the text. */
+struct fams {
+	Resil__MetricFamily *fam, **famp;
+	Resil__Sample *smp, **smpp;
+	Resil__Label *lab, **labp;
+	size_t nfam, nsmp, nlab;
+};
+
+/* The family a HELP, TYPE or sample line of `name` belongs to: the last
+ * one when its name is name (or, for a sample, name's prefix: _bucket,
+ * _sum, _count), else a new one. */
+static Resil__MetricFamily *fam_of(struct fams *f, const char *name, bool sample)
+{
+	Resil__MetricFamily *m = f->nfam ? &f->fam[f->nfam - 1] : NULL;
+
+	if (m && (!strcmp(m->name, name) || (sample && !strncmp(m->name, name, strlen(m->name)))))
+		return m;
+	m = &f->fam[f->nfam];
+	resil__metric_family__init(m);
+	m->name = (char *)name;
+	m->help = (char *)"";
+	m->samples = &f->smpp[f->nsmp];
+	f->famp[f->nfam++] = m;
+	return m;
+}
+
+/* One sample line: name{k="v",...} value. false: not one. */
+static bool sample_line(struct fams *f, char *line)
+{
+	char *p = line + strcspn(line, "{ "), *end;
+	Resil__MetricFamily *m;
+	Resil__Sample *x = &f->smp[f->nsmp];
+
+	resil__sample__init(x);
+	x->labels = &f->labp[f->nlab];
+	if (*p == '{') {
+		*p++ = '\0';
+		while (*p && *p != '}') {
+			Resil__Label *l = &f->lab[f->nlab];
+			char *eq = strchr(p, '='), *v, *w;
+
+			if (!eq || eq[1] != '"')
+				return false;
+			*eq = '\0';
+			v = w = eq + 2;
+			while (*w && *w != '"')
+				w += *w == '\\' && w[1] ? 2 : 1;
+			if (*w != '"')
+				return false;
+			*w++ = '\0';
+			unescape(v);
+			resil__label__init(l);
+			l->name = p;
+			l->value = v;
+			f->labp[f->nlab++] = l;
+			x->n_labels++;
+			p = w + (*w == ',');
+		}
+		if (*p != '}')
+			return false;
+		*p++ = '\0';
+	} else if (*p) {
+		*p++ = '\0';
+	}
+	x->name = line;
+	x->value = strtod(p, &end);
+	if (end == p || !*line)
+		return false;
+	m = fam_of(f, line, true);
+	f->smpp[f->nsmp++] = x;
+	m->n_samples++;
+	return true;
+}
+
+/* The exposition text (consumed) as families of samples in mr, as many as
+ * fit in a reply; truncated when some were left off (or the text was cut).
+ * *to_free gets the one block the families live in. */
+static int metrics_families(char *text, Resil__MetricsReply *mr, void **to_free)
+{
+	size_t lines = 1, eqs = 0, total = 256;
+	struct fams f = {0};
+	char *line, *next;
+	char *mem;
+
+	for (const char *c = text; *c; c++) {
+		lines += *c == '\n';
+		eqs += *c == '=';
+	}
+	mem = calloc(1,
+		     lines * (sizeof(*f.fam) + sizeof(*f.famp) + sizeof(*f.smp) + sizeof(*f.smpp)) +
+			 (eqs + 1) * (sizeof(*f.lab) + sizeof(*f.labp)));
+	if (!mem)
+		return -ENOMEM;
+	*to_free = mem;
+	f.fam = (Resil__MetricFamily *)mem;
+	f.smp = (Resil__Sample *)(f.fam + lines);
+	f.lab = (Resil__Label *)(f.smp + lines);
+	f.famp = (Resil__MetricFamily **)(f.lab + eqs + 1);
+	f.smpp = (Resil__Sample **)(f.famp + lines);
+	f.labp = (Resil__Label **)(f.smpp + lines);
+	for (line = text; line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		if (!strncmp(line, "# HELP ", 7) || !strncmp(line, "# TYPE ", 7)) {
+			char *name = line + 7, *rest = name + strcspn(name, " ");
+			Resil__MetricFamily *m;
+
+			if (*rest)
+				*rest++ = '\0';
+			m = fam_of(&f, name, false);
+			if (line[2] == 'H') {
+				unescape(rest);
+				m->help = rest;
+			} else {
+				m->type = metric_type(rest);
+			}
+		} else if (!strncmp(line, "# cut:", 6)) {
+			mr->truncated = true;
+		} else if (*line && *line != '#') {
+			sample_line(&f, line);
+		}
+	}
+	for (size_t i = 0; i < f.nfam; i++) {
+		size_t sz = resil__metric_family__get_packed_size(f.famp[i]) + 8;
+
+		if (total + sz > RESILD_MSG_MAX - 1024) {
+			mr->truncated = true;
+			break;
+		}
+		total += sz;
+		mr->n_families++;
+	}
+	mr->families = f.famp;
+	return 0;
+}
+
+/* v1: the text; v2: families of samples, the text rendered by the asker. */
 static int handle_metrics(struct resild *d, struct reply *rp, Resil__MetricsReply *mr,
-			  char **to_free)
+			  char **to_free, void **fam_free)
 {
 	size_t cap = RESILD_MSG_MAX - 1024;
 	char *buf = malloc(cap);
@@ -1231,7 +1471,12 @@ static int handle_metrics(struct resild *d, struct reply *rp, Resil__MetricsRepl
 		return reply_error(rp, -ENOMEM, "out of memory");
 	*to_free = buf;
 	resild_metrics_text(d, buf, cap);
-	mr->text = buf;
+	if (rp->version >= 2) {
+		if (metrics_families(buf, mr, fam_free) < 0)
+			return reply_error(rp, -ENOMEM, "out of memory");
+	} else {
+		mr->text = buf;
+	}
 	rp->resp.body_case = RESIL__RESPONSE__BODY_METRICS;
 	rp->resp.metrics = mr;
 	return 0;
@@ -1310,6 +1555,9 @@ static int cluster_policy_one(const struct resil_seg *s, uint32_t slot, const st
 	p->hosts = cp.hosts;
 	p->breaker = cp.breaker;
 	p->fleet = (char *)(cp.fleet == 2 ? "probing" : cp.fleet ? "open" : "closed");
+	p->fleet_state = cp.fleet == 2 ? RESIL__FLEET_STATE__FLEET_PROBING
+			 : cp.fleet    ? RESIL__FLEET_STATE__FLEET_OPEN
+				       : RESIL__FLEET_STATE__FLEET_CLOSED;
 	p->fleet_open = cp.fleet_open;
 	p->fleet_calls = cp.fleet_calls < 0 ? 0 : (uint64_t)cp.fleet_calls;
 	p->conflicts = cp.conflicts;
@@ -1351,6 +1599,12 @@ static struct cluster_status *cluster_status(struct resild *d)
 	cs->st.host = (char *)cs->ci.host;
 	cs->st.interval_ms = (uint64_t)(cs->ci.interval_ns / RESIL_NS_PER_MS);
 	cs->st.fallback = (char *)cs->ci.fallback;
+	{
+		int fb = RESILD_FALLBACK_SHARE;
+
+		resild_cluster_parse_fallback(cs->ci.fallback, &fb);
+		cs->st.fallback_mode = (Resil__ClusterFallback)fb;
+	}
 	cs->st.connected = cs->ci.connected;
 	cs->st.last_error = cs->ci.last_error;
 	cs->st.last_exchange_ms =
@@ -1394,6 +1648,7 @@ static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply 
 	sr->reloads = d->reloads;
 	sr->reload_errors = d->reload_errors;
 	sr->metrics_state = (char *)metrics_states[d->metrics_state];
+	sr->metrics = (Resil__MetricsState)d->metrics_state;
 	sr->metrics_listen = d->metrics_activated     ? (char *)"socket-activated"
 			     : d->opts.metrics_listen ? (char *)d->opts.metrics_listen
 						      : (char *)"";
@@ -1408,6 +1663,54 @@ static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply 
 	return 0;
 }
 
+static void shape_info(Resil__PolicyInfo *pi, uint32_t version)
+{
+	if (version >= 2) {
+		pi->state = (char *)"";
+		pi->outcome = (char *)"";
+	} else {
+		pi->breaker = RESIL__BREAKER_STATE__BREAKER_NONE;
+		pi->result = RESIL__OUTCOME__OUTCOME_NONE;
+	}
+}
+
+/* Clear what the request's version does not send: the words in v2, the
+ * enums in v1 (a v1 reply is then, byte for byte, what v1 sent). */
+static void shape_reply(Resil__Response *resp, uint32_t version)
+{
+	Resil__StatusReply *st;
+
+	switch (resp->body_case) {
+	case RESIL__RESPONSE__BODY_POLICY:
+		shape_info(resp->policy, version);
+		break;
+	case RESIL__RESPONSE__BODY_LIST:
+		for (size_t i = 0; i < resp->list->n_policies; i++)
+			shape_info(resp->list->policies[i], version);
+		break;
+	case RESIL__RESPONSE__BODY_STATUS:
+		st = resp->status;
+		if (version >= 2)
+			st->metrics_state = (char *)"";
+		else
+			st->metrics = RESIL__METRICS_STATE__METRICS_OFF;
+		for (size_t i = 0; st->cluster && i < st->cluster->n_policies; i++) {
+			if (version >= 2)
+				st->cluster->policies[i]->fleet = (char *)"";
+			else
+				st->cluster->policies[i]->fleet_state =
+				    RESIL__FLEET_STATE__FLEET_CLOSED;
+		}
+		if (st->cluster && version >= 2)
+			st->cluster->fallback = (char *)"";
+		else if (st->cluster)
+			st->cluster->fallback_mode = RESIL__CLUSTER_FALLBACK__FALLBACK_SHARE;
+		break;
+	default:
+		break;
+	}
+}
+
 int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg, size_t len,
 		  uint8_t *out, size_t *outlen, int *fds, int *nfds)
 {
@@ -1420,7 +1723,7 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 	Resil__ReloadReply rr = RESIL__RELOAD_REPLY__INIT;
 	Resil__StatusReply str = RESIL__STATUS_REPLY__INIT;
 	struct info *in = NULL;
-	void *to_free[3] = {NULL, NULL, NULL};
+	void *to_free[4] = {NULL, NULL, NULL, NULL};
 	char *mtext = NULL;
 	size_t cap = *outlen;
 	int r, ret = 0;
@@ -1437,9 +1740,28 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		return r < 0 ? r : RESILD_HANDLE_CLOSE;
 	}
 	rp.resp.id = req->id;
+	rp.version = req->version ? req->version : 1;
+	if (rp.version > RESILD_PROTO_VERSION) {
+		reply_error(&rp, -EPROTONOSUPPORT,
+			    "protocol version %u not spoken here (resild speaks %d..%d)",
+			    rp.version, RESILD_PROTO_MIN, RESILD_PROTO_VERSION);
+		goto send;
+	}
+	d->requests[rp.version]++;
 	in = malloc(sizeof(*in));
 	if (!in) {
 		reply_error(&rp, -ENOMEM, "out of memory");
+		goto send;
+	}
+	if (rp.version >= 2 && (req->body_case == RESIL__REQUEST__BODY_CREATE ||
+				req->body_case == RESIL__REQUEST__BODY_UPDATE ||
+				req->body_case == RESIL__REQUEST__BODY_RESET)) {
+		reply_error(&rp, -EPROTO, "%s is protocol version 1 (version 2 sends %s)",
+			    req->body_case == RESIL__REQUEST__BODY_RESET    ? "Reset"
+			    : req->body_case == RESIL__REQUEST__BODY_CREATE ? "Create"
+									    : "Update",
+			    req->body_case == RESIL__REQUEST__BODY_RESET ? "ForceState with reset"
+									 : "Define");
 		goto send;
 	}
 
@@ -1464,11 +1786,18 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		handle_define(d, peer, req->update->name, req->update->config, true, false, &rp,
 			      in);
 		break;
+	case RESIL__REQUEST__BODY_DEFINE:
+		handle_define(d, peer, req->define->name, req->define->config, req->define->merge,
+			      req->define->must_not_exist, &rp, in);
+		break;
 	case RESIL__REQUEST__BODY_DELETE:
 		handle_delete(d, peer, req->delete_->name, &rp);
 		break;
 	case RESIL__REQUEST__BODY_FORCE:
-		handle_force(d, peer, req->force, &rp, in);
+		if (rp.version >= 2)
+			handle_force_v2(d, peer, req->force, &rp, in);
+		else
+			handle_force(d, peer, req->force, &rp, in);
 		break;
 	case RESIL__REQUEST__BODY_RESET:
 		force_state(d, peer, req->reset->name, RESIL_STATE_CLOSED, "resetting", &rp, in);
@@ -1477,7 +1806,7 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		handle_subscribe(d, peer, req->subscribe, &rp);
 		break;
 	case RESIL__REQUEST__BODY_METRICS:
-		handle_metrics(d, &rp, &mr, &mtext);
+		handle_metrics(d, &rp, &mr, &mtext, &to_free[3]);
 		break;
 	case RESIL__REQUEST__BODY_RELOAD:
 		handle_reload(d, peer, &rp, &rr);
@@ -1490,6 +1819,7 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		break;
 	}
 send:
+	shape_reply(&rp.resp, rp.version);
 	r = pack(&rp.resp, out, outlen);
 	if (r == -E2BIG) {
 		*outlen = cap;

@@ -296,6 +296,21 @@ static void deliver(struct resild *d, const struct resil_event *e)
 	ev.reason = reason;
 	ev.pid = event_pid(d, e);
 	ev.value = e->value;
+	/* protocol v2's enums beside v1's words: one datagram for every
+	 * subscriber, whichever version it speaks (proto/resil.proto) */
+	ev.kind = e->type <= RESIL_EV_CLUSTER ? (Resil__EventKind)e->type
+					      : RESIL__EVENT_KIND__EVENT_UNKNOWN;
+	if (e->type == RESIL_EV_TRANSITION) {
+		ev.from_state = (Resil__BreakerState)(e->a + 1);
+		ev.to_state = (Resil__BreakerState)(e->b + 1);
+		ev.why = (Resil__BreakerWhy)e->reason;
+	} else {
+		ev.code = e->reason;
+	}
+	if (e->type == RESIL_EV_CONFIG)
+		ev.change = (Resil__ConfigChange)(e->a < 3 ? e->a : 3);
+	else if (e->type == RESIL_EV_REPAIRED)
+		ev.word = e->a;
 	resp.id = 0;
 	resp.body_case = RESIL__RESPONSE__BODY_EVENT;
 	resp.event = &ev;

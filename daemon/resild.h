@@ -18,7 +18,8 @@
 #include "seg.h"
 
 #define RESILD_VERSION	       RESIL_VERSION_STRING /* project(VERSION) in CMakeLists.txt */
-#define RESILD_PROTO_VERSION   1
+#define RESILD_PROTO_VERSION   2	   /* the highest control protocol version spoken */
+#define RESILD_PROTO_MIN       1	   /* the lowest: version 1 clients keep working */
 #define RESILD_EXIT_CONFIG     78	   /* EX_CONFIG: RestartPreventExitStatus= in the units */
 #define RESILD_MSG_MAX	       (64 * 1024) /* one request or response */
 #define RESILD_CONNS_DEFAULT   1024
@@ -116,6 +117,7 @@ struct resild {
 				      * (CLOCK_MONOTONIC deadline), 0: none */
 	uint64_t conns_cut;	/* cut off for leaving descriptors unread */
 	uint64_t state_repairs; /* state words found out of range and repaired, blocks reset */
+	uint64_t requests[RESILD_PROTO_VERSION + 1]; /* control requests by version (loop thread) */
 	bool stopping;
 };
 
