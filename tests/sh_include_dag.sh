@@ -26,7 +26,7 @@ trap 'rm -rf "$tmp"' EXIT
 layers='
 0 common.h common.c clock.c pcpu.h parse.h parse.c conf_types.h
 1 seg.h policy.h
-2 stats.h stats.c breaker.h breaker.c breaker_conf.c limit.h limit.c
+2 stats.h stats.c breaker.h breaker.c breaker_conf.c limit.h limit.c limit_priv.h limit_keyed.c
 2 bulkhead.h bulkhead.c adaptive.h adaptive.c shed.h shed.c
 2 budget.h retry.c budget.c
 3 conf.h conf.c policy.c seg.c metrics.h metrics.c
