@@ -215,12 +215,11 @@ int resil_priv_get_segments(struct resil *r, struct resil_seg *s, uint32_t *boun
  * Another epoch: re-attach. So a process notices a fresh daemon at most
  * RESIL_CHECK_NS after a clean stop, RESIL_BEAT_STALE_NS + RESIL_CHECK_NS
  * after a crash, at once when its segments are retired.
- * Cost, measured with callgrind on a breaker and a bulkhead policy in
- * daemon mode (acquire + release, averaged): 532 instructions a pair
- * before mappings could change, 549 with the mapping pointer, the tagged
- * compare, the flag test and the acquire's check. In time, on the 2-vCPU
- * test machine (median of 5 runs): breaker 30.5 ns before, 31.2 after;
- * bulkhead 36.2 before, 35.4 after: within the machine's noise.
+ * Cost: the mapping pointer, the tagged compare, the flag test and the
+ * acquire's check add a few percent of a decision's instructions and
+ * nothing measurable in time (resil/breaker.count100.acq_rel and
+ * resil/bulkhead.acq_rel in daemon mode, callgrind and ns; BENCHMARKS.md,
+ * "Figures behind the design comments").
  *
  * Re-attach (under r->lock): get the new segments and map them; send
  * again every definition this process made (r->defs, in order), so the

@@ -115,9 +115,10 @@
  *   2 * count - 1, and the adversarial pattern reaches 2 * count - 1. A window index that wraps
  * (2^24 idle periods) reads as one window old for one period: conservative.
  *
- * Clock. GCRA needs the time on every call; clock_gettime costs ~4.5
- *   atomics here, CLOCK_MONOTONIC_COARSE ~0.5 at 4 ms resolution (same
- *   time base). When T >= RESIL_LIMIT_COARSE_FACTOR (16) x the coarse
+ * Clock. GCRA needs the time on every call; clock_gettime costs several
+ *   atomics, CLOCK_MONOTONIC_COARSE a fraction of one at a resolution of
+ *   milliseconds (same time base; floor/clock_monotonic and
+ *   floor/clock_coarse against floor/fetch_add). When T >= RESIL_LIMIT_COARSE_FACTOR (16) x the coarse
  *   resolution (queried once per process: resil_clock_coarse_resolution_ns)
  *   the coarse reading is used, unless the call already holds a precise
  *   one (ctx->now). A coarse reading lags the precise time by less than
