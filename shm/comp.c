@@ -233,9 +233,16 @@ static const struct resil_comp_ops budget_ops = {
     .maintain = budget_maintain,
 };
 
+#ifdef RESIL_TEST_COUNTER
+extern const struct resil_comp_ops resil_counter_ops;
+#endif
+
 /* Configuration order: keys are formatted in it, checks run in it. */
 const struct resil_comp_ops *const resil_comps[] = {
     &stats_ops,	   &breaker_ops, &limit_ops, &bulkhead_ops,
     &adaptive_ops, &shed_ops,	 &budget_ops,
+#ifdef RESIL_TEST_COUNTER
+    &resil_counter_ops,
+#endif
     NULL,
 };

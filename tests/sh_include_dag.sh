@@ -28,7 +28,7 @@ layers='
 1 seg.h policy.h comp.h
 2 stats.h stats.c breaker.h breaker.c breaker_conf.c limit.h limit.c limit_priv.h limit_keyed.c
 2 bulkhead.h bulkhead.c adaptive.h adaptive.c shed.h shed.c
-2 budget.h retry.c budget.c
+2 budget.h retry.c budget.c counter.h counter.c
 3 comp.c conf.h conf.c policy.c seg.c metrics.h metrics.c
 '
 
