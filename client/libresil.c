@@ -4,6 +4,13 @@
  * handles, the hot path, fork, breaker control (the row, the segments
  * and daemon restarts: attach.c).
  *
+ * Size: above 900 lines on purpose. The hot path (resil_acquire*,
+ * resil_release, the lean decisions) and the handle binding it reads
+ * share static inline helpers (fork_check, after_decision, the permit's
+ * where and tag) that must stay in one translation unit to be inlined
+ * into each entry point even without LTO; what is not on that path
+ * (attach.c, libctl.c, libcall.c, libretry.c) lives elsewhere.
+ *
  * Two modes, one decision path:
  *   - daemon mode: resil_open connects to resild, receives the two memfds
  *     (config read-only, state read-write) and maps them; definitions and

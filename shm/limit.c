@@ -1,7 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * limit.c - the rate limiter: GCRA in one word, an exact sliding window,
- * keyed tables with eviction.
+ * keyed tables with eviction (the table itself: limit_keyed.c).
+ *
+ * Size: above 900 lines on purpose: the algorithms' word operations, the
+ * sliding ring and the component's acquire share static inline helpers
+ * on the hot path, and the design below is one argument (the keyed
+ * table's code, cut along its own section, is limit_keyed.c).
  *
  * GCRA (limit.algorithm = gcra, the default)
  *   One 64-bit word, the theoretical arrival time (TAT, CLOCK_MONOTONIC ns).
@@ -118,9 +123,10 @@
  * Clock. GCRA needs the time on every call; clock_gettime costs several
  *   atomics, CLOCK_MONOTONIC_COARSE a fraction of one at a resolution of
  *   milliseconds (same time base; floor/clock_monotonic and
- *   floor/clock_coarse against floor/fetch_add). When T >= RESIL_LIMIT_COARSE_FACTOR (16) x the coarse
- *   resolution (queried once per process: resil_clock_coarse_resolution_ns)
- *   the coarse reading is used, unless the call already holds a precise
+ *   floor/clock_coarse against floor/fetch_add). When T >=
+ *   RESIL_LIMIT_COARSE_FACTOR (16) x the coarse resolution (queried once
+ *   per process: resil_clock_coarse_resolution_ns) the coarse reading is
+ *   used, unless the call already holds a precise
  *   one (ctx->now). A coarse reading lags the precise time by less than
  *   one resolution r: the limiter then admits at most floor((elapsed + r)
  *   / T) + burst in any interval, i.e. at most 1/16 of a permit interval
