@@ -132,7 +132,7 @@ struct mem_floor {
 
 struct pctx {
 	resil_policy_t *p;
-	const uint32_t *seq;  /* keyed: index sequence, SEQ_LEN long */
+	const uint32_t *seq; /* keyed: index sequence, SEQ_LEN long */
 	uint64_t pos;
 };
 
@@ -213,8 +213,8 @@ void run_reclaim(resil_t *r);
 int64_t mono_ns(void);
 void sleep_ns(int64_t ns);
 int cmp_double(const void *a, const void *b);
-void emit(const char *group, const char *name, const char *metric, double med, double mn,
-		 double mx, const char *unit, const char *note);
+void emit(const char *group, const char *name, const char *metric, double med, double mn, double mx,
+	  const char *unit, const char *note);
 bool selected(const char *group, const char *name);
 void batch_begin(void);
 void batch_flush(void);

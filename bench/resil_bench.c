@@ -77,8 +77,8 @@ int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-void emit(const char *group, const char *name, const char *metric, double med, double mn,
-		 double mx, const char *unit, const char *note)
+void emit(const char *group, const char *name, const char *metric, double med, double mn, double mx,
+	  const char *unit, const char *note)
 {
 	fprintf(opt.out, "%s\t%s\t%s\t%.6g\t%.6g\t%.6g\t%s\t%s\n", group, name, metric, med, mn, mx,
 		unit, note ? note : "");

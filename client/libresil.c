@@ -192,7 +192,8 @@ RESIL_COLD void resil_priv_after_fork(struct resil *r)
 			 * from the parent's grants are the parent's too) */
 			for (struct resil_map *m = cur->older; m; m = m->older)
 				atomic_store_explicit(&m->row, -1, memory_order_relaxed);
-			resil_priv_claim_row(r, cur, 0); /* no connection of our own: judged as a child */
+			resil_priv_claim_row(r, cur,
+					     0); /* no connection of our own: judged as a child */
 		}
 		/* release: the hot path that sees the new gen sees the new row */
 		st_release(&r->fork_gen, g);

@@ -35,7 +35,7 @@
 	{                                                                                          \
 		resil_##X##_conf_defaults(&c->X);                                                  \
 	}                                                                                          \
-	static int X##_set(struct resil_conf *c, const char *key, const char *value, char *err,   \
+	static int X##_set(struct resil_conf *c, const char *key, const char *value, char *err,    \
 			   size_t errlen)                                                          \
 	{                                                                                          \
 		if (strncmp(key, #X ".", sizeof(#X)) != 0)                                         \
@@ -83,20 +83,11 @@
 /* A decision component's row: the adapters above. */
 #define COMP_ROW(X, ID, check, layout)                                                             \
 	{                                                                                          \
-	    .name = #X,                                                                            \
-	    .id = ID,                                                                              \
-	    .decision = true,                                                                      \
-	    .conf_defaults = X##_defaults,                                                         \
-	    .conf_set = X##_set,                                                                   \
-	    .conf_check = check,                                                                   \
-	    .conf_format = X##_format,                                                             \
-	    .state_size = X##_size,                                                                \
-	    .state_init = X##_init,                                                                \
-	    .same_shape = X##_same,                                                                \
-	    .carry = X##_carry,                                                                    \
-	    .layout_ok = layout,                                                                   \
-	    .maintain = X##_maintain,                                                              \
-	    .reclaim = X##_reclaim,                                                                \
+		.name = #X, .id = ID, .decision = true, .conf_defaults = X##_defaults,             \
+		.conf_set = X##_set, .conf_check = check, .conf_format = X##_format,               \
+		.state_size = X##_size, .state_init = X##_init, .same_shape = X##_same,            \
+		.carry = X##_carry, .layout_ok = layout, .maintain = X##_maintain,                 \
+		.reclaim = X##_reclaim,                                                            \
 	}
 
 /* ---- the counters (and the latency histogram): every policy has them ---- */
@@ -156,13 +147,13 @@ static int adaptive_check(const struct resil_conf *c, char *err, size_t errlen)
 	return 0;
 }
 
-static const struct resil_comp_ops breaker_ops = COMP_ROW(breaker, RESIL_C_BREAKER, NULL,
-							   breaker_layout_ok);
+static const struct resil_comp_ops breaker_ops =
+    COMP_ROW(breaker, RESIL_C_BREAKER, NULL, breaker_layout_ok);
 static const struct resil_comp_ops limit_ops = COMP_ROW(limit, RESIL_C_LIMIT, limit_check, NULL);
-static const struct resil_comp_ops bulkhead_ops = COMP_ROW(bulkhead, RESIL_C_BULKHEAD, NULL,
-							    bulkhead_layout_ok);
-static const struct resil_comp_ops adaptive_ops = COMP_ROW(adaptive, RESIL_C_ADAPTIVE,
-							    adaptive_check, adaptive_layout_ok);
+static const struct resil_comp_ops bulkhead_ops =
+    COMP_ROW(bulkhead, RESIL_C_BULKHEAD, NULL, bulkhead_layout_ok);
+static const struct resil_comp_ops adaptive_ops =
+    COMP_ROW(adaptive, RESIL_C_ADAPTIVE, adaptive_check, adaptive_layout_ok);
 static const struct resil_comp_ops shed_ops = COMP_ROW(shed, RESIL_C_SHED, NULL, shed_layout_ok);
 
 /* ---- retries and the retry budget: the keys of the retry engine, the
@@ -239,8 +230,13 @@ extern const struct resil_comp_ops resil_counter_ops;
 
 /* Configuration order: keys are formatted in it, checks run in it. */
 const struct resil_comp_ops *const resil_comps[] = {
-    &stats_ops,	   &breaker_ops, &limit_ops, &bulkhead_ops,
-    &adaptive_ops, &shed_ops,	 &budget_ops,
+    &stats_ops,
+    &breaker_ops,
+    &limit_ops,
+    &bulkhead_ops,
+    &adaptive_ops,
+    &shed_ops,
+    &budget_ops,
 #ifdef RESIL_TEST_COUNTER
     &resil_counter_ops,
 #endif

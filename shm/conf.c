@@ -38,7 +38,7 @@ void resil_conf_init(struct resil_conf *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->scope = RESIL_SCOPE_FLEET;
-	resil_comp_foreach(op)
+	resil_comp_foreach (op)
 		if ((*op)->conf_defaults)
 			(*op)->conf_defaults(c);
 }
@@ -264,7 +264,7 @@ static int conf_set(struct resil_conf *c, const char *key, const char *value, ch
 	}
 	/* the component whose key it is (each row knows its prefixes) */
 	r = -ENOENT;
-	resil_comp_foreach(op) {
+	resil_comp_foreach (op) {
 		r = (*op)->conf_set(c, key, value, err, errlen);
 		if (r != -ENOENT)
 			break;
@@ -420,7 +420,7 @@ int resil_conf_check(const struct resil_conf *c, char *err, size_t errlen)
 {
 	if (c->scope == RESIL_SCOPE_GLOBAL && global_check(c, err, errlen) < 0)
 		return -EINVAL;
-	resil_comp_foreach(op) {
+	resil_comp_foreach (op) {
 		int r = (*op)->conf_check ? (*op)->conf_check(c, err, errlen) : 0;
 
 		if (r < 0)
@@ -447,7 +447,7 @@ size_t resil_conf_format(const struct resil_conf *c, char *buf, size_t len)
 		PUT((size_t)snprintf(AT, LEFT, "policy.scope = process\n"));
 	else if (c->scope == RESIL_SCOPE_GLOBAL)
 		PUT((size_t)snprintf(AT, LEFT, "policy.scope = global\n"));
-	resil_comp_foreach(op)
+	resil_comp_foreach (op)
 		PUT((*op)->conf_format(c, AT, LEFT));
 #undef PUT
 #undef AT

@@ -1012,8 +1012,8 @@ void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c,
 			if (first >= 0) {
 				uint64_t m = ld_relaxed(&table_of(s)[first].st);
 
-				while (
-				    !cas_relaxed(&table_of(s)[first].st, &m, resil_limit_priv_word_merge(m, v, &p)))
+				while (!cas_relaxed(&table_of(s)[first].st, &m,
+						    resil_limit_priv_word_merge(m, v, &p)))
 					;
 			}
 			if (cas_sc(&e->fp, &f, (f & FP_OVF) | RESIL_LIMIT_FP_TOMB)) {

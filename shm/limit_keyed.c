@@ -50,7 +50,7 @@ static bool chain_next(struct resil_limit_entry *t, const struct chain *ch, uint
 
 /* The entry holding fp, or -1. */
 int64_t resil_limit_priv_key_find(struct resil_limit_entry *t, const struct chain *ch, uint64_t fp,
-			memory_order mo)
+				  memory_order mo)
 {
 	uint32_t k, j, i;
 
@@ -73,7 +73,8 @@ int64_t resil_limit_priv_key_find(struct resil_limit_entry *t, const struct chai
  * bad luck (or by a client's hand); its entries are then judged at a later
  * tick, once the chain is shorter, or never (kept, counted live). */
 #define TWIN_WALK 16
-int64_t resil_limit_priv_key_find_bounded(struct resil_limit_entry *t, const struct chain *ch, uint64_t fp)
+int64_t resil_limit_priv_key_find_bounded(struct resil_limit_entry *t, const struct chain *ch,
+					  uint64_t fp)
 {
 	uint32_t k, j, i;
 
@@ -99,7 +100,8 @@ static void mark_ovf(struct resil_limit_entry *t, uint32_t bucket)
 }
 
 /* An EMPTY entry past b2 (the chain marked up to it), or -1. */
-int64_t resil_limit_priv_overflow_slot(struct resil_limit_entry *t, const struct chain *ch, uint64_t *seen)
+int64_t resil_limit_priv_overflow_slot(struct resil_limit_entry *t, const struct chain *ch,
+				       uint64_t *seen)
 {
 	uint32_t k, j, m, i;
 	uint64_t f;
@@ -180,8 +182,8 @@ static int64_t key_dedup(struct resil_limit_state *s, struct resil_limit_entry *
  * then *full_wait says when the first candidate stops being limited.
  */
 int64_t resil_limit_priv_key_get(struct resil_ctx *x, struct resil_limit_state *s,
-		       const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
-		       int64_t *full_wait)
+				 const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
+				 int64_t *full_wait)
 {
 	struct resil_limit_entry *t = table_of(s);
 	struct chain ch;
@@ -329,7 +331,7 @@ int64_t resil_limit_priv_key_get(struct resil_ctx *x, struct resil_limit_state *
  * the next refusal a second later pushes one (nothing to repair).
  */
 void resil_limit_priv_keys_full_event(struct resil_ctx *x, struct resil_limit_state *s,
-			    const struct resil_limit_conf *c, int64_t now)
+				      const struct resil_limit_conf *c, int64_t now)
 {
 	uint64_t last;
 	int64_t d;
@@ -348,8 +350,8 @@ void resil_limit_priv_keys_full_event(struct resil_ctx *x, struct resil_limit_st
 }
 
 int resil_limit_priv_keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
-		      const struct resil_limit_conf *c, const struct lp *p,
-		      struct resil_permit_priv *pm)
+				const struct resil_limit_conf *c, const struct lp *p,
+				struct resil_permit_priv *pm)
 {
 	struct resil_limit_entry *t = table_of(s);
 	uint64_t fp = resil_limit_priv_key_fp(x, x->key, x->key_len);

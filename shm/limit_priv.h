@@ -118,16 +118,18 @@ static inline uint32_t chain_bucket(const struct chain *ch, uint32_t k)
 
 uint64_t resil_limit_priv_key_fp(const struct resil_ctx *x, const void *key, size_t len);
 int64_t resil_limit_priv_key_find(struct resil_limit_entry *t, const struct chain *ch, uint64_t fp,
-			memory_order mo);
-int64_t resil_limit_priv_key_find_bounded(struct resil_limit_entry *t, const struct chain *ch, uint64_t fp);
-int64_t resil_limit_priv_overflow_slot(struct resil_limit_entry *t, const struct chain *ch, uint64_t *seen);
+				  memory_order mo);
+int64_t resil_limit_priv_key_find_bounded(struct resil_limit_entry *t, const struct chain *ch,
+					  uint64_t fp);
+int64_t resil_limit_priv_overflow_slot(struct resil_limit_entry *t, const struct chain *ch,
+				       uint64_t *seen);
 int64_t resil_limit_priv_key_get(struct resil_ctx *x, struct resil_limit_state *s,
-		       const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
-		       int64_t *full_wait);
+				 const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
+				 int64_t *full_wait);
 void resil_limit_priv_keys_full_event(struct resil_ctx *x, struct resil_limit_state *s,
-			    const struct resil_limit_conf *c, int64_t now);
+				      const struct resil_limit_conf *c, int64_t now);
 int resil_limit_priv_keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
-		      const struct resil_limit_conf *c, const struct lp *p,
-		      struct resil_permit_priv *pm);
+				const struct resil_limit_conf *c, const struct lp *p,
+				struct resil_permit_priv *pm);
 
 #endif

@@ -60,7 +60,7 @@
 /* A component's row in the table, NULL when this build has none. */
 static const struct resil_comp_ops *comp_row(enum resil_comp comp)
 {
-	resil_comp_foreach(op)
+	resil_comp_foreach (op)
 		if ((*op)->id == comp)
 			return *op;
 	return NULL;
@@ -109,7 +109,7 @@ static uint64_t lay(const struct resil_conf *conf, const enum resil_comp *order,
 	}
 	/* rows of the table outside the fixed order (a build's own
 	 * components, fleet-wide): after it, in table order */
-	resil_comp_foreach(op) {
+	resil_comp_foreach (op) {
 		enum resil_comp comp = (*op)->id;
 		uint64_t size = (*op)->state_size(conf);
 		bool known = false;
@@ -181,7 +181,7 @@ static uint64_t decision_base(const struct resil_ctx *c, const struct resil_rec 
 static void init_decisions(const struct resil_seg *s, const struct resil_rec *rec, uint64_t base,
 			   int64_t now)
 {
-	resil_comp_foreach(op)
+	resil_comp_foreach (op)
 		if ((*op)->decision && resil_has(rec, (*op)->id))
 			(*op)->state_init(blk(s, rec, base, (*op)->id), &rec->conf, now);
 }
@@ -190,7 +190,7 @@ void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, i
 {
 	memset(resil_seg_state(s, rec->state_off), 0, rec->state_size);
 	/* the fleet-wide components (the counters, the retry budget) */
-	resil_comp_foreach(op)
+	resil_comp_foreach (op)
 		if (!(*op)->decision && resil_has(rec, (*op)->id))
 			(*op)->state_init(resil_comp_state(s, rec, (*op)->id), &rec->conf, now);
 	init_decisions(s, rec, rec->state_off, now);
@@ -208,7 +208,7 @@ bool resil_policy_same_shape(const struct resil_conf *a, const struct resil_conf
 {
 	if (a->scope != b->scope)
 		return false;
-	resil_comp_foreach(op) {
+	resil_comp_foreach (op) {
 		bool has = (*op)->state_size(a) != 0;
 
 		if (has != ((*op)->state_size(b) != 0))
@@ -222,7 +222,7 @@ bool resil_policy_same_shape(const struct resil_conf *a, const struct resil_conf
 static void carry_decisions(const struct resil_seg *s, struct resil_rec *nrec, uint64_t nbase,
 			    const struct resil_rec *orec, uint64_t obase, int64_t now)
 {
-	resil_comp_foreach(op) {
+	resil_comp_foreach (op) {
 		enum resil_comp comp = (*op)->id;
 
 		if ((*op)->decision && resil_has(nrec, comp) && resil_has(orec, comp))
@@ -234,7 +234,7 @@ static void carry_decisions(const struct resil_seg *s, struct resil_rec *nrec, u
 void resil_policy_carry(const struct resil_seg *s, struct resil_rec *nrec,
 			const struct resil_rec *orec, int64_t now)
 {
-	resil_comp_foreach(op) {
+	resil_comp_foreach (op) {
 		enum resil_comp comp = (*op)->id;
 
 		if (!(*op)->decision && resil_has(nrec, comp) && resil_has(orec, comp))
@@ -353,7 +353,7 @@ void resil_policy_release(struct resil_ctx *c, const struct resil_rec *rec,
 
 static void maintain_block(struct resil_ctx *c, const struct resil_rec *rec, uint64_t base)
 {
-	resil_comp_foreach(op)
+	resil_comp_foreach (op)
 		if ((*op)->decision && (*op)->maintain && resil_has(rec, (*op)->id))
 			(*op)->maintain(c, &rec->conf, blk(c->seg, rec, base, (*op)->id));
 }
@@ -362,7 +362,7 @@ void resil_policy_maintain(struct resil_ctx *c, const struct resil_rec *rec)
 {
 	c->rec = rec;
 	/* fleet-wide only: the counters and the retry budget */
-	resil_comp_foreach(op)
+	resil_comp_foreach (op)
 		if (!(*op)->decision && (*op)->maintain && resil_has(rec, (*op)->id))
 			(*op)->maintain(c, &rec->conf, resil_comp_state(c->seg, rec, (*op)->id));
 	maintain_block(c, rec, rec->state_off);
@@ -395,7 +395,7 @@ static uint32_t adopt_block(struct resil_ctx *c, const struct resil_rec *rec, ui
 {
 	uint32_t n = 0;
 
-	resil_comp_foreach(op) {
+	resil_comp_foreach (op) {
 		void *b;
 
 		if (!(*op)->decision || !(*op)->layout_ok || !resil_has(rec, (*op)->id))
@@ -426,7 +426,7 @@ void resil_policy_adopt(struct resil_ctx *c, const struct resil_rec *rec)
 static void reclaim_block(struct resil_ctx *c, const struct resil_rec *rec, uint64_t base,
 			  uint32_t dead, struct resil_reclaim_counts *counts)
 {
-	resil_comp_foreach(op)
+	resil_comp_foreach (op)
 		if ((*op)->decision && (*op)->reclaim && resil_has(rec, (*op)->id))
 			(*op)->reclaim(c, &rec->conf, blk(c->seg, rec, base, (*op)->id), dead,
 				       counts);
@@ -547,7 +547,7 @@ int resil_policy_acquire(struct resil_ctx *c, const struct resil_rec *rec,
 {
 	int v = resil_policy_acquire_core(c, rec, pm, key, key_len);
 
-	resil_comp_foreach(op)
+	resil_comp_foreach (op)
 		if (v == 0 && (*op)->acquired && resil_has(rec, (*op)->id))
 			(*op)->acquired(c, &rec->conf, resil_comp_state(c->seg, rec, (*op)->id));
 	return v;
@@ -556,7 +556,7 @@ int resil_policy_acquire(struct resil_ctx *c, const struct resil_rec *rec,
 void resil_policy_release(struct resil_ctx *c, const struct resil_rec *rec,
 			  struct resil_permit_priv *pm, int outcome)
 {
-	resil_comp_foreach(op)
+	resil_comp_foreach (op)
 		if ((*op)->released && resil_has(rec, (*op)->id))
 			(*op)->released(c, &rec->conf, resil_comp_state(c->seg, rec, (*op)->id));
 	resil_policy_release_core(c, rec, pm, outcome);

@@ -101,8 +101,8 @@ static void test_format_parse(void **state)
 	char text[4096], err[256];
 
 	resil_conf_init(&c);
-	assert_int_equal(resil_conf_parse(&c, "counter = on; limit.rate = 5/s", 1, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+	    resil_conf_parse(&c, "counter = on; limit.rate = 5/s", 1, err, sizeof(err)), 0);
 	resil_conf_format(&c, text, sizeof(text));
 	assert_non_null(strstr(text, "counter = on\n"));
 	resil_conf_init(&d);
