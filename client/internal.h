@@ -12,7 +12,7 @@
  * starts only with trylock).
  *
  * Mappings: r->cur is the segment pair decisions use; a daemon restart
- * without the fd store (or a retired pair) makes libresil.c map the new
+ * without the fd store (or a retired pair) makes attach.c map the new
  * daemon's pair and swap r->cur; older pairs stay mapped until
  * resil_close (struct resil_map).
  */
@@ -216,6 +216,30 @@ static inline void resil_priv_check(struct resil *r, int64_t now)
 	if (RESIL_UNLIKELY(now >= next || now < next - 2 * RESIL_CHECK_NS))
 		resil_priv_check_slow(r, now);
 }
+
+/* permit->where: mapping seq % 32 << 27 | record + 1 */
+#define RESIL_PERMIT_IDX_BITS 27
+#define RESIL_PERMIT_IDX_MAX  (1u << RESIL_PERMIT_IDX_BITS)
+
+/* Attachment (attach.c). Each under r->lock (or before r is shared). */
+/* Claim this process's row in mapping m (bound_id: the client id resild
+ * bound to our connection, 0 none). */
+void resil_priv_claim_row(struct resil *r, struct resil_map *m, uint32_t bound_id);
+/* Ask resild for its segment pair and map it into s; *bound_id as above. */
+int resil_priv_get_segments(struct resil *r, struct resil_seg *s, uint32_t *bound_id);
+/* The mapping whose seq % 32 is seq32, NULL if none. */
+struct resil_map *resil_priv_find_map(struct resil *r, uint32_t seq32);
+/* Is the daemon we map still the one serving the socket? 0 yes (or we
+ * cannot tell now), 1 re-attached, <0 the probe failed. */
+int resil_priv_liveness(struct resil *r, int timeout_ms);
+/* After a control request: re-attach if it reached a daemon with other
+ * segments. */
+int resil_priv_follow(struct resil *r);
+/* A decision found its mapping retired: look now (trylock, no wait). */
+void resil_priv_retired_slow(struct resil *r);
+/* Create NAME, or update it when it exists with another configuration
+ * (libresil.c; a re-attach sends every definition again). */
+int resil_priv_send_define(struct resil *r, const char *name, const char *config);
 
 /* Per-thread generator state, reseeded in a forked child. */
 uint64_t resil_priv_random(void);

@@ -13,7 +13,7 @@
  * nobody listens on answers -ECONNREFUSED or -ENOENT at once.
  *
  * Every hello records the answering daemon's segment epoch
- * (r->daemon_epoch): libresil.c compares it with the segments it maps to
+ * (r->daemon_epoch): attach.c compares it with the segments it maps to
  * know whether the daemon behind the socket still serves them (a restart
  * that adopted them from the fd store) or started fresh (re-attach).
  *

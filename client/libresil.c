@@ -1,7 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libresil.c - the library's core: open (daemon or embedded), define,
- * handles, the hot path, fork, breaker control.
+ * handles, the hot path, fork, breaker control (the row, the segments
+ * and daemon restarts: attach.c).
+ *
+ * Size: above 900 lines on purpose. The hot path (resil_acquire*,
+ * resil_release, the lean decisions) and the handle binding it reads
+ * share static inline helpers (fork_check, after_decision, the permit's
+ * where and tag) that must stay in one translation unit to be inlined
+ * into each entry point even without LTO; what is not on that path
+ * (attach.c, libctl.c, libcall.c, libretry.c) lives elsewhere.
  *
  * Two modes, one decision path:
  *   - daemon mode: resil_open connects to resild, receives the two memfds
@@ -21,7 +29,7 @@
  * acquire a compare of the decision's clock reading with the next
  * liveness check. No syscall, no lock, no allocation. A slot word that
  * changed (new configuration, new state block, deletion) or a mapping
- * that changed (a re-attach, see "daemon restarts" below) sends the
+ * that changed (a re-attach, attach.c, "daemon restarts") sends the
  * caller through resolve() under r->lock, which re-reads the directory by
  * name.
  *
@@ -89,10 +97,6 @@ RESIL_STATIC_ASSERT(sizeof(struct resil_permit_priv) == sizeof(resil_permit_t),
 RESIL_STATIC_ASSERT(alignof(resil_permit_t) >= alignof(struct resil_permit_priv),
 		    "permit alignment");
 
-/* permit->where: mapping seq % 32 << 27 | record + 1 */
-#define RESIL_PERMIT_IDX_BITS 27
-#define RESIL_PERMIT_IDX_MAX  (1u << RESIL_PERMIT_IDX_BITS)
-
 ra32 resil_priv_fork_gen;
 
 /* every open handle, for the fork handlers */
@@ -137,85 +141,6 @@ static uint64_t random_thread_fn(void *ctx)
  * per-thread generator. */
 static const struct resil_clock clock_default = {NULL, NULL};
 static const struct resil_random random_default = {random_thread_fn, NULL};
-
-/* ---- identity ---- */
-
-/* /proc/self/stat field 22: start time in clock ticks since boot. */
-static uint64_t self_start_time(void)
-{
-	char buf[1024], *p;
-	unsigned long long v = 0;
-	ssize_t n;
-	int fd, field;
-
-	fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
-	if (!p)
-		return 0;
-	p++;
-	/* after ")" comes field 3 */
-	for (field = 3; field < 22 && p; field++) {
-		p = strchr(p + 1, ' ');
-	}
-	if (p)
-		v = strtoull(p + 1, NULL, 10);
-	return v;
-}
-
-/* policy.scope = process: our copy of each policy starts fresh on a row
- * we just got (a previous process on the row may have left its breaker
- * OPEN; resil_policy_reset_copy). A walk over the directory: cold. */
-static int reset_copy(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
-		      void *ctx)
-{
-	(void)slot;
-	resil_policy_reset_copy(s, rec, *(uint32_t *)ctx, resil_clock_monotonic(NULL));
-	return 0;
-}
-
-/* Claim this process's row in mapping m (the current one, or the one
- * about to become current): the row resild bound to our connection
- * (bound_id, client id; 0: none), else one we claim by CAS (a forked
- * child, embedded mode, a daemon that cannot see our pid). Under r->lock
- * (or before r is shared). */
-static void claim_row(struct resil *r, struct resil_map *m, uint32_t bound_id)
-{
-	uint32_t pid = (uint32_t)getpid(), id;
-	int row;
-
-	/* r->pid is read by every decision (fill_ctx): written only when it
-	 * changes, that is in a forked child, before any other thread exists */
-	if (r->pid != pid || !r->start_time) {
-		r->pid = pid;
-		r->start_time = self_start_time();
-		r->uid = (uint32_t)getuid();
-	}
-	if (bound_id && bound_id <= m->seg->geo.client_cap &&
-	    ld_relaxed(&resil_seg_client(m->seg, bound_id - 1)->owner))
-		row = (int)bound_id - 1; /* resild claimed it for us (clients.c) */
-	else
-		row = resil_client_claim(m->seg, r->pid, r->start_time, r->uid);
-	if (row < 0) {
-		/* a full table does not stop a worker: it decides unregistered
-		 * (client id 0, no crash reclaim); the claim counted it in
-		 * st->clients_full */
-		r->table_full = true;
-		row = -1;
-	} else {
-		r->table_full = false;
-		id = resil_client_id(row);
-		(void)resil_seg_foreach(m->seg, reset_copy, &id);
-	}
-	atomic_store_explicit(&m->row, row, memory_order_relaxed);
-	atomic_store_explicit(&r->row, row, memory_order_relaxed);
-}
 
 static void atfork_prepare(void)
 {
@@ -267,7 +192,8 @@ RESIL_COLD void resil_priv_after_fork(struct resil *r)
 			 * from the parent's grants are the parent's too) */
 			for (struct resil_map *m = cur->older; m; m = m->older)
 				atomic_store_explicit(&m->row, -1, memory_order_relaxed);
-			claim_row(r, cur, 0); /* no connection of our own: judged as a child */
+			resil_priv_claim_row(r, cur,
+					     0); /* no connection of our own: judged as a child */
 		}
 		/* release: the hot path that sees the new gen sees the new row */
 		st_release(&r->fork_gen, g);
@@ -360,76 +286,9 @@ RESIL_API int resil_open_embedded(resil_t **ret, const struct resil_embedded_opt
 	}
 	r->mapped = true;
 	r->map0.tag = r->seg.cfg->epoch;
-	claim_row(r, &r->map0, 0);
+	resil_priv_claim_row(r, &r->map0, 0);
 	resil_publish(r);
 	*ret = r;
-	return 0;
-}
-
-/* Ask for the segments and map them into s. Under r->lock (or before r
- * is shared). */
-static int get_segments(struct resil *r, struct resil_seg *s, uint32_t *bound_id)
-{
-	Resil__Request req = RESIL__REQUEST__INIT;
-	Resil__GetSegments gs = RESIL__GET_SEGMENTS__INIT;
-	Resil__Response *resp = NULL;
-	int fds[2], nfds = 2, err;
-	char why[256] = "";
-
-	gs.bind = true; /* resild claims our row: who we are is its word */
-	req.body_case = RESIL__REQUEST__BODY_GET_SEGMENTS;
-	req.get_segments = &gs;
-	err = resil_priv_request(r, &req, &resp, fds, &nfds);
-	if (err < 0)
-		return err;
-	*bound_id = resp->body_case == RESIL__RESPONSE__BODY_SEGMENTS && resp->segments
-			? resp->segments->client_id
-			: 0;
-	resil__response__free_unpacked(resp, NULL);
-	if (nfds != 2) {
-		struct rlimit rl;
-		int probe;
-
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
-		/* the kernel drops descriptors it cannot install (MSG_CTRUNC):
-		 * at the descriptor limit, say so, not that the daemon erred */
-		probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (probe >= 0) {
-			close(probe);
-		} else if (errno == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-			resil_priv_seterr("cannot receive the segment descriptors from resild on "
-					  "%s: this process is at its descriptor limit "
-					  "(RLIMIT_NOFILE, ulimit -n %llu)",
-					  r->socket_path, (unsigned long long)rl.rlim_cur);
-			return -EMFILE;
-		}
-		resil_priv_seterr("resild on %s sent %d segment descriptors, not 2", r->socket_path,
-				  nfds);
-		return -EPROTO;
-	}
-	err = resil_seg_map(s, fds[0], fds[1], false, true, why, sizeof(why));
-	if (err == 0 && s->cfg->rec_cap >= RESIL_PERMIT_IDX_MAX) {
-		/* a permit names its record in RESIL_PERMIT_IDX_BITS bits */
-		resil_seg_unmap(s);
-		resil_priv_seterr("resild on %s: %u records, more than this library "
-				  "addresses",
-				  r->socket_path, s->cfg->rec_cap);
-		return -EPROTO;
-	}
-	if (err < 0) {
-		/* resil_seg_map takes the fds only on success */
-		close(fds[0]);
-		close(fds[1]);
-		s->cfg_fd = s->st_fd = -1;
-		if (err == -EPROTO)
-			resil_priv_seterr("resild on %s: incompatible segments: %s", r->socket_path,
-					  why);
-		else
-			resil_priv_seterr("resild on %s: cannot map the segments: %s",
-					  r->socket_path, *why ? why : strerror(-err));
-		return err;
-	}
 	return 0;
 }
 
@@ -452,7 +311,7 @@ static int open_conn(struct resil **ret, const char *socket_path, bool map)
 		return -ENOMEM;
 	strcpy(r->socket_path, path);
 	/* control only (resilctl): the connection opens with the first request */
-	err = map ? get_segments(r, &r->seg, &bound) : 0;
+	err = map ? resil_priv_get_segments(r, &r->seg, &bound) : 0;
 	if (err < 0) {
 		if (r->ctl_fd >= 0)
 			close(r->ctl_fd);
@@ -463,7 +322,7 @@ static int open_conn(struct resil **ret, const char *socket_path, bool map)
 	if (map) {
 		r->mapped = true;
 		r->map0.tag = r->seg.cfg->epoch;
-		claim_row(r, &r->map0, bound);
+		resil_priv_claim_row(r, &r->map0, bound);
 	}
 	resil_publish(r);
 	*ret = r;
@@ -581,8 +440,6 @@ static void define_unlock(struct resil *r)
 
 /* ---- control requests (daemon mode) ---- */
 
-static int follow(struct resil *r);
-
 static int simple_request(struct resil *r, Resil__Request *req, Resil__Response **keep)
 {
 	Resil__Response *resp = NULL;
@@ -610,7 +467,7 @@ static bool valid_name(const char *name)
 
 /* Create NAME, or re-define it when it exists with another configuration:
  * one Define (an upsert), one round trip. */
-static int send_define(struct resil *r, const char *name, const char *config)
+int resil_priv_send_define(struct resil *r, const char *name, const char *config)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__Define df = RESIL__DEFINE__INIT;
@@ -702,13 +559,13 @@ RESIL_API int resil_define(resil_t *r, const char *name, const char *config)
 
 	fork_check(r);
 	pthread_mutex_lock(&r->lock);
-	err = send_define(r, name, config);
+	err = resil_priv_send_define(r, name, config);
 	if (err == 0) {
 		remember(r, name, config);
 		/* the request may have reached a daemon with other segments
 		 * than ours (a restart without the fd store): follow it, so a
 		 * resil_policy() after this finds the name */
-		(void)follow(r);
+		(void)resil_priv_follow(r);
 	}
 	pthread_mutex_unlock(&r->lock);
 	return err;
@@ -740,205 +597,10 @@ RESIL_API int resil_delete(resil_t *r, const char *name)
 		if (err == 0 || err == -ENOENT)
 			remember(r, name, NULL);
 		if (err == 0)
-			(void)follow(r);
+			(void)resil_priv_follow(r);
 	}
 	pthread_mutex_unlock(&r->lock);
 	return err < 0 ? err : 0;
-}
-
-/* ---- daemon restarts: liveness and re-attach ---- */
-
-/*
- * When the daemon goes away, nothing stops: every decision is made in the
- * segments this process mapped, and a forked child claims its own row in
- * them without the daemon. What a restart changes is whether the next
- * daemon serves the same segments:
- *   - it adopted them from systemd's fd store (same epoch): nothing to do;
- *     our row is still ours (the new daemon finds it in the table and
- *     watches our pid), our handles still point at the right records;
- *   - it started fresh (no store, `systemctl stop`, a store it could not
- *     adopt): the fleet must move to its segments, or workers would go on
- *     sharing state the daemon no longer sees while new workers share
- *     another;
- *   - it retired ours (another ABI major; RESIL_SEG_RETIRED in the
- *     headers): the same move.
- *
- * When we look (no syscall while the daemon lives):
- *   1. every decision loads cfg->flags of the mapping it decides on
- *      (relaxed, on the header line it reads slot_cap from anyway) and
- *      takes the slow path below when RETIRED is set: a daemon of another
- *      ABI major retired it. A retired mapping stays usable meanwhile;
- *   2. an acquire whose clock reading (the one the policy made anyway, or
- *      a coarse one every 256th clockless acquire of a thread; resil_call
- *      and retries count as clockless) is past
- *      r->next_check_ns runs resil_priv_check_slow: at most once per
- *      RESIL_CHECK_NS per process, with trylock (a thread never waits for
- *      another's slow path: it decides on the mapping it has). That check
- *      looks at RETIRED in both headers (a client that re-attached marks
- *      the old state header) and compares the daemon's heartbeat
- *      (st->daemon_beat_ns, stored each 100 ms tick) with CLOCK_MONOTONIC
- *      (vDSO): fresh means alive, done;
- *   3. slow paths (resil_policy, resil_define, resil_delete, breaker
- *      control) run the same check.
- * Only when the heartbeat is stale (or 0: a clean stop) or the mapping is
- * retired do we touch the socket, at most once per RESIL_CHECK_NS: is our
- * control connection still open (poll, no wait)? If the daemon closed it,
- * connect and say hello, bounded by RESIL_PROBE_HOT_MS from a decision
- * (the full bound from an API slow path). Nobody answering: keep deciding
- * where we are, look again in a second. An answer with our epoch: done.
- * Another epoch: re-attach. So a process notices a fresh daemon at most
- * RESIL_CHECK_NS after a clean stop, RESIL_BEAT_STALE_NS + RESIL_CHECK_NS
- * after a crash, at once when its segments are retired.
- * Cost, measured with callgrind on a breaker and a bulkhead policy in
- * daemon mode (acquire + release, averaged): 532 instructions a pair
- * before mappings could change, 549 with the mapping pointer, the tagged
- * compare, the flag test and the acquire's check. In time, on the 2-vCPU
- * test machine (median of 5 runs): breaker 30.5 ns before, 31.2 after;
- * bulkhead 36.2 before, 35.4 after: within the machine's noise.
- *
- * Re-attach (under r->lock): get the new segments and map them; send
- * again every definition this process made (r->defs, in order), so the
- * fleet's workers keep their policies without restarting; claim a row in
- * the new segments; set RETIRED in the old state header (release; the
- * state segment is writable for clients) so every process still deciding
- * there sees it at its next check without waiting for the heartbeat;
- * publish the new mapping in r->cur (release: pairs with the hot path's
- * acquire, so whoever sees it sees its fields and row). Handles follow by
- * themselves: a handle caches its slot word XOR the mapping's tag (the
- * epoch, random per pair), which matches in no other mapping, so the next
- * call on any handle re-resolves its name in the new mapping. A name the
- * new daemon does not know (yet: the process that defines it has not
- * re-attached) is decided in the newest older mapping that has it,
- * uncached (a lock per call), until it appears.
- * Crash window: a process killed anywhere in here leaves at most a row
- * claimed in the new segments (the new daemon reclaims it: pidfd) and a
- * definition sent (kept, as any definition). Setting RETIRED in the old
- * segments is one fetch_or: idempotent, and only ever set on segments
- * whose daemon closed our connection and whose socket now answers with
- * another epoch.
- * Old mappings stay mapped until resil_close (their descriptors are
- * closed at once): threads may still be deciding there, permits granted
- * there are released there (a permit carries its mapping's seq % 32 and
- * its record index). Each restart without the store thus keeps one old
- * segment pair's touched pages alive per process until resil_close.
- */
-
-static RESIL_COLD struct resil_map *find_map(struct resil *r, uint32_t seq32)
-{
-	for (struct resil_map *m = ld_acquire(&r->cur); m; m = m->older) {
-		if (m->seq % 32 == seq32)
-			return m;
-	}
-	return NULL;
-}
-
-static int reattach(struct resil *r)
-{
-	struct resil_map *old = ld_acquire(&r->cur), *n;
-	uint32_t bound = 0;
-	int err;
-
-	n = calloc(1, sizeof(*n));
-	if (!n)
-		return -ENOMEM;
-	n->seg = &n->own;
-	n->own.cfg_fd = n->own.st_fd = -1;
-	err = get_segments(r, n->seg, &bound);
-	if (err < 0) {
-		free(n);
-		return err;
-	}
-	n->tag = n->seg->cfg->epoch;
-	n->seq = old->seq + 1;
-	n->older = old;
-	atomic_store_explicit(&n->row, -1, memory_order_relaxed);
-	/* our definitions first, so the handles re-resolve into them; one
-	 * that fails (a file defines the name, the new daemon refuses) is
-	 * that daemon's call */
-	for (struct resil_def *d = r->defs; d; d = d->next)
-		(void)send_define(r, d->name, d->text);
-	claim_row(r, n, bound);
-	/* release: a process that sees the flag sees nothing else from us;
-	 * it only tells it to look at the socket */
-	atomic_fetch_or_explicit(&old->seg->st->flags, RESIL_SEG_RETIRED, memory_order_release);
-	/* the descriptors of the old pair are not needed for its mapping */
-	if (old->seg->cfg_fd >= 0)
-		close(old->seg->cfg_fd);
-	if (old->seg->st_fd >= 0)
-		close(old->seg->st_fd);
-	old->seg->cfg_fd = old->seg->st_fd = -1;
-	st_release(&r->cur, n);
-	faa_relaxed(&r->reattaches, 1);
-	return 1;
-}
-
-/* Is the daemon we map still the one serving the socket? 0 yes (or we
- * cannot tell now: keep deciding), 1 re-attached, <0 the probe failed
- * (daemon down: keep deciding). Under r->lock. */
-static int liveness(struct resil *r, int timeout_ms)
-{
-	struct resil_map *m = ld_acquire(&r->cur);
-	int64_t mono = resil_clock_monotonic(NULL);
-	uint64_t beat;
-	bool retired;
-	int err;
-
-	if (r->embedded || !r->mapped)
-		return 0;
-	/* acquire: pairs with the release fetch_or of whoever retired it */
-	retired =
-	    (ld_acquire(&m->seg->cfg->flags) | ld_acquire(&m->seg->st->flags)) & RESIL_SEG_RETIRED;
-	if (!retired) {
-		beat = ld_relaxed(&m->seg->st->daemon_beat_ns);
-		if (beat && mono - (int64_t)beat < RESIL_BEAT_STALE_NS)
-			return 0;
-	}
-	if (mono < (int64_t)ld_relaxed(&r->next_probe_ns))
-		return 0;
-	st_relaxed(&r->next_probe_ns, (uint64_t)(mono + RESIL_CHECK_NS));
-	err = resil_priv_ctl_probe(r, timeout_ms);
-	if (err < 0)
-		return err;
-	if (r->daemon_epoch == m->tag && !retired)
-		return 0;
-	if (r->daemon_epoch == m->tag)
-		return 0; /* retired, yet its daemon serves it: nothing better */
-	return reattach(r);
-}
-
-/* After a control request: did it reach a daemon with other segments? */
-static int follow(struct resil *r)
-{
-	struct resil_map *m = ld_acquire(&r->cur);
-
-	if (r->embedded || !r->mapped || r->ctl_fd < 0 || r->daemon_epoch == m->tag)
-		return 0;
-	return reattach(r);
-}
-
-RESIL_COLD void resil_priv_check_slow(struct resil *r, int64_t now)
-{
-	int64_t next = (int64_t)ld_relaxed(&r->next_check_ns);
-
-	if (now < next && now >= next - 2 * RESIL_CHECK_NS)
-		return;
-	if (pthread_mutex_trylock(&r->lock) != 0)
-		return;
-	st_relaxed(&r->next_check_ns, (uint64_t)(now + RESIL_CHECK_NS));
-	(void)liveness(r, RESIL_PROBE_HOT_MS);
-	pthread_mutex_unlock(&r->lock);
-}
-
-/* The mapping a decision is about to use is retired: look now, unless a
- * look failed less than RESIL_CHECK_NS ago (then decide where we are). */
-static void __attribute__((noinline)) retired_slow(struct resil *r)
-{
-	if (resil_clock_monotonic(NULL) < (int64_t)ld_relaxed(&r->next_probe_ns))
-		return;
-	if (pthread_mutex_trylock(&r->lock) != 0)
-		return;
-	(void)liveness(r, RESIL_PROBE_HOT_MS);
-	pthread_mutex_unlock(&r->lock);
 }
 
 /* The clock reading a decision made, for resil_priv_check: x->now, or a
@@ -1158,7 +820,7 @@ RESIL_API int resil_policy(resil_t *r, const char *name, resil_policy_t **ret)
 		return -ENOTCONN;
 	fork_check(r);
 	pthread_mutex_lock(&r->lock);
-	(void)liveness(r, resil_priv_timeout_ms());
+	(void)resil_priv_liveness(r, resil_priv_timeout_ms());
 	err = lookup(r, name, &m, &slot, &word);
 	if (err < 0)
 		goto out;
@@ -1250,7 +912,7 @@ static RESIL_COLD const struct resil_rec *ctx_slow(resil_policy_t *p, struct res
 
 	/* relaxed: a hint; the slow path re-reads it with acquire under the lock */
 	if (ld_relaxed(&m->seg->cfg->flags) & RESIL_SEG_RETIRED)
-		retired_slow(r);
+		resil_priv_retired_slow(r);
 	rec = resolve(p, x, ret_m, err);
 	x->rec = rec;
 	if (rec)
@@ -1565,7 +1227,7 @@ release_unbound(struct resil *r, struct resil_permit_priv *pm, uint32_t tag, int
 	struct resil_map *m = ld_acquire(&r->cur);
 
 	if (RESIL_UNLIKELY((m->seq % 32) != seq32))
-		m = find_map(r, seq32);
+		m = resil_priv_find_map(r, seq32);
 	if (RESIL_UNLIKELY(!m || idx == 0 || idx > m->seg->cfg->rec_cap)) {
 		pm->flags = 0;
 		return;
@@ -1759,7 +1421,7 @@ RESIL_API int resil_force_state(resil_t *r, const char *name, int state)
 		req.force = &fs;
 		err = simple_request(r, &req, NULL);
 		if (err == 0)
-			(void)follow(r);
+			(void)resil_priv_follow(r);
 	}
 	pthread_mutex_unlock(&r->lock);
 	return err < 0 ? err : 0;
@@ -1786,7 +1448,7 @@ RESIL_API int resil_reset(resil_t *r, const char *name)
 		req.force = &fs;
 		err = simple_request(r, &req, NULL);
 		if (err == 0)
-			(void)follow(r);
+			(void)resil_priv_follow(r);
 	}
 	pthread_mutex_unlock(&r->lock);
 	return err < 0 ? err : 0;

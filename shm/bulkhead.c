@@ -24,16 +24,18 @@
  *   repair, only dead holders' slots to free.
  *   Why a bound: a walk reads every slot, and a walk comes with every
  *   16th rejection on the hint and with an admission into a nearly full
- *   pool. Measured here (component alone, 2-vCPU EPYC VM, fetch_add 4.5
- *   ns): enter+exit 7.8 ns at any size; a rejection of a saturated pool
- *   4.1 ns at 25 slots, 5.7 at 128, 8.0 at 256 (as much as an admission),
- *   21 at 512 (the spread slots outgrow L1: 64 KiB). Up to 128 a rejection
- *   stays cheaper than an admission and a pool takes 16 KiB at most;
- *   larger pools are counted (enter+exit 18.8 ns, a rejection 2.8).
+ *   pool. Measured (resil/bulkhead.acq_rel and resil/bulkhead.reject
+ *   across pool sizes; BENCHMARKS.md, "Figures behind the design
+ *   comments"): enter+exit costs the same at any size, a rejection of a
+ *   saturated pool grows with the size and matches an admission around
+ *   256 slots, beyond which the spread slots outgrow L1. Up to 128 a
+ *   rejection stays cheaper than an admission and a pool takes 16 KiB at
+ *   most; larger pools are counted.
  *   Slots are spread one per 128-byte line (resil_pool_shift's layout):
- *   packed, two processes on one max-25 policy bounced one line and made
- *   14-16 M decisions/s together; spread, 119-121 M/s (as on two
- *   policies). A single process measures the same either way.
+ *   packed, two processes on one max-25 policy bounce one line
+ *   (mp/bulkhead25 measures it: spread, they decide as fast as on two
+ *   policies; packed, several times slower). A single process measures
+ *   the same either way.
  *
  * COUNTED: everything else (waiters, priority partitions, pools above the
  * bound) and the adaptive limit's pool (adaptive.c: resil_pool_claim

@@ -13,8 +13,9 @@
  *
  * Why. Every decision that needs the time (GCRA, the breaker's time window
  *   and slow calls, histograms) reads this clock. clock_gettime through
- *   the vDSO costs 16-17 ns here against 7.5 for a bare rdtsc, and the
- *   GCRA admit is one clock read and one CAS: the read must get cheaper.
+ *   the vDSO costs about twice a bare rdtsc (floor/clock_monotonic against
+ *   floor/clock_fast), and the GCRA admit is one clock read and one CAS:
+ *   the read must get cheaper.
  *   resil_clock_monotonic() stays the plain clock_gettime: futex deadlines
  *   and sleeps are kernel time and use it.
  *   Per process, not a calibration published by the daemon: each process
@@ -70,8 +71,9 @@
  *   (S <= 16 I, and S <= I once I >= 100 ms), and dR the change of the
  *   kernel's CLOCK_MONOTONIC rate against the TSC since that interval. The
  *   first term is <= 16.5 J ticks for the first 17 ms of a process, <=
- *   6.75 J up to ~120 ms, then <= 1.5 J: 6.5 us, 2.7 us, 0.6 us at this
- *   machine's 2.6 GHz (0.17 ms at the slowest rate accepted, 10 ns per
+ *   6.75 J up to ~120 ms, then <= 1.5 J: a few microseconds at GHz rates
+ *   (BENCHMARKS.md, "Figures behind the design comments", converts them
+ *   for one machine; 0.17 ms at the slowest rate accepted, 10 ns per
  *   tick, for the first 17 ms). The second is 0 without NTP (here); NTP
  *   frequency updates move dR by a few ppm (1 ppm = 0.1 us over 100 ms),
  *   and the kernel bounds the frequency at +-500 ppm (a full swing: 100 us
@@ -79,13 +81,11 @@
  *   offset, up to 10 %) exceeds the bound for at most one span. Nothing
  *   accumulates: every anchor (<= 100 ms apart while the clock is read)
  *   resets the offset to the kernel's. The tolerance readers and tests
- *   assume is 1 ms. Measured here (tests/unit_clock.c prints it, 2e7
- *   readings across re-anchors and from 4 threads, the machine shared): a
- *   reading lies at most 0.26 us outside a pair of clock_gettime readings
- *   around it, and at most 0.13-0.32 us from their middle when the pair is
- *   under 200 ns apart; 4.7e7 such readings on a quiet machine: median
- *   -4 ns, 98% within [-120, +46] ns, worst 162 ns, growing from 0.11 us
- *   at an anchor to 0.16 us at the end of its span.
+ *   assume is 1 ms. The error measured (tests/unit_clock.c prints it:
+ *   readings across re-anchors and from 4 threads, each against a pair of
+ *   clock_gettime readings around it; BENCHMARKS.md, "Figures behind the
+ *   design comments", has a run) is a fraction of a microsecond, growing
+ *   from an anchor to the end of its span.
  *   At a re-anchor the reading may step back by up to that error; readers
  *   tolerate it (a duration now - start is clamped at 0, GCRA takes
  *   max(tat, now), comparisons are by difference). Two processes each

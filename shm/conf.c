@@ -5,7 +5,8 @@
  * The generic part lives here: splitting a text into pairs (';' or
  * newlines, '#' comments), the value parsers every component shares
  * (durations, rates, percents, numbers, booleans), and the dispatch of a
- * key to its component by prefix. Each component parses its own keys
+ * key to its component through the component table (comp.h: each row
+ * claims its own prefixes). Each component parses its own keys
  * (breaker.c, limit.c, ...), so a key and its meaning live together.
  *
  * Errors are precise and say where: "line N: key: what is wrong" in a text
@@ -24,12 +25,11 @@
 #include <string.h>
 
 #include "conf.h"
+#include "comp.h"
 #include "parse.h"
 #include "breaker.h"
-#include "limit.h"
 #include "bulkhead.h"
-#include "adaptive.h"
-#include "shed.h"
+#include "limit.h"
 #include "budget.h"
 
 #define KEY_MAX   96
@@ -39,12 +39,9 @@ void resil_conf_init(struct resil_conf *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->scope = RESIL_SCOPE_FLEET;
-	resil_breaker_conf_defaults(&c->breaker);
-	resil_limit_conf_defaults(&c->limit);
-	resil_bulkhead_conf_defaults(&c->bulkhead);
-	resil_adaptive_conf_defaults(&c->adaptive);
-	resil_shed_conf_defaults(&c->shed);
-	resil_retry_conf_defaults(&c->retry);
+	resil_comp_foreach (op)
+		if ((*op)->conf_defaults)
+			(*op)->conf_defaults(c);
 }
 
 static const char *skip_blank(const char *s)
@@ -267,28 +264,13 @@ static int conf_set(struct resil_conf *c, const char *key, const char *value, ch
 		c->limit.global = c->scope == RESIL_SCOPE_GLOBAL;
 		return 0;
 	}
-	if (strcmp(key, "histogram") == 0) {
-		if (resil_parse_bool(value, &c->histogram) < 0)
-			return resil_errf(err, errlen, -EINVAL, "histogram: '%s' is not on or off",
-					  value);
-		return 0;
+	/* the component whose key it is (each row knows its prefixes) */
+	r = -ENOENT;
+	resil_comp_foreach (op) {
+		r = (*op)->conf_set(c, key, value, err, errlen);
+		if (r != -ENOENT)
+			break;
 	}
-	if (strncmp(key, "breaker.", 8) == 0)
-		r = resil_breaker_conf_set(&c->breaker, key, value, err, errlen);
-	else if (strncmp(key, "limit.", 6) == 0)
-		r = resil_limit_conf_set(&c->limit, key, value, err, errlen);
-	else if (strncmp(key, "bulkhead.", 9) == 0)
-		r = resil_bulkhead_conf_set(&c->bulkhead, key, value, err, errlen);
-	else if (strncmp(key, "adaptive.", 9) == 0)
-		r = resil_adaptive_conf_set(&c->adaptive, key, value, err, errlen);
-	else if (strncmp(key, "shed.", 5) == 0)
-		r = resil_shed_conf_set(&c->shed, key, value, err, errlen);
-	else if (strncmp(key, "retry.", 6) == 0 || strncmp(key, "hedge.", 6) == 0 ||
-		 strcmp(key, "timeout") == 0 || strncmp(key, "timeout.", 8) == 0 ||
-		 strcmp(key, "idempotent") == 0)
-		r = resil_retry_conf_set(&c->retry, key, value, err, errlen);
-	else
-		r = -ENOENT;
 	return r;
 }
 
@@ -445,13 +427,13 @@ int resil_conf_check(const struct resil_conf *c, char *err, size_t errlen)
 {
 	if (c->scope == RESIL_SCOPE_GLOBAL && global_check(c, err, errlen) < 0)
 		return -EINVAL;
-	if (resil_limit_conf_check(&c->limit, err, errlen) < 0)
-		return -EINVAL;
-	if (c->adaptive.on && c->adaptive.min && c->adaptive.min > resil_adaptive_max(&c->adaptive))
-		return resil_errf(err, errlen, -EINVAL,
-				  "adaptive.min = %u is above adaptive.max = %u", c->adaptive.min,
-				  resil_adaptive_max(&c->adaptive));
-	return resil_retry_conf_check(&c->retry, err, errlen);
+	resil_comp_foreach (op) {
+		int r = (*op)->conf_check ? (*op)->conf_check(c, err, errlen) : 0;
+
+		if (r < 0)
+			return r;
+	}
+	return 0;
 }
 
 size_t resil_conf_format(const struct resil_conf *c, char *buf, size_t len)
@@ -472,20 +454,8 @@ size_t resil_conf_format(const struct resil_conf *c, char *buf, size_t len)
 		PUT((size_t)snprintf(AT, LEFT, "policy.scope = process\n"));
 	else if (c->scope == RESIL_SCOPE_GLOBAL)
 		PUT((size_t)snprintf(AT, LEFT, "policy.scope = global\n"));
-	if (c->histogram)
-		PUT((size_t)snprintf(AT, LEFT, "histogram = on\n"));
-	if (c->breaker.on)
-		PUT(resil_breaker_conf_format(&c->breaker, AT, LEFT));
-	if (c->limit.on)
-		PUT(resil_limit_conf_format(&c->limit, AT, LEFT));
-	if (c->bulkhead.on)
-		PUT(resil_bulkhead_conf_format(&c->bulkhead, AT, LEFT));
-	if (c->adaptive.on)
-		PUT(resil_adaptive_conf_format(&c->adaptive, AT, LEFT));
-	if (c->shed.on)
-		PUT(resil_shed_conf_format(&c->shed, AT, LEFT));
-	if (c->retry.on)
-		PUT(resil_retry_conf_format(&c->retry, AT, LEFT));
+	resil_comp_foreach (op)
+		PUT((*op)->conf_format(c, AT, LEFT));
 #undef PUT
 #undef AT
 #undef LEFT

@@ -1,7 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * limit.c - the rate limiter: GCRA in one word, an exact sliding window,
- * keyed tables with eviction.
+ * keyed tables with eviction (the table itself: limit_keyed.c).
+ *
+ * Size: above 900 lines on purpose: the algorithms' word operations, the
+ * sliding ring and the component's acquire share static inline helpers
+ * on the hot path, and the design below is one argument (the keyed
+ * table's code, cut along its own section, is limit_keyed.c).
  *
  * GCRA (limit.algorithm = gcra, the default)
  *   One 64-bit word, the theoretical arrival time (TAT, CLOCK_MONOTONIC ns).
@@ -57,7 +62,7 @@
  *   share a state.
  *   When both buckets are full and fewer than N keys are in use, the key
  *   goes on along a chain of following buckets marked FP_OVF (see
- *   key_find): no key is lost or evicted while the table is under
+ *   resil_limit_priv_key_find): no key is lost or evicted while the table is under
  *   capacity.
  *   Insert: CAS the fingerprint into an EMPTY entry (while fewer than N
  *   keys are in use), a TOMB, or evict: an idle key (its state equals a
@@ -115,11 +120,13 @@
  *   2 * count - 1, and the adversarial pattern reaches 2 * count - 1. A window index that wraps
  * (2^24 idle periods) reads as one window old for one period: conservative.
  *
- * Clock. GCRA needs the time on every call; clock_gettime costs ~4.5
- *   atomics here, CLOCK_MONOTONIC_COARSE ~0.5 at 4 ms resolution (same
- *   time base). When T >= RESIL_LIMIT_COARSE_FACTOR (16) x the coarse
- *   resolution (queried once per process: resil_clock_coarse_resolution_ns)
- *   the coarse reading is used, unless the call already holds a precise
+ * Clock. GCRA needs the time on every call; clock_gettime costs several
+ *   atomics, CLOCK_MONOTONIC_COARSE a fraction of one at a resolution of
+ *   milliseconds (same time base; floor/clock_monotonic and
+ *   floor/clock_coarse against floor/fetch_add). When T >=
+ *   RESIL_LIMIT_COARSE_FACTOR (16) x the coarse resolution (queried once
+ *   per process: resil_clock_coarse_resolution_ns) the coarse reading is
+ *   used, unless the call already holds a precise
  *   one (ctx->now). A coarse reading lags the precise time by less than
  *   one resolution r: the limiter then admits at most floor((elapsed + r)
  *   / T) + burst in any interval, i.e. at most 1/16 of a permit interval
@@ -208,7 +215,7 @@
  *   dry_run_rejects): clients, on rare events (and on every would-be
  *   rejection under dry run), with relaxed RMWs; `used` gates inserts and
  *   the daemon repairs it (above), full_event_ns elects the process that
- *   pushes an event (keys_full_event), the others are statistics that the
+ *   pushes an event (resil_limit_priv_keys_full_event), the others are statistics that the
  *   daemon and observers read with relaxed loads (resil_limit_info).
  *   Line 2: the daemon only (maintenance, the lease). A client killed anywhere around
  *   a dry-run count leaves nothing to repair: the count is one fetch_add,
@@ -234,60 +241,10 @@
 
 #include "limit.h"
 #include "limit_global.h"
+#include "limit_priv.h"
 #include "parse.h"
 #include "resil.h"
 #include "stats.h"
-
-#define RING_BIAS    (1LL << 62)
-#define AX_CMASK     ((1u << 20) - 1)
-#define AX_WMASK     0xffffffULL
-#define HEAL_SLACK   (10 * RESIL_NS_PER_S) /* a reading can be this stale */
-#define SWEEP_SLACK  RESIL_NS_PER_S	   /* idle this long before maintenance frees a key */
-#define INSERT_TRIES 8
-
-/* fixed SipHash key for keyed limiters without a segment (tests, tools) */
-#define FIXED_K0 0x0706050403020100ULL
-#define FIXED_K1 0x0f0e0d0c0b0a0908ULL
-
-#define cas_sc(p, e, v)                                                                            \
-	atomic_compare_exchange_strong_explicit((p), (e), (v), memory_order_seq_cst,               \
-						memory_order_seq_cst)
-#define ld_sc(p) atomic_load_explicit((p), memory_order_seq_cst)
-
-/* What one decision needs, computed once per call. */
-struct lp {
-	int64_t now;
-	int64_t T;	  /* emission interval */
-	int64_t tau;	  /* T * burst */
-	int64_t max_wait; /* limit.wait (the bounds: what any writer can have set) */
-	int64_t grant;	  /* longest reservation granted now: limit.wait, 0 under dry run */
-	int64_t P;	  /* period */
-	uint32_t L;	  /* count */
-	uint32_t n;	  /* permits */
-	int64_t slack;	  /* a GCRA TAT this far past tau + max_wait is healed */
-	unsigned algo;
-	ra64 *heals; /* the state's heal counter */
-};
-
-static inline struct resil_limit_state *lstate(void *st)
-{
-	return st;
-}
-
-static inline rai64 *ring_of(struct resil_limit_state *s)
-{
-	return (rai64 *)(void *)s->data;
-}
-
-static inline struct resil_limit_entry *table_of(struct resil_limit_state *s)
-{
-	return (struct resil_limit_entry *)(void *)s->data;
-}
-
-static inline uint32_t nbuckets(const struct resil_limit_conf *c)
-{
-	return c->keys / 2 ? c->keys / 2 : 1;
-}
 
 /* ---------------------------------------------------------------- math */
 
@@ -511,7 +468,7 @@ static void ax_give(ra64 *w, uint64_t win, uint32_t n)
 
 /* ------------------------------------------------ per-word dispatching */
 
-static inline int word_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp)
+inline int resil_limit_priv_word_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp)
 {
 	if (p->algo == RESIL_LIMIT_GCRA)
 		return gcra_take(w, p, wait, stamp);
@@ -527,7 +484,7 @@ static void word_give(ra64 *w, const struct lp *p, int64_t stamp)
 }
 
 /* The state equals a fresh one: evicting it loses nothing. */
-static bool word_idle(uint64_t v, const struct lp *p)
+bool resil_limit_priv_word_idle(uint64_t v, const struct lp *p)
 {
 	struct ax a;
 
@@ -538,7 +495,7 @@ static bool word_idle(uint64_t v, const struct lp *p)
 }
 
 /* Time until one permit passes: <= 0 means the key is not being limited. */
-static int64_t word_wait1(uint64_t v, const struct lp *p)
+int64_t resil_limit_priv_word_wait1(uint64_t v, const struct lp *p)
 {
 	struct ax a;
 
@@ -549,7 +506,7 @@ static int64_t word_wait1(uint64_t v, const struct lp *p)
 }
 
 /* Eviction order among keys not being limited: least recently used first. */
-static int64_t word_age(uint64_t v, const struct lp *p)
+int64_t resil_limit_priv_word_age(uint64_t v, const struct lp *p)
 {
 	struct ax a;
 
@@ -571,7 +528,7 @@ static bool word_swept(uint64_t v, const struct lp *p)
 
 	if (p->algo == RESIL_LIMIT_GCRA)
 		return (int64_t)v <= p->now - SWEEP_SLACK;
-	if (!word_idle(v, p))
+	if (!resil_limit_priv_word_idle(v, p))
 		return false;
 	/* the window written last ended at least SWEEP_SLACK ago */
 	win = (uint64_t)(p->now < 0 ? 0 : p->now) / (uint64_t)p->P;
@@ -583,7 +540,7 @@ static bool word_swept(uint64_t v, const struct lp *p)
 }
 
 /* Two states of one key, folded (max: never more permissive than either). */
-static uint64_t word_merge(uint64_t x, uint64_t y, const struct lp *p)
+uint64_t resil_limit_priv_word_merge(uint64_t x, uint64_t y, const struct lp *p)
 {
 	struct ax a, b;
 
@@ -725,414 +682,6 @@ static void slide_give(struct resil_limit_state *s, const struct lp *p,
 	}
 }
 
-/* ---------------------------------------------------------- keyed table */
-
-/*
- * The probe chain of a key: bucket b1, bucket b2, then, while the bucket
- * just visited (from b2 on) carries FP_OVF, the next buckets in order. A
- * new key goes to b1 or b2; only when both are full and the table holds
- * fewer than limit.keys keys does it go further, to the first bucket after
- * b2 with an EMPTY entry, after marking every bucket it passed (b2
- * included) with FP_OVF, so a lookup that follows the chain reaches it
- * before anyone can see it. Marks are never cleared during a table's life
- * (they only make some lookups read one more line). At <= 50% load the
- * chance that both buckets of a key are full is small (0.4% of keys at
- * 50%, see the top) but not nil, and the chain is what makes "no key is
- * lost while the table is not full" a guarantee.
- */
-#define FP_OVF (1ULL << 63) /* in entry 0's fingerprint word: the chain goes on */
-
-static inline uint64_t fp_key(uint64_t f)
-{
-	return f & ~FP_OVF;
-}
-
-static uint64_t key_fp(const struct resil_ctx *x, const void *key, size_t len)
-{
-	uint64_t k0 = FIXED_K0, k1 = FIXED_K1, fp;
-
-	if (x && x->seg && x->seg->cfg) {
-		k0 = x->seg->cfg->hash_k0;
-		k1 = x->seg->cfg->hash_k1;
-	}
-	fp = fp_key(resil_hash64(key, len, k0, k1));
-	return fp < 2 ? fp + 2 : fp;
-}
-
-struct chain {
-	uint32_t b1, b2, nb;
-};
-
-/* b2 != b1 (when nb > 1): b1 + 1 + [0, nb - 2] wraps at most once, so a
- * subtraction replaces the modulo (the one division left is fp's). */
-static inline void chain_init(struct chain *ch, uint64_t fp, uint32_t nb)
-{
-	uint32_t b2;
-
-	ch->nb = nb;
-	ch->b1 = (uint32_t)(((fp >> 32) * (uint64_t)nb) >> 32);
-	b2 = nb > 1 ? ch->b1 + 1 + (uint32_t)fp % (nb - 1) : ch->b1;
-	ch->b2 = b2 >= nb ? b2 - nb : b2;
-}
-
-/* The k-th bucket of the chain, k <= nb: b2 + k - 1 < 2 nb wraps at most
- * once. */
-static inline uint32_t chain_bucket(const struct chain *ch, uint32_t k)
-{
-	uint32_t b = ch->b2 + k - 1;
-
-	return k == 0 ? ch->b1 : b >= ch->nb ? b - ch->nb : b;
-}
-
-/* Does the chain go on after its k-th bucket? */
-static bool chain_next(struct resil_limit_entry *t, const struct chain *ch, uint32_t k,
-		       memory_order mo)
-{
-	if (ch->nb == 1)
-		return false;
-	if (k == 0)
-		return true;
-	if (k >= ch->nb)
-		return false; /* every bucket visited */
-	return atomic_load_explicit(&t[chain_bucket(ch, k) * RESIL_LIMIT_BUCKET].fp, mo) & FP_OVF;
-}
-
-/* The entry holding fp, or -1. */
-static int64_t key_find(struct resil_limit_entry *t, const struct chain *ch, uint64_t fp,
-			memory_order mo)
-{
-	uint32_t k, j, i;
-
-	for (k = 0;; k++) {
-		for (j = 0; j < RESIL_LIMIT_BUCKET; j++) {
-			i = chain_bucket(ch, k) * RESIL_LIMIT_BUCKET + j;
-			if (fp_key(atomic_load_explicit(&t[i].fp, mo)) == fp)
-				return i;
-		}
-		if (!chain_next(t, ch, k, mo))
-			return -1;
-	}
-}
-
-/* key_find for the daemon's tick: at most TWIN_WALK buckets of the chain,
- * -2 when the chain goes on past them. Every bucket's FP_OVF mark is any
- * client's to set, and the full walk of one key is then the whole table:
- * for every entry of the table, that would make one tick cost the table's
- * square. A chain that long exists only at a table that full in a run of
- * bad luck (or by a client's hand); its entries are then judged at a later
- * tick, once the chain is shorter, or never (kept, counted live). */
-#define TWIN_WALK 16
-static int64_t key_find_bounded(struct resil_limit_entry *t, const struct chain *ch, uint64_t fp)
-{
-	uint32_t k, j, i;
-
-	for (k = 0; k < TWIN_WALK; k++) {
-		for (j = 0; j < RESIL_LIMIT_BUCKET; j++) {
-			i = chain_bucket(ch, k) * RESIL_LIMIT_BUCKET + j;
-			if (fp_key(ld_sc(&t[i].fp)) == fp)
-				return i;
-		}
-		if (!chain_next(t, ch, k, memory_order_seq_cst))
-			return -1;
-	}
-	return -2;
-}
-
-static void mark_ovf(struct resil_limit_entry *t, uint32_t bucket)
-{
-	ra64 *w = &t[bucket * RESIL_LIMIT_BUCKET].fp;
-	uint64_t f = ld_sc(w);
-
-	while (!(f & FP_OVF) && !cas_sc(w, &f, f | FP_OVF))
-		;
-}
-
-/* An EMPTY entry past b2 (the chain marked up to it), or -1. */
-static int64_t overflow_slot(struct resil_limit_entry *t, const struct chain *ch, uint64_t *seen)
-{
-	uint32_t k, j, m, i;
-	uint64_t f;
-
-	if (ch->nb == 1)
-		return -1;
-	for (k = 2; k <= ch->nb; k++) {
-		for (j = 0; j < RESIL_LIMIT_BUCKET; j++) {
-			i = chain_bucket(ch, k) * RESIL_LIMIT_BUCKET + j;
-			f = ld_sc(&t[i].fp);
-			if (fp_key(f) != RESIL_LIMIT_FP_EMPTY)
-				continue;
-			for (m = 1; m < k; m++)
-				mark_ovf(t, chain_bucket(ch, m));
-			/* read again (a mark may have set this word's OVF bit), and
-			 * only an entry still EMPTY: another inserter may have
-			 * claimed it since, and the claim's CAS expects *seen, so
-			 * a key read here would be overwritten, its `used` count
-			 * left behind */
-			f = ld_sc(&t[i].fp);
-			if (fp_key(f) != RESIL_LIMIT_FP_EMPTY)
-				continue;
-			*seen = f;
-			return i;
-		}
-	}
-	return -1;
-}
-
-/* Reset a claimed entry's state from what the previous owner left. */
-static void entry_reset(struct resil_limit_entry *e, uint64_t seen)
-{
-	if (seen)
-		cas_relaxed(&e->st, &seen, 0); /* lost: someone already built on it */
-}
-
-/*
- * After a claim: one entry per key. The first holder of fp in chain order
- * stays; every later one is folded into it and becomes a TOMB. Processes
- * racing on one key all compute the same order, and the claims and these
- * loads are seq_cst, so at least one of two racers sees the other's claim.
- */
-static int64_t key_dedup(struct resil_limit_state *s, struct resil_limit_entry *t,
-			 const struct chain *ch, uint64_t fp, int64_t mine, const struct lp *p)
-{
-	int64_t first = -1;
-	uint32_t k, j, i;
-
-	for (k = 0;; k++) {
-		for (j = 0; j < RESIL_LIMIT_BUCKET; j++) {
-			uint64_t f, v, m;
-
-			i = chain_bucket(ch, k) * RESIL_LIMIT_BUCKET + j;
-			f = ld_sc(&t[i].fp);
-			if (fp_key(f) != fp || (int64_t)i == first)
-				continue;
-			if (first < 0) {
-				first = i;
-				continue;
-			}
-			v = ld_relaxed(&t[i].st);
-			m = ld_relaxed(&t[first].st);
-			while (!cas_relaxed(&t[first].st, &m, word_merge(m, v, p)))
-				;
-			if (cas_sc(&t[i].fp, &f, (f & FP_OVF) | RESIL_LIMIT_FP_TOMB)) {
-				faa_relaxed(&s->used, (uint64_t)-1);
-				faa_relaxed(&s->merges, 1);
-			}
-		}
-		if (!chain_next(t, ch, k, memory_order_seq_cst))
-			break;
-	}
-	return first >= 0 ? first : mine;
-}
-
-/*
- * Find or insert. Returns the entry index, or -1 when there is no room;
- * then *full_wait says when the first candidate stops being limited.
- */
-static int64_t key_get(struct resil_ctx *x, struct resil_limit_state *s,
-		       const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
-		       int64_t *full_wait)
-{
-	struct resil_limit_entry *t = table_of(s);
-	struct chain ch;
-	int64_t idx;
-	int tries;
-
-	chain_init(&ch, fp, nbuckets(c));
-	idx = key_find(t, &ch, fp, memory_order_acquire);
-	if (RESIL_LIKELY(idx >= 0))
-		return idx;
-
-	*full_wait = INT64_MAX;
-	for (tries = 0; tries < INSERT_TRIES; tries++) {
-		int64_t empty[2] = {-1, -1}, tomb = -1, idle = -1, cold = -1, pick;
-		int64_t cold_age = INT64_MAX, w, age;
-		uint64_t fps[2 * RESIL_LIMIT_BUCKET], sts[2 * RESIL_LIMIT_BUCKET] = {0};
-		uint64_t expect, seen = 0;
-		uint32_t k, j, nbk = ch.nb > 1 ? 2 : 1;
-		bool grow, evict;
-		int pos, ppos = -1;
-
-		/* the chain may have grown a holder of fp meanwhile */
-		idx = key_find(t, &ch, fp, memory_order_seq_cst);
-		if (idx >= 0)
-			return idx;
-		for (k = 0; k < nbk; k++) {
-			for (j = 0; j < RESIL_LIMIT_BUCKET; j++) {
-				uint64_t f;
-
-				pos = (int)(k * RESIL_LIMIT_BUCKET + j);
-				f = ld_sc(&t[chain_bucket(&ch, k) * RESIL_LIMIT_BUCKET + j].fp);
-				fps[pos] = f;
-				if (fp_key(f) == RESIL_LIMIT_FP_EMPTY) {
-					if (empty[k] < 0)
-						empty[k] = pos;
-					continue;
-				}
-				sts[pos] = ld_relaxed(
-				    &t[chain_bucket(&ch, k) * RESIL_LIMIT_BUCKET + j].st);
-				if (fp_key(f) == RESIL_LIMIT_FP_TOMB) {
-					if (tomb < 0)
-						tomb = pos;
-					continue;
-				}
-				/* state 0 under a key: claimed by an inserter that has
-				 * not taken its first permit yet. Never a victim: its
-				 * take would land on the evicting key's state. (One
-				 * whose inserter died is freed by the sweep.) */
-				if (sts[pos] == 0)
-					continue;
-				if (word_idle(sts[pos], p)) {
-					if (idle < 0)
-						idle = pos;
-					continue;
-				}
-				w = word_wait1(sts[pos], p);
-				if (w > 0) {
-					/* being limited: never evicted */
-					*full_wait = resil_min64(*full_wait, w);
-					continue;
-				}
-				age = word_age(sts[pos], p);
-				if (age < cold_age) {
-					cold_age = age;
-					cold = pos;
-				}
-			}
-		}
-		/*
-		 * Preference: an EMPTY entry, of b1 first, a TOMB,
-		 * an idle key (nothing lost), the chain past b2, the least
-		 * recently used key that is not being limited; else the table is
-		 * full for this key. EMPTY, TOMB and the chain add a key: they
-		 * take capacity first (fetch_add on `used`, given back if over),
-		 * so concurrent inserters never exceed limit.keys. Crash window:
-		 * a writer killed between taking capacity and its claim leaves
-		 * `used` one high (one key less fits) until the daemon recounts.
-		 */
-		pick = -1;
-		grow = (tomb >= 0 || empty[0] >= 0 || empty[1] >= 0 || idle < 0) &&
-		       ld_relaxed(&s->used) < c->keys;
-		if (grow && faa_relaxed(&s->used, 1) >= c->keys) {
-			faa_relaxed(&s->used, (uint64_t)-1);
-			grow = false;
-		}
-		if (grow && (empty[0] >= 0 || empty[1] >= 0)) {
-			ppos = (int)(empty[0] >= 0 ? empty[0] : empty[1]);
-		} else if (grow && tomb >= 0) {
-			ppos = (int)tomb;
-		} else if (idle >= 0) {
-			ppos = (int)idle;
-		} else if (grow && (pick = overflow_slot(t, &ch, &seen)) >= 0) {
-			ppos = -1;
-		} else if (cold >= 0) {
-			ppos = (int)cold;
-		} else {
-			if (grow)
-				faa_relaxed(&s->used, (uint64_t)-1);
-			return -1;
-		}
-		evict = ppos >= 0 && (ppos == idle || ppos == cold);
-		if (grow && evict) {
-			faa_relaxed(&s->used, (uint64_t)-1); /* a replacement adds no key */
-			grow = false;
-		}
-		if (ppos >= 0) {
-			pick = chain_bucket(&ch, (uint32_t)ppos / RESIL_LIMIT_BUCKET) *
-				   RESIL_LIMIT_BUCKET +
-			       (uint32_t)ppos % RESIL_LIMIT_BUCKET;
-			seen = fps[ppos];
-		}
-		expect = seen;
-		if (!cas_sc(&t[pick].fp, &expect, (seen & FP_OVF) | fp)) {
-			if (grow)
-				faa_relaxed(&s->used, (uint64_t)-1);
-			if (fp_key(expect) == fp)
-				return pick;
-			continue; /* the entry changed under us: look again */
-		}
-		/* crash window: a writer killed here leaves the victim's state in
-		 * place (conservative; entry_reset is one CAS) */
-		if (ppos >= 0)
-			entry_reset(&t[pick], sts[ppos]);
-		if (evict) {
-			faa_relaxed(&s->evictions, 1);
-			/* the policy's counter too (metrics); a crash between the
-			 * two leaves them one apart, both are statistics */
-			if (x->seg && x->rec && resil_has(x->rec, RESIL_C_STATS))
-				resil_stats_add(x, resil_comp_state(x->seg, x->rec, RESIL_C_STATS),
-						RESIL_STAT_EVICTIONS, 1);
-		}
-		return key_dedup(s, t, &ch, fp, pick, p);
-	}
-	return -1;
-}
-
-/*
- * A new key found no room (limit.when_full decides): RESIL_EV_KEYS_FULL, at
- * most once a second per policy. full_event_ns (line 1, clients, relaxed:
- * it publishes nothing, the CAS only elects the one process that pushes)
- * holds the limiter's reading at the last push; a value more than
- * HEAL_SLACK ahead of ours (corruption, or a reading from a clock that ran
- * ahead) does not silence the event for ever: it is replaced. Crash window:
- * a process killed between its CAS and its push loses that second's event;
- * the next refusal a second later pushes one (nothing to repair).
- */
-static void keys_full_event(struct resil_ctx *x, struct resil_limit_state *s,
-			    const struct resil_limit_conf *c, int64_t now)
-{
-	uint64_t last;
-	int64_t d;
-
-	if (!x->seg || !x->rec)
-		return;
-	last = ld_relaxed(&s->full_event_ns);
-	/* wrapping difference: last is any client-written value */
-	d = (int64_t)((uint64_t)now - last);
-	if (last && d < RESIL_NS_PER_S && d > -HEAL_SLACK)
-		return;
-	if (!cas_relaxed(&s->full_event_ns, &last, (uint64_t)(now > 0 ? now : 1)))
-		return; /* another process pushes this one */
-	resil_event_push_by(x->seg, x->client_id, x->pid, RESIL_EV_KEYS_FULL, x->rec->slot,
-			    x->rec->gen, c->when_full_admit ? 1u : 0u, 0, 0, c->keys, now);
-}
-
-static int keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
-		      const struct resil_limit_conf *c, const struct lp *p,
-		      struct resil_permit_priv *pm)
-{
-	struct resil_limit_entry *t = table_of(s);
-	uint64_t fp = key_fp(x, x->key, x->key_len);
-	int64_t idx, full_wait = INT64_MAX, wait = 0, stamp = 0;
-	int v;
-
-	idx = key_get(x, s, c, p, fp, &full_wait);
-	if (idx < 0) {
-		keys_full_event(x, s, c, p->now);
-		if (c->when_full_admit) {
-			faa_relaxed(&s->full_admits, 1);
-			pm->key_idx = 0;
-			pm->wait_ns = 0;
-			return 0;
-		}
-		faa_relaxed(&s->full_rejects, 1);
-		if (full_wait == INT64_MAX || full_wait <= 0)
-			full_wait = p->algo == RESIL_LIMIT_GCRA ? p->T : p->P;
-		pm->wait_ns = full_wait;
-		return RESIL_REJECT_LIMITED;
-	}
-	v = word_take(&t[idx].st, p, &wait, &stamp);
-	pm->wait_ns = wait;
-	if (v)
-		return v;
-	pm->key_idx = (uint32_t)idx + 1;
-	pm->limit_tat = (uint64_t)stamp;
-	/* policy.scope = global: the key's admissions for the next exchange
-	 * (limit_global.c) */
-	if (RESIL_UNLIKELY(c->global))
-		faa_relaxed(&resil_limit_global_counts(c, s)[idx], p->n);
-	return 0;
-}
-
 int64_t resil_limit_key_entry(const struct resil_limit_conf *c, void *st, uint64_t fp, int64_t now,
 			      bool insert)
 {
@@ -1145,12 +694,12 @@ int64_t resil_limit_key_entry(const struct resil_limit_conf *c, void *st, uint64
 	if (!c->keys || fp < 2 || (fp & FP_OVF))
 		return -1;
 	chain_init(&ch, fp, nbuckets(c));
-	idx = key_find_bounded(table_of(s), &ch, fp);
+	idx = resil_limit_priv_key_find_bounded(table_of(s), &ch, fp);
 	if (idx >= 0 || idx == -2 || !insert)
 		return idx >= 0 ? idx : -1;
 	lp_init(&p, c, now, 1);
 	p.heals = &s->heals;
-	return key_get(&x, s, c, &p, fp, &full_wait);
+	return resil_limit_priv_key_get(&x, s, c, &p, fp, &full_wait);
 }
 
 /* ------------------------------------------------------ the component */
@@ -1235,7 +784,7 @@ static void carry_key(struct resil_limit_state *ns, const struct resil_limit_con
 		return;
 	chain_init(&ch, fp, nbuckets(nc));
 	nbk = ch.nb > 1 ? 2 : 1;
-	/* the first EMPTY entry of b1, then of b2 (as key_get fills) */
+	/* the first EMPTY entry of b1, then of b2 (as resil_limit_priv_key_get fills) */
 	for (k = 0; k < nbk && pick < 0; k++) {
 		for (j = 0; j < RESIL_LIMIT_BUCKET && pick < 0; j++) {
 			int64_t e = chain_bucket(&ch, k) * RESIL_LIMIT_BUCKET + j;
@@ -1245,7 +794,7 @@ static void carry_key(struct resil_limit_state *ns, const struct resil_limit_con
 		}
 	}
 	if (pick < 0)
-		pick = overflow_slot(t, &ch, &seen);
+		pick = resil_limit_priv_overflow_slot(t, &ch, &seen);
 	if (pick < 0)
 		return;
 	st_relaxed(&t[pick].fp, (ld_relaxed(&t[pick].fp) & FP_OVF) | fp);
@@ -1276,7 +825,7 @@ void resil_limit_carry(void *nst, const struct resil_limit_conf *nc, const void 
 		for (i = 0; i < n; i++) {
 			uint64_t f = fp_key(ld_relaxed(&t[i].fp)), v = ld_relaxed(&t[i].st);
 
-			if (f > RESIL_LIMIT_FP_TOMB && !word_idle(v, &p))
+			if (f > RESIL_LIMIT_FP_TOMB && !resil_limit_priv_word_idle(v, &p))
 				carry_key(ns, nc, f, v);
 		}
 	} else if (!nc->keys && !oc->keys && nc->algorithm == RESIL_LIMIT_SLIDING) {
@@ -1389,11 +938,11 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 		return -E2BIG;
 	pm->key_idx = 0;
 	if (c->keys && x->key) {
-		v = keyed_take(x, s, c, &p, pm);
+		v = resil_limit_priv_keyed_take(x, s, c, &p, pm);
 	} else if (p.algo == RESIL_LIMIT_SLIDING) {
 		v = slide_take(s, &p, pm);
 	} else {
-		v = word_take(&s->word, &p, &wait, &stamp);
+		v = resil_limit_priv_word_take(&s->word, &p, &wait, &stamp);
 		pm->wait_ns = wait;
 		pm->limit_tat = (uint64_t)stamp;
 	}
@@ -1428,7 +977,7 @@ void resil_limit_undo(struct resil_ctx *x, const struct resil_limit_conf *c, voi
 		if (!idx || idx > (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET)
 			return;
 		e = &table_of(s)[idx - 1];
-		if (fp_key(ld_acquire(&e->fp)) != key_fp(x, x->key, x->key_len))
+		if (fp_key(ld_acquire(&e->fp)) != resil_limit_priv_key_fp(x, x->key, x->key_len))
 			return; /* the entry changed hands meanwhile */
 		word_give(&e->st, &p, (int64_t)pm->limit_tat);
 	} else if (p.algo == RESIL_LIMIT_SLIDING) {
@@ -1488,13 +1037,13 @@ void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c,
 		/* a twin left by an inserter killed before its re-read (or a key
 		 * no lookup can reach): fold it into the entry lookups find */
 		chain_init(&ch, fp_key(f), nbuckets(c));
-		first = key_find_bounded(table_of(s), &ch, fp_key(f));
+		first = resil_limit_priv_key_find_bounded(table_of(s), &ch, fp_key(f));
 		if (first != (int64_t)i && first != -2) {
 			if (first >= 0) {
 				uint64_t m = ld_relaxed(&table_of(s)[first].st);
 
-				while (
-				    !cas_relaxed(&table_of(s)[first].st, &m, word_merge(m, v, &p)))
+				while (!cas_relaxed(&table_of(s)[first].st, &m,
+						    resil_limit_priv_word_merge(m, v, &p)))
 					;
 			}
 			if (cas_sc(&e->fp, &f, (f & FP_OVF) | RESIL_LIMIT_FP_TOMB)) {
@@ -1589,12 +1138,12 @@ int resil_limit_key_info(struct resil_ctx *x, const struct resil_limit_conf *c, 
 	lp_init(&p, c, resil_clock_now(&x->clock), 1);
 	if (c->keys && key) {
 		struct resil_limit_entry *t = table_of(s);
-		uint64_t fp = key_fp(x, key, len);
+		uint64_t fp = resil_limit_priv_key_fp(x, key, len);
 		struct chain ch;
 		int64_t i;
 
 		chain_init(&ch, fp, nbuckets(c));
-		i = key_find(t, &ch, fp, memory_order_acquire);
+		i = resil_limit_priv_key_find(t, &ch, fp, memory_order_acquire);
 		if (i < 0)
 			return -ENOENT;
 		v = ld_relaxed(&t[i].st);
@@ -1622,7 +1171,7 @@ int resil_limit_key_info(struct resil_ctx *x, const struct resil_limit_conf *c, 
 		*tat_or_count =
 		    (int64_t)a.cur + (int64_t)muldiv(a.prev, (uint64_t)(p.P - a.e), (uint64_t)p.P);
 	}
-	w = word_wait1(v, &p);
+	w = resil_limit_priv_word_wait1(v, &p);
 	*wait_ns = w > 0 ? w : 0;
 	return 0;
 }

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "policy.h"
+#include "comp.h"
 #include "breaker.h"
 #include "limit.h"
 #include "bulkhead.h"
@@ -48,33 +49,29 @@
 #include "budget.h"
 #include "stats.h"
 
-static bool budget_own(const struct resil_conf *c)
+#ifdef RESIL_TEST_COUNTER
+/* A test build: the hot path below keeps its code under a _core name, and
+ * the wrappers at the end of this file add the hooks of the table's rows
+ * that observe decisions (comp.h: acquired, released). */
+#define resil_policy_acquire resil_policy_acquire_core
+#define resil_policy_release resil_policy_release_core
+#endif
+
+/* A component's row in the table, NULL when this build has none. */
+static const struct resil_comp_ops *comp_row(enum resil_comp comp)
 {
-	return c->retry.budget_kind == RESIL_BUDGET_GRPC || c->retry.budget_kind == RESIL_BUDGET_AWS ||
-	       c->retry.budget_kind == RESIL_BUDGET_RATIO;
+	resil_comp_foreach (op)
+		if ((*op)->id == comp)
+			return *op;
+	return NULL;
 }
 
 /* A component's state size, 0 when the configuration has none. */
 static uint64_t comp_size(const struct resil_conf *c, enum resil_comp comp)
 {
-	switch (comp) {
-	case RESIL_C_STATS:
-		return resil_stats_state_size(c);
-	case RESIL_C_BREAKER:
-		return c->breaker.on ? resil_breaker_state_size(&c->breaker) : 0;
-	case RESIL_C_LIMIT:
-		return c->limit.on ? resil_limit_state_size(&c->limit) : 0;
-	case RESIL_C_BULKHEAD:
-		return c->bulkhead.on ? resil_bulkhead_state_size(&c->bulkhead) : 0;
-	case RESIL_C_ADAPTIVE:
-		return c->adaptive.on ? resil_adaptive_state_size(&c->adaptive) : 0;
-	case RESIL_C_SHED:
-		return c->shed.on ? resil_shed_state_size(&c->shed) : 0;
-	case RESIL_C_BUDGET:
-		return budget_own(c) ? resil_budget_state_size(&c->retry) : 0;
-	default:
-		return 0;
-	}
+	const struct resil_comp_ops *op = comp_row(comp);
+
+	return op ? op->state_size(c) : 0;
 }
 
 /* The decision components first (a process's copy is that prefix), then
@@ -105,6 +102,21 @@ static uint64_t lay(const struct resil_conf *conf, const enum resil_comp *order,
 		if (comp == RESIL_C_STATS && !*copy)
 			*copy = off;
 		if (!size && comp != RESIL_C_STATS)
+			continue;
+		comp_off[comp] = (uint32_t)off;
+		comps |= 1u << comp;
+		off += resil_align_up(size, RESIL_HOT_ALIGN);
+	}
+	/* rows of the table outside the fixed order (a build's own
+	 * components, fleet-wide): after it, in table order */
+	resil_comp_foreach (op) {
+		enum resil_comp comp = (*op)->id;
+		uint64_t size = (*op)->state_size(conf);
+		bool known = false;
+
+		for (size_t i = 0; i < RESIL_ARRAY_SIZE(layout_order); i++)
+			known |= order[i] == comp;
+		if (known || !size)
 			continue;
 		comp_off[comp] = (uint32_t)off;
 		comps |= 1u << comp;
@@ -169,29 +181,19 @@ static uint64_t decision_base(const struct resil_ctx *c, const struct resil_rec 
 static void init_decisions(const struct resil_seg *s, const struct resil_rec *rec, uint64_t base,
 			   int64_t now)
 {
-	const struct resil_conf *c = &rec->conf;
-
-	if (resil_has(rec, RESIL_C_BREAKER))
-		resil_breaker_state_init(blk(s, rec, base, RESIL_C_BREAKER), &c->breaker, now);
-	if (resil_has(rec, RESIL_C_LIMIT))
-		resil_limit_state_init(blk(s, rec, base, RESIL_C_LIMIT), &c->limit, now);
-	if (resil_has(rec, RESIL_C_BULKHEAD))
-		resil_bulkhead_state_init(blk(s, rec, base, RESIL_C_BULKHEAD), &c->bulkhead, now);
-	if (resil_has(rec, RESIL_C_ADAPTIVE))
-		resil_adaptive_state_init(blk(s, rec, base, RESIL_C_ADAPTIVE), &c->adaptive, now);
-	if (resil_has(rec, RESIL_C_SHED))
-		resil_shed_state_init(blk(s, rec, base, RESIL_C_SHED), &c->shed, now);
+	resil_comp_foreach (op)
+		if ((*op)->decision && resil_has(rec, (*op)->id))
+			(*op)->state_init(blk(s, rec, base, (*op)->id), &rec->conf, now);
 }
 
 void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, int64_t now)
 {
-	const struct resil_conf *c = &rec->conf;
-
 	memset(resil_seg_state(s, rec->state_off), 0, rec->state_size);
-	resil_stats_state_init(resil_comp_state(s, rec, RESIL_C_STATS), c, now);
+	/* the fleet-wide components (the counters, the retry budget) */
+	resil_comp_foreach (op)
+		if (!(*op)->decision && resil_has(rec, (*op)->id))
+			(*op)->state_init(resil_comp_state(s, rec, (*op)->id), &rec->conf, now);
 	init_decisions(s, rec, rec->state_off, now);
-	if (resil_has(rec, RESIL_C_BUDGET))
-		resil_budget_state_init(resil_comp_state(s, rec, RESIL_C_BUDGET), &c->retry, now);
 	/* process scope: every row's copy starts fresh (this touches the
 	 * copies' pages once: client_cap x proc_stride bytes) */
 	for (uint32_t i = 0; rec->proc_stride && i < s->geo.client_cap; i++) {
@@ -204,55 +206,41 @@ void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, i
 
 bool resil_policy_same_shape(const struct resil_conf *a, const struct resil_conf *b)
 {
-	if (a->scope != b->scope || !resil_stats_same_shape(a, b))
+	if (a->scope != b->scope)
 		return false;
-	if (a->breaker.on != b->breaker.on || a->limit.on != b->limit.on ||
-	    a->bulkhead.on != b->bulkhead.on || a->adaptive.on != b->adaptive.on ||
-	    a->shed.on != b->shed.on || budget_own(a) != budget_own(b))
-		return false;
-	if (a->breaker.on && !resil_breaker_same_shape(&a->breaker, &b->breaker))
-		return false;
-	if (a->limit.on && !resil_limit_same_shape(&a->limit, &b->limit))
-		return false;
-	if (a->bulkhead.on && !resil_bulkhead_same_shape(&a->bulkhead, &b->bulkhead))
-		return false;
-	if (a->adaptive.on && !resil_adaptive_same_shape(&a->adaptive, &b->adaptive))
-		return false;
-	if (a->shed.on && !resil_shed_same_shape(&a->shed, &b->shed))
-		return false;
-	if (budget_own(a) && !resil_budget_same_shape(&a->retry, &b->retry))
-		return false;
+	resil_comp_foreach (op) {
+		bool has = (*op)->state_size(a) != 0;
+
+		if (has != ((*op)->state_size(b) != 0))
+			return false;
+		if (has && !(*op)->same_shape(a, b))
+			return false;
+	}
 	return true;
 }
 
 static void carry_decisions(const struct resil_seg *s, struct resil_rec *nrec, uint64_t nbase,
 			    const struct resil_rec *orec, uint64_t obase, int64_t now)
 {
-	const struct resil_conf *nc = &nrec->conf, *oc = &orec->conf;
+	resil_comp_foreach (op) {
+		enum resil_comp comp = (*op)->id;
 
-#define CARRY(comp, fn, field)                                                                     \
-	do {                                                                                       \
-		if (resil_has(nrec, comp) && resil_has(orec, comp))                                \
-			fn(blk(s, nrec, nbase, comp), &nc->field, blk(s, orec, obase, comp),       \
-			   &oc->field, now);                                                       \
-	} while (0)
-	CARRY(RESIL_C_BREAKER, resil_breaker_carry, breaker);
-	CARRY(RESIL_C_LIMIT, resil_limit_carry, limit);
-	CARRY(RESIL_C_BULKHEAD, resil_bulkhead_carry, bulkhead);
-	CARRY(RESIL_C_ADAPTIVE, resil_adaptive_carry, adaptive);
-	CARRY(RESIL_C_SHED, resil_shed_carry, shed);
-#undef CARRY
+		if ((*op)->decision && resil_has(nrec, comp) && resil_has(orec, comp))
+			(*op)->carry(blk(s, nrec, nbase, comp), &nrec->conf,
+				     blk(s, orec, obase, comp), &orec->conf, now);
+	}
 }
 
 void resil_policy_carry(const struct resil_seg *s, struct resil_rec *nrec,
 			const struct resil_rec *orec, int64_t now)
 {
-	resil_stats_carry(resil_comp_state(s, nrec, RESIL_C_STATS), &nrec->conf,
-			  resil_comp_state(s, orec, RESIL_C_STATS), &orec->conf, now);
-	if (resil_has(nrec, RESIL_C_BUDGET) && resil_has(orec, RESIL_C_BUDGET))
-		resil_budget_carry(resil_comp_state(s, nrec, RESIL_C_BUDGET), &nrec->conf.retry,
-				   resil_comp_state(s, orec, RESIL_C_BUDGET), &orec->conf.retry,
-				   now);
+	resil_comp_foreach (op) {
+		enum resil_comp comp = (*op)->id;
+
+		if (!(*op)->decision && resil_has(nrec, comp) && resil_has(orec, comp))
+			(*op)->carry(resil_comp_state(s, nrec, comp), &nrec->conf,
+				     resil_comp_state(s, orec, comp), &orec->conf, now);
+	}
 	carry_decisions(s, nrec, nrec->state_off, orec, orec->state_off, now);
 	/* a change of shape within process scope keeps each row's OPEN state */
 	for (uint32_t i = 0; nrec->proc_stride && orec->proc_stride && i < s->geo.client_cap; i++)
@@ -365,29 +353,18 @@ void resil_policy_release(struct resil_ctx *c, const struct resil_rec *rec,
 
 static void maintain_block(struct resil_ctx *c, const struct resil_rec *rec, uint64_t base)
 {
-	const struct resil_seg *s = c->seg;
-	const struct resil_conf *cf = &rec->conf;
-
-	if (resil_has(rec, RESIL_C_BREAKER))
-		resil_breaker_maintain(c, &cf->breaker, blk(s, rec, base, RESIL_C_BREAKER));
-	if (resil_has(rec, RESIL_C_LIMIT))
-		resil_limit_maintain(c, &cf->limit, blk(s, rec, base, RESIL_C_LIMIT));
-	if (resil_has(rec, RESIL_C_BULKHEAD))
-		resil_bulkhead_maintain(c, &cf->bulkhead, blk(s, rec, base, RESIL_C_BULKHEAD));
-	if (resil_has(rec, RESIL_C_ADAPTIVE))
-		resil_adaptive_maintain(c, &cf->adaptive, blk(s, rec, base, RESIL_C_ADAPTIVE));
-	if (resil_has(rec, RESIL_C_SHED))
-		resil_shed_maintain(c, &cf->shed, blk(s, rec, base, RESIL_C_SHED));
+	resil_comp_foreach (op)
+		if ((*op)->decision && (*op)->maintain && resil_has(rec, (*op)->id))
+			(*op)->maintain(c, &rec->conf, blk(c->seg, rec, base, (*op)->id));
 }
 
 void resil_policy_maintain(struct resil_ctx *c, const struct resil_rec *rec)
 {
 	c->rec = rec;
 	/* fleet-wide only: the counters and the retry budget */
-	resil_stats_maintain(c, &rec->conf, resil_comp_state(c->seg, rec, RESIL_C_STATS));
-	if (resil_has(rec, RESIL_C_BUDGET))
-		resil_budget_maintain(c, &rec->conf.retry,
-				      resil_comp_state(c->seg, rec, RESIL_C_BUDGET));
+	resil_comp_foreach (op)
+		if (!(*op)->decision && (*op)->maintain && resil_has(rec, (*op)->id))
+			(*op)->maintain(c, &rec->conf, resil_comp_state(c->seg, rec, (*op)->id));
 	maintain_block(c, rec, rec->state_off);
 	/* process scope: the copies of live rows only */
 	for (uint32_t i = 0; rec->proc_stride && i < c->seg->geo.client_cap; i++)
@@ -416,30 +393,18 @@ void resil_policy_maintain(struct resil_ctx *c, const struct resil_rec *rec)
 static uint32_t adopt_block(struct resil_ctx *c, const struct resil_rec *rec, uint64_t base,
 			    int64_t now)
 {
-	const struct resil_conf *cf = &rec->conf;
-	const struct resil_seg *s = c->seg;
 	uint32_t n = 0;
-	void *b;
 
-	if (resil_has(rec, RESIL_C_BREAKER) &&
-	    !resil_breaker_layout_ok(&cf->breaker, b = blk(s, rec, base, RESIL_C_BREAKER))) {
-		resil_breaker_state_init(b, &cf->breaker, now);
-		n++;
-	}
-	if (resil_has(rec, RESIL_C_BULKHEAD) &&
-	    !resil_bulkhead_layout_ok(&cf->bulkhead, b = blk(s, rec, base, RESIL_C_BULKHEAD))) {
-		resil_bulkhead_state_init(b, &cf->bulkhead, now);
-		n++;
-	}
-	if (resil_has(rec, RESIL_C_ADAPTIVE) &&
-	    !resil_adaptive_layout_ok(&cf->adaptive, b = blk(s, rec, base, RESIL_C_ADAPTIVE))) {
-		resil_adaptive_state_init(b, &cf->adaptive, now);
-		n++;
-	}
-	if (resil_has(rec, RESIL_C_SHED) &&
-	    !resil_shed_layout_ok(&cf->shed, b = blk(s, rec, base, RESIL_C_SHED))) {
-		resil_shed_state_init(b, &cf->shed, now);
-		n++;
+	resil_comp_foreach (op) {
+		void *b;
+
+		if (!(*op)->decision || !(*op)->layout_ok || !resil_has(rec, (*op)->id))
+			continue;
+		b = blk(c->seg, rec, base, (*op)->id);
+		if (!(*op)->layout_ok(&rec->conf, b)) {
+			(*op)->state_init(b, &rec->conf, now);
+			n++;
+		}
 	}
 	return n;
 }
@@ -461,22 +426,10 @@ void resil_policy_adopt(struct resil_ctx *c, const struct resil_rec *rec)
 static void reclaim_block(struct resil_ctx *c, const struct resil_rec *rec, uint64_t base,
 			  uint32_t dead, struct resil_reclaim_counts *counts)
 {
-	const struct resil_seg *s = c->seg;
-	const struct resil_conf *cf = &rec->conf;
-
-	if (resil_has(rec, RESIL_C_BREAKER))
-		resil_breaker_reclaim(c, &cf->breaker, blk(s, rec, base, RESIL_C_BREAKER), dead,
-				      counts);
-	if (resil_has(rec, RESIL_C_LIMIT))
-		resil_limit_reclaim(c, &cf->limit, blk(s, rec, base, RESIL_C_LIMIT), dead, counts);
-	if (resil_has(rec, RESIL_C_BULKHEAD))
-		resil_bulkhead_reclaim(c, &cf->bulkhead, blk(s, rec, base, RESIL_C_BULKHEAD), dead,
+	resil_comp_foreach (op)
+		if ((*op)->decision && (*op)->reclaim && resil_has(rec, (*op)->id))
+			(*op)->reclaim(c, &rec->conf, blk(c->seg, rec, base, (*op)->id), dead,
 				       counts);
-	if (resil_has(rec, RESIL_C_ADAPTIVE))
-		resil_adaptive_reclaim(c, &cf->adaptive, blk(s, rec, base, RESIL_C_ADAPTIVE), dead,
-				       counts);
-	if (resil_has(rec, RESIL_C_SHED))
-		resil_shed_reclaim(c, &cf->shed, blk(s, rec, base, RESIL_C_SHED), dead, counts);
 }
 
 void resil_policy_reclaim(struct resil_ctx *c, const struct resil_rec *rec, uint32_t dead_client,
@@ -585,3 +538,27 @@ int resil_policy_force(struct resil_ctx *c, const struct resil_rec *rec, int sta
 					state);
 	return r;
 }
+
+#ifdef RESIL_TEST_COUNTER
+#undef resil_policy_acquire
+#undef resil_policy_release
+int resil_policy_acquire(struct resil_ctx *c, const struct resil_rec *rec,
+			 struct resil_permit_priv *pm, const void *key, size_t key_len)
+{
+	int v = resil_policy_acquire_core(c, rec, pm, key, key_len);
+
+	resil_comp_foreach (op)
+		if (v == 0 && (*op)->acquired && resil_has(rec, (*op)->id))
+			(*op)->acquired(c, &rec->conf, resil_comp_state(c->seg, rec, (*op)->id));
+	return v;
+}
+
+void resil_policy_release(struct resil_ctx *c, const struct resil_rec *rec,
+			  struct resil_permit_priv *pm, int outcome)
+{
+	resil_comp_foreach (op)
+		if ((*op)->released && resil_has(rec, (*op)->id))
+			(*op)->released(c, &rec->conf, resil_comp_state(c->seg, rec, (*op)->id));
+	resil_policy_release_core(c, rec, pm, outcome);
+}
+#endif

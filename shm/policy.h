@@ -27,7 +27,8 @@
  *   void   X_maintain(ctx, const conf *, void *st)         daemon tick, idle policies
  *   void   X_reclaim(ctx, const conf *, void *st, uint32_t dead_client_id, counts)
  * State blocks are 128-byte aligned; their hot words follow the cache-line
- * rules of seg.h.
+ * rules of seg.h. Everything but acquire, undo and release reaches the
+ * components through the component table (comp.h), one row each.
  */
 #ifndef RESIL_SHM_POLICY_H
 #define RESIL_SHM_POLICY_H

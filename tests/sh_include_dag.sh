@@ -25,12 +25,12 @@ trap 'rm -rf "$tmp"' EXIT
 # layer  files of shm/
 layers='
 0 common.h common.c clock.c pcpu.h parse.h parse.c conf_types.h
-1 seg.h policy.h
-2 stats.h stats.c breaker.h breaker.c breaker_conf.c limit.h limit.c
+1 seg.h policy.h comp.h
+2 stats.h stats.c breaker.h breaker.c breaker_conf.c limit.h limit.c limit_priv.h limit_keyed.c
 2 limit_global.h limit_global.c
 2 bulkhead.h bulkhead.c adaptive.h adaptive.c shed.h shed.c
-2 budget.h retry.c budget.c
-3 conf.h conf.c policy.c seg.c metrics.h metrics.c
+2 budget.h retry.c budget.c counter.h counter.c
+3 comp.c conf.h conf.c policy.c seg.c metrics.h metrics.c
 '
 
 # The folder of the file an include names: its own folder first, then the

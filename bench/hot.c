@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * hot.c - resil_bench's resil hot paths: every component's acquire and
+ * release, keyed limiters, resil_call and retries, on the fleet's
+ * segments and per process.
+ */
+#include "bench.h"
+
+/* ---------------------------------------------------------------------- */
+/* resil hot paths */
+
+static void loop_acq_rel(void *ctx, uint64_t n)
+{
+	struct pctx *x = ctx;
+	uint64_t a = 0;
+
+	for (uint64_t i = 0; i < n; i++) {
+		resil_permit_t pm;
+
+		if (resil_acquire(x->p, &pm) == RESIL_ADMIT) {
+			a++;
+			resil_release(x->p, &pm, RESIL_SUCCESS);
+		}
+	}
+	admits += a;
+}
+
+static void loop_keyed(void *ctx, uint64_t n)
+{
+	struct pctx *x = ctx;
+	uint64_t a = 0, pos = x->pos;
+
+	for (uint64_t i = 0; i < n; i++, pos++) {
+		uint32_t k = key_of(x->seq[pos & (SEQ_LEN - 1)]);
+		resil_permit_t pm;
+
+		if (resil_acquire_key(x->p, &k, sizeof(k), &pm) == RESIL_ADMIT) {
+			a++;
+			resil_release(x->p, &pm, RESIL_SUCCESS);
+		}
+	}
+	x->pos = pos;
+	admits += a;
+}
+
+static int call_ok(void *arg, resil_attempt_t *a)
+{
+	return dep_ok((uint64_t)(uintptr_t)arg);
+}
+
+static void loop_call(void *ctx, uint64_t n)
+{
+	struct pctx *x = ctx;
+	uint64_t a = 0;
+
+	for (uint64_t i = 0; i < n; i++)
+		a += resil_call(x->p, call_ok, NULL) == 0;
+	admits += a;
+}
+
+/* One retry decision against the budget: begin, then "may I retry?" */
+static void loop_retry(void *ctx, uint64_t n)
+{
+	struct pctx *x = ctx;
+	uint64_t a = 0;
+
+	for (uint64_t i = 0; i < n; i++) {
+		resil_retry_t rt;
+
+		resil_retry_begin(x->p, &rt, 0);
+		a += resil_retry_next(&rt, RESIL_ERR_TRANSIENT, 0) >= 0;
+	}
+	admits += a;
+}
+
+resil_policy_t *mkpol(resil_t *r, const char *base, const char *cfg)
+{
+	resil_policy_t *p;
+	char name[64];
+	int ret;
+
+	snprintf(name, sizeof(name), "bench-%s-%d", base, (int)getpid());
+	ret = resil_define(r, name, cfg);
+	if (ret == 0)
+		ret = resil_policy(r, name, &p);
+	if (ret < 0) {
+		fprintf(stderr, "resil_bench: define %s \"%s\": %s\n", name, cfg, strerror(-ret));
+		return NULL;
+	}
+	if (ndefined < (int)ARRAY_LEN(defined)) {
+		defined[ndefined].r = r;
+		snprintf(defined[ndefined].name, sizeof(defined[ndefined].name), "%s", name);
+		ndefined++;
+	}
+	return p;
+}
+
+void drop_defined(resil_t *r)
+{
+	for (int i = 0; i < ndefined; i++)
+		if (defined[i].r == r)
+			resil_delete(r, defined[i].name);
+}
+
+uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Distinct IPv4-like keys and index sequences: uniform, or Zipf (s = 0.99,
+ * as YCSB) over nkeys, from a fixed seed. */
+
+static uint32_t *make_seq(uint32_t nkeys, bool zipf)
+{
+	uint32_t *seq = malloc(sizeof(*seq) * SEQ_LEN);
+	double *cdf = NULL, sum = 0;
+	uint64_t s = 7;
+
+	if (!seq)
+		return NULL;
+	if (!zipf) {
+		for (uint32_t i = 0; i < SEQ_LEN; i++)
+			seq[i] = (uint32_t)(splitmix(&s) % nkeys);
+		return seq;
+	}
+	cdf = malloc(sizeof(*cdf) * nkeys);
+	if (!cdf) {
+		free(seq);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < nkeys; i++) {
+		sum += 1.0 / pow((double)(i + 1), 0.99);
+		cdf[i] = sum;
+	}
+	for (uint32_t i = 0; i < SEQ_LEN; i++) {
+		double u = (double)(splitmix(&s) >> 11) / (double)(1ULL << 53) * sum;
+		uint32_t lo = 0, hi = nkeys - 1;
+
+		while (lo < hi) {
+			uint32_t mid = lo + (hi - lo) / 2;
+
+			if (cdf[mid] < u)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		/* scatter ranks over the key array so hot keys are not neighbours */
+		seq[i] = (uint32_t)(((uint64_t)lo * 2654435761u) % nkeys);
+	}
+	free(cdf);
+	return seq;
+}
+
+static void keyed_case(resil_t *r, const char *group, uint32_t nkeys, const char *label)
+{
+	struct mem_floor floor = {.keys = nkeys};
+	char cfg[160], base[32], names[2][64];
+	struct pctx x[2] = {{0}};
+	bool any = false;
+
+	for (int z = 0; z < 2; z++) {
+		snprintf(names[z], sizeof(names[z]), "limit.keyed_%s.%s", label,
+			 z ? "zipf" : "random");
+		any |= selected(group, names[z]);
+	}
+	if (!any)
+		return;
+	snprintf(base, sizeof(base), "keyed%s", label);
+	/* a table sized for the keys, as one would configure it ("_global":
+	 * policy.scope = global, the keys' admissions counted for the
+	 * exchange; embedded, no daemon: the hot path alone) */
+	snprintf(cfg, sizeof(cfg),
+		 "%slimit.rate = 1000000000/s; limit.burst = 1000000; limit.keys = %u",
+		 strstr(label, "_global") ? "policy.scope = global; " : "", nkeys);
+	x[0].p = mkpol(r, base, cfg);
+	if (!x[0].p)
+		return;
+	/* every key once, so the measured loop finds them in the table */
+	for (uint32_t i = 0; i < nkeys; i++) {
+		uint32_t k = key_of(i);
+		resil_permit_t pm;
+
+		if (resil_acquire_key(x[0].p, &k, sizeof(k), &pm) == RESIL_ADMIT)
+			resil_release(x[0].p, &pm, RESIL_SUCCESS);
+	}
+	/* the table's floor (from 100k keys: smaller tables stay in cache),
+	 * the uniform and the Zipf case, interleaved */
+	if (nkeys >= 100000)
+		mem_floor_init(&floor); /* unmapped (an error): only the floor is lost */
+	batch_begin();
+	measure_mem_floor(&floor);
+	for (int z = 0; z < 2; z++) {
+		x[z].p = x[0].p;
+		x[z].seq = make_seq(nkeys, z);
+		if (x[z].seq)
+			measure(group, names[z], loop_keyed, &x[z]);
+	}
+	batch_flush();
+	mem_floor_fini(&floor);
+	for (int z = 0; z < 2; z++)
+		free((void *)x[z].seq);
+}
+
+static void keyed_reject_case(resil_t *r, const char *group)
+{
+	struct pctx x = {0};
+	uint32_t nkeys = 1000, *seq;
+
+	if (!selected(group, "limit.keyed_reject"))
+		return;
+	seq = make_seq(nkeys, false);
+	x.p = mkpol(r, "keyedrej", "limit.rate = 1/h; limit.keys = 2048");
+	if (!x.p || !seq)
+		goto out;
+	for (uint32_t i = 0; i < nkeys; i++) { /* spend each key's one permit */
+		uint32_t k = key_of(i);
+		resil_permit_t pm;
+
+		if (resil_acquire_key(x.p, &k, sizeof(k), &pm) == RESIL_ADMIT)
+			resil_release(x.p, &pm, RESIL_SUCCESS);
+	}
+	x.seq = seq;
+	measure(group, "limit.keyed_reject", loop_keyed, &x);
+out:
+	free(seq);
+}
+
+/* PREP_HOLD_ALL: the bench process takes every permit it can and holds
+ * them during the loop, so each acquire of the loop is a rejection. */
+/* PREP_LEASE: a global bulkhead leased all of its slots until far in the
+ * future, as its daemon would (no cluster here): the hot path under a
+ * live lease. */
+enum { PREP_NONE, PREP_FAIL_ONCE, PREP_ADMIT_ONCE, PREP_HOLD_ALL, PREP_LEASE };
+
+static const struct simple_case simple_cases[N_SIMPLE_CASES] = {
+    {"empty.acq_rel", "empty", "policy.scope = fleet", PREP_NONE, loop_acq_rel},
+    {"breaker.count100.acq_rel", "bcount", "breaker.window = count:100", PREP_NONE, loop_acq_rel},
+    {"breaker.consecutive.acq_rel", "bcons", "breaker.window = consecutive:5", PREP_NONE,
+     loop_acq_rel},
+    {"breaker.time.acq_rel", "btime", "breaker.window = time:10s", PREP_NONE, loop_acq_rel},
+    {"breaker.open_reject", "bopen", "breaker.window = consecutive:1; breaker.wait = 1h",
+     PREP_FAIL_ONCE, loop_acq_rel},
+    {"limit.admit", "ladmit", "limit.rate = 1000000000/s; limit.burst = 1000000", PREP_NONE,
+     loop_acq_rel},
+    {"limit.admit_global", "lglobal",
+     "policy.scope = global; limit.rate = 1000000000/s; limit.burst = 1000000", PREP_NONE,
+     loop_acq_rel},
+    {"limit.admit_slow_rate", "lslow", "limit.rate = 10/s; limit.burst = 100000000", PREP_NONE,
+     loop_acq_rel},
+    {"limit.reject", "lrej", "limit.rate = 1/h", PREP_ADMIT_ONCE, loop_acq_rel},
+    {"bulkhead.acq_rel", "bulk", "bulkhead.max = 25", PREP_NONE, loop_acq_rel},
+    {"bulkhead.reject", "bulkrej", "bulkhead.max = 25", PREP_HOLD_ALL, loop_acq_rel},
+    {"bulkhead.acq_rel_global", "bglobal", "policy.scope = global; bulkhead.max = 25", PREP_LEASE,
+     loop_acq_rel},
+    {"adaptive.acq_rel", "adapt", "adaptive.algorithm = vegas", PREP_NONE, loop_acq_rel},
+    {"shed.acq_rel", "shed", "shed.k = 2", PREP_NONE, loop_acq_rel},
+    {"budget.acq_rel", "budget", "retry.budget = grpc:100:0.1", PREP_NONE, loop_acq_rel},
+    {"retry.next", "retry", "retry.max_attempts = 3", PREP_NONE, loop_retry},
+    {"budget.retry_next", "rbudget", "retry.max_attempts = 3; retry.budget = grpc:100:0.1",
+     PREP_NONE, loop_retry},
+    {"breaker.count100.call", "call", "breaker.window = count:100", PREP_NONE, loop_call},
+    {"stack.acq_rel", "stack",
+     "breaker.window = count:100; limit.rate = 1000000000/s; limit.burst = 1000000;"
+     " bulkhead.max = 25",
+     PREP_NONE, loop_acq_rel},
+};
+
+void run_simple(resil_t *r, const char *group, struct simple_group *g)
+{
+	fprintf(stderr, "%s\n", group);
+	memset(g, 0, sizeof(*g));
+	for (size_t i = 0; i < ARRAY_LEN(simple_cases); i++) {
+		const struct simple_case *c = &simple_cases[i];
+		struct pctx *x = &g->x[i];
+		resil_permit_t pm;
+
+		if (!selected(group, c->name))
+			continue;
+		x->p = mkpol(r, c->base, c->cfg);
+		if (!x->p)
+			continue;
+		if (c->prep == PREP_LEASE) {
+			/* one decision binds the policy (its state block) */
+			if (resil_acquire(x->p, &pm) == RESIL_ADMIT)
+				resil_release(x->p, &pm, RESIL_SUCCESS);
+			void *st = atomic_load(&x->p->lean_st);
+
+			if (st)
+				resil_bulkhead_lease_set(st, INT64_MAX, 25, 0);
+			if (!st || resil_acquire(x->p, &pm) != RESIL_ADMIT) {
+				fprintf(stderr, "%s: no lease set\n", c->name);
+				continue;
+			}
+			resil_release(x->p, &pm, RESIL_SUCCESS);
+		} else if (c->prep == PREP_HOLD_ALL && !g->held_p) {
+			g->held_p = x->p;
+			while (g->nheld < HOLD_MAX &&
+			       resil_acquire(x->p, &g->held[g->nheld]) == RESIL_ADMIT)
+				g->nheld++;
+		} else if (c->prep != PREP_NONE && c->prep != PREP_HOLD_ALL &&
+			   resil_acquire(x->p, &pm) == RESIL_ADMIT) {
+			resil_release(x->p, &pm,
+				      c->prep == PREP_FAIL_ONCE ? RESIL_FAILURE : RESIL_SUCCESS);
+		}
+		measure(group, c->name, c->fn, x);
+	}
+}
+
+void release_simple(struct simple_group *g)
+{
+	while (g->nheld > 0)
+		resil_release(g->held_p, &g->held[--g->nheld], RESIL_IGNORED);
+}
+
+void run_keyed(resil_t *r, const char *group, bool keyed)
+{
+	keyed_reject_case(r, group);
+	if (!keyed)
+		return;
+	keyed_case(r, group, 1000, "1k");
+	keyed_case(r, group, 1000, "1k_global");
+	keyed_case(r, group, 100000, "100k");
+	if (!opt.smoke)
+		keyed_case(r, group, 1000000, "1m");
+}
+
+_Static_assert(ARRAY_LEN(simple_cases) == N_SIMPLE_CASES, "N_SIMPLE_CASES");

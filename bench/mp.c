@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mp.c - resil_bench's multi-process throughput: 1, 2, 4 processes on
+ * one policy or on one each.
+ */
+#include "bench.h"
+
+/* ---------------------------------------------------------------------- */
+/* Multi-process throughput: 1, 2, 4 processes on one policy or on one each */
+
+enum { MP_FAA_ONE_WORD, MP_FAA_OWN_LINE, MP_POLICY };
+
+/* keys: a keyed policy, decided on uniform keys 0..keys-1 (each child its
+ * own sequence) */
+static void mp_child(struct mp_board *b, int i, int kind, resil_policy_t *p, uint32_t keys,
+		     int64_t run_ns)
+{
+	_Atomic uint64_t *word = &b->line[kind == MP_FAA_ONE_WORD ? 0 : i].word;
+	uint64_t ops = 0, adm = 0, s = 1000 + (uint64_t)i;
+	int64_t t0, end;
+
+	atomic_fetch_add_explicit(&b->ready, 1, memory_order_release);
+	while ((t0 = atomic_load_explicit(&b->t0, memory_order_acquire)) == 0)
+		usleep(100);
+	if (!p && kind == MP_POLICY)
+		_exit(1);
+	end = t0 + run_ns;
+	while (mono_ns() < t0)
+		;
+	do {
+		for (int k = 0; k < 256; k++) {
+			if (kind != MP_POLICY) {
+				atomic_fetch_add_explicit(word, 1, memory_order_relaxed);
+			} else {
+				resil_permit_t pm;
+				uint32_t key;
+				int v;
+
+				if (keys) {
+					key = key_of((uint32_t)(splitmix(&s) % keys));
+					v = resil_acquire_key(p, &key, sizeof(key), &pm);
+				} else {
+					v = resil_acquire(p, &pm);
+				}
+				if (v == RESIL_ADMIT) {
+					adm++;
+					resil_release(p, &pm, RESIL_SUCCESS);
+				}
+			}
+		}
+		ops += 256;
+	} while (mono_ns() < end);
+	b->w[i].ops = ops;
+	b->w[i].admitted = adm;
+	b->w[i].done = 1;
+	_exit(0);
+}
+
+/* Aggregate operations per second; pols[i] is child i's policy. */
+static double mp_once(int kind, int nproc, resil_policy_t **pols, uint32_t keys, int64_t run_ns)
+{
+	struct mp_board *b;
+	pid_t pids[MAX_PROCS];
+	double total = 0;
+	int i;
+
+	b = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (b == MAP_FAILED)
+		return -1;
+	for (i = 0; i < nproc; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0)
+			mp_child(b, i, kind, pols[i], keys, run_ns);
+	}
+	while (atomic_load_explicit(&b->ready, memory_order_acquire) < (uint32_t)nproc)
+		usleep(1000);
+	atomic_store_explicit(&b->t0, mono_ns() + 5 * NS_PER_MS, memory_order_release);
+	for (i = 0; i < nproc; i++) {
+		int st;
+
+		waitpid(pids[i], &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !b->w[i].done)
+			total = -1e30;
+		total += (double)b->w[i].ops;
+	}
+	munmap(b, sizeof(*b));
+	return total < 0 ? -1 : total / ((double)run_ns / NS_PER_S);
+}
+
+static const struct mp_case mp_cases[] = {
+    {"fetch_add", NULL, NULL},
+    {"breaker.count100", "mpb", "breaker.window = count:100"},
+    {"bulkhead", "mpbulk", "bulkhead.max = 1000"},
+    {"bulkhead25", "mpbulk25", "bulkhead.max = 25"},
+    {"limit.admit", "mplim", "limit.rate = 1000000000/s; limit.burst = 1000000"},
+    {"limit.keyed_1k", "mpkeyed",
+     "limit.rate = 1000000000/s; limit.burst = 1000000; limit.keys = 1000", 1000},
+};
+
+void run_mp(resil_t *r, const char *where)
+{
+	int64_t run_ns = (int64_t)(opt.mp_secs * NS_PER_S);
+	int runs = opt.smoke ? 1 : 3;
+
+	fprintf(stderr, "mp (%s)\n", where);
+	for (size_t k = 0; k < ARRAY_LEN(mp_cases); k++) {
+		const struct mp_case *c = &mp_cases[k];
+
+		for (int sep = 0; sep < 2; sep++) {
+			for (int np = 1; np <= 4; np *= 2) {
+				resil_policy_t *pols[MAX_PROCS] = {0};
+				double v[MAX_RUNS];
+				char name[96], base[40], note[64];
+				int ok = 1, kind;
+
+				snprintf(name, sizeof(name), "%s.%s.p%d", c->name,
+					 sep ? "separate" : "shared", np);
+				if (!selected("mp", name))
+					continue;
+				kind = c->cfg ? MP_POLICY : sep ? MP_FAA_OWN_LINE : MP_FAA_ONE_WORD;
+				for (int i = 0; i < np; i++) {
+					if (!c->cfg)
+						continue;
+					if (sep || i == 0) {
+						snprintf(base, sizeof(base), "%s%d", c->base,
+							 sep ? i : 99);
+						pols[i] = mkpol(r, base, c->cfg);
+						ok &= pols[i] != NULL;
+					} else {
+						pols[i] = pols[0];
+					}
+				}
+				if (!ok)
+					continue;
+				for (int j = 0; j < runs; j++) {
+					v[j] = mp_once(kind, np, pols, c->keys, run_ns);
+					if (v[j] < 0)
+						ok = 0;
+				}
+				if (!ok) {
+					fprintf(stderr, "resil_bench: mp %s failed\n", name);
+					continue;
+				}
+				qsort(v, runs, sizeof(v[0]), cmp_double);
+				snprintf(note, sizeof(note), "%s; %d runs of %.2f s", where, runs,
+					 opt.mp_secs);
+				emit("mp", name, "mops", v[runs / 2] / 1e6, v[0] / 1e6,
+				     v[runs - 1] / 1e6, "M/s", note);
+				fprintf(stderr, "  mp             %-34s %8.1f M/s [%.1f-%.1f]\n",
+					name, v[runs / 2] / 1e6, v[0] / 1e6, v[runs - 1] / 1e6);
+			}
+		}
+	}
+}

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * limit_priv.h - what limit.c (the limiter's words, the component) and
+ * limit_keyed.c (the keyed table) share: the per-decision parameters,
+ * the state's views, the probe chain of a key, and the functions each
+ * calls in the other. Nothing outside the two includes it. The shared
+ * words, their writers and their memory orders are limit.c's top comment.
+ */
+#ifndef RESIL_SHM_LIMIT_PRIV_H
+#define RESIL_SHM_LIMIT_PRIV_H
+
+#include "limit.h"
+
+#define RING_BIAS    (1LL << 62)
+#define AX_CMASK     ((1u << 20) - 1)
+#define AX_WMASK     0xffffffULL
+#define HEAL_SLACK   (10 * RESIL_NS_PER_S) /* a reading can be this stale */
+#define SWEEP_SLACK  RESIL_NS_PER_S	   /* idle this long before maintenance frees a key */
+#define INSERT_TRIES 8
+
+/* fixed SipHash key for keyed limiters without a segment (tests, tools) */
+#define FIXED_K0 0x0706050403020100ULL
+#define FIXED_K1 0x0f0e0d0c0b0a0908ULL
+
+#define cas_sc(p, e, v)                                                                            \
+	atomic_compare_exchange_strong_explicit((p), (e), (v), memory_order_seq_cst,               \
+						memory_order_seq_cst)
+#define ld_sc(p) atomic_load_explicit((p), memory_order_seq_cst)
+
+/* What one decision needs, computed once per call. */
+struct lp {
+	int64_t now;
+	int64_t T;	  /* emission interval */
+	int64_t tau;	  /* T * burst */
+	int64_t max_wait; /* limit.wait (the bounds: what any writer can have set) */
+	int64_t grant;	  /* longest reservation granted now: limit.wait, 0 under dry run */
+	int64_t P;	  /* period */
+	uint32_t L;	  /* count */
+	uint32_t n;	  /* permits */
+	int64_t slack;	  /* a GCRA TAT this far past tau + max_wait is healed */
+	unsigned algo;
+	ra64 *heals; /* the state's heal counter */
+};
+
+static inline struct resil_limit_state *lstate(void *st)
+{
+	return st;
+}
+
+static inline rai64 *ring_of(struct resil_limit_state *s)
+{
+	return (rai64 *)(void *)s->data;
+}
+
+static inline struct resil_limit_entry *table_of(struct resil_limit_state *s)
+{
+	return (struct resil_limit_entry *)(void *)s->data;
+}
+
+static inline uint32_t nbuckets(const struct resil_limit_conf *c)
+{
+	return c->keys / 2 ? c->keys / 2 : 1;
+}
+
+/* ---- limit.c: one word of a limiter, by algorithm ---- */
+int resil_limit_priv_word_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp);
+bool resil_limit_priv_word_idle(uint64_t v, const struct lp *p);
+int64_t resil_limit_priv_word_wait1(uint64_t v, const struct lp *p);
+int64_t resil_limit_priv_word_age(uint64_t v, const struct lp *p);
+uint64_t resil_limit_priv_word_merge(uint64_t x, uint64_t y, const struct lp *p);
+
+/* ---- limit_keyed.c: the keyed table ---- */
+
+/*
+ * The probe chain of a key: bucket b1, bucket b2, then, while the bucket
+ * just visited (from b2 on) carries FP_OVF, the next buckets in order. A
+ * new key goes to b1 or b2; only when both are full and the table holds
+ * fewer than limit.keys keys does it go further, to the first bucket after
+ * b2 with an EMPTY entry, after marking every bucket it passed (b2
+ * included) with FP_OVF, so a lookup that follows the chain reaches it
+ * before anyone can see it. Marks are never cleared during a table's life
+ * (they only make some lookups read one more line). At <= 50% load the
+ * chance that both buckets of a key are full is small (0.4% of keys at
+ * 50%, see the top) but not nil, and the chain is what makes "no key is
+ * lost while the table is not full" a guarantee.
+ */
+#define FP_OVF (1ULL << 63) /* in entry 0's fingerprint word: the chain goes on */
+
+static inline uint64_t fp_key(uint64_t f)
+{
+	return f & ~FP_OVF;
+}
+
+struct chain {
+	uint32_t b1, b2, nb;
+};
+
+/* b2 != b1 (when nb > 1): b1 + 1 + [0, nb - 2] wraps at most once, so a
+ * subtraction replaces the modulo (the one division left is fp's). */
+static inline void chain_init(struct chain *ch, uint64_t fp, uint32_t nb)
+{
+	uint32_t b2;
+
+	ch->nb = nb;
+	ch->b1 = (uint32_t)(((fp >> 32) * (uint64_t)nb) >> 32);
+	b2 = nb > 1 ? ch->b1 + 1 + (uint32_t)fp % (nb - 1) : ch->b1;
+	ch->b2 = b2 >= nb ? b2 - nb : b2;
+}
+
+/* The k-th bucket of the chain, k <= nb: b2 + k - 1 < 2 nb wraps at most
+ * once. */
+static inline uint32_t chain_bucket(const struct chain *ch, uint32_t k)
+{
+	uint32_t b = ch->b2 + k - 1;
+
+	return k == 0 ? ch->b1 : b >= ch->nb ? b - ch->nb : b;
+}
+
+uint64_t resil_limit_priv_key_fp(const struct resil_ctx *x, const void *key, size_t len);
+int64_t resil_limit_priv_key_find(struct resil_limit_entry *t, const struct chain *ch, uint64_t fp,
+				  memory_order mo);
+int64_t resil_limit_priv_key_find_bounded(struct resil_limit_entry *t, const struct chain *ch,
+					  uint64_t fp);
+int64_t resil_limit_priv_overflow_slot(struct resil_limit_entry *t, const struct chain *ch,
+				       uint64_t *seen);
+int64_t resil_limit_priv_key_get(struct resil_ctx *x, struct resil_limit_state *s,
+				 const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
+				 int64_t *full_wait);
+void resil_limit_priv_keys_full_event(struct resil_ctx *x, struct resil_limit_state *s,
+				      const struct resil_limit_conf *c, int64_t now);
+int resil_limit_priv_keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
+				const struct resil_limit_conf *c, const struct lp *p,
+				struct resil_permit_priv *pm);
+
+#endif
