@@ -1559,8 +1559,10 @@ bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen)
 }
 
 /* A release of a permit granted under the record the handle is bound to
- * (rec, in mapping m), through the general path. Out of line: the lean
- * releases below it keep a short prologue. */
+ * (rec, in mapping m), through the general path. Inline: a call, its
+ * prologue and the binding's fields passed again cost the general path
+ * more (bench shed.acq_rel, bench/untrusted.md) than the larger frame
+ * costs the lean releases. */
 static inline __attribute__((always_inline)) void release_bound(struct resil *r, struct resil_map *m,
 							     const struct resil_rec *rec,
 							     struct resil_permit_priv *pm,
