@@ -1563,10 +1563,9 @@ bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen)
  * prologue and the binding's fields passed again cost the general path
  * more (bench shed.acq_rel, bench/untrusted.md) than the larger frame
  * costs the lean releases. */
-static inline __attribute__((always_inline)) void release_bound(struct resil *r, struct resil_map *m,
-							     const struct resil_rec *rec,
-							     struct resil_permit_priv *pm,
-							     int outcome)
+static inline __attribute__((always_inline)) void
+release_bound(struct resil *r, struct resil_map *m, const struct resil_rec *rec,
+	      struct resil_permit_priv *pm, int outcome)
 {
 	struct resil_ctx x;
 
@@ -1637,9 +1636,10 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	tag = pm->flags >> RESIL_PERMIT_TAG_SHIFT;
 	fork_check(r);
 	/* b.word != 0 implies b.rec (bind); where and the tag in one test */
-	if (RESIL_UNLIKELY(!(read_binding(p, &b) &&
-			     ((b.where ^ pm->where) | ((b.held ^ pm->flags) >> RESIL_PERMIT_TAG_SHIFT)) == 0 &&
-			     b.word && ld_acquire(b.slotp) == b.word))) {
+	if (RESIL_UNLIKELY(
+		!(read_binding(p, &b) &&
+		  ((b.where ^ pm->where) | ((b.held ^ pm->flags) >> RESIL_PERMIT_TAG_SHIFT)) == 0 &&
+		  b.word && ld_acquire(b.slotp) == b.word))) {
 		release_unbound(r, pm, tag, outcome);
 		return;
 	}
