@@ -797,11 +797,9 @@ static inline bool read_binding(struct resil_policy *p, struct binding *b)
 	b->where = ld_relaxed(&p->where);
 	b->held = ld_relaxed(&p->held);
 	b->lean = ld_relaxed(&p->lean);
-	b->lean_st = b->stats_st = NULL;
-	if (b->lean) {
-		b->lean_st = ld_relaxed(&p->lean_st);
-		b->stats_st = ld_relaxed(&p->stats_st);
-	}
+	/* NULL unless lean (bind): loaded without a test */
+	b->lean_st = ld_relaxed(&p->lean_st);
+	b->stats_st = ld_relaxed(&p->stats_st);
 	atomic_thread_fence(memory_order_acquire);
 	return !(s & 1) && ld_relaxed(&p->bseq) == s;
 }
@@ -1021,13 +1019,35 @@ static inline __attribute__((always_inline)) int lean_done(resil_policy_t *p,
 static inline __attribute__((always_inline)) int
 acquire_lean_bulkhead(resil_policy_t *p, const struct binding *b, struct resil_permit_priv *pm)
 {
-	/* the record: a global bulkhead checks its lease (bulkhead.c) */
-	struct resil_ctx x = {.rec = b->rec, .client_id = resil_client_id(ld_relaxed(&b->m->row))};
+	struct resil_ctx x;
+	int v;
 
+	/* The scan regime reads the client id alone (resil_bulkhead_acquire:
+	 * no wait, no clock), so only that is written; the rest of x stays
+	 * unread, as the counters' rejection and the clockless check read
+	 * no context. */
+	x.client_id = resil_client_id(ld_relaxed(&b->m->row));
 	memset(pm, 0, sizeof(*pm));
 	pm->limit_permits = 1;
-	return lean_done(p, b, &x, pm,
-			 resil_bulkhead_acquire(&x, &b->rec->conf.bulkhead, b->lean_st, pm));
+	if (RESIL_UNLIKELY(b->rec->conf.scope == RESIL_SCOPE_GLOBAL)) {
+		/* a global bulkhead checks its lease (bulkhead.c, global_claim):
+		 * the record and the clock too */
+		struct resil_ctx gx = {.rec = b->rec,
+				       .client_id = x.client_id,
+				       .clock = *ld_acquire(&p->r->clock)};
+
+		v = resil_bulkhead_acquire(&gx, &b->rec->conf.bulkhead, b->lean_st, pm);
+	} else {
+		v = resil_bulkhead_acquire_scan(&x, &b->rec->conf.bulkhead, b->lean_st, pm);
+	}
+	if (RESIL_UNLIKELY(v)) {
+		resil_stats_rejected(NULL, b->stats_st, v);
+	} else {
+		pm->where = b->where;
+		pm->flags |= b->held;
+	}
+	after_clockless(p->r);
+	return v;
 }
 
 /* The limiter reads the clock (and caches its reading in x); a keyed one
@@ -1202,12 +1222,13 @@ bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen)
 }
 
 /* A release of a permit granted under the record the handle is bound to
- * (rec, in mapping m), through the general path. Out of line: the lean
- * releases below it keep a short prologue. */
-static __attribute__((noinline, flatten)) void release_bound(struct resil *r, struct resil_map *m,
-							     const struct resil_rec *rec,
-							     struct resil_permit_priv *pm,
-							     int outcome)
+ * (rec, in mapping m), through the general path. Inline: a call, its
+ * prologue and the binding's fields passed again cost the general path
+ * more (bench shed.acq_rel, bench/untrusted.md) than the larger frame
+ * costs the lean releases. */
+static inline __attribute__((always_inline)) void
+release_bound(struct resil *r, struct resil_map *m, const struct resil_rec *rec,
+	      struct resil_permit_priv *pm, int outcome)
 {
 	struct resil_ctx x;
 
@@ -1277,9 +1298,11 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	 */
 	tag = pm->flags >> RESIL_PERMIT_TAG_SHIFT;
 	fork_check(r);
-	if (RESIL_UNLIKELY(!(read_binding(p, &b) && b.rec && b.where == pm->where &&
-			     b.held >> RESIL_PERMIT_TAG_SHIFT == tag && b.word &&
-			     ld_acquire(b.slotp) == b.word))) {
+	/* b.word != 0 implies b.rec (bind); where and the tag in one test */
+	if (RESIL_UNLIKELY(
+		!(read_binding(p, &b) &&
+		  ((b.where ^ pm->where) | ((b.held ^ pm->flags) >> RESIL_PERMIT_TAG_SHIFT)) == 0 &&
+		  b.word && ld_acquire(b.slotp) == b.word))) {
 		release_unbound(r, pm, tag, outcome);
 		return;
 	}
@@ -1292,7 +1315,7 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	/* lean (see "Lean decisions"): the component's release (none reads
 	 * a context here) and the count */
 	if (b.lean == RESIL_LEAN_BULKHEAD) {
-		resil_bulkhead_release(&lx, &b.rec->conf.bulkhead, b.lean_st, pm, outcome);
+		resil_bulkhead_release_scan(&b.rec->conf.bulkhead, b.lean_st, pm);
 	} else if (b.lean == RESIL_LEAN_LIMIT) {
 		resil_limit_release(&lx, &b.rec->conf.limit, b.lean_st, pm, outcome);
 	} else if (b.lean == RESIL_LEAN_BREAKER) {

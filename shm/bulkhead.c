@@ -911,6 +911,34 @@ void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_con
 		wake_one(s);
 }
 
+/* The scan regime's acquire and release alone, for a caller that knows
+ * the regime from the configuration (the client's lean decisions, chosen
+ * at bind time): the same words as resil_bulkhead_acquire/release in that
+ * regime, without the regime's test. Acquire reads x->client_id only. */
+int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+				struct resil_permit_priv *pm)
+{
+	uint32_t id = claim_id(x), idx;
+
+	idx = scan_claim(st, resil_bulkhead_max_of(c), id);
+	if (RESIL_UNLIKELY(!idx))
+		return RESIL_REJECT_FULL;
+	pm->holder = id;
+	pm->bulkhead_idx = idx;
+	pm->flags |= RESIL_PERMIT_BULKHEAD;
+	return 0;
+}
+
+void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
+				 struct resil_permit_priv *pm)
+{
+	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
+		return;
+	scan_free(st, resil_bulkhead_max_of(c), pm->bulkhead_idx, pm->holder);
+	pm->bulkhead_idx = 0;
+	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
+}
+
 void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			 struct resil_permit_priv *pm)
 {

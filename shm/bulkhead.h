@@ -202,6 +202,10 @@ void resil_bulkhead_carry(void *nst, const struct resil_bulkhead_conf *nc, const
 			  const struct resil_bulkhead_conf *oc, int64_t now);
 int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			   struct resil_permit_priv *pm);
+int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
+				struct resil_permit_priv *pm);
+void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
+				 struct resil_permit_priv *pm);
 void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			 struct resil_permit_priv *pm);
 void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,

@@ -884,8 +884,9 @@ int64_t resil_limit_lease_T(const struct resil_limit_conf *c, const void *st, in
 	else if ((T = (int64_t)ld_relaxed((ra64 *)&s->fallback_ns)) == 0)
 		T = c->interval_ns;
 	/* any client can write line 2: a value no daemon writes reads as "no
-	 * share"; an interval above a day would overflow tau */
-	if (T <= 0 || T > 86400 * RESIL_NS_PER_S)
+	 * share"; an interval above a day would overflow tau (one unsigned
+	 * comparison: T <= 0 wraps above the day) */
+	if ((uint64_t)T - 1 >= (uint64_t)86400 * RESIL_NS_PER_S)
 		return 0;
 	return T < c->interval_ns ? c->interval_ns : T;
 }
@@ -894,17 +895,28 @@ int64_t resil_limit_lease_T(const struct resil_limit_conf *c, const void *st, in
 static inline bool lease_apply(struct resil_ctx *x, const struct resil_limit_conf *c,
 			       struct resil_limit_state *s, struct lp *p)
 {
-	bool leased;
 	int64_t T;
 
 	/* keyed: no lease, the whole per-key rate on every host (limit_global.c) */
 	if (!x->rec || x->rec->conf.scope != RESIL_SCOPE_GLOBAL || c->keys)
 		return true;
-	T = resil_limit_lease_T(c, s, p->now, &leased);
-	if (!T)
+	/* resil_limit_lease_T inline, the common cases first: a live lease
+	 * (its T range-checked: any client can write line 2), or past the
+	 * expiry with fallback 0, the configuration's own interval (trusted:
+	 * lp_init's T and tau stand) */
+	if (p->now < (int64_t)atomic_load_explicit(&s->lease_expiry_ns, memory_order_acquire))
+		T = (int64_t)ld_relaxed(&s->lease_ns);
+	else if ((T = (int64_t)ld_relaxed(&s->fallback_ns)) == 0)
+		return true;
+	if ((uint64_t)T - 1 >= (uint64_t)86400 * RESIL_NS_PER_S)
 		return false;
-	p->T = T;
-	p->tau = T * (int64_t)(c->burst ? c->burst : 1);
+	T = T < c->interval_ns ? c->interval_ns : T;
+	/* the configured interval (no lease, fallback "local"): lp_init's
+	 * tau already is this T's, no second multiply */
+	if (T != p->T) {
+		p->T = T;
+		p->tau = T * (int64_t)(c->burst ? c->burst : 1);
+	}
 	/* a TAT run ahead under a smaller share (a longer T) is a debt in the
 	 * old T's units: past tau + wait it is cut to now + tau (full now,
 	 * the next permit one new T later) instead of holding the host back

@@ -1341,6 +1341,66 @@ static void test_global_lease(void **state)
 	fx_fini(&f);
 }
 
+/*
+ * Past the lease's expiry the fallback decides: 0 the configured rate, a
+ * share's interval (fallback share), reject; a fallback word no daemon
+ * writes (negative, zero-share, above a day) rejects, and a share faster
+ * than the configuration is held to the configured interval.
+ */
+static void test_global_fallback(void **state)
+{
+	struct resil_rec rec;
+	struct fx f;
+	int n;
+
+	(void)state;
+	fx_init(&f, "limit.rate = 1000/s; limit.burst = 1", 1000 * S);
+	memset(&rec, 0, sizeof(rec));
+	rec.conf.scope = RESIL_SCOPE_GLOBAL;
+	f.x.rec = &rec;
+
+	/* an expired lease, fallback share of 100/s: 10 ms apart */
+	resil_limit_lease_set(f.st, 1 * MS, f.now - 1, 10 * MS);
+	n = 0;
+	for (int i = 0; i < 50; i++) {
+		f.now += 1 * MS;
+		n += acq(&f, NULL, NULL) == 0;
+	}
+	assert_in_range(n, 4, 6);
+
+	/* fallback faster than the configuration: the configured 1 ms */
+	resil_limit_lease_set(f.st, 1 * MS, f.now - 1, 1000);
+	f.now += 100 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	f.now += 100 * 1000; /* 0.1 ms */
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+	f.now += 1 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+
+	/* words no daemon writes, past the expiry: no share */
+	resil_limit_lease_set(f.st, 1 * MS, f.now - 1, RESIL_LIMIT_FALLBACK_REJECT);
+	f.now += 100 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+	resil_limit_lease_set(f.st, 1 * MS, f.now - 1, INT64_MIN);
+	f.now += 100 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+	resil_limit_lease_set(f.st, 1 * MS, f.now - 1, 86401 * S);
+	f.now += 100 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+	/* a live lease above a day: the same */
+	resil_limit_lease_set(f.st, INT64_MAX, f.now + 10 * S, 0);
+	f.now += 100 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), RESIL_REJECT_LIMITED);
+
+	/* and back to fallback 0: the configured rate */
+	resil_limit_lease_set(f.st, 0, f.now - 1, 0);
+	f.now += 100 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	f.now += 1 * MS;
+	assert_int_equal(acq(&f, NULL, NULL), 0);
+	fx_fini(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1366,6 +1426,7 @@ int main(void)
 	    cmocka_unit_test(test_inflight_insert_not_evicted),
 	    cmocka_unit_test(test_coarse_choice),
 	    cmocka_unit_test(test_global_lease),
+	    cmocka_unit_test(test_global_fallback),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
