@@ -1031,12 +1031,9 @@ acquire_lean_bulkhead(resil_policy_t *p, const struct binding *b, struct resil_p
 	pm->limit_permits = 1;
 	if (RESIL_UNLIKELY(b->rec->conf.scope == RESIL_SCOPE_GLOBAL)) {
 		/* a global bulkhead checks its lease (bulkhead.c, global_claim):
-		 * the record and the clock too */
-		struct resil_ctx gx = {.rec = b->rec,
-				       .client_id = x.client_id,
-				       .clock = *ld_acquire(&p->r->clock)};
-
-		v = resil_bulkhead_acquire(&gx, &b->rec->conf.bulkhead, b->lean_st, pm);
+		 * the clock too */
+		x.clock = *ld_acquire(&p->r->clock);
+		v = resil_bulkhead_acquire_scan_global(&x, &b->rec->conf.bulkhead, b->lean_st, pm);
 	} else {
 		v = resil_bulkhead_acquire_scan(&x, &b->rec->conf.bulkhead, b->lean_st, pm);
 	}

@@ -929,6 +929,20 @@ int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead
 	return 0;
 }
 
+int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
+				       void *st, struct resil_permit_priv *pm)
+{
+	uint32_t id = claim_id(x), idx;
+
+	idx = global_claim(x, st, resil_bulkhead_max_of(c), id);
+	if (RESIL_UNLIKELY(!idx))
+		return RESIL_REJECT_FULL;
+	pm->holder = id;
+	pm->bulkhead_idx = idx;
+	pm->flags |= RESIL_PERMIT_BULKHEAD;
+	return 0;
+}
+
 void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
 				 struct resil_permit_priv *pm)
 {

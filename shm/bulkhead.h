@@ -204,6 +204,11 @@ int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf
 			   struct resil_permit_priv *pm);
 int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 				struct resil_permit_priv *pm);
+/* The same for a global bulkhead (policy.scope = global): claims below
+ * the host's live lease, or on the fallback past its expiry; x holds the
+ * client id and the clock. */
+int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
+				       void *st, struct resil_permit_priv *pm);
 void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
 				 struct resil_permit_priv *pm);
 void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
