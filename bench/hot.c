@@ -259,6 +259,8 @@ static const struct simple_case simple_cases[N_SIMPLE_CASES] = {
     {"adaptive.acq_rel", "adapt", "adaptive.algorithm = vegas", PREP_NONE, loop_acq_rel},
     {"shed.acq_rel", "shed", "shed.k = 2", PREP_NONE, loop_acq_rel},
     {"budget.acq_rel", "budget", "retry.budget = grpc:100:0.1", PREP_NONE, loop_acq_rel},
+    {"budget.acq_rel_global", "bgbudget", "policy.scope = global; retry.budget = grpc:100:0.1",
+     PREP_NONE, loop_acq_rel},
     {"retry.next", "retry", "retry.max_attempts = 3", PREP_NONE, loop_retry},
     {"budget.retry_next", "rbudget", "retry.max_attempts = 3; retry.budget = grpc:100:0.1",
      PREP_NONE, loop_retry},
