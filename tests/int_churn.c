@@ -62,29 +62,9 @@ static pid_t guard_start(void)
 		pause();
 }
 
-/* A metric's value from the daemon's text (-1 when absent). */
 static long long metric(resil_t *r, const char *name)
 {
-	Resil__Request req = RESIL__REQUEST__INIT;
-	Resil__Metrics m = RESIL__METRICS__INIT;
-	Resil__Response *resp = NULL;
-	long long v = -1;
-	const char *p;
-
-	req.body_case = RESIL__REQUEST__BODY_METRICS;
-	req.metrics = &m;
-	pthread_mutex_lock(&r->lock);
-	TEST_CHECK(resil_priv_request(r, &req, &resp, NULL, NULL) == 0);
-	pthread_mutex_unlock(&r->lock);
-	if (!resp)
-		return -1;
-	for (p = resp->metrics->text; (p = strstr(p, name)); p++)
-		if (p == resp->metrics->text || p[-1] == '\n') {
-			v = atoll(p + strlen(name));
-			break;
-		}
-	resil__response__free_unpacked(resp, NULL);
-	return v;
+	return test_metric(r, name);
 }
 
 /* The child: cycles of create, reshape, delete. 0 when every call

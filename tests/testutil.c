@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
+#include "resil.pb-c.h"
 #include "resil.h"
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -510,4 +511,49 @@ const struct resil_rec *test_rec_of(resil_t *r, const char *name)
 	rec = resil_seg_rec_of(&r->seg, w);
 	TEST_CHECK(rec != NULL);
 	return rec;
+}
+
+long long test_metric(resil_t *r, const char *name)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__Metrics m = RESIL__METRICS__INIT;
+	Resil__Response *resp = NULL;
+	size_t n = strlen(name);
+	long long v = -1;
+
+	while (n && name[n - 1] == ' ')
+		n--;
+	req.body_case = RESIL__REQUEST__BODY_METRICS;
+	req.metrics = &m;
+	pthread_mutex_lock(&r->lock);
+	if (resil_priv_request(r, &req, &resp, NULL, NULL) != 0)
+		resp = NULL;
+	pthread_mutex_unlock(&r->lock);
+	if (!resp)
+		return -1;
+	for (size_t f = 0; resp->body_case == RESIL__RESPONSE__BODY_METRICS &&
+			   f < resp->metrics->n_families && v < 0;
+	     f++) {
+		const Resil__MetricFamily *fam = resp->metrics->families[f];
+
+		for (size_t i = 0; i < fam->n_samples; i++) {
+			const Resil__Sample *sm = fam->samples[i];
+			char id[512];
+			size_t k = (size_t)snprintf(id, sizeof(id), "%s", sm->name);
+
+			/* the sample as the text format names it: NAME{l="v",...} */
+			for (size_t l = 0; l < sm->n_labels && k < sizeof(id); l++)
+				k += (size_t)snprintf(id + k, sizeof(id) - k, "%s%s=\"%s\"",
+						      l ? "," : "{", sm->labels[l]->name,
+						      sm->labels[l]->value);
+			if (sm->n_labels && k < sizeof(id))
+				k += (size_t)snprintf(id + k, sizeof(id) - k, "}");
+			if (k == n && strncmp(id, name, n) == 0) {
+				v = (long long)sm->value;
+				break;
+			}
+		}
+	}
+	resil__response__free_unpacked(resp, NULL);
+	return v;
 }

@@ -63,6 +63,12 @@ int test_log_count(const struct test_daemon *d, const char *what);
  * on stderr and d cleaned up. */
 int test_daemon_open(struct test_daemon *d, resil_t **r);
 
+/* The value of the sample NAME (as the text format names it, labels
+ * included: `x_total{result="ok"}`; trailing spaces ignored) of
+ * the daemon r is connected to, from a protocol v2 Metrics reply; -1 when
+ * there is none. */
+long long test_metric(resil_t *r, const char *name);
+
 /* ---- scale ---- */
 /* $RESIL_TEST_SCALE as a positive integer (default 1). */
 int resil_test_scale(void);
