@@ -1374,7 +1374,8 @@ static void status_cluster_text(const Resil__ClusterStatus *c)
 		if (p->bulkhead)
 			printf("  %-16s bulkhead %u slots of %u, lease %s %" PRId64
 			       " ms, %u parked\n",
-			       p->name, p->slots, p->slots_max, p->slots_lease_ms > 0 ? "for" : "EXPIRED",
+			       p->name, p->slots, p->slots_max,
+			       p->slots_lease_ms > 0 ? "for" : "EXPIRED",
 			       p->slots_lease_ms > 0 ? p->slots_lease_ms : -p->slots_lease_ms,
 			       p->parked);
 	}

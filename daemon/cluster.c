@@ -172,8 +172,8 @@
 #include "stats.h"
 
 #define LEASE_INTERVALS 3
-#define SAMPLES		4 /* demand samples per interval (early calls) */
-#define EARLY_ASKS	4 /* early calls while waiting for a share, per rise */
+#define SAMPLES			4 /* demand samples per interval (early calls) */
+#define EARLY_ASKS		4 /* early calls while waiting for a share, per rise */
 #define BACKOFF_MAX_NS	(5 * RESIL_NS_PER_S)
 #define HOST_MAX	128
 #define URL_MAX		512
@@ -389,7 +389,7 @@ struct xreq {
 	int res;
 	struct resild_cb_req cb; /* retry budget, configuration check */
 	struct resild_cbh_req bh; /* bulkhead */
-	struct resild_ck_req ck; /* keyed limiter: this host's admissions */
+	struct resild_ck_req ck;  /* keyed limiter: this host's admissions */
 };
 struct xans {
 	bool fresh; /* not yet taken by the loop */
@@ -502,7 +502,7 @@ struct resild_cluster {
 	bool kick; /* a new round of requests */
 	bool kick_early; /* early requests in ereq */
 	bool sampling;	 /* the loop wants a wake every interval / SAMPLES */
-	int efd;   /* eventfd: the thread's "answers ready", read by the loop */
+	int efd;	 /* eventfd: the thread's "answers ready", read by the loop */
 	struct xreq *req;
 	struct xreq *ereq; /* early lease calls: a demand rise, an acknowledgement */
 	struct xans *ans;
@@ -1290,8 +1290,7 @@ static bool connect_redis(struct resild_cluster *c)
 	if (!load_script(c, LEASE_LUA, c->sha) || !load_script(c, BREAKER_LUA, c->bk_sha) ||
 	    !load_script(c, resild_cb_budget_lua, c->cb_sha) ||
 	    !load_script(c, resild_cb_conf_lua, c->cf_sha) ||
-	    !load_script(c, resild_cbh_lua, c->bh_sha) ||
-	    !load_script(c, resild_ck_lua, c->ck_sha))
+	    !load_script(c, resild_cbh_lua, c->bh_sha) || !load_script(c, resild_ck_lua, c->ck_sha))
 		return false;
 	pthread_mutex_lock(&c->lock);
 	bool was = c->last_error[0] != '\0';
@@ -1413,9 +1412,8 @@ static struct timeval io_timeout(const struct resild_cluster *c)
  * NULL: logged. */
 static redisContext *node_connect(struct resild_cluster *c, const struct cl_node *nd)
 {
-	static const char *const lua[] = {LEASE_LUA, BREAKER_LUA, resild_cb_budget_lua,
-					  resild_cb_conf_lua, resild_cbh_lua,
-					  resild_ck_lua};
+	static const char *const lua[] = {LEASE_LUA,	      BREAKER_LUA,    resild_cb_budget_lua,
+					  resild_cb_conf_lua, resild_cbh_lua, resild_ck_lua};
 	struct timeval tv = io_timeout(c);
 	char err[256];
 	redisContext *rc = tcp_connect(c, nd->addr, nd->port, tv, err, sizeof(err));
@@ -1889,7 +1887,8 @@ static void exchange(struct resild_cluster *c, bool early)
 			o->tell = a.tell;
 		}
 		c->script_calls += (uint64_t)q->limit + (uint64_t)q->breaker +
-				   (uint64_t)q->cb.budget + (uint64_t)q->cb.conf + (uint64_t)q->bh.on + (uint64_t)q->ck.on;
+				   (uint64_t)q->cb.budget + (uint64_t)q->cb.conf +
+				   (uint64_t)q->bh.on + (uint64_t)q->ck.on;
 		pthread_mutex_unlock(&c->lock);
 		ok++;
 	}
@@ -2105,8 +2104,8 @@ struct tick_ctx {
 	struct resild_cluster *c;
 	int64_t now;
 	bool post;
-	bool early; /* this policy posts an early lease call (tick_limit says) */
-	bool grant; /* and it asks for a lease (else: an acknowledgement only) */
+	bool early;    /* this policy posts an early lease call (tick_limit says) */
+	bool grant;    /* and it asks for a lease (else: an acknowledgement only) */
 	bool limiters; /* a global limiter was seen: sample its demand */
 };
 
@@ -2128,8 +2127,8 @@ struct tick_ctx {
  * share by more than rate / 20): one call per interval; a rise costs the
  * rising host at most 1 + EARLY_ASKS calls and each host it takes from one.
  */
-static void tick_early(struct tick_ctx *t, struct cl_slot *cs, const struct xans *a,
-		       uint64_t calls, uint64_t rej)
+static void tick_early(struct tick_ctx *t, struct cl_slot *cs, const struct xans *a, uint64_t calls,
+		       uint64_t rej)
 {
 	int64_t dt = t->now - cs->s_ns;
 

@@ -70,11 +70,11 @@ struct resild_cluster_policy {
 	int64_t fleet_calls;
 	uint32_t conflicts;	 /* live hosts with another configuration */
 	char conflict_host[128]; /* one of them (RESILD_CB_HOST_MAX) */
-	bool bulkhead;	      /* a global bulkhead (cluster_bulkhead.c) */
-	uint32_t slots;	      /* of the fleet's bulkhead.max leased here */
-	uint32_t max;	      /* bulkhead.max */
-	uint32_t parked;      /* slots parked here (not this host's to use) */
-	int64_t slots_lease_ns; /* until that lease expires (<= 0: expired) */
+	bool bulkhead;		 /* a global bulkhead (cluster_bulkhead.c) */
+	uint32_t slots;		 /* of the fleet's bulkhead.max leased here */
+	uint32_t max;		 /* bulkhead.max */
+	uint32_t parked;	 /* slots parked here (not this host's to use) */
+	int64_t slots_lease_ns;	 /* until that lease expires (<= 0: expired) */
 	uint32_t slots_hosts;
 };
 /* 0, or -ENOENT when the daemon runs without --cluster-redis. */

@@ -212,7 +212,8 @@ void resild_cbh_tick(const struct resil_seg *s, const struct resil_rec *rec,
 	cs->peak = busy;
 }
 
-static void put(struct resild_cb_cmd *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct resild_cb_cmd *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void put(struct resild_cb_cmd *c, const char *fmt, ...)
 {
 	va_list ap;
@@ -253,8 +254,8 @@ bool resild_cbh_parse(const struct redisReply *r, struct resild_cbh_ans *a)
 		return false;
 	a->share = (uint32_t)r->element[0]->integer;
 	a->id = (uint64_t)r->element[1]->integer;
-	a->hosts = (uint32_t)(r->element[2]->integer > UINT32_MAX ? UINT32_MAX
-								  : r->element[2]->integer);
+	a->hosts =
+	    (uint32_t)(r->element[2]->integer > UINT32_MAX ? UINT32_MAX : r->element[2]->integer);
 	return true;
 }
 

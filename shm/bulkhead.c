@@ -782,8 +782,8 @@ static __attribute__((noinline, cold)) uint32_t fallback_claim(struct resil_bulk
 
 /* A global bulkhead's claim: the usual one under a live lease (the parked
  * slots bound it), the fallback's past it. */
-static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_state *s,
-				    uint32_t n, uint32_t id)
+static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_state *s, uint32_t n,
+				    uint32_t id)
 {
 	/* pairs with resil_bulkhead_lease_set's release: the parking done
 	 * for this lease is seen with it */

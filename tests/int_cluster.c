@@ -409,10 +409,10 @@ int main(void)
 		b1 = bucket_now();
 		workers_start(3, 300);
 		/* eventually, within 10 s, D holds its share for a whole second */
-		CHECK(TEST_EVENTUALLY(bucket_now() >= b1 + 10 &&
-				      adm_span(3, bucket_now() - 10, bucket_now()) >=
-					  300 * 85 / 100),
-		      "D gets its share");
+		CHECK(
+		    TEST_EVENTUALLY(bucket_now() >= b1 + 10 &&
+				    adm_span(3, bucket_now() - 10, bucket_now()) >= 300 * 85 / 100),
+		    "D gets its share");
 		wait_buckets(10);
 		b2 = bucket_now();
 		for (int b = b1; b < b2; b++)

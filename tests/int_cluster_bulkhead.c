@@ -280,8 +280,7 @@ int main(void)
 	       (unsigned long long)(atomic_load(&sh->adm[0]) - a0), atomic_load(&sh->peak[1]));
 	kill(hd[0].pid, SIGCONT);
 	a0 = atomic_load(&sh->adm[0]);
-	CHECK(TEST_EVENTUALLY(atomic_load(&sh->adm[0]) > a0 + 50),
-	      "A admits again after SIGCONT");
+	CHECK(TEST_EVENTUALLY(atomic_load(&sh->adm[0]) > a0 + 50), "A admits again after SIGCONT");
 
 	workers_stop();
 	printf("fleet: at most %d calls in flight at once (bulkhead.max %d)\n",

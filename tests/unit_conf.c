@@ -209,8 +209,9 @@ static void test_global_scope(void **state)
 	    resil_conf_parse(&c, "policy.scope = global; bulkhead.max = 3", 1, err, sizeof(err)),
 	    0);
 	resil_conf_init(&c);
-	assert_int_equal(resil_conf_parse(&c, "policy.scope = global; bulkhead.max = 3; "
-					      "bulkhead.wait = 100ms",
+	assert_int_equal(resil_conf_parse(&c,
+					  "policy.scope = global; bulkhead.max = 3; "
+					  "bulkhead.wait = 100ms",
 					  1, err, sizeof(err)),
 			 -EINVAL);
 	assert_non_null(strstr(err, "fail-fast bulkheads of at most 128 permits"));
