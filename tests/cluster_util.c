@@ -6,6 +6,7 @@
 #include "cluster_util.h"
 
 #include <fcntl.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,4 +152,39 @@ int test_cluster_host(struct test_daemon *d, const char *url, const char *cname,
 	if (test_daemon_init(d) < 0 || test_daemon_start(d, extra) < 0)
 		return -1;
 	return 0;
+}
+
+redisReply *test_redis_tcp_cmd(int port, const char *fmt, ...)
+{
+	redisContext *c = redisConnect("127.0.0.1", port);
+	redisReply *r = NULL;
+	va_list ap;
+
+	if (c && !c->err) {
+		va_start(ap, fmt);
+		r = redisvCommand(c, fmt, ap);
+		va_end(ap);
+	}
+	if (c)
+		redisFree(c);
+	return r;
+}
+
+void test_cluster_hosts_stop(struct test_daemon *hd, resil_t **cl, int n)
+{
+	for (int h = 0; h < n; h++) {
+		if (cl[h])
+			resil_close(cl[h]);
+		cl[h] = NULL;
+		if (hd[h].pid) {
+			int st = test_daemon_stop(&hd[h]);
+
+			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			      "host %c exits cleanly (status %#x)", 'A' + h, st);
+		}
+		if (test_failures)
+			fprintf(stderr, "--- host %c log: %s\n", 'A' + h, hd[h].log);
+		else
+			test_daemon_fini(&hd[h]);
+	}
 }

@@ -62,6 +62,14 @@ redisContext *test_redis_conn(const struct test_redis *r);
 long long test_redis_num(const struct test_redis *r, const char *cmd, const char *key,
 			 const char *field);
 
+/* One command on the Redis at 127.0.0.1:port, on a connection of its
+ * own: the reply (NULL: no answer), the caller frees it. */
+redisReply *test_redis_tcp_cmd(int port, const char *fmt, ...);
+
+/* Close each host's client, stop its daemon (a clean exit is CHECKed) and
+ * remove its directory, or keep it and name its log when a check failed. */
+void test_cluster_hosts_stop(struct test_daemon *hd, resil_t **cl, int n);
+
 /* Start d (initialised here) as host 'A' + h of cluster cname through url:
  * --state-size 16M --cluster-redis url --cluster-host host<A+h>
  * --cluster-name cname, then the NULL-ended more (may be NULL). 0 or -1. */

@@ -48,25 +48,10 @@ static resil_t *cl[HOSTS];
 static const char *const pol[NPOL] = {"p0", "p1", "p2", "p3", "p4", "p5"};
 
 /* One command on node n; the reply (NULL: no answer). */
-static redisReply *node_cmd(int n, const char *fmt, ...)
-{
-	redisContext *c = redisConnect("127.0.0.1", port[n]);
-	redisReply *r = NULL;
-	va_list ap;
-
-	if (c && !c->err) {
-		va_start(ap, fmt);
-		r = redisvCommand(c, fmt, ap);
-		va_end(ap);
-	}
-	if (c)
-		redisFree(c);
-	return r;
-}
 
 static bool node_up(int n)
 {
-	redisReply *r = node_cmd(n, "PING");
+	redisReply *r = test_redis_tcp_cmd(port[n], "PING");
 	bool ok = r && r->type != REDIS_REPLY_ERROR;
 
 	if (r)
@@ -79,7 +64,7 @@ static bool cluster_ok(void)
 	for (int n = 0; n < NODES; n++) {
 		if (redis_pid[n] <= 0)
 			continue;
-		redisReply *r = node_cmd(n, "CLUSTER INFO");
+		redisReply *r = test_redis_tcp_cmd(port[n], "CLUSTER INFO");
 		bool ok = r && r->type == REDIS_REPLY_STRING &&
 			  strstr(r->str, "cluster_state:ok") != NULL;
 
@@ -98,7 +83,7 @@ static int slot_of(const char *name)
 	int s = -1;
 
 	snprintf(key, sizeof(key), "%s:{%s}:budget", cname, name);
-	r = node_cmd(0, "CLUSTER KEYSLOT %s", key);
+	r = test_redis_tcp_cmd(port[0], "CLUSTER KEYSLOT %s", key);
 	if (r && r->type == REDIS_REPLY_INTEGER)
 		s = (int)r->integer;
 	if (r)
@@ -109,7 +94,7 @@ static int slot_of(const char *name)
 /* The node serving slot s, as node n sees it (-1: none) */
 static int owner(int n, int s)
 {
-	redisReply *r = node_cmd(n, "CLUSTER SLOTS");
+	redisReply *r = test_redis_tcp_cmd(port[n], "CLUSTER SLOTS");
 	int o = -1;
 
 	for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
@@ -209,7 +194,7 @@ static bool in_redis(long long v)
 static int replica_of(int p)
 {
 	for (int n = 0; n < NODES; n++) {
-		redisReply *r = node_cmd(n, "ROLE");
+		redisReply *r = test_redis_tcp_cmd(port[n], "ROLE");
 		bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
 			  strcmp(r->element[0]->str, "slave") == 0 &&
 			  r->element[2]->type == REDIS_REPLY_INTEGER &&
@@ -258,21 +243,7 @@ static int host_start(int h)
 
 static void cleanup(void)
 {
-	for (int h = 0; h < HOSTS; h++) {
-		if (cl[h])
-			resil_close(cl[h]);
-		cl[h] = NULL;
-		if (test_failures)
-			fprintf(stderr, "--- host %c log: %s\n", 'A' + h, hd[h].log);
-		if (hd[h].pid) {
-			int st = test_daemon_stop(&hd[h]);
-
-			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-			      "host %c exits cleanly (status %#x)", 'A' + h, st);
-		}
-		if (!test_failures)
-			test_daemon_fini(&hd[h]);
-	}
+	test_cluster_hosts_stop(hd, cl, HOSTS);
 	for (int n = 0; n < NODES; n++)
 		if (redis_pid[n] > 0) {
 			kill(redis_pid[n], SIGKILL);
@@ -322,7 +293,7 @@ int main(void)
 	for (int n = 0; n < PRIMS; n++)
 		CHECK(TEST_EVENTUALLY(replica_of(n) >= PRIMS), "node %d has a replica", n);
 	for (int n = 0; n < NODES; n++) {
-		redisReply *r = node_cmd(n, "CLUSTER MYID");
+		redisReply *r = test_redis_tcp_cmd(port[n], "CLUSTER MYID");
 
 		TEST_CHECK(r && r->type == REDIS_REPLY_STRING);
 		snprintf(node_id[n], sizeof(node_id[n]), "%s", r->str);
@@ -360,19 +331,19 @@ int main(void)
 	{
 		redisReply *r;
 
-		r = node_cmd(to, "CLUSTER SETSLOT %d IMPORTING %s", s, node_id[from]);
+		r = test_redis_tcp_cmd(port[to], "CLUSTER SETSLOT %d IMPORTING %s", s, node_id[from]);
 		CHECK(r && r->type != REDIS_REPLY_ERROR, "IMPORTING");
 		if (r)
 			freeReplyObject(r);
-		r = node_cmd(from, "CLUSTER SETSLOT %d MIGRATING %s", s, node_id[to]);
+		r = test_redis_tcp_cmd(port[from], "CLUSTER SETSLOT %d MIGRATING %s", s, node_id[to]);
 		CHECK(r && r->type != REDIS_REPLY_ERROR, "MIGRATING");
 		if (r)
 			freeReplyObject(r);
-		r = node_cmd(from, "CLUSTER GETKEYSINSLOT %d 100", s);
+		r = test_redis_tcp_cmd(port[from], "CLUSTER GETKEYSINSLOT %d 100", s);
 		CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2,
 		      "the policy's keys in its slot");
 		for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
-			redisReply *m = node_cmd(from, "MIGRATE 127.0.0.1 %d %s 0 5000", port[to],
+			redisReply *m = test_redis_tcp_cmd(port[from], "MIGRATE 127.0.0.1 %d %s 0 5000", port[to],
 						 r->element[i]->str);
 
 			CHECK(m && m->type != REDIS_REPLY_ERROR, "MIGRATE %s: %s",
@@ -394,7 +365,7 @@ int main(void)
 		      fleet(to, pol[0]));
 
 		for (int n = 0; n < PRIMS; n++) {
-			r = node_cmd(n, "CLUSTER SETSLOT %d NODE %s", s, node_id[to]);
+			r = test_redis_tcp_cmd(port[n], "CLUSTER SETSLOT %d NODE %s", s, node_id[to]);
 			CHECK(r && r->type != REDIS_REPLY_ERROR, "SETSLOT NODE on %d", n);
 			if (r)
 				freeReplyObject(r);

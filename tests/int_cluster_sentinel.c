@@ -42,25 +42,10 @@ static pid_t pid[NPROC];
 static struct test_daemon hd[HOSTS];
 static resil_t *cl[HOSTS];
 
-static redisReply *cmd(int n, const char *fmt, ...)
-{
-	redisContext *c = redisConnect("127.0.0.1", port[n]);
-	redisReply *r = NULL;
-	va_list ap;
-
-	if (c && !c->err) {
-		va_start(ap, fmt);
-		r = redisvCommand(c, fmt, ap);
-		va_end(ap);
-	}
-	if (c)
-		redisFree(c);
-	return r;
-}
 
 static bool up(int n)
 {
-	redisReply *r = cmd(n, "PING");
+	redisReply *r = test_redis_tcp_cmd(port[n], "PING");
 	bool ok = r && r->type != REDIS_REPLY_ERROR;
 
 	if (r)
@@ -125,7 +110,7 @@ static void stop(int n)
 /* the port the sentinel names for the master (-1: none) */
 static int named(void)
 {
-	redisReply *r = cmd(SENTINEL, "SENTINEL get-master-addr-by-name %s", master);
+	redisReply *r = test_redis_tcp_cmd(port[SENTINEL], "SENTINEL get-master-addr-by-name %s", master);
 	int p = -1;
 
 	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
@@ -138,7 +123,7 @@ static int named(void)
 /* the fleet's tokens in node n's copy of the bucket (-1: none) */
 static long long fleet(int n)
 {
-	redisReply *r = cmd(n, "HGET %s:{g}:budget t", cname);
+	redisReply *r = test_redis_tcp_cmd(port[n], "HGET %s:{g}:budget t", cname);
 	long long v = -1;
 
 	if (r && r->type == REDIS_REPLY_STRING)
@@ -150,7 +135,7 @@ static long long fleet(int n)
 
 static bool role_is(int n, const char *role)
 {
-	redisReply *r = cmd(n, "ROLE");
+	redisReply *r = test_redis_tcp_cmd(port[n], "ROLE");
 	bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements &&
 		  strcmp(r->element[0]->str, role) == 0;
 
@@ -161,7 +146,7 @@ static bool role_is(int n, const char *role)
 
 static bool replica_synced(int n)
 {
-	redisReply *r = cmd(n, "INFO replication");
+	redisReply *r = test_redis_tcp_cmd(port[n], "INFO replication");
 	bool ok =
 	    r && r->type == REDIS_REPLY_STRING && strstr(r->str, "master_link_status:up") != NULL;
 
@@ -203,21 +188,7 @@ static bool synced(void)
 
 static void cleanup(void)
 {
-	for (int h = 0; h < HOSTS; h++) {
-		if (cl[h])
-			resil_close(cl[h]);
-		cl[h] = NULL;
-		if (hd[h].pid) {
-			int st = test_daemon_stop(&hd[h]);
-
-			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-			      "host %c exits cleanly (status %#x)", 'A' + h, st);
-		}
-		if (test_failures)
-			fprintf(stderr, "--- host %c log: %s\n", 'A' + h, hd[h].log);
-		else
-			test_daemon_fini(&hd[h]);
-	}
+	test_cluster_hosts_stop(hd, cl, HOSTS);
 	for (int n = 0; n < NPROC; n++)
 		stop(n);
 	if (test_failures) {
@@ -306,7 +277,7 @@ int main(void)
 
 		/* the sentinel refuses while it has not yet seen the replica */
 		for (int i = 0; i < 100 && !ok; i++) {
-			r = cmd(SENTINEL, "SENTINEL FAILOVER %s", master);
+			r = test_redis_tcp_cmd(port[SENTINEL], "SENTINEL FAILOVER %s", master);
 			ok = r && r->type != REDIS_REPLY_ERROR;
 			if (r)
 				freeReplyObject(r);

@@ -171,21 +171,7 @@ static void fail_on(int h, int n)
 
 static void cleanup(void)
 {
-	for (int h = 0; h < HOSTS; h++) {
-		if (cl[h])
-			resil_close(cl[h]);
-		cl[h] = NULL;
-		if (hd[h].pid) {
-			int st = test_daemon_stop(&hd[h]);
-
-			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-			      "host %c exits cleanly (status %#x)", 'A' + h, st);
-		}
-		if (test_failures)
-			fprintf(stderr, "--- host %c log: %s\n", 'A' + h, hd[h].log);
-		else
-			test_daemon_fini(&hd[h]);
-	}
+	test_cluster_hosts_stop(hd, cl, HOSTS);
 	if (redis_pid > 0) {
 		kill(redis_pid, SIGKILL);
 		waitpid(redis_pid, NULL, 0);
