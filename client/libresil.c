@@ -1031,7 +1031,7 @@ acquire_lean_bulkhead(resil_policy_t *p, const struct binding *b, struct resil_p
 	pm->limit_permits = 1;
 	if (RESIL_UNLIKELY(b->rec->conf.scope == RESIL_SCOPE_GLOBAL)) {
 		/* a global bulkhead checks its lease (bulkhead.c, global_claim):
-		 * the clock too */
+		 * the clock too, unless the slot is sure */
 		x.clock = *ld_acquire(&p->r->clock);
 		v = resil_bulkhead_acquire_scan_global(&x, &b->rec->conf.bulkhead, b->lean_st, pm);
 	} else {

@@ -119,18 +119,27 @@
  * slot held by a call is never revoked: above S it drains (its release
  * frees a slot no client of this host claims again, and the daemon parks
  * it), and the daemon reports meanwhile that its host still holds it. The
- * lease sits in line 2 (lease_slots, then lease_expiry_ns last, release;
- * clients load the expiry, acquire, with the coarse clock, and then the
- * slots: loads of a line written once per interval and a vDSO read, the
- * only cost over a host bulkhead).
+ * lease sits in line 2 (lease_slots, fallback_slots, sure_slots, then
+ * lease_expiry_ns last, release), a line written once per interval.
+ * No clock below sure_slots: sure_slots = min(lease_slots,
+ * fallback_slots) is a slot count both sides of the expiry allow, so a
+ * claim of a slot below it holds whether the lease is live or not, and
+ * needs no clock to tell. A thread tries its last slot there first: one
+ * load of line 2 and the usual CAS, the only cost over a host bulkhead
+ * (bench case bulkhead.acq_rel_global). Any other claim loads the expiry,
+ * acquire, reads the coarse clock, and claims below lease_slots (live) or
+ * fallback_slots (past). A staler sure_slots than the slots is harmless
+ * the same way a stale lease_slots is: a slot parked since refuses the
+ * CAS, and a slot freed above a shrunk share is claimable for as long as
+ * the old words are seen, one store away.
  * A block no daemon has leased (expiry 0: no --cluster-redis) is a host
  * bulkhead. Past it (the daemon is stopped, dead, or cannot reach Redis) a client
  * claims only slots below fallback_slots, free or parked alike (CAS 0 or
  * PARKED -> id): the configured fallback (the fleet's max over the hosts
  * last seen, all of it, or none) whatever the parked slots say. Its
  * release is the usual CAS id -> 0; the daemon parks again when it is
- * back. Neither word can send anyone out of bounds: the slot count comes
- * from the configuration, fallback_slots is clamped to it.
+ * back. No word can send anyone out of bounds: the slot count comes
+ * from the configuration, fallback_slots and sure_slots are clamped to it.
  *
  * Crash windows (a process can die between any two instructions):
  *   scan regime:
@@ -780,15 +789,31 @@ static __attribute__((noinline, cold)) uint32_t fallback_claim(struct resil_bulk
 	return 0;
 }
 
-/* A global bulkhead's claim: the usual one under a live lease (the parked
- * slots bound it), the fallback's past it. */
+/* A global bulkhead's claim. The thread's last slot first, when it lies
+ * below sure_slots: a slot the live lease allows and its fallback allows
+ * too, so the claim holds whether the lease has expired or not, and no
+ * clock is read. Else the usual claim under a live lease (the parked slots
+ * bound it), the fallback's past it. */
 static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_state *s, uint32_t n,
 				    uint32_t id)
 {
 	/* pairs with resil_bulkhead_lease_set's release: the parking done
-	 * for this lease is seen with it */
-	int64_t exp = (int64_t)ld_acquire(&s->lease_expiry_ns);
+	 * before it is seen (a slot parked since is refused by the CAS) */
+	uint32_t sure = ld_acquire(&s->sure_slots), i = *next_of(s);
+	int64_t exp;
 
+	if (RESIL_UNLIKELY(sure > n))
+		sure = n; /* a client's word: never past the configuration */
+	if (RESIL_LIKELY(i - 1 < sure)) { /* i == 0 (no slot yet) wraps */
+		ra32 *w = scan_slot(s, i - 1);
+		uint32_t v = 0;
+
+		if (RESIL_LIKELY(ld_relaxed(w) == 0 && cas_acq_rel(w, &v, id)))
+			return i; /* crash window B, as scan_claim's */
+	}
+	/* pairs with resil_bulkhead_lease_set's release: the parking done
+	 * for this lease is seen with it */
+	exp = (int64_t)ld_acquire(&s->lease_expiry_ns);
 	if (RESIL_LIKELY(resil_clock_now_coarse(&x->clock) < exp)) {
 		/* only below the share: slots above it drain (a call that
 		 * ends there frees a slot nobody takes; the daemon parks it) */
@@ -850,6 +875,9 @@ void resil_bulkhead_lease_set(void *st, int64_t expiry_ns, uint32_t slots, uint3
 
 	st_relaxed(&s->lease_slots, slots);
 	st_relaxed(&s->fallback_slots, fallback_slots);
+	/* release: pairs with global_claim's acquire of it */
+	atomic_store_explicit(&s->sure_slots, slots < fallback_slots ? slots : fallback_slots,
+			      memory_order_release);
 	/* last, release: pairs with global_claim's acquire */
 	atomic_store_explicit(&s->lease_expiry_ns, (uint64_t)expiry_ns, memory_order_release);
 }

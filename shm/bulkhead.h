@@ -154,6 +154,7 @@ struct resil_bulkhead_state {
 	RESIL_A8 ra64 lease_expiry_ns; /* CLOCK_MONOTONIC end of the lease; 0: none */
 	ra32 fallback_slots;	       /* past it: claims only below this slot */
 	ra32 lease_slots;	       /* under it: claims only below this slot */
+	ra32 sure_slots;	       /* min of the two: claimed without the clock */
 
 	alignas(RESIL_HOT_ALIGN) ra32 wslots[RESIL_BULKHEAD_WAITERS];
 };
@@ -169,6 +170,8 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, fallback_slots) == 312
 		    "bulkhead fallback");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, lease_slots) == 316,
 		    "bulkhead lease slots");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, sure_slots) == 320,
+		    "bulkhead sure slots");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, wslots) == 384, "bulkhead waiters");
 RESIL_STATIC_ASSERT(sizeof(struct resil_bulkhead_state) == 640, "bulkhead state size");
 
