@@ -977,6 +977,115 @@ static void strict_body(struct bh *b)
 	}
 }
 
+/* A clock that counts its readings: the claims that must not read one. */
+static int clock_reads;
+static int64_t counting_clock(void *ctx)
+{
+	clock_reads++;
+	return *(int64_t *)ctx;
+}
+
+static int take_global(struct bh *b, uint32_t client, struct resil_permit_priv *pm)
+{
+	struct resil_ctx x;
+
+	ctx_init(&x, client);
+	x.clock.fn = counting_clock;
+	memset(pm, 0, sizeof(*pm));
+	return resil_bulkhead_acquire_scan_global(&x, &b->conf, b->st, pm);
+}
+
+/* policy.scope = global: a live lease of 6 slots of 10 with a fallback of
+ * 2. Below sure_slots (2) a thread's slot is claimed again without the
+ * clock; under the lease 6 are admitted; past it 2, whatever slot the
+ * thread held last; with a fallback of none, nothing, and the clock
+ * decides every claim. In a thread of its own: the thread's last slot
+ * (bulkhead.c, next_of) starts at none. */
+/* a failed check in the thread: its line, for the test's thread to report */
+#define GCHECK(c)                                                                                  \
+	do {                                                                                       \
+		if (!(c))                                                                          \
+			return (void *)(uintptr_t)__LINE__;                                        \
+	} while (0)
+
+static void *global_lease_body(void *arg)
+{
+	struct resil_permit_priv pm[12];
+	struct bh *b = arg;
+	struct resil_pool p = resil_bulkhead_pool(b->st);
+	int n;
+
+	resil_bulkhead_lease_set(b->st, manual_now + RESIL_NS_PER_S, 6, 2);
+	GCHECK(atomic_load(&b->st->sure_slots) == 2);
+
+	/* the first claim reads the clock and lands at 7 % 6 = slot 1 */
+	clock_reads = 0;
+	GCHECK(take_global(b, 7, &pm[0]) == 0);
+	GCHECK(pm[0].bulkhead_idx == 2);
+	GCHECK(clock_reads == 1);
+	give(b, 7, &pm[0]);
+	/* slot 1 is below sure_slots: claimed again without the clock */
+	GCHECK(take_global(b, 7, &pm[0]) == 0);
+	GCHECK(pm[0].bulkhead_idx == 2);
+	GCHECK(clock_reads == 1);
+
+	/* under the lease: 6, the share, and not one more */
+	for (n = 1; n < 12 && take_global(b, 7, &pm[n]) == 0; n++)
+		GCHECK((pm[n].bulkhead_idx) >= 1 && (pm[n].bulkhead_idx) <= 6);
+	GCHECK(n == 6);
+	for (int i = 0; i < n; i++)
+		give(b, 7, &pm[i]);
+
+	/* the thread's last slot above sure_slots: slot 5, the one left */
+	for (uint32_t i = 0; i < 5; i++)
+		atomic_store(&p.slots[(size_t)i << p.shift], 9);
+	GCHECK(take_global(b, 7, &pm[0]) == 0);
+	GCHECK(pm[0].bulkhead_idx == 6);
+	for (uint32_t i = 0; i < 5; i++)
+		atomic_store(&p.slots[(size_t)i << p.shift], 0);
+	give(b, 7, &pm[0]);
+
+	/* past the lease: the fallback's 2 slots, not the thread's slot 5 */
+	manual_now += 2 * RESIL_NS_PER_S;
+	for (n = 0; n < 12 && take_global(b, 7, &pm[n]) == 0; n++)
+		GCHECK((pm[n].bulkhead_idx) >= 1 && (pm[n].bulkhead_idx) <= 2);
+	GCHECK(n == 2);
+	for (int i = 0; i < n; i++)
+		give(b, 7, &pm[i]);
+
+	/* a fallback of none: no slot is sure, the clock decides every
+	 * claim, and past the lease it refuses */
+	resil_bulkhead_lease_set(b->st, manual_now - 1, 6, 0);
+	GCHECK(atomic_load(&b->st->sure_slots) == 0);
+	clock_reads = 0;
+	GCHECK(take_global(b, 7, &pm[0]) == RESIL_REJECT_FULL);
+	GCHECK(clock_reads == 1);
+
+	/* a client's sure_slots past the configuration claims nothing more */
+	resil_bulkhead_lease_set(b->st, manual_now + RESIL_NS_PER_S, 10, 10);
+	atomic_store(&b->st->sure_slots, UINT32_MAX);
+	for (n = 0; n < 12 && take_global(b, 7, &pm[n]) == 0; n++)
+		GCHECK((pm[n].bulkhead_idx) >= 1 && (pm[n].bulkhead_idx) <= 10);
+	GCHECK(n == 10);
+	return (void *)0;
+}
+
+static void test_global_lease(void **state)
+{
+	struct bh b;
+	pthread_t t;
+
+	bh_new(&b, "10", NULL, NULL);
+	void *line;
+
+	assert_int_equal(pthread_create(&t, NULL, global_lease_body, &b), 0);
+	assert_int_equal(pthread_join(t, &line), 0);
+	if (line)
+		fail_msg("check at unit_bulkhead.c:%u failed", (unsigned)(uintptr_t)line);
+	bh_free(&b);
+}
+
+
 static void test_no_syscall(void **state)
 {
 	struct bh b;
@@ -1088,6 +1197,7 @@ int main(void)
 	    cmocka_unit_test(test_dead_waiter),
 	    cmocka_unit_test_prestate(test_threads, &scan_r),
 	    cmocka_unit_test_prestate(test_threads, &counted_r),
+	    cmocka_unit_test(test_global_lease),
 	    cmocka_unit_test_prestate(test_no_syscall, &scan_r),
 	    cmocka_unit_test_prestate(test_no_syscall, &counted_r),
 	    cmocka_unit_test_prestate(test_cost, &scan_r),
