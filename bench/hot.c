@@ -232,8 +232,9 @@ out:
 /* PREP_HOLD_ALL: the bench process takes every permit it can and holds
  * them during the loop, so each acquire of the loop is a rejection. */
 /* PREP_LEASE: a global bulkhead leased all of its slots until far in the
- * future, as its daemon would (no cluster here): the hot path under a
- * live lease. */
+ * future, with the default fallback (--cluster-fallback share) of three
+ * hosts, as its daemon would (no cluster here): the hot path under a live
+ * lease. */
 enum { PREP_NONE, PREP_FAIL_ONCE, PREP_ADMIT_ONCE, PREP_HOLD_ALL, PREP_LEASE };
 
 static const struct simple_case simple_cases[N_SIMPLE_CASES] = {
@@ -292,7 +293,7 @@ void run_simple(resil_t *r, const char *group, struct simple_group *g)
 			void *st = atomic_load(&x->p->lean_st);
 
 			if (st)
-				resil_bulkhead_lease_set(st, INT64_MAX, 25, 0);
+				resil_bulkhead_lease_set(st, INT64_MAX, 25, 25 / 3);
 			if (!st || resil_acquire(x->p, &pm) != RESIL_ADMIT) {
 				fprintf(stderr, "%s: no lease set\n", c->name);
 				continue;
