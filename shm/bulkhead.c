@@ -802,9 +802,11 @@ static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_s
 	uint32_t sure = ld_acquire(&s->sure_slots), i = *next_of(s);
 	int64_t exp;
 
+	/* a client's word: never past the configuration */
 	if (RESIL_UNLIKELY(sure > n))
-		sure = n; /* a client's word: never past the configuration */
-	if (RESIL_LIKELY(i - 1 < sure)) { /* i == 0 (no slot yet) wraps */
+		sure = n;
+	/* i == 0 (no slot yet) wraps to UINT32_MAX */
+	if (RESIL_LIKELY(i - 1 < sure)) {
 		ra32 *w = scan_slot(s, i - 1);
 		uint32_t v = 0;
 

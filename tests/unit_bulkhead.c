@@ -1085,7 +1085,6 @@ static void test_global_lease(void **state)
 	bh_free(&b);
 }
 
-
 static void test_no_syscall(void **state)
 {
 	struct bh b;
