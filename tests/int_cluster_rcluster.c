@@ -272,9 +272,12 @@ int main(void)
 	snprintf(dir, sizeof(dir), "%s/resil-clrc-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(dir))
 		return 1;
-	/* ports in 21000..50999, their cluster bus (+10000) below 61000 */
+	/* ports in 21000..22739 and their cluster bus (+10000) in
+	 * 31000..32739: below Linux's ephemeral range (32768..60999), where
+	 * a connection's own port or a TIME-WAIT socket could hold one (the
+	 * sentinel test takes 10000..19002, the TLS one 19000..20999) */
 	for (int n = 0; n < NODES; n++)
-		port[n] = 21000 + (int)(getpid() % 5000) * NODES + n;
+		port[n] = 21000 + (int)(getpid() % 290) * NODES + n;
 	snprintf(rurl, sizeof(rurl), "redis://127.0.0.1:%d", port[0]);
 	snprintf(cname, sizeof(cname), "rc%d", (int)getpid());
 	for (int n = 0; n < NODES; n++)
