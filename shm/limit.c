@@ -699,7 +699,7 @@ int64_t resil_limit_key_entry(const struct resil_limit_conf *c, void *st, uint64
 		return idx >= 0 ? idx : -1;
 	lp_init(&p, c, now, 1);
 	p.heals = &s->heals;
-	return resil_limit_priv_key_get(&x, s, c, &p, fp, &full_wait);
+	return resil_limit_priv_key_get(&x, s, c, &p, fp, &ch, &full_wait);
 }
 
 /* ------------------------------------------------------ the component */
@@ -931,11 +931,17 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 {
 	struct resil_limit_state *s = lstate(st);
 	int64_t wait = 0, stamp = 0;
+	uint64_t fp = 0;
+	struct chain ch;
 	struct lp p;
 	int v;
 
 	if (RESIL_UNLIKELY(c->interval_ns <= 0 || c->period_ns <= 0 || c->count == 0))
 		return -EINVAL;
+	/* keyed: the key's buckets are asked of memory before the clock is
+	 * read, so that the two waits overlap (bench case limit.keyed_1m) */
+	if (c->keys && x->key)
+		fp = resil_limit_priv_key_ask(x, s, c, &ch);
 	lp_init(&p, c, limit_now(x, c), pm->limit_permits);
 	p.heals = &s->heals;
 	if (!lease_apply(x, c, s, &p)) {
@@ -950,7 +956,7 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 		return -E2BIG;
 	pm->key_idx = 0;
 	if (c->keys && x->key) {
-		v = resil_limit_priv_keyed_take(x, s, c, &p, pm);
+		v = resil_limit_priv_keyed_take(x, s, c, &p, fp, &ch, pm);
 	} else if (p.algo == RESIL_LIMIT_SLIDING) {
 		v = slide_take(s, &p, pm);
 	} else {

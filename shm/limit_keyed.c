@@ -184,14 +184,13 @@ static int64_t key_dedup(struct resil_limit_state *s, struct resil_limit_entry *
  */
 int64_t resil_limit_priv_key_get(struct resil_ctx *x, struct resil_limit_state *s,
 				 const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
-				 int64_t *full_wait)
+				 const struct chain *chp, int64_t *full_wait)
 {
 	struct resil_limit_entry *t = table_of(s);
-	struct chain ch;
+	struct chain ch = *chp;
 	int64_t idx;
 	int tries;
 
-	chain_init(&ch, fp, nbuckets(c));
 	idx = resil_limit_priv_key_find(t, &ch, fp, memory_order_acquire);
 	if (RESIL_LIKELY(idx >= 0))
 		return idx;
@@ -350,16 +349,33 @@ void resil_limit_priv_keys_full_event(struct resil_ctx *x, struct resil_limit_st
 			    x->rec->gen, c->when_full_admit ? 1u : 0u, 0, 0, c->keys, now);
 }
 
-int resil_limit_priv_keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
-				const struct resil_limit_conf *c, const struct lp *p,
-				struct resil_permit_priv *pm)
+/* A lookup's lines, asked for before anything else of the decision: at
+ * 1M keys the table is 32 MB and each lookup waits for one line from
+ * memory (two when the key sits in b2, or the chain goes on). A prefetch
+ * (for writing: the take CASes the entry) lets the clock read and the
+ * lease check run meanwhile; a prefetch never faults and changes no
+ * word, so a hostile fp or a table being resized costs a wasted line. */
+uint64_t resil_limit_priv_key_ask(const struct resil_ctx *x, struct resil_limit_state *s,
+				  const struct resil_limit_conf *c, struct chain *ch)
 {
 	struct resil_limit_entry *t = table_of(s);
 	uint64_t fp = resil_limit_priv_key_fp(x, x->key, x->key_len);
+
+	chain_init(ch, fp, nbuckets(c));
+	__builtin_prefetch(&t[(size_t)ch->b1 * RESIL_LIMIT_BUCKET], 1, 3);
+	__builtin_prefetch(&t[(size_t)ch->b2 * RESIL_LIMIT_BUCKET], 1, 3);
+	return fp;
+}
+
+int resil_limit_priv_keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
+				const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
+				const struct chain *ch, struct resil_permit_priv *pm)
+{
+	struct resil_limit_entry *t = table_of(s);
 	int64_t idx, full_wait = INT64_MAX, wait = 0, stamp = 0;
 	int v;
 
-	idx = resil_limit_priv_key_get(x, s, c, p, fp, &full_wait);
+	idx = resil_limit_priv_key_get(x, s, c, p, fp, ch, &full_wait);
 	if (idx < 0) {
 		resil_limit_priv_keys_full_event(x, s, c, p->now);
 		if (c->when_full_admit) {

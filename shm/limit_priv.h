@@ -125,11 +125,15 @@ int64_t resil_limit_priv_overflow_slot(struct resil_limit_entry *t, const struct
 				       uint64_t *seen);
 int64_t resil_limit_priv_key_get(struct resil_ctx *x, struct resil_limit_state *s,
 				 const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
-				 int64_t *full_wait);
+				 const struct chain *ch, int64_t *full_wait);
 void resil_limit_priv_keys_full_event(struct resil_ctx *x, struct resil_limit_state *s,
 				      const struct resil_limit_conf *c, int64_t now);
+/* The key's fingerprint and chain, its two buckets prefetched for
+ * writing. */
+uint64_t resil_limit_priv_key_ask(const struct resil_ctx *x, struct resil_limit_state *s,
+				  const struct resil_limit_conf *c, struct chain *ch);
 int resil_limit_priv_keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
-				const struct resil_limit_conf *c, const struct lp *p,
-				struct resil_permit_priv *pm);
+				const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
+				const struct chain *ch, struct resil_permit_priv *pm);
 
 #endif
