@@ -100,6 +100,25 @@ FLOORS = [
 ]
 
 
+def load_rows(path):
+    rows = {}
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            p = line.rstrip("\n").split("\t")
+            while len(p) < 8:
+                p.append("")
+            try:
+                v = (float(p[3]), float(p[4]), float(p[5]))
+            except ValueError:
+                continue
+            rows[(p[0], p[1], p[2])] = (v, p[6], p[7])
+    return rows
+
+
 def load(outdir):
     rows = {}
     with open(os.path.join(outdir, "results.tsv")) as f:
@@ -316,6 +335,95 @@ def clock_is_tsc(machine):
     return v is not None and v.startswith("TSC")
 
 
+def own_cost(r, ro, machine, w):
+    """The library's own cost against its floors, with this run's decision
+    clock and again with the other kind (bench/run.sh: RESIL_CLOCK)."""
+    other = machine_value(machine, "other clock")
+    runs = [(r, "this host's choice: " + ("TSC" if clock_is_tsc(machine) else "clock_gettime"))]
+    if ro is not None and ro.rows:
+        runs.append((ro, (other or "the other clock").split(":")[0]))
+
+    def row(name, f):
+        cells = []
+        for rr, _ in runs:
+            txt, ok = f(rr)
+            cells.append(f"{txt} {verdict(ok)}")
+        w(f"| {name} | " + " | ".join(cells) + " |")
+
+    def x_faa(case, bound):
+        def f(rr):
+            v, faa = rr.get("resil", case), rr.get("floor", "fetch_add")
+            x = ratio(v, faa)
+            return (f"{fmt(v)} ns = {fmt_ratio(x)}", None if x is None else x <= bound)
+        return f
+
+    def fallback(rr):
+        cm, cf = rr.get("floor", "clock_monotonic"), rr.get("floor", "clock_fast")
+        d = None if cm is None or cf is None else cf - cm
+        if rr is r and clock_is_tsc(machine) or rr is not r and (other or "").find("TSC") >= 0:
+            return (f"TSC {fmt(cf)} ns against clock_gettime {fmt(cm)} ns (no fallback)",
+                    None if d is None else d < 0)
+        return (f"{fmt(cf)} ns against clock_gettime {fmt(cm)} ns: "
+                f"{'+' if d is not None and d >= 0 else ''}{fmt(d)} ns",
+                None if d is None else d <= 1)
+
+    def gcra(rr):
+        v, fl = rr.get("resil", "limit.admit"), rr.get("floor", "fast_cas")
+        x = ratio(v, fl)
+        return (f"{fmt(v)} ns = {fmt_ratio(x)} its floor ({fmt(fl)} ns: the decision clock "
+                f"+ CAS)", None if x is None else x <= 1.15)
+
+    def stack(rr):
+        parts = [rr.get("resil", c) for c in
+                 ("breaker.count100.acq_rel", "limit.admit", "bulkhead.acq_rel")]
+        v = rr.get("resil", "stack.acq_rel")
+        tot = None if v is None or None in parts else sum(parts)
+        return (f"{fmt(v)} ns against {fmt(tot)} ns",
+                None if tot is None else v <= tot)
+
+    def mp(rr):
+        v = rr.get("mp", "limit.admit.shared.p2", "mops")
+        return (f"GCRA {fmt(v)} M/s", None if v is None else v >= 25)
+
+    def k1m(rr):
+        v = rr.get("resil", "limit.keyed_1m.random")
+        fl = mem_floors(rr).get(1000000)
+        fm = rr.get("floor", fl[0]) if fl else None
+        d = None if v is None or fm is None else v - fm
+        return (f"{fmt(v)} ns, floor {fmt(fm)} ns: "
+                f"{'+' if d is not None and d >= 0 else ''}{fmt(d)} ns",
+                None if d is None else d <= 30)
+
+    def k1k(rr):
+        v, u = rr.get("resil", "limit.keyed_1k.random"), rr.get("resil", "limit.admit")
+        x = ratio(v, u)
+        return (f"{fmt(v)} ns = {fmt_ratio(x)} unkeyed", None if x is None else x <= 2)
+
+    w("## The library's own cost, with either clock")
+    w("")
+    w("The cases whose cost depends on the decision clock, measured again in the same run")
+    w("with the other kind of clock (`RESIL_CLOCK`, bench/run.sh): a host without a usable")
+    w("TSC and a host with one, on this machine. Ratios are to floors of the same pass.")
+    if other:
+        w(f"The second pass: {other}.")
+    w("")
+    w("| target | " + " | ".join(lbl for _, lbl in runs) + " |")
+    w("|---|" + "---|" * len(runs))
+    row("empty policy at most 1.5x fetch_add", x_faa("empty.acq_rel", 1.5))
+    row("count-window breaker at most 2.3x fetch_add", x_faa("breaker.count100.acq_rel", 2.3))
+    row("fail-fast bulkhead at most 2x fetch_add", x_faa("bulkhead.acq_rel", 2))
+    row("OPEN rejection at most 1.5x fetch_add", x_faa("breaker.open_reject", 1.5))
+    row("full-bulkhead rejection at most 1.5x fetch_add", x_faa("bulkhead.reject", 1.5))
+    row("the decision clock's fallback at most clock_gettime + 1 ns", fallback)
+    row("GCRA admit + release at most 1.15x its floor", gcra)
+    row("coarse-clock GCRA at most 3x fetch_add", x_faa("limit.admit_slow_rate", 3))
+    row("breaker + limiter + bulkhead at most the sum of the three", stack)
+    row("2 processes on one GCRA at least 25 M decisions/s", mp)
+    row("keyed GCRA at 1M keys within the memory floor + 30 ns", k1m)
+    row("keyed GCRA at 1k keys at most 2x unkeyed", k1k)
+    w("")
+
+
 def report(outdir, path):
     rows, machine = load(outdir)
     r = R(rows)
@@ -486,6 +594,8 @@ def report(outdir, path):
     w(f"| fleet: per-process breakers, N times that | {fmt(pd, 0)} calls = {fmt_ratio(x)} "
       f"shared with N = {fmt(nw, 0)} | {verdict(okp)} (at least N/2 times) |")
     w("")
+
+    own_cost(r, R(load_rows(os.path.join(outdir, "results_other.tsv"))), machine, w)
 
     # hot paths
     w("## Hot paths, one process")
