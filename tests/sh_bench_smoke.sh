@@ -75,6 +75,20 @@ if ! grep -Eq '^decision clock: (TSC|clock_gettime)' "$out/machine.txt"; then
 	echo "sh_bench_smoke: machine.txt does not name the decision clock" >&2
 	fail=1
 fi
+# the other kind of clock, in the same run, where this host has both: its
+# pass ran and the report gives its column
+if grep -q '^other clock: RESIL_CLOCK=' "$out/machine.txt"; then
+	if ! awk -F'\t' '$1 == "resil" && $2 == "limit.admit" && $3 == "ns_op" { f = 1 }
+		END { exit !f }' "$out/results_other.tsv" 2>/dev/null; then
+		echo "sh_bench_smoke: no resil/limit.admit row in the other clock's pass" >&2
+		fail=1
+	fi
+	if [[ -s $out/BENCHMARKS.md ]] &&
+		! grep -q '^| target | this host.s choice: .* | RESIL_CLOCK=' "$out/BENCHMARKS.md"; then
+		echo "sh_bench_smoke: the report has no column for the other clock" >&2
+		fail=1
+	fi
+fi
 # The decision clock's fallback (no usable TSC; RESIL_CLOCK=monotonic forces
 # it on any host) is clock_gettime and nothing else: in instructions
 # (callgrind, load-independent; the vDSO is hidden from valgrind alike in
