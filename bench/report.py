@@ -343,6 +343,9 @@ def own_cost(r, ro, machine, w):
     if ro is not None and ro.rows:
         runs.append((ro, (other or "the other clock").split(":")[0]))
 
+    def signed(d):
+        return f"{'+' if d is not None and d >= 0 else ''}{fmt(d)}"
+
     def row(name, f):
         cells = []
         for rr, _ in runs:
@@ -363,8 +366,7 @@ def own_cost(r, ro, machine, w):
         if rr is r and clock_is_tsc(machine) or rr is not r and (other or "").find("TSC") >= 0:
             return (f"TSC {fmt(cf)} ns against clock_gettime {fmt(cm)} ns (no fallback)",
                     None if d is None else d < 0)
-        return (f"{fmt(cf)} ns against clock_gettime {fmt(cm)} ns: "
-                f"{'+' if d is not None and d >= 0 else ''}{fmt(d)} ns",
+        return (f"{fmt(cf)} ns against clock_gettime {fmt(cm)} ns: {signed(d)} ns",
                 None if d is None else d <= 1)
 
     def gcra(rr):
@@ -390,8 +392,7 @@ def own_cost(r, ro, machine, w):
         fl = mem_floors(rr).get(1000000)
         fm = rr.get("floor", fl[0]) if fl else None
         d = None if v is None or fm is None else v - fm
-        return (f"{fmt(v)} ns, floor {fmt(fm)} ns: "
-                f"{'+' if d is not None and d >= 0 else ''}{fmt(d)} ns",
+        return (f"{fmt(v)} ns, floor {fmt(fm)} ns: {signed(d)} ns",
                 None if d is None else d <= 30)
 
     def k1k(rr):
