@@ -55,7 +55,7 @@ struct resil_policy {
 	ra64 *_Atomic slotp;  /* the slot word's address in m */
 	ra32 *_Atomic flagsp; /* m's cfg->flags (RESIL_SEG_RETIRED) */
 	const struct resil_rec *_Atomic rec;
-	ra32 lean;		/* RESIL_LEAN_* of rec (libresil.c) */
+	ra64 lean; /* RESIL_LEAN_* of rec | its breaker's resil_breaker_win_off << 32 */
 	void *_Atomic lean_st;	/* lean: the component's state block */
 	void *_Atomic stats_st; /* lean: the counters' state block */
 	char name[RESIL_NAME_MAX];
