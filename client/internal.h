@@ -179,6 +179,7 @@ void resil_priv_after_fork(struct resil *r);
 /* Fill a decision context for handle p; returns the current record, or
  * NULL with *err = -ENOENT when the policy is gone. No syscall. */
 const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err);
+const struct resil_rec *resil_priv_ctx_rel(resil_policy_t *p, struct resil_ctx *x, int *err);
 /* Does rec still carry gen (it was not reused since: shm/seg.c "Reuse")?
  * For whoever holds a record across a call of the application's. */
 bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen);

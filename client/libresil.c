@@ -971,25 +971,39 @@ ctx_bound(resil_policy_t *p, const struct binding *b, bool ok, bool rel, struct 
 }
 
 static inline __attribute__((always_inline)) const struct resil_rec *
-ctx_map(resil_policy_t *p, struct resil_ctx *x, struct resil_map **ret_m, uint32_t *where, int *err)
+ctx_map(resil_policy_t *p, struct resil_ctx *x, struct resil_map **ret_m, uint32_t *where, int *err,
+	bool rel)
 {
 	struct binding b;
 	bool ok = bound(p, &b);
 
-	return ctx_bound(p, &b, ok, true, x, ret_m, where, err);
+	return ctx_bound(p, &b, ok, rel, x, ret_m, where, err);
 }
 
-const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err)
+static inline __attribute__((always_inline)) const struct resil_rec *
+priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err, bool rel)
 {
 	const struct resil_rec *rec;
 	struct resil_map *m;
 	uint32_t where;
 
-	rec = ctx_map(p, x, &m, &where, err);
+	rec = ctx_map(p, x, &m, &where, err, rel);
 	/* resil_call and retries decide through here: they get the periodic
 	 * check too (no clock read yet: the clockless count) */
 	after_decision(p->r, x);
 	return rec;
+}
+
+const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err)
+{
+	return priv_ctx(p, x, err, false);
+}
+
+/* The same, for a caller that releases with x (resil_call): x carries
+ * the binding's breaker window offset (resil_ctx bk_conf, bk_off). */
+const struct resil_rec *resil_priv_ctx_rel(resil_policy_t *p, struct resil_ctx *x, int *err)
+{
+	return priv_ctx(p, x, err, true);
 }
 
 /*
