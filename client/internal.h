@@ -55,7 +55,7 @@ struct resil_policy {
 	ra64 *_Atomic slotp;  /* the slot word's address in m */
 	ra32 *_Atomic flagsp; /* m's cfg->flags (RESIL_SEG_RETIRED) */
 	const struct resil_rec *_Atomic rec;
-	ra32 lean;		/* RESIL_LEAN_* of rec (libresil.c) */
+	ra64 lean; /* RESIL_LEAN_* of rec | its breaker's resil_breaker_win_off << 32 */
 	void *_Atomic lean_st;	/* lean: the component's state block */
 	void *_Atomic stats_st; /* lean: the counters' state block */
 	char name[RESIL_NAME_MAX];
@@ -179,6 +179,7 @@ void resil_priv_after_fork(struct resil *r);
 /* Fill a decision context for handle p; returns the current record, or
  * NULL with *err = -ENOENT when the policy is gone. No syscall. */
 const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err);
+const struct resil_rec *resil_priv_ctx_rel(resil_policy_t *p, struct resil_ctx *x, int *err);
 /* Does rec still carry gen (it was not reused since: shm/seg.c "Reuse")?
  * For whoever holds a record across a call of the application's. */
 bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen);

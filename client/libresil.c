@@ -711,6 +711,10 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 #define RESIL_LEAN_LIMIT    2u
 #define RESIL_LEAN_STATS    3u /* the counters alone: nothing to decide */
 #define RESIL_LEAN_BREAKER  4u /* resil_breaker_lean (breaker.h), partly; see above */
+/* The binding's lean word: the kind in the low half, the breaker's
+ * resil_breaker_win_off (0: no breaker) in the high half. */
+#define LEAN_KIND(l)   ((uint32_t)(l))
+#define LEAN_BK_OFF(l) ((uint32_t)((l) >> 32))
 
 static uint32_t lean_kind(const struct resil_rec *rec)
 {
@@ -764,7 +768,12 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 	st_relaxed(&p->flagsp, &m->seg->cfg->flags);
 	st_relaxed(&p->rec, rec);
 	lean = word ? lean_kind(rec) : RESIL_LEAN_NONE;
-	st_relaxed(&p->lean, lean);
+	/* the breaker window's offset, from the read-only configuration once
+	 * per binding (a rebind computes it again), beside the kind: the
+	 * releases that record into the window read it with no load more */
+	st_relaxed(&p->lean, lean | (rec && resil_has(rec, RESIL_C_BREAKER)
+					 ? (uint64_t)resil_breaker_win_off(&rec->conf.breaker) << 32
+					 : 0));
 	st_relaxed(&p->lean_st, lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL);
 	st_relaxed(&p->stats_st, lean ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL);
 	st_relaxed(&p->where, rec ? permit_where(m, rec_index(m->seg, rec)) : 0);
@@ -781,17 +790,22 @@ struct binding {
 	const struct resil_rec *rec;
 	void *lean_st, *stats_st;
 	uint64_t word;
-	uint32_t where, held, lean;
+	uint64_t lean; /* lean_kind | resil_breaker_win_off << 32 (bind) */
+	uint32_t where, held;
 };
 
-/* false while a re-resolve rewrites it (seqlock reader) */
-static inline bool read_binding(struct resil_policy *p, struct binding *b)
+/* false while a re-resolve rewrites it (seqlock reader). A release (rel)
+ * does not copy flagsp (relaxed loads are not dropped when unused): it
+ * decides on no mapping's state, only into the permit's record. */
+static inline __attribute__((always_inline)) bool read_binding(struct resil_policy *p,
+							       struct binding *b, bool rel)
 {
 	uint32_t s = ld_acquire(&p->bseq);
 
 	b->m = ld_relaxed(&p->m);
 	b->slotp = ld_relaxed(&p->slotp);
-	b->flagsp = ld_relaxed(&p->flagsp);
+	if (!rel)
+		b->flagsp = ld_relaxed(&p->flagsp);
 	b->rec = ld_relaxed(&p->rec);
 	b->word = ld_relaxed(&p->word);
 	b->where = ld_relaxed(&p->where);
@@ -863,6 +877,7 @@ static void fill_ctx(struct resil *r, struct resil_map *m, struct resil_ctx *x)
 	x->client_id = resil_client_id(row);
 	x->pid = r->pid;
 	x->now = 0;
+	x->bk_conf = NULL;
 }
 
 /* Slow path: the slot word changed, or the mapping did. Re-read the
@@ -929,19 +944,25 @@ static inline __attribute__((always_inline)) bool bound(resil_policy_t *p, struc
 	/* acquire on the slot word: pairs with the release store that
 	 * published the record, so the record is whole; cur: the binding
 	 * is only good for the mapping decisions use now */
-	return read_binding(p, b) && b->word != 0 && b->m == ld_acquire(&r->cur) &&
+	return read_binding(p, b, false) && b->word != 0 && b->m == ld_acquire(&r->cur) &&
 	       !(ld_relaxed(b->flagsp) & RESIL_SEG_RETIRED) && ld_acquire(b->slotp) == b->word;
 }
 
 /* The record and mapping of a decision on handle p, and the permit's
- * where, from the binding b when it is good (ok), else the slow path. */
+ * where, from the binding b when it is good (ok), else the slow path.
+ * rel: b was read with the breaker's window offset (read_binding), which
+ * the context then carries for a release. */
 static inline __attribute__((always_inline)) const struct resil_rec *
-ctx_bound(resil_policy_t *p, const struct binding *b, bool ok, struct resil_ctx *x,
+ctx_bound(resil_policy_t *p, const struct binding *b, bool ok, bool rel, struct resil_ctx *x,
 	  struct resil_map **ret_m, uint32_t *where, int *err)
 {
 	if (RESIL_LIKELY(ok)) {
 		fill_ctx(p->r, b->m, x);
 		x->rec = b->rec;
+		if (rel) {
+			x->bk_conf = &b->rec->conf.breaker;
+			x->bk_off = LEAN_BK_OFF(b->lean);
+		}
 		*ret_m = b->m;
 		*where = b->where;
 		return b->rec;
@@ -950,25 +971,39 @@ ctx_bound(resil_policy_t *p, const struct binding *b, bool ok, struct resil_ctx 
 }
 
 static inline __attribute__((always_inline)) const struct resil_rec *
-ctx_map(resil_policy_t *p, struct resil_ctx *x, struct resil_map **ret_m, uint32_t *where, int *err)
+ctx_map(resil_policy_t *p, struct resil_ctx *x, struct resil_map **ret_m, uint32_t *where, int *err,
+	bool rel)
 {
 	struct binding b;
 	bool ok = bound(p, &b);
 
-	return ctx_bound(p, &b, ok, x, ret_m, where, err);
+	return ctx_bound(p, &b, ok, rel, x, ret_m, where, err);
 }
 
-const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err)
+static inline __attribute__((always_inline)) const struct resil_rec *
+priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err, bool rel)
 {
 	const struct resil_rec *rec;
 	struct resil_map *m;
 	uint32_t where;
 
-	rec = ctx_map(p, x, &m, &where, err);
+	rec = ctx_map(p, x, &m, &where, err, rel);
 	/* resil_call and retries decide through here: they get the periodic
 	 * check too (no clock read yet: the clockless count) */
 	after_decision(p->r, x);
 	return rec;
+}
+
+const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err)
+{
+	return priv_ctx(p, x, err, false);
+}
+
+/* The same, for a caller that releases with x (resil_call): x carries
+ * the binding's breaker window offset (resil_ctx bk_conf, bk_off). */
+const struct resil_rec *resil_priv_ctx_rel(resil_policy_t *p, struct resil_ctx *x, int *err)
+{
+	return priv_ctx(p, x, err, true);
 }
 
 /*
@@ -1091,7 +1126,7 @@ static inline __attribute__((always_inline)) int acquire_lean_plain(resil_policy
 		pm->priority = (uint32_t)req->priority;
 		pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
 	}
-	if (b->lean == RESIL_LEAN_BREAKER &&
+	if (LEAN_KIND(b->lean) == RESIL_LEAN_BREAKER &&
 	    RESIL_UNLIKELY(resil_breaker_acquire_lean(b->lean_st, pm))) {
 		/* acquire: pairs with the release in resil_set_clock */
 		v = resil_breaker_reject_lean(&b->rec->conf.breaker, b->lean_st,
@@ -1134,17 +1169,17 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		key_len = req->key_len;
 	}
 	ok = bound(p, &b);
-	if (RESIL_LIKELY(ok) && b.lean) {
-		if (b.lean == RESIL_LEAN_BULKHEAD)
+	if (RESIL_LIKELY(ok) && LEAN_KIND(b.lean)) {
+		if (LEAN_KIND(b.lean) == RESIL_LEAN_BULKHEAD)
 			return acquire_lean_bulkhead(p, &b, pm);
-		if (b.lean == RESIL_LEAN_LIMIT)
+		if (LEAN_KIND(b.lean) == RESIL_LEAN_LIMIT)
 			return acquire_lean_limit(p, &b, req, pm);
 		ret = acquire_lean_plain(p, &b, req, pm);
 		if (RESIL_LIKELY(ret != RESIL_LEAN_GENERAL))
 			return ret;
 	}
 	memset(pm, 0, sizeof(*pm));
-	rec = ctx_bound(p, &b, ok, &x, &m, &where, &err);
+	rec = ctx_bound(p, &b, ok, false, &x, &m, &where, &err);
 	if (RESIL_UNLIKELY(!rec))
 		return err;
 	if (req) {
@@ -1225,12 +1260,14 @@ bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen)
  * costs the lean releases. */
 static inline __attribute__((always_inline)) void
 release_bound(struct resil *r, struct resil_map *m, const struct resil_rec *rec,
-	      struct resil_permit_priv *pm, int outcome)
+	      uint32_t bk_off, struct resil_permit_priv *pm, int outcome)
 {
 	struct resil_ctx x;
 
 	fill_ctx(r, m, &x);
 	x.rec = rec;
+	x.bk_conf = &rec->conf.breaker;
+	x.bk_off = bk_off;
 	resil_policy_release(&x, rec, pm, outcome);
 	pm->flags = 0;
 }
@@ -1297,7 +1334,7 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	fork_check(r);
 	/* b.word != 0 implies b.rec (bind); where and the tag in one test */
 	if (RESIL_UNLIKELY(
-		!(read_binding(p, &b) &&
+		!(read_binding(p, &b, true) &&
 		  ((b.where ^ pm->where) | ((b.held ^ pm->flags) >> RESIL_PERMIT_TAG_SHIFT)) == 0 &&
 		  b.word && ld_acquire(b.slotp) == b.word))) {
 		release_unbound(r, pm, tag, outcome);
@@ -1305,21 +1342,22 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	}
 	/* the record the handle is bound to, still its slot's (not retired,
 	 * so not reused either): no walk */
-	if (!b.lean) {
-		release_bound(r, b.m, b.rec, pm, outcome);
+	if (!LEAN_KIND(b.lean)) {
+		release_bound(r, b.m, b.rec, LEAN_BK_OFF(b.lean), pm, outcome);
 		return;
 	}
 	/* lean (see "Lean decisions"): the component's release (none reads
 	 * a context here) and the count */
-	if (b.lean == RESIL_LEAN_BULKHEAD) {
+	if (LEAN_KIND(b.lean) == RESIL_LEAN_BULKHEAD) {
 		resil_bulkhead_release_scan(&b.rec->conf.bulkhead, b.lean_st, pm);
-	} else if (b.lean == RESIL_LEAN_LIMIT) {
+	} else if (LEAN_KIND(b.lean) == RESIL_LEAN_LIMIT) {
 		resil_limit_release(&lx, &b.rec->conf.limit, b.lean_st, pm, outcome);
-	} else if (b.lean == RESIL_LEAN_BREAKER) {
-		v = resil_breaker_release_lean(&b.rec->conf.breaker, b.lean_st, pm, outcome);
+	} else if (LEAN_KIND(b.lean) == RESIL_LEAN_BREAKER) {
+		v = resil_breaker_release_lean(&b.rec->conf.breaker, b.lean_st, pm, outcome,
+					       LEAN_BK_OFF(b.lean));
 		if (RESIL_UNLIKELY(v == RESIL_BK_LEAN_NO)) {
 			/* not a success in CLOSED */
-			release_bound(r, b.m, b.rec, pm, outcome);
+			release_bound(r, b.m, b.rec, LEAN_BK_OFF(b.lean), pm, outcome);
 			return;
 		}
 		if (RESIL_UNLIKELY(v != RESIL_BK_LEAN_DONE))
@@ -1508,7 +1546,7 @@ RESIL_API int resil_policy_may_wait(const resil_policy_t *p)
 
 	if (!p)
 		return -EINVAL;
-	if (bound((resil_policy_t *)p, &b) && b.lean)
+	if (bound((resil_policy_t *)p, &b) && LEAN_KIND(b.lean))
 		return 0;
 	rec = resil_priv_ctx((resil_policy_t *)p, &x, &err);
 	if (!rec)

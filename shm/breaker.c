@@ -416,8 +416,8 @@ static inline uint32_t seq_slot(uint64_t seq, uint32_t n)
  */
 #define SEQ_CACHE 4 /* power of two */
 struct seq_batch {
-	const void *blk;
-	uint32_t next, left; /* low 32 bits: all seq_slot uses */
+	uintptr_t tag; /* the block's address + the numbers left (0 to 7) */
+	uint32_t next; /* low 32 bits: all seq_slot uses */
 };
 static _Thread_local
     __attribute__((tls_model("initial-exec"))) struct seq_batch seq_cache[SEQ_CACHE];
@@ -428,15 +428,16 @@ static inline uint64_t seq_take(bk_t *b, uint32_t n)
 	uint32_t k = n / 32;
 	uint64_t s;
 
-	if (RESIL_LIKELY(e->blk == b && e->left != 0)) {
-		e->left--;
+	/* one compare: numbers left for this block (blocks are more than 8
+	 * bytes apart, so tag - b in 1..7 names b alone) */
+	if (RESIL_LIKELY(e->tag - (uintptr_t)b - 1 < 7)) {
+		e->tag--;
 		return e->next++;
 	}
 	k = k < 1 ? 1 : k > 8 ? 8 : k;
 	s = faa_relaxed(&b->seq, k);
-	e->blk = b;
+	e->tag = (uintptr_t)b + (k - 1);
 	e->next = (uint32_t)s + 1;
-	e->left = k - 1;
 	return s;
 }
 
@@ -456,6 +457,30 @@ static inline uint32_t win_off_of(const struct resil_breaker_conf *c)
 static inline ra32 *cslots(bk_t *b, const struct resil_breaker_conf *c)
 {
 	return (ra32 *)((char *)b + win_off_of(c));
+}
+
+/* A success's release is a record without a clock: count window, no
+ * slow-call rate. */
+static inline bool count_fast(const struct resil_breaker_conf *c)
+{
+	return c->window_kind == RESIL_WINDOW_COUNT && c->slow_rate_bp >= 10000 &&
+	       c->window_size - 1 < RESIL_BK_WINDOW_MAX;
+}
+
+/* The window's offset, and in bit 0 whether a success's release may be
+ * the lean one (count_fast): offsets are even. */
+RESIL_STATIC_ASSERT(sizeof(bk_t) % 2 == 0 && RESIL_HOT_ALIGN % 2 == 0, "win_off is even");
+uint32_t resil_breaker_win_off(const struct resil_breaker_conf *c)
+{
+	return win_off_of(c) | (count_fast(c) ? 1u : 0u);
+}
+
+/* resil_breaker_win_off for a decision of x on configuration c: the one
+ * the caller computed when it bound c (libresil.c's binding: the same
+ * function of the same read-only words), else computed now. */
+static inline uint32_t win_off_x(const struct resil_ctx *x, const struct resil_breaker_conf *c)
+{
+	return RESIL_LIKELY(x->bk_conf == c) ? x->bk_off : resil_breaker_win_off(c);
 }
 static inline struct resil_breaker_bucket *buckets(bk_t *b, const struct resil_breaker_conf *c)
 {
@@ -721,7 +746,9 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 		int64_t span = c->window_ns / (int64_t)n;
 		uint64_t tick1 =
 		    (uint64_t)(now < 0 ? 0 : now) / (uint64_t)(span > 0 ? span : 1) + 1;
-		struct resil_breaker_bucket *win = buckets(b, c), *bk = &win[(tick1 - 1) % n];
+		struct resil_breaker_bucket *win =
+		    (struct resil_breaker_bucket *)((char *)b + (win_off_x(x, c) & ~1u));
+		struct resil_breaker_bucket *bk = &win[(tick1 - 1) % n];
 		uint64_t e = ld_acquire(&bk->epoch);
 
 		if (e != tick1) {
@@ -751,7 +778,7 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 		uint64_t s = seq_take(b, n);
 		/* 32-bit modulo: once every 2^32 records one slot is taken
 		 * out of turn, harmless for "the last N" */
-		ra32 *slot = &cslots(b, c)[seq_slot(s, n)];
+		ra32 *slot = &((ra32 *)((char *)b + (win_off_x(x, c) & ~1u)))[seq_slot(s, n)];
 		uint32_t old = atomic_exchange_explicit(slot, code, memory_order_relaxed);
 
 		/* CRASH WINDOW: killed here, the counters miss this change
@@ -1312,14 +1339,6 @@ static BK_COLD void release_probe(struct resil_ctx *x, const struct resil_breake
 		probes_decide(x, b, c, ld_acquire(&b->word), h);
 }
 
-/* A success's release is a record without a clock: count window, no
- * slow-call rate. */
-static inline bool count_fast(const struct resil_breaker_conf *c)
-{
-	return c->window_kind == RESIL_WINDOW_COUNT && c->slow_rate_bp >= 10000 &&
-	       c->window_size - 1 < RESIL_BK_WINDOW_MAX;
-}
-
 bool resil_breaker_lean(const struct resil_breaker_conf *c)
 {
 	return !slow_on(c);
@@ -1359,20 +1378,22 @@ int resil_breaker_acquire_lean(void *st, struct resil_permit_priv *pm)
 /* The hot path: a success in CLOSED, count window, no slow-call
  * threshold, overwriting a success: load, fetch_add, load. */
 uint32_t resil_breaker_release_lean(const struct resil_breaker_conf *c, void *st,
-				    const struct resil_permit_priv *pm, int outcome)
+				    const struct resil_permit_priv *pm, int outcome,
+				    uint32_t win_off)
 {
 	bk_t *b = st;
 	uint64_t w, s;
 	uint32_t old;
 	ra32 *slot;
 
-	if (RESIL_UNLIKELY(outcome != RESIL_SUCCESS || pm->probe_idx != 0 || !count_fast(c)))
+	/* win_off's bit 0: count_fast(c) (resil_breaker_win_off) */
+	if (RESIL_UNLIKELY(outcome != RESIL_SUCCESS || pm->probe_idx != 0 || !(win_off & 1)))
 		return RESIL_BK_LEAN_NO;
 	w = ld_acquire(&b->word);
 	if (RESIL_UNLIKELY(w != (w & ~(uint64_t)7) || w_gen(w) != pm->breaker_gen))
 		return RESIL_BK_LEAN_NO;
 	s = seq_take(b, c->window_size);
-	slot = &cslots(b, c)[seq_slot(s, c->window_size)];
+	slot = &((ra32 *)((char *)b + (win_off - 1)))[seq_slot(s, c->window_size)];
 	/* A slot that already says "success" needs no write: the exchange
 	 * would store the same code and leave the counters as they are.
 	 * Skipping it is the ordering in which this record came just before
@@ -1401,7 +1422,7 @@ void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf 
 	uint32_t code, r;
 	uint64_t w;
 
-	r = resil_breaker_release_lean(c, st, pm, outcome);
+	r = resil_breaker_release_lean(c, st, pm, outcome, win_off_x(x, c));
 	if (RESIL_LIKELY(r == RESIL_BK_LEAN_DONE))
 		return;
 	if (r != RESIL_BK_LEAN_NO) {

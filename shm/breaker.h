@@ -131,7 +131,16 @@ RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_bucket) == 32, "bucket size");
  *     else
  *     RESIL_BK_LEAN_AFTER | the code the slot held: recorded, and the
  *     counters and the threshold are resil_breaker_lean_after's, with a
- *     context (a transition may follow).
+ *     context (a transition may follow). win_off:
+ *     resil_breaker_win_off(c), taken once when the caller bound the
+ *     configuration.
+ *   resil_breaker_win_off: the window's offset in a block of
+ *     configuration c (the probes' slots before it; even), | 1 when a
+ *     success's release may be the lean one, from c alone. A
+ *     caller that binds a configuration (libresil.c's handle binding)
+ *     computes it once and hands it over: in resil_ctx (bk_conf, bk_off:
+ *     the general path uses bk_off only when bk_conf is the very
+ *     configuration it decides with) or as release_lean's argument.
  */
 #define RESIL_BK_LEAN_DONE  0u
 #define RESIL_BK_LEAN_NO    0x100u
@@ -141,7 +150,9 @@ int resil_breaker_acquire_lean(void *st, struct resil_permit_priv *pm);
 int resil_breaker_reject_lean(const struct resil_breaker_conf *c, void *st,
 			      const struct resil_clock *ck);
 uint32_t resil_breaker_release_lean(const struct resil_breaker_conf *c, void *st,
-				    const struct resil_permit_priv *pm, int outcome);
+				    const struct resil_permit_priv *pm, int outcome,
+				    uint32_t win_off);
+uint32_t resil_breaker_win_off(const struct resil_breaker_conf *c);
 void resil_breaker_lean_after(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
 			      uint32_t gen, uint32_t r);
 

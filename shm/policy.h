@@ -46,6 +46,12 @@ struct resil_ctx {
 	uint32_t client_id; /* resil_client_id(row); 0 = unregistered */
 	uint32_t pid;
 	int64_t now; /* cached reading, 0 = not read yet */
+	/* The breaker window's offset in the block (resil_breaker_win_off),
+	 * computed from the read-only configuration when the caller bound it:
+	 * used only when bk_conf is the configuration decided with (NULL:
+	 * none, the breaker computes it). */
+	const struct resil_breaker_conf *bk_conf;
+	uint32_t bk_off;
 	/* State words found out of range and repaired (the daemon's checks
 	 * in maintain; clients only heal what they must to go on): a count
 	 * and the last word (enum resil_word), for the caller to count and

@@ -11,10 +11,12 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "internal.h"
+#include "breaker.h"
 #include "bulkhead.h"
 #include "stats.h"
 #include "testutil.h"
@@ -56,7 +58,7 @@ static void test_lean_counts_as_general(void **state)
 	assert_int_equal(resil_define(r, "pool", "bulkhead.max = 2"), 0);
 	assert_int_equal(resil_policy(r, "pool", &p), 0);
 	rec = test_rec_of(r, "pool");
-	assert_int_equal(p->lean, 1); /* bound lean: the path under test */
+	assert_int_equal((uint32_t)p->lean, 1); /* bound lean: the path under test */
 
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal(resil_acquire(p, &b), RESIL_ADMIT);
@@ -104,7 +106,7 @@ static void test_lean_only_when_alone(void **state)
 		assert_int_equal(resil_policy(r, "mixed", &p), 0);
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* binds */
 		resil_release(p, &a, RESIL_SUCCESS);
-		assert_int_equal(p->lean, 0);
+		assert_int_equal((uint32_t)p->lean, 0);
 	}
 }
 
@@ -122,14 +124,14 @@ static void test_lean_permit_outlives_rebind(void **state)
 	assert_int_equal(resil_policy(r, "dep", &p), 0);
 	lean_rec = test_rec_of(r, "dep");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(p->lean, 1);
+	assert_int_equal((uint32_t)p->lean, 1);
 
 	/* a breaker joins: a new record, a new block, bound general */
 	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2; breaker.window = count:10"), 0);
 	gen_rec = test_rec_of(r, "dep");
 	assert_ptr_not_equal(gen_rec, lean_rec);
 	assert_int_equal(resil_acquire(p, &g), RESIL_ADMIT);
-	assert_int_equal(p->lean, 0);
+	assert_int_equal((uint32_t)p->lean, 0);
 	assert_int_equal(held(gen_rec), 1);
 
 	resil_release(p, &a, RESIL_SUCCESS); /* the lean permit, by the general path */
@@ -141,7 +143,7 @@ static void test_lean_permit_outlives_rebind(void **state)
 	 * still goes back to its own block */
 	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2"), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(p->lean, 1);
+	assert_int_equal((uint32_t)p->lean, 1);
 	resil_release(p, &g, RESIL_FAILURE);
 	assert_int_equal(held(gen_rec), 0);
 	assert_int_equal(count(gen_rec, RESIL_STAT_FAILURE), 1);
@@ -172,7 +174,7 @@ static void test_lean_limit(void **state)
 	assert_int_equal(resil_policy(r, "rate", &p), 0);
 	rec = test_rec_of(r, "rate");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(p->lean, 2);
+	assert_int_equal((uint32_t)p->lean, 2);
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* the burst */
 	resil_release(p, &a, RESIL_SUCCESS);
@@ -195,7 +197,7 @@ static void test_lean_limit(void **state)
 	/* reserving: the general path */
 	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.wait = 1s"), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(p->lean, 0);
+	assert_int_equal((uint32_t)p->lean, 0);
 	resil_release(p, &a, RESIL_SUCCESS);
 }
 
@@ -214,7 +216,7 @@ static void test_lean_keyed(void **state)
 	assert_int_equal(resil_policy(r, "ip", &p), 0);
 	rec = test_rec_of(r, "ip");
 	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_ADMIT);
-	assert_int_equal(p->lean, 2);
+	assert_int_equal((uint32_t)p->lean, 2);
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_REJECT_LIMITED);
 	assert_int_equal(resil_permit_wait_ns(&a), 100 * 1000000LL);
@@ -265,7 +267,7 @@ static void test_lean_breaker(void **state)
 		assert_int_equal(resil_policy(r, "lb", &p), 0);
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* binds */
 		resil_release(p, &a, RESIL_SUCCESS);
-		assert_int_equal(p->lean, i == 0 ? 3 : 4);
+		assert_int_equal((uint32_t)p->lean, i == 0 ? 3 : 4);
 	}
 	/* slow-call rates stamp a time: general */
 	assert_int_equal(
@@ -273,7 +275,7 @@ static void test_lean_breaker(void **state)
 	assert_int_equal(resil_policy(r, "slow", &p), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	resil_release(p, &a, RESIL_SUCCESS);
-	assert_int_equal(p->lean, 0);
+	assert_int_equal((uint32_t)p->lean, 0);
 
 	assert_int_equal(resil_define(r, "cb", lean[1]), 0);
 	assert_int_equal(resil_policy(r, "cb", &p), 0);
@@ -282,7 +284,7 @@ static void test_lean_breaker(void **state)
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 		resil_release(p, &a, RESIL_SUCCESS);
 	}
-	assert_int_equal(p->lean, 4);
+	assert_int_equal((uint32_t)p->lean, 4);
 	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 7);
 	/* 5 failures after 7 successes: 5 of the last 10 failed (50%) */
 	for (int i = 0; i < 5; i++) {
@@ -318,6 +320,74 @@ static void test_lean_breaker(void **state)
 	assert_int_equal(resil_set_clock(r, NULL, NULL), 0);
 }
 
+/* The window's offset in the breaker's block is taken from the read-only
+ * configuration once, when a handle binds (the lean word's high half),
+ * and each re-bind takes it again: a policy redefined with more probe
+ * slots (the window further into the block) and another window size gets
+ * its records, lean successes and general failures alike, in the new
+ * block's window, where every other reader (resil_breaker_win_off, the
+ * daemon's checks) looks for them. Both kinds of binding: a lean breaker
+ * and a general one (with a bulkhead). */
+static void test_rebind_window_offset(void **state)
+{
+	static const char *const extra[] = {"", "; bulkhead.max = 4"};
+	resil_policy_t *p;
+	resil_permit_t a;
+
+	(void)state;
+	for (size_t k = 0; k < RESIL_ARRAY_SIZE(extra); k++) {
+		char name[16], def[256];
+		const struct resil_rec *rec;
+		uint32_t off_before = 0;
+
+		snprintf(name, sizeof(name), "wo%zu", k);
+		for (int round = 0; round < 2; round++) {
+			uint32_t n = round ? 50 : 100, off, fail = 0, ok = 0;
+			const ra32 *slots;
+			void *st;
+
+			snprintf(def, sizeof(def),
+				 "breaker.window = count:%u; breaker.min_calls = %u;"
+				 " breaker.half_open_calls = %u; breaker.half_open_concurrent = %u%s",
+				 n, n, round ? 20 : 1, round ? 20 : 1, extra[k]);
+			assert_int_equal(resil_define(r, name, def), 0);
+			if (round == 0)
+				assert_int_equal(resil_policy(r, name, &p), 0);
+			/* 3 failures (general path) and 7 successes (lean, or
+			 * through the context), fewer than min_calls: CLOSED */
+			for (int i = 0; i < 10; i++) {
+				assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+				resil_release(p, &a, i < 3 ? RESIL_FAILURE : RESIL_SUCCESS);
+			}
+			rec = test_rec_of(r, name);
+			assert_non_null(rec);
+			off = resil_breaker_win_off(&rec->conf.breaker);
+			/* the handle re-bound to the new record, its offset with it */
+			assert_int_equal((uint32_t)(p->lean >> 32), off);
+			assert_int_equal((uint32_t)p->lean, k ? 0 : 4);
+			if (round)
+				assert_true((off & ~1u) > (off_before & ~1u));
+			off_before = off;
+			st = resil_comp_state(&r->seg, rec, RESIL_C_BREAKER);
+			slots = (const ra32 *)((const char *)st + (off & ~1u));
+			for (uint32_t i = 0; i < n; i++) {
+				uint32_t v = ld_relaxed((ra32 *)&slots[i]);
+
+				fail += v == RESIL_BK_FAIL;
+				ok += v == RESIL_BK_OK;
+				/* one thread, a fresh block: record numbers 0..9 in
+				 * order, so the first ten slots in order */
+				if (i < 10)
+					assert_int_equal(v, i < 3 ? RESIL_BK_FAIL : RESIL_BK_OK);
+			}
+			/* a fresh window each round (another size: not carried) */
+			assert_int_equal(fail, 3);
+			assert_int_equal(ok, 7);
+			assert_int_equal(resil_policy_state(p), RESIL_STATE_CLOSED);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -327,6 +397,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_keyed, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_breaker, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_rebind_window_offset, open_emb, close_emb),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
