@@ -255,20 +255,39 @@ static const struct resil_rec *find_or_fail(struct resild *d, const char *name, 
 	return rec;
 }
 
+/*
+ * The highest protocol version this daemon speaks: RESILD_PROTO_VERSION,
+ * or less in a test that needs a daemon of an older version
+ * (RESILD_TEST_MAX_PROTOCOL=1 in the environment: it then answers as a
+ * version 1 daemon does, refusing a v2 hello and v2 requests). Read once,
+ * on the loop thread.
+ */
+static int proto_max(void)
+{
+	static int max;
+
+	if (!max) {
+		const char *e = getenv("RESILD_TEST_MAX_PROTOCOL");
+		int v = e ? atoi(e) : 0;
+
+		max = v >= RESILD_PROTO_MIN && v < RESILD_PROTO_VERSION ? v : RESILD_PROTO_VERSION;
+	}
+	return max;
+}
+
 static int handle_hello(struct resild *d, const Resil__Hello *h, struct reply *rp,
 			Resil__HelloReply *hr)
 {
-	uint32_t lo = h->min_version, hi = h->max_version;
+	uint32_t lo = h->min_version, hi = h->max_version, top = (uint32_t)proto_max();
 
 	if (hi == 0)
 		hi = lo;
-	if (lo > RESILD_PROTO_VERSION || hi < RESILD_PROTO_MIN || lo > hi)
-		return reply_error(
-		    rp, -EPROTONOSUPPORT,
-		    "protocol versions %u..%u not spoken here (resild speaks %d..%d)", lo, hi,
-		    RESILD_PROTO_MIN, RESILD_PROTO_VERSION);
+	if (lo > top || hi < RESILD_PROTO_MIN || lo > hi)
+		return reply_error(rp, -EPROTONOSUPPORT,
+				   "protocol versions %u..%u not spoken here (resild speaks %d..%u)",
+				   lo, hi, RESILD_PROTO_MIN, top);
 	/* the highest both speak */
-	hr->version = hi < RESILD_PROTO_VERSION ? hi : RESILD_PROTO_VERSION;
+	hr->version = hi < top ? hi : top;
 	hr->abi_major = d->seg.cfg->abi_major;
 	hr->abi_minor = d->seg.cfg->abi_minor;
 	hr->epoch = d->seg.cfg->epoch;
@@ -1733,10 +1752,10 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 	}
 	rp.resp.id = req->id;
 	rp.version = req->version ? req->version : 1;
-	if (rp.version > RESILD_PROTO_VERSION) {
+	if (rp.version > (uint32_t)proto_max()) {
 		reply_error(&rp, -EPROTONOSUPPORT,
 			    "protocol version %u not spoken here (resild speaks %d..%d)",
-			    rp.version, RESILD_PROTO_MIN, RESILD_PROTO_VERSION);
+			    rp.version, RESILD_PROTO_MIN, proto_max());
 		goto send;
 	}
 	d->requests[rp.version]++;
@@ -1779,6 +1798,10 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 			      in);
 		break;
 	case RESIL__REQUEST__BODY_DEFINE:
+		if (proto_max() < 2) { /* a version 1 daemon knew no Define */
+			reply_error(&rp, -EOPNOTSUPP, "unknown request");
+			break;
+		}
 		handle_define(d, peer, req->define->name, req->define->config, req->define->merge,
 			      req->define->must_not_exist, &rp, in);
 		break;
