@@ -1229,10 +1229,19 @@ static int cmd_metrics(void)
 		resil__response__free_unpacked(resp, NULL);
 		return say_error(EPROTO, "unexpected answer to metrics");
 	}
-	if (o.json)
+	if (resp->metrics->text && *resp->metrics->text) {
+		/* a daemon of protocol version 1: its text, rendered there */
+		if (o.json) {
+			resil__response__free_unpacked(resp, NULL);
+			return say_error(EPROTONOSUPPORT,
+					 "metrics --json needs a resild of protocol version 2");
+		}
+		fputs(resp->metrics->text, stdout);
+	} else if (o.json) {
 		print_metrics_json(resp->metrics);
-	else
+	} else {
 		print_metrics_text(resp->metrics);
+	}
 	resil__response__free_unpacked(resp, NULL);
 	return 0;
 }
