@@ -326,8 +326,8 @@ static void ctl_drop(struct resil *r)
 }
 
 /* Connect and say hello: versions CTL_VERSION_MIN..CTL_VERSION, in a
- * version 1 request (what every daemon reads); the daemon answers the
- * highest both speak, and every request after it says so
+ * version 2 request, and again in a version 1 request if the daemon
+ * refuses version 2 requests; the daemon answers the highest both speak, and every request after it says so
  * (resil_priv_request stamps Request.version). Against a daemon that
  * speaks version 1 only, the requests version 1 has are sent in its shape
  * and its answers read back into version 2's (v1_request, v1_answer):
@@ -347,10 +347,19 @@ static int ctl_open(struct resil *r, int64_t deadline)
 	hello.client =
 	    "libresil " RESIL_STR(RESIL_VERSION_MAJOR) "." RESIL_STR(RESIL_VERSION_MINOR);
 	req.id = ++r->req_id;
-	req.version = 1;
+	req.version = CTL_VERSION;
 	req.body_case = RESIL__REQUEST__BODY_HELLO;
 	req.hello = &hello;
 	ret = ctl_roundtrip(fd, &req, &resp, NULL, NULL, deadline);
+	if (ret == 0 && resp->error && resp->error->errno_value == EPROTONOSUPPORT) {
+		/* a daemon of version 1 refuses a version 2 request, even a
+		 * hello: the same hello in version 1 */
+		resil__response__free_unpacked(resp, NULL);
+		resp = NULL;
+		req.id = ++r->req_id;
+		req.version = 1;
+		ret = ctl_roundtrip(fd, &req, &resp, NULL, NULL, deadline);
+	}
 	if (ret < 0) {
 		close(fd);
 		if (ret == -ETIMEDOUT)
