@@ -327,11 +327,12 @@ static void ctl_drop(struct resil *r)
 
 /* Connect and say hello: versions CTL_VERSION_MIN..CTL_VERSION, in a
  * version 2 request, and again in a version 1 request if the daemon
- * refuses version 2 requests; the daemon answers the highest both speak, and every request after it says so
- * (resil_priv_request stamps Request.version). Against a daemon that
- * speaks version 1 only, the requests version 1 has are sent in its shape
- * and its answers read back into version 2's (v1_request, v1_answer):
- * callers see version 2 whatever the daemon speaks. */
+ * refuses version 2 requests; the daemon answers the highest both speak,
+ * and every request after it says so (resil_priv_request stamps
+ * Request.version). Against a daemon that speaks version 1 only, the
+ * requests version 1 has are sent in its shape and its answers read back
+ * into version 2's (v1_request, v1_answer): callers see version 2
+ * whatever the daemon speaks. */
 static int ctl_open(struct resil *r, int64_t deadline)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
