@@ -474,7 +474,7 @@ static int word_index(const char *w, const char *const *words, int n, int fallba
 
 static void v1_info(Resil__PolicyInfo *pi)
 {
-	static const char *const states[] = {"none",	 "closed",	"open",		"half-open",
+	static const char *const states[] = {"none",	 "closed",	"open",	       "half-open",
 					     "disabled", "forced-open", "metrics-only"};
 	static const char *const outcomes[] = {"", "created", "changed", "unchanged"};
 

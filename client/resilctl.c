@@ -1162,8 +1162,8 @@ static void print_metrics_text(const Resil__MetricsReply *m)
 			/* as the daemon's text writes it: its decimals, an integer
 			 * as one */
 			if (x->decimals && isfinite(x->value))
-				snprintf(v, sizeof(v), "%.*f", (int)(x->decimals > 17 ? 17 : x->decimals),
-					 x->value);
+				snprintf(v, sizeof(v), "%.*f",
+					 (int)(x->decimals > 17 ? 17 : x->decimals), x->value);
 			else if (isfinite(x->value) && x->value == trunc(x->value) &&
 				 fabs(x->value) < 1e19)
 				snprintf(v, sizeof(v), "%.0f", x->value);

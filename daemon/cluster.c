@@ -2470,8 +2470,8 @@ void resild_cluster_woken(struct resild *d)
 }
 
 /* A family of one sample without labels. */
-static void cl_one(struct resil_msink *k, const char *name, const char *help,
-		   enum resil_mtype type, struct resil_mvalue v)
+static void cl_one(struct resil_msink *k, const char *name, const char *help, enum resil_mtype type,
+		   struct resil_mvalue v)
 {
 	k->family(k, name, help, type);
 	k->sample(k, name, "", NULL, 0, v);
@@ -2551,13 +2551,15 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 			continue;
 		k->sample(k, "resil_cluster_share", "", &l, 1,
 			  resil_mv_real(cs->applied ? cs->share : 0.0, 3));
-		k->sample(k, "resil_cluster_lease_seconds", "", &l, 1,
-			  resil_mv_real(cs->expiry_ns ? (double)(cs->expiry_ns - now) / 1e9 : 0.0, 3));
+		k->sample(
+		    k, "resil_cluster_lease_seconds", "", &l, 1,
+		    resil_mv_real(cs->expiry_ns ? (double)(cs->expiry_ns - now) / 1e9 : 0.0, 3));
 		k->sample(k, "resil_cluster_demand", "", &l, 1, resil_mv_real(cs->demand, 3));
 		k->sample(k, "resil_cluster_hosts", "", &l, 1, resil_mv_uint(cs->hosts));
 		k->sample(k, "resil_cluster_fallbacks_total", "", &l, 1,
 			  resil_mv_uint(cs->fallbacks));
-		k->sample(k, "resil_cluster_early_calls_total", "", &l, 1, resil_mv_uint(cs->early));
+		k->sample(k, "resil_cluster_early_calls_total", "", &l, 1,
+			  resil_mv_uint(cs->early));
 	}
 }
 

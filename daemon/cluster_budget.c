@@ -440,6 +440,7 @@ void resild_cb_metrics(const struct resil_rec *rec, const struct resild_cb_slot 
 			k->sample(k, "resil_cluster_budget_others", "", l, 2,
 				  resil_mv_uint(cs->others_rty));
 		}
-		k->sample(k, "resil_cluster_budget_syncs_total", "", l, 1, resil_mv_uint(cs->syncs));
+		k->sample(k, "resil_cluster_budget_syncs_total", "", l, 1,
+			  resil_mv_uint(cs->syncs));
 	}
 }

@@ -283,9 +283,10 @@ static int handle_hello(struct resild *d, const Resil__Hello *h, struct reply *r
 	if (hi == 0)
 		hi = lo;
 	if (lo > top || hi < RESILD_PROTO_MIN || lo > hi)
-		return reply_error(rp, -EPROTONOSUPPORT,
-				   "protocol versions %u..%u not spoken here (resild speaks %d..%u)",
-				   lo, hi, RESILD_PROTO_MIN, top);
+		return reply_error(
+		    rp, -EPROTONOSUPPORT,
+		    "protocol versions %u..%u not spoken here (resild speaks %d..%u)", lo, hi,
+		    RESILD_PROTO_MIN, top);
 	/* the highest both speak */
 	hr->version = hi < top ? hi : top;
 	hr->abi_major = d->seg.cfg->abi_major;
@@ -1226,7 +1227,8 @@ static void metrics_render(const struct health *h, const struct resil_seg *seg,
 		char ver[12];
 
 		snprintf(ver, sizeof(ver), "%d", v);
-		ml(k, "resil_control_requests_total", "version", ver, resil_mv_uint(h->requests[v]));
+		ml(k, "resil_control_requests_total", "version", ver,
+		   resil_mv_uint(h->requests[v]));
 	}
 	m1(k, "resil_subscribers", "Event subscribers.", RESIL_MT_GAUGE,
 	   resil_mv_uint(h->subscribers));

@@ -328,7 +328,8 @@ static const struct {
     [F_SLOW] = {"resil_slow_calls_total", RESIL_MT_COUNTER,
 		"Calls that took breaker.slow_call or longer."},
     [F_RETRIES] = {"resil_retries_total", RESIL_MT_COUNTER, "Retries the policy allowed."},
-    [F_GIVEUPS] = {"resil_giveups_total", RESIL_MT_COUNTER, "Retry loops that stopped on a failure."},
+    [F_GIVEUPS] = {"resil_giveups_total", RESIL_MT_COUNTER,
+		   "Retry loops that stopped on a failure."},
     [F_TRANSITIONS] = {"resil_breaker_transitions_total", RESIL_MT_COUNTER,
 		       "Circuit breaker state changes, by state left (from) and entered (to)."},
     [F_EVICTIONS] = {"resil_limit_evictions_total", RESIL_MT_COUNTER,
@@ -683,7 +684,8 @@ static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_re
 		break;
 	case F_BULKHEAD_MAX:
 		if (c->bulkhead.on && !budget_only)
-			smp(k, v->f, "", &p, NULL, NULL, NULL, NULL, resil_mv_uint(c->bulkhead.max));
+			smp(k, v->f, "", &p, NULL, NULL, NULL, NULL,
+			    resil_mv_uint(c->bulkhead.max));
 		break;
 	case F_BUDGET_TOKENS: {
 		int64_t t;
@@ -747,9 +749,8 @@ static void put_space(struct resil_msink *k, const struct resil_seg *s)
 	    RESIL_MT_GAUGE, resil_mv_uint(live));
 	one(k, "resil_arena_bytes", "State arena size (--state-size).", RESIL_MT_GAUGE,
 	    resil_mv_uint(s->geo.arena_size));
-	one(k, "resil_arena_waiting_bytes",
-	    "State blocks retired, reused after the grace period.", RESIL_MT_GAUGE,
-	    resil_mv_uint(ld_relaxed(&c->arena_waiting)));
+	one(k, "resil_arena_waiting_bytes", "State blocks retired, reused after the grace period.",
+	    RESIL_MT_GAUGE, resil_mv_uint(ld_relaxed(&c->arena_waiting)));
 	one(k, "resil_arena_free_bytes", "Free holes between used blocks.", RESIL_MT_GAUGE,
 	    resil_mv_uint(ld_relaxed(&c->arena_free)));
 	one(k, "resil_arena_holes", "Free holes between used blocks (fragmentation).",

@@ -57,7 +57,8 @@ size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len);
  * the same calls (daemon/ctl.c), a recording keeps them for later. Label
  * values and help are given raw; the text sink escapes them.
  */
-enum resil_mtype { /* numbered as proto/resil.proto's MetricType */
+/* Numbered as proto/resil.proto's MetricType. */
+enum resil_mtype {
 	RESIL_MT_UNTYPED = 0,
 	RESIL_MT_COUNTER = 1,
 	RESIL_MT_GAUGE = 2,
@@ -96,7 +97,8 @@ static inline struct resil_mvalue resil_mv_int(int64_t i)
 
 static inline struct resil_mvalue resil_mv_fixed(bool neg, uint64_t mag, unsigned dec)
 {
-	return (struct resil_mvalue){.kind = RESIL_MV_FIXED, .dec = (uint8_t)dec, .neg = neg, .u = mag};
+	return (struct resil_mvalue){
+	    .kind = RESIL_MV_FIXED, .dec = (uint8_t)dec, .neg = neg, .u = mag};
 }
 
 static inline struct resil_mvalue resil_mv_real(double d, unsigned dec)
