@@ -1159,7 +1159,16 @@ static void print_metrics_text(const Resil__MetricsReply *m)
 			}
 			if (x->n_labels)
 				putchar('}');
-			fmt_value(x->value, v, sizeof(v));
+			/* as the daemon's text writes it: its decimals, an integer
+			 * as one */
+			if (x->decimals && isfinite(x->value))
+				snprintf(v, sizeof(v), "%.*f",
+					 (int)(x->decimals > 17 ? 17 : x->decimals), x->value);
+			else if (isfinite(x->value) && x->value == trunc(x->value) &&
+				 fabs(x->value) < 1e19)
+				snprintf(v, sizeof(v), "%.0f", x->value);
+			else
+				fmt_value(x->value, v, sizeof(v));
 			printf(" %s\n", v);
 		}
 	}
@@ -1220,10 +1229,19 @@ static int cmd_metrics(void)
 		resil__response__free_unpacked(resp, NULL);
 		return say_error(EPROTO, "unexpected answer to metrics");
 	}
-	if (o.json)
+	if (resp->metrics->text && *resp->metrics->text) {
+		/* a daemon of protocol version 1: its text, rendered there */
+		if (o.json) {
+			resil__response__free_unpacked(resp, NULL);
+			return say_error(EPROTONOSUPPORT,
+					 "metrics --json needs a resild of protocol version 2");
+		}
+		fputs(resp->metrics->text, stdout);
+	} else if (o.json) {
 		print_metrics_json(resp->metrics);
-	else
+	} else {
 		print_metrics_text(resp->metrics);
+	}
 	resil__response__free_unpacked(resp, NULL);
 	return 0;
 }

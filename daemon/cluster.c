@@ -2469,25 +2469,23 @@ void resild_cluster_woken(struct resild *d)
 	cluster_tick(d, false);
 }
 
-size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
+/* A family of one sample without labels. */
+static void cl_one(struct resil_msink *k, const char *name, const char *help, enum resil_mtype type,
+		   struct resil_mvalue v)
+{
+	k->family(k, name, help, type);
+	k->sample(k, name, "", NULL, 0, v);
+}
+
+void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 {
 	struct resild_cluster *c = d->cluster;
 	int64_t now = mono_ns(), last_ok;
 	uint64_t calls, errors, exchanges;
 	bool connected;
-	size_t n = 0;
-	int w;
 
-#define PUT(...)                                                                                   \
-	do {                                                                                       \
-		w = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, __VA_ARGS__);        \
-		if (w > 0)                                                                         \
-			n += (size_t)w;                                                            \
-	} while (0)
-	if (len)
-		buf[0] = '\0';
 	if (!c)
-		return 0;
+		return;
 	pthread_mutex_lock(&c->lock);
 	connected = c->connected;
 	last_ok = c->last_ok_ns;
@@ -2495,80 +2493,74 @@ size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len)
 	errors = c->errors;
 	exchanges = c->exchanges;
 	pthread_mutex_unlock(&c->lock);
-	PUT("# HELP resil_cluster_connected 1 when the exchange with Redis works.\n"
-	    "# TYPE resil_cluster_connected gauge\nresil_cluster_connected %d\n"
-	    "# HELP resil_cluster_last_exchange_age_seconds Since the last exchange that "
-	    "answered every global policy (-1: never).\n"
-	    "# TYPE resil_cluster_last_exchange_age_seconds gauge\n"
-	    "resil_cluster_last_exchange_age_seconds %.3f\n"
-	    "# HELP resil_cluster_exchanges_total Rounds with Redis.\n"
-	    "# TYPE resil_cluster_exchanges_total counter\nresil_cluster_exchanges_total %llu\n"
-	    "# HELP resil_cluster_script_calls_total Lease script calls answered.\n"
-	    "# TYPE resil_cluster_script_calls_total counter\n"
-	    "resil_cluster_script_calls_total %llu\n"
-	    "# HELP resil_cluster_errors_total Failed connections and exchanges.\n"
-	    "# TYPE resil_cluster_errors_total counter\nresil_cluster_errors_total %llu\n",
-	    connected ? 1 : 0, last_ok ? (double)(now - last_ok) / 1e9 : -1.0,
-	    (unsigned long long)exchanges, (unsigned long long)calls, (unsigned long long)errors);
-	PUT("# HELP resil_cluster_share Requests per second leased to this host.\n"
-	    "# TYPE resil_cluster_share gauge\n"
-	    "# HELP resil_cluster_lease_seconds Until the lease expires (<= 0: expired, "
-	    "clients fall back).\n"
-	    "# TYPE resil_cluster_lease_seconds gauge\n"
-	    "# HELP resil_cluster_demand Calls per second reaching the limiter here.\n"
-	    "# TYPE resil_cluster_demand gauge\n"
-	    "# HELP resil_cluster_hosts Hosts present in the policy's last lease.\n"
-	    "# TYPE resil_cluster_hosts gauge\n"
-	    "# HELP resil_cluster_early_calls_total Lease calls between intervals (a demand "
-	    "rise, an acknowledgement).\n"
-	    "# TYPE resil_cluster_early_calls_total counter\n"
-	    "# HELP resil_cluster_fallbacks_total Leases that expired unrenewed.\n"
-	    "# TYPE resil_cluster_fallbacks_total counter\n"
-	    "# HELP resil_cluster_breaker_opens_total Fleet-wide opens that opened the "
-	    "breaker here.\n"
-	    "# TYPE resil_cluster_breaker_opens_total counter\n"
-	    "# HELP resil_cluster_breaker_fleet_calls Calls in the fleet's time window.\n"
-	    "# TYPE resil_cluster_breaker_fleet_calls gauge\n");
-	n += resild_cb_metrics_help(n < len ? buf + n : NULL, n < len ? len - n : 0);
-	n += resild_ck_metrics_help(n < len ? buf + n : NULL, n < len ? len - n : 0);
-	n += resild_cbh_metrics_help(n < len ? buf + n : NULL, n < len ? len - n : 0);
+	cl_one(k, "resil_cluster_connected", "1 when the exchange with Redis works.",
+	       RESIL_MT_GAUGE, resil_mv_uint(connected ? 1 : 0));
+	cl_one(k, "resil_cluster_last_exchange_age_seconds",
+	       "Since the last exchange that answered every global policy (-1: never).",
+	       RESIL_MT_GAUGE, resil_mv_real(last_ok ? (double)(now - last_ok) / 1e9 : -1.0, 3));
+	cl_one(k, "resil_cluster_exchanges_total", "Rounds with Redis.", RESIL_MT_COUNTER,
+	       resil_mv_uint(exchanges));
+	cl_one(k, "resil_cluster_script_calls_total", "Lease script calls answered.",
+	       RESIL_MT_COUNTER, resil_mv_uint(calls));
+	cl_one(k, "resil_cluster_errors_total", "Failed connections and exchanges.",
+	       RESIL_MT_COUNTER, resil_mv_uint(errors));
+	k->family(k, "resil_cluster_share", "Requests per second leased to this host.",
+		  RESIL_MT_GAUGE);
+	k->family(k, "resil_cluster_lease_seconds",
+		  "Until the lease expires (<= 0: expired, clients fall back).", RESIL_MT_GAUGE);
+	k->family(k, "resil_cluster_demand", "Calls per second reaching the limiter here.",
+		  RESIL_MT_GAUGE);
+	k->family(k, "resil_cluster_hosts", "Hosts present in the policy's last lease.",
+		  RESIL_MT_GAUGE);
+	k->family(k, "resil_cluster_early_calls_total",
+		  "Lease calls between intervals (a demand rise, an acknowledgement).",
+		  RESIL_MT_COUNTER);
+	k->family(k, "resil_cluster_fallbacks_total", "Leases that expired unrenewed.",
+		  RESIL_MT_COUNTER);
+	k->family(k, "resil_cluster_breaker_opens_total",
+		  "Fleet-wide opens that opened the breaker here.", RESIL_MT_COUNTER);
+	k->family(k, "resil_cluster_breaker_fleet_calls", "Calls in the fleet's time window.",
+		  RESIL_MT_GAUGE);
+	resild_cb_metrics_help(k);
+	resild_ck_metrics_help(k);
+	resild_cbh_metrics_help(k);
 	for (uint32_t i = 0; i < c->cap; i++) {
 		const struct cl_slot *cs = &c->slots[i];
 		uint64_t sw = ld_relaxed(&resil_seg_slots(&d->seg)[i]);
 		const struct resil_rec *rec = resil_seg_rec_of(&d->seg, sw);
-		char name[3 * RESIL_NAME_MAX];
+		char name[RESIL_NAME_MAX + 1];
+		struct resil_mlabel l = {"policy", name};
 
 		if (!cs->active || !rec || rec->gen != cs->gen)
 			continue;
-		resil_metrics_escape(rec->name, strnlen(rec->name, RESIL_NAME_MAX), name,
-				     sizeof(name));
-		n += resild_cb_metrics(rec, &cs->cb, name, n < len ? buf + n : NULL,
-				       n < len ? len - n : 0);
+		/* the name as it is (the text sink escapes it) */
+		memcpy(name, rec->name, RESIL_NAME_MAX);
+		name[RESIL_NAME_MAX] = '\0';
+		resild_cb_metrics(rec, &cs->cb, name, k);
 		if (resild_cbh_wants(rec))
-			n += resild_cbh_metrics(&cs->bh, name, now, n < len ? buf + n : NULL,
-						n < len ? len - n : 0);
-		if (rec->conf.breaker.on)
-			PUT("resil_cluster_breaker_opens_total{policy=\"%s\"} %llu\n"
-			    "resil_cluster_breaker_fleet_calls{policy=\"%s\"} %lld\n",
-			    name, (unsigned long long)cs->bk_trips, name, (long long)cs->bk_calls);
+			resild_cbh_metrics(&cs->bh, name, now, k);
+		if (rec->conf.breaker.on) {
+			k->sample(k, "resil_cluster_breaker_opens_total", "", &l, 1,
+				  resil_mv_uint(cs->bk_trips));
+			k->sample(k, "resil_cluster_breaker_fleet_calls", "", &l, 1,
+				  resil_mv_int(cs->bk_calls));
+		}
 		if (resild_ck_wants(rec))
-			n += resild_ck_metrics(&cs->ck, name, n < len ? buf + n : NULL,
-					       n < len ? len - n : 0);
+			resild_ck_metrics(&cs->ck, name, k);
 		if (!rec->conf.limit.on || rec->conf.limit.keys)
 			continue;
-		PUT("resil_cluster_share{policy=\"%s\"} %.3f\n"
-		    "resil_cluster_lease_seconds{policy=\"%s\"} %.3f\n"
-		    "resil_cluster_demand{policy=\"%s\"} %.3f\n"
-		    "resil_cluster_hosts{policy=\"%s\"} %u\n"
-		    "resil_cluster_fallbacks_total{policy=\"%s\"} %llu\n"
-		    "resil_cluster_early_calls_total{policy=\"%s\"} %llu\n",
-		    name, cs->applied ? cs->share : 0.0, name,
-		    cs->expiry_ns ? (double)(cs->expiry_ns - now) / 1e9 : 0.0, name, cs->demand,
-		    name, cs->hosts, name, (unsigned long long)cs->fallbacks, name,
-		    (unsigned long long)cs->early);
+		k->sample(k, "resil_cluster_share", "", &l, 1,
+			  resil_mv_real(cs->applied ? cs->share : 0.0, 3));
+		k->sample(
+		    k, "resil_cluster_lease_seconds", "", &l, 1,
+		    resil_mv_real(cs->expiry_ns ? (double)(cs->expiry_ns - now) / 1e9 : 0.0, 3));
+		k->sample(k, "resil_cluster_demand", "", &l, 1, resil_mv_real(cs->demand, 3));
+		k->sample(k, "resil_cluster_hosts", "", &l, 1, resil_mv_uint(cs->hosts));
+		k->sample(k, "resil_cluster_fallbacks_total", "", &l, 1,
+			  resil_mv_uint(cs->fallbacks));
+		k->sample(k, "resil_cluster_early_calls_total", "", &l, 1,
+			  resil_mv_uint(cs->early));
 	}
-#undef PUT
-	return n;
 }
 
 int resild_cluster_info(struct resild *d, struct resild_cluster_info *out)

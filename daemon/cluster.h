@@ -40,8 +40,9 @@ void resild_cluster_tick(struct resild *d);
 int resild_cluster_wake_fd(const struct resild *d);
 void resild_cluster_woken(struct resild *d);
 void resild_cluster_fini(struct resild *d);
-/* resil_cluster_* metrics (snprintf semantics). */
-size_t resild_cluster_metrics(struct resild *d, char *buf, size_t len);
+/* resil_cluster_* samples into k. */
+struct resil_msink;
+void resild_cluster_metrics(struct resild *d, struct resil_msink *k);
 
 /* The lease script's text (bench/cluster_bench.c loads it to measure
  * what one Redis core serves). */

@@ -407,50 +407,40 @@ bool resild_cb_parse_conf(const struct redisReply *r, struct resild_cb_ans *a)
 	return true;
 }
 
-size_t resild_cb_metrics_help(char *buf, size_t len)
+void resild_cb_metrics_help(struct resil_msink *k)
 {
-	int w = snprintf(buf, len,
-			 "# HELP resil_cluster_budget_tokens The fleet's retry budget tokens "
-			 "(grpc, aws) at the last exchange.\n"
-			 "# TYPE resil_cluster_budget_tokens gauge\n"
-			 "# HELP resil_cluster_budget_others Requests (kind=requests) and "
-			 "retries (kind=retries) of the other hosts in the ratio window.\n"
-			 "# TYPE resil_cluster_budget_others gauge\n"
-			 "# HELP resil_cluster_budget_syncs_total Fleet budget answers "
-			 "mirrored into the segment.\n"
-			 "# TYPE resil_cluster_budget_syncs_total counter\n"
-			 "# HELP resil_cluster_conf_conflicts Live hosts under this cluster "
-			 "name with another configuration of the policy.\n"
-			 "# TYPE resil_cluster_conf_conflicts gauge\n");
-
-	return w > 0 ? (size_t)w : 0;
+	k->family(k, "resil_cluster_budget_tokens",
+		  "The fleet's retry budget tokens (grpc, aws) at the last exchange.",
+		  RESIL_MT_GAUGE);
+	k->family(k, "resil_cluster_budget_others",
+		  "Requests (kind=requests) and retries (kind=retries) of the other hosts in the "
+		  "ratio window.",
+		  RESIL_MT_GAUGE);
+	k->family(k, "resil_cluster_budget_syncs_total",
+		  "Fleet budget answers mirrored into the segment.", RESIL_MT_COUNTER);
+	k->family(k, "resil_cluster_conf_conflicts",
+		  "Live hosts under this cluster name with another configuration of the policy.",
+		  RESIL_MT_GAUGE);
 }
 
-size_t resild_cb_metrics(const struct resil_rec *rec, const struct resild_cb_slot *cs,
-			 const char *name, char *buf, size_t len)
+void resild_cb_metrics(const struct resil_rec *rec, const struct resild_cb_slot *cs,
+		       const char *name, struct resil_msink *k)
 {
-	size_t n = 0;
-	int w;
+	struct resil_mlabel l[2] = {{"policy", name}, {"kind", "requests"}};
 
-#define PUT(...)                                                                                   \
-	do {                                                                                       \
-		w = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, __VA_ARGS__);        \
-		if (w > 0)                                                                         \
-			n += (size_t)w;                                                            \
-	} while (0)
-	PUT("resil_cluster_conf_conflicts{policy=\"%s\"} %u\n", name, cs->conflicts);
+	k->sample(k, "resil_cluster_conf_conflicts", "", l, 1, resil_mv_uint(cs->conflicts));
 	if (resild_cb_wants_budget(rec)) {
-		if (tokens_kind(&rec->conf.retry))
-			PUT("resil_cluster_budget_tokens{policy=\"%s\"} %.3f\n", name,
-			    (double)cs->fleet_milli / CB_MILLI);
-		else
-			PUT("resil_cluster_budget_others{policy=\"%s\",kind=\"requests\"} %llu\n"
-			    "resil_cluster_budget_others{policy=\"%s\",kind=\"retries\"} %llu\n",
-			    name, (unsigned long long)cs->others_req, name,
-			    (unsigned long long)cs->others_rty);
-		PUT("resil_cluster_budget_syncs_total{policy=\"%s\"} %llu\n", name,
-		    (unsigned long long)cs->syncs);
+		if (tokens_kind(&rec->conf.retry)) {
+			k->sample(k, "resil_cluster_budget_tokens", "", l, 1,
+				  resil_mv_real((double)cs->fleet_milli / CB_MILLI, 3));
+		} else {
+			k->sample(k, "resil_cluster_budget_others", "", l, 2,
+				  resil_mv_uint(cs->others_req));
+			l[1].value = "retries";
+			k->sample(k, "resil_cluster_budget_others", "", l, 2,
+				  resil_mv_uint(cs->others_rty));
+		}
+		k->sample(k, "resil_cluster_budget_syncs_total", "", l, 1,
+			  resil_mv_uint(cs->syncs));
 	}
-#undef PUT
-	return n;
 }

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "metrics.h"
 
 struct resil_seg;
 struct resil_rec;
@@ -106,10 +107,10 @@ bool resild_cb_parse_budget(const struct redisReply *r, const struct resild_cb_r
 			    struct resild_cb_ans *a);
 bool resild_cb_parse_conf(const struct redisReply *r, struct resild_cb_ans *a);
 
-/* resil_cluster_* lines of one policy (snprintf semantics). */
-size_t resild_cb_metrics(const struct resil_rec *rec, const struct resild_cb_slot *cs,
-			 const char *name, char *buf, size_t len);
-/* The HELP and TYPE lines. */
-size_t resild_cb_metrics_help(char *buf, size_t len);
+/* resil_cluster_* samples of one policy (its name as it is) into k. */
+void resild_cb_metrics(const struct resil_rec *rec, const struct resild_cb_slot *cs,
+		       const char *name, struct resil_msink *k);
+/* Their families. */
+void resild_cb_metrics_help(struct resil_msink *k);
 
 #endif

@@ -259,36 +259,29 @@ bool resild_cbh_parse(const struct redisReply *r, struct resild_cbh_ans *a)
 	return true;
 }
 
-size_t resild_cbh_metrics_help(char *buf, size_t len)
+void resild_cbh_metrics_help(struct resil_msink *k)
 {
-	int w = snprintf(buf, len,
-			 "# HELP resil_cluster_bulkhead_share Slots of the fleet's bulkhead "
-			 "leased to this host.\n"
-			 "# TYPE resil_cluster_bulkhead_share gauge\n"
-			 "# HELP resil_cluster_bulkhead_parked Slots parked by the daemon "
-			 "(not this host's to use).\n"
-			 "# TYPE resil_cluster_bulkhead_parked gauge\n"
-			 "# HELP resil_cluster_bulkhead_lease_seconds Until the bulkhead's "
-			 "lease expires (<= 0: expired, clients fall back).\n"
-			 "# TYPE resil_cluster_bulkhead_lease_seconds gauge\n"
-			 "# HELP resil_cluster_bulkhead_fallbacks_total Bulkhead leases that "
-			 "expired unrenewed.\n"
-			 "# TYPE resil_cluster_bulkhead_fallbacks_total counter\n");
-
-	return w > 0 ? (size_t)w : 0;
+	k->family(k, "resil_cluster_bulkhead_share",
+		  "Slots of the fleet's bulkhead leased to this host.", RESIL_MT_GAUGE);
+	k->family(k, "resil_cluster_bulkhead_parked",
+		  "Slots parked by the daemon (not this host's to use).", RESIL_MT_GAUGE);
+	k->family(k, "resil_cluster_bulkhead_lease_seconds",
+		  "Until the bulkhead's lease expires (<= 0: expired, clients fall back).",
+		  RESIL_MT_GAUGE);
+	k->family(k, "resil_cluster_bulkhead_fallbacks_total",
+		  "Bulkhead leases that expired unrenewed.", RESIL_MT_COUNTER);
 }
 
-size_t resild_cbh_metrics(const struct resild_cbh_slot *cs, const char *name, int64_t now,
-			  char *buf, size_t len)
+void resild_cbh_metrics(const struct resild_cbh_slot *cs, const char *name, int64_t now,
+			struct resil_msink *k)
 {
-	int w = snprintf(buf, len,
-			 "resil_cluster_bulkhead_share{policy=\"%s\"} %u\n"
-			 "resil_cluster_bulkhead_parked{policy=\"%s\"} %u\n"
-			 "resil_cluster_bulkhead_lease_seconds{policy=\"%s\"} %.3f\n"
-			 "resil_cluster_bulkhead_fallbacks_total{policy=\"%s\"} %llu\n",
-			 name, cs->applied ? cs->share : 0, name, cs->parked, name,
-			 cs->expiry_ns ? (double)(cs->expiry_ns - now) / 1e9 : 0.0, name,
-			 (unsigned long long)cs->fallbacks);
+	struct resil_mlabel l = {"policy", name};
 
-	return w > 0 ? (size_t)w : 0;
+	k->sample(k, "resil_cluster_bulkhead_share", "", &l, 1,
+		  resil_mv_uint(cs->applied ? cs->share : 0));
+	k->sample(k, "resil_cluster_bulkhead_parked", "", &l, 1, resil_mv_uint(cs->parked));
+	k->sample(k, "resil_cluster_bulkhead_lease_seconds", "", &l, 1,
+		  resil_mv_real(cs->expiry_ns ? (double)(cs->expiry_ns - now) / 1e9 : 0.0, 3));
+	k->sample(k, "resil_cluster_bulkhead_fallbacks_total", "", &l, 1,
+		  resil_mv_uint(cs->fallbacks));
 }

@@ -77,9 +77,10 @@ void resild_cbh_command(const struct resild_cbh_req *q, const char *name, const 
 /* The thread: a reply into a; false: garbage. */
 bool resild_cbh_parse(const struct redisReply *r, struct resild_cbh_ans *a);
 
-/* resil_cluster_bulkhead_* lines of one policy (snprintf semantics). */
-size_t resild_cbh_metrics(const struct resild_cbh_slot *cs, const char *name, int64_t now,
-			  char *buf, size_t len);
-size_t resild_cbh_metrics_help(char *buf, size_t len);
+/* resil_cluster_bulkhead_* samples of one policy into k, and their
+ * families. */
+void resild_cbh_metrics(const struct resild_cbh_slot *cs, const char *name, int64_t now,
+			struct resil_msink *k);
+void resild_cbh_metrics_help(struct resil_msink *k);
 
 #endif

@@ -74,6 +74,7 @@
 #include "cluster_keyed.h"
 #include "limit.h"
 #include "limit_global.h"
+#include "metrics.h"
 #include "log.h"
 #include "policy.h"
 #include "resild.h"
@@ -374,30 +375,23 @@ int resild_ck_seg_key(struct resild *d, bool adopted)
 	return 0;
 }
 
-size_t resild_ck_metrics_help(char *buf, size_t len)
+void resild_ck_metrics_help(struct resil_msink *k)
 {
-	int w = snprintf(buf, len,
-			 "# HELP resil_cluster_keyed_published_total Key counts this host "
-			 "sent (a key per exchange it was admitted in).\n"
-			 "# TYPE resil_cluster_keyed_published_total counter\n"
-			 "# HELP resil_cluster_keyed_charged_total Admissions of other hosts "
-			 "charged to keys here.\n"
-			 "# TYPE resil_cluster_keyed_charged_total counter\n"
-			 "# HELP resil_cluster_keyed_dropped_total Charges dropped: no room "
-			 "for their key in the table.\n"
-			 "# TYPE resil_cluster_keyed_dropped_total counter\n");
-
-	return w > 0 ? (size_t)w : 0;
+	k->family(k, "resil_cluster_keyed_published_total",
+		  "Key counts this host sent (a key per exchange it was admitted in).",
+		  RESIL_MT_COUNTER);
+	k->family(k, "resil_cluster_keyed_charged_total",
+		  "Admissions of other hosts charged to keys here.", RESIL_MT_COUNTER);
+	k->family(k, "resil_cluster_keyed_dropped_total",
+		  "Charges dropped: no room for their key in the table.", RESIL_MT_COUNTER);
 }
 
-size_t resild_ck_metrics(const struct resild_ck_slot *cs, const char *name, char *buf, size_t len)
+void resild_ck_metrics(const struct resild_ck_slot *cs, const char *name, struct resil_msink *k)
 {
-	int w = snprintf(buf, len,
-			 "resil_cluster_keyed_published_total{policy=\"%s\"} %llu\n"
-			 "resil_cluster_keyed_charged_total{policy=\"%s\"} %llu\n"
-			 "resil_cluster_keyed_dropped_total{policy=\"%s\"} %llu\n",
-			 name, (unsigned long long)cs->published, name,
-			 (unsigned long long)cs->charged, name, (unsigned long long)cs->dropped);
+	struct resil_mlabel l = {"policy", name};
 
-	return w > 0 ? (size_t)w : 0;
+	k->sample(k, "resil_cluster_keyed_published_total", "", &l, 1,
+		  resil_mv_uint(cs->published));
+	k->sample(k, "resil_cluster_keyed_charged_total", "", &l, 1, resil_mv_uint(cs->charged));
+	k->sample(k, "resil_cluster_keyed_dropped_total", "", &l, 1, resil_mv_uint(cs->dropped));
 }

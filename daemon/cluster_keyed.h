@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 struct resil_seg;
+struct resil_msink;
 struct resil_rec;
 struct resild;
 struct redisReply;
@@ -101,9 +102,9 @@ bool resild_ck_parse(const struct redisReply *r, struct resild_ck_thr *th, struc
  * (adopted: checked, a warning when it differs). 0 or -errno (logged). */
 int resild_ck_seg_key(struct resild *d, bool adopted);
 
-/* resil_cluster_keyed_* lines of one policy, and their HELP (snprintf
- * semantics). */
-size_t resild_ck_metrics(const struct resild_ck_slot *cs, const char *name, char *buf, size_t len);
-size_t resild_ck_metrics_help(char *buf, size_t len);
+/* resil_cluster_keyed_* samples of one policy into k, and their
+ * families. */
+void resild_ck_metrics(const struct resild_ck_slot *cs, const char *name, struct resil_msink *k);
+void resild_ck_metrics_help(struct resil_msink *k);
 
 #endif

@@ -41,11 +41,12 @@
  * client gets exactly the fields it always had. What differs beyond the
  * fields: the v1-only bodies (Create, Update, Reset) are refused in a v2
  * request (EPROTO), ForceState reads its string in v1 and its enum in v2,
- * and Metrics answers text in v1 and families of samples in v2 (the text
- * parsed back into samples by metrics_families(): the producers in shm/
- * and cluster.c write the exposition; the structure is recovered from it
- * line by line, HELP and TYPE then samples). Requests are counted by
- * version (resil_control_requests_total).
+ * and Metrics answers text in v1 and families of samples in v2: the
+ * producers (metrics_render here, cluster.c, shm/metrics.c) emit samples
+ * into a sink (shm/metrics.h); v2's families are built from them
+ * (struct psink), v1's text and GET /metrics are the text sink's
+ * rendering of the same calls. Requests are counted by version
+ * (resil_control_requests_total).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -254,20 +255,40 @@ static const struct resil_rec *find_or_fail(struct resild *d, const char *name, 
 	return rec;
 }
 
+/*
+ * The highest protocol version this daemon speaks: RESILD_PROTO_VERSION,
+ * or less in a test that needs a daemon of an older version
+ * (RESILD_TEST_MAX_PROTOCOL=1 in the environment: it then answers as a
+ * version 1 daemon does, refusing a v2 hello and v2 requests). Read once,
+ * on the loop thread.
+ */
+static int proto_max(void)
+{
+	static int max;
+
+	if (!max) {
+		const char *e = getenv("RESILD_TEST_MAX_PROTOCOL");
+		int v = e ? atoi(e) : 0;
+
+		max = v >= RESILD_PROTO_MIN && v < RESILD_PROTO_VERSION ? v : RESILD_PROTO_VERSION;
+	}
+	return max;
+}
+
 static int handle_hello(struct resild *d, const Resil__Hello *h, struct reply *rp,
 			Resil__HelloReply *hr)
 {
-	uint32_t lo = h->min_version, hi = h->max_version;
+	uint32_t lo = h->min_version, hi = h->max_version, top = (uint32_t)proto_max();
 
 	if (hi == 0)
 		hi = lo;
-	if (lo > RESILD_PROTO_VERSION || hi < RESILD_PROTO_MIN || lo > hi)
+	if (lo > top || hi < RESILD_PROTO_MIN || lo > hi)
 		return reply_error(
 		    rp, -EPROTONOSUPPORT,
-		    "protocol versions %u..%u not spoken here (resild speaks %d..%d)", lo, hi,
-		    RESILD_PROTO_MIN, RESILD_PROTO_VERSION);
+		    "protocol versions %u..%u not spoken here (resild speaks %d..%u)", lo, hi,
+		    RESILD_PROTO_MIN, top);
 	/* the highest both speak */
-	hr->version = hi < RESILD_PROTO_VERSION ? hi : RESILD_PROTO_VERSION;
+	hr->version = hi < top ? hi : top;
 	hr->abi_major = d->seg.cfg->abi_major;
 	hr->abi_minor = d->seg.cfg->abi_minor;
 	hr->epoch = d->seg.cfg->epoch;
@@ -1109,7 +1130,7 @@ struct health {
 	uint64_t reloads, reload_errors, clients_over_quota;
 	uint64_t requests[RESILD_PROTO_VERSION + 1];
 	int64_t reload_ok_time;
-	char cluster[8192]; /* resil_cluster_* (cluster.c), rendered by the loop */
+	struct resil_mrec cluster; /* resil_cluster_* samples (cluster.c), taken by the loop */
 };
 
 static pthread_mutex_t published_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1134,11 +1155,11 @@ static void health_take(struct resild *d, struct health *h)
 	memcpy(h->requests, d->requests, sizeof(h->requests));
 	if (d->seg.cfg)
 		h->slot_cap = d->seg.cfg->slot_cap;
-	/* the cluster's figures live in the loop's memory: rendered here, on
-	 * the loop's thread, so the HTTP thread reads a copy */
-	if (d->cluster &&
-	    resild_cluster_metrics(d, h->cluster, sizeof(h->cluster)) >= sizeof(h->cluster))
-		h->cluster[0] = '\0';
+	/* the cluster's figures live in the loop's memory: recorded here, on
+	 * the loop's thread, so the HTTP thread replays a copy */
+	resil_mrec_init(&h->cluster);
+	if (d->cluster)
+		resild_cluster_metrics(d, &h->cluster.sink);
 }
 
 void resild_metrics_publish(struct resild *d)
@@ -1151,123 +1172,95 @@ void resild_metrics_publish(struct resild *d)
 	pthread_mutex_unlock(&published_lock);
 }
 
-struct mout {
-	char *buf;
-	size_t len, pos;
-};
-
-static void mput(struct mout *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void mput(struct mout *m, const char *fmt, ...)
+/* A family of one sample without labels. */
+static void m1(struct resil_msink *k, const char *name, const char *help, enum resil_mtype type,
+	       struct resil_mvalue v)
 {
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(m->pos < m->len ? m->buf + m->pos : NULL,
-		      m->pos < m->len ? m->len - m->pos : 0, fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		m->pos += (size_t)n;
+	k->family(k, name, help, type);
+	k->sample(k, name, "", NULL, 0, v);
 }
 
-/* The whole exposition, snprintf semantics (the length it needs). */
-static size_t metrics_render(const struct health *h, const struct resil_seg *seg, char *buf,
-			     size_t len)
+/* A sample of family name with one label. */
+static void ml(struct resil_msink *k, const char *name, const char *lname, const char *lvalue,
+	       struct resil_mvalue v)
 {
-	struct mout m = {.buf = buf, .len = len};
+	struct resil_mlabel l = {lname, lvalue};
 
-	if (buf && len)
-		buf[0] = '\0';
-	mput(&m,
-	     "# HELP resil_clients Client processes registered and alive.\n"
-	     "# TYPE resil_clients gauge\nresil_clients %u\n",
-	     h->clients);
-	mput(&m,
-	     "# HELP resil_client_rows_unidentified Client rows naming a process resild "
-	     "cannot see (another pid namespace): kept, what they hold stays held.\n"
-	     "# TYPE resil_client_rows_unidentified gauge\n"
-	     "resil_client_rows_unidentified %u\n"
-	     "# HELP resil_client_rows_refused_total Client rows freed: claimed without a "
-	     "connection for no process tied to a client.\n"
-	     "# TYPE resil_client_rows_refused_total counter\n"
-	     "resil_client_rows_refused_total %llu\n"
-	     "# HELP resil_permits_stray_freed_total Permits freed: held by an id naming "
-	     "no live client row.\n"
-	     "# TYPE resil_permits_stray_freed_total counter\n"
-	     "resil_permits_stray_freed_total %llu\n"
-	     "# HELP resil_permits_unregistered Permits held by processes without a client "
-	     "row (freed by an operator's reset only).\n"
-	     "# TYPE resil_permits_unregistered gauge\n"
-	     "resil_permits_unregistered %u\n"
-	     "# HELP resil_client_rows_over_quota_total Client rows refused to a uid "
-	     "holding --max-clients-per-uid already (segments or a forked child's row).\n"
-	     "# TYPE resil_client_rows_over_quota_total counter\n"
-	     "resil_client_rows_over_quota_total %llu\n",
-	     h->cs.unknown, (unsigned long long)h->cs.refused,
-	     (unsigned long long)h->cs.stray_freed, h->cs.unregistered_last,
-	     (unsigned long long)(h->cs.over_quota + h->clients_over_quota));
-	mput(&m,
-	     "# HELP resil_connections Control connections open.\n"
-	     "# TYPE resil_connections gauge\nresil_connections %u\n",
-	     h->conns);
-	mput(&m,
-	     "# HELP resil_connections_closed_total Control connections the daemon refused "
-	     "or closed, by reason.\n"
-	     "# TYPE resil_connections_closed_total counter\n"
-	     "resil_connections_closed_total{reason=\"uid_limit\"} %llu\n"
-	     "resil_connections_closed_total{reason=\"idle\"} %llu\n"
-	     "resil_connections_closed_total{reason=\"unread\"} %llu\n",
-	     (unsigned long long)h->conns_refused, (unsigned long long)h->conns_idle,
-	     (unsigned long long)h->conns_cut);
-	mput(&m, "# HELP resil_control_requests_total Control requests by the protocol version "
-		 "they spoke.\n"
-		 "# TYPE resil_control_requests_total counter\n");
-	for (int v = RESILD_PROTO_MIN; v <= RESILD_PROTO_VERSION; v++)
-		mput(&m, "resil_control_requests_total{version=\"%d\"} %llu\n", v,
-		     (unsigned long long)h->requests[v]);
-	mput(&m,
-	     "# HELP resil_subscribers Event subscribers.\n"
-	     "# TYPE resil_subscribers gauge\nresil_subscribers %u\n",
-	     h->subscribers);
-	mput(&m,
-	     "# HELP resil_events_total Events drained from the ring.\n"
-	     "# TYPE resil_events_total counter\nresil_events_total %llu\n",
-	     (unsigned long long)h->events_seen);
-	mput(&m,
-	     "# HELP resil_reclaims_total Dead clients whose holdings were reclaimed.\n"
-	     "# TYPE resil_reclaims_total counter\nresil_reclaims_total %llu\n",
-	     (unsigned long long)h->reclaims);
-	mput(&m,
-	     "# HELP resil_reloads_total Configuration reloads (and failed ones).\n"
-	     "# TYPE resil_reloads_total counter\nresil_reloads_total{result=\"ok\"} %llu\n"
-	     "resil_reloads_total{result=\"failed\"} %llu\n",
-	     (unsigned long long)h->reloads, (unsigned long long)h->reload_errors);
-	mput(&m,
-	     "# HELP resil_reload_last_success_timestamp_seconds When the configuration "
-	     "files last applied (at start or on reload), Unix time.\n"
-	     "# TYPE resil_reload_last_success_timestamp_seconds gauge\n"
-	     "resil_reload_last_success_timestamp_seconds %lld\n",
-	     (long long)h->reload_ok_time);
-	mput(&m,
-	     "# HELP resil_policy_slots Policy slots (--policies).\n"
-	     "# TYPE resil_policy_slots gauge\nresil_policy_slots %u\n",
-	     h->slot_cap);
-	mput(&m, "%s", h->cluster);
-	/* records and the arena: resil_metrics_text (the HTTP text too) */
-	m.pos += resil_metrics_text(seg, m.pos < m.len ? m.buf + m.pos : NULL,
-				    m.pos < m.len ? m.len - m.pos : 0);
-	return m.pos;
+	k->sample(k, name, "", &l, 1, v);
+}
+
+/* The whole exposition as samples into k: the daemon's, the cluster's,
+ * then every policy's (resil_metrics_emit). */
+static void metrics_render(const struct health *h, const struct resil_seg *seg,
+			   struct resil_msink *k)
+{
+	m1(k, "resil_clients", "Client processes registered and alive.", RESIL_MT_GAUGE,
+	   resil_mv_uint(h->clients));
+	m1(k, "resil_client_rows_unidentified",
+	   "Client rows naming a process resild cannot see (another pid namespace): kept, what "
+	   "they hold stays held.",
+	   RESIL_MT_GAUGE, resil_mv_uint(h->cs.unknown));
+	m1(k, "resil_client_rows_refused_total",
+	   "Client rows freed: claimed without a connection for no process tied to a client.",
+	   RESIL_MT_COUNTER, resil_mv_uint(h->cs.refused));
+	m1(k, "resil_permits_stray_freed_total",
+	   "Permits freed: held by an id naming no live client row.", RESIL_MT_COUNTER,
+	   resil_mv_uint(h->cs.stray_freed));
+	m1(k, "resil_permits_unregistered",
+	   "Permits held by processes without a client row (freed by an operator's reset only).",
+	   RESIL_MT_GAUGE, resil_mv_uint(h->cs.unregistered_last));
+	m1(k, "resil_client_rows_over_quota_total",
+	   "Client rows refused to a uid holding --max-clients-per-uid already (segments or a "
+	   "forked child's row).",
+	   RESIL_MT_COUNTER, resil_mv_uint(h->cs.over_quota + h->clients_over_quota));
+	m1(k, "resil_connections", "Control connections open.", RESIL_MT_GAUGE,
+	   resil_mv_uint(h->conns));
+	k->family(k, "resil_connections_closed_total",
+		  "Control connections the daemon refused or closed, by reason.", RESIL_MT_COUNTER);
+	ml(k, "resil_connections_closed_total", "reason", "uid_limit",
+	   resil_mv_uint(h->conns_refused));
+	ml(k, "resil_connections_closed_total", "reason", "idle", resil_mv_uint(h->conns_idle));
+	ml(k, "resil_connections_closed_total", "reason", "unread", resil_mv_uint(h->conns_cut));
+	k->family(k, "resil_control_requests_total",
+		  "Control requests by the protocol version they spoke.", RESIL_MT_COUNTER);
+	for (int v = RESILD_PROTO_MIN; v <= RESILD_PROTO_VERSION; v++) {
+		char ver[12];
+
+		snprintf(ver, sizeof(ver), "%d", v);
+		ml(k, "resil_control_requests_total", "version", ver,
+		   resil_mv_uint(h->requests[v]));
+	}
+	m1(k, "resil_subscribers", "Event subscribers.", RESIL_MT_GAUGE,
+	   resil_mv_uint(h->subscribers));
+	m1(k, "resil_events_total", "Events drained from the ring.", RESIL_MT_COUNTER,
+	   resil_mv_uint(h->events_seen));
+	m1(k, "resil_reclaims_total", "Dead clients whose holdings were reclaimed.",
+	   RESIL_MT_COUNTER, resil_mv_uint(h->reclaims));
+	k->family(k, "resil_reloads_total", "Configuration reloads (and failed ones).",
+		  RESIL_MT_COUNTER);
+	ml(k, "resil_reloads_total", "result", "ok", resil_mv_uint(h->reloads));
+	ml(k, "resil_reloads_total", "result", "failed", resil_mv_uint(h->reload_errors));
+	m1(k, "resil_reload_last_success_timestamp_seconds",
+	   "When the configuration files last applied (at start or on reload), Unix time.",
+	   RESIL_MT_GAUGE, resil_mv_int(h->reload_ok_time));
+	m1(k, "resil_policy_slots", "Policy slots (--policies).", RESIL_MT_GAUGE,
+	   resil_mv_uint(h->slot_cap));
+	resil_mrec_replay(&h->cluster, k);
+	/* records and the arena, every policy (the HTTP text too) */
+	resil_metrics_emit(seg, k);
 }
 
 size_t resild_metrics_http_text(const struct resil_seg *seg, char *buf, size_t len)
 {
 	struct health h;
+	struct resil_mtext t;
 
 	pthread_mutex_lock(&published_lock);
 	h = published;
 	pthread_mutex_unlock(&published_lock);
-	return metrics_render(&h, seg, buf, len);
+	resil_mtext_init(&t, buf, len);
+	metrics_render(&h, seg, &t.sink);
+	return t.pos;
 }
 
 size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
@@ -1275,6 +1268,7 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	static const char cut[] = "# cut: a reply holds at most 64 KiB; "
 				  "resild --metrics-listen serves all of it\n";
 	struct health h;
+	struct resil_mtext t;
 	size_t n, room;
 	char *nl;
 
@@ -1282,7 +1276,9 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 		return 0;
 	health_take(d, &h);
 	room = len - sizeof(cut);
-	n = metrics_render(&h, &d->seg, buf, room);
+	resil_mtext_init(&t, buf, room);
+	metrics_render(&h, &d->seg, &t.sink);
+	n = t.pos;
 	if (n < room)
 		return n;
 	/* keep whole lines only, and say so */
@@ -1292,193 +1288,209 @@ size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
 	return n + sizeof(cut) - 1;
 }
 
-/* Undo the exposition's escapes in place: \\ and \n (HELP), and \" (label
- * values); the result is never longer. */
-static void unescape(char *s)
-{
-	char *o = s;
-
-	for (; *s; s++) {
-		if (*s == '\\' && (s[1] == '\\' || s[1] == '"' || s[1] == 'n')) {
-			s++;
-			*o++ = *s == 'n' ? '\n' : *s;
-		} else {
-			*o++ = *s;
-		}
-	}
-	*o = '\0';
-}
-
-static Resil__MetricType metric_type(const char *w)
-{
-	if (!strcmp(w, "counter"))
-		return RESIL__METRIC_TYPE__METRIC_COUNTER;
-	if (!strcmp(w, "gauge"))
-		return RESIL__METRIC_TYPE__METRIC_GAUGE;
-	if (!strcmp(w, "histogram"))
-		return RESIL__METRIC_TYPE__METRIC_HISTOGRAM;
-	if (!strcmp(w, "summary"))
-		return RESIL__METRIC_TYPE__METRIC_SUMMARY;
-	return RESIL__METRIC_TYPE__METRIC_UNTYPED;
-}
-
-/* The families being built from one exposition: every array sized by the
- * text's line and '=' counts, strings pointing into the text. */
-struct fams {
-	Resil__MetricFamily *fam, **famp;
-	Resil__Sample *smp, **smpp;
-	Resil__Label *lab, **labp;
-	size_t nfam, nsmp, nlab;
+/*
+ * Protocol v2's families of samples, built from the producers' calls (a
+ * sink): everything lives in chunks of one list, strings copied, freed
+ * together by psink_free(). A sample joins the family of its name (the
+ * cluster's families give their HELP and TYPE first, their samples later,
+ * per policy).
+ */
+struct pchunk {
+	struct pchunk *next;
+	size_t used, cap;
+	alignas(16) char mem[];
 };
 
-/* The family a HELP, TYPE or sample line of `name` belongs to: the last
- * one when its name is name (or, for a sample, name's prefix: _bucket,
- * _sum, _count), else a new one. */
-static Resil__MetricFamily *fam_of(struct fams *f, const char *name, bool sample)
-{
-	Resil__MetricFamily *m = f->nfam ? &f->fam[f->nfam - 1] : NULL;
+struct pfam {
+	Resil__MetricFamily f; /* first: a Resil__MetricFamily * is a struct pfam * */
+	size_t cap;
+};
 
-	if (m && (!strcmp(m->name, name) || (sample && !strncmp(m->name, name, strlen(m->name)))))
-		return m;
-	m = &f->fam[f->nfam];
-	resil__metric_family__init(m);
-	m->name = (char *)name;
-	m->help = (char *)"";
-	m->samples = &f->smpp[f->nsmp];
-	f->famp[f->nfam++] = m;
+struct psink {
+	struct resil_msink sink;
+	struct pchunk *chunks;
+	struct pfam **fams;
+	size_t nfam, famcap;
+	bool oom;
+};
+
+static void *palloc(struct psink *p, size_t n)
+{
+	struct pchunk *c = p->chunks;
+
+	n = (n + 15) & ~(size_t)15;
+	if (!c || c->cap - c->used < n) {
+		size_t cap = n > 16384 ? n : 16384;
+
+		c = calloc(1, sizeof(*c) + cap);
+		if (!c) {
+			p->oom = true;
+			return NULL;
+		}
+		c->cap = cap;
+		c->next = p->chunks;
+		p->chunks = c;
+	}
+	c->used += n;
+	return c->mem + c->used - n;
+}
+
+static char *pstr(struct psink *p, const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = b ? strlen(b) : 0;
+	char *s = palloc(p, la + lb + 1);
+
+	if (s) {
+		memcpy(s, a, la);
+		if (lb)
+			memcpy(s + la, b, lb);
+		s[la + lb] = '\0';
+	}
+	return s;
+}
+
+static struct pfam *pfam_of(struct psink *p, const char *name)
+{
+	for (size_t i = p->nfam; i-- > 0;)
+		if (!strcmp(p->fams[i]->f.name, name))
+			return p->fams[i];
+	return NULL;
+}
+
+static struct pfam *pfam_new(struct psink *p, const char *name, const char *help,
+			     enum resil_mtype type)
+{
+	struct pfam *m = palloc(p, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	resil__metric_family__init(&m->f);
+	m->f.name = pstr(p, name, NULL);
+	m->f.help = pstr(p, help, NULL);
+	m->f.type = (Resil__MetricType)type;
+	if (!m->f.name || !m->f.help)
+		return NULL;
+	if (p->nfam == p->famcap) {
+		size_t cap = p->famcap ? 2 * p->famcap : 64;
+		struct pfam **a = palloc(p, cap * sizeof(*a));
+
+		if (!a)
+			return NULL;
+		if (p->nfam)
+			memcpy(a, p->fams, p->nfam * sizeof(*a));
+		p->fams = a;
+		p->famcap = cap;
+	}
+	p->fams[p->nfam++] = m;
 	return m;
 }
 
-/* One sample line: name{k="v",...} value. false: not one. */
-static bool sample_line(struct fams *f, char *line)
+static void psink_family(struct resil_msink *k, const char *name, const char *help,
+			 enum resil_mtype type)
 {
-	char *p = line + strcspn(line, "{ "), *end;
-	Resil__MetricFamily *m;
-	Resil__Sample *x = &f->smp[f->nsmp];
+	struct psink *p = (struct psink *)k;
 
-	resil__sample__init(x);
-	x->labels = &f->labp[f->nlab];
-	if (*p == '{') {
-		*p++ = '\0';
-		while (*p && *p != '}') {
-			Resil__Label *l = &f->lab[f->nlab];
-			char *eq = strchr(p, '='), *v, *w;
-
-			if (!eq || eq[1] != '"')
-				return false;
-			*eq = '\0';
-			v = w = eq + 2;
-			while (*w && *w != '"')
-				w += *w == '\\' && w[1] ? 2 : 1;
-			if (*w != '"')
-				return false;
-			*w++ = '\0';
-			unescape(v);
-			resil__label__init(l);
-			l->name = p;
-			l->value = v;
-			f->labp[f->nlab++] = l;
-			x->n_labels++;
-			p = w + (*w == ',');
-		}
-		if (*p != '}')
-			return false;
-		*p++ = '\0';
-	} else if (*p) {
-		*p++ = '\0';
-	}
-	x->name = line;
-	x->value = strtod(p, &end);
-	if (end == p || !*line)
-		return false;
-	m = fam_of(f, line, true);
-	f->smpp[f->nsmp++] = x;
-	m->n_samples++;
-	return true;
+	if (!pfam_of(p, name))
+		pfam_new(p, name, help, type);
 }
 
-/* The exposition text (consumed) as families of samples in mr, as many as
- * fit in a reply; truncated when some were left off (or the text was cut).
- * *to_free gets the one block the families live in. */
-static int metrics_families(char *text, Resil__MetricsReply *mr, void **to_free)
+static void psink_sample(struct resil_msink *k, const char *family, const char *suffix,
+			 const struct resil_mlabel *l, size_t nl, struct resil_mvalue v)
 {
-	size_t lines = 1, eqs = 0, total = 256;
-	struct fams f = {0};
-	char *line, *next;
-	char *mem;
+	struct psink *p = (struct psink *)k;
+	struct pfam *m = pfam_of(p, family);
+	Resil__Sample *x;
 
-	for (const char *c = text; *c; c++) {
-		lines += *c == '\n';
-		eqs += *c == '=';
-	}
-	mem = calloc(1,
-		     lines * (sizeof(*f.fam) + sizeof(*f.famp) + sizeof(*f.smp) + sizeof(*f.smpp)) +
-			 (eqs + 1) * (sizeof(*f.lab) + sizeof(*f.labp)));
-	if (!mem)
-		return -ENOMEM;
-	*to_free = mem;
-	f.fam = (Resil__MetricFamily *)mem;
-	f.smp = (Resil__Sample *)(f.fam + lines);
-	f.lab = (Resil__Label *)(f.smp + lines);
-	f.famp = (Resil__MetricFamily **)(f.lab + eqs + 1);
-	f.smpp = (Resil__Sample **)(f.famp + lines);
-	f.labp = (Resil__Label **)(f.smpp + lines);
-	for (line = text; line && *line; line = next) {
-		next = strchr(line, '\n');
-		if (next)
-			*next++ = '\0';
-		if (!strncmp(line, "# HELP ", 7) || !strncmp(line, "# TYPE ", 7)) {
-			char *name = line + 7, *rest = name + strcspn(name, " ");
-			Resil__MetricFamily *m;
+	if (!m)
+		m = pfam_new(p, family, "", RESIL_MT_UNTYPED);
+	x = palloc(p, sizeof(*x));
+	if (!m || !x)
+		return;
+	resil__sample__init(x);
+	x->name = pstr(p, family, suffix);
+	x->value = resil_mvalue_double(v);
+	x->decimals = resil_mvalue_decimals(v);
+	if (nl) {
+		x->labels = palloc(p, nl * sizeof(*x->labels));
+		if (!x->labels)
+			return;
+		for (size_t i = 0; i < nl; i++) {
+			Resil__Label *lab = palloc(p, sizeof(*lab));
 
-			if (*rest)
-				*rest++ = '\0';
-			m = fam_of(&f, name, false);
-			if (line[2] == 'H') {
-				unescape(rest);
-				m->help = rest;
-			} else {
-				m->type = metric_type(rest);
-			}
-		} else if (!strncmp(line, "# cut:", 6)) {
-			mr->truncated = true;
-		} else if (*line && *line != '#') {
-			sample_line(&f, line);
+			if (!lab)
+				return;
+			resil__label__init(lab);
+			lab->name = pstr(p, l[i].name, NULL);
+			lab->value = pstr(p, l[i].value, NULL);
+			if (!lab->name || !lab->value)
+				return;
+			x->labels[x->n_labels++] = lab;
 		}
 	}
-	for (size_t i = 0; i < f.nfam; i++) {
-		size_t sz = resil__metric_family__get_packed_size(f.famp[i]) + 8;
+	if (!x->name)
+		return;
+	if (m->f.n_samples == m->cap) {
+		size_t cap = m->cap ? 2 * m->cap : 8;
+		Resil__Sample **a = palloc(p, cap * sizeof(*a));
 
-		if (total + sz > RESILD_MSG_MAX - 1024) {
+		if (!a)
+			return;
+		if (m->f.n_samples)
+			memcpy(a, m->f.samples, m->f.n_samples * sizeof(*a));
+		m->f.samples = a;
+		m->cap = cap;
+	}
+	m->f.samples[m->f.n_samples++] = x;
+}
+
+static void psink_free(struct psink *p)
+{
+	while (p->chunks) {
+		struct pchunk *c = p->chunks;
+
+		p->chunks = c->next;
+		free(c);
+	}
+}
+
+/* v1: the text; v2: families of samples, the text rendered by the asker
+ * (as many families as fit in a reply; truncated when some were left off). */
+static int handle_metrics(struct resild *d, struct reply *rp, Resil__MetricsReply *mr,
+			  char **to_free, struct psink *ps)
+{
+	size_t cap = RESILD_MSG_MAX - 1024, total = 256;
+	struct health h;
+	char *buf;
+
+	rp->resp.body_case = RESIL__RESPONSE__BODY_METRICS;
+	rp->resp.metrics = mr;
+	if (rp->version < 2) {
+		buf = malloc(cap);
+		if (!buf)
+			return reply_error(rp, -ENOMEM, "out of memory");
+		*to_free = buf;
+		resild_metrics_text(d, buf, cap);
+		mr->text = buf;
+		return 0;
+	}
+	*ps = (struct psink){.sink = {psink_family, psink_sample}};
+	health_take(d, &h);
+	metrics_render(&h, &d->seg, &ps->sink);
+	if (ps->oom)
+		return reply_error(rp, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < ps->nfam; i++) {
+		size_t sz = resil__metric_family__get_packed_size(&ps->fams[i]->f) + 8;
+
+		if (total + sz > cap) {
 			mr->truncated = true;
 			break;
 		}
 		total += sz;
 		mr->n_families++;
 	}
-	mr->families = f.famp;
-	return 0;
-}
-
-/* v1: the text; v2: families of samples, the text rendered by the asker. */
-static int handle_metrics(struct resild *d, struct reply *rp, Resil__MetricsReply *mr,
-			  char **to_free, void **fam_free)
-{
-	size_t cap = RESILD_MSG_MAX - 1024;
-	char *buf = malloc(cap);
-
-	if (!buf)
-		return reply_error(rp, -ENOMEM, "out of memory");
-	*to_free = buf;
-	resild_metrics_text(d, buf, cap);
-	if (rp->version >= 2) {
-		if (metrics_families(buf, mr, fam_free) < 0)
-			return reply_error(rp, -ENOMEM, "out of memory");
-	} else {
-		mr->text = buf;
-	}
-	rp->resp.body_case = RESIL__RESPONSE__BODY_METRICS;
-	rp->resp.metrics = mr;
+	/* struct pfam starts with its family: the array of pfam pointers is
+	 * one of family pointers */
+	mr->families = (Resil__MetricFamily **)ps->fams;
 	return 0;
 }
 
@@ -1720,6 +1732,7 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 	Resil__GetSegmentsReply sr = RESIL__GET_SEGMENTS_REPLY__INIT;
 	Resil__ListReply lr = RESIL__LIST_REPLY__INIT;
 	Resil__MetricsReply mr = RESIL__METRICS_REPLY__INIT;
+	struct psink ps = {0};
 	Resil__ReloadReply rr = RESIL__RELOAD_REPLY__INIT;
 	Resil__StatusReply str = RESIL__STATUS_REPLY__INIT;
 	struct info *in = NULL;
@@ -1741,10 +1754,10 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 	}
 	rp.resp.id = req->id;
 	rp.version = req->version ? req->version : 1;
-	if (rp.version > RESILD_PROTO_VERSION) {
+	if (rp.version > (uint32_t)proto_max()) {
 		reply_error(&rp, -EPROTONOSUPPORT,
 			    "protocol version %u not spoken here (resild speaks %d..%d)",
-			    rp.version, RESILD_PROTO_MIN, RESILD_PROTO_VERSION);
+			    rp.version, RESILD_PROTO_MIN, proto_max());
 		goto send;
 	}
 	d->requests[rp.version]++;
@@ -1787,6 +1800,10 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 			      in);
 		break;
 	case RESIL__REQUEST__BODY_DEFINE:
+		if (proto_max() < 2) { /* a version 1 daemon knew no Define */
+			reply_error(&rp, -EOPNOTSUPP, "unknown request");
+			break;
+		}
 		handle_define(d, peer, req->define->name, req->define->config, req->define->merge,
 			      req->define->must_not_exist, &rp, in);
 		break;
@@ -1806,7 +1823,7 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		handle_subscribe(d, peer, req->subscribe, &rp);
 		break;
 	case RESIL__REQUEST__BODY_METRICS:
-		handle_metrics(d, &rp, &mr, &mtext, &to_free[3]);
+		handle_metrics(d, &rp, &mr, &mtext, &ps);
 		break;
 	case RESIL__REQUEST__BODY_RELOAD:
 		handle_reload(d, peer, &rp, &rr);
@@ -1835,6 +1852,7 @@ send:
 	for (size_t i = 0; i < RESIL_ARRAY_SIZE(to_free); i++)
 		free(to_free[i]);
 	free(mtext);
+	psink_free(&ps);
 	free(in);
 	return ret;
 }

@@ -8,7 +8,8 @@
  * place that knows the key prefixes.
  *
  * Cold code only: configuration, layout, the daemon's tick, adoption and
- * reclaim. No shared word is touched here; each operation is the
+ * reclaim (and resil_comp_table_check, which tests run on each build's
+ * table). No shared word is touched here; each operation is the
  * component's, with the writers, readers and orders its file states.
  */
 #include <errno.h>
@@ -224,6 +225,8 @@ static const struct resil_comp_ops budget_ops = {
     .maintain = budget_maintain,
 };
 
+/* The test-only counter component (shm/counter.c): a row of the test
+ * build's table only. */
 #ifdef RESIL_TEST_COUNTER
 extern const struct resil_comp_ops resil_counter_ops;
 #endif
@@ -242,3 +245,38 @@ const struct resil_comp_ops *const resil_comps[] = {
 #endif
     NULL,
 };
+
+int resil_comp_table_check(char *err, size_t errlen)
+{
+	uint32_t ids = 0;
+	uint64_t ext = 0;
+
+	resil_comp_foreach (op) {
+		const struct resil_comp_ops *r = *op;
+		uint64_t part;
+
+		if ((unsigned)r->id >= RESIL_C_MAX || (ids & (1u << r->id)))
+			return resil_errf(err, errlen, -EINVAL,
+					  "component %s: id %u is taken or not below %u", r->name,
+					  (unsigned)r->id, (unsigned)RESIL_C_MAX);
+		ids |= 1u << r->id;
+		if (!r->conf_ext_words)
+			continue;
+		if (r->conf_ext_off + r->conf_ext_words > RESIL_CONF_EXT_WORDS)
+			return resil_errf(err, errlen, -EINVAL,
+					  "component %s: extension words %u..%u past the %u of "
+					  "struct resil_conf",
+					  r->name, r->conf_ext_off,
+					  r->conf_ext_off + r->conf_ext_words - 1,
+					  (unsigned)RESIL_CONF_EXT_WORDS);
+		part = ((1ull << r->conf_ext_words) - 1) << r->conf_ext_off;
+		if (ext & part)
+			return resil_errf(err, errlen, -EINVAL,
+					  "component %s: extension words %u..%u overlap another "
+					  "row's",
+					  r->name, r->conf_ext_off,
+					  r->conf_ext_off + r->conf_ext_words - 1);
+		ext |= part;
+	}
+	return 0;
+}

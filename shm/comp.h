@@ -15,9 +15,13 @@
  * state operations are called only when its state_size is not 0 for the
  * configuration at hand (the block has the component: resil_has()).
  *
- * Adding a component: its .c/.h at shm layer 2, a RESIL_C_* in seg.h, its
- * part of struct resil_conf, its row (a struct resil_comp_ops of its own)
- * in resil_comps[] (comp.c), and its calls in the hot path if it decides.
+ * Adding a component of the product: its .c/.h at shm layer 2, a
+ * RESIL_C_* in seg.h, its part of struct resil_conf, its row (a struct
+ * resil_comp_ops of its own) in resil_comps[] (comp.c), and its calls in
+ * the hot path if it decides. A component outside the product's list (a
+ * build's own) takes a spare RESIL_C_*, a part of the configuration's
+ * extension area and, if it observes decisions, the acquired/released
+ * hooks: its own files and its row, nothing else in shm/.
  * ARCHITECTURE.md, "Components", says the rest.
  */
 #ifndef RESIL_SHM_COMP_H
@@ -60,12 +64,28 @@ struct resil_comp_ops {
 	void (*reclaim)(struct resil_ctx *x, const struct resil_conf *c, void *st,
 			uint32_t dead_client, struct resil_reclaim_counts *counts);
 
-	/* Observing hooks of a component outside the hot path's own list,
-	 * after an admitted acquire and before a release. Called only in a
-	 * build with RESIL_TEST_COUNTER (policy.c); NULL for every
-	 * component of the product, whose calls the hot path makes itself. */
+	/* Its part of the configuration's extension area (struct
+	 * resil_conf's ext[]: words conf_ext_off .. + conf_ext_words - 1),
+	 * for a component outside the product's own list, which has no named
+	 * part of struct resil_conf; 0 words for every component of the
+	 * product. resil_comp_table_check() says the parts fit and are
+	 * disjoint. */
+	uint8_t conf_ext_off;
+	uint8_t conf_ext_words;
+
+#ifdef RESIL_COMP_HOOKS
+	/* Decision hooks of a component outside the hot path's own list,
+	 * after an admitted acquire and before a release, on the policy's
+	 * main block. They exist only in a build that defines
+	 * RESIL_COMP_HOOKS (one whose table has such rows: the build says so,
+	 * tests/CMakeLists.txt), where policy.c calls them through the table;
+	 * a row that sets them does not compile in any other build, so no
+	 * hook is ever silently left uncalled. The product's build has none:
+	 * its components are called by the hot path itself, by name, and the
+	 * hot path never walks the table. NULL: the row has no hook. */
 	void (*acquired)(struct resil_ctx *x, const struct resil_conf *c, void *st);
 	void (*released)(struct resil_ctx *x, const struct resil_conf *c, void *st);
+#endif
 };
 
 /* Every component, in configuration order (the order keys are formatted
@@ -73,5 +93,14 @@ struct resil_comp_ops {
 extern const struct resil_comp_ops *const resil_comps[];
 
 #define resil_comp_foreach(op) for (const struct resil_comp_ops *const *op = resil_comps; *op; op++)
+
+/* The first word of a row's part of the extension area of configuration
+ * c (const or not, as c is). */
+#define RESIL_COMP_CONF_EXT(c, op) (&(c)->ext[(op)->conf_ext_off])
+
+/* The table holds together: ids unique and below RESIL_C_MAX, every
+ * extension part inside ext[] and no two overlapping. 0, or -EINVAL with
+ * what is wrong in err. */
+int resil_comp_table_check(char *err, size_t errlen);
 
 #endif

@@ -183,6 +183,9 @@ struct resil_retry_conf {
 	RESIL_A8 uint64_t reserved[8];
 };
 
+/* Words of struct resil_conf's extension area (ext[]). */
+#define RESIL_CONF_EXT_WORDS 8
+
 struct resil_conf {
 	uint8_t scope;	   /* enum resil_scope */
 	uint8_t histogram; /* keep a latency histogram */
@@ -193,7 +196,26 @@ struct resil_conf {
 	struct resil_adaptive_conf adaptive;
 	struct resil_shed_conf shed;
 	struct resil_retry_conf retry;
-	RESIL_A8 uint64_t reserved[16];
+	/* The extension area: words for components outside the product's
+	 * own list (a build's own rows of the component table, comp.h, such
+	 * as the test-only counter). Each such row declares its part
+	 * (conf_ext_off, conf_ext_words; comp.c checks that the parts fit
+	 * and do not overlap) and reaches it with RESIL_COMP_CONF_EXT(). The
+	 * product's components never use it: a component of the product
+	 * gets a named part above (in the reserved words below, ABI minor).
+	 * In a build without such rows the words stay zero, and a record
+	 * whose words are not zero is refused (its configuration does not
+	 * survive the format and parse round trip, seg.c). */
+	RESIL_A8 uint64_t ext[RESIL_CONF_EXT_WORDS];
+	RESIL_A8 uint64_t reserved[16 - RESIL_CONF_EXT_WORDS];
 };
+
+/* The record's configuration is ABI: its size and the extension area's
+ * place are fixed (it took the first half of what were 16 reserved
+ * words). */
+RESIL_STATIC_ASSERT(sizeof(struct resil_conf) == 1200, "conf size");
+RESIL_STATIC_ASSERT(offsetof(struct resil_conf, ext) == 1072, "conf ext offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_conf, reserved) == 1072 + 8 * RESIL_CONF_EXT_WORDS,
+		    "conf reserved offset");
 
 #endif

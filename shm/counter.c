@@ -4,12 +4,13 @@
  * admitted acquire and every release of a policy with `counter = on` adds
  * one to a word of its state block.
  *
- * Its configuration is one word of struct resil_conf's reserved words
- * (reserved[0]: 1 on, 0 off), which this build alone gives a meaning;
+ * Its configuration is one word of struct resil_conf's extension area
+ * (the part its row declares: conf_ext_off 0, one word; 1 on, 0 off);
  * its state one line: two counters. Everything else comes from the
  * component table: the row below is the whole of its wiring (policy.c
- * lays it out after the components of its fixed order, and calls its
- * acquired/released hooks in a RESIL_TEST_COUNTER build only).
+ * lays it out after the components of its fixed order, and, in a build
+ * with RESIL_COMP_HOOKS, calls the acquired/released hooks of the rows
+ * that have them).
  *
  * Shared words: acquires and releases, written by every client with a
  * relaxed fetch_add (statistics: they order nothing, publish nothing),
@@ -29,7 +30,7 @@ struct resil_counter_state {
 	ra64 releases;
 };
 
-#define COUNTER_ON(c) ((c)->reserved[0])
+#define COUNTER_ON(c) (*RESIL_COMP_CONF_EXT(c, &resil_counter_ops))
 
 static int counter_set(struct resil_conf *c, const char *key, const char *value, char *err,
 		       size_t errlen)
@@ -95,6 +96,8 @@ void resil_counter_read(const void *st, uint64_t *acquires, uint64_t *releases)
 const struct resil_comp_ops resil_counter_ops = {
     .name = "counter",
     .id = RESIL_C_COUNTER,
+    .conf_ext_off = 0,
+    .conf_ext_words = 1,
     .conf_set = counter_set,
     .conf_format = counter_format,
     .state_size = counter_size,

@@ -2,9 +2,9 @@
 /*
  * counter.h - a test-only component: it counts the acquires a policy
  * admitted and the releases it saw. Built only into the test target that
- * compiles shm/ with -DRESIL_TEST_COUNTER (tests/CMakeLists.txt): it
- * exists to show what adding a component takes (its own files and one
- * row of the component table, comp.c).
+ * compiles shm/ with -DRESIL_TEST_COUNTER and -DRESIL_COMP_HOOKS
+ * (tests/CMakeLists.txt): it exists to show what adding a component
+ * takes (its own files and one row of the component table, comp.c).
  *
  * Its key: `counter = on|off`. Its state: one 128-byte line, fleet-wide.
  */

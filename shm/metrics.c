@@ -50,24 +50,224 @@
 #define RESIL_VERSION_STRING "unknown"
 #endif
 
-struct out {
-	char *buf;
-	size_t len;
-	size_t pos;
-};
+/* ---- values ---- */
 
-static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(struct out *o, const char *fmt, ...)
+static uint64_t pow10u(unsigned dec)
+{
+	uint64_t p = 1;
+
+	while (dec--)
+		p *= 10;
+	return p;
+}
+
+double resil_mvalue_double(struct resil_mvalue v)
+{
+	uint64_t p;
+	double d;
+
+	switch (v.kind) {
+	case RESIL_MV_UINT:
+		return (double)v.u;
+	case RESIL_MV_INT:
+		return (double)v.i;
+	case RESIL_MV_FIXED:
+		p = pow10u(v.dec);
+		d = (double)(v.u / p) + (double)(v.u % p) / (double)p;
+		return v.neg ? -d : d;
+	default:
+		return v.d;
+	}
+}
+
+unsigned resil_mvalue_decimals(struct resil_mvalue v)
+{
+	return v.kind == RESIL_MV_FIXED || v.kind == RESIL_MV_REAL ? v.dec : 0;
+}
+
+size_t resil_mvalue_format(struct resil_mvalue v, char *buf, size_t len)
+{
+	uint64_t p;
+	int n;
+
+	switch (v.kind) {
+	case RESIL_MV_UINT:
+		n = snprintf(buf, len, "%" PRIu64, v.u);
+		break;
+	case RESIL_MV_INT:
+		n = snprintf(buf, len, "%" PRId64, v.i);
+		break;
+	case RESIL_MV_FIXED:
+		p = pow10u(v.dec);
+		n = snprintf(buf, len, "%s%" PRIu64 ".%0*" PRIu64, v.neg ? "-" : "", v.u / p,
+			     (int)v.dec, v.u % p);
+		break;
+	default:
+		n = snprintf(buf, len, "%.*f", (int)v.dec, v.d);
+		break;
+	}
+	return n > 0 ? (size_t)n : 0;
+}
+
+/* ---- the text sink ---- */
+
+static void tput(struct resil_mtext *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tput(struct resil_mtext *t, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
 
 	va_start(ap, fmt);
-	n = vsnprintf(o->pos < o->len ? o->buf + o->pos : NULL,
-		      o->pos < o->len ? o->len - o->pos : 0, fmt, ap);
+	n = vsnprintf(t->pos < t->len ? t->buf + t->pos : NULL,
+		      t->pos < t->len ? t->len - t->pos : 0, fmt, ap);
 	va_end(ap);
 	if (n > 0)
-		o->pos += (size_t)n;
+		t->pos += (size_t)n;
+}
+
+/* s with the text format's escapes: \\ and \n, and \" when quoted (a
+ * label value) */
+static void tput_escaped(struct resil_mtext *t, const char *s, bool quoted)
+{
+	for (; *s; s++) {
+		if (*s == '\\')
+			tput(t, "\\\\");
+		else if (*s == '\n')
+			tput(t, "\\n");
+		else if (*s == '"' && quoted)
+			tput(t, "\\\"");
+		else
+			tput(t, "%c", *s);
+	}
+}
+
+static const char *const type_words[] = {"untyped", "counter", "gauge", "histogram", "summary"};
+
+static void text_family(struct resil_msink *k, const char *name, const char *help,
+			enum resil_mtype type)
+{
+	struct resil_mtext *t = (struct resil_mtext *)k;
+
+	tput(t, "# HELP %s ", name);
+	tput_escaped(t, help, false);
+	tput(t, "\n# TYPE %s %s\n", name,
+	     (unsigned)type < RESIL_ARRAY_SIZE(type_words) ? type_words[type] : "untyped");
+}
+
+static void text_sample(struct resil_msink *k, const char *family, const char *suffix,
+			const struct resil_mlabel *l, size_t nl, struct resil_mvalue v)
+{
+	struct resil_mtext *t = (struct resil_mtext *)k;
+	char val[64];
+
+	tput(t, "%s%s", family, suffix);
+	for (size_t i = 0; i < nl; i++) {
+		tput(t, "%s%s=\"", i ? "," : "{", l[i].name);
+		tput_escaped(t, l[i].value, true);
+		tput(t, "\"");
+	}
+	resil_mvalue_format(v, val, sizeof(val));
+	tput(t, "%s %s\n", nl ? "}" : "", val);
+}
+
+void resil_mtext_init(struct resil_mtext *t, char *buf, size_t len)
+{
+	*t = (struct resil_mtext){.sink = {text_family, text_sample}, .buf = buf, .len = len};
+	if (buf && len)
+		buf[0] = '\0';
+}
+
+/* ---- a recording ---- */
+
+static void rec_put(struct resil_mrec *r, const void *p, size_t n)
+{
+	if (r->full || n > sizeof(r->buf) - r->used) {
+		r->full = true;
+		return;
+	}
+	memcpy(r->buf + r->used, p, n);
+	r->used += n;
+}
+
+static void rec_str(struct resil_mrec *r, const char *s)
+{
+	rec_put(r, s, strlen(s) + 1);
+}
+
+static void rec_family(struct resil_msink *k, const char *name, const char *help,
+		       enum resil_mtype type)
+{
+	struct resil_mrec *r = (struct resil_mrec *)k;
+	uint8_t b[2] = {'F', (uint8_t)type};
+
+	rec_put(r, b, 2);
+	rec_str(r, name);
+	rec_str(r, help);
+}
+
+static void rec_sample(struct resil_msink *k, const char *family, const char *suffix,
+		       const struct resil_mlabel *l, size_t nl, struct resil_mvalue v)
+{
+	struct resil_mrec *r = (struct resil_mrec *)k;
+	uint8_t b[2] = {'S', (uint8_t)(nl > 8 ? 8 : nl)};
+
+	rec_put(r, b, 2);
+	rec_put(r, &v, sizeof(v));
+	rec_str(r, family);
+	rec_str(r, suffix);
+	for (size_t i = 0; i < b[1]; i++) {
+		rec_str(r, l[i].name);
+		rec_str(r, l[i].value);
+	}
+}
+
+void resil_mrec_init(struct resil_mrec *r)
+{
+	r->sink = (struct resil_msink){rec_family, rec_sample};
+	r->used = 0;
+	r->full = false;
+}
+
+/* The next string of a recording at *pos (its own bytes: always ended). */
+static const char *rec_next(const struct resil_mrec *r, size_t *pos)
+{
+	const char *s = r->buf + *pos;
+
+	*pos += strlen(s) + 1;
+	return s;
+}
+
+void resil_mrec_replay(const struct resil_mrec *r, struct resil_msink *k)
+{
+	size_t pos = 0;
+
+	if (r->full)
+		return;
+	while (pos + 2 <= r->used) {
+		uint8_t what = (uint8_t)r->buf[pos], n = (uint8_t)r->buf[pos + 1];
+
+		pos += 2;
+		if (what == 'F') {
+			const char *name = rec_next(r, &pos);
+			const char *help = rec_next(r, &pos);
+
+			k->family(k, name, help, (enum resil_mtype)n);
+		} else {
+			struct resil_mlabel l[8];
+			struct resil_mvalue v;
+			const char *family, *suffix;
+
+			memcpy(&v, r->buf + pos, sizeof(v));
+			pos += sizeof(v);
+			family = rec_next(r, &pos);
+			suffix = rec_next(r, &pos);
+			for (unsigned i = 0; i < n; i++) {
+				l[i].name = rec_next(r, &pos);
+				l[i].value = rec_next(r, &pos);
+			}
+			k->sample(k, family, suffix, l, n, v);
+		}
+	}
 }
 
 size_t resil_metrics_escape(const char *src, size_t srclen, char *buf, size_t len)
@@ -120,48 +320,49 @@ enum family {
 
 static const struct {
 	const char *name;
-	const char *type;
+	enum resil_mtype type;
 	const char *help;
 } families[F__MAX] = {
-    [F_CALLS] = {"resil_calls_total", "counter",
+    [F_CALLS] = {"resil_calls_total", RESIL_MT_COUNTER,
 		 "Calls decided by the policy, by outcome or rejection."},
-    [F_SLOW] = {"resil_slow_calls_total", "counter",
+    [F_SLOW] = {"resil_slow_calls_total", RESIL_MT_COUNTER,
 		"Calls that took breaker.slow_call or longer."},
-    [F_RETRIES] = {"resil_retries_total", "counter", "Retries the policy allowed."},
-    [F_GIVEUPS] = {"resil_giveups_total", "counter", "Retry loops that stopped on a failure."},
-    [F_TRANSITIONS] = {"resil_breaker_transitions_total", "counter",
+    [F_RETRIES] = {"resil_retries_total", RESIL_MT_COUNTER, "Retries the policy allowed."},
+    [F_GIVEUPS] = {"resil_giveups_total", RESIL_MT_COUNTER,
+		   "Retry loops that stopped on a failure."},
+    [F_TRANSITIONS] = {"resil_breaker_transitions_total", RESIL_MT_COUNTER,
 		       "Circuit breaker state changes, by state left (from) and entered (to)."},
-    [F_EVICTIONS] = {"resil_limit_evictions_total", "counter",
+    [F_EVICTIONS] = {"resil_limit_evictions_total", RESIL_MT_COUNTER,
 		     "Keys evicted from a keyed rate limiter's table."},
-    [F_LIMIT_DRY_RUN] = {"resil_limit_dry_run_rejects_total", "counter",
+    [F_LIMIT_DRY_RUN] = {"resil_limit_dry_run_rejects_total", RESIL_MT_COUNTER,
 			 "Calls a rate limiter in limit.dry_run would have rejected (admitted)."},
-    [F_BREAKER_STATE] = {"resil_breaker_state", "gauge",
+    [F_BREAKER_STATE] = {"resil_breaker_state", RESIL_MT_GAUGE,
 			 "Circuit breaker state: 1 for the state it is in, 0 for the others."},
-    [F_BREAKER_FAILURE_RATE] = {"resil_breaker_failure_rate", "gauge",
+    [F_BREAKER_FAILURE_RATE] = {"resil_breaker_failure_rate", RESIL_MT_GAUGE,
 				"Failed share of the calls in the breaker's window now, 0 to 1 "
 				"(0 while the window is empty; count and time windows)."},
-    [F_BREAKER_SLOW_RATE] = {"resil_breaker_slow_call_rate", "gauge",
+    [F_BREAKER_SLOW_RATE] = {"resil_breaker_slow_call_rate", RESIL_MT_GAUGE,
 			     "Slow share (breaker.slow_call or longer) of the calls in the "
 			     "breaker's window now, 0 to 1 (count and time windows with a "
 			     "breaker.slow_call_rate under 100)."},
-    [F_BREAKER_WINDOW_CALLS] = {"resil_breaker_window_calls", "gauge",
+    [F_BREAKER_WINDOW_CALLS] = {"resil_breaker_window_calls", RESIL_MT_GAUGE,
 				"Calls in the breaker's window now (the rates' denominator; "
 				"count and time windows)."},
-    [F_LIMIT_AVAILABLE] = {"resil_limit_available_permits", "gauge",
+    [F_LIMIT_AVAILABLE] = {"resil_limit_available_permits", RESIL_MT_GAUGE,
 			   "Permits the rate limiter would admit at once now (unkeyed limiters "
 			   "and keyed ones' calls without a key)."},
-    [F_BULKHEAD_MAX] = {"resil_bulkhead_max", "gauge", "Bulkhead permits (bulkhead.max)."},
-    [F_BULKHEAD_IN_USE] = {"resil_bulkhead_in_use", "gauge",
+    [F_BULKHEAD_MAX] = {"resil_bulkhead_max", RESIL_MT_GAUGE, "Bulkhead permits (bulkhead.max)."},
+    [F_BULKHEAD_IN_USE] = {"resil_bulkhead_in_use", RESIL_MT_GAUGE,
 			   "Bulkhead permits held now (a scan of the claims)."},
-    [F_ADAPTIVE_LIMIT] = {"resil_adaptive_limit", "gauge",
+    [F_ADAPTIVE_LIMIT] = {"resil_adaptive_limit", RESIL_MT_GAUGE,
 			  "Adaptive concurrency limit now (recomputed each window)."},
-    [F_ADAPTIVE_IN_USE] = {"resil_adaptive_in_use", "gauge",
+    [F_ADAPTIVE_IN_USE] = {"resil_adaptive_in_use", RESIL_MT_GAUGE,
 			   "Adaptive permits held now (a scan of the claims)."},
-    [F_SHED_PROBABILITY] = {"resil_shed_probability", "gauge",
+    [F_SHED_PROBABILITY] = {"resil_shed_probability", RESIL_MT_GAUGE,
 			    "Probability the load shedder rejects a call now."},
-    [F_BUDGET_TOKENS] = {"resil_retry_budget_tokens", "gauge",
+    [F_BUDGET_TOKENS] = {"resil_retry_budget_tokens", RESIL_MT_GAUGE,
 			 "Retry budget tokens now (ratio budgets: retries allowed now)."},
-    [F_DURATION] = {"resil_call_duration_seconds", "histogram",
+    [F_DURATION] = {"resil_call_duration_seconds", RESIL_MT_HISTOGRAM,
 		    "Duration of timed calls that succeeded or failed."},
 };
 
@@ -174,10 +375,41 @@ static const enum resil_stat call_stats[] = {
 };
 
 struct visit {
-	struct out *o;
+	struct resil_msink *k;
 	enum family f;
 	int64_t now;
 };
+
+/* A policy's labels: policy="NAME", and pid="N" for a process's copy. */
+struct plabels {
+	struct resil_mlabel l[2];
+	size_t n;
+};
+
+/* One sample of family f with the policy's labels and up to two more. */
+static void smp(struct resil_msink *k, enum family f, const char *suffix, const struct plabels *p,
+		const char *xn, const char *xv, const char *yn, const char *yv,
+		struct resil_mvalue v)
+{
+	struct resil_mlabel l[4];
+	size_t n = 0;
+
+	for (size_t i = 0; i < p->n; i++)
+		l[n++] = p->l[i];
+	if (xn)
+		l[n++] = (struct resil_mlabel){xn, xv};
+	if (yn)
+		l[n++] = (struct resil_mlabel){yn, yv};
+	k->sample(k, families[f].name, suffix, l, n, v);
+}
+
+/* The daemon-wide families: one sample, no label. */
+static void one(struct resil_msink *k, const char *name, const char *help, enum resil_mtype type,
+		struct resil_mvalue v)
+{
+	k->family(k, name, help, type);
+	k->sample(k, name, "", NULL, 0, v);
+}
 
 /*
  * The state of component comp in the block [base, base + bsize) of rec (the
@@ -216,20 +448,15 @@ static bool copies_inside(const struct resil_seg *s, const struct resil_rec *rec
 }
 
 /* One sample of a decision component's family for the block at base;
- * pl holds the labels (policy, and pid for a process's copy). */
-static void put_decision(struct out *o, enum family f, const char *pl, const struct resil_seg *s,
-			 const struct resil_rec *rec, uint64_t base, uint64_t bsize);
+ * p holds the labels (policy, and pid for a process's copy). */
+static void put_decision(struct resil_msink *k, enum family f, const struct plabels *p,
+			 const struct resil_seg *s, const struct resil_rec *rec, uint64_t base,
+			 uint64_t bsize);
 
-/* Seconds as the text format reads them ("1.024e-06", "68.719476736"). */
-static void put_seconds(struct out *o, int64_t ns)
-{
-	put(o, "%.9g", (double)ns / 1e9);
-}
-
-static void put_hist(struct out *o, const char *pl, const void *st, const struct resil_conf *c)
+static void put_hist(struct resil_msink *k, const struct plabels *p, const void *st,
+		     const struct resil_conf *c)
 {
 	uint64_t counts[RESIL_HIST_BUCKETS], total = 0, sum = 0, cum = 0;
-	const char *n = families[F_DURATION].name;
 	unsigned b = 0;
 
 	if (resil_stats_hist_read(st, c, counts, NULL, &sum))
@@ -241,26 +468,28 @@ static void put_hist(struct out *o, const char *pl, const void *st, const struct
 	 * the first bucket of each group of 8 starts at one, so le = edge
 	 * counts exactly the buckets below it.
 	 */
-	for (unsigned k = 10; k <= 36; k++) {
-		int64_t edge = (int64_t)1 << k;
+	for (unsigned e = 10; e <= 36; e++) {
+		int64_t edge = (int64_t)1 << e;
 
 		while (b < RESIL_HIST_BUCKETS && resil_hist_lower_ns(b) < edge)
 			cum += counts[b++];
-		put(o, "%s_bucket{%s,le=\"", n, pl);
-		put_seconds(o, edge);
-		put(o, "\"} %" PRIu64 "\n", cum);
+		/* seconds as the text format reads them ("1.024e-06",
+		 * "68.719476736") */
+		char le[32];
+
+		snprintf(le, sizeof(le), "%.9g", (double)edge / 1e9);
+		smp(k, F_DURATION, "_bucket", p, "le", le, NULL, NULL, resil_mv_uint(cum));
 	}
-	put(o, "%s_bucket{%s,le=\"+Inf\"} %" PRIu64 "\n", n, pl, total);
-	put(o, "%s_sum{%s} %" PRIu64 ".%09" PRIu64 "\n", n, pl, sum / 1000000000u,
-	    sum % 1000000000u);
-	put(o, "%s_count{%s} %" PRIu64 "\n", n, pl, total);
+	smp(k, F_DURATION, "_bucket", p, "le", "+Inf", NULL, NULL, resil_mv_uint(total));
+	smp(k, F_DURATION, "_sum", p, NULL, NULL, NULL, NULL, resil_mv_fixed(false, sum, 9));
+	smp(k, F_DURATION, "_count", p, NULL, NULL, NULL, NULL, resil_mv_uint(total));
 }
 
-static void put_decision(struct out *o, enum family f, const char *pl, const struct resil_seg *s,
-			 const struct resil_rec *rec, uint64_t base, uint64_t bsize)
+static void put_decision(struct resil_msink *k, enum family f, const struct plabels *p,
+			 const struct resil_seg *s, const struct resil_rec *rec, uint64_t base,
+			 uint64_t bsize)
 {
 	const struct resil_conf *c = &rec->conf;
-	const char *fam = families[f].name;
 	void *cs;
 	int state;
 
@@ -274,7 +503,8 @@ static void put_decision(struct out *o, enum family f, const char *pl, const str
 		 * current one (a state out of range, before its repair: all 0) */
 		state = resil_breaker_state(cs);
 		for (int i = 0; i < (int)RESIL_ARRAY_SIZE(state_names); i++)
-			put(o, "%s{%s,state=\"%s\"} %d\n", fam, pl, state_names[i], i == state);
+			smp(k, f, "", p, "state", state_names[i], NULL, NULL,
+			    resil_mv_uint(i == state));
 		break;
 	case F_TRANSITIONS:
 		cs = block_comp(s, rec, base, bsize, RESIL_C_BREAKER,
@@ -294,14 +524,14 @@ static void put_decision(struct out *o, enum family f, const char *pl, const str
 
 				if (n < 0 || (!n && !cycle))
 					continue;
-				put(o, "%s{%s,from=\"%s\",to=\"%s\"} %" PRId64 "\n", fam, pl,
-				    state_names[from], state_names[to], n);
+				smp(k, f, "", p, "from", state_names[from], "to", state_names[to],
+				    resil_mv_int(n));
 			}
 		break;
 	case F_BREAKER_FAILURE_RATE:
 	case F_BREAKER_SLOW_RATE:
 	case F_BREAKER_WINDOW_CALLS: {
-		struct resil_breaker_counts k;
+		struct resil_breaker_counts w;
 		int64_t num;
 
 		cs = block_comp(s, rec, base, bsize, RESIL_C_BREAKER,
@@ -310,16 +540,18 @@ static void put_decision(struct out *o, enum family f, const char *pl, const str
 		 * rate under 100% is judged (breaker.c, slow_on) */
 		if (!cs || !c->breaker.on ||
 		    (f == F_BREAKER_SLOW_RATE && c->breaker.slow_rate_bp >= 10000) ||
-		    resil_breaker_window(&c->breaker, cs, resil_clock_monotonic(NULL), &k) < 0)
+		    resil_breaker_window(&c->breaker, cs, resil_clock_monotonic(NULL), &w) < 0)
 			break;
 		if (f == F_BREAKER_WINDOW_CALLS) {
-			put(o, "%s{%s} %" PRId64 "\n", fam, pl, k.calls);
+			smp(k, f, "", p, NULL, NULL, NULL, NULL, resil_mv_int(w.calls));
 			break;
 		}
-		num = f == F_BREAKER_FAILURE_RATE ? k.failures : k.slow;
+		num = f == F_BREAKER_FAILURE_RATE ? w.failures : w.slow;
 		/* a racing record can leave a part above the whole for a moment */
-		put(o, "%s{%s} %.6f\n", fam, pl,
-		    k.calls > 0 ? (double)resil_min64(num, k.calls) / (double)k.calls : 0.0);
+		smp(k, f, "", p, NULL, NULL, NULL, NULL,
+		    resil_mv_real(w.calls > 0 ? (double)resil_min64(num, w.calls) / (double)w.calls
+					      : 0.0,
+				  6));
 		break;
 	}
 	case F_LIMIT_AVAILABLE: {
@@ -332,35 +564,38 @@ static void put_decision(struct out *o, enum family f, const char *pl, const str
 			break;
 		n = resil_limit_available(&x, &c->limit, cs);
 		if (n >= 0)
-			put(o, "%s{%s} %" PRId64 "\n", fam, pl, n);
+			smp(k, f, "", p, NULL, NULL, NULL, NULL, resil_mv_int(n));
 		break;
 	}
 	case F_BULKHEAD_IN_USE:
 		cs = block_comp(s, rec, base, bsize, RESIL_C_BULKHEAD,
 				resil_bulkhead_state_size(&c->bulkhead));
 		if (cs && c->bulkhead.on)
-			put(o, "%s{%s} %" PRIu32 "\n", fam, pl,
-			    resil_bulkhead_held(&c->bulkhead, cs));
+			smp(k, f, "", p, NULL, NULL, NULL, NULL,
+			    resil_mv_uint(resil_bulkhead_held(&c->bulkhead, cs)));
 		break;
 	case F_ADAPTIVE_LIMIT:
 	case F_ADAPTIVE_IN_USE:
 		cs = block_comp(s, rec, base, bsize, RESIL_C_ADAPTIVE,
 				resil_adaptive_state_size(&c->adaptive));
 		if (cs && c->adaptive.on)
-			put(o, "%s{%s} %" PRIu32 "\n", fam, pl,
-			    f == F_ADAPTIVE_LIMIT ? resil_adaptive_limit(cs)
-						  : resil_adaptive_held(&c->adaptive, cs));
+			smp(k, f, "", p, NULL, NULL, NULL, NULL,
+			    resil_mv_uint(f == F_ADAPTIVE_LIMIT
+					      ? resil_adaptive_limit(cs)
+					      : resil_adaptive_held(&c->adaptive, cs)));
 		break;
 	case F_LIMIT_DRY_RUN:
 		cs = block_comp(s, rec, base, bsize, RESIL_C_LIMIT,
 				resil_limit_state_size(&c->limit));
 		if (cs && c->limit.on)
-			put(o, "%s{%s} %" PRIu64 "\n", fam, pl, resil_limit_dry_run_rejects(cs));
+			smp(k, f, "", p, NULL, NULL, NULL, NULL,
+			    resil_mv_uint(resil_limit_dry_run_rejects(cs)));
 		break;
 	case F_SHED_PROBABILITY:
 		cs = block_comp(s, rec, base, bsize, RESIL_C_SHED, resil_shed_state_size(&c->shed));
 		if (cs && c->shed.on)
-			put(o, "%s{%s} %.6f\n", fam, pl, resil_shed_probability(cs));
+			smp(k, f, "", p, NULL, NULL, NULL, NULL,
+			    resil_mv_real(resil_shed_probability(cs), 6));
 		break;
 	default:
 		break;
@@ -369,46 +604,50 @@ static void put_decision(struct out *o, enum family f, const char *pl, const str
 
 static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec, void *ctx)
 {
-	static const enum resil_stat one[F__MAX] = {
+	static const enum resil_stat one_stat[F__MAX] = {
 	    [F_SLOW] = RESIL_STAT_SLOW,
 	    [F_RETRIES] = RESIL_STAT_RETRIES,
 	    [F_GIVEUPS] = RESIL_STAT_GIVEUPS,
 	    [F_EVICTIONS] = RESIL_STAT_EVICTIONS,
 	};
 	struct visit *v = ctx;
-	struct out *o = v->o;
-	const char *fam = families[v->f].name;
-	char esc[RESIL_NAME_MAX * 2 + 1], pl[sizeof(esc) + 16];
+	struct resil_msink *k = v->k;
+	char name[RESIL_NAME_MAX + 1];
+	struct plabels p = {.l = {{"policy", name}}, .n = 1};
 	const struct resil_conf *c = &rec->conf;
 	bool budget_only = rec->flags & RESIL_REC_BUDGET;
 	void *st = resil_stats_state_of(s, rec);
 	void *cs;
 
 	(void)slot;
-	resil_metrics_escape(rec->name, RESIL_NAME_MAX, esc, sizeof(esc));
-	if (!esc[0])
+	/* the name as it lies in the record, up to its NUL or RESIL_NAME_MAX
+	 * bytes (the text sink escapes it) */
+	memcpy(name, rec->name, RESIL_NAME_MAX);
+	name[RESIL_NAME_MAX] = '\0';
+	if (!name[0])
 		return 0;
-	snprintf(pl, sizeof(pl), "policy=\"%s\"", esc);
 
 	switch (v->f) {
 	case F_CALLS:
 		if (!st || budget_only)
 			break;
 		for (unsigned i = 0; i < RESIL_ARRAY_SIZE(call_stats); i++)
-			put(o, "%s{%s,outcome=\"%s\"} %" PRIu64 "\n", fam, pl,
-			    resil_stat_name(call_stats[i]), resil_stats_read(st, call_stats[i]));
+			smp(k, v->f, "", &p, "outcome", resil_stat_name(call_stats[i]), NULL, NULL,
+			    resil_mv_uint(resil_stats_read(st, call_stats[i])));
 		break;
 	case F_SLOW:
 	case F_RETRIES:
 	case F_GIVEUPS:
 		if (!st || budget_only)
 			break;
-		put(o, "%s{%s} %" PRIu64 "\n", fam, pl, resil_stats_read(st, one[v->f]));
+		smp(k, v->f, "", &p, NULL, NULL, NULL, NULL,
+		    resil_mv_uint(resil_stats_read(st, one_stat[v->f])));
 		break;
 	case F_EVICTIONS:
 		if (!st || !c->limit.on || !c->limit.keys)
 			break;
-		put(o, "%s{%s} %" PRIu64 "\n", fam, pl, resil_stats_read(st, one[v->f]));
+		smp(k, v->f, "", &p, NULL, NULL, NULL, NULL,
+		    resil_mv_uint(resil_stats_read(st, one_stat[v->f])));
 		break;
 	case F_BREAKER_STATE:
 	case F_TRANSITIONS:
@@ -424,7 +663,7 @@ static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_re
 		if (budget_only)
 			break;
 		if (!rec->proc_stride) {
-			put_decision(o, v->f, pl, s, rec, rec->state_off, rec->state_size);
+			put_decision(k, v->f, &p, s, rec, rec->state_off, rec->state_size);
 			break;
 		}
 		/* policy.scope = process: each live process's copy, side by side */
@@ -433,18 +672,20 @@ static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_re
 		for (uint32_t i = 0; i < s->geo.client_cap; i++) {
 			const struct resil_client_row *row = resil_seg_client(s, i);
 			uint64_t owner = ld_acquire(&row->owner);
-			char ppl[sizeof(pl) + 24];
+			char pid[16];
+			struct plabels pp = {.l = {{"policy", name}, {"pid", pid}}, .n = 2};
 
 			if (!owner || (ld_relaxed(&row->flags) & RESIL_ROW_DEAD))
 				continue;
-			snprintf(ppl, sizeof(ppl), "%s,pid=\"%u\"", pl, (uint32_t)(owner >> 32));
-			put_decision(o, v->f, ppl, s, rec, rec->proc_off + i * rec->proc_stride,
+			snprintf(pid, sizeof(pid), "%u", (uint32_t)(owner >> 32));
+			put_decision(k, v->f, &pp, s, rec, rec->proc_off + i * rec->proc_stride,
 				     rec->proc_stride);
 		}
 		break;
 	case F_BULKHEAD_MAX:
 		if (c->bulkhead.on && !budget_only)
-			put(o, "%s{%s} %" PRIu32 "\n", fam, pl, c->bulkhead.max);
+			smp(k, v->f, "", &p, NULL, NULL, NULL, NULL,
+			    resil_mv_uint(c->bulkhead.max));
 		break;
 	case F_BUDGET_TOKENS: {
 		int64_t t;
@@ -457,13 +698,12 @@ static int visit(const struct resil_seg *s, uint32_t slot, const struct resil_re
 		 * magnitude is taken unsigned (and -0.5 keeps its sign) */
 		t = resil_budget_tokens_milli(cs, &c->retry, v->now);
 		mag = t < 0 ? 0 - (uint64_t)t : (uint64_t)t;
-		put(o, "%s{%s} %s%" PRIu64 ".%03" PRIu64 "\n", fam, pl, t < 0 ? "-" : "",
-		    mag / 1000, mag % 1000);
+		smp(k, v->f, "", &p, NULL, NULL, NULL, NULL, resil_mv_fixed(t < 0, mag, 3));
 		break;
 	}
 	case F_DURATION:
 		if (st && c->histogram && !budget_only)
-			put_hist(o, pl, st, c);
+			put_hist(k, &p, st, c);
 		break;
 	default:
 		break;
@@ -484,7 +724,7 @@ static int count_policy(const struct resil_seg *s, uint32_t slot, const struct r
 /* Configuration records and the state arena: what is used, what waits
  * out the grace period before reuse, how fragmented the holes are. From
  * the config header's figures (seg.h: the daemon's, display only). */
-static void put_space(struct out *o, const struct resil_seg *s)
+static void put_space(struct resil_msink *k, const struct resil_seg *s)
 {
 	const struct resil_cfg_hdr *c = s->cfg;
 	uint32_t rused = ld_relaxed(&c->rec_used), rfree = ld_relaxed(&c->rec_free);
@@ -496,78 +736,69 @@ static void put_space(struct out *o, const struct resil_seg *s)
 	}
 	if (live > s->geo.arena_size)
 		live = s->geo.arena_size;
-	put(o,
-	    "# HELP resil_records_used Configuration records in use: live or waiting out "
-	    "the grace period before reuse.\n# TYPE resil_records_used gauge\n"
-	    "resil_records_used %" PRIu32 "\n"
-	    "# HELP resil_records Configuration records in the config segment (4 x "
-	    "--policies).\n# TYPE resil_records gauge\nresil_records %" PRIu32 "\n"
-	    "# HELP resil_records_waiting Records retired by a change or a delete, reused "
-	    "after the grace period.\n# TYPE resil_records_waiting gauge\n"
-	    "resil_records_waiting %" PRIu32 "\n",
-	    rused > rfree ? rused - rfree : 0, c->rec_cap, ld_relaxed(&c->rec_waiting));
-	put(o,
-	    "# HELP resil_arena_used_bytes State arena in use: live blocks and blocks "
-	    "waiting out the grace period.\n# TYPE resil_arena_used_bytes gauge\n"
-	    "resil_arena_used_bytes %" PRIu64 "\n"
-	    "# HELP resil_arena_bytes State arena size (--state-size).\n"
-	    "# TYPE resil_arena_bytes gauge\nresil_arena_bytes %" PRIu64 "\n"
-	    "# HELP resil_arena_waiting_bytes State blocks retired, reused after the grace "
-	    "period.\n# TYPE resil_arena_waiting_bytes gauge\n"
-	    "resil_arena_waiting_bytes %" PRIu64 "\n"
-	    "# HELP resil_arena_free_bytes Free holes between used blocks.\n"
-	    "# TYPE resil_arena_free_bytes gauge\nresil_arena_free_bytes %" PRIu64 "\n"
-	    "# HELP resil_arena_holes Free holes between used blocks (fragmentation).\n"
-	    "# TYPE resil_arena_holes gauge\nresil_arena_holes %" PRIu32 "\n"
-	    "# HELP resil_arena_largest_free_bytes The largest block a definition can get "
-	    "now.\n# TYPE resil_arena_largest_free_bytes gauge\n"
-	    "resil_arena_largest_free_bytes %" PRIu64 "\n",
-	    live, s->geo.arena_size, ld_relaxed(&c->arena_waiting), ld_relaxed(&c->arena_free),
-	    ld_relaxed(&c->arena_holes), largest ? largest : s->geo.arena_size - live);
+	one(k, "resil_records_used",
+	    "Configuration records in use: live or waiting out the grace period before reuse.",
+	    RESIL_MT_GAUGE, resil_mv_uint(rused > rfree ? rused - rfree : 0));
+	one(k, "resil_records", "Configuration records in the config segment (4 x --policies).",
+	    RESIL_MT_GAUGE, resil_mv_uint(c->rec_cap));
+	one(k, "resil_records_waiting",
+	    "Records retired by a change or a delete, reused after the grace period.",
+	    RESIL_MT_GAUGE, resil_mv_uint(ld_relaxed(&c->rec_waiting)));
+	one(k, "resil_arena_used_bytes",
+	    "State arena in use: live blocks and blocks waiting out the grace period.",
+	    RESIL_MT_GAUGE, resil_mv_uint(live));
+	one(k, "resil_arena_bytes", "State arena size (--state-size).", RESIL_MT_GAUGE,
+	    resil_mv_uint(s->geo.arena_size));
+	one(k, "resil_arena_waiting_bytes", "State blocks retired, reused after the grace period.",
+	    RESIL_MT_GAUGE, resil_mv_uint(ld_relaxed(&c->arena_waiting)));
+	one(k, "resil_arena_free_bytes", "Free holes between used blocks.", RESIL_MT_GAUGE,
+	    resil_mv_uint(ld_relaxed(&c->arena_free)));
+	one(k, "resil_arena_holes", "Free holes between used blocks (fragmentation).",
+	    RESIL_MT_GAUGE, resil_mv_uint(ld_relaxed(&c->arena_holes)));
+	one(k, "resil_arena_largest_free_bytes", "The largest block a definition can get now.",
+	    RESIL_MT_GAUGE, resil_mv_uint(largest ? largest : s->geo.arena_size - live));
+}
+
+void resil_metrics_emit(const struct resil_seg *s, struct resil_msink *k)
+{
+	struct visit v = {.k = k, .now = resil_clock_monotonic(NULL)};
+	struct resil_mlabel version = {"version", RESIL_VERSION_STRING};
+	uint64_t npol = 0;
+
+	if (!s || !s->cfg || !s->st)
+		return;
+	/* first: a text cut at its end for many policies keeps these */
+	put_space(k, s);
+	/* and the daemon-wide figures, before the per-policy families */
+	resil_seg_foreach(s, count_policy, &npol);
+	one(k, "resil_policies", "Policies defined (named budgets not counted).", RESIL_MT_GAUGE,
+	    resil_mv_uint(npol));
+	one(k, "resil_events_dropped_total", "Events lost before the daemon read them.",
+	    RESIL_MT_COUNTER, resil_mv_uint(ld_relaxed(&s->st->events_dropped)));
+	one(k, "resil_clients_full_total",
+	    "Decisions made unregistered: the client table was full.", RESIL_MT_COUNTER,
+	    resil_mv_uint(ld_relaxed(&s->st->clients_full)));
+	one(k, "resil_state_repairs_total",
+	    "State words the daemon found out of range and repaired, and state blocks it reset "
+	    "(beyond repair at adoption).",
+	    RESIL_MT_COUNTER,
+	    resil_mv_uint(s->repairs_own ? ld_relaxed(&s->repairs)
+					 : ld_relaxed(&s->st->state_repairs)));
+	k->family(k, "resil_build_info", "The resil version that serves these metrics.",
+		  RESIL_MT_GAUGE);
+	k->sample(k, "resil_build_info", "", &version, 1, resil_mv_uint(1));
+	for (int f = 0; f < F__MAX; f++) {
+		k->family(k, families[f].name, families[f].help, families[f].type);
+		v.f = (enum family)f;
+		resil_seg_foreach(s, visit, &v);
+	}
 }
 
 size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len)
 {
-	struct out o = {.buf = buf, .len = len, .pos = 0};
-	struct visit v = {.o = &o, .now = resil_clock_monotonic(NULL)};
-	uint64_t npol = 0;
+	struct resil_mtext t;
 
-	if (buf && len)
-		buf[0] = '\0';
-	if (!s || !s->cfg || !s->st)
-		return 0;
-	/* first: a text cut at its end for many policies keeps these */
-	put_space(&o, s);
-	/* and the daemon-wide figures, before the per-policy families */
-	resil_seg_foreach(s, count_policy, &npol);
-	put(&o,
-	    "# HELP resil_policies Policies defined (named budgets not counted).\n"
-	    "# TYPE resil_policies gauge\nresil_policies %" PRIu64 "\n",
-	    npol);
-	put(&o,
-	    "# HELP resil_events_dropped_total Events lost before the daemon read them.\n"
-	    "# TYPE resil_events_dropped_total counter\nresil_events_dropped_total %" PRIu64 "\n",
-	    ld_relaxed(&s->st->events_dropped));
-	put(&o,
-	    "# HELP resil_clients_full_total Decisions made unregistered: the client "
-	    "table was full.\n# TYPE resil_clients_full_total counter\n"
-	    "resil_clients_full_total %" PRIu64 "\n",
-	    ld_relaxed(&s->st->clients_full));
-	put(&o,
-	    "# HELP resil_state_repairs_total State words the daemon found out of range "
-	    "and repaired, and state blocks it reset (beyond repair at adoption).\n"
-	    "# TYPE resil_state_repairs_total counter\n"
-	    "resil_state_repairs_total %" PRIu64 "\n",
-	    s->repairs_own ? ld_relaxed(&s->repairs) : ld_relaxed(&s->st->state_repairs));
-	put(&o,
-	    "# HELP resil_build_info The resil version that serves these metrics.\n"
-	    "# TYPE resil_build_info gauge\nresil_build_info{version=\"%s\"} 1\n",
-	    RESIL_VERSION_STRING);
-	for (int f = 0; f < F__MAX; f++) {
-		put(&o, "# HELP %s %s\n# TYPE %s %s\n", families[f].name, families[f].help,
-		    families[f].name, families[f].type);
-		v.f = (enum family)f;
-		resil_seg_foreach(s, visit, &v);
-	}
-	return o.pos;
+	resil_mtext_init(&t, buf, len);
+	resil_metrics_emit(s, &t.sink);
+	return t.pos;
 }

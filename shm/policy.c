@@ -49,10 +49,12 @@
 #include "budget.h"
 #include "stats.h"
 
-#ifdef RESIL_TEST_COUNTER
-/* A test build: the hot path below keeps its code under a _core name, and
- * the wrappers at the end of this file add the hooks of the table's rows
- * that observe decisions (comp.h: acquired, released). */
+#ifdef RESIL_COMP_HOOKS
+/* A build whose table has rows with decision hooks (comp.h: acquired,
+ * released; the build defines RESIL_COMP_HOOKS): the hot path below keeps
+ * its code under a _core name, and the wrappers at the end of this file
+ * call the hooks through the table. The product's build has none: its
+ * acquire and release are the functions below, unwrapped. */
 #define resil_policy_acquire resil_policy_acquire_core
 #define resil_policy_release resil_policy_release_core
 #endif
@@ -539,7 +541,12 @@ int resil_policy_force(struct resil_ctx *c, const struct resil_rec *rec, int sta
 	return r;
 }
 
-#ifdef RESIL_TEST_COUNTER
+#ifdef RESIL_COMP_HOOKS
+/* The hooks of the table's rows that have them, for the policies whose
+ * block has the row's component, on the main block (the fleet-wide state:
+ * such a row is not a decision component of the layout's prefix). An
+ * acquire's hooks run once it is admitted; a release's before the
+ * components give back what the permit holds. */
 #undef resil_policy_acquire
 #undef resil_policy_release
 int resil_policy_acquire(struct resil_ctx *c, const struct resil_rec *rec,

@@ -2,11 +2,22 @@
 /*
  * counter_unit.c - adding a component takes its own files and one row of
  * the component table: the test-only counter component (shm/counter.c),
- * built into a copy of shm/ compiled with RESIL_TEST_COUNTER
- * (tests/CMakeLists.txt), on a real segment pair with a manual clock.
- * A policy defined with it lays out its state, decides, counts, formats
- * and parses back; a policy without it has no block for it; a bad value
- * is refused with a message.
+ * built into a copy of shm/ compiled with RESIL_TEST_COUNTER and
+ * RESIL_COMP_HOOKS (tests/CMakeLists.txt), on a real segment pair with a
+ * manual clock. A policy defined with it lays out its state, decides,
+ * counts, formats and parses back; a policy without it has no block for
+ * it; a bad value is refused with a message.
+ *
+ * What adding it touched: shm/counter.c and shm/counter.h (its row, its
+ * key, its state, its hooks), its row in comp.c's resil_comps[] (the
+ * declaration and the entry, under RESIL_TEST_COUNTER), the test build's
+ * lines (SHM_TEST_SOURCES in CMakeLists.txt, the test target in
+ * tests/CMakeLists.txt) and its layer in tests/sh_include_dag.sh.
+ * Nothing else in shm/: its configuration word is its part of struct
+ * resil_conf's extension area, declared by its row; its decision hooks
+ * are called by policy.c through the table in any build that defines
+ * RESIL_COMP_HOOKS; its id is a spare RESIL_C_*. tests/sh_comp_table.sh
+ * checks that no other file of shm/ names it.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -43,10 +54,31 @@ static const struct resil_rec *define(struct resil_seg *s, const char *name, con
 static void test_row(void **state)
 {
 	bool found = false;
+	char err[256];
 
 	for (const struct resil_comp_ops *const *op = resil_comps; *op; op++)
 		found |= *op == &resil_counter_ops;
 	assert_true(found);
+	/* its part of the extension area fits and is its own */
+	assert_int_equal(resil_comp_table_check(err, sizeof(err)), 0);
+	assert_int_equal(resil_counter_ops.conf_ext_words, 1);
+}
+
+/* The configuration word is the row's part of the extension area, and
+ * nothing else of struct resil_conf moves. */
+static void test_conf_ext(void **state)
+{
+	struct resil_conf c, d;
+	char err[256];
+
+	resil_conf_init(&c);
+	resil_conf_init(&d);
+	assert_int_equal(resil_conf_parse(&c, "counter = on", 1, err, sizeof(err)), 0);
+	assert_int_equal(*RESIL_COMP_CONF_EXT(&c, &resil_counter_ops), 1);
+	*RESIL_COMP_CONF_EXT(&c, &resil_counter_ops) = 0;
+	assert_memory_equal(&c, &d, sizeof(c));
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(d.reserved); i++)
+		assert_int_equal(d.reserved[i], 0);
 }
 
 static void test_decide_and_count(void **state)
@@ -124,6 +156,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_row),
+	    cmocka_unit_test(test_conf_ext),
 	    cmocka_unit_test(test_decide_and_count),
 	    cmocka_unit_test(test_format_parse),
 	};

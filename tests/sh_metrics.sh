@@ -131,6 +131,14 @@ if [ $HTTP = 1 ]; then
 	diff <(grep '^# TYPE' "$DIR/ctl.txt" | sort) <(grep '^# TYPE' "$DIR/http.txt" | sort) \
 		>"$DIR/families.diff" ||
 		fail "resilctl metrics (<) and GET /metrics (>) serve different families: $(cat "$DIR/families.diff")"
+	# rendered from the same samples at both edges (resilctl from protocol
+	# v2's samples, resild's HTTP from its own): the policies' lines are
+	# the same bytes, values in the same form (0.000000, 10.000, 0.000000000)
+	diff <(grep '{policy="' "$DIR/ctl.txt") <(grep '{policy="' "$DIR/http.txt") \
+		>"$DIR/samples.diff" ||
+		fail "resilctl metrics (<) and GET /metrics (>) write the policies' samples apart: $(cat "$DIR/samples.diff")"
+	grep -q '^resil_call_duration_seconds_sum{policy="search"} 0.000000000$' "$DIR/ctl.txt" ||
+		fail "resilctl metrics does not write a histogram's _sum as the exposition does: $(grep _sum "$DIR/ctl.txt")"
 	# the loop's numbers reach the HTTP thread within a tick: the records
 	# the two definitions took
 	seen() {

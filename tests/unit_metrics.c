@@ -968,12 +968,82 @@ static void test_http(void **state)
 	free(p);
 }
 
+/* Samples rendered at the edge: the text sink writes exactly the
+ * exposition (HELP and TYPE, labels escaped, each value in its form), and
+ * a recording replays the same calls into it. */
+static void emit_some(struct resil_msink *k)
+{
+	struct resil_mlabel l[3] = {{"policy", "a\"b\\c\nd"}, {"le", "0.5"}, {"kind", "x"}};
+
+	k->family(k, "t_calls_total", "Calls, by \\ and\nlines.", RESIL_MT_COUNTER);
+	k->sample(k, "t_calls_total", "", l, 1, resil_mv_uint(18446744073709551615u));
+	k->family(k, "t_gauge", "A gauge.", RESIL_MT_GAUGE);
+	k->sample(k, "t_gauge", "", NULL, 0, resil_mv_int(-42));
+	k->sample(k, "t_gauge", "", &l[2], 1, resil_mv_real(0.25, 6));
+	k->sample(k, "t_gauge", "", &l[2], 1, resil_mv_fixed(true, 500, 3));
+	k->family(k, "t_seconds", "A histogram.", RESIL_MT_HISTOGRAM);
+	k->sample(k, "t_seconds", "_bucket", l, 2, resil_mv_uint(3));
+	k->sample(k, "t_seconds", "_sum", l, 1, resil_mv_fixed(false, 1234567890123u, 9));
+	k->sample(k, "t_seconds", "_count", l, 1, resil_mv_uint(3));
+}
+
+static void test_samples_text(void **state)
+{
+	static const char want[] =
+	    "# HELP t_calls_total Calls, by \\\\ and\\nlines.\n"
+	    "# TYPE t_calls_total counter\n"
+	    "t_calls_total{policy=\"a\\\"b\\\\c\\nd\"} 18446744073709551615\n"
+	    "# HELP t_gauge A gauge.\n"
+	    "# TYPE t_gauge gauge\n"
+	    "t_gauge -42\n"
+	    "t_gauge{kind=\"x\"} 0.250000\n"
+	    "t_gauge{kind=\"x\"} -0.500\n"
+	    "# HELP t_seconds A histogram.\n"
+	    "# TYPE t_seconds histogram\n"
+	    "t_seconds_bucket{policy=\"a\\\"b\\\\c\\nd\",le=\"0.5\"} 3\n"
+	    "t_seconds_sum{policy=\"a\\\"b\\\\c\\nd\"} 1234.567890123\n"
+	    "t_seconds_count{policy=\"a\\\"b\\\\c\\nd\"} 3\n";
+	struct resil_mtext t;
+	static struct resil_mrec r;
+	char buf[1024], small[40];
+
+	resil_mtext_init(&t, buf, sizeof(buf));
+	emit_some(&t.sink);
+	assert_string_equal(buf, want);
+	assert_int_equal(t.pos, strlen(want));
+
+	/* snprintf semantics: cut, NUL-ended, the whole length counted */
+	resil_mtext_init(&t, small, sizeof(small));
+	emit_some(&t.sink);
+	assert_int_equal(t.pos, strlen(want));
+	assert_int_equal(strlen(small), sizeof(small) - 1);
+	assert_memory_equal(small, want, sizeof(small) - 1);
+
+	/* a recording replays the same calls */
+	resil_mrec_init(&r);
+	emit_some(&r.sink);
+	assert_false(r.full);
+	resil_mtext_init(&t, buf, sizeof(buf));
+	resil_mrec_replay(&r, &t.sink);
+	assert_string_equal(buf, want);
+
+	/* the values protocol v2 carries, and their decimals */
+	assert_true(resil_mvalue_double(resil_mv_fixed(true, 500, 3)) == -0.5);
+	assert_int_equal(resil_mvalue_decimals(resil_mv_fixed(true, 500, 3)), 3);
+	assert_true(resil_mvalue_double(resil_mv_fixed(false, 1234567890123u, 9)) ==
+		    1234.567890123);
+	assert_true(resil_mvalue_double(resil_mv_int(-42)) == -42.0);
+	assert_int_equal(resil_mvalue_decimals(resil_mv_uint(7)), 0);
+	assert_int_equal(resil_mvalue_decimals(resil_mv_real(0.25, 6)), 6);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_parser_rejects),  cmocka_unit_test(test_exposition),
 	    cmocka_unit_test(test_hostile),	    cmocka_unit_test(test_process_scope),
 	    cmocka_unit_test(test_limit_available), cmocka_unit_test(test_http),
+	    cmocka_unit_test(test_samples_text),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
