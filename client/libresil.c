@@ -1259,8 +1259,8 @@ bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen)
  * more (bench shed.acq_rel, bench/untrusted.md) than the larger frame
  * costs the lean releases. */
 static inline __attribute__((always_inline)) void
-release_bound(struct resil *r, struct resil_map *m, const struct resil_rec *rec,
-	      uint32_t bk_off, struct resil_permit_priv *pm, int outcome)
+release_bound(struct resil *r, struct resil_map *m, const struct resil_rec *rec, uint32_t bk_off,
+	      struct resil_permit_priv *pm, int outcome)
 {
 	struct resil_ctx x;
 

@@ -346,10 +346,11 @@ static void test_rebind_window_offset(void **state)
 			const ra32 *slots;
 			void *st;
 
-			snprintf(def, sizeof(def),
-				 "breaker.window = count:%u; breaker.min_calls = %u;"
-				 " breaker.half_open_calls = %u; breaker.half_open_concurrent = %u%s",
-				 n, n, round ? 20 : 1, round ? 20 : 1, extra[k]);
+			snprintf(
+			    def, sizeof(def),
+			    "breaker.window = count:%u; breaker.min_calls = %u;"
+			    " breaker.half_open_calls = %u; breaker.half_open_concurrent = %u%s",
+			    n, n, round ? 20 : 1, round ? 20 : 1, extra[k]);
 			assert_int_equal(resil_define(r, name, def), 0);
 			if (round == 0)
 				assert_int_equal(resil_policy(r, name, &p), 0);
