@@ -660,19 +660,29 @@ static void window_reset(bk_t *b, const struct resil_breaker_conf *c)
 	/* consecutive: tagged with gen, the transition resets it */
 }
 
+/* n / calls in basis points, 0 to INT64_MAX. 128-bit: n and calls are
+ * sums of words any client can write, up to INT64_MAX. */
+static uint64_t rate_bp(int64_t n, int64_t calls)
+{
+	__int128 r = (__int128)n * 10000 / calls;
+
+	return r < 0 ? 0 : r > INT64_MAX ? (uint64_t)INT64_MAX : (uint64_t)r;
+}
+
 static bool over_threshold(const struct resil_breaker_conf *c, const struct resil_breaker_counts *k,
 			   int64_t min, uint32_t *why, uint64_t *value)
 {
 	if (k->calls <= 0 || k->calls < min)
 		return false;
-	if (k->failures * 10000 >= (int64_t)c->failure_rate_bp * k->calls) {
+	/* 128-bit products, as rate_bp's */
+	if ((__int128)k->failures * 10000 >= (__int128)c->failure_rate_bp * k->calls) {
 		*why = RESIL_WHY_FAILURE_RATE;
-		*value = (uint64_t)(k->failures * 10000 / k->calls);
+		*value = rate_bp(k->failures, k->calls);
 		return true;
 	}
-	if (slow_on(c) && k->slow * 10000 >= (int64_t)c->slow_rate_bp * k->calls) {
+	if (slow_on(c) && (__int128)k->slow * 10000 >= (__int128)c->slow_rate_bp * k->calls) {
 		*why = RESIL_WHY_SLOW_RATE;
-		*value = (uint64_t)(k->slow * 10000 / k->calls);
+		*value = rate_bp(k->slow, k->calls);
 		return true;
 	}
 	return false;
@@ -682,7 +692,9 @@ static bool over_threshold(const struct resil_breaker_conf *c, const struct resi
 static void time_sum_n(const struct resil_breaker_bucket *bk, uint32_t n, uint64_t tick1,
 		       struct resil_breaker_counts *k)
 {
-	memset(k, 0, sizeof(*k));
+	/* 128-bit sums, clamped: the words are any client's to write */
+	unsigned __int128 calls = 0, failures = 0, slow = 0;
+
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t e = ld_acquire(&bk[i].epoch), bad;
 
@@ -690,10 +702,13 @@ static void time_sum_n(const struct resil_breaker_bucket *bk, uint32_t n, uint64
 		if (e == 0 || e > tick1 || e + n <= tick1)
 			continue;
 		bad = ld_relaxed(&bk[i].bad);
-		k->calls += (int64_t)ld_relaxed(&bk[i].calls);
-		k->failures += (int64_t)(bad >> 32);
-		k->slow += (int64_t)(uint32_t)bad;
+		calls += ld_relaxed(&bk[i].calls);
+		failures += bad >> 32;
+		slow += (uint32_t)bad;
 	}
+	k->calls = calls > INT64_MAX ? INT64_MAX : (int64_t)calls;
+	k->failures = failures > INT64_MAX ? INT64_MAX : (int64_t)failures;
+	k->slow = slow > INT64_MAX ? INT64_MAX : (int64_t)slow;
 }
 
 static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1,
