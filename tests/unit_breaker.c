@@ -623,6 +623,33 @@ static void test_time_window_busy(void **unused)
 	t_free(t);
 }
 
+/* A time window whose buckets a client set to counts near INT64_MAX:
+ * the sums and the rate's products stay exact (128 bits, clamped), the
+ * breaker sees a failure rate near 0 and stays CLOSED (with 64-bit
+ * products, 5000 x INT64_MAX wrapped to -5000 and opened it; UBSan
+ * stops there). */
+static void test_time_window_huge_counts(void **unused)
+{
+	struct t *t = t_new("breaker.window = time:10s; breaker.min_calls = 1;"
+			    "breaker.failure_rate = 50");
+	struct resil_breaker_bucket *bk;
+
+	assert_int_equal(t_call(t, RESIL_SUCCESS, 0), 0);
+	bk = (struct resil_breaker_bucket *)((char *)t->st + t->st->win_off);
+	/* the bucket of the span now: the one the success counted in */
+	for (uint32_t i = 0; i < t->st->size; i++)
+		if (atomic_load(&bk[i].epoch) != 0)
+			atomic_store(&bk[i].calls, (uint64_t)INT64_MAX - 7);
+	assert_int_equal(t_call(t, RESIL_FAILURE, 0), 0);
+	assert_int_equal(t_state(t), RESIL_STATE_CLOSED);
+	/* all ones: past INT64_MAX as a signed word */
+	for (uint32_t i = 0; i < t->st->size; i++)
+		atomic_store(&bk[i].calls, UINT64_MAX);
+	assert_int_equal(t_call(t, RESIL_FAILURE, 0), 0);
+	assert_int_equal(t_state(t), RESIL_STATE_CLOSED);
+	t_free(t);
+}
+
 /* ---- half-open ---- */
 
 static void open_it(struct t *t)
@@ -1260,6 +1287,7 @@ int main(void)
 	    cmocka_unit_test(test_no_clock_fast_path),
 	    cmocka_unit_test(test_time_window),
 	    cmocka_unit_test(test_time_window_busy),
+	    cmocka_unit_test(test_time_window_huge_counts),
 	    cmocka_unit_test(test_half_open_limits),
 	    cmocka_unit_test(test_half_open_rates),
 	    cmocka_unit_test(test_half_open_max_wait),
