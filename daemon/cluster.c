@@ -886,8 +886,8 @@ fail:
 }
 
 /* A connection to host:port, TLS when configured; NULL (err set). */
-redisContext *tcp_connect(struct resild_cluster *c, const char *host, int port,
-				 struct timeval tv, char *err, size_t elen)
+redisContext *tcp_connect(struct resild_cluster *c, const char *host, int port, struct timeval tv,
+			  char *err, size_t elen)
 {
 	redisContext *rc;
 

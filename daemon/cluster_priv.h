@@ -23,16 +23,16 @@
 #include "cluster_keyed.h"
 #include "resil.h"
 
-#define LEASE_INTERVALS 3
+#define LEASE_INTERVALS		3
 #define SAMPLES			4 /* demand samples per interval (early calls) */
 #define EARLY_ASKS		4 /* early calls while waiting for a share, per rise */
-#define BACKOFF_MAX_NS	(5 * RESIL_NS_PER_S)
-#define HOST_MAX	128
-#define URL_MAX		512
-#define NODES_MAX	32    /* Redis Cluster primaries this host talks to */
-#define SLOTS		16384 /* Redis Cluster hash slots */
-#define PEND_MAX	4     /* commands per policy in one round */
-#define REDIRECTS_MAX	3
+#define BACKOFF_MAX_NS		(5 * RESIL_NS_PER_S)
+#define HOST_MAX		128
+#define URL_MAX			512
+#define NODES_MAX		32    /* Redis Cluster primaries this host talks to */
+#define SLOTS			16384 /* Redis Cluster hash slots */
+#define PEND_MAX		4     /* commands per policy in one round */
+#define REDIRECTS_MAX		3
 #define SENTINELS_MAX		8
 #define SENTINEL_BACKOFF_MAX_NS RESIL_NS_PER_S /* a failover is a few seconds */
 #define SENTINEL_RECHECK_NS	RESIL_NS_PER_S /* the sentinels asked again while connected */
@@ -57,7 +57,7 @@ struct xreq {
 	uint64_t res_gen;   /* this host's round: gen, number, */
 	uint64_t res_round; /* and outcome (1 closed, 2 failed, 0 none yet) */
 	int res;
-	struct resild_cb_req cb; /* retry budget, configuration check */
+	struct resild_cb_req cb;  /* retry budget, configuration check */
 	struct resild_cbh_req bh; /* bulkhead */
 	struct resild_ck_req ck;  /* keyed limiter: this host's admissions */
 };
@@ -120,14 +120,14 @@ struct cl_slot {
 	uint64_t early;	 /* early calls posted (demand rises, acknowledgements) */
 	uint64_t fallbacks;
 	uint64_t lease_changes;
-	uint64_t bk_gen;   /* the fleet's last open mirrored here */
-	uint64_t bk_trips; /* fleet opens that opened this host's breaker */
-	int64_t bk_calls;  /* the fleet's window at the last exchange */
-	bool bk_open;	   /* the fleet is in open bk_gen */
-	bool bk_probing;   /* this host probes for the fleet (round bk_round) */
-	uint64_t bk_round; /* the last round granted here */
-	int bk_result;	   /* its outcome: 1 closed, 2 failed, 0 none yet */
-	uint64_t bk_sync;  /* the last fleet open seen closed */
+	uint64_t bk_gen;    /* the fleet's last open mirrored here */
+	uint64_t bk_trips;  /* fleet opens that opened this host's breaker */
+	int64_t bk_calls;   /* the fleet's window at the last exchange */
+	bool bk_open;	    /* the fleet is in open bk_gen */
+	bool bk_probing;    /* this host probes for the fleet (round bk_round) */
+	uint64_t bk_round;  /* the last round granted here */
+	int bk_result;	    /* its outcome: 1 closed, 2 failed, 0 none yet */
+	uint64_t bk_sync;   /* the last fleet open seen closed */
 	int64_t bk_hold_ns; /* hold the host's OPEN until then (the last answer's validity) */
 	uint64_t bk_rej;    /* callers rejected by the open, at the last post */
 	uint64_t bk_rounds; /* rounds probed here for the fleet */
@@ -169,7 +169,7 @@ struct resild_cluster {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	bool stop;
-	bool kick; /* a new round of requests */
+	bool kick;	 /* a new round of requests */
 	bool kick_early; /* early requests in ereq */
 	bool sampling;	 /* the loop wants a wake every interval / SAMPLES */
 	int efd;	 /* eventfd: the thread's "answers ready", read by the loop */
@@ -219,8 +219,8 @@ void set_error(struct resild_cluster *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void disconnect(struct resild_cluster *c);
 const char *where(const struct resild_cluster *c, char *buf, size_t len);
-redisContext *tcp_connect(struct resild_cluster *c, const char *host, int port,
-			  struct timeval tv, char *err, size_t elen);
+redisContext *tcp_connect(struct resild_cluster *c, const char *host, int port, struct timeval tv,
+			  char *err, size_t elen);
 void sentinel_recheck(struct resild_cluster *c);
 bool connect_redis(struct resild_cluster *c);
 bool parse_answer(struct resild_cluster *c, redisReply *r, struct xans *a);
