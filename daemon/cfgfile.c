@@ -3,6 +3,12 @@
  * cfgfile.c - the configuration directory, parsed with inih, applied as a
  * difference.
  *
+ * Size: above 900 lines on purpose: the policy directory and the options
+ * file are read by the same helpers (read_file, trim, CFG_MAX_LINE) with
+ * the same FILE:LINE errors, so a mistake in either reads the same; the
+ * policy set's parse and its apply are one argument (a set is applied
+ * only whole).
+ *
  * Parsing is separate from applying: a whole set of files is parsed into
  * a resild_cfgset first, and only a set without a single error is applied.
  * That is what makes a failed reload harmless (the old configuration keeps

@@ -2,6 +2,14 @@
 /*
  * ctl.c - the control protocol: one Request in, one Response out.
  *
+ * Size: above 900 lines on purpose: one table of request handlers
+ * (handle_hello .. handle_status, dispatched by resild_handle) that share
+ * the reply and error helpers, the authorization checks (may_change,
+ * may_create), the lookup (find_or_fail) and the one place that shapes a
+ * reply for its version (shape_reply); apart, each handler would export
+ * them. The metrics' v2 families (struct psink) are the seam a further cut
+ * would take.
+ *
  * Everything a peer sends is untrusted: the request is unpacked by
  * protobuf-c (bounded by the datagram, at most RESILD_MSG_MAX bytes),
  * names are checked, configuration text goes through resil_conf_parse and

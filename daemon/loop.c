@@ -2,6 +2,11 @@
 /*
  * loop.c - resild's single-threaded io_uring event loop.
  *
+ * Size: above 900 lines on purpose: one io_uring loop. Every completion
+ * handler (accept, recv, send, signal, tick, wake, pidfd) shares the ring,
+ * the connection table and the user_data packing (ud, ud_op, ud_idx,
+ * ud_cookie); apart, each would export them.
+ *
  * Everything the daemon waits for is one io_uring operation:
  *   accept    multishot accept on the listening socket (plain accept,
  *             re-armed each time, on kernels without multishot);

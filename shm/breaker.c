@@ -2,6 +2,12 @@
 /*
  * breaker.c - a lock-free circuit breaker in shared memory.
  *
+ * Size: above 900 lines on purpose: one state machine. The packed
+ * words' accessors, the windows, the transitions and the probe decisions
+ * are static inline helpers that acquire, release and the lean path inline
+ * within this translation unit; the configuration's keys and words are
+ * already breaker_conf.c.
+ *
  * What: one breaker shared by every process of the fleet. CLOSED counts
  * outcomes in a window (last N calls, last T in B buckets, or N consecutive
  * failures) and opens when a rate reaches its threshold; OPEN rejects until

@@ -3,6 +3,11 @@
  * bulkhead.c - at most bulkhead.max calls in flight for the whole fleet,
  * with permits that a SIGKILL can neither leak nor double.
  *
+ * Size: above 900 lines on purpose: the pool's claim and free and the scan
+ * regime's walk are always_inline helpers of resil_bulkhead_acquire and
+ * release (the hot path), and the global scope's lease and parking work on
+ * the same slots through the same helpers.
+ *
  * A permit is a slot claimed by CAS 0 -> client id: the claim IS the
  * record of who holds it, so the daemon gives back exactly what a dead
  * client held (reclaim: CAS id -> 0) and nothing else. There are exactly

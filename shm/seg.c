@@ -3,6 +3,12 @@
  * seg.c - creating, validating and mapping the segment pair; the name
  * directory; publishing configuration records; client rows; the event ring.
  *
+ * Size: above 900 lines on purpose: the layout of the segment pair is one
+ * argument. Create, validate, define, delete and reclaim check and write
+ * the same geometry and extents through the same static helpers (within,
+ * geo_valid, rec_extent, retire_rec, the hole list), and the publication
+ * order below holds only if they agree; nothing here runs per decision.
+ *
  * Writers of the config segment: the daemon only (embedded mode: the
  * embedding process under st->define_lock). Publication order on define:
  *   1. state block allocated and initialized (plain stores);

@@ -4,6 +4,11 @@
  * layer of C types over libresil (resil.h), so that a decision from Python
  * costs one C call and not a foreign-function trip.
  *
+ * Size: above 900 lines on purpose: a CPython extension is one
+ * translation unit whose types refer to one another's static type objects
+ * (a Policy makes Permits and Retries, a Permit keeps its Policy, the
+ * module readies them all); each type's code is a section of its own.
+ *
  *	Handle	one resil_t (resil.open / resil.open_embedded); owns the
  *		manual clock page of set_clock
  *	Policy	one resil_policy_t; acquire() returns a Permit or raises a

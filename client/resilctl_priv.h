@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * resilctl_priv.h - what resilctl.c (the command line, the helpers, the
+ * other commands) and resilctl_show.c (`resilctl show`) share: the
+ * parsed options, the control connection, the output and error helpers.
+ */
+#ifndef RESIL_RESILCTL_PRIV_H
+#define RESIL_RESILCTL_PRIV_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "resil.pb-c.h"
+
+#include <stdint.h>
+#include <time.h>
+
+struct resil;
+
+/* The command line: global options and the words after the command. */
+struct opts {
+	const char *socket;
+	const char *key;
+	bool json;
+	int npos;
+	const char *pos[64];
+};
+
+extern struct opts o;
+extern struct resil *ctl; /* the control connection (libctl.c) */
+
+/* resilctl.c: output, time, errors, the enums' words. */
+void json_str(FILE *f, const char *s);
+int64_t clock_ns(clockid_t id);
+void fmt_utc(int64_t unix_ns, char *buf, size_t len);
+int say_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int fail(int err, const char *name);
+const char *state_word(Resil__BreakerState s);
+void print_policy_fields(const Resil__PolicyInfo *p, bool stats);
+
+/* resilctl_show.c: `resilctl show NAME` (--key: o.key); the exit code.
+ * fleet_word: the fleet's breaker (0 closed, 1 open, 2 probing). */
+int cmd_show(const char *name);
+const char *fleet_word(int64_t v);
+
+#endif

@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cluster_priv.h - what cluster.c (the design, the connection, the
+ * exchange's scripts, the loop's side) and cluster_rc.c (Redis Cluster:
+ * the slot map, the redirections, the exchange round and the thread)
+ * share: the request and answer words, the daemon's cluster state and
+ * the helpers both halves call. Private to those two files.
+ */
+#ifndef RESILD_CLUSTER_PRIV_H
+#define RESILD_CLUSTER_PRIV_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/time.h>
+
+#include <hiredis/hiredis.h>
+#include <openssl/ssl.h>
+
+#include "cluster_budget.h"
+#include "cluster_bulkhead.h"
+#include "cluster_keyed.h"
+#include "resil.h"
+
+#define LEASE_INTERVALS		3
+#define SAMPLES			4 /* demand samples per interval (early calls) */
+#define EARLY_ASKS		4 /* early calls while waiting for a share, per rise */
+#define BACKOFF_MAX_NS		(5 * RESIL_NS_PER_S)
+#define HOST_MAX		128
+#define URL_MAX			512
+#define NODES_MAX		32    /* Redis Cluster primaries this host talks to */
+#define SLOTS			16384 /* Redis Cluster hash slots */
+#define PEND_MAX		4     /* commands per policy in one round */
+#define REDIRECTS_MAX		3
+#define SENTINELS_MAX		8
+#define SENTINEL_BACKOFF_MAX_NS RESIL_NS_PER_S /* a failover is a few seconds */
+#define SENTINEL_RECHECK_NS	RESIL_NS_PER_S /* the sentinels asked again while connected */
+
+/* One policy's request (loop -> thread) and answer (thread -> loop). */
+struct xreq {
+	bool active;
+	uint32_t gen;
+	char name[RESIL_NAME_MAX];
+	bool limit, breaker;
+	double rate;	  /* per second */
+	double demand;	  /* per second */
+	uint64_t applied; /* the lease id in the segment */
+	bool ack;	  /* only acknowledge `applied` (an early call) */
+	/* breaker: this host's time window, the thresholds */
+	int64_t calls, failures, slow;
+	int64_t window_ms, wait_ms;
+	uint32_t min_calls, failure_bp, slow_bp;
+	/* the fleet's half-open */
+	uint64_t sync;	    /* the last fleet open seen closed here */
+	bool want;	    /* callers rejected by the open since the last post */
+	uint64_t res_gen;   /* this host's round: gen, number, */
+	uint64_t res_round; /* and outcome (1 closed, 2 failed, 0 none yet) */
+	int res;
+	struct resild_cb_req cb;  /* retry budget, configuration check */
+	struct resild_cbh_req bh; /* bulkhead */
+	struct resild_ck_req ck;  /* keyed limiter: this host's admissions */
+};
+struct xans {
+	bool fresh; /* not yet taken by the loop */
+	uint32_t gen;
+	uint64_t id;
+	double share;
+	int64_t expiry_ns; /* local CLOCK_MONOTONIC */
+	uint32_t hosts;
+	int tell;      /* LEASE_LUA's: 2 ask again soon, 1 acknowledge at once */
+	bool bk_fresh; /* a breaker answer */
+	bool bk_open;  /* the fleet's breaker is in an open it decided */
+	uint64_t bk_gen;
+	int64_t bk_calls;
+	uint32_t bk_rate_bp;
+	bool bk_probe; /* this host probes for the fleet in round bk_round */
+	uint64_t bk_round;
+	int64_t bk_until_ns; /* the answer holds until (local CLOCK_MONOTONIC) */
+	struct resild_cb_ans cb;
+	struct resild_cbh_ans bh;
+	struct resild_ck_ans ck;
+};
+
+/* A Redis Cluster node learned from a redirection (the thread only). */
+struct cl_node {
+	char addr[256];
+	int port;
+	redisContext *rc; /* NULL: not connected yet */
+};
+
+/* A command sent in this round, kept formatted until its reply is read:
+ * a redirection sends it again to the node Redis names. */
+struct cl_pend {
+	char *cmd;
+	size_t len;
+	redisContext *rc;
+};
+
+/* What the loop keeps per slot (its thread only). */
+struct cl_slot {
+	uint32_t gen;
+	bool active;
+	uint64_t calls;	  /* the policy's calls at the last tick */
+	int64_t calls_ns; /* when they were read */
+	double demand;
+	uint64_t applied; /* lease id written into the segment */
+	double share;
+	int64_t expiry_ns;
+	uint32_t hosts;
+	bool in_lease; /* the last tick saw a live lease */
+	/* demand changes between posts (sampled every interval / SAMPLES) */
+	uint64_t s_calls, s_rej; /* at the last sample */
+	int64_t s_ns;
+	double reported; /* the demand the last call sent */
+	bool rise;	 /* the last sample saw calls rise and rejections start */
+	bool ack_due;	 /* an early acknowledgement of a smaller share */
+	bool waiting;	 /* the last answer: less than the fair share (tell 2) */
+	int asks;	 /* early calls left while this host waits for its share */
+	uint64_t early;	 /* early calls posted (demand rises, acknowledgements) */
+	uint64_t fallbacks;
+	uint64_t lease_changes;
+	uint64_t bk_gen;    /* the fleet's last open mirrored here */
+	uint64_t bk_trips;  /* fleet opens that opened this host's breaker */
+	int64_t bk_calls;   /* the fleet's window at the last exchange */
+	bool bk_open;	    /* the fleet is in open bk_gen */
+	bool bk_probing;    /* this host probes for the fleet (round bk_round) */
+	uint64_t bk_round;  /* the last round granted here */
+	int bk_result;	    /* its outcome: 1 closed, 2 failed, 0 none yet */
+	uint64_t bk_sync;   /* the last fleet open seen closed */
+	int64_t bk_hold_ns; /* hold the host's OPEN until then (the last answer's validity) */
+	uint64_t bk_rej;    /* callers rejected by the open, at the last post */
+	uint64_t bk_rounds; /* rounds probed here for the fleet */
+	uint64_t bk_closes; /* fleet closes that closed this host's breaker */
+	struct resild_cb_slot cb;
+	struct resild_cbh_slot bh;
+	struct resild_ck_slot ck;
+};
+
+struct resild_cluster {
+	/* settings (read-only once the thread runs) */
+	char url[URL_MAX];
+	char host[HOST_MAX];
+	char prefix[RESIL_NAME_MAX];
+	char password[256];
+	bool have_password;
+	bool unix_sock;
+	char addr[URL_MAX]; /* host name or socket path (sentinel: the primary
+			     * found last, the thread only) */
+	int port;
+	int db;
+	bool tls;		     /* rediss:// or --cluster-tls-ca */
+	char tls_name[256];	     /* --cluster-tls-server-name ("": each node's host) */
+	SSL_CTX *ssl;		     /* NULL: plain TCP */
+	bool sentinel;		     /* sentinel:// */
+	char master[RESIL_NAME_MAX]; /* the name the sentinels know the primary by */
+	struct cl_node sentinels[SENTINELS_MAX];
+	uint32_t nsentinels;
+	int64_t sentinel_at; /* when the sentinels are asked again (the thread's) */
+	int64_t interval_ns;
+	int fallback;
+	uint32_t cap; /* slots */
+
+	/* loop only */
+	struct cl_slot *slots;
+	int64_t last_post_ns;
+
+	/* shared, under lock */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop;
+	bool kick;	 /* a new round of requests */
+	bool kick_early; /* early requests in ereq */
+	bool sampling;	 /* the loop wants a wake every interval / SAMPLES */
+	int efd;	 /* eventfd: the thread's "answers ready", read by the loop */
+	struct xreq *req;
+	struct xreq *ereq; /* early lease calls: a demand rise, an acknowledgement */
+	struct xans *ans;
+	bool connected;
+	char last_error[256];
+	int64_t last_ok_ns; /* the last exchange that answered every policy */
+	uint64_t exchanges;
+	uint64_t script_calls;
+	uint64_t errors;
+
+	/* thread only */
+	pthread_t thread;
+	bool started;
+	redisContext *rc;
+	char sha[48];
+	char bk_sha[48];
+	char cb_sha[48]; /* cluster_budget.c's scripts */
+	char cf_sha[48];
+	char bh_sha[48]; /* cluster_bulkhead.c's script */
+	char ck_sha[48]; /* cluster_keyed.c's script */
+	struct resild_ck_thr *ck_thr;
+	struct xreq *work;
+	uint64_t rnd;
+	/* Redis Cluster (the thread only): the nodes learned from MOVED and
+	 * ASK, the slot map (node index + 1, 0: the seed connection), this
+	 * round's commands in the order of their replies */
+	struct cl_node nodes[NODES_MAX];
+	uint32_t nnodes;
+	uint8_t slot_node[SLOTS];
+	redisContext *cur; /* where this policy's commands go */
+	struct cl_pend *pend;
+	uint32_t npend, rpend, pend_cap;
+	uint64_t redirects;
+};
+
+/* The scripts (cluster.c). */
+extern const char LEASE_LUA[];
+extern const char BREAKER_LUA[];
+
+/* cluster.c: the clock, the jitter, errors, connections, replies. */
+int64_t mono_ns(void);
+uint64_t rnd_next(struct resild_cluster *c);
+void set_error(struct resild_cluster *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void disconnect(struct resild_cluster *c);
+const char *where(const struct resild_cluster *c, char *buf, size_t len);
+redisContext *tcp_connect(struct resild_cluster *c, const char *host, int port, struct timeval tv,
+			  char *err, size_t elen);
+void sentinel_recheck(struct resild_cluster *c);
+bool connect_redis(struct resild_cluster *c);
+bool parse_answer(struct resild_cluster *c, redisReply *r, struct xans *a);
+bool parse_breaker(struct resild_cluster *c, redisReply *r, struct xans *a);
+int64_t hold_ns(const struct resild_cluster *c);
+
+/* cluster_rc.c: the exchange thread's body (pthread_create's start). */
+void *cluster_main(void *arg);
+
+#endif

@@ -1,0 +1,641 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cluster_rc.c - the exchange thread's side of policy.scope = global
+ * (cluster.c opens with the design): Redis Cluster's slot map and
+ * redirections, one exchange round (the pipelined script calls of every
+ * global policy, their replies read back in order) and the thread that
+ * runs it. Every function here runs on the exchange thread; it meets the
+ * loop only in the words struct resild_cluster shares under its lock
+ * (cluster_priv.h).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "cluster.h"
+#include "cluster_budget.h"
+#include "cluster_bulkhead.h"
+#include "cluster_keyed.h"
+#include "cluster_priv.h"
+#include "log.h"
+#include "resil.h"
+
+/* ------------------------------------------------ Redis Cluster
+ *
+ * Every key of one policy carries the hash tag {<policy>}, so one policy's
+ * calls go to one node. Debian's hiredis has no cluster client: the
+ * thread keeps a slot map learned from redirections. A command goes to
+ * the node its slot maps to (the seed connection until a MOVED names
+ * another); MOVED updates the map and sends the command again to the
+ * named node, ASK sends ASKING and the command there once (a slot being
+ * migrated), at most REDIRECTS_MAX hops. Commands are kept formatted
+ * until their reply is read, for that. A node's connection is opened on
+ * its first redirection (AUTH, the scripts loaded); any I/O error closes
+ * them all and the map is learned again from the seed, or, when the seed
+ * is gone (a failover), from the first learned node that answers.
+ */
+
+/* Redis Cluster's slot of a key: CRC16 (XMODEM) of its hash tag. */
+static uint32_t key_slot(const char *key)
+{
+	const char *o = strchr(key, '{'), *e;
+	size_t n = strlen(key);
+	uint16_t crc = 0;
+
+	if (o && (e = strchr(o + 1, '}')) && e > o + 1) {
+		key = o + 1;
+		n = (size_t)(e - o - 1);
+	}
+	for (size_t i = 0; i < n; i++) {
+		crc ^= (uint16_t)((uint8_t)key[i] << 8);
+		for (int b = 0; b < 8; b++)
+			crc = crc & 0x8000 ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+	}
+	return crc & (SLOTS - 1);
+}
+
+static struct timeval io_timeout(const struct resild_cluster *c)
+{
+	int64_t to = resil_max64(10 * c->interval_ns, 2 * RESIL_NS_PER_S);
+
+	return (struct timeval){.tv_sec = to / RESIL_NS_PER_S,
+				.tv_usec = (to % RESIL_NS_PER_S) / 1000};
+}
+
+/* A new connection to a cluster node, authenticated, scripts loaded;
+ * NULL: logged. */
+static redisContext *node_connect(struct resild_cluster *c, const struct cl_node *nd)
+{
+	static const char *const lua[] = {LEASE_LUA,	      BREAKER_LUA,    resild_cb_budget_lua,
+					  resild_cb_conf_lua, resild_cbh_lua, resild_ck_lua};
+	struct timeval tv = io_timeout(c);
+	char err[256];
+	redisContext *rc = tcp_connect(c, nd->addr, nd->port, tv, err, sizeof(err));
+	redisReply *r;
+
+	if (!rc) {
+		set_error(c, "cannot connect to Redis Cluster node %s:%d: %s", nd->addr, nd->port,
+			  err);
+		goto fail;
+	}
+	if (c->have_password) {
+		const char *argv[] = {"AUTH", c->password};
+
+		r = redisCommandArgv(rc, 2, argv, NULL);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			set_error(c, "Redis Cluster node %s:%d refused AUTH: %s", nd->addr,
+				  nd->port, r ? r->str : rc->errstr);
+			if (r)
+				freeReplyObject(r);
+			goto fail;
+		}
+		freeReplyObject(r);
+	}
+	for (size_t i = 0; i < sizeof(lua) / sizeof(lua[0]); i++) {
+		const char *argv[] = {"SCRIPT", "LOAD", lua[i]};
+
+		r = redisCommandArgv(rc, 3, argv, NULL);
+		if (!r || r->type != REDIS_REPLY_STRING) {
+			set_error(c, "Redis Cluster node %s:%d: SCRIPT LOAD: %s", nd->addr,
+				  nd->port,
+				  r && r->type == REDIS_REPLY_ERROR ? r->str
+				  : r				    ? "garbage"
+								    : rc->errstr);
+			if (r)
+				freeReplyObject(r);
+			goto fail;
+		}
+		freeReplyObject(r);
+	}
+	return rc;
+fail:
+	if (rc)
+		redisFree(rc);
+	return NULL;
+}
+
+/* The node at host:port in the table (added); -1: the table is full. */
+static int node_find(struct resild_cluster *c, const char *host, int port)
+{
+	for (uint32_t i = 0; i < c->nnodes; i++)
+		if (c->nodes[i].port == port && strcmp(c->nodes[i].addr, host) == 0)
+			return (int)i;
+	if (c->nnodes == NODES_MAX)
+		return -1;
+	snprintf(c->nodes[c->nnodes].addr, sizeof(c->nodes[0].addr), "%s", host);
+	c->nodes[c->nnodes].port = port;
+	c->nodes[c->nnodes].rc = NULL;
+	return (int)c->nnodes++;
+}
+
+static bool node_busy(const struct resild_cluster *c, const redisContext *rc)
+{
+	for (uint32_t i = c->rpend; i < c->npend; i++)
+		if (c->pend[i].rc == rc)
+			return true;
+	return false;
+}
+
+/* p's command again where the redirection r (freed) says; the new reply,
+ * or NULL (logged). */
+static redisReply *follow(struct resild_cluster *c, struct cl_pend *p, redisReply *r)
+{
+	bool ask = strncmp(r->str, "ASK ", 4) == 0;
+	char host[256], *colon;
+	redisContext *rc, *tmp = NULL;
+	redisReply *a = NULL;
+	unsigned long slot;
+	long port;
+	int k;
+
+	if (sscanf(r->str + (ask ? 4 : 6), "%lu %255s", &slot, host) != 2 || slot >= SLOTS ||
+	    !(colon = strrchr(host, ':')) || (port = strtol(colon + 1, NULL, 10)) < 1 ||
+	    port > 65535) {
+		set_error(c, "Redis answered a redirection that cannot be read: %.120s", r->str);
+		freeReplyObject(r);
+		return NULL;
+	}
+	*colon = '\0';
+	freeReplyObject(r);
+	k = node_find(c, host, (int)port);
+	if (k < 0) {
+		set_error(c, "Redis Cluster: more than %d nodes", NODES_MAX);
+		return NULL;
+	}
+	if (!c->nodes[k].rc && !(c->nodes[k].rc = node_connect(c, &c->nodes[k])))
+		return NULL;
+	rc = c->nodes[k].rc;
+	if (!ask)
+		c->slot_node[slot] = (uint8_t)(k + 1);
+	c->redirects++;
+	/* replies of this round still due on that connection come first:
+	 * a connection of its own for this one */
+	if (node_busy(c, rc)) {
+		if (!(tmp = node_connect(c, &c->nodes[k])))
+			return NULL;
+		rc = tmp;
+	}
+	if ((ask && redisAppendCommand(rc, "ASKING") != REDIS_OK) ||
+	    redisAppendFormattedCommand(rc, p->cmd, p->len) != REDIS_OK)
+		goto io;
+	if (ask) {
+		if (redisGetReply(rc, (void **)&a) != REDIS_OK || !a)
+			goto io;
+		if (a->type == REDIS_REPLY_ERROR) {
+			set_error(c, "Redis Cluster node %s:%ld refused ASKING: %s", host, port,
+				  a->str);
+			freeReplyObject(a);
+			goto out;
+		}
+		freeReplyObject(a);
+		a = NULL;
+	}
+	if (redisGetReply(rc, (void **)&a) != REDIS_OK || !a)
+		goto io;
+	if (tmp)
+		redisFree(tmp);
+	return a;
+io:
+	set_error(c, "Redis Cluster node %s:%ld: %s", host, port,
+		  rc->errstr[0] ? rc->errstr : "connection lost");
+out:
+	if (tmp)
+		redisFree(tmp);
+	return NULL;
+}
+
+/* Route the next policy's commands: the node its slot maps to. */
+static void route(struct resild_cluster *c, const struct xreq *q)
+{
+	char key[2 * RESIL_NAME_MAX + 16];
+	uint32_t k;
+
+	snprintf(key, sizeof(key), "%s:{%s}:lease", c->prefix, q->name);
+	k = c->slot_node[key_slot(key)];
+	c->cur = c->rc;
+	if (k && k <= c->nnodes) {
+		struct cl_node *nd = &c->nodes[k - 1];
+
+		if (!nd->rc)
+			nd->rc = node_connect(c, nd);
+		if (nd->rc)
+			c->cur = nd->rc;
+	}
+}
+
+/* Format and queue a command on c->cur; its reply is read in order. */
+static bool send_argv(struct resild_cluster *c, int argc, const char **argv, const size_t *argvlen)
+{
+	char *cmd;
+	int len;
+
+	if (c->npend == c->pend_cap) {
+		uint32_t cap = c->pend_cap ? 2 * c->pend_cap : 64;
+		struct cl_pend *n = realloc(c->pend, cap * sizeof(*n));
+
+		if (!n)
+			return false;
+		c->pend = n;
+		c->pend_cap = cap;
+	}
+	len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+	if (len < 0)
+		return false;
+	if (redisAppendFormattedCommand(c->cur, cmd, (size_t)len) != REDIS_OK) {
+		redisFreeCommand(cmd);
+		return false;
+	}
+	c->pend[c->npend++] = (struct cl_pend){.cmd = cmd, .len = (size_t)len, .rc = c->cur};
+	return true;
+}
+
+static bool append_lease(struct resild_cluster *c, const struct xreq *q)
+{
+	char key[2 * RESIL_NAME_MAX + 16], d[32], rate[32], len[32], app[32];
+
+	snprintf(key, sizeof(key), "%s:{%s}:lease", c->prefix, q->name);
+	snprintf(d, sizeof(d), "%.3f", q->demand);
+	snprintf(rate, sizeof(rate), "%.6f", q->rate);
+	snprintf(len, sizeof(len), "%lld",
+		 (long long)(LEASE_INTERVALS * c->interval_ns / RESIL_NS_PER_MS));
+	snprintf(app, sizeof(app), "%llu", (unsigned long long)q->applied);
+	const char *argv[] = {"EVALSHA", c->sha, "1", key, c->host, d, rate, len, app, "1"};
+
+	return send_argv(c, q->ack ? 10 : 9, argv, NULL);
+}
+
+static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
+{
+	char key[2 * RESIL_NAME_MAX + 16], v[14][32];
+
+	snprintf(key, sizeof(key), "%s:{%s}:breaker", c->prefix, q->name);
+	snprintf(v[0], 32, "%lld", (long long)q->calls);
+	snprintf(v[1], 32, "%lld", (long long)q->failures);
+	snprintf(v[2], 32, "%lld", (long long)q->slow);
+	snprintf(v[3], 32, "%lld", (long long)q->window_ms);
+	snprintf(v[4], 32, "%u", q->min_calls);
+	snprintf(v[5], 32, "%u", q->failure_bp);
+	snprintf(v[6], 32, "%u", q->slow_bp);
+	snprintf(v[7], 32, "%lld", (long long)q->wait_ms);
+	snprintf(v[8], 32, "%llu", (unsigned long long)q->sync);
+	snprintf(v[9], 32, "%d", q->want ? 1 : 0);
+	snprintf(v[10], 32, "%llu", (unsigned long long)q->res_gen);
+	snprintf(v[11], 32, "%llu", (unsigned long long)q->res_round);
+	snprintf(v[12], 32, "%d", q->res);
+	snprintf(v[13], 32, "%lld", (long long)(hold_ns(c) / RESIL_NS_PER_MS));
+	const char *argv[] = {"EVALSHA", c->bk_sha, "1",   key,	  c->host, v[0], v[1],
+			      v[2],	 v[3],	    v[4],  v[5],  v[6],	   v[7], v[8],
+			      v[9],	 v[10],	    v[11], v[12], v[13]};
+
+	return send_argv(c, 19, argv, NULL);
+}
+
+/* The next reply of this round's commands, redirections followed; NULL:
+ * logged, disconnected. */
+static redisReply *next_reply(struct resild_cluster *c, const char *name, const char *what)
+{
+	redisReply *r = NULL;
+	char w[URL_MAX + 16];
+	struct cl_pend p;
+
+	if (c->rpend >= c->npend) {
+		set_error(c, "cluster: no reply pending for %s (%s)", name, what);
+		disconnect(c);
+		return NULL;
+	}
+	p = c->pend[c->rpend++];
+	if (redisGetReply(p.rc, (void **)&r) != REDIS_OK || !r) {
+		set_error(c, "Redis at %s: %s",
+			  p.rc == c->rc ? where(c, w, sizeof(w)) : "a cluster node",
+			  p.rc->errstr[0] ? p.rc->errstr : "connection lost");
+		redisFreeCommand(p.cmd);
+		disconnect(c);
+		return NULL;
+	}
+	for (int hop = 0; r && hop < REDIRECTS_MAX && r->type == REDIS_REPLY_ERROR &&
+			  (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
+	     hop++)
+		r = follow(c, &p, r);
+	redisFreeCommand(p.cmd);
+	if (!r) {
+		disconnect(c);
+		return NULL;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		set_error(c, "Redis at %s: the %s script failed for %s: %s", where(c, w, sizeof(w)),
+			  what, name, r->str);
+		freeReplyObject(r);
+		disconnect(c); /* NOSCRIPT included: reconnecting reloads it */
+		return NULL;
+	}
+	return r;
+}
+
+static bool append_cb(struct resild_cluster *c, const struct xreq *q)
+{
+	struct resild_cb_cmd cmd[2];
+	int n = resild_cb_commands(&q->cb, q->name, c->prefix, c->host, c->cb_sha, c->cf_sha, cmd);
+
+	for (int k = 0; k < n; k++)
+		if (!send_argv(c, cmd[k].argc, cmd[k].argv, NULL))
+			return false;
+	return true;
+}
+
+static bool append_bh(struct resild_cluster *c, const struct xreq *q)
+{
+	struct resild_cb_cmd cmd;
+
+	resild_cbh_command(&q->bh, q->name, c->prefix, c->host, c->bh_sha,
+			   LEASE_INTERVALS * c->interval_ns / RESIL_NS_PER_MS, &cmd);
+	return send_argv(c, cmd.argc, cmd.argv, NULL);
+}
+
+static bool append_ck(struct resild_cluster *c, const struct xreq *q, uint32_t slot)
+{
+	struct resild_ck_cmd cmd;
+
+	if (!q->ck.on)
+		return true;
+	resild_ck_command(&q->ck, &c->ck_thr[slot], q->gen, q->name, c->prefix, c->host, c->ck_sha,
+			  &cmd);
+	return send_argv(c, cmd.argc, cmd.argv, cmd.argvlen);
+}
+
+/* The reply of append_ck's command into a; false: logged, closed. */
+static bool read_ck(struct resild_cluster *c, const struct xreq *q, uint32_t slot,
+		    struct resild_ck_ans *a)
+{
+	char w[URL_MAX + 16];
+	redisReply *r;
+	bool ok;
+
+	if (!q->ck.on)
+		return true;
+	if (!(r = next_reply(c, q->name, "keyed")))
+		return false;
+	ok = resild_ck_parse(r, &c->ck_thr[slot], a);
+	if (!ok)
+		set_error(c, "Redis at %s answered the keyed script with garbage (reply type %d)",
+			  where(c, w, sizeof(w)), r->type);
+	freeReplyObject(r);
+	if (!ok)
+		disconnect(c);
+	return ok;
+}
+
+/* The replies of append_cb's commands into a; false: logged, closed. */
+static bool read_cb(struct resild_cluster *c, const struct xreq *q, struct resild_cb_ans *a)
+{
+	char w[URL_MAX + 16];
+	redisReply *r;
+	bool ok;
+
+	if (q->cb.budget) {
+		if (!(r = next_reply(c, q->name, "budget")))
+			return false;
+		ok = resild_cb_parse_budget(r, &q->cb, a);
+		if (!ok)
+			set_error(c,
+				  "Redis at %s answered the budget script with garbage (reply "
+				  "type %d)",
+				  where(c, w, sizeof(w)), r->type);
+		freeReplyObject(r);
+		if (!ok) {
+			disconnect(c);
+			return false;
+		}
+	}
+	if (q->cb.conf) {
+		if (!(r = next_reply(c, q->name, "conf")))
+			return false;
+		ok = resild_cb_parse_conf(r, a);
+		if (!ok)
+			set_error(c,
+				  "Redis at %s answered the configuration script with garbage "
+				  "(reply type %d)",
+				  where(c, w, sizeof(w)), r->type);
+		freeReplyObject(r);
+		if (!ok) {
+			disconnect(c);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* One round: pipelined script calls (a lease per global limiter, a
+ * breaker call per global breaker), one round trip. early: only the early
+ * lease calls of ereq (a regular round takes their place: it carries the
+ * same demand and applied id). */
+static void exchange(struct resild_cluster *c, bool early)
+{
+	const struct xreq *src = early ? c->ereq : c->req;
+	uint32_t n = 0, ok = 0, last = 0;
+	char w[URL_MAX + 16];
+	int64_t t0;
+
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < c->cap; i++) {
+		resild_ck_free_req(&c->work[i].ck);
+		c->work[i] = src[i];
+		n += src[i].active;
+		c->ereq[i].active = false;
+		if (!early) {
+			/* the records go with the request: the thread frees them */
+			c->req[i].ck.blob = NULL;
+			c->req[i].ck.len = 0;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!n)
+		return;
+
+	t0 = mono_ns();
+	for (uint32_t i = 0; i < c->cap; i++) {
+		struct xreq *q = &c->work[i];
+
+		if (!q->active)
+			continue;
+		route(c, q);
+		if (early) {
+			q->breaker = false;
+			q->cb.budget = q->cb.conf = false;
+			q->bh.on = false;
+		}
+		if ((q->limit && !append_lease(c, q)) || (q->breaker && !append_breaker(c, q)) ||
+		    !append_cb(c, q) || (q->bh.on && !append_bh(c, q)) || !append_ck(c, q, i))
+			break;
+		last = i + 1;
+	}
+	for (uint32_t i = 0; i < last; i++) {
+		struct xreq *q = &c->work[i];
+		struct xans a = {.gen = q->gen};
+		redisReply *r;
+
+		if (!q->active)
+			continue;
+		if (q->limit) {
+			if (!(r = next_reply(c, q->name, "lease")))
+				return;
+			if (!parse_answer(c, r, &a)) {
+				freeReplyObject(r);
+				disconnect(c);
+				return;
+			}
+			freeReplyObject(r);
+			a.fresh = !q->ack; /* an acknowledgement grants nothing */
+			a.expiry_ns = t0 + LEASE_INTERVALS * c->interval_ns;
+		}
+		if (q->breaker) {
+			if (!(r = next_reply(c, q->name, "breaker")))
+				return;
+			if (!parse_breaker(c, r, &a)) {
+				freeReplyObject(r);
+				disconnect(c);
+				return;
+			}
+			freeReplyObject(r);
+			a.bk_until_ns = t0 + hold_ns(c);
+		}
+		if (!read_cb(c, q, &a.cb) || !read_ck(c, q, i, &a.ck))
+			return;
+		if (q->bh.on) {
+			if (!(r = next_reply(c, q->name, "bulkhead")))
+				return;
+			if (!resild_cbh_parse(r, &a.bh)) {
+				set_error(c,
+					  "Redis at %s answered the bulkhead script with garbage "
+					  "(reply type %d)",
+					  where(c, w, sizeof(w)), r->type);
+				freeReplyObject(r);
+				disconnect(c);
+				return;
+			}
+			freeReplyObject(r);
+			a.bh.fresh = true;
+			/* an interval before Redis' end: a call shorter than an
+			 * interval is over before the slots go elsewhere */
+			a.bh.expiry_ns = t0 + (LEASE_INTERVALS - 1) * c->interval_ns;
+		}
+		resild_ck_free_req(&q->ck);
+		pthread_mutex_lock(&c->lock);
+		if (!early) {
+			/* the keys' charges of an answer the loop has not taken yet */
+			resild_ck_keep_ans(&a.ck, &c->ans[i].ck);
+			resild_ck_free_ans(&c->ans[i].ck);
+			c->ans[i] = a;
+		} else if (a.fresh) {
+			/* only the lease: a regular answer not yet taken keeps
+			 * its breaker and budget parts */
+			struct xans *o = &c->ans[i];
+
+			if (o->gen != a.gen)
+				memset(o, 0, sizeof(*o));
+			o->gen = a.gen;
+			o->fresh = true;
+			o->id = a.id;
+			o->share = a.share;
+			o->expiry_ns = a.expiry_ns;
+			o->hosts = a.hosts;
+			o->tell = a.tell;
+		}
+		c->script_calls += (uint64_t)q->limit + (uint64_t)q->breaker +
+				   (uint64_t)q->cb.budget + (uint64_t)q->cb.conf +
+				   (uint64_t)q->bh.on + (uint64_t)q->ck.on;
+		pthread_mutex_unlock(&c->lock);
+		ok++;
+	}
+	if (c->rpend != c->npend) {
+		/* replies left unread would answer the next round's commands */
+		set_error(c, "cluster: a round could not be sent whole");
+		disconnect(c);
+	}
+	c->npend = c->rpend = 0;
+	pthread_mutex_lock(&c->lock);
+	c->exchanges++;
+	if (ok == n)
+		c->last_ok_ns = mono_ns();
+	pthread_mutex_unlock(&c->lock);
+}
+
+void *cluster_main(void *arg)
+{
+	struct resild_cluster *c = arg;
+	int64_t backoff = c->interval_ns, retry_at = 0;
+	bool early;
+	sigset_t all;
+
+	/* signals belong to the loop's signalfd */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	c->rnd = (uint64_t)mono_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ULL;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (!c->stop && !c->kick && !c->kick_early) {
+			struct timespec ts;
+			int64_t at;
+
+			if (!c->sampling || !c->rc) {
+				pthread_cond_wait(&c->cond, &c->lock);
+				continue;
+			}
+			/* a demand sample: wake the loop every interval / SAMPLES
+			 * (it may post an early call on what it sees) */
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			at = (int64_t)ts.tv_sec * RESIL_NS_PER_S + ts.tv_nsec +
+			     c->interval_ns / SAMPLES;
+			ts.tv_sec = at / RESIL_NS_PER_S;
+			ts.tv_nsec = at % RESIL_NS_PER_S;
+			if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT &&
+			    !c->kick && !c->kick_early && !c->stop)
+				(void)eventfd_write(c->efd, 1);
+		}
+		if (c->stop)
+			break;
+		early = !c->kick;
+		c->kick = c->kick_early = false;
+		pthread_mutex_unlock(&c->lock);
+
+		if (!c->rc && mono_ns() >= retry_at) {
+			if (connect_redis(c)) {
+				backoff = c->interval_ns;
+			} else {
+				/* full jitter over [backoff/2, backoff] */
+				retry_at = mono_ns() + backoff / 2 +
+					   (int64_t)(rnd_next(c) % (uint64_t)(backoff / 2 + 1));
+				backoff =
+				    resil_min64(backoff * 2, c->sentinel ? SENTINEL_BACKOFF_MAX_NS
+									 : BACKOFF_MAX_NS);
+			}
+		}
+		if (c->rc && c->sentinel && mono_ns() >= c->sentinel_at) {
+			c->sentinel_at = mono_ns() + SENTINEL_RECHECK_NS;
+			sentinel_recheck(c);
+			if (!c->rc && connect_redis(c))
+				backoff = c->interval_ns;
+		}
+		if (c->rc) {
+			exchange(c, early);
+			/* wake the loop: it applies the answers now rather than at
+			 * its next tick (a lease, a fleet close, a budget a whole
+			 * tick sooner); a full counter or a failed write costs only
+			 * that tick */
+			if (eventfd_write(c->efd, 1) < 0 && errno != EAGAIN)
+				log_warning_errno(-errno, "cluster: cannot wake the loop: %m");
+		}
+		pthread_mutex_lock(&c->lock);
+	}
+	pthread_mutex_unlock(&c->lock);
+	disconnect(c);
+	return NULL;
+}
