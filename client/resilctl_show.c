@@ -322,7 +322,7 @@ static void fmt_span(int64_t ns, char *buf, size_t len)
 
 static void show_why_json(const Resil__PolicyInfo *p)
 {
-	int64_t v, since, next, calls, bp;
+	int64_t v, since, next = 0, calls = 0, bp;
 	char t[48];
 	const char *sep = "";
 
@@ -402,7 +402,7 @@ static void show_why_json(const Resil__PolicyInfo *p)
 
 static void show_why_text(const Resil__PolicyInfo *p)
 {
-	int64_t v, since, next, calls = 0, fail = 0, slow = 0, min = 0, bp, th;
+	int64_t v, since, next = 0, calls = 0, fail = 0, slow = 0, min = 0, bp, th;
 	int64_t now = clock_ns(CLOCK_REALTIME);
 	bool any = false;
 	char t[48], span[32];
