@@ -698,8 +698,10 @@ static bool over_threshold(const struct resil_breaker_conf *c, const struct resi
 static void time_sum_n(const struct resil_breaker_bucket *bk, uint32_t n, uint64_t tick1,
 		       struct resil_breaker_counts *k)
 {
-	/* 128-bit sums, clamped: the words are any client's to write */
-	unsigned __int128 calls = 0, failures = 0, slow = 0;
+	/* calls: a 128-bit sum, clamped (any client can write the words);
+	 * failures and slow calls are 32-bit fields, their sums fit */
+	unsigned __int128 calls = 0;
+	uint64_t failures = 0, slow = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t e = ld_acquire(&bk[i].epoch), bad;
@@ -713,8 +715,8 @@ static void time_sum_n(const struct resil_breaker_bucket *bk, uint32_t n, uint64
 		slow += (uint32_t)bad;
 	}
 	k->calls = calls > INT64_MAX ? INT64_MAX : (int64_t)calls;
-	k->failures = failures > INT64_MAX ? INT64_MAX : (int64_t)failures;
-	k->slow = slow > INT64_MAX ? INT64_MAX : (int64_t)slow;
+	k->failures = (int64_t)failures;
+	k->slow = (int64_t)slow;
 }
 
 static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1,
