@@ -1223,8 +1223,10 @@ static BK_COLD int check_slow(struct resil_ctx *x, const struct resil_breaker_co
 		 * embedded mode (no tick) decides the same. The repair
 		 * confirms it (a stale stamp is not a timeout); a caller that
 		 * finds the word moved is rejected like any caller in OPEN. */
+		/* oldest is a client's word: compared with now - wait (the
+		 * clock and the configuration: no overflow), never subtracted */
 		if (oldest != INT64_MAX && c->half_open_max_wait_ns > 0 &&
-		    resil_ctx_now(x) - oldest >= c->half_open_max_wait_ns) {
+		    oldest <= resil_ctx_now(x) - c->half_open_max_wait_ns) {
 			half_open_repair(x, b, c, w, false);
 			if (ld_acquire(&b->word) != w)
 				return RESIL_REJECT_OPEN;
