@@ -334,11 +334,13 @@ int main(void)
 	{
 		redisReply *r;
 
-		r = test_redis_tcp_cmd(port[to], "CLUSTER SETSLOT %d IMPORTING %s", s, node_id[from]);
+		r = test_redis_tcp_cmd(port[to], "CLUSTER SETSLOT %d IMPORTING %s", s,
+				       node_id[from]);
 		CHECK(r && r->type != REDIS_REPLY_ERROR, "IMPORTING");
 		if (r)
 			freeReplyObject(r);
-		r = test_redis_tcp_cmd(port[from], "CLUSTER SETSLOT %d MIGRATING %s", s, node_id[to]);
+		r = test_redis_tcp_cmd(port[from], "CLUSTER SETSLOT %d MIGRATING %s", s,
+				       node_id[to]);
 		CHECK(r && r->type != REDIS_REPLY_ERROR, "MIGRATING");
 		if (r)
 			freeReplyObject(r);
@@ -346,8 +348,9 @@ int main(void)
 		CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2,
 		      "the policy's keys in its slot");
 		for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
-			redisReply *m = test_redis_tcp_cmd(port[from], "MIGRATE 127.0.0.1 %d %s 0 5000", port[to],
-						 r->element[i]->str);
+			redisReply *m =
+			    test_redis_tcp_cmd(port[from], "MIGRATE 127.0.0.1 %d %s 0 5000",
+					       port[to], r->element[i]->str);
 
 			CHECK(m && m->type != REDIS_REPLY_ERROR, "MIGRATE %s: %s",
 			      r->element[i]->str, m && m->str ? m->str : "?");
@@ -368,7 +371,8 @@ int main(void)
 		      fleet(to, pol[0]));
 
 		for (int n = 0; n < PRIMS; n++) {
-			r = test_redis_tcp_cmd(port[n], "CLUSTER SETSLOT %d NODE %s", s, node_id[to]);
+			r = test_redis_tcp_cmd(port[n], "CLUSTER SETSLOT %d NODE %s", s,
+					       node_id[to]);
 			CHECK(r && r->type != REDIS_REPLY_ERROR, "SETSLOT NODE on %d", n);
 			if (r)
 				freeReplyObject(r);

@@ -42,7 +42,6 @@ static pid_t pid[NPROC];
 static struct test_daemon hd[HOSTS];
 static resil_t *cl[HOSTS];
 
-
 static bool up(int n)
 {
 	redisReply *r = test_redis_tcp_cmd(port[n], "PING");
@@ -110,7 +109,8 @@ static void stop(int n)
 /* the port the sentinel names for the master (-1: none) */
 static int named(void)
 {
-	redisReply *r = test_redis_tcp_cmd(port[SENTINEL], "SENTINEL get-master-addr-by-name %s", master);
+	redisReply *r =
+	    test_redis_tcp_cmd(port[SENTINEL], "SENTINEL get-master-addr-by-name %s", master);
 	int p = -1;
 
 	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
