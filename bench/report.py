@@ -120,20 +120,10 @@ def load_rows(path):
 
 
 def load(outdir):
-    rows = {}
-    with open(os.path.join(outdir, "results.tsv")) as f:
-        for line in f:
-            if line.startswith("#") or not line.strip():
-                continue
-            p = line.rstrip("\n").split("\t")
-            while len(p) < 8:
-                p.append("")
-            g, n, m = p[0], p[1], p[2]
-            try:
-                v = (float(p[3]), float(p[4]), float(p[5]))
-            except ValueError:
-                continue
-            rows[(g, n, m)] = (v, p[6], p[7])
+    path = os.path.join(outdir, "results.tsv")
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)  # a run's own results: required
+    rows = load_rows(path)
     machine = []
     mp = os.path.join(outdir, "machine.txt")
     if os.path.exists(mp):
