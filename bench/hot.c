@@ -290,7 +290,7 @@ void run_simple(resil_t *r, const char *group, struct simple_group *g)
 			/* one decision binds the policy (its state block) */
 			if (resil_acquire(x->p, &pm) == RESIL_ADMIT)
 				resil_release(x->p, &pm, RESIL_SUCCESS);
-			void *st = atomic_load(&x->p->lean_st);
+			void *st = atomic_load(&x->p->b)->lean_st;
 
 			if (st)
 				resil_bulkhead_lease_set(st, INT64_MAX, 25, 25 / 3);

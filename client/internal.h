@@ -33,33 +33,47 @@ struct Resil__Response;
 #define RESIL_STR(x)  RESIL_XSTR(x)
 
 /*
- * A handle. Its binding (where .. stats_st) is what the last resolve of
- * the name found: the mapping, the slot word, the record and, for a lean
- * policy (libresil.c), its state blocks, so that a decision reads them
- * from the handle instead of walking resil -> mapping -> segment ->
- * directory -> record. Written under r->lock by a
- * re-resolve, inside the seqlock bseq (odd while writing); read by every
- * decision between two loads of bseq (acquire, then fence + relaxed), so
- * a decision never pairs a record with another mapping. The binding is
- * only a cache: every decision still compares the slot word (acquire)
- * with `word`, and m with r->cur.
+ * A handle's binding: what one resolve of the name found. The mapping,
+ * the slot word, the record and, for a lean policy (libresil.c), its
+ * state blocks, so that a decision reads them from the handle instead of
+ * walking resil -> mapping -> segment -> directory -> record. Immutable
+ * once published: bind() fills a new one under r->lock and publishes it
+ * in the handle (release); a decision loads the pointer once (acquire)
+ * and reads its fields plainly, so it never pairs a record with another
+ * mapping and copies nothing. A replaced binding stays on the handle's
+ * list until resil_close, as mappings do: a thread may be deciding with
+ * it at that moment. A rebind to a mapping and slot word already bound
+ * takes the existing one, so the list grows with redefinitions and
+ * re-attaches, never with calls (one per distinct (mapping, word)).
+ * The binding is only a cache: every decision still compares the slot
+ * word (acquire) with `word`, and m with r->cur.
  */
+struct resil_binding {
+	struct resil_binding *next; /* the handle's list, under r->lock */
+	struct resil_map *m;
+	ra64 *slotp;		     /* the slot word's address in m */
+	ra32 *flagsp;		     /* m's cfg->flags (RESIL_SEG_RETIRED) */
+	const struct resil_rec *rec; /* NULL: unbound */
+	void *lean_st;		     /* lean: the component's state block */
+	void *stats_st;		     /* lean: the counters' state block */
+	uint64_t word;		     /* the slot word bound; 0: resolve first */
+	uint64_t lean;	/* RESIL_LEAN_* of rec | its breaker's resil_breaker_win_off << 32 */
+	uint32_t where; /* the permit's where for rec (permit_where) */
+	uint32_t held;	/* the permit's flags for rec: HELD | tag (permit_tag) */
+};
+
+/* A handle: a name and its binding. */
 struct resil_policy {
 	struct resil *r;
 	struct resil_policy *next; /* r->policies list, under r->lock */
-	ra32 bseq;		   /* seqlock over the binding */
-	ra32 where;		   /* the permit's where for rec (permit_where) */
-	ra32 held;		   /* the permit's flags for rec: HELD | tag (permit_tag) */
-	ra64 word;		   /* the slot word bound; 0: resolve first */
-	struct resil_map *_Atomic m;
-	ra64 *_Atomic slotp;  /* the slot word's address in m */
-	ra32 *_Atomic flagsp; /* m's cfg->flags (RESIL_SEG_RETIRED) */
-	const struct resil_rec *_Atomic rec;
-	ra64 lean; /* RESIL_LEAN_* of rec | its breaker's resil_breaker_win_off << 32 */
-	void *_Atomic lean_st;	/* lean: the component's state block */
-	void *_Atomic stats_st; /* lean: the counters' state block */
+	/* never NULL: resil_priv_unbound until the first bind */
+	const struct resil_binding *_Atomic b;
+	struct resil_binding *bindings; /* every one published, under r->lock */
 	char name[RESIL_NAME_MAX];
 };
+
+/* The binding of a handle that must resolve first (word 0). */
+extern const struct resil_binding resil_priv_unbound;
 
 /*
  * One mapping of a daemon's segment pair. The first is r->map0 (its seg

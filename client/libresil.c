@@ -371,6 +371,10 @@ RESIL_API void resil_close(resil_t *r)
 	}
 	for (p = r->policies; p; p = n) {
 		n = p->next;
+		for (struct resil_binding *b = p->bindings, *bn; b; b = bn) {
+			bn = b->next;
+			free(b);
+		}
 		free(p);
 	}
 	for (struct resil_def *d = r->defs, *dn; d; d = dn) {
@@ -749,73 +753,58 @@ static enum resil_comp lean_comp(uint32_t kind)
 	}
 }
 
+const struct resil_binding resil_priv_unbound = {.held = RESIL_PERMIT_HELD};
+
 /* Bind handle p to what lookup found: (m, slot, word). Under r->lock.
  * Only a name found in the current mapping is bound (word != 0); one
- * found in an older mapping is looked up again on each call. */
+ * found in an older mapping is looked up again on each call. Publishes
+ * an immutable binding (internal.h): the one the handle already has for
+ * (m, slot, word), else a new one; without memory for it the handle stays
+ * unbound and decides through the slow path. */
 static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, uint32_t slot,
 		 uint64_t word)
 {
 	const struct resil_rec *rec = word ? resil_seg_rec_of(m->seg, word) : NULL;
-	uint32_t s = ld_relaxed(&p->bseq), lean;
+	ra64 *slotp = &resil_seg_slots(m->seg)[slot];
+	struct resil_binding *b;
+	uint32_t lean;
 
-	if (m != ld_relaxed(&r->cur) || !rec)
-		word = 0;
-	st_relaxed(&p->bseq, s + 1);
-	/* the odd count before any field (seqlock writer) */
-	atomic_thread_fence(memory_order_release);
-	st_relaxed(&p->m, m);
-	st_relaxed(&p->slotp, &resil_seg_slots(m->seg)[slot]);
-	st_relaxed(&p->flagsp, &m->seg->cfg->flags);
-	st_relaxed(&p->rec, rec);
-	lean = word ? lean_kind(rec) : RESIL_LEAN_NONE;
-	/* the breaker window's offset, from the read-only configuration once
-	 * per binding (a rebind computes it again), beside the kind: the
-	 * releases that record into the window read it with no load more */
-	st_relaxed(&p->lean, lean | (rec && resil_has(rec, RESIL_C_BREAKER)
-					 ? (uint64_t)resil_breaker_win_off(&rec->conf.breaker) << 32
-					 : 0));
-	st_relaxed(&p->lean_st, lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL);
-	st_relaxed(&p->stats_st, lean ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL);
-	st_relaxed(&p->where, rec ? permit_where(m, rec_index(m->seg, rec)) : 0);
-	st_relaxed(&p->held, rec ? permit_held(rec) : RESIL_PERMIT_HELD);
-	st_relaxed(&p->word, word);
-	st_release(&p->bseq, s + 2);
-}
-
-/* A handle's binding as one consistent copy. */
-struct binding {
-	struct resil_map *m;
-	ra64 *slotp;
-	ra32 *flagsp;
-	const struct resil_rec *rec;
-	void *lean_st, *stats_st;
-	uint64_t word;
-	uint64_t lean; /* lean_kind | resil_breaker_win_off << 32 (bind) */
-	uint32_t where, held;
-};
-
-/* false while a re-resolve rewrites it (seqlock reader). A release (rel)
- * does not copy flagsp (relaxed loads are not dropped when unused): it
- * decides on no mapping's state, only into the permit's record. */
-static inline __attribute__((always_inline)) bool read_binding(struct resil_policy *p,
-							       struct binding *b, bool rel)
-{
-	uint32_t s = ld_acquire(&p->bseq);
-
-	b->m = ld_relaxed(&p->m);
-	b->slotp = ld_relaxed(&p->slotp);
-	if (!rel)
-		b->flagsp = ld_relaxed(&p->flagsp);
-	b->rec = ld_relaxed(&p->rec);
-	b->word = ld_relaxed(&p->word);
-	b->where = ld_relaxed(&p->where);
-	b->held = ld_relaxed(&p->held);
-	b->lean = ld_relaxed(&p->lean);
-	/* NULL unless lean (bind): loaded without a test */
-	b->lean_st = ld_relaxed(&p->lean_st);
-	b->stats_st = ld_relaxed(&p->stats_st);
-	atomic_thread_fence(memory_order_acquire);
-	return !(s & 1) && ld_relaxed(&p->bseq) == s;
+	if (m != ld_relaxed(&r->cur) || !rec) {
+		st_release(&p->b, &resil_priv_unbound);
+		return;
+	}
+	for (b = p->bindings; b; b = b->next) {
+		if (b->m == m && b->slotp == slotp && b->word == word)
+			break;
+	}
+	if (!b) {
+		b = calloc(1, sizeof(*b));
+		if (!b) {
+			st_release(&p->b, &resil_priv_unbound);
+			return;
+		}
+		b->m = m;
+		b->slotp = slotp;
+		b->flagsp = &m->seg->cfg->flags;
+		b->rec = rec;
+		lean = lean_kind(rec);
+		/* the breaker window's offset, from the read-only
+		 * configuration once per binding, beside the kind: the
+		 * releases that record into the window read it with no load
+		 * more */
+		b->lean = lean | (resil_has(rec, RESIL_C_BREAKER)
+				      ? (uint64_t)resil_breaker_win_off(&rec->conf.breaker) << 32
+				      : 0);
+		b->lean_st = lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL;
+		b->stats_st = lean ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL;
+		b->where = permit_where(m, rec_index(m->seg, rec));
+		b->held = permit_held(rec);
+		b->word = word;
+		b->next = p->bindings;
+		p->bindings = b;
+	}
+	/* release: a decision that loads b (acquire) sees it whole */
+	st_release(&p->b, b);
 }
 
 RESIL_API int resil_policy(resil_t *r, const char *name, resil_policy_t **ret)
@@ -847,6 +836,7 @@ RESIL_API int resil_policy(resil_t *r, const char *name, resil_policy_t **ret)
 			goto out;
 		}
 		p->r = r;
+		atomic_init(&p->b, &resil_priv_unbound);
 		strcpy(p->name, name);
 		p->next = r->policies;
 		r->policies = p;
@@ -905,7 +895,7 @@ static RESIL_COLD const struct resil_rec *resolve(struct resil_policy *p, struct
 		fill_ctx(r, m, x);
 		*ret_m = m;
 	} else {
-		st_release(&p->word, 0);
+		st_release(&p->b, &resil_priv_unbound);
 		*err = e;
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -936,24 +926,29 @@ static RESIL_COLD const struct resil_rec *ctx_slow(resil_policy_t *p, struct res
 /* Handle p's binding, if it is good for a decision now: the mapping is
  * the current one and not retired, and the slot word still names the
  * bound record. No syscall (fork_check's slow path aside). */
-static inline __attribute__((always_inline)) bool bound(resil_policy_t *p, struct binding *b)
+static inline __attribute__((always_inline)) bool bound(resil_policy_t *p,
+							const struct resil_binding **bp)
 {
 	struct resil *r = p->r;
+	const struct resil_binding *b;
 
 	fork_check(r);
+	/* acquire: pairs with bind's release, so the binding is whole */
+	b = ld_acquire(&p->b);
+	*bp = b;
 	/* acquire on the slot word: pairs with the release store that
 	 * published the record, so the record is whole; cur: the binding
 	 * is only good for the mapping decisions use now */
-	return read_binding(p, b, false) && b->word != 0 && b->m == ld_acquire(&r->cur) &&
+	return b->word != 0 && b->m == ld_acquire(&r->cur) &&
 	       !(ld_relaxed(b->flagsp) & RESIL_SEG_RETIRED) && ld_acquire(b->slotp) == b->word;
 }
 
 /* The record and mapping of a decision on handle p, and the permit's
  * where, from the binding b when it is good (ok), else the slow path.
- * rel: b was read with the breaker's window offset (read_binding), which
+ * rel: b carries the breaker's window offset (bind), which
  * the context then carries for a release. */
 static inline __attribute__((always_inline)) const struct resil_rec *
-ctx_bound(resil_policy_t *p, const struct binding *b, bool ok, bool rel, struct resil_ctx *x,
+ctx_bound(resil_policy_t *p, const struct resil_binding *b, bool ok, bool rel, struct resil_ctx *x,
 	  struct resil_map **ret_m, uint32_t *where, int *err)
 {
 	if (RESIL_LIKELY(ok)) {
@@ -974,10 +969,10 @@ static inline __attribute__((always_inline)) const struct resil_rec *
 ctx_map(resil_policy_t *p, struct resil_ctx *x, struct resil_map **ret_m, uint32_t *where, int *err,
 	bool rel)
 {
-	struct binding b;
+	const struct resil_binding *b;
 	bool ok = bound(p, &b);
 
-	return ctx_bound(p, &b, ok, rel, x, ret_m, where, err);
+	return ctx_bound(p, b, ok, rel, x, ret_m, where, err);
 }
 
 static inline __attribute__((always_inline)) const struct resil_rec *
@@ -1034,7 +1029,7 @@ static RESIL_COLD void reservation_sleep(struct resil *r, struct resil_permit_pr
 /* A lean acquire's end: the rejection counted as resil_policy_acquire
  * counts it, or the permit made whole. */
 static inline __attribute__((always_inline)) int lean_done(resil_policy_t *p,
-							   const struct binding *b,
+							   const struct resil_binding *b,
 							   struct resil_ctx *x,
 							   struct resil_permit_priv *pm, int v)
 {
@@ -1052,7 +1047,8 @@ static inline __attribute__((always_inline)) int lean_done(resil_policy_t *p,
  * a context that holds what it reads, one function per kind so that each
  * context stays in registers. The scan bulkhead reads the client id. */
 static inline __attribute__((always_inline)) int
-acquire_lean_bulkhead(resil_policy_t *p, const struct binding *b, struct resil_permit_priv *pm)
+acquire_lean_bulkhead(resil_policy_t *p, const struct resil_binding *b,
+		      struct resil_permit_priv *pm)
 {
 	struct resil_ctx x;
 	int v;
@@ -1086,7 +1082,7 @@ acquire_lean_bulkhead(resil_policy_t *p, const struct binding *b, struct resil_p
  * the key, and the segment and record (the table's hash seed, the
  * full-table event, the eviction count). */
 static inline __attribute__((always_inline)) int acquire_lean_limit(resil_policy_t *p,
-								    const struct binding *b,
+								    const struct resil_binding *b,
 								    const struct resil_req *req,
 								    struct resil_permit_priv *pm)
 {
@@ -1114,7 +1110,7 @@ static inline __attribute__((always_inline)) int acquire_lean_limit(resil_policy
  * needs a precise reading): RESIL_LEAN_GENERAL, nothing written but the
  * permit: the general path decides. */
 static inline __attribute__((always_inline)) int acquire_lean_plain(resil_policy_t *p,
-								    const struct binding *b,
+								    const struct resil_binding *b,
 								    const struct resil_req *req,
 								    struct resil_permit_priv *pm)
 {
@@ -1154,7 +1150,7 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	size_t key_len = 0;
 	int err = -ENOENT, ret;
 	uint32_t where = 0;
-	struct binding b;
+	const struct resil_binding *b;
 	bool ok;
 
 	if (RESIL_UNLIKELY(!p || !permit))
@@ -1169,17 +1165,17 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		key_len = req->key_len;
 	}
 	ok = bound(p, &b);
-	if (RESIL_LIKELY(ok) && LEAN_KIND(b.lean)) {
-		if (LEAN_KIND(b.lean) == RESIL_LEAN_BULKHEAD)
-			return acquire_lean_bulkhead(p, &b, pm);
-		if (LEAN_KIND(b.lean) == RESIL_LEAN_LIMIT)
-			return acquire_lean_limit(p, &b, req, pm);
-		ret = acquire_lean_plain(p, &b, req, pm);
+	if (RESIL_LIKELY(ok) && LEAN_KIND(b->lean)) {
+		if (LEAN_KIND(b->lean) == RESIL_LEAN_BULKHEAD)
+			return acquire_lean_bulkhead(p, b, pm);
+		if (LEAN_KIND(b->lean) == RESIL_LEAN_LIMIT)
+			return acquire_lean_limit(p, b, req, pm);
+		ret = acquire_lean_plain(p, b, req, pm);
 		if (RESIL_LIKELY(ret != RESIL_LEAN_GENERAL))
 			return ret;
 	}
 	memset(pm, 0, sizeof(*pm));
-	rec = ctx_bound(p, &b, ok, false, &x, &m, &where, &err);
+	rec = ctx_bound(p, b, ok, false, &x, &m, &where, &err);
 	if (RESIL_UNLIKELY(!rec))
 		return err;
 	if (req) {
@@ -1294,7 +1290,7 @@ release_unbound(struct resil *r, struct resil_permit_priv *pm, uint32_t tag, int
  * outcome (v: RESIL_BK_LEAN_AFTER | its code): the counters, and the
  * transition they may call for, with a context. */
 static RESIL_COLD __attribute__((noinline)) void release_lean_after(struct resil *r,
-								    const struct binding *b,
+								    const struct resil_binding *b,
 								    struct resil_permit_priv *pm,
 								    uint32_t v)
 {
@@ -1311,7 +1307,7 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
 	struct resil_ctx lx = {.client_id = 0};
 	struct resil *r;
-	struct binding b;
+	const struct resil_binding *b;
 	uint32_t tag, v;
 
 	if (RESIL_UNLIKELY(!p || !permit || !(pm->flags & RESIL_PERMIT_HELD)))
@@ -1332,38 +1328,39 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	 */
 	tag = pm->flags >> RESIL_PERMIT_TAG_SHIFT;
 	fork_check(r);
-	/* b.word != 0 implies b.rec (bind); where and the tag in one test */
-	if (RESIL_UNLIKELY(
-		!(read_binding(p, &b, true) &&
-		  ((b.where ^ pm->where) | ((b.held ^ pm->flags) >> RESIL_PERMIT_TAG_SHIFT)) == 0 &&
-		  b.word && ld_acquire(b.slotp) == b.word))) {
+	/* acquire: pairs with bind's release, so the binding is whole */
+	b = ld_acquire(&p->b);
+	/* b->word != 0 implies b->rec (bind); where and the tag in one test */
+	if (RESIL_UNLIKELY(!(
+		((b->where ^ pm->where) | ((b->held ^ pm->flags) >> RESIL_PERMIT_TAG_SHIFT)) == 0 &&
+		b->word && ld_acquire(b->slotp) == b->word))) {
 		release_unbound(r, pm, tag, outcome);
 		return;
 	}
 	/* the record the handle is bound to, still its slot's (not retired,
 	 * so not reused either): no walk */
-	if (!LEAN_KIND(b.lean)) {
-		release_bound(r, b.m, b.rec, LEAN_BK_OFF(b.lean), pm, outcome);
+	if (!LEAN_KIND(b->lean)) {
+		release_bound(r, b->m, b->rec, LEAN_BK_OFF(b->lean), pm, outcome);
 		return;
 	}
 	/* lean (see "Lean decisions"): the component's release (none reads
 	 * a context here) and the count */
-	if (LEAN_KIND(b.lean) == RESIL_LEAN_BULKHEAD) {
-		resil_bulkhead_release_scan(&b.rec->conf.bulkhead, b.lean_st, pm);
-	} else if (LEAN_KIND(b.lean) == RESIL_LEAN_LIMIT) {
-		resil_limit_release(&lx, &b.rec->conf.limit, b.lean_st, pm, outcome);
-	} else if (LEAN_KIND(b.lean) == RESIL_LEAN_BREAKER) {
-		v = resil_breaker_release_lean(&b.rec->conf.breaker, b.lean_st, pm, outcome,
-					       LEAN_BK_OFF(b.lean));
+	if (LEAN_KIND(b->lean) == RESIL_LEAN_BULKHEAD) {
+		resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
+	} else if (LEAN_KIND(b->lean) == RESIL_LEAN_LIMIT) {
+		resil_limit_release(&lx, &b->rec->conf.limit, b->lean_st, pm, outcome);
+	} else if (LEAN_KIND(b->lean) == RESIL_LEAN_BREAKER) {
+		v = resil_breaker_release_lean(&b->rec->conf.breaker, b->lean_st, pm, outcome,
+					       LEAN_BK_OFF(b->lean));
 		if (RESIL_UNLIKELY(v == RESIL_BK_LEAN_NO)) {
 			/* not a success in CLOSED */
-			release_bound(r, b.m, b.rec, LEAN_BK_OFF(b.lean), pm, outcome);
+			release_bound(r, b->m, b->rec, LEAN_BK_OFF(b->lean), pm, outcome);
 			return;
 		}
 		if (RESIL_UNLIKELY(v != RESIL_BK_LEAN_DONE))
-			release_lean_after(r, &b, pm, v);
+			release_lean_after(r, b, pm, v);
 	}
-	resil_stats_released(&lx, &b.rec->conf, b.stats_st, pm, outcome, -1);
+	resil_stats_released(&lx, &b->rec->conf, b->stats_st, pm, outcome, -1);
 	pm->flags = 0;
 }
 
@@ -1541,12 +1538,12 @@ RESIL_API int resil_policy_may_wait(const resil_policy_t *p)
 {
 	const struct resil_rec *rec;
 	struct resil_ctx x;
-	struct binding b;
+	const struct resil_binding *b;
 	int err = -ENOENT;
 
 	if (!p)
 		return -EINVAL;
-	if (bound((resil_policy_t *)p, &b) && LEAN_KIND(b.lean))
+	if (bound((resil_policy_t *)p, &b) && LEAN_KIND(b->lean))
 		return 0;
 	rec = resil_priv_ctx((resil_policy_t *)p, &x, &err);
 	if (!rec)

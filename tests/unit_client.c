@@ -210,7 +210,7 @@ static void test_release_after_reresolve(void **state)
 
 	assert_int_equal(resil_define(r, "bh", "bulkhead.max = 1; breaker.window = count:10"), 0);
 	assert_int_equal(resil_policy(r, "bh", &p), 0);
-	uint64_t w0 = atomic_load(&p->word);
+	uint64_t w0 = atomic_load(&p->b)->word;
 
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	/* a change while the permit is held: the handle re-resolves */
@@ -219,7 +219,7 @@ static void test_release_after_reresolve(void **state)
 				      " breaker.wait = 5s"),
 			 0);
 	assert_int_equal(resil_acquire(p, &b), RESIL_REJECT_FULL);
-	assert_true(atomic_load(&p->word) != w0); /* it did re-resolve */
+	assert_true(atomic_load(&p->b)->word != w0); /* it did re-resolve */
 	resil_release(p, &a, RESIL_SUCCESS);
 	/* the permit held under the old generation was freed */
 	assert_int_equal(resil_acquire(p, &b), RESIL_ADMIT);

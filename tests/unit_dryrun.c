@@ -101,7 +101,8 @@ static void test_lean_unkeyed(void **state)
 	assert_int_equal(resil_policy(r, "shadow", &p), 0);
 	for (int i = 0; i < 5; i++) {
 		admit(p, NULL);
-		assert_int_equal((uint32_t)p->lean, 2); /* bound lean: the path under test */
+		assert_int_equal((uint32_t)atomic_load(&p->b)->lean,
+				 2); /* bound lean: the path under test */
 	}
 	assert_int_equal(limit_of("shadow").dry_run_rejects, 3);
 	assert_int_equal(limit_of("shadow").word, 1000 * S + 200 * MS); /* two admissions */
@@ -115,7 +116,7 @@ static void test_lean_unkeyed(void **state)
 	assert_int_equal(resil_define(r, "shadow", "limit.rate = 10/s; limit.burst = 2"), 0);
 	assert_int_equal(resil_acquire(p, &pm), RESIL_REJECT_LIMITED);
 	assert_int_equal(resil_permit_wait_ns(&pm), 100 * MS);
-	assert_int_equal((uint32_t)p->lean, 2);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 2);
 	assert_int_equal(count("shadow", RESIL_STAT_REJ_LIMITED), 1);
 	assert_int_equal(limit_of("shadow").dry_run_rejects, 3);
 	/* and on again */
@@ -138,7 +139,7 @@ static void test_lean_keyed(void **state)
 	    0);
 	assert_int_equal(resil_policy(r, "shadow-keys", &p), 0);
 	admit(p, "10.0.0.1"); /* admitted, holds the one place */
-	assert_int_equal((uint32_t)p->lean, 2);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 2);
 	admit(p, "10.0.0.1"); /* limited for an hour: dry run */
 	admit(p, "10.0.0.2"); /* no room, the holder limited: dry run */
 	admit(p, "10.0.0.2");
@@ -162,7 +163,8 @@ static void test_wait(void **state)
 	assert_int_equal(resil_policy(r, "shadow-wait", &p), 0);
 	for (int i = 0; i < 3; i++) {
 		admit(p, NULL);		      /* goes at once: would have waited 100, 200 ms */
-		assert_int_equal((uint32_t)p->lean, 0); /* a wait: the general path */
+		assert_int_equal((uint32_t)atomic_load(&p->b)->lean,
+				 0); /* a wait: the general path */
 	}
 	assert_int_equal(limit_of("shadow-wait").dry_run_rejects, 2);
 	assert_int_equal(limit_of("shadow-wait").word, manual_ns + 100 * MS);

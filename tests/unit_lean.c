@@ -58,7 +58,8 @@ static void test_lean_counts_as_general(void **state)
 	assert_int_equal(resil_define(r, "pool", "bulkhead.max = 2"), 0);
 	assert_int_equal(resil_policy(r, "pool", &p), 0);
 	rec = test_rec_of(r, "pool");
-	assert_int_equal((uint32_t)p->lean, 1); /* bound lean: the path under test */
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean,
+			 1); /* bound lean: the path under test */
 
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal(resil_acquire(p, &b), RESIL_ADMIT);
@@ -106,7 +107,7 @@ static void test_lean_only_when_alone(void **state)
 		assert_int_equal(resil_policy(r, "mixed", &p), 0);
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* binds */
 		resil_release(p, &a, RESIL_SUCCESS);
-		assert_int_equal((uint32_t)p->lean, 0);
+		assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 0);
 	}
 }
 
@@ -124,14 +125,14 @@ static void test_lean_permit_outlives_rebind(void **state)
 	assert_int_equal(resil_policy(r, "dep", &p), 0);
 	lean_rec = test_rec_of(r, "dep");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal((uint32_t)p->lean, 1);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 1);
 
 	/* a breaker joins: a new record, a new block, bound general */
 	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2; breaker.window = count:10"), 0);
 	gen_rec = test_rec_of(r, "dep");
 	assert_ptr_not_equal(gen_rec, lean_rec);
 	assert_int_equal(resil_acquire(p, &g), RESIL_ADMIT);
-	assert_int_equal((uint32_t)p->lean, 0);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 0);
 	assert_int_equal(held(gen_rec), 1);
 
 	resil_release(p, &a, RESIL_SUCCESS); /* the lean permit, by the general path */
@@ -143,7 +144,7 @@ static void test_lean_permit_outlives_rebind(void **state)
 	 * still goes back to its own block */
 	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2"), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal((uint32_t)p->lean, 1);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 1);
 	resil_release(p, &g, RESIL_FAILURE);
 	assert_int_equal(held(gen_rec), 0);
 	assert_int_equal(count(gen_rec, RESIL_STAT_FAILURE), 1);
@@ -174,7 +175,7 @@ static void test_lean_limit(void **state)
 	assert_int_equal(resil_policy(r, "rate", &p), 0);
 	rec = test_rec_of(r, "rate");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal((uint32_t)p->lean, 2);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 2);
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* the burst */
 	resil_release(p, &a, RESIL_SUCCESS);
@@ -197,7 +198,7 @@ static void test_lean_limit(void **state)
 	/* reserving: the general path */
 	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.wait = 1s"), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal((uint32_t)p->lean, 0);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 0);
 	resil_release(p, &a, RESIL_SUCCESS);
 }
 
@@ -216,7 +217,7 @@ static void test_lean_keyed(void **state)
 	assert_int_equal(resil_policy(r, "ip", &p), 0);
 	rec = test_rec_of(r, "ip");
 	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_ADMIT);
-	assert_int_equal((uint32_t)p->lean, 2);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 2);
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_REJECT_LIMITED);
 	assert_int_equal(resil_permit_wait_ns(&a), 100 * 1000000LL);
@@ -267,7 +268,7 @@ static void test_lean_breaker(void **state)
 		assert_int_equal(resil_policy(r, "lb", &p), 0);
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* binds */
 		resil_release(p, &a, RESIL_SUCCESS);
-		assert_int_equal((uint32_t)p->lean, i == 0 ? 3 : 4);
+		assert_int_equal((uint32_t)atomic_load(&p->b)->lean, i == 0 ? 3 : 4);
 	}
 	/* slow-call rates stamp a time: general */
 	assert_int_equal(
@@ -275,7 +276,7 @@ static void test_lean_breaker(void **state)
 	assert_int_equal(resil_policy(r, "slow", &p), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	resil_release(p, &a, RESIL_SUCCESS);
-	assert_int_equal((uint32_t)p->lean, 0);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 0);
 
 	assert_int_equal(resil_define(r, "cb", lean[1]), 0);
 	assert_int_equal(resil_policy(r, "cb", &p), 0);
@@ -284,7 +285,7 @@ static void test_lean_breaker(void **state)
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 		resil_release(p, &a, RESIL_SUCCESS);
 	}
-	assert_int_equal((uint32_t)p->lean, 4);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 4);
 	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 7);
 	/* 5 failures after 7 successes: 5 of the last 10 failed (50%) */
 	for (int i = 0; i < 5; i++) {
@@ -364,8 +365,8 @@ static void test_rebind_window_offset(void **state)
 			assert_non_null(rec);
 			off = resil_breaker_win_off(&rec->conf.breaker);
 			/* the handle re-bound to the new record, its offset with it */
-			assert_int_equal((uint32_t)(p->lean >> 32), off);
-			assert_int_equal((uint32_t)p->lean, k ? 0 : 4);
+			assert_int_equal((uint32_t)(atomic_load(&p->b)->lean >> 32), off);
+			assert_int_equal((uint32_t)atomic_load(&p->b)->lean, k ? 0 : 4);
 			if (round)
 				assert_true((off & ~1u) > (off_before & ~1u));
 			off_before = off;
