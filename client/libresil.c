@@ -1099,81 +1099,27 @@ static inline __attribute__((always_inline)) int acquire_lean_limit(resil_policy
 			 resil_limit_acquire(&x, &b->rec->conf.limit, b->lean_st, pm));
 }
 
-/* acquire_lean_plain: neither admitted nor rejected here */
-#define RESIL_LEAN_GENERAL (-1)
-
-/* The counters alone, or a lean breaker: CLOSED spends nothing, so no
- * context and no clock; the permit made whole as the general path makes
- * it. OPEN before its wait, and FORCED_OPEN, reject with a coarse clock
- * reading at most, counted as the general path counts them. Any other
- * state (the first caller after the wait, HALF_OPEN, a short wait that
- * needs a precise reading): RESIL_LEAN_GENERAL, nothing written but the
- * permit: the general path decides. */
-static inline __attribute__((always_inline)) int acquire_lean_plain(resil_policy_t *p,
-								    const struct resil_binding *b,
-								    const struct resil_req *req,
-								    struct resil_permit_priv *pm)
+/*
+ * The general path of an acquire: the decision context and
+ * resil_policy_acquire, from the binding b that bound() returned (ok) or
+ * through the slow path. Each path of an acquire is its own function, so
+ * that each pays for its own frame only: the counters alone and a CLOSED
+ * lean breaker (resil_acquire_ex itself) save no register and make no
+ * call; the general path, a lean bulkhead's scan and a lean limiter's
+ * clock reading are reached by a tail call.
+ */
+static __attribute__((noinline, flatten)) int
+acquire_general(resil_policy_t *p, const struct resil_req *req, struct resil_permit_priv *pm,
+		const struct resil_binding *b, bool ok)
 {
-	int v;
-
-	memset(pm, 0, sizeof(*pm));
-	pm->limit_permits = 1;
-	if (req) {
-		pm->priority = (uint32_t)req->priority;
-		pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
-	}
-	if (LEAN_KIND(b->lean) == RESIL_LEAN_BREAKER &&
-	    RESIL_UNLIKELY(resil_breaker_acquire_lean(b->lean_st, pm))) {
-		/* acquire: pairs with the release in resil_set_clock */
-		v = resil_breaker_reject_lean(&b->rec->conf.breaker, b->lean_st,
-					      ld_acquire(&p->r->clock));
-		if (!v)
-			return RESIL_LEAN_GENERAL;
-		resil_stats_rejected(NULL, b->stats_st, v);
-		after_clockless(p->r);
-		return v;
-	}
-	pm->where = b->where;
-	pm->flags = b->held;
-	after_clockless(p->r);
-	return RESIL_ADMIT;
-}
-
-RESIL_API __attribute__((flatten)) int
-resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t *permit)
-{
-	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
+	const void *key = req ? req->key : NULL;
+	size_t key_len = req ? req->key_len : 0;
 	const struct resil_rec *rec;
 	struct resil_map *m;
 	struct resil_ctx x;
-	const void *key = NULL;
-	size_t key_len = 0;
 	int err = -ENOENT, ret;
 	uint32_t where = 0;
-	const struct resil_binding *b;
-	bool ok;
 
-	if (RESIL_UNLIKELY(!p || !permit))
-		return -EINVAL;
-	if (req) {
-		if (req->key_len && !req->key)
-			return -EINVAL;
-		if (req->permits < 0 ||
-		    (req->priority != RESIL_PRIO_NORMAL && req->priority != RESIL_PRIO_CRITICAL))
-			return -EINVAL;
-		key = req->key;
-		key_len = req->key_len;
-	}
-	ok = bound(p, &b);
-	if (RESIL_LIKELY(ok) && LEAN_KIND(b->lean)) {
-		if (LEAN_KIND(b->lean) == RESIL_LEAN_BULKHEAD)
-			return acquire_lean_bulkhead(p, b, pm);
-		if (LEAN_KIND(b->lean) == RESIL_LEAN_LIMIT)
-			return acquire_lean_limit(p, b, req, pm);
-		ret = acquire_lean_plain(p, b, req, pm);
-		if (RESIL_LIKELY(ret != RESIL_LEAN_GENERAL))
-			return ret;
-	}
 	memset(pm, 0, sizeof(*pm));
 	rec = ctx_bound(p, b, ok, false, &x, &m, &where, &err);
 	if (RESIL_UNLIKELY(!rec))
@@ -1195,6 +1141,86 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	}
 	after_decision(p->r, &x);
 	return ret;
+}
+
+static __attribute__((noinline, flatten)) int
+acquire_bulkhead(resil_policy_t *p, const struct resil_binding *b, struct resil_permit_priv *pm)
+{
+	return acquire_lean_bulkhead(p, b, pm);
+}
+
+static __attribute__((noinline, flatten)) int acquire_limit(resil_policy_t *p,
+							    const struct resil_binding *b,
+							    const struct resil_req *req,
+							    struct resil_permit_priv *pm)
+{
+	return acquire_lean_limit(p, b, req, pm);
+}
+
+/* A lean breaker that is not CLOSED: OPEN before its wait, and
+ * FORCED_OPEN, reject with a coarse clock reading at most, counted as the
+ * general path counts them. Any other state (the first caller after the
+ * wait, HALF_OPEN, a short wait that needs a precise reading): the
+ * general path decides. */
+static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
+							   const struct resil_req *req,
+							   struct resil_permit_priv *pm,
+							   const struct resil_binding *b)
+{
+	/* acquire: pairs with the release in resil_set_clock */
+	int v =
+	    resil_breaker_reject_lean(&b->rec->conf.breaker, b->lean_st, ld_acquire(&p->r->clock));
+
+	if (!v)
+		return acquire_general(p, req, pm, b, true);
+	resil_stats_rejected(NULL, b->stats_st, v);
+	after_clockless(p->r);
+	return v;
+}
+
+RESIL_API __attribute__((flatten)) int
+resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t *permit)
+{
+	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
+	const struct resil_binding *b;
+
+	if (RESIL_UNLIKELY(!p || !permit))
+		return -EINVAL;
+	if (req) {
+		if (req->key_len && !req->key)
+			return -EINVAL;
+		if (req->permits < 0 ||
+		    (req->priority != RESIL_PRIO_NORMAL && req->priority != RESIL_PRIO_CRITICAL))
+			return -EINVAL;
+	}
+	if (RESIL_UNLIKELY(!bound(p, &b)))
+		return acquire_general(p, req, pm, b, false);
+	switch (LEAN_KIND(b->lean)) {
+	case RESIL_LEAN_BULKHEAD:
+		return acquire_bulkhead(p, b, pm);
+	case RESIL_LEAN_LIMIT:
+		return acquire_limit(p, b, req, pm);
+	case RESIL_LEAN_STATS:
+	case RESIL_LEAN_BREAKER:
+		/* the counters alone, or a lean breaker: CLOSED spends
+		 * nothing, so no context and no clock; the permit made whole
+		 * as the general path makes it */
+		memset(pm, 0, sizeof(*pm));
+		pm->limit_permits = 1;
+		if (req) {
+			pm->priority = (uint32_t)req->priority;
+			pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
+		}
+		if (LEAN_KIND(b->lean) == RESIL_LEAN_BREAKER &&
+		    RESIL_UNLIKELY(resil_breaker_acquire_lean(b->lean_st, pm)))
+			return acquire_open(p, req, pm, b);
+		pm->where = b->where;
+		pm->flags = b->held;
+		after_clockless(p->r);
+		return RESIL_ADMIT;
+	default:
+		return acquire_general(p, req, pm, b, true);
+	}
 }
 
 RESIL_API int resil_acquire(resil_policy_t *p, resil_permit_t *permit)
@@ -1301,6 +1327,31 @@ static RESIL_COLD __attribute__((noinline)) void release_lean_after(struct resil
 	resil_breaker_lean_after(&x, &b->rec->conf.breaker, b->lean_st, pm->breaker_gen, v);
 }
 
+/* The general path of a release, from the binding b (see acquire_general:
+ * each path of a release is its own function too). */
+static __attribute__((noinline, flatten)) void release_general(struct resil *r,
+							       const struct resil_binding *b,
+							       struct resil_permit_priv *pm,
+							       int outcome)
+{
+	release_bound(r, b->m, b->rec, LEAN_BK_OFF(b->lean), pm, outcome);
+}
+
+/* A lean bulkhead's or limiter's release (none reads a context here) and
+ * the count. */
+static __attribute__((noinline, flatten)) void
+release_comp(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
+{
+	struct resil_ctx lx = {.client_id = 0};
+
+	if (LEAN_KIND(b->lean) == RESIL_LEAN_BULKHEAD)
+		resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
+	else
+		resil_limit_release(&lx, &b->rec->conf.limit, b->lean_st, pm, outcome);
+	resil_stats_released(&lx, &b->rec->conf, b->stats_st, pm, outcome, -1);
+	pm->flags = 0;
+}
+
 RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_permit_t *permit,
 						      int outcome)
 {
@@ -1308,7 +1359,7 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	struct resil_ctx lx = {.client_id = 0};
 	struct resil *r;
 	const struct resil_binding *b;
-	uint32_t tag, v;
+	uint32_t v;
 
 	if (RESIL_UNLIKELY(!p || !permit || !(pm->flags & RESIL_PERMIT_HELD)))
 		return;
@@ -1326,7 +1377,6 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	 * seqlock, and one reused since (another tag, or 0 while free) drops
 	 * the release: the handle's cached block may be another policy's.
 	 */
-	tag = pm->flags >> RESIL_PERMIT_TAG_SHIFT;
 	fork_check(r);
 	/* acquire: pairs with bind's release, so the binding is whole */
 	b = ld_acquire(&p->b);
@@ -1334,31 +1384,33 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	if (RESIL_UNLIKELY(!(
 		((b->where ^ pm->where) | ((b->held ^ pm->flags) >> RESIL_PERMIT_TAG_SHIFT)) == 0 &&
 		b->word && ld_acquire(b->slotp) == b->word))) {
-		release_unbound(r, pm, tag, outcome);
+		release_unbound(r, pm, pm->flags >> RESIL_PERMIT_TAG_SHIFT, outcome);
 		return;
 	}
 	/* the record the handle is bound to, still its slot's (not retired,
 	 * so not reused either): no walk */
-	if (!LEAN_KIND(b->lean)) {
-		release_bound(r, b->m, b->rec, LEAN_BK_OFF(b->lean), pm, outcome);
+	switch (LEAN_KIND(b->lean)) {
+	case RESIL_LEAN_NONE:
+		release_general(r, b, pm, outcome);
 		return;
-	}
-	/* lean (see "Lean decisions"): the component's release (none reads
-	 * a context here) and the count */
-	if (LEAN_KIND(b->lean) == RESIL_LEAN_BULKHEAD) {
-		resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
-	} else if (LEAN_KIND(b->lean) == RESIL_LEAN_LIMIT) {
-		resil_limit_release(&lx, &b->rec->conf.limit, b->lean_st, pm, outcome);
-	} else if (LEAN_KIND(b->lean) == RESIL_LEAN_BREAKER) {
+	case RESIL_LEAN_BULKHEAD:
+	case RESIL_LEAN_LIMIT:
+		release_comp(b, pm, outcome);
+		return;
+	case RESIL_LEAN_BREAKER:
+		/* lean (see "Lean decisions") */
 		v = resil_breaker_release_lean(&b->rec->conf.breaker, b->lean_st, pm, outcome,
 					       LEAN_BK_OFF(b->lean));
 		if (RESIL_UNLIKELY(v == RESIL_BK_LEAN_NO)) {
 			/* not a success in CLOSED */
-			release_bound(r, b->m, b->rec, LEAN_BK_OFF(b->lean), pm, outcome);
+			release_general(r, b, pm, outcome);
 			return;
 		}
 		if (RESIL_UNLIKELY(v != RESIL_BK_LEAN_DONE))
 			release_lean_after(r, b, pm, v);
+		break;
+	default:
+		break;
 	}
 	resil_stats_released(&lx, &b->rec->conf, b->stats_st, pm, outcome, -1);
 	pm->flags = 0;
