@@ -204,9 +204,14 @@ RESIL_COLD void resil_priv_after_fork(struct resil *r)
 /* In a forked child, take this process's own identity first (r->lock must
  * not be held: resil_priv_after_fork takes it). Two loads and a compare
  * when nothing forked: no getpid on the hot path. */
+static inline bool forked(struct resil *r)
+{
+	return RESIL_UNLIKELY(ld_acquire(&r->fork_gen) != ld_relaxed(&resil_priv_fork_gen));
+}
+
 static inline void fork_check(struct resil *r)
 {
-	if (RESIL_UNLIKELY(ld_acquire(&r->fork_gen) != ld_relaxed(&resil_priv_fork_gen)))
+	if (forked(r))
 		resil_priv_after_fork(r);
 }
 
@@ -851,7 +856,8 @@ out:
 
 /* The decision context of this process in mapping m; fork_check done by
  * the caller. */
-static void fill_ctx(struct resil *r, struct resil_map *m, struct resil_ctx *x)
+static inline __attribute__((always_inline)) void fill_ctx(struct resil *r, struct resil_map *m,
+							   struct resil_ctx *x)
 {
 	int row;
 
@@ -925,14 +931,14 @@ static RESIL_COLD const struct resil_rec *ctx_slow(resil_policy_t *p, struct res
 
 /* Handle p's binding, if it is good for a decision now: the mapping is
  * the current one and not retired, and the slot word still names the
- * bound record. No syscall (fork_check's slow path aside). */
-static inline __attribute__((always_inline)) bool bound(resil_policy_t *p,
-							const struct resil_binding **bp)
+ * bound record. No syscall. The caller has made fork_check (or tested
+ * forked()). */
+static inline __attribute__((always_inline)) bool good_binding(resil_policy_t *p,
+							       const struct resil_binding **bp)
 {
 	struct resil *r = p->r;
 	const struct resil_binding *b;
 
-	fork_check(r);
 	/* acquire: pairs with bind's release, so the binding is whole */
 	b = ld_acquire(&p->b);
 	*bp = b;
@@ -941,6 +947,15 @@ static inline __attribute__((always_inline)) bool bound(resil_policy_t *p,
 	 * is only good for the mapping decisions use now */
 	return b->word != 0 && b->m == ld_acquire(&r->cur) &&
 	       !(ld_relaxed(b->flagsp) & RESIL_SEG_RETIRED) && ld_acquire(b->slotp) == b->word;
+}
+
+/* The same after fork_check (the hot functions test forked() themselves
+ * and take a function of their own after a fork: acquire_forked). */
+static inline __attribute__((always_inline)) bool bound(resil_policy_t *p,
+							const struct resil_binding **bp)
+{
+	fork_check(p->r);
+	return good_binding(p, bp);
 }
 
 /* The record and mapping of a decision on handle p, and the permit's
@@ -1178,11 +1193,30 @@ static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
 	return v;
 }
 
+/* The first decision of a forked child: its own identity first
+ * (fork_check), then the decision. Out of line, as every call the hot
+ * functions make: a call they made inline would cost each of their paths
+ * the registers it keeps across it. */
+static RESIL_COLD __attribute__((noinline)) int
+acquire_forked(resil_policy_t *p, const struct resil_req *req, resil_permit_t *permit)
+{
+	fork_check(p->r);
+	return resil_acquire_ex(p, req, permit);
+}
+
+/* after_clockless's periodic check, then v. */
+static RESIL_COLD __attribute__((noinline)) int clockless_then(struct resil *r, int v)
+{
+	clockless_check(r);
+	return v;
+}
+
 RESIL_API __attribute__((flatten)) int
 resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t *permit)
 {
 	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
 	const struct resil_binding *b;
+	struct resil *r;
 
 	if (RESIL_UNLIKELY(!p || !permit))
 		return -EINVAL;
@@ -1193,7 +1227,10 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		    (req->priority != RESIL_PRIO_NORMAL && req->priority != RESIL_PRIO_CRITICAL))
 			return -EINVAL;
 	}
-	if (RESIL_UNLIKELY(!bound(p, &b)))
+	r = p->r;
+	if (forked(r))
+		return acquire_forked(p, req, permit);
+	if (RESIL_UNLIKELY(!good_binding(p, &b)))
 		return acquire_general(p, req, pm, b, false);
 	switch (LEAN_KIND(b->lean)) {
 	case RESIL_LEAN_BULKHEAD:
@@ -1216,8 +1253,9 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 			return acquire_open(p, req, pm, b);
 		pm->where = b->where;
 		pm->flags = b->held;
-		after_clockless(p->r);
-		return RESIL_ADMIT;
+		if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
+			return RESIL_ADMIT;
+		return clockless_then(r, RESIL_ADMIT); /* after_clockless */
 	default:
 		return acquire_general(p, req, pm, b, true);
 	}
@@ -1312,19 +1350,38 @@ release_unbound(struct resil *r, struct resil_permit_priv *pm, uint32_t tag, int
 	release_old(r, m, resil_seg_rec(m->seg, idx - 1), tag, pm, outcome);
 }
 
+/* The end of a lean release off the hot function's own path: the count
+ * (one call site for the lean releases out of line, so that the counters'
+ * function stays inlined where the general path calls it). */
+static __attribute__((noinline, flatten)) void
+release_count(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
+{
+	pm->flags = 0;
+	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
+}
+
 /* A lean breaker's success recorded over a slot that held another
  * outcome (v: RESIL_BK_LEAN_AFTER | its code): the counters, and the
- * transition they may call for, with a context. */
+ * transition they may call for, with a context; then the count. */
 static RESIL_COLD __attribute__((noinline)) void release_lean_after(struct resil *r,
 								    const struct resil_binding *b,
 								    struct resil_permit_priv *pm,
-								    uint32_t v)
+								    uint32_t v, int outcome)
 {
 	struct resil_ctx x;
 
 	fill_ctx(r, b->m, &x);
 	x.rec = b->rec;
 	resil_breaker_lean_after(&x, &b->rec->conf.breaker, b->lean_st, pm->breaker_gen, v);
+	release_count(b, pm, outcome);
+}
+
+/* A release in a forked child: see acquire_forked. */
+static RESIL_COLD __attribute__((noinline)) void release_forked(resil_policy_t *p,
+								resil_permit_t *permit, int outcome)
+{
+	fork_check(p->r);
+	resil_release(p, permit, outcome);
 }
 
 /* The general path of a release, from the binding b (see acquire_general:
@@ -1348,15 +1405,13 @@ release_comp(const struct resil_binding *b, struct resil_permit_priv *pm, int ou
 		resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
 	else
 		resil_limit_release(&lx, &b->rec->conf.limit, b->lean_st, pm, outcome);
-	resil_stats_released(&lx, &b->rec->conf, b->stats_st, pm, outcome, -1);
-	pm->flags = 0;
+	release_count(b, pm, outcome);
 }
 
 RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_permit_t *permit,
 						      int outcome)
 {
 	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
-	struct resil_ctx lx = {.client_id = 0};
 	struct resil *r;
 	const struct resil_binding *b;
 	uint32_t v;
@@ -1377,7 +1432,10 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	 * seqlock, and one reused since (another tag, or 0 while free) drops
 	 * the release: the handle's cached block may be another policy's.
 	 */
-	fork_check(r);
+	if (forked(r)) {
+		release_forked(p, permit, outcome);
+		return;
+	}
 	/* acquire: pairs with bind's release, so the binding is whole */
 	b = ld_acquire(&p->b);
 	/* b->word != 0 implies b->rec (bind); where and the tag in one test */
@@ -1406,14 +1464,18 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 			release_general(r, b, pm, outcome);
 			return;
 		}
-		if (RESIL_UNLIKELY(v != RESIL_BK_LEAN_DONE))
-			release_lean_after(r, b, pm, v);
+		if (RESIL_UNLIKELY(v != RESIL_BK_LEAN_DONE)) {
+			release_lean_after(r, b, pm, v, outcome);
+			return;
+		}
 		break;
 	default:
 		break;
 	}
-	resil_stats_released(&lx, &b->rec->conf, b->stats_st, pm, outcome, -1);
+	/* the counters read no context (and, last, nothing is kept across
+	 * their add) */
 	pm->flags = 0;
+	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
 }
 
 RESIL_API int64_t resil_permit_wait_ns(const resil_permit_t *permit)
