@@ -226,6 +226,67 @@ static void test_release_after_reresolve(void **state)
 	resil_release(p, &b, RESIL_SUCCESS);
 }
 
+static int bindings_of(const resil_policy_t *p)
+{
+	int n = 0;
+
+	for (const struct resil_binding *b = p->bindings; b; b = b->next)
+		n++;
+	return n;
+}
+
+/* A handle's binding is published once per (mapping, slot word) and kept
+ * until resil_close (internal.h): the list grows with redefinitions,
+ * never with calls, and a replaced binding stays readable. */
+static void test_binding_kept(void **state)
+{
+	resil_t *r = *state;
+	const struct resil_binding *b0, *b1;
+	resil_policy_t *p;
+	resil_permit_t pm;
+
+	assert_int_equal(resil_define(r, "bk", "bulkhead.max = 2; breaker.window = count:10"), 0);
+	assert_int_equal(resil_policy(r, "bk", &p), 0);
+	b0 = atomic_load(&p->b);
+	assert_true(b0->word != 0);
+	for (int i = 0; i < 1000; i++) {
+		resil_policy_t *q;
+
+		assert_int_equal(resil_policy(r, "bk", &q), 0); /* binds again */
+		assert_ptr_equal(q, p);
+		assert_int_equal(resil_acquire(p, &pm), RESIL_ADMIT);
+		resil_release(p, &pm, RESIL_SUCCESS);
+	}
+	assert_ptr_equal(atomic_load(&p->b), b0);
+	assert_int_equal(bindings_of(p), 1);
+
+	/* a permit held across a redefinition: a new binding; the old one
+	 * stays whole, and the permit goes back through it */
+	{
+		resil_permit_t old, a;
+
+		assert_int_equal(resil_acquire(p, &old), RESIL_ADMIT);
+		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+		/* the same shape (the block is kept), another record */
+		assert_int_equal(resil_define(r, "bk",
+					      "bulkhead.max = 2; breaker.window = count:10;"
+					      " breaker.wait = 5s"),
+				 0);
+		assert_int_equal(resil_acquire(p, &pm), RESIL_REJECT_FULL); /* both still held */
+		b1 = atomic_load(&p->b);
+		assert_ptr_not_equal(b1, b0);
+		assert_true(b1->word != b0->word);
+		assert_int_equal(bindings_of(p), 2);
+		assert_true(b0->word != 0 && b0->rec != NULL); /* not freed, not rewritten */
+		resil_release(p, &old, RESIL_SUCCESS);
+		resil_release(p, &a, RESIL_SUCCESS);
+	}
+	assert_int_equal(resil_acquire(p, &pm), RESIL_ADMIT);
+	resil_release(p, &pm, RESIL_SUCCESS);
+	assert_ptr_equal(atomic_load(&p->b), b1);
+	assert_int_equal(bindings_of(p), 2);
+}
+
 static void test_segment_full(void **state)
 {
 	struct resil_embedded_opts o = {.slots = 2};
@@ -482,6 +543,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_breaker_opens, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_delete_and_back, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_release_after_reresolve, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_binding_kept, open_emb, close_emb),
 	    cmocka_unit_test(test_segment_full),
 	    cmocka_unit_test(test_open_nothing_listens),
 	    cmocka_unit_test(test_open_never_answers),
