@@ -33,6 +33,15 @@ static bool stat_of(const Resil__PolicyInfo *p, const char *name, int64_t *v)
 	return false;
 }
 
+/* ,"json":value when the daemon sent the stat. */
+static void put_stat(const Resil__PolicyInfo *p, const char *stat, const char *json)
+{
+	int64_t v;
+
+	if (stat_of(p, stat, &v))
+		printf(",\"%s\":%" PRId64, json, v);
+}
+
 /* The daemon's stats for a limiter (daemon/ctl.c) and their JSON names: a
  * keyed table's, then limit.dry_run's count (shown only when the policy
  * has dry_run on or the count is not 0: see dry_run_shown). */
@@ -79,30 +88,22 @@ static void show_cluster_json(const Resil__PolicyInfo *p)
 	       conn ? "true" : "false", last);
 	if (stat_of(p, "cluster_share_milli", &v)) {
 		printf(",\"share\":%.3f", (double)v / 1000.0);
-		if (stat_of(p, "cluster_lease_ms", &v))
-			printf(",\"lease_ms\":%" PRId64, v);
+		put_stat(p, "cluster_lease_ms", "lease_ms");
 		if (stat_of(p, "cluster_demand_milli", &v))
 			printf(",\"demand\":%.3f", (double)v / 1000.0);
-		if (stat_of(p, "cluster_hosts", &v))
-			printf(",\"hosts\":%" PRId64, v);
+		put_stat(p, "cluster_hosts", "hosts");
 	}
 	if (stat_of(p, "cluster_slots", &v)) {
 		printf(",\"slots\":%" PRId64, v);
-		if (stat_of(p, "cluster_slots_max", &v))
-			printf(",\"slots_max\":%" PRId64, v);
-		if (stat_of(p, "cluster_slots_parked", &v))
-			printf(",\"slots_parked\":%" PRId64, v);
-		if (stat_of(p, "cluster_slots_lease_ms", &v))
-			printf(",\"slots_lease_ms\":%" PRId64, v);
-		if (stat_of(p, "cluster_slots_hosts", &v))
-			printf(",\"slots_hosts\":%" PRId64, v);
+		put_stat(p, "cluster_slots_max", "slots_max");
+		put_stat(p, "cluster_slots_parked", "slots_parked");
+		put_stat(p, "cluster_slots_lease_ms", "slots_lease_ms");
+		put_stat(p, "cluster_slots_hosts", "slots_hosts");
 	}
 	if (stat_of(p, "cluster_fleet", &v)) {
 		printf(",\"fleet\":\"%s\"", fleet_word(v));
-		if (stat_of(p, "cluster_fleet_open", &v))
-			printf(",\"fleet_open\":%" PRId64, v);
-		if (stat_of(p, "cluster_fleet_calls", &v))
-			printf(",\"fleet_calls\":%" PRId64, v);
+		put_stat(p, "cluster_fleet_open", "fleet_open");
+		put_stat(p, "cluster_fleet_calls", "fleet_calls");
 	}
 	printf("}");
 }
@@ -249,12 +250,9 @@ static void show_limit_json(const Resil__PolicyInfo *p)
 	printf(",\"key\":{\"key\":");
 	json_str(stdout, o.key);
 	printf(",\"present\":%s", v ? "true" : "false");
-	if (stat_of(p, "key_tat_ns", &v))
-		printf(",\"tat_ns\":%" PRId64, v);
-	if (stat_of(p, "key_count", &v))
-		printf(",\"count\":%" PRId64, v);
-	if (stat_of(p, "key_wait_ns", &v))
-		printf(",\"wait_ns\":%" PRId64, v);
+	put_stat(p, "key_tat_ns", "tat_ns");
+	put_stat(p, "key_count", "count");
+	put_stat(p, "key_wait_ns", "wait_ns");
 	putchar('}');
 }
 
@@ -340,16 +338,12 @@ static void show_why_json(const Resil__PolicyInfo *p)
 			       ",\"next_probe_in_ms\":%" PRId64,
 			       t, next / 1000000, next > now ? (next - now) / 1000000 : 0);
 		}
-		if (stat_of(p, "why_open_streak", &v))
-			printf(",\"open_streak\":%" PRId64, v);
+		put_stat(p, "why_open_streak", "open_streak");
 		stat_of(p, "why_window_calls", &calls);
 		printf(",\"window\":{\"calls\":%" PRId64, calls);
-		if (stat_of(p, "why_window_failures", &v))
-			printf(",\"failures\":%" PRId64, v);
-		if (stat_of(p, "why_window_slow", &v))
-			printf(",\"slow\":%" PRId64, v);
-		if (stat_of(p, "why_min_calls", &v))
-			printf(",\"min_calls\":%" PRId64, v);
+		put_stat(p, "why_window_failures", "failures");
+		put_stat(p, "why_window_slow", "slow");
+		put_stat(p, "why_min_calls", "min_calls");
 		if (stat_of(p, "why_failure_rate_bp", &bp)) {
 			printf(",\"failure_rate_pct\":");
 			put_pct(bp);
@@ -369,10 +363,8 @@ static void show_why_json(const Resil__PolicyInfo *p)
 		putchar('}');
 		if (stat_of(p, "why_probes_in_flight", &v)) {
 			printf(",\"probes\":{\"in_flight\":%" PRId64, v);
-			if (stat_of(p, "why_probes_answered", &v))
-				printf(",\"answered\":%" PRId64, v);
-			if (stat_of(p, "why_probes_max", &v))
-				printf(",\"max\":%" PRId64, v);
+			put_stat(p, "why_probes_answered", "answered");
+			put_stat(p, "why_probes_max", "max");
 			putchar('}');
 		}
 		putchar('}');
@@ -387,10 +379,8 @@ static void show_why_json(const Resil__PolicyInfo *p)
 	}
 	if (stat_of(p, "why_bulkhead_in_use", &v)) {
 		printf("%s\"bulkhead\":{\"in_use\":%" PRId64, sep, v);
-		if (stat_of(p, "why_bulkhead_max", &v))
-			printf(",\"max\":%" PRId64, v);
-		if (stat_of(p, "why_bulkhead_waiters", &v))
-			printf(",\"waiters\":%" PRId64, v);
+		put_stat(p, "why_bulkhead_max", "max");
+		put_stat(p, "why_bulkhead_waiters", "waiters");
 		putchar('}');
 		sep = ",";
 	}
