@@ -371,64 +371,48 @@ static bool append_ck(struct resild_cluster *c, const struct xreq *q, uint32_t s
 	return send_argv(c, cmd.argc, cmd.argv, cmd.argvlen);
 }
 
-/* The reply of append_ck's command into a; false: logged, closed. */
-static bool read_ck(struct resild_cluster *c, const struct xreq *q, uint32_t slot,
-		    struct resild_ck_ans *a)
+/* A script's reply r, parsed (ok), is freed; one that was garbage closes
+ * the connection with an error naming the script. false: logged, closed. */
+static bool parsed(struct resild_cluster *c, redisReply *r, bool ok, const char *script)
 {
 	char w[URL_MAX + 16];
-	redisReply *r;
-	bool ok;
 
-	if (!q->ck.on)
-		return true;
-	if (!(r = next_reply(c, q->name, "keyed")))
-		return false;
-	ok = resild_ck_parse(r, &c->ck_thr[slot], a);
 	if (!ok)
-		set_error(c, "Redis at %s answered the keyed script with garbage (reply type %d)",
-			  where(c, w, sizeof(w)), r->type);
+		set_error(c, "Redis at %s answered the %s script with garbage (reply type %d)",
+			  where(c, w, sizeof(w)), script, r->type);
 	freeReplyObject(r);
 	if (!ok)
 		disconnect(c);
 	return ok;
 }
 
+/* The reply of append_ck's command into a; false: logged, closed. */
+static bool read_ck(struct resild_cluster *c, const struct xreq *q, uint32_t slot,
+		    struct resild_ck_ans *a)
+{
+	redisReply *r;
+
+	if (!q->ck.on)
+		return true;
+	if (!(r = next_reply(c, q->name, "keyed")))
+		return false;
+	return parsed(c, r, resild_ck_parse(r, &c->ck_thr[slot], a), "keyed");
+}
+
 /* The replies of append_cb's commands into a; false: logged, closed. */
 static bool read_cb(struct resild_cluster *c, const struct xreq *q, struct resild_cb_ans *a)
 {
-	char w[URL_MAX + 16];
 	redisReply *r;
-	bool ok;
 
 	if (q->cb.budget) {
-		if (!(r = next_reply(c, q->name, "budget")))
+		if (!(r = next_reply(c, q->name, "budget")) ||
+		    !parsed(c, r, resild_cb_parse_budget(r, &q->cb, a), "budget"))
 			return false;
-		ok = resild_cb_parse_budget(r, &q->cb, a);
-		if (!ok)
-			set_error(c,
-				  "Redis at %s answered the budget script with garbage (reply "
-				  "type %d)",
-				  where(c, w, sizeof(w)), r->type);
-		freeReplyObject(r);
-		if (!ok) {
-			disconnect(c);
-			return false;
-		}
 	}
 	if (q->cb.conf) {
-		if (!(r = next_reply(c, q->name, "conf")))
+		if (!(r = next_reply(c, q->name, "conf")) ||
+		    !parsed(c, r, resild_cb_parse_conf(r, a), "configuration"))
 			return false;
-		ok = resild_cb_parse_conf(r, a);
-		if (!ok)
-			set_error(c,
-				  "Redis at %s answered the configuration script with garbage "
-				  "(reply type %d)",
-				  where(c, w, sizeof(w)), r->type);
-		freeReplyObject(r);
-		if (!ok) {
-			disconnect(c);
-			return false;
-		}
 	}
 	return true;
 }
@@ -441,7 +425,6 @@ static void exchange(struct resild_cluster *c, bool early)
 {
 	const struct xreq *src = early ? c->ereq : c->req;
 	uint32_t n = 0, ok = 0, last = 0;
-	char w[URL_MAX + 16];
 	int64_t t0;
 
 	pthread_mutex_lock(&c->lock);
@@ -512,16 +495,8 @@ static void exchange(struct resild_cluster *c, bool early)
 		if (q->bh.on) {
 			if (!(r = next_reply(c, q->name, "bulkhead")))
 				return;
-			if (!resild_cbh_parse(r, &a.bh)) {
-				set_error(c,
-					  "Redis at %s answered the bulkhead script with garbage "
-					  "(reply type %d)",
-					  where(c, w, sizeof(w)), r->type);
-				freeReplyObject(r);
-				disconnect(c);
+			if (!parsed(c, r, resild_cbh_parse(r, &a.bh), "bulkhead"))
 				return;
-			}
-			freeReplyObject(r);
 			a.bh.fresh = true;
 			/* an interval before Redis' end: a call shorter than an
 			 * interval is over before the slots go elsewhere */
