@@ -1128,10 +1128,12 @@ bool connect_redis(struct resild_cluster *c)
 	return true;
 }
 
-/* The reply of one script call into a; false: garbage (logged). */
-bool parse_answer(struct resild_cluster *c, redisReply *r, struct xans *a)
+/* The reply of one lease script call into a; false: garbage (the caller
+ * reports it and disconnects: cluster_rc.c, parsed). The same for a breaker
+ * script call below. */
+bool parse_answer(redisReply *r, struct xans *a)
 {
-	char w[URL_MAX + 16], *end;
+	char *end;
 	double share;
 
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
@@ -1139,31 +1141,25 @@ bool parse_answer(struct resild_cluster *c, redisReply *r, struct xans *a)
 	    r->element[1]->type != REDIS_REPLY_INTEGER ||
 	    r->element[2]->type != REDIS_REPLY_INTEGER ||
 	    r->element[3]->type != REDIS_REPLY_INTEGER)
-		goto garbage;
+		return false;
 	share = strtod(r->element[0]->str, &end);
 	if (end == r->element[0]->str || *end || !isfinite(share) || share < 0 ||
 	    r->element[1]->integer < 1 || r->element[2]->integer < 1)
-		goto garbage;
+		return false;
 	a->share = share;
 	a->id = (uint64_t)r->element[1]->integer;
 	a->hosts = (uint32_t)resil_min64(r->element[2]->integer, UINT32_MAX);
 	a->tell = (int)resil_min64(resil_max64(r->element[3]->integer, 0), 2);
 	return true;
-garbage:
-	set_error(c, "Redis at %s answered the lease script with garbage (reply type %d)",
-		  where(c, w, sizeof(w)), r->type);
-	return false;
 }
 
-bool parse_breaker(struct resild_cluster *c, redisReply *r, struct xans *a)
+bool parse_breaker(redisReply *r, struct xans *a)
 {
-	char w[URL_MAX + 16];
-
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 6)
-		goto garbage;
+		return false;
 	for (size_t i = 0; i < 6; i++)
 		if (r->element[i]->type != REDIS_REPLY_INTEGER || r->element[i]->integer < 0)
-			goto garbage;
+			return false;
 	a->bk_fresh = true;
 	a->bk_open = r->element[0]->integer != 0;
 	a->bk_gen = (uint64_t)r->element[1]->integer;
@@ -1172,10 +1168,6 @@ bool parse_breaker(struct resild_cluster *c, redisReply *r, struct xans *a)
 	a->bk_probe = r->element[4]->integer == 1;
 	a->bk_round = (uint64_t)r->element[5]->integer;
 	return true;
-garbage:
-	set_error(c, "Redis at %s answered the breaker script with garbage (reply type %d)",
-		  where(c, w, sizeof(w)), r->type);
-	return false;
 }
 
 /* How long an answer of the fleet's breaker holds the host's OPEN (and a

@@ -223,8 +223,8 @@ redisContext *tcp_connect(struct resild_cluster *c, const char *host, int port, 
 			  char *err, size_t elen);
 void sentinel_recheck(struct resild_cluster *c);
 bool connect_redis(struct resild_cluster *c);
-bool parse_answer(struct resild_cluster *c, redisReply *r, struct xans *a);
-bool parse_breaker(struct resild_cluster *c, redisReply *r, struct xans *a);
+bool parse_answer(redisReply *r, struct xans *a);
+bool parse_breaker(redisReply *r, struct xans *a);
 int64_t hold_ns(const struct resild_cluster *c);
 
 /* cluster_rc.c: the exchange thread's body (pthread_create's start). */

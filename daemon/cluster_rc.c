@@ -470,24 +470,16 @@ static void exchange(struct resild_cluster *c, bool early)
 		if (q->limit) {
 			if (!(r = next_reply(c, q->name, "lease")))
 				return;
-			if (!parse_answer(c, r, &a)) {
-				freeReplyObject(r);
-				disconnect(c);
+			if (!parsed(c, r, parse_answer(r, &a), "lease"))
 				return;
-			}
-			freeReplyObject(r);
 			a.fresh = !q->ack; /* an acknowledgement grants nothing */
 			a.expiry_ns = t0 + LEASE_INTERVALS * c->interval_ns;
 		}
 		if (q->breaker) {
 			if (!(r = next_reply(c, q->name, "breaker")))
 				return;
-			if (!parse_breaker(c, r, &a)) {
-				freeReplyObject(r);
-				disconnect(c);
+			if (!parsed(c, r, parse_breaker(r, &a), "breaker"))
 				return;
-			}
-			freeReplyObject(r);
 			a.bk_until_ns = t0 + hold_ns(c);
 		}
 		if (!read_cb(c, q, &a.cb) || !read_ck(c, q, i, &a.ck))
