@@ -307,6 +307,17 @@ static void put_pct(int64_t bp)
 	printf("%" PRId64 ".%02" PRId64, bp / 100, bp % 100);
 }
 
+/* ,"json":percent when the daemon sent the stat (basis points). */
+static void put_stat_pct(const Resil__PolicyInfo *p, const char *stat, const char *json)
+{
+	int64_t bp;
+
+	if (stat_of(p, stat, &bp)) {
+		printf(",\"%s\":", json);
+		put_pct(bp);
+	}
+}
+
 /* ns as a signed "12.3 s" / "250 ms" for people. */
 static void fmt_span(int64_t ns, char *buf, size_t len)
 {
@@ -320,7 +331,7 @@ static void fmt_span(int64_t ns, char *buf, size_t len)
 
 static void show_why_json(const Resil__PolicyInfo *p)
 {
-	int64_t v, since, next = 0, calls = 0, bp;
+	int64_t v, since, next = 0, calls = 0;
 	char t[48];
 	const char *sep = "";
 
@@ -344,22 +355,10 @@ static void show_why_json(const Resil__PolicyInfo *p)
 		put_stat(p, "why_window_failures", "failures");
 		put_stat(p, "why_window_slow", "slow");
 		put_stat(p, "why_min_calls", "min_calls");
-		if (stat_of(p, "why_failure_rate_bp", &bp)) {
-			printf(",\"failure_rate_pct\":");
-			put_pct(bp);
-		}
-		if (stat_of(p, "why_failure_threshold_bp", &bp)) {
-			printf(",\"failure_threshold_pct\":");
-			put_pct(bp);
-		}
-		if (stat_of(p, "why_slow_rate_bp", &bp)) {
-			printf(",\"slow_rate_pct\":");
-			put_pct(bp);
-		}
-		if (stat_of(p, "why_slow_threshold_bp", &bp)) {
-			printf(",\"slow_threshold_pct\":");
-			put_pct(bp);
-		}
+		put_stat_pct(p, "why_failure_rate_bp", "failure_rate_pct");
+		put_stat_pct(p, "why_failure_threshold_bp", "failure_threshold_pct");
+		put_stat_pct(p, "why_slow_rate_bp", "slow_rate_pct");
+		put_stat_pct(p, "why_slow_threshold_bp", "slow_threshold_pct");
 		putchar('}');
 		if (stat_of(p, "why_probes_in_flight", &v)) {
 			printf(",\"probes\":{\"in_flight\":%" PRId64, v);
