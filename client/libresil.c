@@ -1060,10 +1060,12 @@ static inline __attribute__((always_inline)) int lean_done(resil_policy_t *p,
 
 /* Lean acquires (see "Lean decisions"): the component's own acquire with
  * a context that holds what it reads, one function per kind so that each
- * context stays in registers. The scan bulkhead reads the client id. */
-static inline __attribute__((always_inline)) int
-acquire_lean_bulkhead(resil_policy_t *p, const struct resil_binding *b,
-		      struct resil_permit_priv *pm)
+ * context stays in registers, and out of line (see acquire_general below:
+ * resil_acquire_ex reaches them by a tail call). The scan bulkhead reads
+ * the client id. */
+static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy_t *p,
+								    const struct resil_binding *b,
+								    struct resil_permit_priv *pm)
 {
 	struct resil_ctx x;
 	int v;
@@ -1096,10 +1098,10 @@ acquire_lean_bulkhead(resil_policy_t *p, const struct resil_binding *b,
 /* The limiter reads the clock (and caches its reading in x); a keyed one
  * the key, and the segment and record (the table's hash seed, the
  * full-table event, the eviction count). */
-static inline __attribute__((always_inline)) int acquire_lean_limit(resil_policy_t *p,
-								    const struct resil_binding *b,
-								    const struct resil_req *req,
-								    struct resil_permit_priv *pm)
+static __attribute__((noinline, flatten)) int acquire_lean_limit(resil_policy_t *p,
+								 const struct resil_binding *b,
+								 const struct resil_req *req,
+								 struct resil_permit_priv *pm)
 {
 	struct resil_ctx x = {.seg = b->m->seg, .rec = b->rec, .clock = *ld_acquire(&p->r->clock)};
 
@@ -1156,20 +1158,6 @@ acquire_general(resil_policy_t *p, const struct resil_req *req, struct resil_per
 	}
 	after_decision(p->r, &x);
 	return ret;
-}
-
-static __attribute__((noinline, flatten)) int
-acquire_bulkhead(resil_policy_t *p, const struct resil_binding *b, struct resil_permit_priv *pm)
-{
-	return acquire_lean_bulkhead(p, b, pm);
-}
-
-static __attribute__((noinline, flatten)) int acquire_limit(resil_policy_t *p,
-							    const struct resil_binding *b,
-							    const struct resil_req *req,
-							    struct resil_permit_priv *pm)
-{
-	return acquire_lean_limit(p, b, req, pm);
 }
 
 /* A lean breaker that is not CLOSED: OPEN before its wait, and
@@ -1234,9 +1222,9 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		return acquire_general(p, req, pm, b, false);
 	switch (LEAN_KIND(b->lean)) {
 	case RESIL_LEAN_BULKHEAD:
-		return acquire_bulkhead(p, b, pm);
+		return acquire_lean_bulkhead(p, b, pm);
 	case RESIL_LEAN_LIMIT:
-		return acquire_limit(p, b, req, pm);
+		return acquire_lean_limit(p, b, req, pm);
 	case RESIL_LEAN_STATS:
 	case RESIL_LEAN_BREAKER:
 		/* the counters alone, or a lean breaker: CLOSED spends
