@@ -17,7 +17,7 @@
  * Two regimes, chosen from the configuration (resil_bulkhead_regime):
  *
  * SCAN: bulkhead.wait = 0 and bulkhead.critical = 0 (the defaults) and
- * bulkhead.max <= RESIL_BULKHEAD_SCAN_MAX (128). No in-flight counter:
+ * bulkhead.max <= RESIL_BULKHEAD_SCAN_MAX (1024). No in-flight counter:
  *   enter  load this thread's last slot; free: CAS 0 -> id, done (one
  *          locked RMW). Else, unless the full hint says otherwise, walk
  *          the slots once around by groups of 8 (read-only loads, a CAS
@@ -26,16 +26,24 @@
  *          (pm->holder), then a load of the full hint: one RMW on the
  *          line this thread's claim just wrote.
  *   Nothing counts, so nothing can drift: the daemon has no hint to
- *   repair, only dead holders' slots to free.
+ *   repair, only dead holders' slots to free. And no word is written by
+ *   every decision: two processes on one pool write their own slots'
+ *   lines only (mp/bulkhead: about 4x the counted regime's decisions per
+ *   second, whose in-flight word crosses between the two CPUs twice per
+ *   decision).
  *   Why a bound: a walk reads every slot, and a walk comes with every
- *   16th rejection on the hint and with an admission into a nearly full
- *   pool. Measured (resil/bulkhead.acq_rel and resil/bulkhead.reject
- *   across pool sizes; BENCHMARKS.md, "Figures behind the design
- *   comments"): enter+exit costs the same at any size, a rejection of a
- *   saturated pool grows with the size and matches an admission around
- *   256 slots, beyond which the spread slots outgrow L1. Up to 128 a
- *   rejection stays cheaper than an admission and a pool takes 16 KiB at
- *   most; larger pools are counted.
+ *   resil_bulkhead_recheck(n)-th rejection on the hint (16 per 128
+ *   slots: about 8 slots read per rejection at any size), with the first
+ *   rejection after a release into a saturated pool, and with an
+ *   admission into a nearly full pool (as the counted regime's claim
+ *   after its count). Enter+exit costs the same at any size
+ *   (resil/bulkhead.acq_rel against resil/bulkhead1000.acq_rel); a
+ *   rejection of a saturated pool grows with the size, as its walks leave
+ *   L1 (resil/bulkhead1000.reject: about 2x the 25-slot rejection). The
+ *   bound is where the slots stop being spread (RESIL_POOL_SPREAD_MAX):
+ *   at most 128 KiB a pool, and a walk of a saturated pool with churn (a
+ *   release, the admission that takes its slot, the next rejection's
+ *   walk) reads at most 1.5 x 1024 lines. Larger pools are counted.
  *   Slots are spread one per 128-byte line (resil_pool_shift's layout):
  *   packed, two processes on one max-25 policy bounce one line
  *   (mp/bulkhead25 measures it: spread, they decide as fast as on two
@@ -62,6 +70,13 @@
  * the configuration (the read-only segment): a client that scribbles on
  * the geometry words cannot send anyone out of bounds. The daemon's tick
  * rewrites them from the configuration (layout_repair).
+ * The scan bound was 128 before it was 1024: a block of 129 to 1024 slots
+ * that a resild of then made counted, adopted across a restart, is
+ * scanned by this build, which is sound because both regimes lay such a
+ * pool out alike (one slot per line) and the slots bound the total; the
+ * count word goes unread, and a process of the older library, which
+ * counts and never clears the full hint, costs the others at most the
+ * stale hint's spurious rejections (the recheck and the tick repair it).
  *
  * Shared words (state block, see bulkhead.h):
  *   slots[i]   writers: the claimer (CAS 0 -> id, acq_rel: pairs with the
@@ -107,10 +122,11 @@
  * free (a release that misses the hint). It cannot be closed without a
  * StoreLoad fence (a locked RMW) in the release. Bounded and repaired:
  * the next release of any permit clears it; a thread that rejects on the
- * hint walks anyway every RESIL_BULKHEAD_RECHECK-th time (16) and clears
- * it when it finds a slot, so no release and no daemon is needed; the
- * daemon's tick clears it when a slot is free. A stale hint costs at most
- * 15 spurious rejections per thread and pool (the count lives beside the
+ * hint walks anyway every resil_bulkhead_recheck(n)-th time (16 per 128
+ * slots) and clears it when it finds a slot, so no release and no daemon
+ * is needed; the daemon's tick clears it when a slot is free. A stale hint
+ * costs at most 15 spurious rejections per thread and pool (127 for 513
+ * to 1024 slots; the count lives beside the
  * thread's last slot; two saturated pools that share that entry share the
  * count, and then the next release or tick repairs), never an excess
  * admission: the slots bound the total.
@@ -658,7 +674,7 @@ static inline __attribute__((always_inline)) uint32_t scan_claim(struct resil_bu
 			return i + 1;
 		}
 	}
-	if (ld_relaxed(&s->full) && (++*skips_of(s) & (RESIL_BULKHEAD_RECHECK - 1)))
+	if (ld_relaxed(&s->full) && (++*skips_of(s) & (resil_bulkhead_recheck(n) - 1)))
 		return 0; /* saturated: one load, no scan */
 	idx = scan_walk(s, n, id, i, next);
 	if (!idx) {

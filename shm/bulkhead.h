@@ -39,15 +39,29 @@
  */
 #define RESIL_BULKHEAD_COUNTED	0u
 #define RESIL_BULKHEAD_SCAN	1u
-#define RESIL_BULKHEAD_SCAN_MAX 128u
+#define RESIL_BULKHEAD_SCAN_MAX RESIL_POOL_SPREAD_MAX
 /* Scan-regime slots: one per 128-byte line, as the counted regime's up to
  * RESIL_POOL_SPREAD_MAX: claims by different processes never share a line
- * (at most 16 KiB a pool). */
+ * (at most 128 KiB a pool). */
 #define RESIL_BULKHEAD_SCAN_SHIFT RESIL_POOL_SPREAD_SHIFT
 /* A thread that rejects on the full hint walks the slots anyway every
- * this many times (a power of two): the repair of a stale hint that needs
- * no release and no daemon. */
+ * this many times per 128 slots (resil_bulkhead_recheck): the repair of a
+ * stale hint that needs no release and no daemon. */
 #define RESIL_BULKHEAD_RECHECK 16u
+
+/* Every how many rejections on the full hint a thread walks a pool of n
+ * slots (1..RESIL_BULKHEAD_SCAN_MAX): RESIL_BULKHEAD_RECHECK per 128
+ * slots, rounded up to a power of two (16 up to 128, 128 from 513 to
+ * 1024), so that a saturated pool's rejection reads about 8 slots on
+ * average at any size. */
+static inline uint32_t resil_bulkhead_recheck(uint32_t n)
+{
+	uint32_t r = RESIL_BULKHEAD_RECHECK;
+
+	for (uint32_t k = 128; k < n; k *= 2)
+		r *= 2;
+	return r;
+}
 
 /*
  * A pool of permits: `count` is the in-flight hint (a fast-reject hint,

@@ -477,6 +477,51 @@ static void test_full_hint_race(void **state)
 	bh_free(&b);
 }
 
+/* The recheck scales with the pool: a saturated pool of any size up to
+ * the scan bound finds a stale hint out within resil_bulkhead_recheck(n)
+ * rejections (16 per 128 slots, a power of two). */
+static void test_full_hint_recheck_scales(void **state)
+{
+	static const uint32_t sizes[] = {1, 128, 129, 256, 257, 1000, RESIL_BULKHEAD_SCAN_MAX};
+	static struct resil_permit_priv pm[RESIL_BULKHEAD_SCAN_MAX];
+	struct resil_permit_priv r;
+	(void)state;
+
+	assert_int_equal(resil_bulkhead_recheck(1), 16);
+	assert_int_equal(resil_bulkhead_recheck(128), 16);
+	assert_int_equal(resil_bulkhead_recheck(129), 32);
+	assert_int_equal(resil_bulkhead_recheck(512), 64);
+	assert_int_equal(resil_bulkhead_recheck(513), 128);
+	assert_int_equal(resil_bulkhead_recheck(RESIL_BULKHEAD_SCAN_MAX), 128);
+	for (size_t k = 0; k < RESIL_ARRAY_SIZE(sizes); k++) {
+		uint32_t n = sizes[k], tries;
+		struct resil_pool p;
+		char max[16];
+		struct bh b;
+
+		snprintf(max, sizeof(max), "%u", n);
+		bh_new(&b, max, NULL, NULL);
+		assert_int_equal(resil_bulkhead_regime(&b.conf), RESIL_BULKHEAD_SCAN);
+		p = resil_bulkhead_pool(b.st);
+		for (uint32_t i = 0; i < n; i++)
+			assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[i]), 0);
+		assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
+		assert_int_equal(atomic_load(&b.st->full), 1);
+		/* a release that missed the hint: the slot is free, the hint set */
+		atomic_store(&p.slots[(size_t)(pm[n / 2].bulkhead_idx - 1) << p.shift], 0);
+		for (tries = 1; tries <= 2 * resil_bulkhead_recheck(n); tries++) {
+			if (take(&b, 6, RESIL_PRIO_NORMAL, &r) == 0)
+				break;
+		}
+		assert_true(tries <= resil_bulkhead_recheck(n));
+		assert_int_equal(resil_bulkhead_held(&b.conf, b.st), n);
+		/* full again, and the hint says so */
+		assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
+		assert_int_equal(atomic_load(&b.st->full), 1);
+		bh_free(&b);
+	}
+}
+
 /* Geometry words are client-writable: whatever a client writes there, the
  * hot path, the release and the daemon's maintain/reclaim stay within the
  * pool (they take the geometry from the configuration: under ASan an
@@ -1180,6 +1225,7 @@ int main(void)
 	    cmocka_unit_test_prestate(test_limit, &counted_r),
 	    cmocka_unit_test(test_scan_reject_never_claims),
 	    cmocka_unit_test(test_full_hint_race),
+	    cmocka_unit_test(test_full_hint_recheck_scales),
 	    cmocka_unit_test_prestate(test_geometry_scribbled, &scan_r),
 	    cmocka_unit_test_prestate(test_geometry_scribbled, &counted_r),
 	    cmocka_unit_test_prestate(test_same_slot_again, &scan_r),

@@ -203,18 +203,27 @@ static void test_global_scope(void **state)
 	assert_non_null(strstr(err, "needs limit.rate, a time-window breaker, bulkhead.max or a "
 				    "retry.budget"));
 
-	/* a global bulkhead: fail fast, at most 128 permits */
+	/* a global bulkhead: fail fast, at most 1024 permits */
 	resil_conf_init(&c);
 	assert_int_equal(
 	    resil_conf_parse(&c, "policy.scope = global; bulkhead.max = 3", 1, err, sizeof(err)),
 	    0);
+	resil_conf_init(&c);
+	assert_int_equal(
+	    resil_conf_parse(&c, "policy.scope = global; bulkhead.max = 1024", 1, err, sizeof(err)),
+	    0);
+	resil_conf_init(&c);
+	assert_int_equal(
+	    resil_conf_parse(&c, "policy.scope = global; bulkhead.max = 1025", 1, err, sizeof(err)),
+	    -EINVAL);
+	assert_non_null(strstr(err, "fail-fast bulkheads of at most 1024 permits"));
 	resil_conf_init(&c);
 	assert_int_equal(resil_conf_parse(&c,
 					  "policy.scope = global; bulkhead.max = 3; "
 					  "bulkhead.wait = 100ms",
 					  1, err, sizeof(err)),
 			 -EINVAL);
-	assert_non_null(strstr(err, "fail-fast bulkheads of at most 128 permits"));
+	assert_non_null(strstr(err, "fail-fast bulkheads of at most 1024 permits"));
 
 	/* a retry budget of its own is shared fleet-wide; a shared one's
 	 * owner (@NAME) decides */

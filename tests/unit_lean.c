@@ -96,7 +96,7 @@ static void test_lean_only_when_alone(void **state)
 	    "bulkhead.max = 2; bulkhead.wait = 10ms",
 	    "bulkhead.max = 2; bulkhead.critical = 50%",
 	    "bulkhead.max = 2; policy.scope = process",
-	    "bulkhead.max = 200",
+	    "bulkhead.max = 2000",
 	};
 	resil_policy_t *p;
 	resil_permit_t a;

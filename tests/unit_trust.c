@@ -159,7 +159,7 @@ static void test_bulkhead_counts(void **state)
 	const uint32_t counts[] = {0x80000000u, 0x7fffffffu, 0xffffffffu, 0};
 
 	assert_int_equal(resil_seg_create(&s, NULL), 0);
-	rec = define(&s, "bulk", "bulkhead.max = 1000");
+	rec = define(&s, "bulk", "bulkhead.max = 2000");
 	bh = resil_comp_state(&s, rec, RESIL_C_BULKHEAD);
 	for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
 		st_relaxed(&bh->inflight, counts[i]);
