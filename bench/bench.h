@@ -88,7 +88,7 @@ extern uint64_t admits;
 extern int ndefined;
 
 /* the resil hot paths' cases (hot.c) */
-#define N_SIMPLE_CASES 20
+#define N_SIMPLE_CASES 22
 
 typedef void (*loop_fn)(void *ctx, uint64_t n);
 
@@ -146,13 +146,14 @@ struct simple_case {
 	loop_fn fn;
 };
 
-#define HOLD_MAX 64
+/* the permits of every PREP_HOLD_ALL case of a group (bulkhead.max 25 and 1000) */
+#define HOLD_MAX 1088
 
 /* The simple cases of one group: measured (or queued into the batch),
  * their contexts and held permits kept until release_simple(). */
 struct simple_group {
 	struct pctx x[N_SIMPLE_CASES];
-	resil_policy_t *held_p;
+	resil_policy_t *held_p[HOLD_MAX];
 	resil_permit_t held[HOLD_MAX];
 	int nheld;
 };

@@ -255,6 +255,8 @@ static const struct simple_case simple_cases[N_SIMPLE_CASES] = {
     {"limit.reject", "lrej", "limit.rate = 1/h", PREP_ADMIT_ONCE, loop_acq_rel},
     {"bulkhead.acq_rel", "bulk", "bulkhead.max = 25", PREP_NONE, loop_acq_rel},
     {"bulkhead.reject", "bulkrej", "bulkhead.max = 25", PREP_HOLD_ALL, loop_acq_rel},
+    {"bulkhead1000.acq_rel", "bulk1k", "bulkhead.max = 1000", PREP_NONE, loop_acq_rel},
+    {"bulkhead1000.reject", "bulkrej1k", "bulkhead.max = 1000", PREP_HOLD_ALL, loop_acq_rel},
     {"bulkhead.acq_rel_global", "bglobal", "policy.scope = global; bulkhead.max = 25", PREP_LEASE,
      loop_acq_rel},
     {"adaptive.acq_rel", "adapt", "adaptive.algorithm = vegas", PREP_NONE, loop_acq_rel},
@@ -299,11 +301,10 @@ void run_simple(resil_t *r, const char *group, struct simple_group *g)
 				continue;
 			}
 			resil_release(x->p, &pm, RESIL_SUCCESS);
-		} else if (c->prep == PREP_HOLD_ALL && !g->held_p) {
-			g->held_p = x->p;
+		} else if (c->prep == PREP_HOLD_ALL) {
 			while (g->nheld < HOLD_MAX &&
 			       resil_acquire(x->p, &g->held[g->nheld]) == RESIL_ADMIT)
-				g->nheld++;
+				g->held_p[g->nheld++] = x->p;
 		} else if (c->prep != PREP_NONE && c->prep != PREP_HOLD_ALL &&
 			   resil_acquire(x->p, &pm) == RESIL_ADMIT) {
 			resil_release(x->p, &pm,
@@ -315,8 +316,10 @@ void run_simple(resil_t *r, const char *group, struct simple_group *g)
 
 void release_simple(struct simple_group *g)
 {
-	while (g->nheld > 0)
-		resil_release(g->held_p, &g->held[--g->nheld], RESIL_IGNORED);
+	while (g->nheld > 0) {
+		g->nheld--;
+		resil_release(g->held_p[g->nheld], &g->held[g->nheld], RESIL_IGNORED);
+	}
 }
 
 void run_keyed(resil_t *r, const char *group, bool keyed)

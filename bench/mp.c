@@ -92,6 +92,7 @@ static const struct mp_case mp_cases[] = {
     {"breaker.count100", "mpb", "breaker.window = count:100"},
     {"bulkhead", "mpbulk", "bulkhead.max = 1000"},
     {"bulkhead25", "mpbulk25", "bulkhead.max = 25"},
+    {"bulkhead.wait", "mpbulkw", "bulkhead.max = 1000; bulkhead.wait = 100ms"},
     {"limit.admit", "mplim", "limit.rate = 1000000000/s; limit.burst = 1000000"},
     {"limit.keyed_1k", "mpkeyed",
      "limit.rate = 1000000000/s; limit.burst = 1000000; limit.keys = 1000", 1000},

@@ -75,6 +75,8 @@ HOT = [
     ("limit.keyed_reject", "keyed GCRA, 1k keys: rejection"),
     ("bulkhead.acq_rel", "bulkhead: enter + exit"),
     ("bulkhead.reject", "bulkhead full: rejection"),
+    ("bulkhead1000.acq_rel", "bulkhead, max 1000: enter + exit"),
+    ("bulkhead1000.reject", "bulkhead, max 1000, full: rejection"),
     ("adaptive.acq_rel", "adaptive limit (Vegas): enter + exit"),
     ("shed.acq_rel", "load shedder: check + release"),
     ("budget.acq_rel", "retry budget policy: acquire + release"),
@@ -560,7 +562,8 @@ def report(outdir, path):
       f"this VM (faster p50, other vCPU kept awake): {fmt(sb)} ns = {fmt_ratio(m1)} | "
       f"{two_ways([n1], [m1], 500, 'as the anchors time round trips')} |")
     mpv = [(k, r.get("mp", f"{k}.shared.p2", "mops"))
-           for k in ("breaker.count100", "bulkhead25", "bulkhead", "limit.admit")]
+           for k in ("breaker.count100", "bulkhead25", "bulkhead", "bulkhead.wait",
+                     "limit.admit")]
     txt = ", ".join(f"{k} {fmt(v)}" for k, v in mpv)
     met = [k for k, v in mpv if v is not None and v >= 25]
     unmet = [k for k, v in mpv if v is not None and v < 25]
@@ -791,7 +794,8 @@ def report(outdir, path):
     for k, label in (("fetch_add", "fetch_add floor (one word / one line each)"),
                      ("breaker.count100", "breaker count 100"),
                      ("bulkhead25", "bulkhead, max 25 (fail-fast: one CAS)"),
-                     ("bulkhead", "bulkhead, max 1000 (counted)"),
+                     ("bulkhead", "bulkhead, max 1000 (fail-fast: one CAS)"),
+                     ("bulkhead.wait", "bulkhead, max 1000, wait 100 ms (counted)"),
                      ("limit.admit", "GCRA admit"),
                      ("limit.keyed_1k", "keyed GCRA, 1k keys, uniform")):
         vals = [r.get("mp", f"{k}.{s}.p{p}", "mops")
