@@ -975,6 +975,55 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 	return 0;
 }
 
+bool resil_limit_lean_gcra(const struct resil_limit_conf *c, uint32_t scope)
+{
+	return !c->keys && resil_limit_algo(c) == RESIL_LIMIT_GCRA && scope != RESIL_SCOPE_GLOBAL;
+}
+
+/*
+ * resil_limit_acquire for a configuration resil_limit_lean_gcra accepts,
+ * from the clock alone: what the general acquire does for it (the same
+ * checks, the same clock choice, the same word operation, the same permit
+ * fields), without the decision context that it would read only to find
+ * out that there is no key and no lease. *now: the precise reading taken
+ * (the caller's liveness check reuses it, as it reuses a context's), 0
+ * after a coarse one.
+ */
+int resil_limit_acquire_gcra(const struct resil_clock *clk, const struct resil_limit_conf *c,
+			     void *st, struct resil_permit_priv *pm, int64_t *now)
+{
+	struct resil_limit_state *s = lstate(st);
+	int64_t wait = 0, stamp = 0, t;
+	struct lp p;
+	int v;
+
+	if (RESIL_UNLIKELY(c->interval_ns <= 0 || c->period_ns <= 0 || c->count == 0))
+		return -EINVAL;
+	if (c->interval_ns >= RESIL_LIMIT_COARSE_FACTOR * resil_clock_coarse_resolution_ns()) {
+		t = resil_clock_now_coarse(clk);
+		*now = 0;
+	} else {
+		t = *now = resil_clock_now(clk);
+	}
+	lp_init(&p, c, t, pm->limit_permits);
+	p.heals = &s->heals;
+	if (p.n > 1 && RESIL_UNLIKELY(too_many(&p)))
+		return -E2BIG;
+	pm->key_idx = 0;
+	v = gcra_take(&s->word, &p, &wait, &stamp);
+	pm->wait_ns = wait;
+	pm->limit_tat = (uint64_t)stamp;
+	if (v) {
+		if (c->dry_run && v == RESIL_REJECT_LIMITED)
+			return dry_run_admit(s, pm);
+		return v;
+	}
+	pm->flags |= RESIL_PERMIT_LIMIT;
+	if (pm->wait_ns > 0)
+		pm->flags |= RESIL_PERMIT_LIMIT_WAIT;
+	return 0;
+}
+
 void resil_limit_undo(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
 		      struct resil_permit_priv *pm)
 {

@@ -109,6 +109,12 @@ void resil_limit_carry(void *nst, const struct resil_limit_conf *nc, const void 
 		       const struct resil_limit_conf *oc, int64_t now);
 int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
 			struct resil_permit_priv *pm);
+/* An unkeyed GCRA of host scope (resil_limit_lean_gcra: the client's lean
+ * limiter) decided from the clock alone, as resil_limit_acquire decides it;
+ * *now: the precise reading taken, 0 after a coarse one. */
+bool resil_limit_lean_gcra(const struct resil_limit_conf *c, uint32_t scope);
+int resil_limit_acquire_gcra(const struct resil_clock *clk, const struct resil_limit_conf *c,
+			     void *st, struct resil_permit_priv *pm, int64_t *now);
 void resil_limit_undo(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
 		      struct resil_permit_priv *pm);
 void resil_limit_release(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
