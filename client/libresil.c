@@ -617,18 +617,21 @@ RESIL_API int resil_delete(resil_t *r, const char *name)
 /* initial-exec: no __tls_get_addr call in the shared library */
 static _Thread_local __attribute__((tls_model("initial-exec"))) uint32_t clockless;
 
-static inline void after_decision(struct resil *r, const struct resil_ctx *x)
+static inline void after_reading(struct resil *r, const struct resil_clock *clk, int64_t now)
 {
-	int64_t now = x->now;
-
 	if (r->embedded)
 		return;
 	if (!now) {
 		if (RESIL_LIKELY(++clockless & 255))
 			return;
-		now = resil_clock_now_coarse(&x->clock);
+		now = resil_clock_now_coarse(clk);
 	}
 	resil_priv_check(r, now);
+}
+
+static inline void after_decision(struct resil *r, const struct resil_ctx *x)
+{
+	after_reading(r, &x->clock, x->now);
 }
 
 /* after_decision of a decision that read no clock and has no context:
@@ -699,7 +702,8 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
  * dispatch: the binding carries the two state blocks; acquire is the
  * component's own acquire with a context holding what it reads (the
  * client id; the clock), release the component's release and the
- * outcome's count. The same component functions as
+ * outcome's count. An unkeyed GCRA of host scope needs no context at all:
+ * resil_limit_acquire_gcra decides it from the clock. The same component functions as
  * resil_policy_acquire/release, on the same words, and a lean permit is a
  * complete one: either path releases what the other granted (a permit
  * outlives a re-bind).
@@ -720,10 +724,12 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 #define RESIL_LEAN_LIMIT    2u
 #define RESIL_LEAN_STATS    3u /* the counters alone: nothing to decide */
 #define RESIL_LEAN_BREAKER  4u /* resil_breaker_lean (breaker.h), partly; see above */
-/* The binding's lean word: the kind in the low half, the breaker's
- * resil_breaker_win_off (0: no breaker) in the high half. */
-#define LEAN_KIND(l)   ((uint32_t)(l))
-#define LEAN_BK_OFF(l) ((uint32_t)((l) >> 32))
+/* The binding's lean word: the kind in the low half; in the high half the
+ * breaker's resil_breaker_win_off (0: no breaker), or for a limiter 1 when
+ * resil_limit_lean_gcra accepts it (decided with no context). */
+#define LEAN_KIND(l)	   ((uint32_t)(l))
+#define LEAN_BK_OFF(l)	   ((uint32_t)((l) >> 32))
+#define LEAN_PLAIN_GCRA(l) ((l) >> 32)
 
 static uint32_t lean_kind(const struct resil_rec *rec)
 {
@@ -800,6 +806,9 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 		b->lean = lean | (resil_has(rec, RESIL_C_BREAKER)
 				      ? (uint64_t)resil_breaker_win_off(&rec->conf.breaker) << 32
 				      : 0);
+		if (lean == RESIL_LEAN_LIMIT &&
+		    resil_limit_lean_gcra(&rec->conf.limit, rec->conf.scope))
+			b->lean |= (uint64_t)1 << 32;
 		b->lean_st = lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL;
 		b->stats_st = lean ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL;
 		b->where = permit_where(m, rec_index(m->seg, rec));
@@ -1116,6 +1125,33 @@ static __attribute__((noinline, flatten)) int acquire_lean_limit(resil_policy_t 
 			 resil_limit_acquire(&x, &b->rec->conf.limit, b->lean_st, pm));
 }
 
+/* An unkeyed GCRA of host scope: no context, the clock's pair as
+ * published (immutable: resil_set_clock), and the liveness check with the
+ * precise reading when one was taken. A key in req is not this limiter's
+ * business (the general path ignores it too). */
+static __attribute__((noinline, flatten)) int acquire_lean_gcra(resil_policy_t *p,
+								const struct resil_binding *b,
+								const struct resil_req *req,
+								struct resil_permit_priv *pm)
+{
+	/* acquire: pairs with the release in resil_set_clock */
+	const struct resil_clock *clk = ld_acquire(&p->r->clock);
+	int64_t now;
+	int v;
+
+	memset(pm, 0, sizeof(*pm));
+	pm->limit_permits = req && req->permits > 1 ? (uint32_t)req->permits : 1;
+	v = resil_limit_acquire_gcra(clk, &b->rec->conf.limit, b->lean_st, pm, &now);
+	if (RESIL_UNLIKELY(v)) {
+		resil_stats_rejected(NULL, b->stats_st, v);
+	} else {
+		pm->where = b->where;
+		pm->flags |= b->held;
+	}
+	after_reading(p->r, clk, now);
+	return v;
+}
+
 /*
  * The general path of an acquire: the decision context and
  * resil_policy_acquire, from the binding b that bound() returned (ok) or
@@ -1224,6 +1260,8 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	case RESIL_LEAN_BULKHEAD:
 		return acquire_lean_bulkhead(p, b, pm);
 	case RESIL_LEAN_LIMIT:
+		if (LEAN_PLAIN_GCRA(b->lean))
+			return acquire_lean_gcra(p, b, req, pm);
 		return acquire_lean_limit(p, b, req, pm);
 	case RESIL_LEAN_STATS:
 	case RESIL_LEAN_BREAKER:

@@ -103,6 +103,7 @@ static void test_lean_unkeyed(void **state)
 		admit(p, NULL);
 		assert_int_equal((uint32_t)atomic_load(&p->b)->lean,
 				 2); /* bound lean: the path under test */
+		assert_int_equal(atomic_load(&p->b)->lean >> 32, 1); /* GCRA: no context */
 	}
 	assert_int_equal(limit_of("shadow").dry_run_rejects, 3);
 	assert_int_equal(limit_of("shadow").word, 1000 * S + 200 * MS); /* two admissions */
@@ -117,6 +118,7 @@ static void test_lean_unkeyed(void **state)
 	assert_int_equal(resil_acquire(p, &pm), RESIL_REJECT_LIMITED);
 	assert_int_equal(resil_permit_wait_ns(&pm), 100 * MS);
 	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 2);
+	assert_int_equal(atomic_load(&p->b)->lean >> 32, 1);
 	assert_int_equal(count("shadow", RESIL_STAT_REJ_LIMITED), 1);
 	assert_int_equal(limit_of("shadow").dry_run_rejects, 3);
 	/* and on again */

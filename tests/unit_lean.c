@@ -176,6 +176,7 @@ static void test_lean_limit(void **state)
 	rec = test_rec_of(r, "rate");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 2);
+	assert_int_equal(atomic_load(&p->b)->lean >> 32, 1); /* GCRA: no context */
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* the burst */
 	resil_release(p, &a, RESIL_SUCCESS);
@@ -194,6 +195,13 @@ static void test_lean_limit(void **state)
 	assert_int_equal(resil_acquire_ex(p, &req, &a), -E2BIG);
 	assert_int_equal(count(rec, RESIL_STAT_FAILURE), 1);
 	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 2);
+	/* a key means nothing to an unkeyed limiter, here as on the general
+	 * path: the limiter's own word decides */
+	manual_ns += 100 * 1000000LL;
+	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_ADMIT);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(resil_acquire_key(p, "10.0.0.2", 8, &a), RESIL_REJECT_LIMITED);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 3);
 
 	/* reserving: the general path */
 	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.wait = 1s"), 0);
@@ -218,6 +226,7 @@ static void test_lean_keyed(void **state)
 	rec = test_rec_of(r, "ip");
 	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_ADMIT);
 	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 2);
+	assert_int_equal(atomic_load(&p->b)->lean >> 32, 0); /* keyed: a context */
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_REJECT_LIMITED);
 	assert_int_equal(resil_permit_wait_ns(&a), 100 * 1000000LL);
