@@ -800,6 +800,9 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 		b->lean = lean | (resil_has(rec, RESIL_C_BREAKER)
 				      ? (uint64_t)resil_breaker_win_off(&rec->conf.breaker) << 32
 				      : 0);
+		/* the lean OPEN rejection's wait, from the same words */
+		if (lean == RESIL_LEAN_BREAKER)
+			b->bk_wait = resil_breaker_lean_wait(&rec->conf.breaker, &b->bk_streaks);
 		b->lean_st = lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL;
 		b->stats_st = lean ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL;
 		b->where = permit_where(m, rec_index(m->seg, rec));
@@ -1164,21 +1167,26 @@ acquire_general(resil_policy_t *p, const struct resil_req *req, struct resil_per
  * FORCED_OPEN, reject with a coarse clock reading at most, counted as the
  * general path counts them. Any other state (the first caller after the
  * wait, HALF_OPEN, a short wait that needs a precise reading): the
- * general path decides. */
+ * general path decides. The breaker judges the word before the clock is
+ * read, so that what is kept across the reading is the time it is
+ * compared with and what the rejection or the general path need. */
 static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
 							   const struct resil_req *req,
 							   struct resil_permit_priv *pm,
 							   const struct resil_binding *b)
 {
-	/* acquire: pairs with the release in resil_set_clock */
-	int v =
-	    resil_breaker_reject_lean(&b->rec->conf.breaker, b->lean_st, ld_acquire(&p->r->clock));
+	struct resil_bk_lean_open o =
+	    resil_breaker_reject_lean(&b->rec->conf.breaker, b->lean_st, b->bk_wait, b->bk_streaks);
 
-	if (!v)
+	if (RESIL_UNLIKELY(!o.verdict))
 		return acquire_general(p, req, pm, b, true);
-	resil_stats_rejected(NULL, b->stats_st, v);
+	/* acquire: pairs with the release in resil_set_clock */
+	if (o.verdict == RESIL_BK_LEAN_UNTIL &&
+	    resil_clock_now_coarse(ld_acquire(&p->r->clock)) >= o.until)
+		return acquire_general(p, req, pm, b, true);
+	resil_stats_rejected(NULL, b->stats_st, RESIL_REJECT_OPEN);
 	after_clockless(p->r);
-	return v;
+	return RESIL_REJECT_OPEN;
 }
 
 /* The first decision of a forked child: its own identity first
