@@ -1167,9 +1167,13 @@ acquire_general(resil_policy_t *p, const struct resil_req *req, struct resil_per
  * FORCED_OPEN, reject with a coarse clock reading at most, counted as the
  * general path counts them. Any other state (the first caller after the
  * wait, HALF_OPEN, a short wait that needs a precise reading): the
- * general path decides. The breaker judges the word before the clock is
- * read, so that what is kept across the reading is the time it is
- * compared with and what the rejection or the general path need. */
+ * general path decides. The permit is as resil_acquire_ex left it (not
+ * made whole): a rejection writes what the API reads of a rejected
+ * permit, its flags (resil_release: nothing held) and wait_ns
+ * (resil_permit_wait_ns); the general path makes it whole itself. The
+ * breaker judges the word before the clock is read, so that what is kept
+ * across the reading is the time it is compared with and what the
+ * rejection or the general path need. */
 static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
 							   const struct resil_req *req,
 							   struct resil_permit_priv *pm,
@@ -1184,9 +1188,39 @@ static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
 	if (o.verdict == RESIL_BK_LEAN_UNTIL &&
 	    resil_clock_now_coarse(ld_acquire(&p->r->clock)) >= o.until)
 		return acquire_general(p, req, pm, b, true);
+	pm->flags = 0;
+	pm->wait_ns = 0;
 	resil_stats_rejected(NULL, b->stats_st, RESIL_REJECT_OPEN);
 	after_clockless(p->r);
 	return RESIL_REJECT_OPEN;
+}
+
+/* after_clockless's periodic check, then v. */
+static RESIL_COLD __attribute__((noinline)) int clockless_then(struct resil *r, int v)
+{
+	clockless_check(r);
+	return v;
+}
+
+/* An admission of the counters alone, or of a CLOSED lean breaker (gen:
+ * its word's gen): no context and no clock; the permit made whole as the
+ * general path makes it. */
+static inline __attribute__((always_inline)) int
+lean_admit(struct resil *r, const struct resil_req *req, struct resil_permit_priv *pm,
+	   const struct resil_binding *b, uint32_t gen)
+{
+	memset(pm, 0, sizeof(*pm));
+	pm->breaker_gen = gen;
+	pm->limit_permits = 1;
+	if (req) {
+		pm->priority = (uint32_t)req->priority;
+		pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
+	}
+	pm->where = b->where;
+	pm->flags = b->held;
+	if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
+		return RESIL_ADMIT;
+	return clockless_then(r, RESIL_ADMIT); /* after_clockless */
 }
 
 /* The first decision of a forked child: its own identity first
@@ -1200,19 +1234,13 @@ acquire_forked(resil_policy_t *p, const struct resil_req *req, resil_permit_t *p
 	return resil_acquire_ex(p, req, permit);
 }
 
-/* after_clockless's periodic check, then v. */
-static RESIL_COLD __attribute__((noinline)) int clockless_then(struct resil *r, int v)
-{
-	clockless_check(r);
-	return v;
-}
-
 RESIL_API __attribute__((flatten)) int
 resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t *permit)
 {
 	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
 	const struct resil_binding *b;
 	struct resil *r;
+	uint32_t kind;
 
 	if (RESIL_UNLIKELY(!p || !permit))
 		return -EINVAL;
@@ -1228,33 +1256,23 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		return acquire_forked(p, req, permit);
 	if (RESIL_UNLIKELY(!good_binding(p, &b)))
 		return acquire_general(p, req, pm, b, false);
-	switch (LEAN_KIND(b->lean)) {
-	case RESIL_LEAN_BULKHEAD:
+	/* the kinds tested one by one, in this order: each lean path pays
+	 * for the tests before it only */
+	kind = LEAN_KIND(b->lean);
+	if (kind == RESIL_LEAN_BULKHEAD)
 		return acquire_lean_bulkhead(p, b, pm);
-	case RESIL_LEAN_LIMIT:
-		return acquire_lean_limit(p, b, req, pm);
-	case RESIL_LEAN_STATS:
-	case RESIL_LEAN_BREAKER:
-		/* the counters alone, or a lean breaker: CLOSED spends
-		 * nothing, so no context and no clock; the permit made whole
-		 * as the general path makes it */
-		memset(pm, 0, sizeof(*pm));
-		pm->limit_permits = 1;
-		if (req) {
-			pm->priority = (uint32_t)req->priority;
-			pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
-		}
-		if (LEAN_KIND(b->lean) == RESIL_LEAN_BREAKER &&
-		    RESIL_UNLIKELY(resil_breaker_acquire_lean(b->lean_st, pm)))
+	if (kind == RESIL_LEAN_BREAKER) {
+		/* CLOSED spends nothing: the word's gen is all it takes; a
+		 * rejection does not make the permit whole (acquire_open) */
+		if (RESIL_UNLIKELY(resil_breaker_acquire_lean(b->lean_st, pm)))
 			return acquire_open(p, req, pm, b);
-		pm->where = b->where;
-		pm->flags = b->held;
-		if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
-			return RESIL_ADMIT;
-		return clockless_then(r, RESIL_ADMIT); /* after_clockless */
-	default:
-		return acquire_general(p, req, pm, b, true);
+		return lean_admit(r, req, pm, b, pm->breaker_gen);
 	}
+	if (kind == RESIL_LEAN_STATS)
+		return lean_admit(r, req, pm, b, 0);
+	if (kind == RESIL_LEAN_LIMIT)
+		return acquire_lean_limit(p, b, req, pm);
+	return acquire_general(p, req, pm, b, true);
 }
 
 RESIL_API int resil_acquire(resil_policy_t *p, resil_permit_t *permit)
