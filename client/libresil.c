@@ -1408,17 +1408,24 @@ static __attribute__((noinline, flatten)) void release_general(struct resil *r,
 	release_bound(r, b->m, b->rec, LEAN_BK_OFF(b->lean), pm, outcome);
 }
 
-/* A lean bulkhead's or limiter's release (none reads a context here) and
- * the count. */
+/* A lean bulkhead's release and the count, in one function: the scan's
+ * CAS and the count's add with no call between them, and the permit's
+ * flags stored once. */
 static __attribute__((noinline, flatten)) void
-release_comp(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
+release_lean_bulkhead(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
+{
+	resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
+	pm->flags = 0;
+	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
+}
+
+/* A lean limiter's release (it reads no context here) and the count. */
+static __attribute__((noinline, flatten)) void
+release_lean_limit(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
 {
 	struct resil_ctx lx = {.client_id = 0};
 
-	if (LEAN_KIND(b->lean) == RESIL_LEAN_BULKHEAD)
-		resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
-	else
-		resil_limit_release(&lx, &b->rec->conf.limit, b->lean_st, pm, outcome);
+	resil_limit_release(&lx, &b->rec->conf.limit, b->lean_st, pm, outcome);
 	release_count(b, pm, outcome);
 }
 
@@ -1466,8 +1473,10 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 		release_general(r, b, pm, outcome);
 		return;
 	case RESIL_LEAN_BULKHEAD:
+		release_lean_bulkhead(b, pm, outcome);
+		return;
 	case RESIL_LEAN_LIMIT:
-		release_comp(b, pm, outcome);
+		release_lean_limit(b, pm, outcome);
 		return;
 	case RESIL_LEAN_BREAKER:
 		/* lean (see "Lean decisions") */
