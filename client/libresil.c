@@ -1163,6 +1163,13 @@ acquire_general(resil_policy_t *p, const struct resil_req *req, struct resil_per
 	return ret;
 }
 
+/* after_clockless's periodic check, then v. */
+static RESIL_COLD __attribute__((noinline)) int clockless_then(struct resil *r, int v)
+{
+	clockless_check(r);
+	return v;
+}
+
 /* A lean breaker that is not CLOSED: OPEN before its wait, and
  * FORCED_OPEN, reject with a coarse clock reading at most, counted as the
  * general path counts them. Any other state (the first caller after the
@@ -1186,20 +1193,15 @@ static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
 		return acquire_general(p, req, pm, b, true);
 	/* acquire: pairs with the release in resil_set_clock */
 	if (o.verdict == RESIL_BK_LEAN_UNTIL &&
-	    resil_clock_now_coarse(ld_acquire(&p->r->clock)) >= o.until)
+	    RESIL_UNLIKELY(resil_clock_now_coarse(ld_acquire(&p->r->clock)) >= o.until))
 		return acquire_general(p, req, pm, b, true);
 	pm->flags = 0;
 	pm->wait_ns = 0;
 	resil_stats_rejected(NULL, b->stats_st, RESIL_REJECT_OPEN);
-	after_clockless(p->r);
-	return RESIL_REJECT_OPEN;
-}
-
-/* after_clockless's periodic check, then v. */
-static RESIL_COLD __attribute__((noinline)) int clockless_then(struct resil *r, int v)
-{
-	clockless_check(r);
-	return v;
+	/* after_clockless, its call a tail call off the common return */
+	if (RESIL_LIKELY(p->r->embedded || (++clockless & 255)))
+		return RESIL_REJECT_OPEN;
+	return clockless_then(p->r, RESIL_REJECT_OPEN);
 }
 
 /* An admission of the counters alone, or of a CLOSED lean breaker (gen:
