@@ -157,8 +157,8 @@ bool resil_breaker_lean(const struct resil_breaker_conf *c);
 int resil_breaker_acquire_lean(void *st, struct resil_permit_priv *pm);
 #define RESIL_BK_LEAN_UNTIL (-1)
 struct resil_bk_lean_open {
-	int64_t until;
-	int verdict;
+	int64_t until; /* RESIL_BK_LEAN_UNTIL: a time of the policy's clock, ns */
+	int verdict;   /* 0, RESIL_REJECT_OPEN or RESIL_BK_LEAN_UNTIL */
 };
 struct resil_bk_lean_open resil_breaker_reject_lean(const struct resil_breaker_conf *c, void *st,
 						    int64_t wait0, uint64_t streaks);
