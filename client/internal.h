@@ -60,6 +60,9 @@ struct resil_binding {
 	uint64_t lean;	/* RESIL_LEAN_* of rec | its breaker's resil_breaker_win_off << 32 */
 	uint32_t where; /* the permit's where for rec (permit_where) */
 	uint32_t held;	/* the permit's flags for rec: HELD | tag (permit_tag) */
+	/* lean breaker: its OPEN wait and streak bits (resil_breaker_lean_wait) */
+	int64_t bk_wait;
+	uint64_t bk_streaks;
 };
 
 /* A handle: a name and its binding. */

@@ -809,6 +809,9 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 		if (lean == RESIL_LEAN_LIMIT &&
 		    resil_limit_lean_gcra(&rec->conf.limit, rec->conf.scope))
 			b->lean |= (uint64_t)1 << 32;
+		/* the lean OPEN rejection's wait, from the same words */
+		if (lean == RESIL_LEAN_BREAKER)
+			b->bk_wait = resil_breaker_lean_wait(&rec->conf.breaker, &b->bk_streaks);
 		b->lean_st = lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL;
 		b->stats_st = lean ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL;
 		b->where = permit_where(m, rec_index(m->seg, rec));
@@ -1196,25 +1199,66 @@ acquire_general(resil_policy_t *p, const struct resil_req *req, struct resil_per
 	return ret;
 }
 
+/* after_clockless's periodic check, then v. */
+static RESIL_COLD __attribute__((noinline)) int clockless_then(struct resil *r, int v)
+{
+	clockless_check(r);
+	return v;
+}
+
 /* A lean breaker that is not CLOSED: OPEN before its wait, and
  * FORCED_OPEN, reject with a coarse clock reading at most, counted as the
  * general path counts them. Any other state (the first caller after the
  * wait, HALF_OPEN, a short wait that needs a precise reading): the
- * general path decides. */
+ * general path decides. The permit is as resil_acquire_ex left it (not
+ * made whole): a rejection writes what the API reads of a rejected
+ * permit, its flags (resil_release: nothing held) and wait_ns
+ * (resil_permit_wait_ns); the general path makes it whole itself. The
+ * breaker judges the word before the clock is read, so that what is kept
+ * across the reading is the time it is compared with and what the
+ * rejection or the general path need. */
 static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
 							   const struct resil_req *req,
 							   struct resil_permit_priv *pm,
 							   const struct resil_binding *b)
 {
-	/* acquire: pairs with the release in resil_set_clock */
-	int v =
-	    resil_breaker_reject_lean(&b->rec->conf.breaker, b->lean_st, ld_acquire(&p->r->clock));
+	struct resil_bk_lean_open o =
+	    resil_breaker_reject_lean(&b->rec->conf.breaker, b->lean_st, b->bk_wait, b->bk_streaks);
 
-	if (!v)
+	if (RESIL_UNLIKELY(!o.verdict))
 		return acquire_general(p, req, pm, b, true);
-	resil_stats_rejected(NULL, b->stats_st, v);
-	after_clockless(p->r);
-	return v;
+	/* acquire: pairs with the release in resil_set_clock */
+	if (o.verdict == RESIL_BK_LEAN_UNTIL &&
+	    RESIL_UNLIKELY(resil_clock_now_coarse(ld_acquire(&p->r->clock)) >= o.until))
+		return acquire_general(p, req, pm, b, true);
+	pm->flags = 0;
+	pm->wait_ns = 0;
+	resil_stats_rejected(NULL, b->stats_st, RESIL_REJECT_OPEN);
+	/* after_clockless, its call a tail call off the common return */
+	if (RESIL_LIKELY(p->r->embedded || (++clockless & 255)))
+		return RESIL_REJECT_OPEN;
+	return clockless_then(p->r, RESIL_REJECT_OPEN);
+}
+
+/* An admission of the counters alone, or of a CLOSED lean breaker (gen:
+ * its word's gen): no context and no clock; the permit made whole as the
+ * general path makes it. */
+static inline __attribute__((always_inline)) int
+lean_admit(struct resil *r, const struct resil_req *req, struct resil_permit_priv *pm,
+	   const struct resil_binding *b, uint32_t gen)
+{
+	memset(pm, 0, sizeof(*pm));
+	pm->breaker_gen = gen;
+	pm->limit_permits = 1;
+	if (req) {
+		pm->priority = (uint32_t)req->priority;
+		pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
+	}
+	pm->where = b->where;
+	pm->flags = b->held;
+	if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
+		return RESIL_ADMIT;
+	return clockless_then(r, RESIL_ADMIT); /* after_clockless */
 }
 
 /* The first decision of a forked child: its own identity first
@@ -1228,19 +1272,13 @@ acquire_forked(resil_policy_t *p, const struct resil_req *req, resil_permit_t *p
 	return resil_acquire_ex(p, req, permit);
 }
 
-/* after_clockless's periodic check, then v. */
-static RESIL_COLD __attribute__((noinline)) int clockless_then(struct resil *r, int v)
-{
-	clockless_check(r);
-	return v;
-}
-
 RESIL_API __attribute__((flatten)) int
 resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t *permit)
 {
 	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
 	const struct resil_binding *b;
 	struct resil *r;
+	uint32_t kind;
 
 	if (RESIL_UNLIKELY(!p || !permit))
 		return -EINVAL;
@@ -1256,35 +1294,26 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		return acquire_forked(p, req, permit);
 	if (RESIL_UNLIKELY(!good_binding(p, &b)))
 		return acquire_general(p, req, pm, b, false);
-	switch (LEAN_KIND(b->lean)) {
-	case RESIL_LEAN_BULKHEAD:
+	/* the kinds tested one by one, in this order: each lean path pays
+	 * for the tests before it only */
+	kind = LEAN_KIND(b->lean);
+	if (kind == RESIL_LEAN_BULKHEAD)
 		return acquire_lean_bulkhead(p, b, pm);
-	case RESIL_LEAN_LIMIT:
+	if (kind == RESIL_LEAN_BREAKER) {
+		/* CLOSED spends nothing: the word's gen is all it takes; a
+		 * rejection does not make the permit whole (acquire_open) */
+		if (RESIL_UNLIKELY(resil_breaker_acquire_lean(b->lean_st, pm)))
+			return acquire_open(p, req, pm, b);
+		return lean_admit(r, req, pm, b, pm->breaker_gen);
+	}
+	if (kind == RESIL_LEAN_STATS)
+		return lean_admit(r, req, pm, b, 0);
+	if (kind == RESIL_LEAN_LIMIT) {
 		if (LEAN_PLAIN_GCRA(b->lean))
 			return acquire_lean_gcra(p, b, req, pm);
 		return acquire_lean_limit(p, b, req, pm);
-	case RESIL_LEAN_STATS:
-	case RESIL_LEAN_BREAKER:
-		/* the counters alone, or a lean breaker: CLOSED spends
-		 * nothing, so no context and no clock; the permit made whole
-		 * as the general path makes it */
-		memset(pm, 0, sizeof(*pm));
-		pm->limit_permits = 1;
-		if (req) {
-			pm->priority = (uint32_t)req->priority;
-			pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
-		}
-		if (LEAN_KIND(b->lean) == RESIL_LEAN_BREAKER &&
-		    RESIL_UNLIKELY(resil_breaker_acquire_lean(b->lean_st, pm)))
-			return acquire_open(p, req, pm, b);
-		pm->where = b->where;
-		pm->flags = b->held;
-		if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
-			return RESIL_ADMIT;
-		return clockless_then(r, RESIL_ADMIT); /* after_clockless */
-	default:
-		return acquire_general(p, req, pm, b, true);
 	}
+	return acquire_general(p, req, pm, b, true);
 }
 
 RESIL_API int resil_acquire(resil_policy_t *p, resil_permit_t *permit)
@@ -1420,17 +1449,24 @@ static __attribute__((noinline, flatten)) void release_general(struct resil *r,
 	release_bound(r, b->m, b->rec, LEAN_BK_OFF(b->lean), pm, outcome);
 }
 
-/* A lean bulkhead's or limiter's release (none reads a context here) and
- * the count. */
+/* A lean bulkhead's release and the count, in one function: the scan's
+ * CAS and the count's add with no call between them, and the permit's
+ * flags stored once. */
 static __attribute__((noinline, flatten)) void
-release_comp(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
+release_lean_bulkhead(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
+{
+	resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
+	pm->flags = 0;
+	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
+}
+
+/* A lean limiter's release (it reads no context here) and the count. */
+static __attribute__((noinline, flatten)) void
+release_lean_limit(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
 {
 	struct resil_ctx lx = {.client_id = 0};
 
-	if (LEAN_KIND(b->lean) == RESIL_LEAN_BULKHEAD)
-		resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
-	else
-		resil_limit_release(&lx, &b->rec->conf.limit, b->lean_st, pm, outcome);
+	resil_limit_release(&lx, &b->rec->conf.limit, b->lean_st, pm, outcome);
 	release_count(b, pm, outcome);
 }
 
@@ -1478,8 +1514,10 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 		release_general(r, b, pm, outcome);
 		return;
 	case RESIL_LEAN_BULKHEAD:
+		release_lean_bulkhead(b, pm, outcome);
+		return;
 	case RESIL_LEAN_LIMIT:
-		release_comp(b, pm, outcome);
+		release_lean_limit(b, pm, outcome);
 		return;
 	case RESIL_LEAN_BREAKER:
 		/* lean (see "Lean decisions") */

@@ -1369,23 +1369,69 @@ bool resil_breaker_lean(const struct resil_breaker_conf *c)
 	return !slow_on(c);
 }
 
-int resil_breaker_reject_lean(const struct resil_breaker_conf *c, void *st,
-			      const struct resil_clock *ck)
+int64_t resil_breaker_lean_wait(const struct resil_breaker_conf *c, uint64_t *streaks)
+{
+	int64_t w = first_wait(c);
+
+	/* open_wait grows with the streak only with a multiplier above 1
+	 * and a cap above the first wait */
+	*streaks = c->wait_multiplier_milli > 1000 && open_wait(c, STREAK_MAX) > w
+		       ? (uint64_t)STREAK_MAX << 3
+		       : 0;
+	return w;
+}
+
+/*
+ * The lean rejection's end: elapsed_ns(b, w, now) < wait judged before
+ * the reading, so that the caller keeps one number across it. With rel =
+ * now - base and S the word's since in ns, below ELAPSED_PLAIN_NS elapsed
+ * is max(0, rel - S), under wait (> 0) exactly when rel < S + wait; a
+ * reading before base is elapsed 0, a rejection too. So a reading below
+ * base + min(S + wait, ELAPSED_PLAIN_NS) rejects. When that sum passes
+ * INT64_MAX every reading rejects: no reading needed. Any other reading
+ * (the wait over, or a block so old that elapsed_ns takes its modulo) is
+ * the general path's. S + wait: below 2^36 ms plus INT64_MAX, no
+ * unsigned overflow; base is any value a client wrote.
+ */
+static inline struct resil_bk_lean_open reject_until(const bk_t *b, uint64_t w, int64_t wait)
+{
+	struct resil_bk_lean_open o = {.verdict = RESIL_BK_LEAN_UNTIL};
+	uint64_t lim;
+
+	/* a wait a coarse reading may judge (check_open's reading) */
+	if (wait < 100 * RESIL_NS_PER_MS)
+		return (struct resil_bk_lean_open){.verdict = 0};
+	lim = w_since(w) * (uint64_t)RESIL_NS_PER_MS + (uint64_t)wait;
+	if (lim > (uint64_t)ELAPSED_PLAIN_NS)
+		lim = (uint64_t)ELAPSED_PLAIN_NS;
+	if (__builtin_add_overflow(b->base_ns, (int64_t)lim, &o.until))
+		return (struct resil_bk_lean_open){.verdict = RESIL_REJECT_OPEN};
+	return o;
+}
+
+/* The same after a repeated open whose wait grows: out of line, so the
+ * common path makes no call before the caller's reading. */
+static BK_COLD struct resil_bk_lean_open reject_until_grown(const struct resil_breaker_conf *c,
+							    const bk_t *b, uint64_t w)
+{
+	return reject_until(b, w, open_wait(c, w_streak(w)));
+}
+
+struct resil_bk_lean_open resil_breaker_reject_lean(const struct resil_breaker_conf *c, void *st,
+						    int64_t wait0, uint64_t streaks)
 {
 	bk_t *b = st;
 	uint64_t w = ld_acquire(&b->word);
-	int64_t wait;
 
 	if (w_state(w) == RESIL_STATE_FORCED_OPEN)
-		return RESIL_REJECT_OPEN;
-	/* OPEN, with a wait a coarse reading may judge (check_open's
-	 * reading): one load of the clock */
-	if (w_state(w) != RESIL_STATE_OPEN)
-		return 0;
-	wait = w_streak(w) ? open_wait(c, w_streak(w)) : first_wait(c);
-	if (wait < 100 * RESIL_NS_PER_MS)
-		return 0;
-	return elapsed_ns(b, w, resil_clock_now_coarse(ck)) < wait ? RESIL_REJECT_OPEN : 0;
+		return (struct resil_bk_lean_open){.verdict = RESIL_REJECT_OPEN};
+	if (RESIL_UNLIKELY(w_state(w) != RESIL_STATE_OPEN))
+		return (struct resil_bk_lean_open){.verdict = 0};
+	/* the wait of this streak: wait0 unless it grows (streaks: w_streak's
+	 * bits when it does) */
+	if (RESIL_UNLIKELY(w & streaks))
+		return reject_until_grown(c, b, w);
+	return reject_until(b, w, wait0);
 }
 
 int resil_breaker_acquire_lean(void *st, struct resil_permit_priv *pm)

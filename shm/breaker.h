@@ -121,10 +121,18 @@ RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_bucket) == 32, "bucket size");
  *   resil_breaker_acquire_lean: CLOSED: 0, pm->breaker_gen set; else 1
  *     and nothing read but the word: decide through resil_breaker_check
  *     and resil_breaker_acquire.
- *   resil_breaker_reject_lean: RESIL_REJECT_OPEN for FORCED_OPEN, and for
- *     OPEN (with a wait of 100 ms or more) before its wait is
- *     over by a coarse reading of ck, as check_open judges it; else 0
- *     (decide through the general path).
+ *   resil_breaker_reject_lean: verdict RESIL_REJECT_OPEN for
+ *     FORCED_OPEN (no reading needed); RESIL_BK_LEAN_UNTIL for OPEN
+ *     with a wait of 100 ms or more: a coarse clock reading below until
+ *     is before the wait is over, as check_open judges it (reject); else
+ *     (a reading at or after until, any other state: verdict 0) decide
+ *     through the general path. Returned in registers, so that the
+ *     caller's other paths stay tail calls. wait0 and streaks:
+ *     resil_breaker_lean_wait(c), taken once when the caller bound the
+ *     configuration.
+ *   resil_breaker_lean_wait: the OPEN wait of a first open (streak 0);
+ *     in *streaks the state word's streak bits when a repeated open
+ *     waits longer (a multiplier and a cap above it), else 0.
  *   resil_breaker_release_lean: RESIL_BK_LEAN_DONE: recorded;
  *     RESIL_BK_LEAN_NO: nothing done (not a success of this gen in
  *     CLOSED on a count window): release through resil_breaker_release;
@@ -147,8 +155,14 @@ RESIL_STATIC_ASSERT(sizeof(struct resil_breaker_bucket) == 32, "bucket size");
 #define RESIL_BK_LEAN_AFTER 0x200u
 bool resil_breaker_lean(const struct resil_breaker_conf *c);
 int resil_breaker_acquire_lean(void *st, struct resil_permit_priv *pm);
-int resil_breaker_reject_lean(const struct resil_breaker_conf *c, void *st,
-			      const struct resil_clock *ck);
+#define RESIL_BK_LEAN_UNTIL (-1)
+struct resil_bk_lean_open {
+	int64_t until; /* RESIL_BK_LEAN_UNTIL: a time of the policy's clock, ns */
+	int verdict;   /* 0, RESIL_REJECT_OPEN or RESIL_BK_LEAN_UNTIL */
+};
+struct resil_bk_lean_open resil_breaker_reject_lean(const struct resil_breaker_conf *c, void *st,
+						    int64_t wait0, uint64_t streaks);
+int64_t resil_breaker_lean_wait(const struct resil_breaker_conf *c, uint64_t *streaks);
 uint32_t resil_breaker_release_lean(const struct resil_breaker_conf *c, void *st,
 				    const struct resil_permit_priv *pm, int outcome,
 				    uint32_t win_off);

@@ -330,6 +330,77 @@ static void test_lean_breaker(void **state)
 	assert_int_equal(resil_set_clock(r, NULL, NULL), 0);
 }
 
+/* A lean OPEN rejection judges the wait of the breaker's streak, taken
+ * from the binding (resil_breaker_lean_wait) and the word: a repeated open
+ * waits longer (multiplier 2: 1 s, 2 s, 4 s, capped at 3 s), a wait under
+ * 100 ms is the general path's, and each rejection is counted once. A
+ * rejected permit says no wait and holds nothing, whatever the caller's
+ * memory held before: its release counts nothing. */
+static void test_lean_open_wait(void **state)
+{
+	static const int64_t waits_ms[] = {1000, 2000, 3000, 3000};
+	const int64_t ms = RESIL_NS_PER_MS;
+	resil_policy_t *p;
+	resil_permit_t a;
+	const struct resil_rec *rec;
+	uint64_t rej = 0;
+
+	(void)state;
+	assert_int_equal(resil_set_clock(r, manual_clock, NULL), 0);
+	assert_int_equal(resil_define(r, "ow",
+				      "breaker.window = consecutive:1; breaker.wait = 1s;"
+				      " breaker.wait_multiplier = 2; breaker.wait_max = 3s;"
+				      " breaker.half_open_calls = 1"),
+			 0);
+	assert_int_equal(resil_policy(r, "ow", &p), 0);
+	rec = test_rec_of(r, "ow");
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 4);
+	resil_release(p, &a, RESIL_FAILURE);
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(waits_ms); i++) {
+		int64_t opened = now_ns;
+
+		assert_int_equal(resil_policy_state(p), RESIL_STATE_OPEN);
+		memset(&a, 0xa5, sizeof(a));
+		assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_OPEN);
+		assert_int_equal(resil_permit_wait_ns(&a), 0);
+		resil_release(p, &a, RESIL_SUCCESS); /* holds nothing */
+		assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 0);
+		/* the streak's wait less 1 ms: still OPEN (the previous
+		 * streak's wait is over by then from the second open on) */
+		now_ns = opened + (waits_ms[i] - 1) * ms;
+		assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_OPEN);
+		rej += 2;
+		assert_int_equal(count(rec, RESIL_STAT_REJ_OPEN), rej);
+		/* over (since is rounded up to the ms): the probe, which fails */
+		now_ns = opened + (waits_ms[i] + 2) * ms;
+		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+		assert_int_equal(resil_policy_state(p), RESIL_STATE_HALF_OPEN);
+		resil_release(p, &a, RESIL_FAILURE);
+	}
+	assert_int_equal(count(rec, RESIL_STAT_FAILURE), 1 + RESIL_ARRAY_SIZE(waits_ms));
+
+	/* a wait under 100 ms: the general path judges it, with the same
+	 * verdicts and counts */
+	assert_int_equal(resil_define(r, "short",
+				      "breaker.window = consecutive:1; breaker.wait = 50ms;"
+				      " breaker.half_open_calls = 1"),
+			 0);
+	assert_int_equal(resil_policy(r, "short", &p), 0);
+	rec = test_rec_of(r, "short");
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	resil_release(p, &a, RESIL_FAILURE);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 4);
+	now_ns += 49 * ms;
+	assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_OPEN);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_OPEN), 1);
+	now_ns += 2 * ms;
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(resil_policy_state(p), RESIL_STATE_CLOSED);
+	assert_int_equal(resil_set_clock(r, NULL, NULL), 0);
+}
+
 /* The window's offset in the breaker's block is taken from the read-only
  * configuration once, when a handle binds (the lean word's high half),
  * and each re-bind takes it again: a policy redefined with more probe
@@ -408,6 +479,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_keyed, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_breaker, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_open_wait, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_rebind_window_offset, open_emb, close_emb),
 	};
 
