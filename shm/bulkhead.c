@@ -28,9 +28,9 @@
  *   Nothing counts, so nothing can drift: the daemon has no hint to
  *   repair, only dead holders' slots to free. And no word is written by
  *   every decision: two processes on one pool write their own slots'
- *   lines only (mp/bulkhead: about 4x the counted regime's decisions per
- *   second, whose in-flight word crosses between the two CPUs twice per
- *   decision).
+ *   lines only (mp/bulkhead, max 1000: 109 M decisions/s together; the
+ *   counted regime, whose in-flight word crosses between the two CPUs
+ *   twice per decision, 12 to 24: mp/bulkhead.wait).
  *   Why a bound: a walk reads every slot, and a walk comes with every
  *   resil_bulkhead_recheck(n)-th rejection on the hint (16 per 128
  *   slots: about 8 slots read per rejection at any size), with the first
@@ -39,7 +39,7 @@
  *   after its count). Enter+exit costs the same at any size
  *   (resil/bulkhead.acq_rel against resil/bulkhead1000.acq_rel); a
  *   rejection of a saturated pool grows with the size, as its walks leave
- *   L1 (resil/bulkhead1000.reject: about 2x the 25-slot rejection). The
+ *   L1 (resil/bulkhead1000.reject: about 1.5x the 25-slot rejection). The
  *   bound is where the slots stop being spread (RESIL_POOL_SPREAD_MAX):
  *   at most 128 KiB a pool, and a walk of a saturated pool with churn (a
  *   release, the admission that takes its slot, the next rejection's
