@@ -555,13 +555,21 @@ uint64_t resil_limit_priv_word_merge(uint64_t x, uint64_t y, const struct lp *p)
 
 /* ---------------------------------------------------------- the clock */
 
+/* A reading of clk for c: coarse when c's interval allows it, else precise
+ * (and then also in *precise). */
+static inline int64_t limit_read(const struct resil_clock *clk, const struct resil_limit_conf *c,
+				 int64_t *precise)
+{
+	if (c->interval_ns >= RESIL_LIMIT_COARSE_FACTOR * resil_clock_coarse_resolution_ns())
+		return resil_clock_now_coarse(clk);
+	return *precise = resil_clock_now(clk);
+}
+
 static inline int64_t limit_now(struct resil_ctx *x, const struct resil_limit_conf *c)
 {
 	if (x->now)
 		return x->now;
-	if (c->interval_ns >= RESIL_LIMIT_COARSE_FACTOR * resil_clock_coarse_resolution_ns())
-		return resil_clock_now_coarse(&x->clock);
-	return resil_ctx_now(x);
+	return limit_read(&x->clock, c, &x->now);
 }
 
 static void lp_init(struct lp *p, const struct resil_limit_conf *c, int64_t now, uint32_t n)
@@ -926,6 +934,22 @@ static inline bool lease_apply(struct resil_ctx *x, const struct resil_limit_con
 	return true;
 }
 
+/* An acquire's end: a rejection (that a dry run admits instead), or the
+ * permit marked as the limiter's. */
+static inline int take_end(struct resil_limit_state *s, const struct resil_limit_conf *c,
+			   struct resil_permit_priv *pm, int v)
+{
+	if (v) {
+		if (c->dry_run && v == RESIL_REJECT_LIMITED)
+			return dry_run_admit(s, pm);
+		return v;
+	}
+	pm->flags |= RESIL_PERMIT_LIMIT;
+	if (pm->wait_ns > 0)
+		pm->flags |= RESIL_PERMIT_LIMIT_WAIT;
+	return 0;
+}
+
 int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
 			struct resil_permit_priv *pm)
 {
@@ -964,15 +988,7 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 		pm->wait_ns = wait;
 		pm->limit_tat = (uint64_t)stamp;
 	}
-	if (v) {
-		if (c->dry_run && v == RESIL_REJECT_LIMITED)
-			return dry_run_admit(s, pm);
-		return v;
-	}
-	pm->flags |= RESIL_PERMIT_LIMIT;
-	if (pm->wait_ns > 0)
-		pm->flags |= RESIL_PERMIT_LIMIT_WAIT;
-	return 0;
+	return take_end(s, c, pm, v);
 }
 
 bool resil_limit_lean_gcra(const struct resil_limit_conf *c, uint32_t scope)
@@ -993,19 +1009,14 @@ int resil_limit_acquire_gcra(const struct resil_clock *clk, const struct resil_l
 			     void *st, struct resil_permit_priv *pm, int64_t *now)
 {
 	struct resil_limit_state *s = lstate(st);
-	int64_t wait = 0, stamp = 0, t;
+	int64_t wait = 0, stamp = 0;
 	struct lp p;
 	int v;
 
 	if (RESIL_UNLIKELY(c->interval_ns <= 0 || c->period_ns <= 0 || c->count == 0))
 		return -EINVAL;
-	if (c->interval_ns >= RESIL_LIMIT_COARSE_FACTOR * resil_clock_coarse_resolution_ns()) {
-		t = resil_clock_now_coarse(clk);
-		*now = 0;
-	} else {
-		t = *now = resil_clock_now(clk);
-	}
-	lp_init(&p, c, t, pm->limit_permits);
+	*now = 0;
+	lp_init(&p, c, limit_read(clk, c, now), pm->limit_permits);
 	p.heals = &s->heals;
 	if (p.n > 1 && RESIL_UNLIKELY(too_many(&p)))
 		return -E2BIG;
@@ -1013,15 +1024,7 @@ int resil_limit_acquire_gcra(const struct resil_clock *clk, const struct resil_l
 	v = gcra_take(&s->word, &p, &wait, &stamp);
 	pm->wait_ns = wait;
 	pm->limit_tat = (uint64_t)stamp;
-	if (v) {
-		if (c->dry_run && v == RESIL_REJECT_LIMITED)
-			return dry_run_admit(s, pm);
-		return v;
-	}
-	pm->flags |= RESIL_PERMIT_LIMIT;
-	if (pm->wait_ns > 0)
-		pm->flags |= RESIL_PERMIT_LIMIT_WAIT;
-	return 0;
+	return take_end(s, c, pm, v);
 }
 
 void resil_limit_undo(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
