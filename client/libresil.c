@@ -703,7 +703,12 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
  * component's own acquire with a context holding what it reads (the
  * client id; the clock), release the component's release and the
  * outcome's count. An unkeyed GCRA of host scope needs no context at all:
- * resil_limit_acquire_gcra decides it from the clock. The same component functions as
+ * resil_limit_acquire_gcra decides it from the clock. A bulkhead of host
+ * scope claims the thread's last slot in resil_acquire_ex itself
+ * (resil_bulkhead_claim_last, with the slot count the binding took from
+ * the configuration) and rejects there on the full hint; a taken slot
+ * without the hint, the first claim and global scope go on in
+ * acquire_lean_bulkhead. The same component functions as
  * resil_policy_acquire/release, on the same words, and a lean permit is a
  * complete one: either path releases what the other granted (a permit
  * outlives a re-bind).
@@ -730,6 +735,8 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 #define LEAN_KIND(l)	   ((uint32_t)(l))
 #define LEAN_BK_OFF(l)	   ((uint32_t)((l) >> 32))
 #define LEAN_PLAIN_GCRA(l) ((l) >> 32)
+/* ... or for a bulkhead of host scope its slot count (0: global scope) */
+#define LEAN_BH_N(l) ((uint32_t)((l) >> 32))
 
 static uint32_t lean_kind(const struct resil_rec *rec)
 {
@@ -809,6 +816,8 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 		if (lean == RESIL_LEAN_LIMIT &&
 		    resil_limit_lean_gcra(&rec->conf.limit, rec->conf.scope))
 			b->lean |= (uint64_t)1 << 32;
+		if (lean == RESIL_LEAN_BULKHEAD && rec->conf.scope != RESIL_SCOPE_GLOBAL)
+			b->lean |= (uint64_t)resil_bulkhead_max_of(&rec->conf.bulkhead) << 32;
 		/* the lean OPEN rejection's wait, from the same words */
 		if (lean == RESIL_LEAN_BREAKER)
 			b->bk_wait = resil_breaker_lean_wait(&rec->conf.breaker, &b->bk_streaks);
@@ -1077,7 +1086,8 @@ static inline __attribute__((always_inline)) int lean_done(resil_policy_t *p,
  * the client id. */
 static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy_t *p,
 								    const struct resil_binding *b,
-								    struct resil_permit_priv *pm)
+								    struct resil_permit_priv *pm,
+								    bool last_tried)
 {
 	struct resil_ctx x;
 	int v;
@@ -1094,6 +1104,9 @@ static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy
 		 * the clock too, unless the slot is sure */
 		x.clock = *ld_acquire(&p->r->clock);
 		v = resil_bulkhead_acquire_scan_global(&x, &b->rec->conf.bulkhead, b->lean_st, pm);
+	} else if (last_tried) {
+		/* resil_bulkhead_claim_last found the last slot taken */
+		v = resil_bulkhead_acquire_scan_rest(&x, &b->rec->conf.bulkhead, b->lean_st, pm);
 	} else {
 		v = resil_bulkhead_acquire_scan(&x, &b->rec->conf.bulkhead, b->lean_st, pm);
 	}
@@ -1261,6 +1274,15 @@ lean_admit(struct resil *r, const struct resil_req *req, struct resil_permit_pri
 	return clockless_then(r, RESIL_ADMIT); /* after_clockless */
 }
 
+/* A lean bulkhead's rejection on its full hint: counted as the general
+ * path counts it; out of line, a tail call of resil_acquire_ex. */
+static __attribute__((noinline)) int rejected_full(struct resil *r, const struct resil_binding *b)
+{
+	resil_stats_rejected(NULL, b->stats_st, RESIL_REJECT_FULL);
+	after_clockless(r);
+	return RESIL_REJECT_FULL;
+}
+
 /* The first decision of a forked child: its own identity first
  * (fork_check), then the decision. Out of line, as every call the hot
  * functions make: a call they made inline would cost each of their paths
@@ -1297,8 +1319,35 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	/* the kinds tested one by one, in this order: each lean path pays
 	 * for the tests before it only */
 	kind = LEAN_KIND(b->lean);
-	if (kind == RESIL_LEAN_BULKHEAD)
-		return acquire_lean_bulkhead(p, b, pm);
+	if (kind == RESIL_LEAN_BULKHEAD) {
+		/* the thread's last slot, free again: no call, no frame; a
+		 * slot taken (or the first claim) goes on in
+		 * acquire_lean_bulkhead, a global bulkhead starts there */
+		uint32_t n = LEAN_BH_N(b->lean), id, idx;
+
+		if (RESIL_UNLIKELY(!n))
+			return acquire_lean_bulkhead(p, b, pm, false);
+		id = resil_client_id(ld_relaxed(&b->m->row));
+		idx = resil_bulkhead_claim_last(b->lean_st, n, id);
+		if (RESIL_UNLIKELY(idx - 1 >= n)) {
+			if (idx == 0)
+				return acquire_lean_bulkhead(p, b, pm, true);
+			/* full, by the hint: the fields of a rejected permit
+			 * that the API reads, and the count */
+			pm->flags = 0;
+			pm->wait_ns = 0;
+			return rejected_full(r, b);
+		}
+		memset(pm, 0, sizeof(*pm));
+		pm->limit_permits = 1;
+		pm->holder = id;
+		pm->bulkhead_idx = idx;
+		pm->where = b->where;
+		pm->flags = RESIL_PERMIT_BULKHEAD | b->held;
+		if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
+			return RESIL_ADMIT;
+		return clockless_then(r, RESIL_ADMIT); /* after_clockless */
+	}
 	if (kind == RESIL_LEAN_BREAKER) {
 		/* CLOSED spends nothing: the word's gen is all it takes; a
 		 * rejection does not make the permit whole (acquire_open) */
@@ -1455,7 +1504,12 @@ static __attribute__((noinline, flatten)) void release_general(struct resil *r,
 static __attribute__((noinline, flatten)) void
 release_lean_bulkhead(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
 {
-	resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
+	uint32_t n = LEAN_BH_N(b->lean);
+
+	if (RESIL_LIKELY(n))
+		resil_bulkhead_release_scan_n(b->lean_st, n, pm);
+	else
+		resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
 	pm->flags = 0;
 	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
 }

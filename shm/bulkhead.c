@@ -652,18 +652,28 @@ static __attribute__((noinline)) uint32_t scan_walk(struct resil_bulkhead_state 
 	return 0;
 }
 
+static inline __attribute__((always_inline)) uint32_t
+scan_claim_rest(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_t i,
+		uint32_t *next);
+static inline __attribute__((always_inline)) uint32_t
+scan_walk_claim(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_t i,
+		uint32_t *next);
+
+/* Where a thread's claim starts (0-based): its last slot (next: that
+ * slot + 1), else its client id's. */
+static inline uint32_t scan_start(uint32_t next, uint32_t n, uint32_t id)
+{
+	return RESIL_UNLIKELY(next == 0 || next > n) ? id % n : next - 1;
+}
+
 /* The slot this thread used last is usually free again: one load and one
  * CAS. Else the full hint (saturated: one load), else a walk. */
 static inline __attribute__((always_inline)) uint32_t scan_claim(struct resil_bulkhead_state *s,
 								 uint32_t n, uint32_t id)
 {
-	uint32_t *next = next_of(s), i = *next, idx;
+	uint32_t *next = next_of(s), i = scan_start(*next, n, id);
 	ra32 *w;
 
-	if (RESIL_UNLIKELY(i == 0 || i > n))
-		i = id % n;
-	else
-		i--;
 	w = scan_slot(s, i);
 	if (RESIL_LIKELY(ld_relaxed(w) == 0)) {
 		uint32_t exp = 0;
@@ -674,9 +684,26 @@ static inline __attribute__((always_inline)) uint32_t scan_claim(struct resil_bu
 			return i + 1;
 		}
 	}
+	return scan_claim_rest(s, n, id, i, next);
+}
+
+/* scan_claim after the thread's last slot (i, 0-based) was not free: the
+ * full hint (saturated: one load), else a walk from i. */
+static inline __attribute__((always_inline)) uint32_t
+scan_claim_rest(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_t i, uint32_t *next)
+{
+
 	if (ld_relaxed(&s->full) && (++*skips_of(s) & (resil_bulkhead_recheck(n) - 1)))
 		return 0; /* saturated: one load, no scan */
-	idx = scan_walk(s, n, id, i, next);
+	return scan_walk_claim(s, n, id, i, next);
+}
+
+/* A walk from slot i, and the full hint set or cleared by what it found. */
+static inline __attribute__((always_inline)) uint32_t
+scan_walk_claim(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_t i, uint32_t *next)
+{
+	uint32_t idx = scan_walk(s, n, id, i, next);
+
 	if (!idx) {
 		if (!ld_relaxed(&s->full))
 			st_relaxed(&s->full, 1);
@@ -994,14 +1021,52 @@ int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_b
 	return 0;
 }
 
-void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
-				 struct resil_permit_priv *pm)
+int resil_bulkhead_acquire_scan_rest(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
+				     void *st, struct resil_permit_priv *pm)
+{
+	uint32_t n = resil_bulkhead_max_of(c), id = claim_id(x), *next = next_of(st), idx;
+
+	idx = scan_walk_claim(st, n, id, scan_start(*next, n, id), next);
+	if (RESIL_UNLIKELY(!idx))
+		return RESIL_REJECT_FULL;
+	pm->holder = id;
+	pm->bulkhead_idx = idx;
+	pm->flags |= RESIL_PERMIT_BULKHEAD;
+	return 0;
+}
+
+uint32_t resil_bulkhead_claim_last(void *st, uint32_t n, uint32_t id)
+{
+	uint32_t i = *next_of(st), exp = 0;
+	ra32 *w;
+
+	/* i == 0 (no slot yet) wraps */
+	if (RESIL_UNLIKELY(i - 1 >= n))
+		return 0;
+	w = scan_slot(st, i - 1);
+	if (RESIL_LIKELY(ld_relaxed(w) == 0 && cas_acq_rel(w, &exp, id)))
+		return i; /* crash window B, as scan_claim's; the next claim starts here too */
+	/* scan_claim_rest's hint, so that a saturated pool's rejection is
+	 * decided here too */
+	if (ld_relaxed(&((struct resil_bulkhead_state *)st)->full) &&
+	    (++*skips_of(st) & (resil_bulkhead_recheck(n) - 1)))
+		return RESIL_BULKHEAD_LAST_FULL;
+	return 0;
+}
+
+void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_priv *pm)
 {
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
-	scan_free(st, resil_bulkhead_max_of(c), pm->bulkhead_idx, pm->holder);
+	scan_free(st, n, pm->bulkhead_idx, pm->holder);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
+}
+
+void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
+				 struct resil_permit_priv *pm)
+{
+	resil_bulkhead_release_scan_n(st, resil_bulkhead_max_of(c), pm);
 }
 
 void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,

@@ -228,6 +228,20 @@ int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_b
 				       void *st, struct resil_permit_priv *pm);
 void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
 				 struct resil_permit_priv *pm);
+/* The scan regime's host-scope claim of this thread's last slot (one load,
+ * one CAS): its index (1-based); RESIL_BULKHEAD_LAST_FULL when it is taken
+ * and the full hint says the pool is (a rejection, RESIL_REJECT_FULL);
+ * else 0: resil_bulkhead_acquire_scan_rest decides (a walk). n =
+ * resil_bulkhead_max_of(c), which a caller may take once from the
+ * read-only configuration; the release of such a permit with the same n:
+ * resil_bulkhead_release_scan_n. */
+#define RESIL_BULKHEAD_LAST_FULL 0xffffffffu
+uint32_t resil_bulkhead_claim_last(void *st, uint32_t n, uint32_t id);
+/* resil_bulkhead_acquire_scan after resil_bulkhead_claim_last returned 0:
+ * a walk. */
+int resil_bulkhead_acquire_scan_rest(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
+				     void *st, struct resil_permit_priv *pm);
+void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_priv *pm);
 void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			 struct resil_permit_priv *pm);
 void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,

@@ -152,6 +152,59 @@ static void test_lean_permit_outlives_rebind(void **state)
 	assert_int_equal(held(test_rec_of(r, "dep")), 0);
 }
 
+/* The lean bulkhead's fast claim: the thread's last slot, the full hint
+ * when it is taken, a walk every resil_bulkhead_recheck(n) rejections. A
+ * slot freed behind the hint's back (the race of bulkhead.c's "Full
+ * hint", played with a bare store) is found within that many rejections,
+ * each counted once; permits of both paths release alike. */
+static void test_lean_bulkhead_hint(void **state)
+{
+	const struct resil_rec *rec;
+	resil_permit_t a[4], x;
+	struct resil_bulkhead_state *st;
+	struct resil_pool pool;
+	resil_policy_t *p;
+	int tries;
+
+	(void)state;
+	assert_int_equal(resil_define(r, "hint", "bulkhead.max = 4"), 0);
+	assert_int_equal(resil_policy(r, "hint", &p), 0);
+	rec = test_rec_of(r, "hint");
+	st = resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD);
+	pool = resil_bulkhead_pool(st);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(resil_acquire(p, &a[i]), RESIL_ADMIT);
+	assert_int_equal(atomic_load(&p->b)->lean, 1 | (uint64_t)4 << 32);
+	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL); /* a walk: sets the hint */
+	assert_int_equal(atomic_load(&st->full), 1);
+	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL); /* the hint alone */
+	assert_int_equal(resil_permit_wait_ns(&x), 0);
+	resil_release(p, &x, RESIL_SUCCESS); /* a rejected permit: nothing */
+	assert_int_equal(count(rec, RESIL_STAT_REJ_FULL), 2);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 0);
+
+	/* a release that missed the hint */
+	struct resil_permit_priv *pm = (struct resil_permit_priv *)&a[1];
+
+	atomic_store(&pool.slots[(size_t)(pm->bulkhead_idx - 1) << pool.shift], 0);
+	memset(&a[1], 0, sizeof(a[1]));
+	for (tries = 1; tries <= 2 * (int)resil_bulkhead_recheck(4); tries++)
+		if (resil_acquire(p, &a[1]) == RESIL_ADMIT)
+			break;
+	assert_true(tries <= (int)resil_bulkhead_recheck(4));
+	assert_int_equal(count(rec, RESIL_STAT_REJ_FULL), 2 + (uint64_t)tries - 1);
+	assert_int_equal(held(rec), 4);
+	for (int i = 0; i < 4; i++)
+		resil_release(p, &a[i], RESIL_SUCCESS);
+	assert_int_equal(held(rec), 0);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 4);
+	/* free again: the fast claim, and its release */
+	assert_int_equal(resil_acquire(p, &x), RESIL_ADMIT);
+	assert_int_equal(held(rec), 1);
+	resil_release(p, &x, RESIL_FAILURE);
+	assert_int_equal(held(rec), 0);
+}
+
 static int64_t manual_ns = 1000 * 1000000000LL;
 
 static int64_t manual(void *ctx)
@@ -475,6 +528,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_lean_counts_as_general, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_only_when_alone, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_hint, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_permit_outlives_rebind, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_keyed, open_emb, close_emb),
