@@ -28,7 +28,7 @@
  *   Nothing counts, so nothing can drift: the daemon has no hint to
  *   repair, only dead holders' slots to free. And no word is written by
  *   every decision: two processes on one pool write their own slots'
- *   lines only (mp/bulkhead, max 1000: 109 M decisions/s together; the
+ *   lines only (mp/bulkhead, max 1000: 105 M decisions/s together; the
  *   counted regime, whose in-flight word crosses between the two CPUs
  *   twice per decision, 12 to 24: mp/bulkhead.wait).
  *   Why a bound: a walk reads every slot, and a walk comes with every
