@@ -648,6 +648,22 @@ static inline __attribute__((always_inline)) void after_clockless(struct resil *
 	clockless_check(r);
 }
 
+/* after_clockless's periodic check, then v. */
+static RESIL_COLD __attribute__((noinline)) int clockless_then(struct resil *r, int v)
+{
+	clockless_check(r);
+	return v;
+}
+
+/* after_clockless, then v, the check's call a tail call off the common
+ * return (a hot function that returns this makes no call of its own). */
+static inline __attribute__((always_inline)) int clockless_return(struct resil *r, int v)
+{
+	if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
+		return v;
+	return clockless_then(r, v);
+}
+
 /* ---- handles ---- */
 
 /* Look NAME up in the current mapping, else in the newest older one that
@@ -1064,18 +1080,17 @@ static RESIL_COLD void reservation_sleep(struct resil *r, struct resil_permit_pr
 
 /* A lean acquire's end: the rejection counted as resil_policy_acquire
  * counts it, or the permit made whole. */
-static inline __attribute__((always_inline)) int lean_done(resil_policy_t *p,
-							   const struct resil_binding *b,
-							   struct resil_ctx *x,
-							   struct resil_permit_priv *pm, int v)
+static inline __attribute__((always_inline)) int
+lean_done(resil_policy_t *p, const struct resil_binding *b, const struct resil_clock *clk,
+	  int64_t now, struct resil_permit_priv *pm, int v)
 {
 	if (RESIL_UNLIKELY(v)) {
-		resil_stats_rejected(x, b->stats_st, v);
+		resil_stats_rejected(NULL, b->stats_st, v);
 	} else {
 		pm->where = b->where;
 		pm->flags |= b->held;
 	}
-	after_decision(p->r, x);
+	after_reading(p->r, clk, now);
 	return v;
 }
 
@@ -1129,6 +1144,7 @@ static __attribute__((noinline, flatten)) int acquire_lean_limit(resil_policy_t 
 								 struct resil_permit_priv *pm)
 {
 	struct resil_ctx x = {.seg = b->m->seg, .rec = b->rec, .clock = *ld_acquire(&p->r->clock)};
+	int v;
 
 	memset(pm, 0, sizeof(*pm));
 	pm->limit_permits = 1;
@@ -1137,8 +1153,8 @@ static __attribute__((noinline, flatten)) int acquire_lean_limit(resil_policy_t 
 		x.key = req->key;
 		x.key_len = req->key_len;
 	}
-	return lean_done(p, b, &x, pm,
-			 resil_limit_acquire(&x, &b->rec->conf.limit, b->lean_st, pm));
+	v = resil_limit_acquire(&x, &b->rec->conf.limit, b->lean_st, pm);
+	return lean_done(p, b, &x.clock, x.now, pm, v);
 }
 
 /* An unkeyed GCRA of host scope: no context, the clock's pair as
@@ -1158,14 +1174,7 @@ static __attribute__((noinline, flatten)) int acquire_lean_gcra(resil_policy_t *
 	memset(pm, 0, sizeof(*pm));
 	pm->limit_permits = req && req->permits > 1 ? (uint32_t)req->permits : 1;
 	v = resil_limit_acquire_gcra(clk, &b->rec->conf.limit, b->lean_st, pm, &now);
-	if (RESIL_UNLIKELY(v)) {
-		resil_stats_rejected(NULL, b->stats_st, v);
-	} else {
-		pm->where = b->where;
-		pm->flags |= b->held;
-	}
-	after_reading(p->r, clk, now);
-	return v;
+	return lean_done(p, b, clk, now, pm, v);
 }
 
 /*
@@ -1212,11 +1221,16 @@ acquire_general(resil_policy_t *p, const struct resil_req *req, struct resil_per
 	return ret;
 }
 
-/* after_clockless's periodic check, then v. */
-static RESIL_COLD __attribute__((noinline)) int clockless_then(struct resil *r, int v)
+/* A lean rejection that makes no permit whole: what the API reads of a
+ * rejected permit, its flags (resil_release: nothing held) and wait_ns
+ * (resil_permit_wait_ns), and the count, as the general path counts it. */
+static inline __attribute__((always_inline)) int
+lean_reject(struct resil *r, const struct resil_binding *b, struct resil_permit_priv *pm, int v)
 {
-	clockless_check(r);
-	return v;
+	pm->flags = 0;
+	pm->wait_ns = 0;
+	resil_stats_rejected(NULL, b->stats_st, v);
+	return clockless_return(r, v);
 }
 
 /* A lean breaker that is not CLOSED: OPEN before its wait, and
@@ -1244,13 +1258,7 @@ static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
 	if (o.verdict == RESIL_BK_LEAN_UNTIL &&
 	    RESIL_UNLIKELY(resil_clock_now_coarse(ld_acquire(&p->r->clock)) >= o.until))
 		return acquire_general(p, req, pm, b, true);
-	pm->flags = 0;
-	pm->wait_ns = 0;
-	resil_stats_rejected(NULL, b->stats_st, RESIL_REJECT_OPEN);
-	/* after_clockless, its call a tail call off the common return */
-	if (RESIL_LIKELY(p->r->embedded || (++clockless & 255)))
-		return RESIL_REJECT_OPEN;
-	return clockless_then(p->r, RESIL_REJECT_OPEN);
+	return lean_reject(p->r, b, pm, RESIL_REJECT_OPEN);
 }
 
 /* An admission of the counters alone, or of a CLOSED lean breaker (gen:
@@ -1269,18 +1277,15 @@ lean_admit(struct resil *r, const struct resil_req *req, struct resil_permit_pri
 	}
 	pm->where = b->where;
 	pm->flags = b->held;
-	if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
-		return RESIL_ADMIT;
-	return clockless_then(r, RESIL_ADMIT); /* after_clockless */
+	return clockless_return(r, RESIL_ADMIT);
 }
 
-/* A lean bulkhead's rejection on its full hint: counted as the general
- * path counts it; out of line, a tail call of resil_acquire_ex. */
-static __attribute__((noinline)) int rejected_full(struct resil *r, const struct resil_binding *b)
+/* A lean bulkhead's rejection on its full hint, out of line: a tail call
+ * of resil_acquire_ex. */
+static __attribute__((noinline)) int rejected_full(struct resil *r, const struct resil_binding *b,
+						   struct resil_permit_priv *pm)
 {
-	resil_stats_rejected(NULL, b->stats_st, RESIL_REJECT_FULL);
-	after_clockless(r);
-	return RESIL_REJECT_FULL;
+	return lean_reject(r, b, pm, RESIL_REJECT_FULL);
 }
 
 /* The first decision of a forked child: its own identity first
@@ -1332,11 +1337,7 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		if (RESIL_UNLIKELY(idx - 1 >= n)) {
 			if (idx == 0)
 				return acquire_lean_bulkhead(p, b, pm, true);
-			/* full, by the hint: the fields of a rejected permit
-			 * that the API reads, and the count */
-			pm->flags = 0;
-			pm->wait_ns = 0;
-			return rejected_full(r, b);
+			return rejected_full(r, b, pm); /* full, by the hint */
 		}
 		memset(pm, 0, sizeof(*pm));
 		pm->limit_permits = 1;
@@ -1344,9 +1345,7 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		pm->bulkhead_idx = idx;
 		pm->where = b->where;
 		pm->flags = RESIL_PERMIT_BULKHEAD | b->held;
-		if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
-			return RESIL_ADMIT;
-		return clockless_then(r, RESIL_ADMIT); /* after_clockless */
+		return clockless_return(r, RESIL_ADMIT);
 	}
 	if (kind == RESIL_LEAN_BREAKER) {
 		/* CLOSED spends nothing: the word's gen is all it takes; a
