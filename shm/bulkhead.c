@@ -597,15 +597,30 @@ static inline ra32 *scan_slot(struct resil_bulkhead_state *s, uint32_t i)
 	return (ra32 *)(s + 1) + ((size_t)i << RESIL_BULKHEAD_SCAN_SHIFT);
 }
 
+/* Slot i claimed for id: a load, and a CAS only when it looked free. */
+static inline __attribute__((always_inline)) bool try_slot(struct resil_bulkhead_state *s,
+							   uint32_t i, uint32_t id)
+{
+	ra32 *w = scan_slot(s, i);
+	uint32_t exp = 0;
+
+	return ld_relaxed(w) == 0 && cas_acq_rel(w, &exp, id);
+}
+
+/* The full hint, as a rejecting thread reads it: set, and this is not the
+ * resil_bulkhead_recheck(n)-th rejection on it (which walks instead). */
+static inline __attribute__((always_inline)) bool hint_full(struct resil_bulkhead_state *s,
+							    uint32_t n)
+{
+	return ld_relaxed(&s->full) && (++*skips_of(s) & (resil_bulkhead_recheck(n) - 1));
+}
+
 /* Slots lo..hi-1: read-only loads, a CAS only on a slot seen free. */
 static inline __attribute__((always_inline)) uint32_t
 scan_range(struct resil_bulkhead_state *s, uint32_t lo, uint32_t hi, uint32_t id, uint32_t *next)
 {
 	for (uint32_t i = lo; i < hi; i++) {
-		ra32 *w = scan_slot(s, i);
-		uint32_t exp = 0;
-
-		if (ld_relaxed(w) == 0 && cas_acq_rel(w, &exp, id)) {
+		if (try_slot(s, i, id)) {
 			/* crash window B: the slot names us; reclaim frees it */
 			*next = i + 1;
 			return i + 1;
@@ -672,17 +687,11 @@ static inline __attribute__((always_inline)) uint32_t scan_claim(struct resil_bu
 								 uint32_t n, uint32_t id)
 {
 	uint32_t *next = next_of(s), i = scan_start(*next, n, id);
-	ra32 *w;
 
-	w = scan_slot(s, i);
-	if (RESIL_LIKELY(ld_relaxed(w) == 0)) {
-		uint32_t exp = 0;
-
-		if (RESIL_LIKELY(cas_acq_rel(w, &exp, id))) {
-			/* crash window B: the slot names us; reclaim frees it */
-			*next = i + 1;
-			return i + 1;
-		}
+	if (RESIL_LIKELY(try_slot(s, i, id))) {
+		/* crash window B: the slot names us; reclaim frees it */
+		*next = i + 1;
+		return i + 1;
 	}
 	return scan_claim_rest(s, n, id, i, next);
 }
@@ -692,8 +701,7 @@ static inline __attribute__((always_inline)) uint32_t scan_claim(struct resil_bu
 static inline __attribute__((always_inline)) uint32_t
 scan_claim_rest(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_t i, uint32_t *next)
 {
-
-	if (ld_relaxed(&s->full) && (++*skips_of(s) & (resil_bulkhead_recheck(n) - 1)))
+	if (hint_full(s, n))
 		return 0; /* saturated: one load, no scan */
 	return scan_walk_claim(s, n, id, i, next);
 }
@@ -744,6 +752,18 @@ static uint32_t scan_reclaim(struct resil_bulkhead_state *s, uint32_t n, uint32_
 			freed += cas_acq_rel(scan_slot(s, i), &exp, 0);
 	}
 	return freed;
+}
+
+/* A claim's end: slot idx (1-based) held by id in the permit, or, for no
+ * slot, the rejection. */
+static inline int granted(struct resil_permit_priv *pm, uint32_t id, uint32_t idx)
+{
+	if (RESIL_UNLIKELY(!idx))
+		return RESIL_REJECT_FULL;
+	pm->holder = id;
+	pm->bulkhead_idx = idx;
+	pm->flags |= RESIL_PERMIT_BULKHEAD;
+	return 0;
 }
 
 static inline uint32_t claim_id(const struct resil_ctx *x)
@@ -809,12 +829,7 @@ static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
 	if (!idx && woken && seq_ld(&s->nwait) != 0)
 		wake_one(s); /* the wakeup we took and did not use goes on */
 	x->now = 0;	     /* time went by: the next reading must be fresh */
-	if (!idx)
-		return RESIL_REJECT_FULL;
-	pm->holder = id;
-	pm->bulkhead_idx = idx;
-	pm->flags |= RESIL_PERMIT_BULKHEAD;
-	return 0;
+	return granted(pm, id, idx);
 }
 
 /* ---- global scope ---- */
@@ -854,13 +869,8 @@ static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_s
 	if (RESIL_UNLIKELY(sure > n))
 		sure = n;
 	/* i == 0 (no slot yet) wraps to UINT32_MAX */
-	if (RESIL_LIKELY(i - 1 < sure)) {
-		ra32 *w = scan_slot(s, i - 1);
-		uint32_t v = 0;
-
-		if (RESIL_LIKELY(ld_relaxed(w) == 0 && cas_acq_rel(w, &v, id)))
-			return i; /* crash window B, as scan_claim's */
-	}
+	if (RESIL_LIKELY(i - 1 < sure) && RESIL_LIKELY(try_slot(s, i - 1, id)))
+		return i; /* crash window B, as scan_claim's */
 	/* pairs with resil_bulkhead_lease_set's release: the parking done
 	 * for this lease is seen with it */
 	exp = (int64_t)ld_acquire(&s->lease_expiry_ns);
@@ -944,24 +954,13 @@ int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf
 			idx = global_claim(x, s, resil_bulkhead_max_of(c), id);
 		else
 			idx = scan_claim(s, resil_bulkhead_max_of(c), id);
-		if (RESIL_UNLIKELY(!idx))
-			return RESIL_REJECT_FULL;
-		pm->holder = id;
-		pm->bulkhead_idx = idx;
-		pm->flags |= RESIL_PERMIT_BULKHEAD;
-		return 0;
+		return granted(pm, id, idx);
 	}
 	p = conf_pool(s, c);
 	limit = prio_limit(c, p.n, pm);
 	idx = pool_claim(&p, limit, id, &inflight);
-	if (RESIL_LIKELY(idx)) {
-		pm->holder = id;
-		pm->bulkhead_idx = idx;
-		pm->flags |= RESIL_PERMIT_BULKHEAD;
-		return 0;
-	}
-	if (c->wait_ns <= 0)
-		return RESIL_REJECT_FULL;
+	if (RESIL_LIKELY(idx) || c->wait_ns <= 0)
+		return granted(pm, id, idx);
 	return bulkhead_wait(x, c, s, &p, limit, id, pm);
 }
 
@@ -999,12 +998,7 @@ int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead
 	uint32_t id = claim_id(x), idx;
 
 	idx = scan_claim(st, resil_bulkhead_max_of(c), id);
-	if (RESIL_UNLIKELY(!idx))
-		return RESIL_REJECT_FULL;
-	pm->holder = id;
-	pm->bulkhead_idx = idx;
-	pm->flags |= RESIL_PERMIT_BULKHEAD;
-	return 0;
+	return granted(pm, id, idx);
 }
 
 int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
@@ -1013,12 +1007,7 @@ int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_b
 	uint32_t id = claim_id(x), idx;
 
 	idx = global_claim(x, st, resil_bulkhead_max_of(c), id);
-	if (RESIL_UNLIKELY(!idx))
-		return RESIL_REJECT_FULL;
-	pm->holder = id;
-	pm->bulkhead_idx = idx;
-	pm->flags |= RESIL_PERMIT_BULKHEAD;
-	return 0;
+	return granted(pm, id, idx);
 }
 
 int resil_bulkhead_acquire_scan_rest(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
@@ -1027,31 +1016,21 @@ int resil_bulkhead_acquire_scan_rest(struct resil_ctx *x, const struct resil_bul
 	uint32_t n = resil_bulkhead_max_of(c), id = claim_id(x), *next = next_of(st), idx;
 
 	idx = scan_walk_claim(st, n, id, scan_start(*next, n, id), next);
-	if (RESIL_UNLIKELY(!idx))
-		return RESIL_REJECT_FULL;
-	pm->holder = id;
-	pm->bulkhead_idx = idx;
-	pm->flags |= RESIL_PERMIT_BULKHEAD;
-	return 0;
+	return granted(pm, id, idx);
 }
 
 uint32_t resil_bulkhead_claim_last(void *st, uint32_t n, uint32_t id)
 {
-	uint32_t i = *next_of(st), exp = 0;
-	ra32 *w;
+	uint32_t i = *next_of(st);
 
 	/* i == 0 (no slot yet) wraps */
 	if (RESIL_UNLIKELY(i - 1 >= n))
 		return 0;
-	w = scan_slot(st, i - 1);
-	if (RESIL_LIKELY(ld_relaxed(w) == 0 && cas_acq_rel(w, &exp, id)))
+	if (RESIL_LIKELY(try_slot(st, i - 1, id)))
 		return i; /* crash window B, as scan_claim's; the next claim starts here too */
 	/* scan_claim_rest's hint, so that a saturated pool's rejection is
 	 * decided here too */
-	if (ld_relaxed(&((struct resil_bulkhead_state *)st)->full) &&
-	    (++*skips_of(st) & (resil_bulkhead_recheck(n) - 1)))
-		return RESIL_BULKHEAD_LAST_FULL;
-	return 0;
+	return hint_full(st, n) ? RESIL_BULKHEAD_LAST_FULL : 0;
 }
 
 void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_priv *pm)
