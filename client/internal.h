@@ -54,8 +54,10 @@ struct resil_binding {
 	ra64 *slotp;		     /* the slot word's address in m */
 	ra32 *flagsp;		     /* m's cfg->flags (RESIL_SEG_RETIRED) */
 	const struct resil_rec *rec; /* NULL: unbound */
-	void *lean_st;		     /* lean: the component's state block */
+	void *lean_st;		     /* lean: the component's state (a stack: its breaker's) */
 	void *stats_st;		     /* lean: the counters' state block */
+	void *lim_st, *bh_st;	     /* lean stack: the limiter's, the bulkhead's, or NULL */
+	uint32_t bh_n;		     /* lean stack: the bulkhead's slot count */
 	uint64_t word;		     /* the slot word bound; 0: resolve first */
 	uint64_t lean;	/* RESIL_LEAN_* of rec | its breaker's resil_breaker_win_off << 32 */
 	uint32_t where; /* the permit's where for rec (permit_where) */

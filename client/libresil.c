@@ -739,12 +739,22 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
  * from the same binding; a record that may open the breaker gets its
  * context then. After such a decision, the periodic check counts the
  * call as a clockless one (after_clockless).
+ * A stack of two or three of these, of host scope: a lean breaker, an
+ * unkeyed GCRA without reservation, a fail-fast bulkhead (the common
+ * "breaker + rate limit + bulkhead" of one dependency), is decided the
+ * same way, in resil_policy_acquire's order and with its undo: the
+ * breaker's CLOSED gen (any other state: acquire_open), the GCRA from the
+ * clock, the bulkhead's scan (a rejection gives the limiter's permit
+ * back); its release records the breaker's success lean (anything else:
+ * the general release), frees the slot and counts. The binding carries
+ * the three blocks (lean_st: the breaker's; lim_st, bh_st).
  */
 #define RESIL_LEAN_NONE	    0u
 #define RESIL_LEAN_BULKHEAD 1u
 #define RESIL_LEAN_LIMIT    2u
 #define RESIL_LEAN_STATS    3u /* the counters alone: nothing to decide */
 #define RESIL_LEAN_BREAKER  4u /* resil_breaker_lean (breaker.h), partly; see above */
+#define RESIL_LEAN_STACK    5u /* two or three of the above, host scope; see above */
 /* The binding's lean word: the kind in the low half; in the high half the
  * breaker's resil_breaker_win_off (0: no breaker), or for a limiter 1 when
  * resil_limit_lean_gcra accepts it (decided with no context). */
@@ -753,6 +763,27 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 #define LEAN_PLAIN_GCRA(l) ((l) >> 32)
 /* ... or for a bulkhead of host scope its slot count (0: global scope) */
 #define LEAN_BH_N(l) ((uint32_t)((l) >> 32))
+
+/* A stack that is lean (see above): two or three of a lean breaker, an
+ * unkeyed GCRA without reservation and a fail-fast bulkhead, the counters
+ * and nothing else, host scope. */
+static bool lean_stack(const struct resil_rec *rec)
+{
+	const struct resil_conf *c = &rec->conf;
+	const uint32_t set = 1u << RESIL_C_BREAKER | 1u << RESIL_C_LIMIT | 1u << RESIL_C_BULKHEAD;
+	uint32_t mine = rec->components & set;
+
+	if ((rec->components & ~set) != 1u << RESIL_C_STATS || !(mine & (mine - 1)) ||
+	    c->scope == RESIL_SCOPE_GLOBAL)
+		return false;
+	if (resil_has(rec, RESIL_C_BREAKER) && !resil_breaker_lean(&c->breaker))
+		return false;
+	if (resil_has(rec, RESIL_C_LIMIT) &&
+	    (c->limit.wait_ns || !resil_limit_lean_gcra(&c->limit, c->scope)))
+		return false;
+	return !resil_has(rec, RESIL_C_BULKHEAD) ||
+	       resil_bulkhead_regime(&c->bulkhead) == RESIL_BULKHEAD_SCAN;
+}
 
 static uint32_t lean_kind(const struct resil_rec *rec)
 {
@@ -770,7 +801,7 @@ static uint32_t lean_kind(const struct resil_rec *rec)
 		return RESIL_LEAN_BULKHEAD;
 	if (rec->components == (stats | 1u << RESIL_C_LIMIT) && rec->conf.limit.wait_ns == 0)
 		return RESIL_LEAN_LIMIT;
-	return RESIL_LEAN_NONE;
+	return lean_stack(rec) ? RESIL_LEAN_STACK : RESIL_LEAN_NONE;
 }
 
 static enum resil_comp lean_comp(uint32_t kind)
@@ -788,6 +819,13 @@ static enum resil_comp lean_comp(uint32_t kind)
 }
 
 const struct resil_binding resil_priv_unbound = {.held = RESIL_PERMIT_HELD};
+
+/* A lean stack's block of comp, NULL when it has none. */
+static void *stack_block(const struct resil_map *m, const struct resil_rec *rec,
+			 enum resil_comp comp)
+{
+	return resil_has(rec, comp) ? resil_comp_state(m->seg, rec, comp) : NULL;
+}
 
 /* Bind handle p to what lookup found: (m, slot, word). Under r->lock.
  * Only a name found in the current mapping is bound (word != 0); one
@@ -835,10 +873,17 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 		if (lean == RESIL_LEAN_BULKHEAD && rec->conf.scope != RESIL_SCOPE_GLOBAL)
 			b->lean |= (uint64_t)resil_bulkhead_max_of(&rec->conf.bulkhead) << 32;
 		/* the lean OPEN rejection's wait, from the same words */
-		if (lean == RESIL_LEAN_BREAKER)
+		if (lean == RESIL_LEAN_BREAKER ||
+		    (lean == RESIL_LEAN_STACK && resil_has(rec, RESIL_C_BREAKER)))
 			b->bk_wait = resil_breaker_lean_wait(&rec->conf.breaker, &b->bk_streaks);
 		b->lean_st = lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL;
 		b->stats_st = lean ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL;
+		if (lean == RESIL_LEAN_STACK) {
+			b->lean_st = stack_block(m, rec, RESIL_C_BREAKER);
+			b->lim_st = stack_block(m, rec, RESIL_C_LIMIT);
+			b->bh_st = stack_block(m, rec, RESIL_C_BULKHEAD);
+			b->bh_n = b->bh_st ? resil_bulkhead_max_of(&rec->conf.bulkhead) : 0;
+		}
 		b->where = permit_where(m, rec_index(m->seg, rec));
 		b->held = permit_held(rec);
 		b->word = word;
@@ -1288,6 +1333,83 @@ static __attribute__((noinline)) int rejected_full(struct resil *r, const struct
 	return lean_reject(r, b, pm, RESIL_REJECT_FULL);
 }
 
+/* A lean stack's end: lean_done after a clock reading (clk: the limiter's),
+ * else the counting and the clockless check of a decision without one. */
+static inline __attribute__((always_inline)) int
+stack_done(resil_policy_t *p, const struct resil_binding *b, const struct resil_clock *clk,
+	   int64_t now, struct resil_permit_priv *pm, int v)
+{
+	if (clk)
+		return lean_done(p, b, clk, now, pm, v);
+	if (RESIL_UNLIKELY(v)) {
+		resil_stats_rejected(NULL, b->stats_st, v);
+	} else {
+		pm->where = b->where;
+		pm->flags |= b->held;
+	}
+	return clockless_return(p->r, v);
+}
+
+/* A lean stack's bulkhead rejected (v): the limiter's permit back, as
+ * resil_policy_acquire's undo gives it (its crash window: a token simply
+ * spent), then the count. Out of line: the limiter's undo wants a
+ * context. */
+static RESIL_COLD __attribute__((noinline)) int
+stack_full(resil_policy_t *p, const struct resil_binding *b, const struct resil_clock *clk,
+	   int64_t now, struct resil_permit_priv *pm, int v)
+{
+	if (b->lim_st) {
+		struct resil_ctx x = {.seg = b->m->seg, .rec = b->rec, .clock = *clk, .now = now};
+
+		resil_limit_undo(&x, &b->rec->conf.limit, b->lim_st, pm);
+	}
+	return stack_done(p, b, clk, now, pm, v);
+}
+
+/* A lean stack (see "Lean decisions"): each component's lean acquire in
+ * resil_policy_acquire's order; a breaker that is not CLOSED goes to
+ * acquire_open (which rejects, or hands the decision to the general
+ * path), having spent nothing. */
+static __attribute__((noinline, flatten)) int acquire_lean_stack(resil_policy_t *p,
+								 const struct resil_binding *b,
+								 const struct resil_req *req,
+								 struct resil_permit_priv *pm)
+{
+	const struct resil_clock *clk = NULL;
+	struct resil_ctx x;
+	int64_t now = 0;
+	uint32_t gen = 0;
+	int v;
+
+	if (b->lean_st) {
+		if (RESIL_UNLIKELY(resil_breaker_acquire_lean(b->lean_st, pm)))
+			return acquire_open(p, req, pm, b);
+		gen = pm->breaker_gen;
+	}
+	memset(pm, 0, sizeof(*pm));
+	pm->breaker_gen = gen;
+	pm->limit_permits = 1;
+	if (req) {
+		pm->priority = (uint32_t)req->priority;
+		pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
+	}
+	if (b->lim_st) {
+		/* acquire: pairs with the release in resil_set_clock */
+		clk = ld_acquire(&p->r->clock);
+		v = resil_limit_acquire_gcra(clk, &b->rec->conf.limit, b->lim_st, pm, &now);
+		if (RESIL_UNLIKELY(v))
+			return lean_done(p, b, clk, now, pm, v);
+	}
+	if (b->bh_st) {
+		/* the scan regime reads the client id alone */
+		x.client_id = resil_client_id(ld_relaxed(&b->m->row));
+		v = resil_bulkhead_acquire_scan(&x, &b->rec->conf.bulkhead, b->bh_st, pm);
+		if (RESIL_UNLIKELY(v))
+			return stack_full(p, b, clk, now, pm, v);
+	}
+	return stack_done(p, b, clk, now, pm, 0);
+}
+
 /* The first decision of a forked child: its own identity first
  * (fork_check), then the decision. Out of line, as every call the hot
  * functions make: a call they made inline would cost each of their paths
@@ -1361,6 +1483,8 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 			return acquire_lean_gcra(p, b, req, pm);
 		return acquire_lean_limit(p, b, req, pm);
 	}
+	if (kind == RESIL_LEAN_STACK)
+		return acquire_lean_stack(p, b, req, pm);
 	return acquire_general(p, req, pm, b, true);
 }
 
@@ -1466,16 +1590,24 @@ release_count(const struct resil_binding *b, struct resil_permit_priv *pm, int o
 /* A lean breaker's success recorded over a slot that held another
  * outcome (v: RESIL_BK_LEAN_AFTER | its code): the counters, and the
  * transition they may call for, with a context; then the count. */
-static RESIL_COLD __attribute__((noinline)) void release_lean_after(struct resil *r,
-								    const struct resil_binding *b,
-								    struct resil_permit_priv *pm,
-								    uint32_t v, int outcome)
+static RESIL_COLD __attribute__((noinline)) void breaker_after(struct resil *r,
+							       const struct resil_binding *b,
+							       const struct resil_permit_priv *pm,
+							       uint32_t v)
 {
 	struct resil_ctx x;
 
 	fill_ctx(r, b->m, &x);
 	x.rec = b->rec;
 	resil_breaker_lean_after(&x, &b->rec->conf.breaker, b->lean_st, pm->breaker_gen, v);
+}
+
+static RESIL_COLD __attribute__((noinline)) void release_lean_after(struct resil *r,
+								    const struct resil_binding *b,
+								    struct resil_permit_priv *pm,
+								    uint32_t v, int outcome)
+{
+	breaker_after(r, b, pm, v);
 	release_count(b, pm, outcome);
 }
 
@@ -1513,6 +1645,56 @@ release_lean_bulkhead(const struct resil_binding *b, struct resil_permit_priv *p
 	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
 }
 
+/* A lean breaker's release (see "Lean decisions"): a success in CLOSED
+ * recorded without a context, anything else by the general release. */
+static __attribute__((noinline, flatten)) void release_lean_breaker(struct resil *r,
+								    const struct resil_binding *b,
+								    struct resil_permit_priv *pm,
+								    int outcome)
+{
+	uint32_t v = resil_breaker_release_lean(&b->rec->conf.breaker, b->lean_st, pm, outcome,
+						LEAN_BK_OFF(b->lean));
+
+	if (RESIL_UNLIKELY(v == RESIL_BK_LEAN_NO)) {
+		/* not a success in CLOSED */
+		release_general(r, b, pm, outcome);
+		return;
+	}
+	if (RESIL_UNLIKELY(v != RESIL_BK_LEAN_DONE)) {
+		release_lean_after(r, b, pm, v, outcome);
+		return;
+	}
+	pm->flags = 0;
+	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
+}
+
+/* A lean stack's release, in resil_policy_release's order: the breaker's
+ * success recorded lean (any other record: the general release, of every
+ * component, from the same binding), the bulkhead's slot (the limiter
+ * has nothing to give back), the count. */
+static __attribute__((noinline, flatten)) void release_lean_stack(struct resil *r,
+								  const struct resil_binding *b,
+								  struct resil_permit_priv *pm,
+								  int outcome)
+{
+	uint32_t v;
+
+	if (b->lean_st) {
+		v = resil_breaker_release_lean(&b->rec->conf.breaker, b->lean_st, pm, outcome,
+					       LEAN_BK_OFF(b->lean));
+		if (RESIL_UNLIKELY(v == RESIL_BK_LEAN_NO)) {
+			release_general(r, b, pm, outcome);
+			return;
+		}
+		if (RESIL_UNLIKELY(v != RESIL_BK_LEAN_DONE))
+			breaker_after(r, b, pm, v);
+	}
+	if (b->bh_st)
+		resil_bulkhead_release_scan_n(b->bh_st, b->bh_n, pm);
+	pm->flags = 0;
+	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
+}
+
 /* A lean limiter's release (it reads no context here) and the count. */
 static __attribute__((noinline, flatten)) void
 release_lean_limit(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
@@ -1529,7 +1711,7 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
 	struct resil *r;
 	const struct resil_binding *b;
-	uint32_t v;
+	uint32_t kind;
 
 	if (RESIL_UNLIKELY(!p || !permit || !(pm->flags & RESIL_PERMIT_HELD)))
 		return;
@@ -1562,32 +1744,28 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 	}
 	/* the record the handle is bound to, still its slot's (not retired,
 	 * so not reused either): no walk */
-	switch (LEAN_KIND(b->lean)) {
-	case RESIL_LEAN_NONE:
-		release_general(r, b, pm, outcome);
+	/* the kinds tested one by one, each path a tail call, so that none
+	 * pays for the registers of another (a jump table would) */
+	kind = LEAN_KIND(b->lean);
+	if (kind == RESIL_LEAN_BREAKER) {
+		release_lean_breaker(r, b, pm, outcome);
 		return;
-	case RESIL_LEAN_BULKHEAD:
+	}
+	if (kind == RESIL_LEAN_BULKHEAD) {
 		release_lean_bulkhead(b, pm, outcome);
 		return;
-	case RESIL_LEAN_LIMIT:
+	}
+	if (kind == RESIL_LEAN_LIMIT) {
 		release_lean_limit(b, pm, outcome);
 		return;
-	case RESIL_LEAN_BREAKER:
-		/* lean (see "Lean decisions") */
-		v = resil_breaker_release_lean(&b->rec->conf.breaker, b->lean_st, pm, outcome,
-					       LEAN_BK_OFF(b->lean));
-		if (RESIL_UNLIKELY(v == RESIL_BK_LEAN_NO)) {
-			/* not a success in CLOSED */
-			release_general(r, b, pm, outcome);
-			return;
-		}
-		if (RESIL_UNLIKELY(v != RESIL_BK_LEAN_DONE)) {
-			release_lean_after(r, b, pm, v, outcome);
-			return;
-		}
-		break;
-	default:
-		break;
+	}
+	if (kind == RESIL_LEAN_STACK) {
+		release_lean_stack(r, b, pm, outcome);
+		return;
+	}
+	if (kind == RESIL_LEAN_NONE) {
+		release_general(r, b, pm, outcome);
+		return;
 	}
 	/* the counters read no context (and, last, nothing is kept across
 	 * their add) */
