@@ -2,8 +2,10 @@
 /*
  * unit_lean.c - libresil's lean decisions (libresil.c, "Lean decisions"):
  * a policy that is only a fail-fast bulkhead, a limiter (keyed or not),
- * the counters, or a breaker without a slow-call rate is decided without
- * the general context, on the same words and with the same counts, and
+ * the counters, or a breaker without a slow-call rate, or a stack of two
+ * or three of a breaker, an unkeyed GCRA and a fail-fast bulkhead, is
+ * decided without the general context, on the same words and with the
+ * same counts, and
  * its permits are complete ones that the general path releases after a
  * re-bind.
  */
@@ -18,6 +20,7 @@
 #include "internal.h"
 #include "breaker.h"
 #include "bulkhead.h"
+#include "limit.h"
 #include "stats.h"
 #include "testutil.h"
 
@@ -87,11 +90,20 @@ static void test_lean_counts_as_general(void **state)
 	assert_int_equal(held(rec), 0);
 }
 
-/* Not lean: a second component, a histogram, a wait or a critical share. */
+/* Not lean: a component outside the stack, a histogram, a wait, a
+ * critical share, a key or a sliding window in a stack, global scope. */
 static void test_lean_only_when_alone(void **state)
 {
 	static const char *const general[] = {
-	    "bulkhead.max = 2; breaker.window = count:10",
+	    "bulkhead.max = 2; shed.k = 2",
+	    "bulkhead.max = 2; breaker.window = count:10; histogram = on",
+	    "bulkhead.max = 2; limit.rate = 10/s; limit.keys = 100",
+	    "bulkhead.max = 2; limit.rate = 10/s; limit.algorithm = sliding",
+	    "breaker.window = count:10; limit.rate = 10/s; limit.wait = 1s",
+	    "breaker.window = count:10; bulkhead.max = 2; bulkhead.wait = 10ms",
+	    "breaker.window = time:10s; bulkhead.max = 2; policy.scope = global",
+	    "breaker.window = count:10; breaker.slow_call = 1s; breaker.slow_call_rate = 50;"
+	    " bulkhead.max = 2",
 	    "bulkhead.max = 2; histogram = on",
 	    "bulkhead.max = 2; bulkhead.wait = 10ms",
 	    "bulkhead.max = 2; bulkhead.critical = 50%",
@@ -127,8 +139,8 @@ static void test_lean_permit_outlives_rebind(void **state)
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 1);
 
-	/* a breaker joins: a new record, a new block, bound general */
-	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2; breaker.window = count:10"), 0);
+	/* a shedder joins: a new record, a new block, bound general */
+	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2; shed.k = 2"), 0);
 	gen_rec = test_rec_of(r, "dep");
 	assert_ptr_not_equal(gen_rec, lean_rec);
 	assert_int_equal(resil_acquire(p, &g), RESIL_ADMIT);
@@ -261,6 +273,178 @@ static void test_lean_limit(void **state)
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 0);
 	resil_release(p, &a, RESIL_SUCCESS);
+}
+
+/* A lean stack, step by step: the bulkhead's rejection gives the
+ * limiter's token back (the next admission takes it), the limiter's
+ * rejection holds no slot, an OPEN breaker spends nothing, the probe after
+ * its wait is the general path's, and each verdict is counted once. */
+static void test_lean_stack(void **state)
+{
+	const struct resil_rec *rec;
+	resil_policy_t *p;
+	struct resil_limit_state *ls;
+	resil_permit_t a, b, c;
+	uint64_t tat;
+
+	(void)state;
+	assert_int_equal(resil_set_clock(r, manual, NULL), 0);
+	assert_int_equal(resil_define(r, "stk",
+				      "breaker.window = count:10; breaker.min_calls = 4;"
+				      " breaker.wait = 1s; breaker.half_open_calls = 1;"
+				      " limit.rate = 10/s; limit.burst = 3; bulkhead.max = 2"),
+			 0);
+	assert_int_equal(resil_policy(r, "stk", &p), 0);
+	rec = test_rec_of(r, "stk");
+	ls = resil_comp_state(&r->seg, rec, RESIL_C_LIMIT);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* token 1 */
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 5);
+	assert_int_equal(resil_acquire(p, &b), RESIL_ADMIT); /* token 2 */
+	assert_int_equal(held(rec), 2);
+	assert_int_equal(resil_acquire(p, &c), RESIL_REJECT_FULL); /* token 3, given back */
+	assert_int_equal(resil_permit_wait_ns(&c), 0);
+	assert_int_equal(held(rec), 2);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* token 3 */
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(resil_acquire(p, &c), RESIL_REJECT_LIMITED);
+	assert_int_equal(resil_permit_wait_ns(&c), 100 * 1000000LL);
+	assert_int_equal(held(rec), 1);
+	resil_release(p, &c, RESIL_SUCCESS); /* a rejection holds nothing */
+	resil_release(p, &b, RESIL_SUCCESS);
+	assert_int_equal(held(rec), 0);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 3);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_FULL), 1);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 1);
+
+	/* failures (the general release) open it: 3 of 6 calls failed (50%) */
+	for (int i = 0; i < 3; i++) {
+		manual_ns += 200 * 1000000LL;
+		assert_int_equal(resil_policy_state(p), RESIL_STATE_CLOSED);
+		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+		resil_release(p, &a, RESIL_FAILURE);
+	}
+	assert_int_equal(resil_policy_state(p), RESIL_STATE_OPEN);
+	assert_int_equal(count(rec, RESIL_STAT_FAILURE), 3);
+	/* OPEN: rejected before the limiter, whose word stays as it was */
+	manual_ns += RESIL_NS_PER_S / 2;
+	tat = ld_relaxed(&ls->word);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_OPEN);
+	assert_int_equal(ld_relaxed(&ls->word), tat);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_OPEN), 5);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 1);
+	/* after the wait: the probe, then CLOSED and lean again */
+	manual_ns += RESIL_NS_PER_S;
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	assert_int_equal(resil_policy_state(p), RESIL_STATE_HALF_OPEN);
+	assert_int_equal(held(rec), 1);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(resil_policy_state(p), RESIL_STATE_CLOSED);
+	assert_int_equal(held(rec), 0);
+	for (int i = 0; i < 2; i++) { /* the burst's other two */
+		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+		resil_release(p, &a, RESIL_SUCCESS);
+	}
+	assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_LIMITED);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 6);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 2);
+	assert_int_equal(resil_set_clock(r, NULL, NULL), 0);
+}
+
+/* A lean stack decides as the general path does: each shape run twice on
+ * one manual clock, lean and general (the same configuration with a
+ * histogram, which changes no decision), by one seeded random walk of
+ * acquires, releases of each outcome and clock steps; every verdict, every
+ * state, the slots held and every count agree. */
+static void test_lean_stack_twin(void **state)
+{
+	static const char *const shape[] = {
+	    "breaker.window = count:8; breaker.min_calls = 4; breaker.wait = 300ms;"
+	    " limit.rate = 20/s; limit.burst = 4; bulkhead.max = 3",
+	    "breaker.window = consecutive:3; breaker.wait = 200ms; limit.rate = 50/s",
+	    "breaker.window = count:6; breaker.min_calls = 3; breaker.wait = 150ms;"
+	    " breaker.half_open_calls = 2; bulkhead.max = 2",
+	    "limit.rate = 30/s; limit.burst = 2; bulkhead.max = 2; limit.dry_run = on",
+	};
+	static const enum resil_stat stats[] = {
+	    RESIL_STAT_SUCCESS,	    RESIL_STAT_FAILURE,	    RESIL_STAT_IGNORED,
+	    RESIL_STAT_REJ_OPEN,    RESIL_STAT_REJ_LIMITED, RESIL_STAT_REJ_FULL,
+	    RESIL_STAT_TRANSITIONS,
+	};
+	enum { HOLD = 6 };
+
+	(void)state;
+	assert_int_equal(resil_set_clock(r, manual, NULL), 0);
+	for (size_t k = 0; k < RESIL_ARRAY_SIZE(shape); k++) {
+		resil_permit_t pl[HOLD], pg[HOLD];
+		const struct resil_rec *rl, *rg;
+		resil_policy_t *l, *g;
+		char def[320];
+		uint64_t seed = 0x9e3779b97f4a7c15ULL * (k + 1);
+		int n = 0;
+
+		snprintf(def, sizeof(def), "%s; histogram = on", shape[k]);
+		assert_int_equal(resil_define(r, "twl", shape[k]), 0);
+		assert_int_equal(resil_define(r, "twg", def), 0);
+		assert_int_equal(resil_policy(r, "twl", &l), 0);
+		assert_int_equal(resil_policy(r, "twg", &g), 0);
+		rl = test_rec_of(r, "twl");
+		rg = test_rec_of(r, "twg");
+		for (int step = 0; step < 4000; step++) {
+			uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
+			uint32_t op, i;
+
+			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+			z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+			z ^= z >> 31;
+			op = (uint32_t)(z % 8);
+			if (op < 3 && n < HOLD) {
+				int vl = resil_acquire(l, &pl[n]), vg = resil_acquire(g, &pg[n]);
+
+				assert_int_equal(vl, vg);
+				assert_int_equal(resil_permit_wait_ns(&pl[n]),
+						 resil_permit_wait_ns(&pg[n]));
+				if (step > 0)
+					assert_int_equal((uint32_t)atomic_load(&l->b)->lean, 5);
+				n += vl == RESIL_ADMIT;
+			} else if (op < 6 && n > 0) {
+				int outcome = (int)((z >> 8) % 3);
+
+				outcome = outcome == 0	 ? RESIL_SUCCESS
+					  : outcome == 1 ? RESIL_FAILURE
+							 : RESIL_IGNORED;
+				i = (uint32_t)((z >> 16) % (uint32_t)n);
+				resil_release(l, &pl[i], outcome);
+				resil_release(g, &pg[i], outcome);
+				n--;
+				pl[i] = pl[n];
+				pg[i] = pg[n];
+			} else {
+				manual_ns += (int64_t)((z >> 20) % 120) * 1000000LL;
+			}
+			assert_int_equal(resil_policy_state(l), resil_policy_state(g));
+			if (resil_has(rl, RESIL_C_BULKHEAD))
+				assert_int_equal(held(rl), held(rg));
+		}
+		while (n > 0) {
+			n--;
+			resil_release(l, &pl[n], RESIL_SUCCESS);
+			resil_release(g, &pg[n], RESIL_SUCCESS);
+		}
+		for (size_t j = 0; j < RESIL_ARRAY_SIZE(stats); j++)
+			assert_int_equal(count(rl, stats[j]), count(rg, stats[j]));
+		/* the walk went through every verdict its shape can give */
+		assert_true(count(rl, RESIL_STAT_SUCCESS) > 0);
+		assert_true(count(rl, RESIL_STAT_FAILURE) > 0);
+		if (resil_has(rl, RESIL_C_BREAKER))
+			assert_true(count(rl, RESIL_STAT_REJ_OPEN) > 0);
+		if (resil_has(rl, RESIL_C_BULKHEAD))
+			assert_true(count(rl, RESIL_STAT_REJ_FULL) > 0);
+		if (resil_has(rl, RESIL_C_LIMIT) && !rl->conf.limit.dry_run)
+			assert_true(count(rl, RESIL_STAT_REJ_LIMITED) > 0);
+	}
+	assert_int_equal(resil_set_clock(r, NULL, NULL), 0);
 }
 
 /* A keyed limiter is lean too: keys apart, Retry-After per key, the
@@ -460,11 +644,14 @@ static void test_lean_open_wait(void **state)
  * slots (the window further into the block) and another window size gets
  * its records, lean successes and general failures alike, in the new
  * block's window, where every other reader (resil_breaker_win_off, the
- * daemon's checks) looks for them. Both kinds of binding: a lean breaker
- * and a general one (with a bulkhead). */
+ * daemon's checks) looks for them. Every kind of binding with a breaker:
+ * a lean breaker, a lean stack (with a bulkhead) and a general one (with
+ * a histogram too). */
 static void test_rebind_window_offset(void **state)
 {
-	static const char *const extra[] = {"", "; bulkhead.max = 4"};
+	static const char *const extra[] = {"", "; bulkhead.max = 4",
+					    "; bulkhead.max = 4; histogram = on"};
+	static const uint32_t kind[] = {4, 5, 0};
 	resil_policy_t *p;
 	resil_permit_t a;
 
@@ -499,7 +686,7 @@ static void test_rebind_window_offset(void **state)
 			off = resil_breaker_win_off(&rec->conf.breaker);
 			/* the handle re-bound to the new record, its offset with it */
 			assert_int_equal((uint32_t)(atomic_load(&p->b)->lean >> 32), off);
-			assert_int_equal((uint32_t)atomic_load(&p->b)->lean, k ? 0 : 4);
+			assert_int_equal((uint32_t)atomic_load(&p->b)->lean, kind[k]);
 			if (round)
 				assert_true((off & ~1u) > (off_before & ~1u));
 			off_before = off;
@@ -531,6 +718,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_hint, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_permit_outlives_rebind, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_stack, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_stack_twin, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_keyed, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_breaker, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_open_wait, open_emb, close_emb),
