@@ -49,43 +49,60 @@ int resil_parse_u32(const char *s, uint32_t *v)
 	return 0;
 }
 
-/* A decimal number with up to 'digits' fractional digits, scaled by
- * 10^digits: "1.5" with 3 digits -> 1500. */
-static int parse_fixed(const char *s, int digits, uint64_t max, uint64_t *v, const char **rest)
+/* A decimal number at s, its whole part and its fraction apart: the
+ * fraction to 'digits' places, scaled by 10^digits ("1.5" with 3 digits ->
+ * whole 1, frac 500); digits beyond the precision are dropped. The whole
+ * part may use all of uint64, so a caller that scales it by a unit checks
+ * its own product rather than inherit a cap meant for another unit. */
+static int parse_decimal(const char *s, int digits, uint64_t *whole, uint64_t *frac,
+			 const char **rest)
 {
-	uint64_t x = 0;
-	int frac = -1;
+	uint64_t w = 0, f = 0;
+	int places = -1;
 	bool any = false;
 
 	s = skip_blank(s);
 	for (; *s; s++) {
-		if (*s == '.' && frac < 0) {
-			frac = 0;
+		if (*s == '.' && places < 0) {
+			places = 0;
 			continue;
 		}
 		if (!isdigit((unsigned char)*s))
 			break;
 		any = true;
-		if (frac >= 0) {
-			if (frac == digits)
-				continue; /* digits beyond the precision are dropped */
-			frac++;
+		if (places < 0) {
+			if (w > (UINT64_MAX - 9) / 10)
+				return -ERANGE;
+			w = w * 10 + (uint64_t)(*s - '0');
+		} else if (places < digits) {
+			f = f * 10 + (uint64_t)(*s - '0');
+			places++;
 		}
-		if (x > (UINT64_MAX - 9) / 10)
-			return -ERANGE;
-		x = x * 10 + (uint64_t)(*s - '0');
 	}
 	if (!any)
 		return -EINVAL;
-	for (int i = frac < 0 ? 0 : frac; i < digits; i++) {
-		if (x > UINT64_MAX / 10)
-			return -ERANGE;
-		x *= 10;
-	}
-	if (x > max)
-		return -ERANGE;
-	*v = x;
+	for (int i = places < 0 ? 0 : places; i < digits; i++)
+		f *= 10;
+	*whole = w;
+	*frac = f;
 	*rest = s;
+	return 0;
+}
+
+/* A decimal number with up to 'digits' fractional digits, scaled by
+ * 10^digits: "1.5" with 3 digits -> 1500. */
+static int parse_fixed(const char *s, int digits, uint64_t max, uint64_t *v, const char **rest)
+{
+	uint64_t whole, frac, scale = 1;
+	int r = parse_decimal(s, digits, &whole, &frac, rest);
+
+	if (r < 0)
+		return r;
+	for (int i = 0; i < digits; i++)
+		scale *= 10;
+	if (whole > (UINT64_MAX - frac) / scale || whole * scale + frac > max)
+		return -ERANGE;
+	*v = whole * scale + frac;
 	return 0;
 }
 
@@ -135,9 +152,9 @@ static const struct {
 /* "DURATION" at s: a number (decimals allowed) and a unit; "0" alone. */
 static int parse_duration_at(const char *s, int64_t *ns, const char **rest)
 {
-	uint64_t v;
+	uint64_t whole, frac;
 	const char *p;
-	int r = parse_fixed(s, 3, UINT64_MAX / 1000, &v, &p);
+	int r = parse_decimal(s, 3, &whole, &frac, &p);
 	size_t n = 0;
 
 	if (r < 0)
@@ -145,7 +162,7 @@ static int parse_duration_at(const char *s, int64_t *ns, const char **rest)
 	while (isalpha((unsigned char)p[n]))
 		n++;
 	if (n == 0) {
-		if (v != 0)
+		if (whole != 0 || frac != 0)
 			return -EINVAL; /* a unit is required */
 		*ns = 0;
 		*rest = p;
@@ -154,15 +171,15 @@ static int parse_duration_at(const char *s, int64_t *ns, const char **rest)
 	for (size_t i = 0; i < RESIL_ARRAY_SIZE(units); i++) {
 		if (strlen(units[i].unit) != n || strncmp(p, units[i].unit, n) != 0)
 			continue;
-		/* v is in thousandths of the unit: whole units and the
-		 * fraction apart, so the product overflows only when the
-		 * duration itself does not fit in int64 ns */
-		uint64_t whole = v / 1000, frac = v % 1000, u = (uint64_t)units[i].ns;
+		/* frac is in thousandths of the unit: the product overflows
+		 * only when the duration itself does not fit in int64 ns,
+		 * whatever unit it is written in (what resil_format_duration
+		 * prints, in the largest unit that divides it, reads back) */
+		uint64_t u = (uint64_t)units[i].ns, part = frac * u / 1000;
 
-		if (whole > (uint64_t)INT64_MAX / u ||
-		    whole * u > (uint64_t)INT64_MAX - frac * u / 1000)
+		if (whole > (uint64_t)INT64_MAX / u || whole * u > (uint64_t)INT64_MAX - part)
 			return -ERANGE;
-		*ns = (int64_t)(whole * u + frac * u / 1000);
+		*ns = (int64_t)(whole * u + part);
 		*rest = p + n;
 		return 0;
 	}

@@ -37,6 +37,27 @@ static void test_durations(void **state)
 	assert_int_equal(resil_parse_duration("s", &ns), -EINVAL);
 	assert_int_equal(resil_parse_duration("5sx", &ns), -EINVAL);
 	assert_int_not_equal(resil_parse_duration("99999999999999999999h", &ns), 0);
+
+	/* the range is int64 nanoseconds whatever the unit: every duration
+	 * resil_format_duration prints, in the largest unit dividing it,
+	 * reads back (20111111112.111ms printed as 20111111112111us was
+	 * once refused, its digits over a cap meant for milliseconds) */
+	assert_int_equal(resil_parse_duration("20111111112.1111110ms", &ns), 0);
+	assert_int_equal(ns, 20111111112111000);
+	char buf[32];
+
+	resil_format_duration(ns, buf, sizeof(buf));
+	assert_string_equal(buf, "20111111112111us");
+	assert_int_equal(resil_parse_duration(buf, &ns), 0);
+	assert_int_equal(ns, 20111111112111000);
+	assert_int_equal(resil_parse_duration("9223372036854775807ns", &ns), 0);
+	assert_int_equal(ns, INT64_MAX);
+	assert_int_equal(resil_parse_duration("9223372036854775808ns", &ns), -ERANGE);
+	assert_int_equal(resil_parse_duration("2562047h", &ns), 0);
+	assert_int_equal(resil_parse_duration("2562048h", &ns), -ERANGE);
+	assert_int_equal(resil_parse_duration("0.5", &ns), -EINVAL); /* unit required */
+	assert_int_equal(resil_parse_duration("0.0", &ns), 0);
+	assert_int_equal(ns, 0);
 }
 
 static void test_rates_percents(void **state)
