@@ -355,7 +355,10 @@ def own_cost(r, ro, machine, w):
     def fallback(rr):
         cm, cf = rr.get("floor", "clock_monotonic"), rr.get("floor", "clock_fast")
         d = None if cm is None or cf is None else cf - cm
-        if rr is r and clock_is_tsc(machine) or rr is not r and (other or "").find("TSC") >= 0:
+        # "RESIL_CLOCK=X: <the clock it chose>": the TSC when the choice
+        # starts with it ("no usable TSC" names the fallback)
+        other_tsc = (other or "").split(": ", 1)[-1].startswith("TSC")
+        if rr is r and clock_is_tsc(machine) or rr is not r and other_tsc:
             return (f"TSC {fmt(cf)} ns against clock_gettime {fmt(cm)} ns (no fallback)",
                     None if d is None else d < 0)
         return (f"{fmt(cf)} ns against clock_gettime {fmt(cm)} ns: {signed(d)} ns",
