@@ -321,16 +321,24 @@ def machine_value(machine, key):
     return None
 
 
+def chose_tsc(clock):
+    """Does a clock's description (resil_bench --which-clock) name the TSC
+    as the clock chosen? ("clock_gettime(...) (no usable TSC ...)" names
+    the fallback.)"""
+    return clock is not None and clock.startswith("TSC")
+
+
 def clock_is_tsc(machine):
     """Did the library's decision clock run on the TSC in this run?"""
-    v = machine_value(machine, "decision clock")
-    return v is not None and v.startswith("TSC")
+    return chose_tsc(machine_value(machine, "decision clock"))
 
 
 def own_cost(r, ro, machine, w):
     """The library's own cost against its floors, with this run's decision
     clock and again with the other kind (bench/run.sh: RESIL_CLOCK)."""
     other = machine_value(machine, "other clock")
+    # "RESIL_CLOCK=X: <the clock that pass chose>"
+    other_tsc = chose_tsc((other or "").split(": ", 1)[-1])
     runs = [(r, "this host's choice: " + ("TSC" if clock_is_tsc(machine) else "clock_gettime"))]
     if ro is not None and ro.rows:
         runs.append((ro, (other or "the other clock").split(":")[0]))
@@ -355,9 +363,6 @@ def own_cost(r, ro, machine, w):
     def fallback(rr):
         cm, cf = rr.get("floor", "clock_monotonic"), rr.get("floor", "clock_fast")
         d = None if cm is None or cf is None else cf - cm
-        # "RESIL_CLOCK=X: <the clock it chose>": the TSC when the choice
-        # starts with it ("no usable TSC" names the fallback)
-        other_tsc = (other or "").split(": ", 1)[-1].startswith("TSC")
         if rr is r and clock_is_tsc(machine) or rr is not r and other_tsc:
             return (f"TSC {fmt(cf)} ns against clock_gettime {fmt(cm)} ns (no fallback)",
                     None if d is None else d < 0)
