@@ -964,8 +964,12 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 		return -EINVAL;
 	/* keyed: the key's buckets are asked of memory before the clock is
 	 * read, so that the two waits overlap (bench case limit.keyed_1m) */
-	if (c->keys && x->key)
-		fp = resil_limit_priv_key_ask(x, s, c, &ch);
+	if (c->keys && x->key) {
+		uint64_t k[2];
+
+		resil_limit_key_seeds(x->seg, k);
+		fp = resil_limit_priv_key_ask(k, s, c, x->key, x->key_len, &ch);
+	}
 	lp_init(&p, c, limit_now(x, c), pm->limit_permits);
 	p.heals = &s->heals;
 	if (!lease_apply(x, c, s, &p)) {
@@ -1025,6 +1029,47 @@ int resil_limit_acquire_gcra(const struct resil_clock *clk, const struct resil_l
 	pm->wait_ns = wait;
 	pm->limit_tat = (uint64_t)stamp;
 	return take_end(s, c, pm, v);
+}
+
+bool resil_limit_lean_keyed(const struct resil_limit_conf *c)
+{
+	return c->keys != 0;
+}
+
+/*
+ * resil_limit_acquire for a keyed limiter and a key already in its
+ * chain's first two buckets (nearly every call once a key has been seen),
+ * from the clock, the segment (the table's hash seeds) and the key: the
+ * same checks, fingerprint, prefetch, clock choice, entry, word operation
+ * and permit fields, without the decision context. A keyed limiter holds
+ * no lease (lease_apply admits it as it is). RESIL_LIMIT_ASK: the key is
+ * in neither bucket (new, further along its chain, or no room for it);
+ * nothing was written, and resil_limit_acquire decides (an insert,
+ * eviction or full-table event reads the context).
+ */
+int resil_limit_acquire_keyed(const struct resil_clock *clk, const struct resil_limit_conf *c,
+			      void *st, const uint64_t k[2], const void *key, size_t len,
+			      struct resil_permit_priv *pm, int64_t *now)
+{
+	struct resil_limit_state *s = lstate(st);
+	struct chain ch;
+	uint64_t fp;
+	int64_t idx;
+	struct lp p;
+
+	if (RESIL_UNLIKELY(c->interval_ns <= 0 || c->period_ns <= 0 || c->count == 0))
+		return -EINVAL;
+	fp = resil_limit_priv_key_ask(k, s, c, key, len, &ch);
+	*now = 0;
+	lp_init(&p, c, limit_read(clk, c, now), pm->limit_permits);
+	p.heals = &s->heals;
+	if (p.n > 1 && RESIL_UNLIKELY(too_many(&p)))
+		return -E2BIG;
+	idx = resil_limit_priv_key_find_pair(table_of(s), &ch, fp);
+	if (RESIL_UNLIKELY(idx < 0))
+		return RESIL_LIMIT_ASK;
+	pm->key_idx = 0;
+	return take_end(s, c, pm, resil_limit_priv_keyed_at(s, c, &p, idx, pm));
 }
 
 void resil_limit_undo(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,

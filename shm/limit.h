@@ -115,6 +115,16 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 bool resil_limit_lean_gcra(const struct resil_limit_conf *c, uint32_t scope);
 int resil_limit_acquire_gcra(const struct resil_clock *clk, const struct resil_limit_conf *c,
 			     void *st, struct resil_permit_priv *pm, int64_t *now);
+/* A keyed limiter (resil_limit_lean_keyed) decided without the context
+ * when the key is found where most keys are (limit.c); RESIL_LIMIT_ASK:
+ * not found there, nothing written, ask resil_limit_acquire. */
+#define RESIL_LIMIT_ASK (1 << 16)
+bool resil_limit_lean_keyed(const struct resil_limit_conf *c);
+/* The seeds a key is hashed with in seg's tables (fixed for its life). */
+void resil_limit_key_seeds(const struct resil_seg *seg, uint64_t k[2]);
+int resil_limit_acquire_keyed(const struct resil_clock *clk, const struct resil_limit_conf *c,
+			      void *st, const uint64_t k[2], const void *key, size_t len,
+			      struct resil_permit_priv *pm, int64_t *now);
 void resil_limit_undo(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,
 		      struct resil_permit_priv *pm);
 void resil_limit_release(struct resil_ctx *x, const struct resil_limit_conf *c, void *st,

@@ -24,16 +24,25 @@
 
 /* ---------------------------------------------------------- keyed table */
 
+void resil_limit_key_seeds(const struct resil_seg *seg, uint64_t k[2])
+{
+	k[0] = seg && seg->cfg ? seg->cfg->hash_k0 : FIXED_K0;
+	k[1] = seg && seg->cfg ? seg->cfg->hash_k1 : FIXED_K1;
+}
+
+static inline uint64_t key_fp(const uint64_t k[2], const void *key, size_t len)
+{
+	uint64_t fp = fp_key(resil_hash64(key, len, k[0], k[1]));
+
+	return fp < 2 ? fp + 2 : fp;
+}
+
 uint64_t resil_limit_priv_key_fp(const struct resil_ctx *x, const void *key, size_t len)
 {
-	uint64_t k0 = FIXED_K0, k1 = FIXED_K1, fp;
+	uint64_t k[2];
 
-	if (x && x->seg && x->seg->cfg) {
-		k0 = x->seg->cfg->hash_k0;
-		k1 = x->seg->cfg->hash_k1;
-	}
-	fp = fp_key(resil_hash64(key, len, k0, k1));
-	return fp < 2 ? fp + 2 : fp;
+	resil_limit_key_seeds(x ? x->seg : NULL, k);
+	return key_fp(k, key, len);
 }
 
 /* Does the chain go on after its k-th bucket? */
@@ -64,6 +73,38 @@ int64_t resil_limit_priv_key_find(struct resil_limit_entry *t, const struct chai
 		if (!chain_next(t, ch, k, mo))
 			return -1;
 	}
+}
+
+/* Which entries of a bucket hold fp: a mask, without a branch per entry
+ * (which one matches is as random as the keys). */
+static inline uint32_t bucket_match(const struct resil_limit_entry *e, uint64_t fp)
+{
+	uint32_t m = 0, j;
+
+#pragma GCC unroll 4
+	for (j = 0; j < RESIL_LIMIT_BUCKET; j++)
+		m |= (uint32_t)(fp_key(ld_acquire(&e[j].fp)) == fp) << j;
+	return m;
+}
+
+/*
+ * resil_limit_priv_key_find's common case: the key is in b1 or b2, the
+ * chain's first two buckets (both prefetched by resil_limit_priv_key_ask),
+ * b1 first, so the index is the loop's. Most keys are in b1 (an insert
+ * prefers it), so "in b1" is predicted right and a lookup does not wait
+ * for b2's line. -1: in neither (the loop then follows the chain).
+ */
+int64_t resil_limit_priv_key_find_pair(struct resil_limit_entry *t, const struct chain *ch,
+				       uint64_t fp)
+{
+	uint32_t m = bucket_match(&t[(size_t)ch->b1 * RESIL_LIMIT_BUCKET], fp);
+
+	if (RESIL_LIKELY(m))
+		return (int64_t)ch->b1 * RESIL_LIMIT_BUCKET + __builtin_ctz(m);
+	m = bucket_match(&t[(size_t)ch->b2 * RESIL_LIMIT_BUCKET], fp);
+	if (RESIL_LIKELY(m))
+		return (int64_t)ch->b2 * RESIL_LIMIT_BUCKET + __builtin_ctz(m);
+	return -1;
 }
 
 /* resil_limit_priv_key_find for the daemon's tick: at most TWIN_WALK buckets of the chain,
@@ -191,8 +232,11 @@ int64_t resil_limit_priv_key_get(struct resil_ctx *x, struct resil_limit_state *
 	int64_t idx;
 	int tries;
 
-	idx = resil_limit_priv_key_find(t, &ch, fp, memory_order_acquire);
+	idx = resil_limit_priv_key_find_pair(t, &ch, fp);
 	if (RESIL_LIKELY(idx >= 0))
+		return idx;
+	idx = resil_limit_priv_key_find(t, &ch, fp, memory_order_acquire);
+	if (idx >= 0)
 		return idx;
 
 	*full_wait = INT64_MAX;
@@ -355,11 +399,12 @@ void resil_limit_priv_keys_full_event(struct resil_ctx *x, struct resil_limit_st
  * (for writing: the take CASes the entry) lets the clock read and the
  * lease check run meanwhile; a prefetch never faults and changes no
  * word, so a hostile fp or a table being resized costs a wasted line. */
-uint64_t resil_limit_priv_key_ask(const struct resil_ctx *x, struct resil_limit_state *s,
-				  const struct resil_limit_conf *c, struct chain *ch)
+uint64_t resil_limit_priv_key_ask(const uint64_t k[2], struct resil_limit_state *s,
+				  const struct resil_limit_conf *c, const void *key, size_t len,
+				  struct chain *ch)
 {
 	struct resil_limit_entry *t = table_of(s);
-	uint64_t fp = resil_limit_priv_key_fp(x, x->key, x->key_len);
+	uint64_t fp = key_fp(k, key, len);
 
 	chain_init(ch, fp, nbuckets(c));
 	__builtin_prefetch(&t[(size_t)ch->b1 * RESIL_LIMIT_BUCKET], 1, 3);
@@ -371,9 +416,7 @@ int resil_limit_priv_keyed_take(struct resil_ctx *x, struct resil_limit_state *s
 				const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
 				const struct chain *ch, struct resil_permit_priv *pm)
 {
-	struct resil_limit_entry *t = table_of(s);
-	int64_t idx, full_wait = INT64_MAX, wait = 0, stamp = 0;
-	int v;
+	int64_t idx, full_wait = INT64_MAX;
 
 	idx = resil_limit_priv_key_get(x, s, c, p, fp, ch, &full_wait);
 	if (idx < 0) {
@@ -390,7 +433,16 @@ int resil_limit_priv_keyed_take(struct resil_ctx *x, struct resil_limit_state *s
 		pm->wait_ns = full_wait;
 		return RESIL_REJECT_LIMITED;
 	}
-	v = resil_limit_priv_word_take(&t[idx].st, p, &wait, &stamp);
+	return resil_limit_priv_keyed_at(s, c, p, idx, pm);
+}
+
+int resil_limit_priv_keyed_at(struct resil_limit_state *s, const struct resil_limit_conf *c,
+			      const struct lp *p, int64_t idx, struct resil_permit_priv *pm)
+{
+	int64_t wait = 0, stamp = 0;
+	int v;
+
+	v = resil_limit_priv_word_take(&table_of(s)[idx].st, p, &wait, &stamp);
 	pm->wait_ns = wait;
 	if (v)
 		return v;

@@ -104,7 +104,9 @@ static inline void chain_init(struct chain *ch, uint64_t fp, uint32_t nb)
 	ch->nb = nb;
 	ch->b1 = (uint32_t)(((fp >> 32) * (uint64_t)nb) >> 32);
 	b2 = nb > 1 ? ch->b1 + 1 + (uint32_t)fp % (nb - 1) : ch->b1;
-	ch->b2 = b2 >= nb ? b2 - nb : b2;
+	/* the wrap by a mask: taken for half the keys, a branch would miss
+	 * at every other lookup */
+	ch->b2 = b2 - (nb & -(uint32_t)(b2 >= nb));
 }
 
 /* The k-th bucket of the chain, k <= nb: b2 + k - 1 < 2 nb wraps at most
@@ -119,6 +121,10 @@ static inline uint32_t chain_bucket(const struct chain *ch, uint32_t k)
 uint64_t resil_limit_priv_key_fp(const struct resil_ctx *x, const void *key, size_t len);
 int64_t resil_limit_priv_key_find(struct resil_limit_entry *t, const struct chain *ch, uint64_t fp,
 				  memory_order mo);
+/* resil_limit_priv_key_find's common case, acquire loads: the key in b1 or
+ * b2, or -1 (it may still be further along its chain). */
+int64_t resil_limit_priv_key_find_pair(struct resil_limit_entry *t, const struct chain *ch,
+				       uint64_t fp);
 int64_t resil_limit_priv_key_find_bounded(struct resil_limit_entry *t, const struct chain *ch,
 					  uint64_t fp);
 int64_t resil_limit_priv_overflow_slot(struct resil_limit_entry *t, const struct chain *ch,
@@ -130,10 +136,15 @@ void resil_limit_priv_keys_full_event(struct resil_ctx *x, struct resil_limit_st
 				      const struct resil_limit_conf *c, int64_t now);
 /* The key's fingerprint and chain, its two buckets prefetched for
  * writing. */
-uint64_t resil_limit_priv_key_ask(const struct resil_ctx *x, struct resil_limit_state *s,
-				  const struct resil_limit_conf *c, struct chain *ch);
+uint64_t resil_limit_priv_key_ask(const uint64_t k[2], struct resil_limit_state *s,
+				  const struct resil_limit_conf *c, const void *key, size_t len,
+				  struct chain *ch);
 int resil_limit_priv_keyed_take(struct resil_ctx *x, struct resil_limit_state *s,
 				const struct resil_limit_conf *c, const struct lp *p, uint64_t fp,
 				const struct chain *ch, struct resil_permit_priv *pm);
+/* The take on entry idx of the table (found or inserted): the key's word,
+ * the permit's fields, the global count. */
+int resil_limit_priv_keyed_at(struct resil_limit_state *s, const struct resil_limit_conf *c,
+			      const struct lp *p, int64_t idx, struct resil_permit_priv *pm);
 
 #endif
