@@ -65,6 +65,9 @@ struct resil_binding {
 	/* lean breaker: its OPEN wait and streak bits (resil_breaker_lean_wait) */
 	int64_t bk_wait;
 	uint64_t bk_streaks;
+	/* lean keyed limiter: the segment's hash seeds (fixed for its life),
+	 * so that a key's hash waits for no load but this line's */
+	uint64_t key_seeds[2];
 };
 
 /* A handle: a name and its binding. */

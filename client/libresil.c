@@ -756,11 +756,15 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 #define RESIL_LEAN_BREAKER  4u /* resil_breaker_lean (breaker.h), partly; see above */
 #define RESIL_LEAN_STACK    5u /* two or three of the above, host scope; see above */
 /* The binding's lean word: the kind in the low half; in the high half the
- * breaker's resil_breaker_win_off (0: no breaker), or for a limiter 1 when
- * resil_limit_lean_gcra accepts it (decided with no context). */
-#define LEAN_KIND(l)	   ((uint32_t)(l))
-#define LEAN_BK_OFF(l)	   ((uint32_t)((l) >> 32))
-#define LEAN_PLAIN_GCRA(l) ((l) >> 32)
+ * breaker's resil_breaker_win_off (0: no breaker), or for a limiter its way
+ * without a context: LEAN_GCRA when resil_limit_lean_gcra accepts it,
+ * LEAN_KEYED when resil_limit_lean_keyed does (for a call with a key whose
+ * entry is found at once), else 0. */
+#define LEAN_KIND(l)	  ((uint32_t)(l))
+#define LEAN_BK_OFF(l)	  ((uint32_t)((l) >> 32))
+#define LEAN_LIMIT_WAY(l) ((uint32_t)((l) >> 32))
+#define LEAN_GCRA	  1u
+#define LEAN_KEYED	  2u
 /* ... or for a bulkhead of host scope its slot count (0: global scope) */
 #define LEAN_BH_N(l) ((uint32_t)((l) >> 32))
 
@@ -869,7 +873,10 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 				      : 0);
 		if (lean == RESIL_LEAN_LIMIT &&
 		    resil_limit_lean_gcra(&rec->conf.limit, rec->conf.scope))
-			b->lean |= (uint64_t)1 << 32;
+			b->lean |= (uint64_t)LEAN_GCRA << 32;
+		else if (lean == RESIL_LEAN_LIMIT && resil_limit_lean_keyed(&rec->conf.limit))
+			b->lean |= (uint64_t)LEAN_KEYED << 32;
+		resil_limit_key_seeds(m->seg, b->key_seeds);
 		if (lean == RESIL_LEAN_BULKHEAD && rec->conf.scope != RESIL_SCOPE_GLOBAL)
 			b->lean |= (uint64_t)resil_bulkhead_max_of(&rec->conf.bulkhead) << 32;
 		/* the lean OPEN rejection's wait, from the same words */
@@ -1222,6 +1229,28 @@ static __attribute__((noinline, flatten)) int acquire_lean_gcra(resil_policy_t *
 	return lean_done(p, b, clk, now, pm, v);
 }
 
+/* A keyed limiter, a call with a key: no context while the key's entry is
+ * found in its first two buckets; else (RESIL_LIMIT_ASK: nothing was
+ * written) the context's path, which inserts it. */
+static __attribute__((noinline, flatten)) int acquire_lean_keyed(resil_policy_t *p,
+								 const struct resil_binding *b,
+								 const struct resil_req *req,
+								 struct resil_permit_priv *pm)
+{
+	/* acquire: pairs with the release in resil_set_clock */
+	const struct resil_clock *clk = ld_acquire(&p->r->clock);
+	int64_t now;
+	int v;
+
+	memset(pm, 0, sizeof(*pm));
+	pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
+	v = resil_limit_acquire_keyed(clk, &b->rec->conf.limit, b->lean_st, b->key_seeds, req->key,
+				      req->key_len, pm, &now);
+	if (RESIL_UNLIKELY(v == RESIL_LIMIT_ASK))
+		return acquire_lean_limit(p, b, req, pm);
+	return lean_done(p, b, clk, now, pm, v);
+}
+
 /*
  * The general path of an acquire: the decision context and
  * resil_policy_acquire, from the binding b that bound() returned (ok) or
@@ -1479,8 +1508,12 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	if (kind == RESIL_LEAN_STATS)
 		return lean_admit(r, req, pm, b, 0);
 	if (kind == RESIL_LEAN_LIMIT) {
-		if (LEAN_PLAIN_GCRA(b->lean))
+		uint32_t way = LEAN_LIMIT_WAY(b->lean);
+
+		if (way == LEAN_GCRA)
 			return acquire_lean_gcra(p, b, req, pm);
+		if (way == LEAN_KEYED && req && req->key)
+			return acquire_lean_keyed(p, b, req, pm);
 		return acquire_lean_limit(p, b, req, pm);
 	}
 	if (kind == RESIL_LEAN_STACK)
