@@ -483,6 +483,131 @@ static void test_lean_keyed(void **state)
 	resil_release(p, &a, RESIL_SUCCESS);
 }
 
+/* A keyed limiter decided lean (a key found in its first two buckets:
+ * no context; any other key: the context's path) and the same limiter
+ * decided on the general path (histogram = on), through one seeded walk
+ * of keys on one manual clock: every verdict, Retry-After and count is
+ * the same, and so is every word of the two tables, entry by entry (one
+ * segment: the same seeds, so the same buckets). More keys than the
+ * table holds, so the walk inserts, evicts, grows chains past b2 and
+ * meets the full table; permits of 1 to 3, and a call without a key. */
+static void test_lean_keyed_twin(void **state)
+{
+	static const char *const shape[] = {
+	    "limit.rate = 40/s; limit.burst = 3; limit.keys = 48",
+	    "limit.rate = 40/s; limit.burst = 2; limit.keys = 2; limit.when_full = admit",
+	    "limit.algorithm = sliding-approx; limit.rate = 8/s; limit.keys = 40",
+	    "limit.rate = 25/s; limit.burst = 2; limit.keys = 32; limit.dry_run = on",
+	    "limit.rate = 30/s; limit.keys = 1",
+	};
+	static const enum resil_stat stats[] = {
+	    RESIL_STAT_SUCCESS, RESIL_STAT_FAILURE,   RESIL_STAT_IGNORED,
+	    RESIL_STAT_REJ_LIMITED, RESIL_STAT_EVICTIONS,
+	};
+	enum { HOLD = 6, KEYS = 96 };
+	uint64_t full_rejects = 0, full_admits = 0;
+
+	(void)state;
+	assert_int_equal(resil_set_clock(r, manual, NULL), 0);
+	for (size_t k = 0; k < RESIL_ARRAY_SIZE(shape); k++) {
+		resil_permit_t pl[HOLD], pg[HOLD];
+		const struct resil_rec *rl, *rg;
+		struct resil_limit_state *sl, *sg;
+		resil_policy_t *l, *g;
+		char def[320];
+		uint64_t seed = 0x2545f4914f6cdd1dULL * (k + 1), admitted = 0;
+		uint32_t entries;
+		int n = 0;
+
+		snprintf(def, sizeof(def), "%s; histogram = on", shape[k]);
+		assert_int_equal(resil_define(r, "kwl", shape[k]), 0);
+		assert_int_equal(resil_define(r, "kwg", def), 0);
+		assert_int_equal(resil_policy(r, "kwl", &l), 0);
+		assert_int_equal(resil_policy(r, "kwg", &g), 0);
+		rl = test_rec_of(r, "kwl");
+		rg = test_rec_of(r, "kwg");
+		sl = resil_comp_state(&r->seg, rl, RESIL_C_LIMIT);
+		sg = resil_comp_state(&r->seg, rg, RESIL_C_LIMIT);
+		entries = (rl->conf.limit.keys / 2 ? rl->conf.limit.keys / 2 : 1) *
+			  RESIL_LIMIT_BUCKET;
+		for (int step = 0; step < 6000; step++) {
+			uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
+			uint32_t op, i;
+
+			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+			z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+			z ^= z >> 31;
+			op = (uint32_t)(z % 8);
+			if (op < 4 && n < HOLD) {
+				/* half the calls on 4 hot keys: limited ones */
+				uint32_t key = (uint32_t)((z >> 8) % ((z >> 50) % 2 ? KEYS : 4));
+				struct resil_req req = {.key = &key,
+							.key_len = sizeof(key),
+							.permits = 1 + (int)((z >> 24) % 3)};
+				const struct resil_req *rq = (z >> 40) % 16 ? &req : NULL;
+				int vl = resil_acquire_ex(l, rq, &pl[n]);
+				int vg = resil_acquire_ex(g, rq, &pg[n]);
+
+				assert_int_equal(vl, vg);
+				assert_int_equal(resil_permit_wait_ns(&pl[n]),
+						 resil_permit_wait_ns(&pg[n]));
+				assert_int_equal(atomic_load(&l->b)->lean >> 32, 2);
+				admitted += vl == RESIL_ADMIT;
+				n += vl == RESIL_ADMIT;
+			} else if (op < 6 && n > 0) {
+				int outcome = (int)((z >> 8) % 3);
+
+				outcome = outcome == 0	 ? RESIL_SUCCESS
+					  : outcome == 1 ? RESIL_FAILURE
+							 : RESIL_IGNORED;
+				i = (uint32_t)((z >> 16) % (uint32_t)n);
+				resil_release(l, &pl[i], outcome);
+				resil_release(g, &pg[i], outcome);
+				n--;
+				pl[i] = pl[n];
+				pg[i] = pg[n];
+			} else {
+				manual_ns += (int64_t)((z >> 20) % 40) * 1000000LL;
+			}
+			assert_int_equal(atomic_load(&sl->word), atomic_load(&sg->word));
+			assert_int_equal(atomic_load(&sl->used), atomic_load(&sg->used));
+			for (i = 0; i < entries; i++) {
+				const struct resil_limit_entry *el =
+				    (const struct resil_limit_entry *)(const void *)sl->data + i;
+				const struct resil_limit_entry *eg =
+				    (const struct resil_limit_entry *)(const void *)sg->data + i;
+
+				assert_int_equal(atomic_load(&el->fp), atomic_load(&eg->fp));
+				assert_int_equal(atomic_load(&el->st), atomic_load(&eg->st));
+			}
+		}
+		while (n > 0) {
+			n--;
+			resil_release(l, &pl[n], RESIL_SUCCESS);
+			resil_release(g, &pg[n], RESIL_SUCCESS);
+		}
+		for (size_t j = 0; j < RESIL_ARRAY_SIZE(stats); j++)
+			assert_int_equal(count(rl, stats[j]), count(rg, stats[j]));
+		assert_int_equal(atomic_load(&sl->full_rejects), atomic_load(&sg->full_rejects));
+		assert_int_equal(atomic_load(&sl->full_admits), atomic_load(&sg->full_admits));
+		assert_int_equal(atomic_load(&sl->dry_run_rejects),
+				 atomic_load(&sg->dry_run_rejects));
+		full_rejects += atomic_load(&sl->full_rejects);
+		full_admits += atomic_load(&sl->full_admits);
+		/* the walk admitted, limited and evicted */
+		assert_true(admitted > 100);
+		assert_true(count(rl, RESIL_STAT_EVICTIONS) > 0);
+		if (!rl->conf.limit.dry_run)
+			assert_true(count(rl, RESIL_STAT_REJ_LIMITED) > 0);
+		assert_int_equal(resil_delete(r, "kwl"), 0);
+		assert_int_equal(resil_delete(r, "kwg"), 0);
+	}
+	/* and met the full table both ways */
+	assert_true(full_rejects > 0);
+	assert_true(full_admits > 0);
+	assert_int_equal(resil_set_clock(r, NULL, NULL), 0);
+}
+
 static int64_t now_ns = RESIL_NS_PER_S;
 
 static int64_t manual_clock(void *ctx)
@@ -722,6 +847,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lean_stack, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_stack_twin, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_keyed, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_keyed_twin, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_breaker, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_open_wait, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_rebind_window_offset, open_emb, close_emb),
