@@ -719,7 +719,11 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
  * component's own acquire with a context holding what it reads (the
  * client id; the clock), release the component's release and the
  * outcome's count. An unkeyed GCRA of host scope needs no context at all:
- * resil_limit_acquire_gcra decides it from the clock. A bulkhead of host
+ * resil_limit_acquire_gcra decides it from the clock; nor does a keyed
+ * limiter's call whose key is in its first two buckets:
+ * resil_limit_acquire_keyed decides it from the clock, the key and the
+ * segment's hash seeds, which the binding copies (any other key, a new
+ * one included, goes on in acquire_lean_limit, with a context). A bulkhead of host
  * scope claims the thread's last slot in resil_acquire_ex itself
  * (resil_bulkhead_claim_last, with the slot count the binding took from
  * the configuration) and rejects there on the full hint; a taken slot
