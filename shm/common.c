@@ -16,8 +16,10 @@
  * atfork handler bumps resil_random_epoch): children that kept the
  * parent's sequence would jitter in lockstep.
  */
+#include <endian.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -110,14 +112,16 @@ uint64_t resil_hash64(const void *data, size_t len, uint64_t k0, uint64_t k1)
 	uint64_t v2 = 0x6c7967656e657261ULL ^ k0;
 	uint64_t v3 = 0x7465646279746573ULL ^ k1;
 	uint64_t b = (uint64_t)len << 56;
-	size_t i, left = len & 7;
+	size_t left = len & 7;
 	const uint8_t *end = in + len - left;
 
 	for (; in != end; in += 8) {
-		uint64_t m = 0;
+		uint64_t m;
 
-		for (i = 0; i < 8; i++)
-			m |= (uint64_t)in[i] << (8 * i);
+		/* one load, little-endian whatever the host (a byte loop here
+		 * cost 5 instructions a byte) */
+		memcpy(&m, in, sizeof(m));
+		m = le64toh(m);
 		v3 ^= m;
 		SIPROUND;
 		SIPROUND;
