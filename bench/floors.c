@@ -94,6 +94,20 @@ static void loop_clock_fast(void *ctx, uint64_t n)
 	sink += s;
 }
 
+/* The keyed table's hash (SipHash-2-4, shm/common.c) of a key of the
+ * kind users limit by: each hash's seed is the previous one's output, so
+ * this is the latency a decision waits for before its bucket's line. */
+static void loop_hash(void *ctx, uint64_t n)
+{
+	const char *key = ctx;
+	size_t len = strlen(key);
+	uint64_t h = 0;
+
+	for (uint64_t i = 0; i < n; i++)
+		h = resil_hash64(key, len, h, 0x0f0e0d0c0b0a0908ULL);
+	sink += h;
+}
+
 /* GCRA's floor on the decision clock: one fast clock read and one CAS. */
 static void loop_fast_cas(void *ctx, uint64_t n)
 {
@@ -205,6 +219,8 @@ void run_floors(void)
 	measure("floor", "clock_cas", loop_clock_cas, (void *)(intptr_t)CLOCK_MONOTONIC);
 	measure("floor", "fast_cas", loop_fast_cas, NULL);
 	measure("floor", "coarse_cas", loop_clock_cas, (void *)(intptr_t)CLOCK_MONOTONIC_COARSE);
+	measure("floor", "hash_ip", loop_hash, (void *)"192.168.100.200");
+	measure("floor", "hash_api_key", loop_hash, (void *)"key-3f9a8b7c6d5e4f3a2b1c0d9e8f7a");
 	if (!opt.callgrind)
 		measure("floor", "syscall_getppid", loop_syscall, NULL);
 }
