@@ -49,8 +49,11 @@
  * most RESILD_RECLAIM_PER_TICK dead ones (a reclaim walks every policy)
  * and sweeps at most RESILD_SWEEP_SLOTS permit slots; the rest waits for
  * the next tick, where the scan starts after the row it stopped at. A
- * process exit seen by the loop is queued (the row is marked) and
- * reclaimed by the tick under the same budget.
+ * process exit seen by the loop is reclaimed at once while the budget of
+ * the tick to come lasts (the common case, one worker dead: its permits
+ * are back within the loop's turn, not up to a tick later); past it, the
+ * row is marked and the tick reclaims it under the same budget. So at
+ * most 2 x RESILD_RECLAIM_PER_TICK reclaims run between two ticks.
  *
  * Stray claims: a permit slot (bulkhead or adaptive, fleet block) naming
  * an id whose row is free, or an id past the table, is freed by the sweep
@@ -97,7 +100,6 @@
 #include "resild.h"
 
 #define RESILD_JUDGE_PER_TICK	256	   /* new rows judged per tick */
-#define RESILD_RECLAIM_PER_TICK 8	   /* dead clients reclaimed per tick */
 #define RESILD_SWEEP_SLOTS	65536	   /* permit slots swept per tick */
 #define RESILD_ANCESTRY		16	   /* parents looked up for a forked child */
 #define RESILD_UNKNOWN_RECHECK	50	   /* ticks between looks at an UNKNOWN row */
@@ -130,7 +132,8 @@ struct resild_clients {
 	uint32_t scan_from;  /* where the next scan starts judging */
 	uint32_t sweep_slot; /* the policy slot the next sweep starts at */
 	uint64_t ticks;
-	bool scanned; /* the first scan (adoption) is done */
+	uint32_t reclaimed_early; /* exits reclaimed by the loop since the last scan */
+	bool scanned;		  /* the first scan (adoption) is done */
 	ino_t pidns;  /* our pid namespace */
 	struct resild_clients_stats stats;
 	struct watch w[];
@@ -625,9 +628,13 @@ static void sweep(struct resild *d)
 void resild_clients_scan(struct resild *d)
 {
 	struct resild_clients *c = d->clients;
-	uint32_t judged = 0, reclaimed = 0, unknown = 0, from = c->scan_from, stop = UINT32_MAX;
+	uint32_t judged = 0, unknown = 0, from = c->scan_from, stop = UINT32_MAX;
+	/* the exits the loop reclaimed since the last scan spent this tick's
+	 * budget; the next tick's starts now */
+	uint32_t reclaimed = c->reclaimed_early;
 	bool adopting = !c->scanned && d->adopted;
 
+	c->reclaimed_early = 0;
 	c->ticks++;
 	for (uint32_t k = 0; k < c->cap; k++) {
 		uint32_t i = (from + k) % c->cap;
@@ -692,9 +699,21 @@ void resild_clients_exited(struct resild *d, uint32_t row, uint32_t cookie)
 	w = &c->w[row];
 	if (w->kind == W_EXITED)
 		return;
-	/* the loop's watch is over (it fired); reclaim at the next tick,
-	 * under the tick's budget */
+	/* the loop's watch is over (it fired) */
 	w->kind = W_EXITED;
+	if (c->reclaimed_early < RESILD_RECLAIM_PER_TICK) {
+		/* now, as the scan's W_EXITED branch does it */
+		uint64_t owner = ld_acquire(&resil_seg_client(&d->seg, row)->owner);
+		uint64_t wo = w->owner;
+		uint32_t pid = w->pid;
+
+		forget(d, row);
+		if (owner == wo) {
+			reclaim(d, row, wo, pid);
+			c->reclaimed_early++;
+		}
+	}
+	/* else the next tick reclaims it, under its budget */
 }
 
 uint32_t resild_clients_live(const struct resild *d)

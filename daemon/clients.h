@@ -20,8 +20,12 @@ void resild_clients_fini(struct resild *d);
  * client, unidentifiable, or refused and freed), reclaim the rows of
  * processes that died, sweep permits held by ids naming no live row. */
 void resild_clients_scan(struct resild *d);
-/* The loop saw the pidfd of row become readable: that process exited
- * (reclaimed at the next tick). */
+/* Dead clients reclaimed per tick (a reclaim walks every policy): by the
+ * tick's scan, and as many again by the loop as exits come in between. */
+#define RESILD_RECLAIM_PER_TICK 8
+/* The loop saw the pidfd of row become readable: that process exited.
+ * Reclaimed now while the budget of the tick to come lasts, else by the
+ * next tick. */
 void resild_clients_exited(struct resild *d, uint32_t row, uint32_t cookie);
 /* Rows held by live processes we identified. */
 uint32_t resild_clients_live(const struct resild *d);
