@@ -357,6 +357,50 @@ static void test_lean_stack(void **state)
  * histogram, which changes no decision), by one seeded random walk of
  * acquires, releases of each outcome and clock steps; every verdict, every
  * state, the slots held and every count agree. */
+/* The twins of a walk: the lean policy ln and the general one gn, the
+ * same configuration with a histogram (which changes no decision and
+ * takes the policy off the lean paths). */
+static void twin_define(const char *shape, const char *ln, const char *gn, resil_policy_t **l,
+			resil_policy_t **g, const struct resil_rec **rl, const struct resil_rec **rg)
+{
+	char def[320];
+
+	snprintf(def, sizeof(def), "%s; histogram = on", shape);
+	assert_int_equal(resil_define(r, ln, shape), 0);
+	assert_int_equal(resil_define(r, gn, def), 0);
+	assert_int_equal(resil_policy(r, ln, l), 0);
+	assert_int_equal(resil_policy(r, gn, g), 0);
+	*rl = test_rec_of(r, ln);
+	*rg = test_rec_of(r, gn);
+}
+
+/* A walk's release: the held pair at a random index (z), with a random
+ * outcome, on both twins; the last pair takes its place. */
+static void twin_release(resil_policy_t *l, resil_policy_t *g, resil_permit_t *pl,
+			 resil_permit_t *pg, int *n, uint64_t z)
+{
+	static const int outcomes[] = {RESIL_SUCCESS, RESIL_FAILURE, RESIL_IGNORED};
+	int outcome = outcomes[(z >> 8) % 3];
+	uint32_t i = (uint32_t)((z >> 16) % (uint32_t)*n);
+
+	resil_release(l, &pl[i], outcome);
+	resil_release(g, &pg[i], outcome);
+	(*n)--;
+	pl[i] = pl[*n];
+	pg[i] = pg[*n];
+}
+
+/* The end of a walk: every pair still held, released as a success. */
+static void twin_release_all(resil_policy_t *l, resil_policy_t *g, resil_permit_t *pl,
+			     resil_permit_t *pg, int n)
+{
+	while (n > 0) {
+		n--;
+		resil_release(l, &pl[n], RESIL_SUCCESS);
+		resil_release(g, &pg[n], RESIL_SUCCESS);
+	}
+}
+
 static void test_lean_stack_twin(void **state)
 {
 	static const char *const shape[] = {
@@ -380,25 +424,14 @@ static void test_lean_stack_twin(void **state)
 		resil_permit_t pl[HOLD], pg[HOLD];
 		const struct resil_rec *rl, *rg;
 		resil_policy_t *l, *g;
-		char def[320];
 		uint64_t seed = 0x9e3779b97f4a7c15ULL * (k + 1);
 		int n = 0;
 
-		snprintf(def, sizeof(def), "%s; histogram = on", shape[k]);
-		assert_int_equal(resil_define(r, "twl", shape[k]), 0);
-		assert_int_equal(resil_define(r, "twg", def), 0);
-		assert_int_equal(resil_policy(r, "twl", &l), 0);
-		assert_int_equal(resil_policy(r, "twg", &g), 0);
-		rl = test_rec_of(r, "twl");
-		rg = test_rec_of(r, "twg");
+		twin_define(shape[k], "twl", "twg", &l, &g, &rl, &rg);
 		for (int step = 0; step < 4000; step++) {
-			uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
-			uint32_t op, i;
+			uint64_t z = resil_splitmix64(&seed);
+			uint32_t op = (uint32_t)(z % 8);
 
-			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-			z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-			z ^= z >> 31;
-			op = (uint32_t)(z % 8);
 			if (op < 3 && n < HOLD) {
 				int vl = resil_acquire(l, &pl[n]), vg = resil_acquire(g, &pg[n]);
 
@@ -409,17 +442,7 @@ static void test_lean_stack_twin(void **state)
 					assert_int_equal((uint32_t)atomic_load(&l->b)->lean, 5);
 				n += vl == RESIL_ADMIT;
 			} else if (op < 6 && n > 0) {
-				int outcome = (int)((z >> 8) % 3);
-
-				outcome = outcome == 0	 ? RESIL_SUCCESS
-					  : outcome == 1 ? RESIL_FAILURE
-							 : RESIL_IGNORED;
-				i = (uint32_t)((z >> 16) % (uint32_t)n);
-				resil_release(l, &pl[i], outcome);
-				resil_release(g, &pg[i], outcome);
-				n--;
-				pl[i] = pl[n];
-				pg[i] = pg[n];
+				twin_release(l, g, pl, pg, &n, z);
 			} else {
 				manual_ns += (int64_t)((z >> 20) % 120) * 1000000LL;
 			}
@@ -427,11 +450,7 @@ static void test_lean_stack_twin(void **state)
 			if (resil_has(rl, RESIL_C_BULKHEAD))
 				assert_int_equal(held(rl), held(rg));
 		}
-		while (n > 0) {
-			n--;
-			resil_release(l, &pl[n], RESIL_SUCCESS);
-			resil_release(g, &pg[n], RESIL_SUCCESS);
-		}
+		twin_release_all(l, g, pl, pg, n);
 		for (size_t j = 0; j < RESIL_ARRAY_SIZE(stats); j++)
 			assert_int_equal(count(rl, stats[j]), count(rg, stats[j]));
 		/* the walk went through every verdict its shape can give */
@@ -514,30 +533,19 @@ static void test_lean_keyed_twin(void **state)
 		const struct resil_rec *rl, *rg;
 		struct resil_limit_state *sl, *sg;
 		resil_policy_t *l, *g;
-		char def[320];
 		uint64_t seed = 0x2545f4914f6cdd1dULL * (k + 1), admitted = 0;
 		uint32_t entries;
 		int n = 0;
 
-		snprintf(def, sizeof(def), "%s; histogram = on", shape[k]);
-		assert_int_equal(resil_define(r, "kwl", shape[k]), 0);
-		assert_int_equal(resil_define(r, "kwg", def), 0);
-		assert_int_equal(resil_policy(r, "kwl", &l), 0);
-		assert_int_equal(resil_policy(r, "kwg", &g), 0);
-		rl = test_rec_of(r, "kwl");
-		rg = test_rec_of(r, "kwg");
+		twin_define(shape[k], "kwl", "kwg", &l, &g, &rl, &rg);
 		sl = resil_comp_state(&r->seg, rl, RESIL_C_LIMIT);
 		sg = resil_comp_state(&r->seg, rg, RESIL_C_LIMIT);
 		entries = (rl->conf.limit.keys / 2 ? rl->conf.limit.keys / 2 : 1) *
 			  RESIL_LIMIT_BUCKET;
 		for (int step = 0; step < 6000; step++) {
-			uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
-			uint32_t op, i;
+			uint64_t z = resil_splitmix64(&seed);
+			uint32_t op = (uint32_t)(z % 8);
 
-			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-			z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-			z ^= z >> 31;
-			op = (uint32_t)(z % 8);
 			if (op < 4 && n < HOLD) {
 				/* half the calls on 4 hot keys: limited ones */
 				uint32_t key = (uint32_t)((z >> 8) % ((z >> 50) % 2 ? KEYS : 4));
@@ -555,23 +563,13 @@ static void test_lean_keyed_twin(void **state)
 				admitted += vl == RESIL_ADMIT;
 				n += vl == RESIL_ADMIT;
 			} else if (op < 6 && n > 0) {
-				int outcome = (int)((z >> 8) % 3);
-
-				outcome = outcome == 0	 ? RESIL_SUCCESS
-					  : outcome == 1 ? RESIL_FAILURE
-							 : RESIL_IGNORED;
-				i = (uint32_t)((z >> 16) % (uint32_t)n);
-				resil_release(l, &pl[i], outcome);
-				resil_release(g, &pg[i], outcome);
-				n--;
-				pl[i] = pl[n];
-				pg[i] = pg[n];
+				twin_release(l, g, pl, pg, &n, z);
 			} else {
 				manual_ns += (int64_t)((z >> 20) % 40) * 1000000LL;
 			}
 			assert_int_equal(atomic_load(&sl->word), atomic_load(&sg->word));
 			assert_int_equal(atomic_load(&sl->used), atomic_load(&sg->used));
-			for (i = 0; i < entries; i++) {
+			for (uint32_t i = 0; i < entries; i++) {
 				const struct resil_limit_entry *el =
 				    (const struct resil_limit_entry *)(const void *)sl->data + i;
 				const struct resil_limit_entry *eg =
@@ -581,11 +579,7 @@ static void test_lean_keyed_twin(void **state)
 				assert_int_equal(atomic_load(&el->st), atomic_load(&eg->st));
 			}
 		}
-		while (n > 0) {
-			n--;
-			resil_release(l, &pl[n], RESIL_SUCCESS);
-			resil_release(g, &pg[n], RESIL_SUCCESS);
-		}
+		twin_release_all(l, g, pl, pg, n);
 		for (size_t j = 0; j < RESIL_ARRAY_SIZE(stats); j++)
 			assert_int_equal(count(rl, stats[j]), count(rg, stats[j]));
 		assert_int_equal(atomic_load(&sl->full_rejects), atomic_load(&sg->full_rejects));
