@@ -1191,6 +1191,14 @@ static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy
 	return v;
 }
 
+/* A lean limiter's permit before its acquire: zeroed, and the permits the
+ * request takes (req->permits; 0 without a request: one). */
+static inline void limit_permit_start(struct resil_permit_priv *pm, int permits)
+{
+	memset(pm, 0, sizeof(*pm));
+	pm->limit_permits = permits > 1 ? (uint32_t)permits : 1;
+}
+
 /* The limiter reads the clock (and caches its reading in x); a keyed one
  * the key, and the segment and record (the table's hash seed, the
  * full-table event, the eviction count). */
@@ -1202,10 +1210,8 @@ static __attribute__((noinline, flatten)) int acquire_lean_limit(resil_policy_t 
 	struct resil_ctx x = {.seg = b->m->seg, .rec = b->rec, .clock = *ld_acquire(&p->r->clock)};
 	int v;
 
-	memset(pm, 0, sizeof(*pm));
-	pm->limit_permits = 1;
+	limit_permit_start(pm, req ? req->permits : 0);
 	if (req) {
-		pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
 		x.key = req->key;
 		x.key_len = req->key_len;
 	}
@@ -1227,8 +1233,7 @@ static __attribute__((noinline, flatten)) int acquire_lean_gcra(resil_policy_t *
 	int64_t now;
 	int v;
 
-	memset(pm, 0, sizeof(*pm));
-	pm->limit_permits = req && req->permits > 1 ? (uint32_t)req->permits : 1;
+	limit_permit_start(pm, req ? req->permits : 0);
 	v = resil_limit_acquire_gcra(clk, &b->rec->conf.limit, b->lean_st, pm, &now);
 	return lean_done(p, b, clk, now, pm, v);
 }
@@ -1246,8 +1251,7 @@ static __attribute__((noinline, flatten)) int acquire_lean_keyed(resil_policy_t 
 	int64_t now;
 	int v;
 
-	memset(pm, 0, sizeof(*pm));
-	pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
+	limit_permit_start(pm, req->permits);
 	v = resil_limit_acquire_keyed(clk, &b->rec->conf.limit, b->lean_st, b->key_seeds, req->key,
 				      req->key_len, pm, &now);
 	if (RESIL_UNLIKELY(v == RESIL_LIMIT_ASK))
