@@ -625,6 +625,23 @@ static void sweep(struct resild *d)
 		c->stats.unregistered_last = c->stats.unregistered_held;
 }
 
+/* Row i's watch fired (its process exited) and the row's owner word now
+ * reads owner: forget the watch and reclaim the row, unless the owner
+ * changed since it was judged (freed by its client, or claimed anew: the
+ * scan judges the new owner). 1 when it reclaimed. */
+static uint32_t reclaim_exited(struct resild *d, uint32_t i, uint64_t owner)
+{
+	struct watch *w = &d->clients->w[i];
+	uint64_t wo = w->owner;
+	uint32_t pid = w->pid;
+
+	forget(d, i);
+	if (owner != wo)
+		return 0;
+	reclaim(d, i, wo, pid);
+	return 1;
+}
+
 void resild_clients_scan(struct resild *d)
 {
 	struct resild_clients *c = d->clients;
@@ -648,14 +665,7 @@ void resild_clients_scan(struct resild *d)
 					stop = i;
 				continue;
 			}
-			uint64_t wo = w->owner;
-			uint32_t pid = w->pid;
-
-			forget(d, i);
-			if (owner == wo) {
-				reclaim(d, i, wo, pid);
-				reclaimed++;
-			}
+			reclaimed += reclaim_exited(d, i, owner);
 			continue;
 		}
 		if (owner == w->owner) {
@@ -701,18 +711,9 @@ void resild_clients_exited(struct resild *d, uint32_t row, uint32_t cookie)
 		return;
 	/* the loop's watch is over (it fired) */
 	w->kind = W_EXITED;
-	if (c->reclaimed_early < RESILD_RECLAIM_PER_TICK) {
-		/* now, as the scan's W_EXITED branch does it */
-		uint64_t owner = ld_acquire(&resil_seg_client(&d->seg, row)->owner);
-		uint64_t wo = w->owner;
-		uint32_t pid = w->pid;
-
-		forget(d, row);
-		if (owner == wo) {
-			reclaim(d, row, wo, pid);
-			c->reclaimed_early++;
-		}
-	}
+	if (c->reclaimed_early < RESILD_RECLAIM_PER_TICK)
+		c->reclaimed_early +=
+		    reclaim_exited(d, row, ld_acquire(&resil_seg_client(&d->seg, row)->owner));
 	/* else the next tick reclaims it, under its budget */
 }
 
