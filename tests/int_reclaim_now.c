@@ -183,7 +183,7 @@ int main(void)
 	close(gate[1]);
 	resild_clients_fini(&d);
 	resil_seg_unmap(&d.seg);
-	printf("int_reclaim_now: %d exits, %d reclaimed at once, the rest at the second tick\n",
-	       N, RESILD_RECLAIM_PER_TICK);
+	printf("int_reclaim_now: %d exits, %d reclaimed at once, the rest at the second tick\n", N,
+	       RESILD_RECLAIM_PER_TICK);
 	return 0;
 }

@@ -361,7 +361,8 @@ static void test_lean_stack(void **state)
  * same configuration with a histogram (which changes no decision and
  * takes the policy off the lean paths). */
 static void twin_define(const char *shape, const char *ln, const char *gn, resil_policy_t **l,
-			resil_policy_t **g, const struct resil_rec **rl, const struct resil_rec **rg)
+			resil_policy_t **g, const struct resil_rec **rl,
+			const struct resil_rec **rg)
 {
 	char def[320];
 
@@ -520,7 +521,7 @@ static void test_lean_keyed_twin(void **state)
 	    "limit.rate = 30/s; limit.keys = 1",
 	};
 	static const enum resil_stat stats[] = {
-	    RESIL_STAT_SUCCESS, RESIL_STAT_FAILURE,   RESIL_STAT_IGNORED,
+	    RESIL_STAT_SUCCESS,	    RESIL_STAT_FAILURE,	  RESIL_STAT_IGNORED,
 	    RESIL_STAT_REJ_LIMITED, RESIL_STAT_EVICTIONS,
 	};
 	enum { HOLD = 6, KEYS = 96 };
@@ -540,8 +541,8 @@ static void test_lean_keyed_twin(void **state)
 		twin_define(shape[k], "kwl", "kwg", &l, &g, &rl, &rg);
 		sl = resil_comp_state(&r->seg, rl, RESIL_C_LIMIT);
 		sg = resil_comp_state(&r->seg, rg, RESIL_C_LIMIT);
-		entries = (rl->conf.limit.keys / 2 ? rl->conf.limit.keys / 2 : 1) *
-			  RESIL_LIMIT_BUCKET;
+		entries =
+		    (rl->conf.limit.keys / 2 ? rl->conf.limit.keys / 2 : 1) * RESIL_LIMIT_BUCKET;
 		for (int step = 0; step < 6000; step++) {
 			uint64_t z = resil_splitmix64(&seed);
 			uint32_t op = (uint32_t)(z % 8);
