@@ -712,7 +712,7 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 
 /*
  * Lean decisions. A policy whose only component besides the counters is
- * a fail-fast bulkhead (its scan regime: no wait, no critical share) or a
+ * a fail-fast bulkhead (resil_bulkhead_fail_fast: no wait, no critical share) or a
  * rate limiter without reservation (limit.wait = 0; keyed or not), with no
  * histogram and fleet scope, is decided without the general context and
  * dispatch: the binding carries the two state blocks; acquire is the
@@ -789,8 +789,7 @@ static bool lean_stack(const struct resil_rec *rec)
 	if (resil_has(rec, RESIL_C_LIMIT) &&
 	    (c->limit.wait_ns || !resil_limit_lean_gcra(&c->limit, c->scope)))
 		return false;
-	return !resil_has(rec, RESIL_C_BULKHEAD) ||
-	       resil_bulkhead_regime(&c->bulkhead) == RESIL_BULKHEAD_SCAN;
+	return !resil_has(rec, RESIL_C_BULKHEAD) || resil_bulkhead_fail_fast(&c->bulkhead);
 }
 
 static uint32_t lean_kind(const struct resil_rec *rec)
@@ -805,7 +804,7 @@ static uint32_t lean_kind(const struct resil_rec *rec)
 	    resil_breaker_lean(&rec->conf.breaker))
 		return RESIL_LEAN_BREAKER;
 	if (rec->components == (stats | 1u << RESIL_C_BULKHEAD) &&
-	    resil_bulkhead_regime(&rec->conf.bulkhead) == RESIL_BULKHEAD_SCAN)
+	    resil_bulkhead_fail_fast(&rec->conf.bulkhead))
 		return RESIL_LEAN_BULKHEAD;
 	if (rec->components == (stats | 1u << RESIL_C_LIMIT) && rec->conf.limit.wait_ns == 0)
 		return RESIL_LEAN_LIMIT;
@@ -1163,7 +1162,7 @@ static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy
 	struct resil_ctx x;
 	int v;
 
-	/* The scan regime reads the client id alone (resil_bulkhead_acquire:
+	/* A fail-fast bulkhead reads the client id alone (resil_bulkhead_acquire:
 	 * no wait, no clock), so only that is written; the rest of x stays
 	 * unread, as the counters' rejection and the clockless check read
 	 * no context. */
@@ -1438,7 +1437,7 @@ static __attribute__((noinline, flatten)) int acquire_lean_stack(resil_policy_t 
 			return lean_done(p, b, clk, now, pm, v);
 	}
 	if (b->bh_st) {
-		/* the scan regime reads the client id alone */
+		/* a fail-fast bulkhead reads the client id alone */
 		x.client_id = resil_client_id(ld_relaxed(&b->m->row));
 		v = resil_bulkhead_acquire_scan(&x, &b->rec->conf.bulkhead, b->bh_st, pm);
 		if (RESIL_UNLIKELY(v))

@@ -139,8 +139,7 @@ const char resild_cbh_lua[] =
 
 bool resild_cbh_wants(const struct resil_rec *rec)
 {
-	return resil_has(rec, RESIL_C_BULKHEAD) &&
-	       resil_bulkhead_regime(&rec->conf.bulkhead) == RESIL_BULKHEAD_SCAN;
+	return resil_has(rec, RESIL_C_BULKHEAD) && resil_bulkhead_fail_fast(&rec->conf.bulkhead);
 }
 
 void resild_cbh_tick(const struct resil_seg *s, const struct resil_rec *rec,

@@ -124,6 +124,13 @@ static inline uint32_t resil_bulkhead_regime(const struct resil_bulkhead_conf *c
 		   : RESIL_BULKHEAD_COUNTED;
 }
 
+/* A fail-fast bulkhead: the scan regime and no wait. Its decisions need
+ * nothing but the slots (the lean paths, global scope). */
+static inline bool resil_bulkhead_fail_fast(const struct resil_bulkhead_conf *c)
+{
+	return c->wait_ns == 0 && resil_bulkhead_regime(c) == RESIL_BULKHEAD_SCAN;
+}
+
 /* Slot stride (log2 of words) of a bulkhead's pool of n slots. */
 static inline uint32_t resil_bulkhead_shift(uint32_t regime, uint32_t n)
 {
@@ -261,7 +268,7 @@ void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_con
 			    uint32_t dead_client, struct resil_reclaim_counts *counts);
 
 /*
- * policy.scope = global (scan regime only: conf.c). The daemon parks the
+ * policy.scope = global (fail-fast only: conf.c). The daemon parks the
  * slots its host may not use: a claim with this id, which no client
  * releases and no reclaim or sweep frees, so the hot path counts the
  * host's share with the slots it already counts.

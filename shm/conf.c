@@ -411,7 +411,7 @@ static int global_check(const struct resil_conf *c, char *err, size_t errlen)
 		return resil_errf(err, errlen, -EINVAL,
 				  "policy.scope = global applies to the gcra limiter, keyed or not "
 				  "(limit.algorithm = gcra)");
-	if (c->bulkhead.on && resil_bulkhead_regime(&c->bulkhead) != RESIL_BULKHEAD_SCAN)
+	if (c->bulkhead.on && !resil_bulkhead_fail_fast(&c->bulkhead))
 		return resil_errf(err, errlen, -EINVAL,
 				  "policy.scope = global applies to fail-fast bulkheads of at most "
 				  "%u permits (bulkhead.wait = 0, no bulkhead.critical)",
