@@ -16,21 +16,25 @@
  *
  * Two regimes, chosen from the configuration (resil_bulkhead_regime):
  *
- * SCAN: bulkhead.wait = 0 and bulkhead.critical = 0 (the defaults) and
- * bulkhead.max <= RESIL_BULKHEAD_SCAN_MAX (1024). No in-flight counter:
+ * SCAN: bulkhead.critical = 0 (the default) and bulkhead.max <=
+ * RESIL_BULKHEAD_SCAN_MAX (1024), with or without bulkhead.wait. No
+ * in-flight counter:
  *   enter  load this thread's last slot; free: CAS 0 -> id, done (one
  *          locked RMW). Else, unless the full hint says otherwise, walk
  *          the slots once around by groups of 8 (read-only loads, a CAS
  *          only on a slot seen free); none free: RESIL_REJECT_FULL.
  *   exit   CAS id -> 0 (release) from the id the permit was claimed with
  *          (pm->holder), then a load of the full hint: one RMW on the
- *          line this thread's claim just wrote.
+ *          line this thread's claim just wrote. With bulkhead.wait, the
+ *          CAS is seq_cst and a load of the waiter count follows (see
+ *          "Waiting"): still no shared word written.
  *   Nothing counts, so nothing can drift: the daemon has no hint to
  *   repair, only dead holders' slots to free. And no word is written by
  *   every decision: two processes on one pool write their own slots'
  *   lines only (mp/bulkhead, max 1000: 105 M decisions/s together; the
  *   counted regime, whose in-flight word crosses between the two CPUs
- *   twice per decision, 12 to 24: mp/bulkhead.wait).
+ *   twice per decision, 12 to 24: mp/bulkhead.critical; mp/bulkhead.wait
+ *   measures the scan regime with waiters allowed).
  *   Why a bound: a walk reads every slot, and a walk comes with every
  *   resil_bulkhead_recheck(n)-th rejection on the hint (16 per 128
  *   slots: about 8 slots read per rejection at any size), with the first
@@ -50,19 +54,22 @@
  *   policies; packed, several times slower). A single process measures
  *   the same either way.
  *
- * COUNTED: everything else (waiters, priority partitions, pools above the
- * bound) and the adaptive limit's pool (adaptive.c: resil_pool_claim
- * against a moving limit). An in-flight word `inflight` is a hint that
- * makes a rejection cheap (one load, or one fetch_add and its undo), gives
- * the partition a count to compare with, and gives releasers the seq_cst
- * RMW of the Dekker pair with waiters (below). Three locked RMWs per
- * admission: hint fetch_add, slot CAS, hint fetch_sub.
+ * COUNTED: everything else (priority partitions, pools above the bound)
+ * and the adaptive limit's pool (adaptive.c: resil_pool_claim against a
+ * moving limit). An in-flight word `inflight` is a hint that makes a
+ * rejection cheap (one load, or one fetch_add and its undo) and gives the
+ * partition a count to compare with. Three locked RMWs per admission:
+ * hint fetch_add, slot CAS, hint fetch_sub.
  *
  * The regime is part of the shape (resil_bulkhead_same_shape): holders of
- * a scan block never counted themselves, so a change of bulkhead.wait
- * from 0 to 200ms publishes a fresh, counted block, and permits of the
+ * a scan block never counted themselves, so a change of bulkhead.critical
+ * from 0 to 10% publishes a fresh, counted block, and permits of the
  * old block go back to the old block (a permit is released under the
- * record it was granted under: that record's block and regime). The regime
+ * record it was granted under: that record's block and regime). Whether
+ * callers wait is part of it too: a fail-fast permit's release (the lean
+ * paths') reads no waiter count, so a block waiters sleep on is never one
+ * such permits are released into (bulkhead.wait from 0 to 200ms: a fresh
+ * block). The regime
  * and geometry are written into the block's geometry line at init (before
  * publication) for someone reading a dump of the segment, but every
  * reader in the code (the hot path, the release, the daemon's
@@ -70,13 +77,17 @@
  * the configuration (the read-only segment): a client that scribbles on
  * the geometry words cannot send anyone out of bounds. The daemon's tick
  * rewrites them from the configuration (layout_repair).
- * The scan bound was 128 before it was 1024: a block of 129 to 1024 slots
- * that a resild of then made counted, adopted across a restart, is
- * scanned by this build, which is sound because both regimes lay such a
- * pool out alike (one slot per line) and the slots bound the total; the
- * count word goes unread, and a process of the older library, which
- * counts and never clears the full hint, costs the others at most the
- * stale hint's spurious rejections (the recheck and the tick repair it).
+ * The scan bound was 128 before it was 1024, and a waiting bulkhead was
+ * counted before it was scanned: such a block (129 to 1024 slots, or a
+ * bulkhead.wait) that a resild of then made counted is adopted across a
+ * restart as it is (resil_bulkhead_layout_ok) and scanned by this build,
+ * which is sound because both regimes lay such a pool out alike (one slot
+ * per line) and the slots bound the total; the count word goes unread,
+ * and a process of the older library, which counts and never clears the
+ * full hint, costs the others at most the stale hint's spurious
+ * rejections (the recheck and the tick repair it). Its releases still
+ * load the waiter count after a seq_cst RMW, so its waiters and ours
+ * keep their wakeups.
  *
  * Shared words (state block, see bulkhead.h):
  *   slots[i]   writers: the claimer (CAS 0 -> id, acq_rel: pairs with the
@@ -189,21 +200,25 @@
  * maintainers at once (embedded processes) may both correct the same
  * excess; the deficit shows at the next ticks and is corrected back.
  *
- * Waiting (bulkhead.wait > 0, counted): a caller that finds no permit
- * claims a waiter slot (the waiter count is that pool's hint, so a dead
- * waiter's count is repaired exactly like a permit), then loops: read
- * wake_seq, try again, FUTEX_WAIT(wake_seq, seen) (shared futex: no
+ * Waiting (bulkhead.wait > 0, either regime): a caller that finds no
+ * permit claims a waiter slot (the waiter count is that pool's hint, so a
+ * dead waiter's count is repaired exactly like a permit), then loops:
+ * read wake_seq, try again, FUTEX_WAIT(wake_seq, seen) (shared futex: no
  * FUTEX_PRIVATE_FLAG, the word lives in a MAP_SHARED segment) until it
  * claims or the wait is over. A releaser bumps wake_seq and wakes ONE
- * waiter, and only when nwait != 0: the fail-fast path never makes a
+ * waiter, and only when nwait != 0: a release nobody waits for makes no
  * syscall. Lost wakeups are excluded by a Dekker pair: the waiter's
  * nwait fetch_add (seq_cst) + fence before it looks at the slots, the
- * releaser's seq_cst fetch_sub on inflight before its seq_cst load of
- * nwait: either the releaser sees the waiter or the waiter sees the free
- * slot. This pair is why waiting needs the counted regime. A woken waiter
- * that gives up without a permit passes the wakeup on. The wait is
- * measured on CLOCK_MONOTONIC, not the policy clock: a futex sleeps in
- * real time (a manual clock would never end it).
+ * releaser's seq_cst RMW (the counted regime's fetch_sub on inflight, the
+ * scan regime's slot CAS itself) before its seq_cst load of nwait. In the
+ * scan regime: if the waiter's load of the slot missed the CAS, its fence
+ * precedes the CAS in the single order of seq_cst operations, so the
+ * nwait load, after the CAS, sees the waiter's fetch_add; either way one
+ * of them sees the other. A waiter tries by a walk, never on the full
+ * hint (a release that missed the hint would leave it asleep with a slot
+ * free). A woken waiter that gives up without a permit passes the wakeup
+ * on. The wait is measured on CLOCK_MONOTONIC, not the policy clock: a
+ * futex sleeps in real time (a manual clock would never end it).
  *
  * Priorities (counted): bulkhead.critical reserves a share of max for
  * callers with pm->priority == RESIL_PRIO_CRITICAL; others are rejected
@@ -230,6 +245,12 @@
 #define seq_faa(p, v) atomic_fetch_add_explicit((p), (v), memory_order_seq_cst)
 #define seq_fas(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst)
 #define seq_ld(p)     atomic_load_explicit((p), memory_order_seq_cst)
+/* A free that waiters may wait for (a release with bulkhead.wait, the
+ * daemon's reclaim and sweep): a seq_cst RMW, the releaser's half of the
+ * Dekker pair with waiters ("Waiting"). */
+#define cas_seq(p, e, v)                                                                           \
+	atomic_compare_exchange_strong_explicit((p), (e), (v), memory_order_seq_cst,               \
+						memory_order_relaxed)
 /* A release: what the holder did during the call happens-before the next
  * claimer's acq_rel CAS; a failed CAS publishes and reads nothing. */
 #define cas_release(p, e, v)                                                                       \
@@ -371,7 +392,7 @@ uint32_t resil_pool_sweep(const struct resil_pool *p, bool counted, resil_stray_
 			continue;
 		/* Only that word: a slot freed and claimed anew since the load
 		 * holds another word (or the same stray id planted again) */
-		if (cas_acq_rel(pool_slot(p, i), &exp, 0)) {
+		if (cas_seq(pool_slot(p, i), &exp, 0)) {
 			if (counted)
 				seq_fas(p->count, 1); /* as resil_pool_reclaim */
 			freed++;
@@ -517,8 +538,14 @@ bool resil_bulkhead_layout_ok(const struct resil_bulkhead_conf *c, const void *s
 	const struct resil_bulkhead_state *s = st;
 	uint32_t n = resil_bulkhead_max_of(c), regime = resil_bulkhead_regime(c);
 
+	/* A counted block this build scans (an older resild's, see "The scan
+	 * bound" at the top) is laid out alike: its slots are read as they
+	 * are, and the tick rewrites the regime word. Never the other way:
+	 * a scan block's holders are in no count. */
 	return s->nslots == n && s->shift == resil_bulkhead_shift(regime, n) &&
-	       s->slots_off == sizeof(*s) && s->regime == regime;
+	       s->slots_off == sizeof(*s) &&
+	       (s->regime == regime ||
+		(regime == RESIL_BULKHEAD_SCAN && s->regime == RESIL_BULKHEAD_COUNTED));
 }
 
 void resil_bulkhead_state_init(void *st, const struct resil_bulkhead_conf *c, int64_t now)
@@ -535,9 +562,11 @@ bool resil_bulkhead_same_shape(const struct resil_bulkhead_conf *a,
 			       const struct resil_bulkhead_conf *b)
 {
 	/* holders of a scan block never counted themselves: a counted
-	 * regime on that block would see a hint short by all of them */
+	 * regime on that block would see a hint short by all of them; and
+	 * a fail-fast permit's release does not look for waiters */
 	return resil_bulkhead_max_of(a) == resil_bulkhead_max_of(b) &&
-	       resil_bulkhead_regime(a) == resil_bulkhead_regime(b);
+	       resil_bulkhead_regime(a) == resil_bulkhead_regime(b) &&
+	       (a->wait_ns > 0) == (b->wait_ns > 0);
 }
 
 void resil_bulkhead_carry(void *nst, const struct resil_bulkhead_conf *nc, const void *ost,
@@ -721,21 +750,34 @@ scan_walk_claim(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_
 	return idx;
 }
 
+static __attribute__((noinline, cold)) void wake_one(struct resil_bulkhead_state *s);
+
 /* The release: a CAS from the holder's id (a line this thread just wrote,
  * so usually still in its cache); then the hint, when set (a read-mostly
- * line). A slot that no longer names us was reclaimed: nothing to give. */
-static inline __attribute__((always_inline)) void scan_free(struct resil_bulkhead_state *s,
-							    uint32_t n, uint32_t idx, uint32_t id)
+ * line). A slot that no longer names us was reclaimed: nothing to give.
+ * waits (bulkhead.wait > 0): the CAS is seq_cst and the waiter count is
+ * loaded after it, seq_cst: the releaser's half of the Dekker pair (see
+ * "Waiting" at the top). On x86 the CAS is the same instruction. */
+static inline __attribute__((always_inline)) void
+scan_free(struct resil_bulkhead_state *s, uint32_t n, uint32_t idx, uint32_t id, bool waits)
 {
+	ra32 *w;
 	uint32_t exp = id;
 
 	if (RESIL_UNLIKELY(idx - 1 >= n))
 		return;
-	if (RESIL_UNLIKELY(!cas_release(scan_slot(s, idx - 1), &exp, 0)))
+	w = scan_slot(s, idx - 1);
+	if (waits) {
+		if (RESIL_UNLIKELY(!cas_seq(w, &exp, 0)))
+			return;
+	} else if (RESIL_UNLIKELY(!cas_release(w, &exp, 0))) {
 		return;
+	}
 	/* the race of the hint: see "Full hint" at the top */
 	if (RESIL_UNLIKELY(ld_relaxed(&s->full)))
 		st_relaxed(&s->full, 0);
+	if (waits && RESIL_UNLIKELY(seq_ld(&s->nwait) != 0))
+		wake_one(s);
 }
 
 static uint32_t scan_reclaim(struct resil_bulkhead_state *s, uint32_t n, uint32_t id)
@@ -749,7 +791,7 @@ static uint32_t scan_reclaim(struct resil_bulkhead_state *s, uint32_t n, uint32_
 
 		/* a load first: a locked CAS only on a slot that names id */
 		if (ld_relaxed(scan_slot(s, i)) == id)
-			freed += cas_acq_rel(scan_slot(s, i), &exp, 0);
+			freed += cas_seq(scan_slot(s, i), &exp, 0);
 	}
 	return freed;
 }
@@ -788,6 +830,20 @@ static __attribute__((noinline, cold)) void wake_one(struct resil_bulkhead_state
 	syscall(SYS_futex, (uint32_t *)&s->wake_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
+/* A waiter's try: the counted pool's claim (p), or in the scan regime (p
+ * NULL) a walk from the thread's last slot, whatever the full hint says
+ * (see "Waiting" at the top). */
+static inline uint32_t wait_claim(struct resil_bulkhead_state *s, const struct resil_pool *p,
+				  uint32_t limit, uint32_t id)
+{
+	uint32_t *next = next_of(s), dummy;
+
+	if (p)
+		return resil_pool_claim(p, limit, id, &dummy);
+	return scan_walk_claim(s, limit, id, scan_start(*next, limit, id), next);
+}
+
+/* p: the counted pool, or NULL in the scan regime (limit: its slots). */
 static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
 							 const struct resil_bulkhead_conf *c,
 							 struct resil_bulkhead_state *s,
@@ -813,7 +869,7 @@ static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
 		uint32_t seen = ld_acquire(&s->wake_seq);
 		struct timespec ts;
 
-		idx = resil_pool_claim(p, limit, id, &dummy);
+		idx = wait_claim(s, p, limit, id);
 		if (idx)
 			break;
 		rem = deadline - resil_clock_monotonic(NULL);
@@ -950,11 +1006,15 @@ int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf
 	uint32_t id = claim_id(x), limit, inflight, idx;
 
 	if (scan_regime(c)) {
+		uint32_t n = resil_bulkhead_max_of(c);
+
 		if (RESIL_UNLIKELY(x->rec && x->rec->conf.scope == RESIL_SCOPE_GLOBAL))
-			idx = global_claim(x, s, resil_bulkhead_max_of(c), id);
+			idx = global_claim(x, s, n, id); /* fail-fast only: conf.c */
 		else
-			idx = scan_claim(s, resil_bulkhead_max_of(c), id);
-		return granted(pm, id, idx);
+			idx = scan_claim(s, n, id);
+		if (RESIL_LIKELY(idx) || c->wait_ns <= 0)
+			return granted(pm, id, idx);
+		return bulkhead_wait(x, c, s, NULL, n, id, pm);
 	}
 	p = conf_pool(s, c);
 	limit = prio_limit(c, p.n, pm);
@@ -973,7 +1033,8 @@ void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_con
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
 	if (scan_regime(c)) {
-		scan_free(s, resil_bulkhead_max_of(c), pm->bulkhead_idx, pm->holder);
+		scan_free(s, resil_bulkhead_max_of(c), pm->bulkhead_idx, pm->holder,
+			  c->wait_ns > 0);
 		pm->bulkhead_idx = 0;
 		pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 		return;
@@ -1037,7 +1098,7 @@ void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_pri
 {
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
-	scan_free(st, n, pm->bulkhead_idx, pm->holder);
+	scan_free(st, n, pm->bulkhead_idx, pm->holder, false);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 }
@@ -1069,6 +1130,9 @@ void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_co
 			st_relaxed(&s->full, 0);
 			faa_relaxed(&s->repaired, 1);
 		}
+		/* the waiters' count is counted in either regime */
+		if (c->wait_ns > 0 && resil_pool_repair(&wp, &s->prev_wexcess))
+			faa_relaxed(&s->repaired, 1);
 		return;
 	}
 	/* two results, never summed: each may be near INT32_MAX */
@@ -1089,7 +1153,9 @@ uint32_t resil_bulkhead_sweep(struct resil_ctx *x, const struct resil_bulkhead_c
 		faa_relaxed(&s->reclaimed, n);
 		if (scan_regime(c) && ld_relaxed(&s->full))
 			st_relaxed(&s->full, 0); /* slots are free now */
-		if (!scan_regime(c) && seq_ld(&s->nwait) != 0)
+		/* the sweep's CASes are seq_cst RMWs: the releaser's half of
+		 * the Dekker pair ("Waiting") */
+		if (c->wait_ns > 0 && seq_ld(&s->nwait) != 0)
 			wake_one(s);
 	}
 	return n;
@@ -1114,21 +1180,18 @@ void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_con
 
 	if (scan_regime(c)) {
 		n = scan_reclaim(s, p.n, dead_client);
-		if (n) {
-			faa_relaxed(&s->reclaimed, n);
-			if (ld_relaxed(&s->full))
-				st_relaxed(&s->full, 0); /* slots are free now */
-		}
-		if (counts)
-			counts->permits += n;
-		return;
+		w = c->wait_ns > 0 ? resil_pool_reclaim(&wp, dead_client) : 0;
+		if (n && ld_relaxed(&s->full))
+			st_relaxed(&s->full, 0); /* slots are free now */
+	} else {
+		n = resil_pool_reclaim(&p, dead_client);
+		w = resil_pool_reclaim(&wp, dead_client);
 	}
-	n = resil_pool_reclaim(&p, dead_client);
-	w = resil_pool_reclaim(&wp, dead_client);
 	if (n) {
 		faa_relaxed(&s->reclaimed, n);
-		/* freed permits may let a waiter in */
-		if (seq_ld(&s->nwait) != 0)
+		/* freed permits may let a waiter in (the reclaim's CASes are
+		 * seq_cst RMWs: the releaser's half of "Waiting") */
+		if (c->wait_ns > 0 && seq_ld(&s->nwait) != 0)
 			wake_one(s);
 	}
 	if (counts) {

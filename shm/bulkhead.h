@@ -28,14 +28,14 @@
 
 /*
  * The two regimes of a bulkhead (bulkhead.c says why and how):
- *   SCAN     bulkhead.wait = 0, bulkhead.critical = 0 (the defaults) and
- *            bulkhead.max <= RESIL_BULKHEAD_SCAN_MAX: no in-flight word,
- *            an admission is one CAS on a slot, a release one CAS from
- *            the holder's id;
+ *   SCAN     bulkhead.critical = 0 (the default) and bulkhead.max <=
+ *            RESIL_BULKHEAD_SCAN_MAX: no in-flight word, an admission is
+ *            one CAS on a slot, a release one CAS from the holder's id
+ *            (and, with bulkhead.wait, one load of the waiter count);
  *   COUNTED  everything else: the in-flight hint (fetch_add/fetch_sub),
- *            waiters, priority partitions.
- * The regime is part of the state's shape: a change of regime publishes a
- * fresh block.
+ *            priority partitions, pools above the bound.
+ * The regime is part of the state's shape, and so is whether callers
+ * wait: a change of either publishes a fresh block.
  */
 #define RESIL_BULKHEAD_COUNTED	0u
 #define RESIL_BULKHEAD_SCAN	1u
@@ -119,9 +119,8 @@ static inline uint32_t resil_bulkhead_max_of(const struct resil_bulkhead_conf *c
 /* RESIL_BULKHEAD_SCAN or RESIL_BULKHEAD_COUNTED, from the configuration. */
 static inline uint32_t resil_bulkhead_regime(const struct resil_bulkhead_conf *c)
 {
-	return c->wait_ns == 0 && c->critical_bp == 0 && c->max <= RESIL_BULKHEAD_SCAN_MAX
-		   ? RESIL_BULKHEAD_SCAN
-		   : RESIL_BULKHEAD_COUNTED;
+	return c->critical_bp == 0 && c->max <= RESIL_BULKHEAD_SCAN_MAX ? RESIL_BULKHEAD_SCAN
+									: RESIL_BULKHEAD_COUNTED;
 }
 
 /* A fail-fast bulkhead: the scan regime and no wait. Its decisions need
@@ -143,10 +142,10 @@ static inline uint32_t resil_bulkhead_shift(uint32_t regime, uint32_t n)
  *      and releaser; scan regime: full, the read-mostly "every slot
  *      taken" hint (set by a walk that found no slot, cleared by
  *      releasers);
- *   1  waiting (counted regime): wake_seq (futex word: releasers bump it
- *      and wake one, only when nwait != 0), nwait (waiters' hint, the
- *      count word of the waiter pool), read by every releaser, written by
- *      waiters;
+ *   1  waiting (bulkhead.wait > 0, either regime): wake_seq (futex word:
+ *      releasers bump it and wake one, only when nwait != 0), nwait
+ *      (waiters' hint, the count word of the waiter pool), read by every
+ *      releaser, written by waiters;
  *   2  geometry (written at init before publication, rewritten from the
  *      configuration by the daemon's tick; for dumps: every reader in the
  *      code takes the geometry from the configuration) and

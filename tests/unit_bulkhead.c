@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,6 +34,7 @@
 #include "resil.h"
 #include "bulkhead.h"
 #include "policy.h"
+#include "testutil.h"
 
 static int64_t mono_ns(void)
 {
@@ -137,6 +139,16 @@ static void bh_new_r(struct bh *b, const char *max, void **state)
 	assert_int_equal(b->st->regime, r->want);
 }
 
+/* A waiting bulkhead in the regime of *state. */
+static void bh_wait_r(struct bh *b, const char *max, const char *wait, void **state)
+{
+	const struct regime *r = *state;
+
+	bh_new(b, max, wait, r->critical);
+	assert_int_equal(resil_bulkhead_regime(&b->conf), r->want);
+	assert_false(resil_bulkhead_fail_fast(&b->conf));
+}
+
 static bool counted(struct bh *b)
 {
 	return resil_bulkhead_regime(&b->conf) == RESIL_BULKHEAD_COUNTED;
@@ -231,19 +243,30 @@ static void test_shape(void **state)
 	resil_bulkhead_conf_defaults(&b);
 	assert_int_equal(resil_bulkhead_regime(&a), RESIL_BULKHEAD_SCAN);
 	assert_true(resil_bulkhead_same_shape(&a, &b));
-	/* the regime is part of the shape: a wait or a partition counts */
+	assert_true(resil_bulkhead_fail_fast(&a));
+	/* a wait is scanned, but whether callers wait is part of the shape
+	 * (a fail-fast release looks for no waiter) */
 	b.wait_ns = 200 * RESIL_NS_PER_MS;
-	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_COUNTED);
+	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_SCAN);
+	assert_false(resil_bulkhead_fail_fast(&b));
 	assert_false(resil_bulkhead_same_shape(&a, &b));
 	assert_false(resil_bulkhead_same_shape(&b, &a));
+	a.wait_ns = RESIL_NS_PER_S; /* a longer wait changes in place */
+	assert_true(resil_bulkhead_same_shape(&a, &b));
+	/* the regime is part of the shape: a partition counts */
+	a.wait_ns = 0;
 	b.wait_ns = 0;
 	b.critical_bp = 1000;
 	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_COUNTED);
+	assert_false(resil_bulkhead_fail_fast(&b));
 	assert_false(resil_bulkhead_same_shape(&a, &b));
-	/* within the counted regime, waits and shares change in place */
-	a.wait_ns = RESIL_NS_PER_S;
-	assert_true(resil_bulkhead_same_shape(&a, &b));
+	/* within the counted regime, shares change in place, and waits as
+	 * long as callers wait on both sides */
 	a.critical_bp = 500;
+	assert_true(resil_bulkhead_same_shape(&a, &b));
+	a.wait_ns = RESIL_NS_PER_S;
+	assert_false(resil_bulkhead_same_shape(&a, &b));
+	b.wait_ns = 200 * RESIL_NS_PER_MS;
 	assert_true(resil_bulkhead_same_shape(&a, &b));
 	b.max = 26;
 	assert_false(resil_bulkhead_same_shape(&a, &b));
@@ -267,9 +290,10 @@ static void test_shape(void **state)
 			 sizeof(struct resil_bulkhead_state) + resil_align_up(5000 * 4, 128));
 }
 
-/* Through a real segment: a change of regime publishes a fresh block; a
- * change within a regime keeps the block; a permit of the old block goes
- * back to the old block, under the old record's regime. */
+/* Through a real segment: a change of regime, or from fail-fast to
+ * waiting, publishes a fresh block; a change within them keeps the block;
+ * a permit of the old block goes back to the old block, under the old
+ * record's regime. */
 static int64_t seg_now = 1000 * RESIL_NS_PER_S;
 
 static const struct resil_rec *seg_define(struct resil_seg *s, const char *text)
@@ -302,9 +326,20 @@ static void test_fresh_block_on_regime_change(void **state)
 	assert_int_equal(resil_policy_acquire(&x, r0, &pm, NULL, 0), 0);
 	assert_int_equal(resil_bulkhead_held(&r0->conf.bulkhead, b0), 1);
 
+	/* fail-fast to waiting: scanned both, but a fresh block */
 	r1 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 200ms");
 	assert_true(r1 != r0);
-	assert_true(r1->state_off != r0->state_off); /* a fresh block */
+	assert_true(r1->state_off != r0->state_off);
+	b1 = resil_comp_state(&s, r1, RESIL_C_BULKHEAD);
+	assert_int_equal(b1->regime, RESIL_BULKHEAD_SCAN);
+	assert_int_equal(resil_bulkhead_held(&r1->conf.bulkhead, b1), 0);
+	/* a longer wait keeps the block */
+	r2 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 300ms");
+	assert_true(r2->state_off == r1->state_off);
+
+	/* a partition: a fresh, counted block */
+	r1 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 300ms; bulkhead.critical = 1%");
+	assert_true(r1->state_off != r2->state_off);
 	b1 = resil_comp_state(&s, r1, RESIL_C_BULKHEAD);
 	assert_int_equal(b1->regime, RESIL_BULKHEAD_COUNTED);
 	assert_int_equal(resil_bulkhead_held(&r1->conf.bulkhead, b1), 0);
@@ -325,7 +360,7 @@ static void test_fresh_block_on_regime_change(void **state)
 	assert_int_equal(atomic_load(&b0->inflight), 0);
 
 	/* within the counted regime a longer wait keeps the block */
-	r2 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 300ms");
+	r2 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 400ms; bulkhead.critical = 1%");
 	assert_true(r2->state_off == r1->state_off);
 	/* and back to fail-fast: a fresh scan block again */
 	r2 = seg_define(&s, "bulkhead.max = 2");
@@ -807,7 +842,7 @@ static void test_wait_admitted(void **state)
 	struct waiter w;
 	struct bh b;
 
-	bh_new(&b, "1", "20s", NULL);
+	bh_wait_r(&b, "1", "20s", state);
 	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &held), 0);
 	w = (struct waiter){.b = &b, .client = 2};
 	assert_int_equal(pthread_create(&w.th, NULL, waiter_main, &w), 0);
@@ -831,7 +866,7 @@ static void test_wait_timeout(void **state)
 	int64_t t0, dt;
 	struct bh b;
 
-	bh_new(&b, "1", "50ms", NULL);
+	bh_wait_r(&b, "1", "50ms", state);
 	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &held), 0);
 	t0 = mono_ns();
 	assert_int_equal(take(&b, 2, RESIL_PRIO_NORMAL, &pm), RESIL_REJECT_FULL);
@@ -853,7 +888,7 @@ static void test_wait_one_per_release(void **state)
 	int i, admitted;
 
 	/* 4 waiters, 2 permits held; each release admits exactly one waiter */
-	bh_new(&b, "2", "30s", NULL);
+	bh_wait_r(&b, "2", "30s", state);
 	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &held[0]), 0);
 	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &held[1]), 0);
 	for (i = 0; i < 4; i++) {
@@ -908,7 +943,7 @@ static void test_dead_waiter(void **state)
 	struct bh b;
 
 	/* a waiter killed in its futex wait: its count comes back exactly */
-	bh_new(&b, "1", "1s", NULL);
+	bh_wait_r(&b, "1", "1s", state);
 	wp = (struct resil_pool){
 	    .count = &b.st->nwait, .slots = b.st->wslots, .n = RESIL_BULKHEAD_WAITERS, .shift = 0};
 	idx = resil_pool_claim(&wp, RESIL_BULKHEAD_WAITERS, 33, &got);
@@ -919,6 +954,14 @@ static void test_dead_waiter(void **state)
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 33, &counts);
 	assert_int_equal(counts.waiters, 1);
 	assert_int_equal(counts.permits, 0);
+	assert_int_equal(atomic_load(&b.st->nwait), 0);
+	/* one killed between its count and its waiter slot (crash window A
+	 * of the waiter pool): the tick takes the count back once it has
+	 * persisted over two ticks, in either regime */
+	atomic_fetch_add(&b.st->nwait, 1);
+	maintain(&b);
+	assert_int_equal(atomic_load(&b.st->nwait), 1);
+	maintain(&b);
 	assert_int_equal(atomic_load(&b.st->nwait), 0);
 	bh_free(&b);
 }
@@ -984,6 +1027,103 @@ static void test_threads(void **state)
 	assert_true(total > 0);
 	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	check_hint(&b, 0);
+	bh_free(&b);
+}
+
+/* Waiters across threads: 4 threads on 1 permit, each holding it over a
+ * yield (so that the others wait, and sleep) and each call waiting up to
+ * 10 s, far longer than any hold: every call is admitted. A lost wakeup
+ * (a release that missed a waiter, a waiter asleep past a free slot)
+ * leaves a waiter asleep to the end of its wait and shows as a
+ * rejection. */
+struct wait_hammer {
+	struct bh *b;
+	uint32_t client;
+	_Atomic int *inside;
+	_Atomic int *worst;
+	long admitted;
+	long rounds;
+};
+
+static void *wait_hammer_main(void *arg)
+{
+	struct wait_hammer *h = arg;
+	struct resil_permit_priv pm;
+
+	for (long i = 0; i < h->rounds; i++) {
+		if (take(h->b, h->client, RESIL_PRIO_NORMAL, &pm) != 0)
+			continue;
+		int in = atomic_fetch_add(h->inside, 1) + 1;
+		int w = atomic_load(h->worst);
+
+		while (in > w && !atomic_compare_exchange_weak(h->worst, &w, in))
+			;
+		h->admitted++;
+		sched_yield();
+		atomic_fetch_sub(h->inside, 1);
+		give(h->b, h->client, &pm);
+	}
+	return NULL;
+}
+
+static void test_wait_threads(void **state)
+{
+	_Atomic int inside = 0, worst = 0;
+	struct wait_hammer h[4];
+	pthread_t th[4];
+	long rounds = 5000L * resil_test_scale(), total = 0;
+	struct bh b;
+	int i;
+
+	bh_wait_r(&b, "1", "10s", state);
+	for (i = 0; i < 4; i++) {
+		h[i] = (struct wait_hammer){.b = &b,
+					    .client = 1 + (uint32_t)i,
+					    .inside = &inside,
+					    .worst = &worst,
+					    .rounds = rounds};
+		assert_int_equal(pthread_create(&th[i], NULL, wait_hammer_main, &h[i]), 0);
+	}
+	for (i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		total += h[i].admitted;
+	}
+	assert_true(atomic_load(&worst) <= 1);
+	assert_int_equal(total, 4 * rounds);
+	assert_true(atomic_load(&b.st->waits) > 0); /* they did wait */
+	assert_int_equal(atomic_load(&b.st->nwait), 0);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	check_hint(&b, 0);
+	bh_free(&b);
+}
+
+/* An older resild counted a waiting bulkhead, which this build scans: the
+ * block is adopted as it is (its permits stay held) and the tick rewrites
+ * its regime word. A scan block under a counted configuration is not
+ * adopted (its holders are in no count): it is reset. */
+static void test_adopt_counted_as_scan(void **state)
+{
+	struct resil_bulkhead_conf cc;
+	struct resil_permit_priv pm[2];
+	struct bh b;
+
+	bh_new(&b, "3", "1s", NULL);
+	assert_int_equal(resil_bulkhead_regime(&b.conf), RESIL_BULKHEAD_SCAN);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(take(&b, 8, RESIL_PRIO_NORMAL, &pm[i]), 0);
+	b.st->regime = RESIL_BULKHEAD_COUNTED; /* as the older resild laid it out */
+	atomic_store(&b.st->inflight, 2);
+	assert_true(resil_bulkhead_layout_ok(&b.conf, b.st));
+	maintain(&b);
+	assert_int_equal(b.st->regime, RESIL_BULKHEAD_SCAN);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 2);
+	cc = b.conf;
+	cc.critical_bp = 100;
+	assert_int_equal(resil_bulkhead_regime(&cc), RESIL_BULKHEAD_COUNTED);
+	assert_false(resil_bulkhead_layout_ok(&cc, b.st));
+	for (int i = 0; i < 2; i++)
+		give(&b, 8, &pm[i]);
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
 	bh_free(&b);
 }
 
@@ -1236,10 +1376,17 @@ int main(void)
 	    cmocka_unit_test_prestate(test_reclaim, &scan_r),
 	    cmocka_unit_test_prestate(test_reclaim, &counted_r),
 	    cmocka_unit_test(test_repair_windows),
-	    cmocka_unit_test(test_wait_admitted),
-	    cmocka_unit_test(test_wait_timeout),
-	    cmocka_unit_test(test_wait_one_per_release),
-	    cmocka_unit_test(test_dead_waiter),
+	    cmocka_unit_test_prestate(test_wait_admitted, &scan_r),
+	    cmocka_unit_test_prestate(test_wait_admitted, &counted_r),
+	    cmocka_unit_test_prestate(test_wait_timeout, &scan_r),
+	    cmocka_unit_test_prestate(test_wait_timeout, &counted_r),
+	    cmocka_unit_test_prestate(test_wait_one_per_release, &scan_r),
+	    cmocka_unit_test_prestate(test_wait_one_per_release, &counted_r),
+	    cmocka_unit_test_prestate(test_dead_waiter, &scan_r),
+	    cmocka_unit_test_prestate(test_dead_waiter, &counted_r),
+	    cmocka_unit_test_prestate(test_wait_threads, &scan_r),
+	    cmocka_unit_test_prestate(test_wait_threads, &counted_r),
+	    cmocka_unit_test(test_adopt_counted_as_scan),
 	    cmocka_unit_test_prestate(test_threads, &scan_r),
 	    cmocka_unit_test_prestate(test_threads, &counted_r),
 	    cmocka_unit_test(test_global_lease),
