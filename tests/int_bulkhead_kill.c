@@ -11,18 +11,19 @@
  * MAP_SHARED region, taken in the order of a policy's acquire. Two of
  * them spin acquire/release as fast as they can (so a kill lands inside a
  * claim or a release: the crash windows of bulkhead.c), one takes permits
- * and sits on them, and the fourth, in the counted regime, waits on the
- * shared futex for a permit (bulkhead.wait), in the scan regime (where
- * nobody waits) spins too. After a random delay the test SIGKILLs them
+ * and sits on them, and the fourth, with bulkhead.wait, waits on the
+ * shared futex for a permit, without it spins too. After a random delay the test SIGKILLs them
  * all and plays the daemon's part: resil_bulkhead_reclaim for each dead
  * id.
  *
  * Both regimes of the bulkhead, one after the other, each on a fresh
- * block: scan (bulkhead.max = 4, the defaults otherwise: a permit is one
- * CAS, a release one store, a full hint) and counted (bulkhead.critical
- * = 20%, which reserves nothing of 4, and bulkhead.wait = 20ms for the
- * waiter; every worker of a block uses the same regime, as every record
- * of one block does).
+ * block: scan fail-fast (bulkhead.max = 4, the defaults otherwise: a
+ * permit is one CAS, a release one CAS, a full hint), scan with waiters
+ * (bulkhead.wait = 20ms for every worker, as for every record of such a
+ * block: a kill lands in a waiter's claim too) and counted
+ * (bulkhead.critical = 20%, which reserves nothing of 4, and
+ * bulkhead.wait = 20ms for the waiter; every worker of a block uses the
+ * same regime, as every record of one block does).
  *
  * Asserted after every round:
  *   - exactly 0 claimed slots (bulkhead and adaptive) and 0 claimed waiter
@@ -36,8 +37,9 @@
  * >= 200 rounds per regime (x RESIL_TEST_SCALE).
  *
  * Then the same through the whole stack: a resild of the test's own, a
- * policy "bulkhead.max = 4; bulkhead.wait = 20ms" (counted) and one
- * "bulkhead.max = 4" (scan), forked children of a connected process (each
+ * policy "bulkhead.max = 4; bulkhead.wait = 20ms" (scan, waiting), one
+ * with "bulkhead.critical = 20%" too (counted) and one "bulkhead.max = 4"
+ * (scan, fail-fast), forked children of a connected process (each
  * claims its own client row) taking permits with resil_acquire and
  * SIGKILLed at random moments; the daemon notices the deaths and
  * reclaims: eventually (10 s) all 4 permits can be taken again and a
@@ -225,6 +227,8 @@ static int through_daemon(void)
 	if (test_daemon_open(&d, &r) < 0)
 		return 1;
 	daemon_rounds(r, "bulkhead-kill", "bulkhead.max = 4; bulkhead.wait = 20ms");
+	daemon_rounds(r, "bulkhead-kill-counted",
+		      "bulkhead.max = 4; bulkhead.wait = 20ms; bulkhead.critical = 20%");
 	daemon_rounds(r, "bulkhead-kill-scan", "bulkhead.max = 4");
 	resil_close(r);
 	test_daemon_fini(&d);
@@ -287,7 +291,7 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 					spin_worker(sh, &conf, ids[w], w);
 				else if (w == 2)
 					hold_worker(sh, &conf, ids[w], w);
-				else /* counted: waits on the futex */
+				else /* with bulkhead.wait: waits on the futex */
 					spin_worker(sh, &wconf, ids[w], w);
 				_exit(0);
 			}
@@ -377,7 +381,7 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 	printf("%s regime, %d rounds: permits reclaimed in %d, a waiter killed in %d, a "
 	       "bulkhead hint repaired after %d and the adaptive hint after %d (kills inside a "
 	       "crash window), a window decision taken over in %d\n",
-	       scan ? "scan" : "counted", rounds, reclaimed_rounds, waiter_rounds, excess_rounds,
+	       scan ? (conf.wait_ns ? "scan (waiting)" : "scan") : "counted", rounds, reclaimed_rounds, waiter_rounds, excess_rounds,
 	       aexcess_rounds, odd_epochs);
 	munmap(sh, size);
 	return 0;
@@ -394,6 +398,12 @@ int main(void)
 		return 1;
 	TEST_CHECK(resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_SCAN);
 	if (kill_rounds(&conf, &conf))
+		return 1;
+	/* scan with waiters: every worker may wait */
+	wconf = conf;
+	wconf.wait_ns = 20 * RESIL_NS_PER_MS;
+	TEST_CHECK(resil_bulkhead_regime(&wconf) == RESIL_BULKHEAD_SCAN);
+	if (kill_rounds(&wconf, &wconf))
 		return 1;
 	/* counted: a partition that reserves nothing of 4; the waiter waits */
 	if (resil_bulkhead_conf_set(&conf, "bulkhead.critical", "20", err, sizeof(err)) < 0)

@@ -4,11 +4,13 @@
  * region, each taking up to 3 permits at once (normal and critical
  * priority) and holding them for random times; in both regimes, one after
  * the other, each on a fresh block:
+ *   - scan: the defaults (every process fails fast; a permit is one CAS,
+ *     a release one CAS, a saturated pool rejects on the full hint);
+ *   - scan with waiters: bulkhead.wait = 1ms for every process (whether
+ *     callers wait is part of a block's shape);
  *   - counted: bulkhead.critical = 20% and bulkhead.wait = 1ms for half
  *     of the processes (the others fail fast: the same regime, as for two
- *     records of one block);
- *   - scan: the defaults (every process fails fast; a permit is one CAS,
- *     a release one store, a saturated pool rejects on the full hint).
+ *     records of one block).
  *
  * Invariants (validate part):
  *   - the number of claimed slots is never above bulkhead.max: each
@@ -105,8 +107,9 @@ static int run(const struct resil_bulkhead_conf *cf)
 	bool scan = resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_SCAN;
 	struct shared *sh;
 	pid_t pids[PROCS];
-	/* a scan-regime round never sleeps: more of them for as long a run */
-	long rounds = (scan ? 300000L : 30000L) * resil_test_scale();
+	/* a fail-fast round never sleeps: more of them for as long a run;
+	 * fewer where every process waits */
+	long rounds = (!scan ? 30000L : conf.wait_ns ? 10000L : 300000L) * resil_test_scale();
 	size_t size;
 	int64_t t0, t1;
 	int i, status, failed = 0;
@@ -125,7 +128,7 @@ static int run(const struct resil_bulkhead_conf *cf)
 			 * fail fast */
 			struct resil_bulkhead_conf mine = conf;
 
-			if (i % 2)
+			if (i % 2 && !scan)
 				mine.wait_ns = 0;
 			if (resil_bulkhead_regime(&mine) != resil_bulkhead_regime(&conf))
 				_exit(2);
@@ -150,7 +153,8 @@ static int run(const struct resil_bulkhead_conf *cf)
 	resil_bulkhead_maintain(&x, &conf, st); /* the daemon's tick */
 	printf("%s regime, max %d: most in flight %d; held at end %u, hint %d, waiters %u, full "
 	       "hint %u (%u after a tick)\n",
-	       scan ? "scan" : "counted", MAX, atomic_load(&sh->worst),
+	       scan ? (conf.wait_ns ? "scan (waiting)" : "scan") : "counted", MAX,
+	       atomic_load(&sh->worst),
 	       resil_bulkhead_held(&conf, st), (int32_t)atomic_load(&st->inflight),
 	       atomic_load(&st->nwait), full_at_end, atomic_load(&st->full));
 	printf("%d processes: %ld admitted, %ld rejected in %.2f s (%.0f admissions/s)\n", PROCS,
@@ -182,8 +186,14 @@ int main(void)
 	if (resil_bulkhead_regime(&conf) != RESIL_BULKHEAD_SCAN)
 		return 1;
 	failed = run(&conf);
-	if (resil_bulkhead_conf_set(&conf, "bulkhead.critical", "20", err, sizeof(err)) ||
-	    resil_bulkhead_conf_set(&conf, "bulkhead.wait", "1ms", err, sizeof(err))) {
+	if (resil_bulkhead_conf_set(&conf, "bulkhead.wait", "1ms", err, sizeof(err))) {
+		fprintf(stderr, "conf: %s\n", err);
+		return 1;
+	}
+	if (resil_bulkhead_regime(&conf) != RESIL_BULKHEAD_SCAN)
+		return 1;
+	failed |= run(&conf);
+	if (resil_bulkhead_conf_set(&conf, "bulkhead.critical", "20", err, sizeof(err))) {
 		fprintf(stderr, "conf: %s\n", err);
 		return 1;
 	}
