@@ -1052,7 +1052,11 @@ void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_con
 /* The scan regime's acquire and release alone, for a caller that knows
  * the regime from the configuration (the client's lean decisions, chosen
  * at bind time): the same words as resil_bulkhead_acquire/release in that
- * regime, without the regime's test. Acquire reads x->client_id only. */
+ * regime, without the regime's test. The acquires never wait (a fail-fast
+ * bulkhead; a waiting one calls resil_bulkhead_acquire) and read
+ * x->client_id only; resil_bulkhead_release_scan looks for waiters when
+ * the configuration has them, resil_bulkhead_release_scan_n never (a
+ * fail-fast bulkhead's). */
 int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 				struct resil_permit_priv *pm)
 {
@@ -1106,7 +1110,11 @@ void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_pri
 void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
 				 struct resil_permit_priv *pm)
 {
-	resil_bulkhead_release_scan_n(st, resil_bulkhead_max_of(c), pm);
+	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
+		return;
+	scan_free(st, resil_bulkhead_max_of(c), pm->bulkhead_idx, pm->holder, c->wait_ns > 0);
+	pm->bulkhead_idx = 0;
+	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 }
 
 void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,

@@ -232,6 +232,7 @@ int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead
  * client id and the clock. */
 int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
 				       void *st, struct resil_permit_priv *pm);
+/* The scan regime's release, waking a waiter when c has them. */
 void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
 				 struct resil_permit_priv *pm);
 /* The scan regime's host-scope claim of this thread's last slot (one load,
@@ -247,6 +248,8 @@ uint32_t resil_bulkhead_claim_last(void *st, uint32_t n, uint32_t id);
  * a walk. */
 int resil_bulkhead_acquire_scan_rest(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
 				     void *st, struct resil_permit_priv *pm);
+/* A fail-fast bulkhead's release (no waiter to look for) with the n of
+ * resil_bulkhead_claim_last. */
 void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_priv *pm);
 void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			 struct resil_permit_priv *pm);
