@@ -712,7 +712,8 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 
 /*
  * Lean decisions. A policy whose only component besides the counters is
- * a fail-fast bulkhead (resil_bulkhead_fail_fast: no wait, no critical share) or a
+ * a scanned bulkhead (no critical share, at most 1024 permits; a waiting
+ * one waits in acquire_lean_bulkhead, through resil_bulkhead_acquire) or a
  * rate limiter without reservation (limit.wait = 0; keyed or not), with no
  * histogram and fleet scope, is decided without the general context and
  * dispatch: the binding carries the two state blocks; acquire is the
@@ -727,8 +728,8 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
  * scope claims the thread's last slot in resil_acquire_ex itself
  * (resil_bulkhead_claim_last, with the slot count the binding took from
  * the configuration) and rejects there on the full hint; a taken slot
- * without the hint, the first claim and global scope go on in
- * acquire_lean_bulkhead. The same component functions as
+ * without the hint, the first claim, global scope and a bulkhead whose
+ * callers wait go on in acquire_lean_bulkhead. The same component functions as
  * resil_policy_acquire/release, on the same words, and a lean permit is a
  * complete one: either path releases what the other granted (a permit
  * outlives a re-bind).
@@ -769,7 +770,8 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 #define LEAN_LIMIT_WAY(l) ((uint32_t)((l) >> 32))
 #define LEAN_GCRA	  1u
 #define LEAN_KEYED	  2u
-/* ... or for a bulkhead of host scope its slot count (0: global scope) */
+/* ... or for a fail-fast bulkhead of host scope its slot count (0: global
+ * scope, or callers wait: acquire_lean_bulkhead) */
 #define LEAN_BH_N(l) ((uint32_t)((l) >> 32))
 
 /* A stack that is lean (see above): two or three of a lean breaker, an
@@ -804,7 +806,7 @@ static uint32_t lean_kind(const struct resil_rec *rec)
 	    resil_breaker_lean(&rec->conf.breaker))
 		return RESIL_LEAN_BREAKER;
 	if (rec->components == (stats | 1u << RESIL_C_BULKHEAD) &&
-	    resil_bulkhead_fail_fast(&rec->conf.bulkhead))
+	    resil_bulkhead_regime(&rec->conf.bulkhead) == RESIL_BULKHEAD_SCAN)
 		return RESIL_LEAN_BULKHEAD;
 	if (rec->components == (stats | 1u << RESIL_C_LIMIT) && rec->conf.limit.wait_ns == 0)
 		return RESIL_LEAN_LIMIT;
@@ -880,7 +882,8 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 		else if (lean == RESIL_LEAN_LIMIT && resil_limit_lean_keyed(&rec->conf.limit))
 			b->lean |= (uint64_t)LEAN_KEYED << 32;
 		resil_limit_key_seeds(m->seg, b->key_seeds);
-		if (lean == RESIL_LEAN_BULKHEAD && rec->conf.scope != RESIL_SCOPE_GLOBAL)
+		if (lean == RESIL_LEAN_BULKHEAD && rec->conf.scope != RESIL_SCOPE_GLOBAL &&
+		    resil_bulkhead_fail_fast(&rec->conf.bulkhead))
 			b->lean |= (uint64_t)resil_bulkhead_max_of(&rec->conf.bulkhead) << 32;
 		/* the lean OPEN rejection's wait, from the same words */
 		if (lean == RESIL_LEAN_BREAKER ||
@@ -1190,6 +1193,33 @@ static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy
 	return v;
 }
 
+/* A lean bulkhead whose callers wait (host scope: conf.c): the scan
+ * regime's acquire, which reads x->rec for the scope and, when it waits,
+ * writes x->now (the wait reads CLOCK_MONOTONIC), and the count. Its own
+ * function: the fail-fast and global claims keep their frames. */
+static __attribute__((noinline, flatten)) int acquire_lean_bulkhead_wait(resil_policy_t *p,
+									 const struct resil_binding *b,
+									 struct resil_permit_priv *pm)
+{
+	struct resil_ctx x;
+	int v;
+
+	x.client_id = resil_client_id(ld_relaxed(&b->m->row));
+	x.rec = NULL;
+	x.now = 0;
+	memset(pm, 0, sizeof(*pm));
+	pm->limit_permits = 1;
+	v = resil_bulkhead_acquire(&x, &b->rec->conf.bulkhead, b->lean_st, pm);
+	if (RESIL_UNLIKELY(v)) {
+		resil_stats_rejected(NULL, b->stats_st, v);
+	} else {
+		pm->where = b->where;
+		pm->flags |= b->held;
+	}
+	after_clockless(p->r);
+	return v;
+}
+
 /* A lean limiter's permit before its acquire: zeroed, and the permits the
  * request takes (req->permits; 0 without a request: one). */
 static inline void limit_permit_start(struct resil_permit_priv *pm, int permits)
@@ -1488,8 +1518,11 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		 * acquire_lean_bulkhead, a global bulkhead starts there */
 		uint32_t n = LEAN_BH_N(b->lean), id, idx;
 
-		if (RESIL_UNLIKELY(!n))
+		if (RESIL_UNLIKELY(!n)) {
+			if (b->rec->conf.bulkhead.wait_ns > 0)
+				return acquire_lean_bulkhead_wait(p, b, pm);
 			return acquire_lean_bulkhead(p, b, pm, false);
+		}
 		id = resil_client_id(ld_relaxed(&b->m->row));
 		idx = resil_bulkhead_claim_last(b->lean_st, n, id);
 		if (RESIL_UNLIKELY(idx - 1 >= n)) {
@@ -1669,6 +1702,17 @@ static __attribute__((noinline, flatten)) void release_general(struct resil *r,
 	release_bound(r, b->m, b->rec, LEAN_BK_OFF(b->lean), pm, outcome);
 }
 
+/* release_lean_bulkhead for a bulkhead of global scope or whose callers
+ * wait: the slot count and the wait from the configuration. Out of line:
+ * its wake (a call) would give the fail-fast release a frame. */
+static __attribute__((noinline, flatten)) void
+release_lean_bulkhead_conf(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
+{
+	resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
+	pm->flags = 0;
+	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
+}
+
 /* A lean bulkhead's release and the count, in one function: the scan's
  * CAS and the count's add with no call between them, and the permit's
  * flags stored once. */
@@ -1677,10 +1721,9 @@ release_lean_bulkhead(const struct resil_binding *b, struct resil_permit_priv *p
 {
 	uint32_t n = LEAN_BH_N(b->lean);
 
-	if (RESIL_LIKELY(n))
-		resil_bulkhead_release_scan_n(b->lean_st, n, pm);
-	else
-		resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
+	if (RESIL_UNLIKELY(!n))
+		return release_lean_bulkhead_conf(b, pm, outcome);
+	resil_bulkhead_release_scan_n(b->lean_st, n, pm);
 	pm->flags = 0;
 	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
 }
@@ -1981,7 +2024,8 @@ RESIL_API int resil_policy_state(const resil_policy_t *p)
  * (bulkhead.wait, limit.wait). Bindings ask it before each acquire to
  * give up their own lock (Python's GIL) only around a decision that can
  * block: giving it up costs more than a decision that cannot. A lean
- * binding answers from the handle alone (lean kinds never wait).
+ * binding answers from the handle alone (of the lean kinds only a
+ * bulkhead with bulkhead.wait waits).
  */
 RESIL_API int resil_policy_may_wait(const resil_policy_t *p)
 {
@@ -1992,8 +2036,9 @@ RESIL_API int resil_policy_may_wait(const resil_policy_t *p)
 
 	if (!p)
 		return -EINVAL;
+	/* a lean decision waits only for a bulkhead whose callers wait */
 	if (bound((resil_policy_t *)p, &b) && LEAN_KIND(b->lean))
-		return 0;
+		return LEAN_KIND(b->lean) == RESIL_LEAN_BULKHEAD && b->rec->conf.bulkhead.wait_ns > 0;
 	rec = resil_priv_ctx((resil_policy_t *)p, &x, &err);
 	if (!rec)
 		return err;

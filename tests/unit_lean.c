@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * unit_lean.c - libresil's lean decisions (libresil.c, "Lean decisions"):
- * a policy that is only a fail-fast bulkhead, a limiter (keyed or not),
+ * a policy that is only a scanned bulkhead (fail-fast or waiting), a
+ * limiter (keyed or not),
  * the counters, or a breaker without a slow-call rate, or a stack of two
  * or three of a breaker, an unkeyed GCRA and a fail-fast bulkhead, is
  * decided without the general context, on the same words and with the
@@ -10,6 +11,7 @@
  * re-bind.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -90,8 +92,9 @@ static void test_lean_counts_as_general(void **state)
 	assert_int_equal(held(rec), 0);
 }
 
-/* Not lean: a component outside the stack, a histogram, a wait, a
- * critical share, a key or a sliding window in a stack, global scope. */
+/* Not lean: a component outside the stack, a histogram, a wait in a
+ * stack, a critical share, a key or a sliding window in a stack, global
+ * scope in a stack. */
 static void test_lean_only_when_alone(void **state)
 {
 	static const char *const general[] = {
@@ -105,7 +108,6 @@ static void test_lean_only_when_alone(void **state)
 	    "breaker.window = count:10; breaker.slow_call = 1s; breaker.slow_call_rate = 50;"
 	    " bulkhead.max = 2",
 	    "bulkhead.max = 2; histogram = on",
-	    "bulkhead.max = 2; bulkhead.wait = 10ms",
 	    "bulkhead.max = 2; bulkhead.critical = 50%",
 	    "bulkhead.max = 2; policy.scope = process",
 	    "bulkhead.max = 2000",
@@ -187,6 +189,7 @@ static void test_lean_bulkhead_hint(void **state)
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(resil_acquire(p, &a[i]), RESIL_ADMIT);
 	assert_int_equal(atomic_load(&p->b)->lean, 1 | (uint64_t)4 << 32);
+	assert_int_equal(resil_policy_may_wait(p), 0);
 	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL); /* a walk: sets the hint */
 	assert_int_equal(atomic_load(&st->full), 1);
 	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL); /* the hint alone */
@@ -215,6 +218,77 @@ static void test_lean_bulkhead_hint(void **state)
 	assert_int_equal(held(rec), 1);
 	resil_release(p, &x, RESIL_FAILURE);
 	assert_int_equal(held(rec), 0);
+}
+
+/* A bulkhead whose callers wait is lean too, through its component's
+ * acquire (the binding has no slot count: every acquire goes to
+ * acquire_lean_bulkhead_wait) and a release that looks for waiters; the
+ * bound handle says it may wait (resil_policy_may_wait). A lean
+ * release wakes a lean waiter, well before its 30 s wait is over (without
+ * the wake it would claim only when the wait ends), and a wait that ends
+ * is a rejection, counted once. */
+struct lean_waiter {
+	resil_policy_t *p;
+	resil_permit_t pm;
+	int verdict;
+	int64_t waited_ns;
+};
+
+static void *lean_waiter_main(void *arg)
+{
+	struct lean_waiter *w = arg;
+	int64_t t0 = test_mono_ns();
+
+	w->verdict = resil_acquire(w->p, &w->pm);
+	w->waited_ns = test_mono_ns() - t0;
+	return NULL;
+}
+
+static void test_lean_bulkhead_wait(void **state)
+{
+	const struct resil_rec *rec;
+	struct resil_bulkhead_state *st;
+	struct lean_waiter w = {0};
+	resil_permit_t a, x;
+	resil_policy_t *p;
+	pthread_t th;
+
+	(void)state;
+	assert_int_equal(resil_define(r, "wpool", "bulkhead.max = 1; bulkhead.wait = 30s"), 0);
+	assert_int_equal(resil_policy(r, "wpool", &p), 0);
+	rec = test_rec_of(r, "wpool");
+	st = resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	assert_int_equal(atomic_load(&p->b)->lean, 1); /* lean, no slot count */
+	assert_int_equal(resil_policy_may_wait(p), 1); /* a binding's GIL goes */
+	w.p = p;
+	assert_int_equal(pthread_create(&th, NULL, lean_waiter_main, &w), 0);
+	assert_true(TEST_EVENTUALLY(atomic_load(&st->nwait) == 1));
+	resil_release(p, &a, RESIL_SUCCESS);
+	pthread_join(th, NULL);
+	assert_int_equal(w.verdict, RESIL_ADMIT);
+	assert_true(w.waited_ns < 20 * 1000000000LL); /* woken, not timed out */
+	assert_int_equal(atomic_load(&st->nwait), 0);
+	assert_int_equal(atomic_load(&st->waits), 1);
+	assert_int_equal(held(rec), 1);
+	resil_release(p, &w.pm, RESIL_SUCCESS);
+	assert_int_equal(held(rec), 0);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 2);
+
+	/* a wait that ends: one rejection */
+	assert_int_equal(resil_define(r, "wshort", "bulkhead.max = 1; bulkhead.wait = 20ms"), 0);
+	assert_int_equal(resil_policy(r, "wshort", &p), 0);
+	rec = test_rec_of(r, "wshort");
+	st = resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_FULL), 1);
+	assert_int_equal(atomic_load(&st->nwait), 0);
+	assert_int_equal(atomic_load(&st->waits), 1);
+	resil_release(p, &x, RESIL_SUCCESS); /* a rejected permit: nothing */
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(held(rec), 0);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 1);
 }
 
 static int64_t manual_ns = 1000 * 1000000000LL;
@@ -837,6 +911,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lean_counts_as_general, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_only_when_alone, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_hint, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_wait, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_permit_outlives_rebind, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_stack, open_emb, close_emb),
