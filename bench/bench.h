@@ -88,7 +88,7 @@ extern uint64_t admits;
 extern int ndefined;
 
 /* the resil hot paths' cases (hot.c) */
-#define N_SIMPLE_CASES 22
+#define N_SIMPLE_CASES 23
 
 typedef void (*loop_fn)(void *ctx, uint64_t n);
 

@@ -77,6 +77,7 @@ HOT = [
     ("bulkhead.reject", "bulkhead full: rejection"),
     ("bulkhead1000.acq_rel", "bulkhead, max 1000: enter + exit"),
     ("bulkhead1000.reject", "bulkhead, max 1000, full: rejection"),
+    ("bulkhead_wait.acq_rel", "bulkhead, bulkhead.wait = 100ms: enter + exit"),
     ("adaptive.acq_rel", "adaptive limit (Vegas): enter + exit"),
     ("shed.acq_rel", "load shedder: check + release"),
     ("budget.acq_rel", "retry budget policy: acquire + release"),
