@@ -1161,8 +1161,8 @@ uint32_t resil_bulkhead_sweep(struct resil_ctx *x, const struct resil_bulkhead_c
 		faa_relaxed(&s->reclaimed, n);
 		if (scan_regime(c) && ld_relaxed(&s->full))
 			st_relaxed(&s->full, 0); /* slots are free now */
-		/* the sweep's CASes are seq_cst RMWs: the releaser's half of
-		 * the Dekker pair ("Waiting") */
+		/* after the sweep's seq_cst CASes: the releaser's half of the
+		 * Dekker pair ("Waiting") */
 		if (c->wait_ns > 0 && seq_ld(&s->nwait) != 0)
 			wake_one(s);
 	}
@@ -1197,8 +1197,9 @@ void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_con
 	}
 	if (n) {
 		faa_relaxed(&s->reclaimed, n);
-		/* freed permits may let a waiter in (the reclaim's CASes are
-		 * seq_cst RMWs: the releaser's half of "Waiting") */
+		/* freed permits may let a waiter in (after a seq_cst RMW, the
+		 * releaser's half of "Waiting": the slot's CAS in the scan
+		 * regime, the count's fetch_sub in the counted one) */
 		if (c->wait_ns > 0 && seq_ld(&s->nwait) != 0)
 			wake_one(s);
 	}
