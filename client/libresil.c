@@ -713,7 +713,7 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 /*
  * Lean decisions. A policy whose only component besides the counters is
  * a scanned bulkhead (no critical share, at most 1024 permits; a waiting
- * one waits in acquire_lean_bulkhead, through resil_bulkhead_acquire) or a
+ * one waits in acquire_lean_bulkhead_wait, through resil_bulkhead_acquire) or a
  * rate limiter without reservation (limit.wait = 0; keyed or not), with no
  * histogram and fleet scope, is decided without the general context and
  * dispatch: the binding carries the two state blocks; acquire is the
@@ -728,8 +728,9 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
  * scope claims the thread's last slot in resil_acquire_ex itself
  * (resil_bulkhead_claim_last, with the slot count the binding took from
  * the configuration) and rejects there on the full hint; a taken slot
- * without the hint, the first claim, global scope and a bulkhead whose
- * callers wait go on in acquire_lean_bulkhead. The same component functions as
+ * without the hint, the first claim and global scope go on in
+ * acquire_lean_bulkhead, a bulkhead whose callers wait in
+ * acquire_lean_bulkhead_wait. The same component functions as
  * resil_policy_acquire/release, on the same words, and a lean permit is a
  * complete one: either path releases what the other granted (a permit
  * outlives a re-bind).
@@ -771,7 +772,7 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 #define LEAN_GCRA	  1u
 #define LEAN_KEYED	  2u
 /* ... or for a fail-fast bulkhead of host scope its slot count (0: global
- * scope, or callers wait: acquire_lean_bulkhead) */
+ * scope, or callers wait; the configuration tells which) */
 #define LEAN_BH_N(l) ((uint32_t)((l) >> 32))
 
 /* A stack that is lean (see above): two or three of a lean breaker, an
@@ -1197,9 +1198,9 @@ static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy
  * regime's acquire, which reads x->rec for the scope and, when it waits,
  * writes x->now (the wait reads CLOCK_MONOTONIC), and the count. Its own
  * function: the fail-fast and global claims keep their frames. */
-static __attribute__((noinline, flatten)) int acquire_lean_bulkhead_wait(resil_policy_t *p,
-									 const struct resil_binding *b,
-									 struct resil_permit_priv *pm)
+static __attribute__((noinline, flatten)) int
+acquire_lean_bulkhead_wait(resil_policy_t *p, const struct resil_binding *b,
+			   struct resil_permit_priv *pm)
 {
 	struct resil_ctx x;
 	int v;
@@ -1515,7 +1516,8 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	if (kind == RESIL_LEAN_BULKHEAD) {
 		/* the thread's last slot, free again: no call, no frame; a
 		 * slot taken (or the first claim) goes on in
-		 * acquire_lean_bulkhead, a global bulkhead starts there */
+		 * acquire_lean_bulkhead, a global bulkhead starts there, and a
+		 * bulkhead whose callers wait in acquire_lean_bulkhead_wait */
 		uint32_t n = LEAN_BH_N(b->lean), id, idx;
 
 		if (RESIL_UNLIKELY(!n)) {
@@ -2038,7 +2040,8 @@ RESIL_API int resil_policy_may_wait(const resil_policy_t *p)
 		return -EINVAL;
 	/* a lean decision waits only for a bulkhead whose callers wait */
 	if (bound((resil_policy_t *)p, &b) && LEAN_KIND(b->lean))
-		return LEAN_KIND(b->lean) == RESIL_LEAN_BULKHEAD && b->rec->conf.bulkhead.wait_ns > 0;
+		return LEAN_KIND(b->lean) == RESIL_LEAN_BULKHEAD &&
+		       b->rec->conf.bulkhead.wait_ns > 0;
 	rec = resil_priv_ctx((resil_policy_t *)p, &x, &err);
 	if (!rec)
 		return err;
