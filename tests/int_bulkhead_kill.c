@@ -381,8 +381,8 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 	printf("%s regime, %d rounds: permits reclaimed in %d, a waiter killed in %d, a "
 	       "bulkhead hint repaired after %d and the adaptive hint after %d (kills inside a "
 	       "crash window), a window decision taken over in %d\n",
-	       scan ? (conf.wait_ns ? "scan (waiting)" : "scan") : "counted", rounds, reclaimed_rounds, waiter_rounds, excess_rounds,
-	       aexcess_rounds, odd_epochs);
+	       scan ? (conf.wait_ns ? "scan (waiting)" : "scan") : "counted", rounds,
+	       reclaimed_rounds, waiter_rounds, excess_rounds, aexcess_rounds, odd_epochs);
 	munmap(sh, size);
 	return 0;
 }

@@ -154,9 +154,9 @@ static int run(const struct resil_bulkhead_conf *cf)
 	printf("%s regime, max %d: most in flight %d; held at end %u, hint %d, waiters %u, full "
 	       "hint %u (%u after a tick)\n",
 	       scan ? (conf.wait_ns ? "scan (waiting)" : "scan") : "counted", MAX,
-	       atomic_load(&sh->worst),
-	       resil_bulkhead_held(&conf, st), (int32_t)atomic_load(&st->inflight),
-	       atomic_load(&st->nwait), full_at_end, atomic_load(&st->full));
+	       atomic_load(&sh->worst), resil_bulkhead_held(&conf, st),
+	       (int32_t)atomic_load(&st->inflight), atomic_load(&st->nwait), full_at_end,
+	       atomic_load(&st->full));
 	printf("%d processes: %ld admitted, %ld rejected in %.2f s (%.0f admissions/s)\n", PROCS,
 	       atomic_load(&sh->admitted), atomic_load(&sh->rejected), (t1 - t0) / 1e9,
 	       atomic_load(&sh->admitted) / ((t1 - t0) / 1e9));
