@@ -1153,6 +1153,21 @@ lean_done(resil_policy_t *p, const struct resil_binding *b, const struct resil_c
 	return v;
 }
 
+/* A lean bulkhead's decision v made whole: a rejection counted, an
+ * admission's permit tagged with the binding's record. */
+static inline int lean_bulkhead_done(resil_policy_t *p, const struct resil_binding *b,
+				     struct resil_permit_priv *pm, int v)
+{
+	if (RESIL_UNLIKELY(v)) {
+		resil_stats_rejected(NULL, b->stats_st, v);
+	} else {
+		pm->where = b->where;
+		pm->flags |= b->held;
+	}
+	after_clockless(p->r);
+	return v;
+}
+
 /* Lean acquires (see "Lean decisions"): the component's own acquire with
  * a context that holds what it reads, one function per kind so that each
  * context stays in registers, and out of line (see acquire_general below:
@@ -1184,14 +1199,7 @@ static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy
 	} else {
 		v = resil_bulkhead_acquire_scan(&x, &b->rec->conf.bulkhead, b->lean_st, pm);
 	}
-	if (RESIL_UNLIKELY(v)) {
-		resil_stats_rejected(NULL, b->stats_st, v);
-	} else {
-		pm->where = b->where;
-		pm->flags |= b->held;
-	}
-	after_clockless(p->r);
-	return v;
+	return lean_bulkhead_done(p, b, pm, v);
 }
 
 /* A lean bulkhead whose callers wait (host scope: conf.c): the scan
@@ -1211,14 +1219,7 @@ acquire_lean_bulkhead_wait(resil_policy_t *p, const struct resil_binding *b,
 	memset(pm, 0, sizeof(*pm));
 	pm->limit_permits = 1;
 	v = resil_bulkhead_acquire(&x, &b->rec->conf.bulkhead, b->lean_st, pm);
-	if (RESIL_UNLIKELY(v)) {
-		resil_stats_rejected(NULL, b->stats_st, v);
-	} else {
-		pm->where = b->where;
-		pm->flags |= b->held;
-	}
-	after_clockless(p->r);
-	return v;
+	return lean_bulkhead_done(p, b, pm, v);
 }
 
 /* A lean limiter's permit before its acquire: zeroed, and the permits the
