@@ -968,9 +968,13 @@ static void test_dead_waiter(void **state)
 
 /* ---- many threads: never more than max held ---- */
 
+/* One thread's rounds of take and give, counting itself in while it
+ * holds. hold_yield (test_wait_threads): every call of normal priority,
+ * the permit held over a yield; else every eighth call critical. */
 struct hammer {
 	struct bh *b;
 	uint32_t client;
+	bool hold_yield;
 	_Atomic int *inside;
 	_Atomic int *worst;
 	long admitted;
@@ -983,17 +987,20 @@ static void *hammer_main(void *arg)
 	struct resil_permit_priv pm;
 
 	for (long i = 0; i < h->rounds; i++) {
-		if (take(h->b, h->client, (i & 7) == 0 ? RESIL_PRIO_CRITICAL : RESIL_PRIO_NORMAL,
-			 &pm) == 0) {
-			int in = atomic_fetch_add(h->inside, 1) + 1;
-			int w = atomic_load(h->worst);
+		int prio = !h->hold_yield && (i & 7) == 0 ? RESIL_PRIO_CRITICAL : RESIL_PRIO_NORMAL;
 
-			while (in > w && !atomic_compare_exchange_weak(h->worst, &w, in))
-				;
-			h->admitted++;
-			atomic_fetch_sub(h->inside, 1);
-			give(h->b, h->client, &pm);
-		}
+		if (take(h->b, h->client, prio, &pm) != 0)
+			continue;
+		int in = atomic_fetch_add(h->inside, 1) + 1;
+		int w = atomic_load(h->worst);
+
+		while (in > w && !atomic_compare_exchange_weak(h->worst, &w, in))
+			;
+		h->admitted++;
+		if (h->hold_yield)
+			sched_yield();
+		atomic_fetch_sub(h->inside, 1);
+		give(h->b, h->client, &pm);
 	}
 	return NULL;
 }
@@ -1036,40 +1043,10 @@ static void test_threads(void **state)
  * (a release that missed a waiter, a waiter asleep past a free slot)
  * leaves a waiter asleep to the end of its wait and shows as a
  * rejection. */
-struct wait_hammer {
-	struct bh *b;
-	uint32_t client;
-	_Atomic int *inside;
-	_Atomic int *worst;
-	long admitted;
-	long rounds;
-};
-
-static void *wait_hammer_main(void *arg)
-{
-	struct wait_hammer *h = arg;
-	struct resil_permit_priv pm;
-
-	for (long i = 0; i < h->rounds; i++) {
-		if (take(h->b, h->client, RESIL_PRIO_NORMAL, &pm) != 0)
-			continue;
-		int in = atomic_fetch_add(h->inside, 1) + 1;
-		int w = atomic_load(h->worst);
-
-		while (in > w && !atomic_compare_exchange_weak(h->worst, &w, in))
-			;
-		h->admitted++;
-		sched_yield();
-		atomic_fetch_sub(h->inside, 1);
-		give(h->b, h->client, &pm);
-	}
-	return NULL;
-}
-
 static void test_wait_threads(void **state)
 {
 	_Atomic int inside = 0, worst = 0;
-	struct wait_hammer h[4];
+	struct hammer h[4];
 	pthread_t th[4];
 	long rounds = 5000L * resil_test_scale(), total = 0;
 	struct bh b;
@@ -1077,12 +1054,13 @@ static void test_wait_threads(void **state)
 
 	bh_wait_r(&b, "1", "10s", state);
 	for (i = 0; i < 4; i++) {
-		h[i] = (struct wait_hammer){.b = &b,
-					    .client = 1 + (uint32_t)i,
-					    .inside = &inside,
-					    .worst = &worst,
-					    .rounds = rounds};
-		assert_int_equal(pthread_create(&th[i], NULL, wait_hammer_main, &h[i]), 0);
+		h[i] = (struct hammer){.b = &b,
+				       .client = 1 + (uint32_t)i,
+				       .hold_yield = true,
+				       .inside = &inside,
+				       .worst = &worst,
+				       .rounds = rounds};
+		assert_int_equal(pthread_create(&th[i], NULL, hammer_main, &h[i]), 0);
 	}
 	for (i = 0; i < 4; i++) {
 		pthread_join(th[i], NULL);
