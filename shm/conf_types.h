@@ -84,9 +84,16 @@ struct resil_limit_conf {
 	 * keyed table then counts each key's admissions for the cluster
 	 * exchange (limit_global.c) */
 	uint32_t global;
-	uint32_t reserved32;
+	/* which fingerprint bits pick a key's first bucket (limit_priv.h,
+	 * chain_init): RESIL_LIMIT_KEY_MAP_FULL (every bucket), or 0, the
+	 * map of records laid out before it existed (bits 32..62: the first
+	 * half of the buckets only). A record keeps the map of the record it
+	 * replaces (seg.c, resil_seg_define), so a table is never read with
+	 * a map it was not filled with. */
+	uint32_t key_map;
 	RESIL_A8 uint64_t reserved[7];
 };
+#define RESIL_LIMIT_KEY_MAP_FULL 1
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, dry_run) == 3, "limit dry_run");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, burst) == 4, "limit burst");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, global) == 40, "limit global");

@@ -406,7 +406,7 @@ uint64_t resil_limit_priv_key_ask(const uint64_t k[2], struct resil_limit_state 
 	struct resil_limit_entry *t = table_of(s);
 	uint64_t fp = key_fp(k, key, len);
 
-	chain_init(ch, fp, nbuckets(c));
+	chain_init(ch, fp, c);
 	__builtin_prefetch(&t[(size_t)ch->b1 * RESIL_LIMIT_BUCKET], 1, 3);
 	__builtin_prefetch(&t[(size_t)ch->b2 * RESIL_LIMIT_BUCKET], 1, 3);
 	return fp;

@@ -541,6 +541,9 @@ static bool conf_round_trips(const struct resil_conf *c)
 	resil_conf_init(&back);
 	if (resil_conf_parse(&back, text, 1, NULL, 0) < 0)
 		return false;
+	/* not text: the record's own (0 in a record of an older build) */
+	if (c->limit.key_map <= RESIL_LIMIT_KEY_MAP_FULL)
+		back.limit.key_map = c->limit.key_map;
 	return memcmp(&back, c, sizeof(back)) == 0;
 }
 
@@ -755,6 +758,22 @@ static uint64_t alloc_size_of(const struct resil_seg *s, const struct resil_conf
 	    resil_align_up(resil_policy_state_layout(conf, comp_off, &components), RESIL_HOT_ALIGN);
 	*copy = resil_policy_copy_size(conf);
 	return *main_size + *copy * s->geo.client_cap;
+}
+
+void resil_seg_conf_inherit(struct resil_conf *c, const struct resil_rec *orec)
+{
+	if (orec)
+		c->limit.key_map = orec->conf.limit.key_map;
+}
+
+static const struct resil_conf *
+inherit_key_map(const struct resil_rec *orec, const struct resil_conf *conf, struct resil_conf *tmp)
+{
+	if (!orec || orec->conf.limit.key_map == conf->limit.key_map)
+		return conf;
+	*tmp = *conf;
+	resil_seg_conf_inherit(tmp, orec);
+	return tmp;
 }
 
 /* A change of configuration that keeps orec's block as it is: the same
@@ -1159,6 +1178,7 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	uint64_t old_w = 0, state_off = 0, state_size;
 	int64_t free_pos = -1;
 	struct resil_rec *orec = NULL, *rec;
+	struct resil_conf inherited;
 	uint32_t ri, gen;
 	bool exists, reuse_state;
 	int r;
@@ -1177,6 +1197,7 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	exists = r == 0;
 	if (exists) {
 		orec = resil_seg_rec_of(s, old_w);
+		conf = inherit_key_map(orec, conf, &inherited);
 		if (memcmp(&orec->conf, conf, sizeof(*conf)) == 0 &&
 		    (orec->flags & RESIL_REC_FROM_FILE) == (flags & RESIL_REC_FROM_FILE))
 			return RESIL_DEFINE_UNCHANGED;
@@ -1317,6 +1338,7 @@ int resil_seg_define_cost(const struct resil_seg *s, const char *name,
 			  struct resil_define_cost *c)
 {
 	const struct resil_rec *orec = NULL;
+	struct resil_conf inherited;
 	uint64_t w, main_size, copy_size;
 	uint32_t slot;
 
@@ -1325,6 +1347,7 @@ int resil_seg_define_cost(const struct resil_seg *s, const char *name,
 		return -EINVAL;
 	if (resil_seg_lookup(s, name, &slot, &w) == 0) {
 		orec = resil_seg_rec_of(s, w);
+		conf = inherit_key_map(orec, conf, &inherited);
 		if (memcmp(&orec->conf, conf, sizeof(*conf)) == 0 &&
 		    (orec->flags & RESIL_REC_FROM_FILE) == (flags & RESIL_REC_FROM_FILE))
 			return 0;
