@@ -7,6 +7,7 @@
  * aligned_alloc'ed, the ctx has no segment (fixed SipHash key).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 
 #include "limit.h"
+#include "limit_priv.h"
 #include "resil.h"
 
 #define MS RESIL_NS_PER_MS
@@ -688,6 +690,69 @@ static void race_run(struct fx *f, struct race r[2])
 	for (i = 0; i < 2; i++)
 		pthread_join(th[i], NULL);
 	pthread_barrier_destroy(&bar);
+}
+
+/* A key's first bucket under either map: map 0 (tables of older builds)
+ * is the formula they use, bits 32..62, so it never leaves the first
+ * half of the buckets; RESIL_LIMIT_KEY_MAP_FULL reaches every bucket. */
+static void test_key_map_buckets(void **unused)
+{
+	struct resil_limit_conf c;
+	static bool hit[500];
+	uint32_t nb, reached = 0;
+	struct chain ch;
+
+	(void)unused;
+	assert_int_equal(conf_text(&c, "limit.rate = 10/s; limit.keys = 1000"), 0);
+	assert_int_equal(c.key_map, RESIL_LIMIT_KEY_MAP_FULL);
+	nb = c.keys / 2;
+	rng_state = 7;
+	for (int i = 0; i < 20000; i++) {
+		uint64_t fp = (rnd() >> 1) | 2;
+
+		c.key_map = 0;
+		chain_init(&ch, fp, &c);
+		assert_int_equal(ch.b1, (uint32_t)(((fp >> 32) * nb) >> 32));
+		assert_true(ch.b1 <= nb / 2);
+		assert_true(ch.b2 < nb && ch.b2 != ch.b1);
+		c.key_map = RESIL_LIMIT_KEY_MAP_FULL;
+		chain_init(&ch, fp, &c);
+		assert_int_equal(ch.b1, (uint32_t)(((fp >> 31) * nb) >> 32));
+		assert_true(ch.b2 < nb && ch.b2 != ch.b1);
+		reached += !hit[ch.b1];
+		hit[ch.b1] = true;
+	}
+	assert_int_equal(reached, nb);
+}
+
+/* A table filled to its capacity with keys nobody is limited on: the keys
+ * go to their own two buckets, next to no key is evicted to make room
+ * (an idle key is the victim of choice when both buckets are full), and
+ * every key is found again without one. With the first buckets in half of
+ * the table (map 0), 43 of these 1000 keys evicted another. */
+static void test_keyed_fill_spread(void **unused)
+{
+	struct fx f;
+	char key[16];
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 1000000000/s; limit.burst = 1000000; limit.keys = 1000", 100 * S);
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 1000; i++) {
+			snprintf(key, sizeof(key), "10.0.%d.%d", i / 256, i % 256);
+			assert_int_equal(acq(&f, key, NULL), RESIL_ADMIT);
+			f.now += 50;
+		}
+		if (round == 0)
+			assert_true(ld_relaxed(&f.st->evictions) <= 10);
+		else
+			print_message("keys 1000 of 1000: %" PRIu64 " evictions, %" PRIu64
+				      " in use\n",
+				      (uint64_t)ld_relaxed(&f.st->evictions),
+				      (uint64_t)ld_relaxed(&f.st->used));
+	}
+	assert_true(ld_relaxed(&f.st->evictions) <= 10);
+	fx_fini(&f);
 }
 
 static void test_keyed_same_key_race(void **unused)
@@ -1488,6 +1553,8 @@ int main(void)
 	    cmocka_unit_test(test_keyed_independent),
 	    cmocka_unit_test(test_keyed_fill_evict),
 	    cmocka_unit_test(test_keyed_same_key_race),
+	    cmocka_unit_test(test_key_map_buckets),
+	    cmocka_unit_test(test_keyed_fill_spread),
 	    cmocka_unit_test(test_approx_bound),
 	    cmocka_unit_test(test_dry_run_gcra),
 	    cmocka_unit_test(test_lean_gcra_twin),
