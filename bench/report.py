@@ -338,9 +338,10 @@ def clock_is_tsc(machine):
 
 def own_cost(r, ro, machine, w):
     """The library's own cost against its floors, with this run's decision
-    clock and again with the other kind (bench/run.sh: RESIL_CLOCK)."""
+    clock and again with the other kind (bench/run.sh: RESIL_CLOCK, or the
+    kernel's other clocksource)."""
     other = machine_value(machine, "other clock")
-    # "RESIL_CLOCK=X: <the clock that pass chose>"
+    # "RESIL_CLOCK=X: <the clock that pass chose>", or "clocksource X: ..."
     other_tsc = chose_tsc((other or "").split(": ", 1)[-1])
     runs = [(r, "this host's choice: " + ("TSC" if clock_is_tsc(machine) else "clock_gettime"))]
     if ro is not None and ro.rows:
@@ -406,8 +407,10 @@ def own_cost(r, ro, machine, w):
     w("## The library's own cost, with either clock")
     w("")
     w("The cases whose cost depends on the decision clock, measured again in the same run")
-    w("with the other kind of clock (`RESIL_CLOCK`, bench/run.sh): a host without a usable")
-    w("TSC and a host with one, on this machine. Ratios are to floors of the same pass.")
+    w("on the other kind of host: a host without a usable TSC and a host with one, on this")
+    w("machine. bench/run.sh makes it with `RESIL_CLOCK`, or, with `--switch-clocksource`,")
+    w("by switching the kernel's clocksource (tsc <-> kvm-clock) for the second pass.")
+    w("Ratios are to floors of the same pass.")
     if other:
         w(f"The second pass: {other}.")
     w("")
@@ -469,6 +472,7 @@ def report(outdir, path):
     w("cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j2")
     w("bench/run.sh build      # everything, a few minutes (./run.sh bench does both steps)")
     w("bench/run.sh build --smoke   # every part in seconds; writes nothing in the tree")
+    w("bench/run.sh build --switch-clocksource   # root: the second pass on the kernel's other clocksource")
     w("# parts: build/bench/resil_bench --help; build/examples/fleet_demo --help")
     w("```")
     w("")
@@ -529,7 +533,7 @@ def report(outdir, path):
     else:
         w(f"| the decision clock (TSC here) cheaper than clock_gettime | {fmt(cf)} ns against "
           f"clock_gettime {fmt(cm)} ns | {verdict(None if cm is None or cf is None else cf < cm)} "
-          f"(the fallback's target needs a host without a usable TSC, or RESIL_CLOCK=monotonic) |")
+          f"(the fallback's target: the second pass, below) |")
     x = ratio(la, clock_cas)
     x2 = ratio(la, fast_cas)
     w(f"| GCRA admit + release at most 1.15x its floor (precise clock read + CAS) | "

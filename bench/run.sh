@@ -2,7 +2,7 @@
 # run.sh - every benchmark in one command, and BENCHMARKS.md from its results.
 #
 #   bench/run.sh [BUILD-DIR] [--smoke] [--build DIR] [--out DIR] [--no-redis] [--no-callgrind]
-#                [--no-peers]
+#                [--no-peers] [--switch-clocksource]
 #
 # Starts a private resild and a private redis-server (unix sockets in a
 # temporary directory, stopped by their own pids at the end), runs
@@ -18,6 +18,15 @@
 # the top of the tree; with --out DIR everything, the report too, stays in
 # DIR. --smoke runs every part in seconds into a temporary directory (or
 # --out) and touches nothing in the tree.
+#
+# The cases whose cost depends on the decision clock run twice: on this
+# host's clock, then on the other kind of host. By default RESIL_CLOCK
+# stands in for it (the library reads clock_gettime where it would read
+# the TSC, or the TSC where the kernel's clocksource is not the TSC).
+# --switch-clocksource (root) makes that host for real where the kernel
+# offers both kinds (a VM whose available_clocksource lists tsc and
+# kvm-clock): the second pass runs with the kernel's clocksource switched
+# to the other one, and the first is restored after it (and at exit).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,6 +38,7 @@ use_redis=1
 use_cg=1
 use_peers=1
 custom_out=0
+switch_cs=0
 
 if [[ -n ${1:-} && ${1:0:1} != - ]]; then
 	build=$1 # ./run.sh bench passes the build directory first
@@ -42,6 +52,7 @@ while (($#)); do
 	--no-redis) use_redis=0 ;;
 	--no-callgrind) use_cg=0 ;;
 	--no-peers) use_peers=0 ;;
+	--switch-clocksource) switch_cs=1 ;;
 	-h | --help)
 		sed -n '2,/^[^#]/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'
 		exit 0
@@ -90,7 +101,17 @@ stop_pid() {
 	kill -KILL "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
 }
+# the kernel's clocksource, while --switch-clocksource has it switched
+cs_dir=/sys/devices/system/clocksource/clocksource0
+cs_saved=
+restore_clocksource() {
+	[[ -n $cs_saved ]] || return 0
+	echo "$cs_saved" >"$cs_dir/current_clocksource" ||
+		log "could not switch the clocksource back to $cs_saved"
+	cs_saved=
+}
 cleanup() {
+	restore_clocksource
 	stop_pid "$redis_pid"
 	stop_pid "$resild_pid"
 	rm -rf "$tmp"
@@ -179,24 +200,47 @@ log "resil_bench ${args[*]}"
 # The other kind of host, in the same run: the cases whose cost depends on
 # the decision clock, again with RESIL_CLOCK=tsc (where the CPU says its
 # TSC is invariant but the kernel's clocksource is not the TSC: kvm-clock
-# hosts) or RESIL_CLOCK=monotonic (where the library reads the TSC);
+# hosts) or RESIL_CLOCK=monotonic (where the library reads the TSC), or,
+# with --switch-clocksource, with the kernel's clocksource switched to the
+# other kind (tsc <-> kvm-clock) and the library choosing by itself;
 # results_other.tsv, the targets' second column in BENCHMARKS.md
 other=
-if "$bench" --which-clock 2>/dev/null | grep -q '^TSC'; then
-	other=monotonic
-elif grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | grep -qw constant_tsc &&
-	grep -m1 '^flags' /proc/cpuinfo | grep -qw nonstop_tsc; then
-	other=tsc
+other_env=()
+if ((switch_cs)); then
+	cur=$(cat "$cs_dir/current_clocksource" 2>/dev/null || true)
+	pick=
+	for c in $(cat "$cs_dir/available_clocksource" 2>/dev/null || true); do
+		if [[ $cur == tsc && $c == kvm-clock ]] || [[ $cur == kvm-clock && $c == tsc ]]; then
+			pick=$c
+		fi
+	done
+	if [[ -n $pick ]] && echo "$pick" 2>/dev/null >"$cs_dir/current_clocksource" &&
+		[[ $(cat "$cs_dir/current_clocksource") == "$pick" ]]; then
+		cs_saved=$cur
+		other="clocksource $pick"
+	else
+		log "--switch-clocksource: cannot switch from ${cur:-?} (available: $(xargs <"$cs_dir/available_clocksource" 2>/dev/null); root?): RESIL_CLOCK stands in"
+	fi
+fi
+if [[ -z $other ]]; then
+	if "$bench" --which-clock 2>/dev/null | grep -q '^TSC'; then
+		other=RESIL_CLOCK=monotonic
+	elif grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | grep -qw constant_tsc &&
+		grep -m1 '^flags' /proc/cpuinfo | grep -qw nonstop_tsc; then
+		other=RESIL_CLOCK=tsc
+	fi
+	[[ -n $other ]] && other_env=("$other")
 fi
 if [[ -n $other ]]; then
 	oargs=(--out "$out/results_other.tsv"
 		--only "floor/,resil/empty.acq_rel,resil/breaker.count100.acq_rel,resil/breaker.open_reject,resil/bulkhead.acq_rel,resil/bulkhead.reject,resil/limit.admit,resil/limit.admit_slow_rate,resil/limit.keyed_1k.random,resil/limit.keyed_1m.random,resil/stack.acq_rel,mp/limit.admit")
 	((smoke)) && oargs+=(--smoke)
 	[[ -n $resild_pid ]] && oargs+=(--socket "$sock")
-	echo "other clock: RESIL_CLOCK=$other: $(RESIL_CLOCK=$other "$bench" --which-clock 2>/dev/null)" \
+	echo "other clock: $other: $(env "${other_env[@]}" "$bench" --which-clock 2>/dev/null)" \
 		>>"$out/machine.txt"
-	log "RESIL_CLOCK=$other resil_bench ${oargs[*]}"
-	RESIL_CLOCK=$other "$bench" "${oargs[@]}" || log "the RESIL_CLOCK=$other pass failed"
+	log "$other: resil_bench ${oargs[*]}"
+	env "${other_env[@]}" "$bench" "${oargs[@]}" || log "the pass with $other failed"
+	restore_clocksource
 fi
 
 # in-process peers, side by side in this run: opossum and cockatiel under
