@@ -85,11 +85,12 @@ struct resil_limit_conf {
 	 * exchange (limit_global.c) */
 	uint32_t global;
 	/* which fingerprint bits pick a key's first bucket (limit_priv.h,
-	 * chain_init): RESIL_LIMIT_KEY_MAP_FULL (every bucket), or 0, the
-	 * map of records laid out before it existed (bits 32..62: the first
-	 * half of the buckets only). A record keeps the map of the record it
-	 * replaces (seg.c, resil_seg_define), so a table is never read with
-	 * a map it was not filled with. */
+	 * chain_init): RESIL_LIMIT_KEY_MAP_FULL (every bucket: what
+	 * limit.keys sets), or 0, the map of tables laid out before it
+	 * existed (bits 32..62: the first half of the buckets only), and of
+	 * unkeyed limiters. A keyed record keeps the map of the keyed record
+	 * it replaces (seg.c, resil_seg_conf_inherit), so a table is never
+	 * read with a map it was not filled with. */
 	uint32_t key_map;
 	RESIL_A8 uint64_t reserved[7];
 };

@@ -1326,7 +1326,6 @@ void resil_limit_conf_defaults(struct resil_limit_conf *c)
 	memset(c, 0, sizeof(*c));
 	c->algorithm = RESIL_LIMIT_GCRA;
 	c->burst = 1;
-	c->key_map = RESIL_LIMIT_KEY_MAP_FULL;
 }
 
 /* value without the blanks around it */
@@ -1413,6 +1412,8 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 			return resil_errf(err, errlen, -EINVAL, "limit.keys: '%s' is not a count",
 					  value);
 		n.keys = u;
+		/* this build's map; a record keeps its own (seg.c) */
+		n.key_map = u ? RESIL_LIMIT_KEY_MAP_FULL : 0;
 	} else if (strcmp(key, "limit.when_full") == 0) {
 		if (word_is(value, "reject"))
 			n.when_full_admit = 0;

@@ -762,14 +762,15 @@ static uint64_t alloc_size_of(const struct resil_seg *s, const struct resil_conf
 
 void resil_seg_conf_inherit(struct resil_conf *c, const struct resil_rec *orec)
 {
-	if (orec)
+	if (orec && orec->conf.limit.keys && c->limit.keys)
 		c->limit.key_map = orec->conf.limit.key_map;
 }
 
 static const struct resil_conf *
 inherit_key_map(const struct resil_rec *orec, const struct resil_conf *conf, struct resil_conf *tmp)
 {
-	if (!orec || orec->conf.limit.key_map == conf->limit.key_map)
+	if (!orec || !orec->conf.limit.keys || !conf->limit.keys ||
+	    orec->conf.limit.key_map == conf->limit.key_map)
 		return conf;
 	*tmp = *conf;
 	resil_seg_conf_inherit(tmp, orec);

@@ -464,8 +464,8 @@ int resil_seg_lookup(const struct resil_seg *s, const char *name, uint32_t *ret_
 struct resil_rec *resil_seg_rec_of(const struct resil_seg *s, uint64_t slot_word);
 /*
  * c as it replaces orec (NULL: a new policy), what resil_seg_define applies
- * itself: orec's keyed-table map (conf_types.h, key_map), which no text
- * sets. Clients of every build that read the policy meanwhile (a worker
+ * itself: a keyed orec's keyed-table map (conf_types.h, key_map), which no
+ * text sets. Clients of every build that read the policy meanwhile (a worker
  * started before an upgrade keeps its library) find a key where the
  * table's first writers put it: a table of map 0, laid out by an older
  * build, keeps it when it moves (its keys are carried with it). Only a
