@@ -193,7 +193,7 @@ static void test_directory(void **state)
  * (as a build before the field laid it out) stays map 0 through an
  * identical definition from this build (unchanged), a change of rate
  * (the same block) and a change of capacity (a new block, keys carried);
- * a new policy takes this build's map. */
+ * a new table takes this build's map. */
 static void test_key_map_inherited(void **state)
 {
 	struct resil_seg s;
@@ -227,6 +227,15 @@ static void test_key_map_inherited(void **state)
 
 	define_ok(&s, "api-key", "limit.rate = 10/s; limit.keys = 64", RESIL_DEFINE_CREATED);
 	assert_int_equal(resil_seg_lookup(&s, "api-key", &slot, &w), 0);
+	assert_int_equal(resil_seg_rec_of(&s, w)->conf.limit.key_map, RESIL_LIMIT_KEY_MAP_FULL);
+
+	/* an unkeyed limiter has no map (its record reads as an older
+	 * build's); made keyed, its new table takes this build's */
+	define_ok(&s, "plain", "limit.rate = 10/s", RESIL_DEFINE_CREATED);
+	assert_int_equal(resil_seg_lookup(&s, "plain", &slot, &w), 0);
+	assert_int_equal(resil_seg_rec_of(&s, w)->conf.limit.key_map, 0);
+	define_ok(&s, "plain", "limit.rate = 10/s; limit.keys = 64", RESIL_DEFINE_CHANGED);
+	assert_int_equal(resil_seg_lookup(&s, "plain", &slot, &w), 0);
 	assert_int_equal(resil_seg_rec_of(&s, w)->conf.limit.key_map, RESIL_LIMIT_KEY_MAP_FULL);
 	if (resil_seg_check(&s, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
