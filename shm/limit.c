@@ -1126,6 +1126,29 @@ void resil_limit_release(struct resil_ctx *x, const struct resil_limit_conf *c, 
 }
 
 /*
+ * Is entry i what a client of key map 0 finds for fp, in a table of this
+ * build's map? A library older than the field reads every table with map
+ * 0 (conf_types.h, key_map): a worker that kept it through an upgrade
+ * puts its keys where that map says. Its entries are its keys, not twins
+ * to fold: folding one would hand it a fresh state at every tick. They
+ * live (a key then has one state per map while both builds decide it)
+ * until idle, and are swept like any other once that worker is gone.
+ */
+static bool older_map_holder(struct resil_limit_state *s, const struct resil_limit_conf *c,
+			     uint64_t fp, uint64_t i)
+{
+	struct resil_limit_conf o;
+	struct chain ch;
+
+	if (c->key_map != RESIL_LIMIT_KEY_MAP_FULL)
+		return false;
+	o = *c;
+	o.key_map = 0;
+	chain_init(&ch, fp, &o);
+	return resil_limit_priv_key_find_bounded(table_of(s), &ch, fp) == (int64_t)i;
+}
+
+/*
  * Daemon tick, keyed tables only: folds twins (crash window of an insert:
  * a writer killed between its claim and its re-read can leave the same key
  * in two entries if the other inserter missed its claim), frees keys idle
@@ -1163,7 +1186,7 @@ void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c,
 		 * no lookup can reach): fold it into the entry lookups find */
 		chain_init(&ch, fp_key(f), c);
 		first = resil_limit_priv_key_find_bounded(table_of(s), &ch, fp_key(f));
-		if (first != (int64_t)i && first != -2) {
+		if (first != (int64_t)i && first != -2 && !older_map_holder(s, c, fp_key(f), i)) {
 			if (first >= 0) {
 				uint64_t m = ld_relaxed(&table_of(s)[first].st);
 
