@@ -755,6 +755,92 @@ static void test_keyed_fill_spread(void **unused)
 	fx_fini(&f);
 }
 
+/* Where a bucket of the chain of fp under the given map lies: its index
+ * among the first n, or -1. */
+static int on_chain(const struct resil_limit_conf *c, uint32_t map, uint64_t fp, uint32_t bucket,
+		    uint32_t n)
+{
+	struct resil_limit_conf o = *c;
+	struct chain ch;
+
+	o.key_map = map;
+	chain_init(&ch, fp, &o);
+	for (uint32_t k = 0; k < n && k <= ch.nb; k++)
+		if (chain_bucket(&ch, k) == bucket)
+			return (int)k;
+	return -1;
+}
+
+/* A worker that kept a library older than the key map (it reads every
+ * table with map 0) put its key where map 0 says, in a table of this
+ * build's map. The daemon's tick keeps that entry (folding it would give
+ * the worker a fresh state at every tick); this build's clients, which
+ * do not find it, decide the key on an entry of their own. An entry no
+ * chain of either map reaches is still folded away. */
+static void test_keyed_older_map(void **unused)
+{
+	struct resil_limit_entry *t;
+	struct fx f;
+	char key[16];
+	uint64_t fp = 0;
+	uint32_t b0 = 0, stray = 0, nb;
+	int i, n = 0;
+
+	(void)unused;
+	fx_init(&f, "limit.rate = 1/s; limit.keys = 64", 100 * S);
+	t = (struct resil_limit_entry *)(void *)f.st->data;
+	nb = f.c.keys / 2;
+	/* a key whose map-0 first bucket is on none of its 16 first buckets
+	 * under this build's map */
+	for (i = 0; i < 1000; i++) {
+		struct resil_limit_conf o = f.c;
+		struct chain ch;
+
+		snprintf(key, sizeof(key), "198.51.100.%d", i);
+		fp = resil_limit_priv_key_fp(NULL, key, strlen(key));
+		o.key_map = 0;
+		chain_init(&ch, fp, &o);
+		b0 = ch.b1;
+		if (on_chain(&f.c, RESIL_LIMIT_KEY_MAP_FULL, fp, b0, 16) < 0)
+			break;
+	}
+	assert_true(i < 1000);
+	/* the older client's insert: its b1, a state that limits */
+	atomic_store(&t[b0 * RESIL_LIMIT_BUCKET].fp, fp);
+	atomic_store(&t[b0 * RESIL_LIMIT_BUCKET].st, (uint64_t)(f.now + S));
+	atomic_store(&f.st->used, 1);
+	f.x.now = 0;
+	resil_limit_maintain(&f.x, &f.c, f.st);
+	assert_int_equal(atomic_load(&t[b0 * RESIL_LIMIT_BUCKET].fp), fp);
+	assert_int_equal(atomic_load(&t[b0 * RESIL_LIMIT_BUCKET].st), f.now + S);
+	assert_int_equal(atomic_load(&f.st->merges), 0);
+	/* this build's client: its own entry, its own state */
+	assert_int_equal(acq(&f, key, NULL), RESIL_ADMIT);
+	assert_int_equal(acq(&f, key, NULL), RESIL_REJECT_LIMITED);
+	for (uint32_t e = 0; e < nb * RESIL_LIMIT_BUCKET; e++)
+		n += atomic_load(&t[e].fp) == fp;
+	assert_int_equal(n, 2);
+	resil_limit_maintain(&f.x, &f.c, f.st);
+	assert_int_equal(atomic_load(&t[b0 * RESIL_LIMIT_BUCKET].fp), fp);
+	assert_int_equal(atomic_load(&f.st->merges), 0);
+
+	/* a copy of the key in neither map's two buckets (no bucket is
+	 * marked FP_OVF: no chain goes further): folded */
+	for (stray = 0; stray < nb; stray++)
+		if (on_chain(&f.c, 0, fp, stray, 2) < 0 &&
+		    on_chain(&f.c, RESIL_LIMIT_KEY_MAP_FULL, fp, stray, 2) < 0)
+			break;
+	assert_true(stray < nb);
+	atomic_store(&t[stray * RESIL_LIMIT_BUCKET + 3].fp, fp);
+	atomic_store(&t[stray * RESIL_LIMIT_BUCKET + 3].st, (uint64_t)f.now);
+	atomic_fetch_add(&f.st->used, 1);
+	resil_limit_maintain(&f.x, &f.c, f.st);
+	assert_int_not_equal(atomic_load(&t[stray * RESIL_LIMIT_BUCKET + 3].fp), fp);
+	assert_int_equal(atomic_load(&f.st->merges), 1);
+	assert_int_equal(atomic_load(&t[b0 * RESIL_LIMIT_BUCKET].fp), fp);
+	fx_fini(&f);
+}
+
 static void test_keyed_same_key_race(void **unused)
 {
 	struct resil_limit_info info;
@@ -1555,6 +1641,7 @@ int main(void)
 	    cmocka_unit_test(test_keyed_same_key_race),
 	    cmocka_unit_test(test_key_map_buckets),
 	    cmocka_unit_test(test_keyed_fill_spread),
+	    cmocka_unit_test(test_keyed_older_map),
 	    cmocka_unit_test(test_approx_bound),
 	    cmocka_unit_test(test_dry_run_gcra),
 	    cmocka_unit_test(test_lean_gcra_twin),
