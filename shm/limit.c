@@ -53,19 +53,19 @@
  *   (cfg->hash_k0/k1, a fixed key when there is no segment), and the
  *   64-bit state of that key (GCRA TAT, or the sliding-approx window word).
  *   Every key has two buckets: a new key goes to its first bucket b1 while
- *   b1 has room, else to b2, so a lookup mostly reads one line (b1 from
- *   fingerprint bits 31..62, limit_priv.h chain_init; a table an older
- *   build laid out, key map 0, takes bits 32..62, which reach the first
- *   half of the buckets only: there 18% of keys sit in b2 and 4.5% are
- *   evicted or further at full load; seg.c keeps a table's map; at the
+ *   b1 has room, else to b2, so a lookup mostly reads one line (at the
  *   table's full 50% load about 4% of keys sit in b2 and 0.4% further, on
  *   an overflow chain, below; filling the less loaded of the two would put
  *   27% in b2, a second line waited for on every fourth decision, to make
- *   chains rarer still). Lookups are lock-free; a bucket's four
- *   fingerprints are compared at once into a mask (which entry holds a
- *   key is as random as the keys: a branch per entry mispredicted on
- *   nearly every lookup), b1's first, so b2's line is waited for only
- *   when the key is not in b1. A client's call whose key is in b1 or b2
+ *   chains rarer still; limit_priv.h chain_init takes b1 from fingerprint
+ *   bits 31..62. A table an older build laid out, key map 0 in its
+ *   record, takes bits 32..62, which reach the first half of the buckets
+ *   only: there 18% of keys sit in b2 and 2% are evicted or further at
+ *   full load. seg.c keeps each table's map). Lookups are lock-free; a
+ *   bucket's four fingerprints are compared at once into a mask (which
+ *   entry holds a key is as random as the keys: a branch per entry
+ *   mispredicted on nearly every lookup), b1's first, so b2's line is
+ *   waited for only when the key is not in b1. A client's call whose key is in b1 or b2
  *   is decided without the decision context (resil_limit_acquire_keyed;
  *   any other key, a new one included, takes resil_limit_acquire). Two
  *   different keys share a fingerprint (63 bits) with probability 2^-63
