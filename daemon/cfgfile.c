@@ -623,16 +623,6 @@ static int cfgset_fits(struct resild *d, const struct resild_cfgset *set, char *
 	return -ENOSPC;
 }
 
-/* A file's conf against the record it would replace, as resil_seg_define
- * compares them (with the record's keyed-table map, which no text sets). */
-static bool same_conf(const struct resil_rec *rec, const struct resil_conf *conf)
-{
-	struct resil_conf c = *conf;
-
-	resil_seg_conf_inherit(&c, rec);
-	return memcmp(&rec->conf, &c, sizeof(c)) == 0;
-}
-
 int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 {
 	int64_t now = resil_clock_monotonic(NULL);
@@ -663,7 +653,7 @@ int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 
 		if (resil_seg_lookup(&d->seg, e->name, &slot, &word) == 0)
 			rec = resil_seg_rec_of(&d->seg, word);
-		if (rec && (rec->flags & RESIL_REC_FROM_FILE) && same_conf(rec, &e->conf))
+		if (rec && (rec->flags & RESIL_REC_FROM_FILE) && resil_seg_conf_same(rec, &e->conf))
 			continue; /* unchanged: live state untouched */
 		r = resil_seg_define(&d->seg, e->name, &e->conf, (uint32_t)d->uid,
 				     RESIL_REC_FROM_FILE, now, err, sizeof(err));

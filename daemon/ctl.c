@@ -929,8 +929,7 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 	r = parse_conf(&c, text, rp);
 	if (r < 0)
 		return r;
-	resil_seg_conf_inherit(&c, rec);
-	if (rec && memcmp(&rec->conf, &c, sizeof(c)) == 0) {
+	if (rec && resil_seg_conf_same(rec, &c)) {
 		outcome = "unchanged";
 		result = RESIL__OUTCOME__OUTCOME_UNCHANGED;
 		goto done; /* identical: anyone who can connect */

@@ -89,7 +89,7 @@ struct resil_limit_conf {
 	 * limit.keys sets), or 0, the map of tables laid out before it
 	 * existed (bits 32..62: the first half of the buckets only), and of
 	 * unkeyed limiters. A keyed record keeps the map of the keyed record
-	 * it replaces (seg.c, resil_seg_conf_inherit), so a table is never
+	 * it replaces (seg.c, inherit_key_map), so a table is never
 	 * read with a map it was not filled with. */
 	uint32_t key_map;
 	RESIL_A8 uint64_t reserved[7];

@@ -760,21 +760,29 @@ static uint64_t alloc_size_of(const struct resil_seg *s, const struct resil_conf
 	return *main_size + *copy * s->geo.client_cap;
 }
 
-void resil_seg_conf_inherit(struct resil_conf *c, const struct resil_rec *orec)
-{
-	if (orec && orec->conf.limit.keys && c->limit.keys)
-		c->limit.key_map = orec->conf.limit.key_map;
-}
-
+/*
+ * conf as it replaces orec (NULL: a new policy), in *tmp: with a keyed
+ * orec's keyed-table map (conf_types.h, key_map), which no text sets.
+ * Clients of every build that read the policy meanwhile (a worker started
+ * before an upgrade keeps its library) find a key where the table's first
+ * writers put it: a table of map 0, laid out by an older build, keeps it
+ * when it moves (its keys are carried with it). Only a new table takes
+ * this build's map.
+ */
 static const struct resil_conf *
 inherit_key_map(const struct resil_rec *orec, const struct resil_conf *conf, struct resil_conf *tmp)
 {
-	if (!orec || !orec->conf.limit.keys || !conf->limit.keys ||
-	    orec->conf.limit.key_map == conf->limit.key_map)
-		return conf;
 	*tmp = *conf;
-	resil_seg_conf_inherit(tmp, orec);
+	if (orec && orec->conf.limit.keys && conf->limit.keys)
+		tmp->limit.key_map = orec->conf.limit.key_map;
 	return tmp;
+}
+
+bool resil_seg_conf_same(const struct resil_rec *orec, const struct resil_conf *conf)
+{
+	struct resil_conf tmp;
+
+	return memcmp(&orec->conf, inherit_key_map(orec, conf, &tmp), sizeof(tmp)) == 0;
 }
 
 /* A change of configuration that keeps orec's block as it is: the same
@@ -1339,7 +1347,6 @@ int resil_seg_define_cost(const struct resil_seg *s, const char *name,
 			  struct resil_define_cost *c)
 {
 	const struct resil_rec *orec = NULL;
-	struct resil_conf inherited;
 	uint64_t w, main_size, copy_size;
 	uint32_t slot;
 
@@ -1348,8 +1355,7 @@ int resil_seg_define_cost(const struct resil_seg *s, const char *name,
 		return -EINVAL;
 	if (resil_seg_lookup(s, name, &slot, &w) == 0) {
 		orec = resil_seg_rec_of(s, w);
-		conf = inherit_key_map(orec, conf, &inherited);
-		if (memcmp(&orec->conf, conf, sizeof(*conf)) == 0 &&
+		if (resil_seg_conf_same(orec, conf) &&
 		    (orec->flags & RESIL_REC_FROM_FILE) == (flags & RESIL_REC_FROM_FILE))
 			return 0;
 	} else {

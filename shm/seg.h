@@ -462,17 +462,10 @@ int resil_seg_lookup(const struct resil_seg *s, const char *name, uint32_t *ret_
 		     uint64_t *ret_word);
 /* The record a slot word points at, NULL if it is free or corrupt. */
 struct resil_rec *resil_seg_rec_of(const struct resil_seg *s, uint64_t slot_word);
-/*
- * c as it replaces orec (NULL: a new policy), what resil_seg_define applies
- * itself: a keyed orec's keyed-table map (conf_types.h, key_map), which no
- * text sets. Clients of every build that read the policy meanwhile (a worker
- * started before an upgrade keeps its library) find a key where the
- * table's first writers put it: a table of map 0, laid out by an older
- * build, keeps it when it moves (its keys are carried with it). Only a
- * new policy's table takes this build's map. Callers that compare a
- * parsed conf with a record's call it first.
- */
-void resil_seg_conf_inherit(struct resil_conf *c, const struct resil_rec *orec);
+/* Would resil_seg_define find conf identical to orec's? The comparison
+ * a define makes, with what conf takes from orec (a keyed table's map,
+ * which no text sets). */
+bool resil_seg_conf_same(const struct resil_rec *orec, const struct resil_conf *conf);
 
 /*
  * Writer side (daemon, or embedded under define_lock): create or replace
