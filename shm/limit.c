@@ -1137,14 +1137,11 @@ void resil_limit_release(struct resil_ctx *x, const struct resil_limit_conf *c, 
 static bool older_map_holder(struct resil_limit_state *s, const struct resil_limit_conf *c,
 			     uint64_t fp, uint64_t i)
 {
-	struct resil_limit_conf o;
 	struct chain ch;
 
 	if (c->key_map != RESIL_LIMIT_KEY_MAP_FULL)
 		return false;
-	o = *c;
-	o.key_map = 0;
-	chain_init(&ch, fp, &o);
+	chain_init_map(&ch, fp, nbuckets(c), 0);
 	return resil_limit_priv_key_find_bounded(table_of(s), &ch, fp) == (int64_t)i;
 }
 

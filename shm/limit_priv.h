@@ -100,10 +100,10 @@ struct chain {
  * (the first half only: the map of tables laid out before the field).
  * b2 != b1 (when nb > 1): b1 + 1 + [0, nb - 2] wraps at most once, so a
  * subtraction replaces the modulo (the one division left is fp's). */
-static inline void chain_init(struct chain *ch, uint64_t fp, const struct resil_limit_conf *c)
+static inline void chain_init_map(struct chain *ch, uint64_t fp, uint32_t nb, uint32_t key_map)
 {
-	uint32_t nb = nbuckets(c), b2;
-	unsigned shift = c->key_map == RESIL_LIMIT_KEY_MAP_FULL ? 31 : 32;
+	uint32_t b2;
+	unsigned shift = key_map == RESIL_LIMIT_KEY_MAP_FULL ? 31 : 32;
 
 	ch->nb = nb;
 	ch->b1 = (uint32_t)((((fp >> shift) & 0xffffffffu) * (uint64_t)nb) >> 32);
@@ -111,6 +111,12 @@ static inline void chain_init(struct chain *ch, uint64_t fp, const struct resil_
 	/* the wrap by a mask: taken for half the keys, a branch would miss
 	 * at every other lookup */
 	ch->b2 = b2 - (nb & -(uint32_t)(b2 >= nb));
+}
+
+/* A key's chain in the table of c, under the table's own map. */
+static inline void chain_init(struct chain *ch, uint64_t fp, const struct resil_limit_conf *c)
+{
+	chain_init_map(ch, fp, nbuckets(c), c->key_map);
 }
 
 /* The k-th bucket of the chain, k <= nb: b2 + k - 1 < 2 nb wraps at most

@@ -760,11 +760,9 @@ static void test_keyed_fill_spread(void **unused)
 static int on_chain(const struct resil_limit_conf *c, uint32_t map, uint64_t fp, uint32_t bucket,
 		    uint32_t n)
 {
-	struct resil_limit_conf o = *c;
 	struct chain ch;
 
-	o.key_map = map;
-	chain_init(&ch, fp, &o);
+	chain_init_map(&ch, fp, nbuckets(c), map);
 	for (uint32_t k = 0; k < n && k <= ch.nb; k++)
 		if (chain_bucket(&ch, k) == bucket)
 			return (int)k;
@@ -793,13 +791,11 @@ static void test_keyed_older_map(void **unused)
 	/* a key whose map-0 first bucket is on none of its 16 first buckets
 	 * under this build's map */
 	for (i = 0; i < 1000; i++) {
-		struct resil_limit_conf o = f.c;
 		struct chain ch;
 
 		snprintf(key, sizeof(key), "198.51.100.%d", i);
 		fp = resil_limit_priv_key_fp(NULL, key, strlen(key));
-		o.key_map = 0;
-		chain_init(&ch, fp, &o);
+		chain_init_map(&ch, fp, nb, 0);
 		b0 = ch.b1;
 		if (on_chain(&f.c, RESIL_LIMIT_KEY_MAP_FULL, fp, b0, 16) < 0)
 			break;
