@@ -53,6 +53,17 @@ static uint32_t held(const struct resil_rec *rec)
 				   resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD));
 }
 
+/* A bulkhead policy defined by conf, its handle, record and state. */
+static struct resil_bulkhead_state *bulkhead_policy(const char *name, const char *conf,
+						    resil_policy_t **p,
+						    const struct resil_rec **rec)
+{
+	assert_int_equal(resil_define(r, name, conf), 0);
+	assert_int_equal(resil_policy(r, name, p), 0);
+	*rec = test_rec_of(r, name);
+	return resil_comp_state(&r->seg, *rec, RESIL_C_BULKHEAD);
+}
+
 static void test_lean_counts_as_general(void **state)
 {
 	resil_policy_t *p;
@@ -181,10 +192,7 @@ static void test_lean_bulkhead_hint(void **state)
 	int tries;
 
 	(void)state;
-	assert_int_equal(resil_define(r, "hint", "bulkhead.max = 4"), 0);
-	assert_int_equal(resil_policy(r, "hint", &p), 0);
-	rec = test_rec_of(r, "hint");
-	st = resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD);
+	st = bulkhead_policy("hint", "bulkhead.max = 4", &p, &rec);
 	pool = resil_bulkhead_pool(st);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(resil_acquire(p, &a[i]), RESIL_ADMIT);
@@ -254,10 +262,7 @@ static void test_lean_bulkhead_wait(void **state)
 	pthread_t th;
 
 	(void)state;
-	assert_int_equal(resil_define(r, "wpool", "bulkhead.max = 1; bulkhead.wait = 30s"), 0);
-	assert_int_equal(resil_policy(r, "wpool", &p), 0);
-	rec = test_rec_of(r, "wpool");
-	st = resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD);
+	st = bulkhead_policy("wpool", "bulkhead.max = 1; bulkhead.wait = 30s", &p, &rec);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal(atomic_load(&p->b)->lean, 1); /* lean, no slot count */
 	assert_int_equal(resil_policy_may_wait(p), 1); /* a binding's GIL goes */
@@ -276,10 +281,7 @@ static void test_lean_bulkhead_wait(void **state)
 	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 2);
 
 	/* a wait that ends: one rejection */
-	assert_int_equal(resil_define(r, "wshort", "bulkhead.max = 1; bulkhead.wait = 20ms"), 0);
-	assert_int_equal(resil_policy(r, "wshort", &p), 0);
-	rec = test_rec_of(r, "wshort");
-	st = resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD);
+	st = bulkhead_policy("wshort", "bulkhead.max = 1; bulkhead.wait = 20ms", &p, &rec);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL);
 	assert_int_equal(count(rec, RESIL_STAT_REJ_FULL), 1);
