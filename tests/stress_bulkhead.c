@@ -172,33 +172,33 @@ static int run(const struct resil_bulkhead_conf *cf)
 	return failed;
 }
 
+/* conf with key = value added, which must give the regime wanted, then a
+ * run; 1 when the setting is refused, the regime is another, or the run
+ * failed. */
+static int run_with(struct resil_bulkhead_conf *conf, const char *key, const char *value,
+		    uint32_t regime)
+{
+	char err[128];
+
+	if (resil_bulkhead_conf_set(conf, key, value, err, sizeof(err))) {
+		fprintf(stderr, "conf: %s\n", err);
+		return 1;
+	}
+	if (resil_bulkhead_regime(conf) != regime)
+		return 1;
+	return run(conf);
+}
+
 int main(void)
 {
 	struct resil_bulkhead_conf conf;
-	char err[128];
 	int failed;
 
 	resil_bulkhead_conf_defaults(&conf);
-	if (resil_bulkhead_conf_set(&conf, "bulkhead.max", "5", err, sizeof(err))) {
-		fprintf(stderr, "conf: %s\n", err);
-		return 1;
-	}
-	if (resil_bulkhead_regime(&conf) != RESIL_BULKHEAD_SCAN)
-		return 1;
-	failed = run(&conf);
-	if (resil_bulkhead_conf_set(&conf, "bulkhead.wait", "1ms", err, sizeof(err))) {
-		fprintf(stderr, "conf: %s\n", err);
-		return 1;
-	}
-	if (resil_bulkhead_regime(&conf) != RESIL_BULKHEAD_SCAN)
-		return 1;
-	failed |= run(&conf);
-	if (resil_bulkhead_conf_set(&conf, "bulkhead.critical", "20", err, sizeof(err))) {
-		fprintf(stderr, "conf: %s\n", err);
-		return 1;
-	}
-	if (resil_bulkhead_regime(&conf) != RESIL_BULKHEAD_COUNTED)
-		return 1;
-	failed |= run(&conf);
+	/* fail-fast, then every caller waiting (both scanned), then a
+	 * partition for critical callers (counted); each on top of the last */
+	failed = run_with(&conf, "bulkhead.max", "5", RESIL_BULKHEAD_SCAN);
+	failed |= run_with(&conf, "bulkhead.wait", "1ms", RESIL_BULKHEAD_SCAN);
+	failed |= run_with(&conf, "bulkhead.critical", "20", RESIL_BULKHEAD_COUNTED);
 	return failed;
 }
