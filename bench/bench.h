@@ -120,7 +120,8 @@ struct pending {
  * the one before and no prefetcher can guess it, and the step (independent
  * of the loads) keeps the walk from closing into a short cycle that a cache
  * would hold. One load per op. Written and read by this process only; the
- * mapping lives for the keyed case's runs (keyed_case).
+ * mapping lives for the keyed case's runs (keyed_case; the 1k table's, which
+ * an L1 holds, until release_simple).
  */
 struct mem_floor {
 	uint32_t keys;	     /* the keyed case whose table this is */
@@ -149,10 +150,20 @@ struct simple_case {
 /* the permits of every PREP_HOLD_ALL case of a group (bulkhead.max 25 and 1000) */
 #define HOLD_MAX 1088
 
-/* The simple cases of one group: measured (or queued into the batch),
- * their contexts and held permits kept until release_simple(). */
+/* the keyed cases queued with the simple ones: the rejection, 1k keys and
+ * 1k keys of global scope, each uniform and Zipf */
+#define KEYED_QUEUED   5
+#define KEYED_NAME_MAX 48
+
+/* The simple cases of one group (and its keyed cases on 1k keys):
+ * measured (or queued into the batch), their contexts, sequences and held
+ * permits kept until release_simple(). */
 struct simple_group {
 	struct pctx x[N_SIMPLE_CASES];
+	struct pctx keyed[KEYED_QUEUED];
+	char keyed_name[KEYED_QUEUED][KEYED_NAME_MAX];
+	int nkeyed;
+	struct mem_floor floor; /* the 1k table's */
 	resil_policy_t *held_p[HOLD_MAX];
 	resil_permit_t held[HOLD_MAX];
 	int nheld;
@@ -205,9 +216,9 @@ void measure_mem_floor(struct mem_floor *m);
 resil_policy_t *mkpol(resil_t *r, const char *base, const char *cfg);
 void drop_defined(resil_t *r);
 uint64_t splitmix(uint64_t *s);
-void run_simple(resil_t *r, const char *group, struct simple_group *g);
+void run_simple(resil_t *r, const char *group, bool keyed, struct simple_group *g);
 void release_simple(struct simple_group *g);
-void run_keyed(resil_t *r, const char *group, bool keyed);
+void run_keyed(resil_t *r, const char *group);
 void run_socket(resil_t *r);
 void run_redis(void);
 void run_mp(resil_t *r, const char *where);

@@ -121,7 +121,8 @@ static double run_once(loop_fn fn, void *ctx, uint64_t n)
 	return (double)(mono_ns() - t);
 }
 
-static struct pending batch[64];
+/* the floors, two groups of simple cases and their keyed cases on 1k keys */
+static struct pending batch[128];
 static int nbatch;
 static bool batching;
 
@@ -392,17 +393,17 @@ int main(int argc, char **argv)
 		const char *eg = dmn ? "resil-process" : "resil";
 
 		if (dmn)
-			run_simple(dmn, "resil", &gd);
+			run_simple(dmn, "resil", true, &gd);
 		if (emb)
-			run_simple(emb, eg, &ge);
+			run_simple(emb, eg, !dmn || !opt.smoke, &ge);
 		fprintf(stderr, "interleaved runs of the cases above\n");
 		batch_flush();
 		release_simple(&gd);
 		release_simple(&ge);
 		if (dmn)
-			run_keyed(dmn, "resil", true);
-		if (emb)
-			run_keyed(emb, eg, !dmn || !opt.smoke);
+			run_keyed(dmn, "resil");
+		if (emb && (!dmn || !opt.smoke))
+			run_keyed(emb, eg);
 	}
 
 	if (!opt.callgrind) {
