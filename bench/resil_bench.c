@@ -204,6 +204,8 @@ void measure(const char *group, const char *name, loop_fn fn, void *ctx)
 		    (struct pending){.group = group, .name = name, .fn = fn, .ctx = ctx, .n = n};
 		return;
 	}
+	if (batching) /* its runs are not interleaved with the batch's */
+		fprintf(stderr, "resil_bench: batch full: %s/%s runs on its own\n", group, name);
 	admits = 0;
 	for (i = 0; i < opt.runs; i++)
 		v[i] = run_once(fn, ctx, n) / (double)n;
