@@ -167,6 +167,23 @@ def fmt_mb(b):
     return "n/a" if b is None else f"{b / 1e6:.3g} MB"
 
 
+def steady(r, other, w):
+    """How much of each pass the host gave this vCPU: the bare call (a few
+    instructions, no memory) median against its fastest run. The load
+    average does not see the host's other tenants on the same core; this
+    does (bench/untrusted.md, the cache episodes)."""
+    parts = []
+    for lab, rr in (("the pass on this host's clock", r), ("the other clock's pass", other)):
+        f = rr.full("floor", "bare_call")
+        if f and f[0] and f[1]:
+            parts.append(f"{lab} {fmt(f[0][0])} ns, fastest run {fmt(f[0][1])} ns "
+                         f"(+{(f[0][0] / f[0][1] - 1) * 100:.0f}%)")
+    if parts:
+        w("The host's own share of the core, seen by the bare call's median against its")
+        w("fastest run (the load average does not see the host's other tenants): "
+          + "; ".join(parts) + ".")
+
+
 def rt_p50_ns(r, g, n):
     """The p50 of a round trip in ns: the faster of the two timings (as it
     comes, and with the other vCPU kept busy), so ratios never flatter resil."""
@@ -484,6 +501,7 @@ def report(outdir, path):
         w(f"The machine is shared (2 vCPUs, other work running): load average {txt}.")
         w("Nanosecond figures move with that load, by 2x on a busy machine;")
         w("instruction counts do not, and the ratios compare figures of the same run.")
+        steady(r, R(load_rows(os.path.join(outdir, "results_other.tsv"))), w)
         w("")
     w("Method: each case is a loop calibrated to about 40 ms per run, 7 runs; the figure is")
     w("the median ns/op with [min-max] of the runs. Instructions per operation come from")
