@@ -175,11 +175,11 @@ def steady(r, other, w):
     parts = []
     for lab, rr in (("the pass on this host's clock", r), ("the other clock's pass", other)):
         f = rr.full("floor", "bare_call")
-        if f and f[0] and f[1]:
+        if f and f[0][1] > 0:
             parts.append(f"{lab} {fmt(f[0][0])} ns, fastest run {fmt(f[0][1])} ns "
                          f"(+{(f[0][0] / f[0][1] - 1) * 100:.0f}%)")
     if parts:
-        w("The host's own share of the core, seen by the bare call's median against its")
+        w("How much of its core this vCPU had, seen by the bare call's median against its")
         w("fastest run (the load average does not see the host's other tenants): "
           + "; ".join(parts) + ".")
 
