@@ -57,19 +57,20 @@
  *   table's full 50% load about 4% of keys sit in b2 and 0.4% further, on
  *   an overflow chain, below; filling the less loaded of the two would put
  *   27% in b2, a second line waited for on every fourth decision, to make
- *   chains rarer still; limit_priv.h chain_init takes b1 from fingerprint
- *   bits 31..62. A table an older build laid out, key map 0 in its
- *   record, takes bits 32..62, which reach the first half of the buckets
- *   only: there 18% of keys sit in b2 and 2% are evicted or further at
- *   full load. seg.c keeps each table's map). Lookups are lock-free; a
- *   bucket's four fingerprints are compared at once into a mask (which
- *   entry holds a key is as random as the keys: a branch per entry
- *   mispredicted on nearly every lookup), b1's first, so b2's line is
- *   waited for only when the key is not in b1. A client's call whose key is in b1 or b2
- *   is decided without the decision context (resil_limit_acquire_keyed;
- *   any other key, a new one included, takes resil_limit_acquire). Two
- *   different keys share a fingerprint (63 bits) with probability 2^-63
- *   per pair: they would share a state.
+ *   chains rarer still).
+ *   b1 comes from fingerprint bits 31..62 (limit_priv.h chain_init). A
+ *   table an older build laid out, key map 0 in its record, takes bits
+ *   32..62, which reach the first half of the buckets only: there 18% of
+ *   keys sit in b2 and 2% are evicted or further at full load. seg.c
+ *   keeps each table's map.
+ *   Lookups are lock-free; a bucket's four fingerprints are compared at
+ *   once into a mask (which entry holds a key is as random as the keys: a
+ *   branch per entry mispredicted on nearly every lookup), b1's first, so
+ *   b2's line is waited for only when the key is not in b1. A client's
+ *   call whose key is in b1 or b2 is decided without the decision context
+ *   (resil_limit_acquire_keyed; any other key, a new one included, takes
+ *   resil_limit_acquire). Two different keys share a fingerprint (63 bits)
+ *   with probability 2^-63 per pair: they would share a state.
  *   When both buckets are full and fewer than N keys are in use, the key
  *   goes on along a chain of following buckets marked FP_OVF (see
  *   resil_limit_priv_key_find): no key is lost or evicted while the table is under
