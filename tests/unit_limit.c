@@ -705,7 +705,7 @@ static void test_key_map_buckets(void **unused)
 	(void)unused;
 	assert_int_equal(conf_text(&c, "limit.rate = 10/s; limit.keys = 1000"), 0);
 	assert_int_equal(c.key_map, RESIL_LIMIT_KEY_MAP_FULL);
-	nb = c.keys / 2;
+	nb = nbuckets(&c);
 	rng_state = 7;
 	for (int i = 0; i < 20000; i++) {
 		uint64_t fp = (rnd() >> 1) | 2;
@@ -787,7 +787,7 @@ static void test_keyed_older_map(void **unused)
 	(void)unused;
 	fx_init(&f, "limit.rate = 1/s; limit.keys = 64", 100 * S);
 	t = (struct resil_limit_entry *)(void *)f.st->data;
-	nb = f.c.keys / 2;
+	nb = nbuckets(&f.c);
 	/* a key whose map-0 first bucket is on none of its 16 first buckets
 	 * under this build's map */
 	for (i = 0; i < 1000; i++) {
