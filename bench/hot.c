@@ -165,17 +165,18 @@ static uint32_t *make_seq(uint32_t nkeys, bool zipf)
 static void keyed_case(resil_t *r, const char *group, uint32_t nkeys, const char *label,
 		       struct simple_group *g)
 {
-	struct mem_floor floor = {.keys = nkeys};
+	struct mem_floor own_floor = {0}, *floor = &own_floor;
 	char cfg[160], base[32], own_names[2][KEYED_NAME_MAX];
 	char(*names)[KEYED_NAME_MAX] = own_names;
 	struct pctx own[2] = {{0}}, *x = own;
 	bool any = false;
 
-	if (g) { /* the batch keeps the names and contexts until its flush */
+	if (g) { /* the batch keeps names, contexts and floor until its flush */
 		if (g->nkeyed + 2 > KEYED_QUEUED)
 			return;
 		x = &g->keyed[g->nkeyed];
 		names = &g->keyed_name[g->nkeyed];
+		floor = &g->floor;
 	}
 	for (int z = 0; z < 2; z++) {
 		snprintf(names[z], sizeof(names[z]), "limit.keyed_%s.%s", label,
@@ -204,17 +205,15 @@ static void keyed_case(resil_t *r, const char *group, uint32_t nkeys, const char
 		if (resil_acquire_key(x[0].p, &k, sizeof(k), &pm) == RESIL_ADMIT)
 			resil_release(x[0].p, &pm, RESIL_SUCCESS);
 	}
-	if (g && !g->floor.a && !strstr(label, "_global")) {
-		/* the 1k table's floor, in the same rounds: whether the table
-		 * stays in the L1 while the case runs */
-		g->floor.keys = nkeys;
-		mem_floor_init(&g->floor); /* unmapped (an error): only the floor is lost */
-		measure_mem_floor(&g->floor);
-	} else if (!g) {
-		/* the table's floor, the uniform and the Zipf case, interleaved */
-		mem_floor_init(&floor);
+	/* the table's floor, the uniform and the Zipf case, interleaved (in
+	 * the batch under way with g: a group's 1k tables share one floor,
+	 * which says whether the table stayed in the L1 while they ran) */
+	if (!g)
 		batch_begin();
-		measure_mem_floor(&floor);
+	if (!floor->a) {
+		floor->keys = nkeys;
+		mem_floor_init(floor); /* unmapped (an error): only the floor is lost */
+		measure_mem_floor(floor);
 	}
 	for (int z = 0; z < 2; z++) {
 		x[z].p = x[0].p;
@@ -225,7 +224,7 @@ static void keyed_case(resil_t *r, const char *group, uint32_t nkeys, const char
 	if (g)
 		return;
 	batch_flush();
-	mem_floor_fini(&floor);
+	mem_floor_fini(floor);
 	for (int z = 0; z < 2; z++)
 		free((void *)x[z].seq);
 }
