@@ -807,7 +807,7 @@ static uint32_t lean_kind(const struct resil_rec *rec)
 	    resil_breaker_lean(&rec->conf.breaker))
 		return RESIL_LEAN_BREAKER;
 	if (rec->components == (stats | 1u << RESIL_C_BULKHEAD) &&
-	    resil_bulkhead_regime(&rec->conf.bulkhead) == RESIL_BULKHEAD_SCAN)
+	    resil_bulkhead_lean(&rec->conf.bulkhead))
 		return RESIL_LEAN_BULKHEAD;
 	if (rec->components == (stats | 1u << RESIL_C_LIMIT) && rec->conf.limit.wait_ns == 0)
 		return RESIL_LEAN_LIMIT;

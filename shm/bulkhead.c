@@ -16,8 +16,8 @@
  *
  * Two regimes, chosen from the configuration (resil_bulkhead_regime):
  *
- * SCAN: bulkhead.critical = 0 (the default) and bulkhead.max <=
- * RESIL_BULKHEAD_SCAN_MAX (1024), with or without bulkhead.wait. No
+ * SCAN: bulkhead.max <= RESIL_BULKHEAD_SCAN_MAX (1024), with or without
+ * bulkhead.wait and bulkhead.critical (a partition: "Priorities"). No
  * in-flight counter:
  *   enter  load this thread's last slot; free: CAS 0 -> id, done (one
  *          locked RMW). Else, unless the full hint says otherwise, walk
@@ -33,8 +33,9 @@
  *   every decision: two processes on one pool write their own slots'
  *   lines only (mp/bulkhead, max 1000: 105 M decisions/s together; the
  *   counted regime, whose in-flight word crosses between the two CPUs
- *   twice per decision, 12 to 24: mp/bulkhead.critical; mp/bulkhead.wait
- *   measures the scan regime with waiters allowed).
+ *   twice per decision, 12 to 24: mp/bulkhead2000; mp/bulkhead.wait
+ *   measures the scan regime with waiters allowed, mp/bulkhead.critical
+ *   with a partition).
  *   Why a bound: a walk reads every slot, and a walk comes with every
  *   resil_bulkhead_recheck(n)-th rejection on the hint (16 per 128
  *   slots: about 8 slots read per rejection at any size), with the first
@@ -54,18 +55,18 @@
  *   policies; packed, several times slower). A single process measures
  *   the same either way.
  *
- * COUNTED: everything else (priority partitions, pools above the bound)
- * and the adaptive limit's pool (adaptive.c: resil_pool_claim against a
- * moving limit). An in-flight word `inflight` is a hint that makes a
- * rejection cheap (one load, or one fetch_add and its undo) and gives the
- * partition a count to compare with. Three locked RMWs per admission:
- * hint fetch_add, slot CAS, hint fetch_sub.
+ * COUNTED: pools above the bound, and the adaptive limit's pool
+ * (adaptive.c: resil_pool_claim against a moving limit). An in-flight
+ * word `inflight` is a hint that makes a rejection cheap (one load, or
+ * one fetch_add and its undo) and gives the partition a count to compare
+ * with. Three locked RMWs per admission: hint fetch_add, slot CAS, hint
+ * fetch_sub.
  *
  * The regime is part of the shape (resil_bulkhead_same_shape): holders of
- * a scan block never counted themselves, so a change of bulkhead.critical
- * from 0 to 10% publishes a fresh, counted block, and permits of the
- * old block go back to the old block (a permit is released under the
- * record it was granted under: that record's block and regime). Whether
+ * a scan block never counted themselves. The regime follows bulkhead.max,
+ * whose change publishes a fresh block anyway, and permits of the old
+ * block go back to the old block (a permit is released under the record
+ * it was granted under: that record's block and regime). Whether
  * callers wait is part of it too: a fail-fast permit's release (the lean
  * paths') reads no waiter count, so a block waiters sleep on is never one
  * such permits are released into (bulkhead.wait from 0 to 200ms: a fresh
@@ -87,7 +88,12 @@
  * full hint, costs the others at most the stale hint's spurious
  * rejections (the recheck and the tick repair it). Its releases still
  * load the waiter count after a seq_cst RMW, so its waiters and ours
- * keep their wakeups.
+ * keep their wakeups. A partition was counted before it was scanned too,
+ * and the same holds of its blocks. An older library counts a partition
+ * still, on the count word only its own holders add to: while it runs,
+ * its normal callers may take a reserved slot when the shared part is
+ * full. The slots still bound the total; its critical callers and ours
+ * keep what is free.
  *
  * Shared words (state block, see bulkhead.h):
  *   slots[i]   writers: the claimer (CAS 0 -> id, acq_rel: pairs with the
@@ -131,7 +137,15 @@
  * taken, its holder stores 0 and then reads `full` == 0 (nothing to
  * clear), and the walk stores full = 1: the hint says full while slot j is
  * free (a release that misses the hint). It cannot be closed without a
- * StoreLoad fence (a locked RMW) in the release. Bounded and repaired:
+ * StoreLoad fence (a locked RMW) in the release. With a partition the
+ * hint has two values: SHARED, a normal caller's walk (the slots below
+ * the reserve) found them all taken, and ALL, a critical caller's walk
+ * (every slot) did. A normal caller rejects on either, a critical one on
+ * ALL only; a walk never lowers ALL to SHARED; a release clears it, but
+ * of a reserved slot's only ALL, to SHARED (the shared part is as full as
+ * it was); the tick clears SHARED when a shared slot is free, ALL when
+ * any is. Without a partition only ALL is written (the value 1 older
+ * libraries wrote and read). Bounded and repaired:
  * the next release of any permit clears it; a thread that rejects on the
  * hint walks anyway every resil_bulkhead_recheck(n)-th time (16 per 128
  * slots) and clears it when it finds a slot, so no release and no daemon
@@ -220,10 +234,24 @@
  * on. The wait is measured on CLOCK_MONOTONIC, not the policy clock: a
  * futex sleeps in real time (a manual clock would never end it).
  *
- * Priorities (counted): bulkhead.critical reserves a share of max for
- * callers with pm->priority == RESIL_PRIO_CRITICAL; others are rejected
- * once the hint reaches max - reserve (a comparison with a count, which
- * the scan regime does not have).
+ * Priorities: bulkhead.critical reserves a share of max for callers with
+ * pm->priority == RESIL_PRIO_CRITICAL (resil_bulkhead_shared: the rest).
+ * Scan regime: the reserve is the top slots. Every caller claims a slot
+ * below them (the shared part) while there is one; a critical caller
+ * then claims a reserved one (part_claim). So normal callers never hold
+ * more than max - reserve, and a reserved slot no critical call holds is
+ * free whatever the normal callers do, at any moment. A critical call in
+ * a shared slot leaves the normal callers one less, so while no critical
+ * call had to take a reserved slot this is the counted rule below
+ * (normal callers admitted while fewer than max - reserve calls of any
+ * priority are in flight). After one did, normal callers may fill the
+ * shared part while it holds its reserved slot: critical callers then
+ * find the reserve less what their own calls hold (the counted rule
+ * would have kept it whole). Nothing counts, so a partition drifts no
+ * more than the rest of the regime; a change of the share keeps the
+ * block (calls in flight keep their slots; from the change on, claims
+ * follow the new bound). Counted regime: others are rejected once the
+ * hint reaches max - reserve, the critical calls in flight included.
  *
  * Reshaping (bulkhead.max or the regime changes) publishes a new block;
  * permits granted in the old block are released there, so nothing is
@@ -636,12 +664,17 @@ static inline __attribute__((always_inline)) bool try_slot(struct resil_bulkhead
 	return ld_relaxed(w) == 0 && cas_acq_rel(w, &exp, id);
 }
 
-/* The full hint, as a rejecting thread reads it: set, and this is not the
- * resil_bulkhead_recheck(n)-th rejection on it (which walks instead). */
+/* The full hint, as a thread that may claim the slots below lim of n
+ * reads it: set for those slots (ALL; SHARED too when lim < n), and this
+ * is not the resil_bulkhead_recheck(lim)-th rejection on it (which walks
+ * instead). */
 static inline __attribute__((always_inline)) bool hint_full(struct resil_bulkhead_state *s,
-							    uint32_t n)
+							    uint32_t lim, uint32_t n)
 {
-	return ld_relaxed(&s->full) && (++*skips_of(s) & (resil_bulkhead_recheck(n) - 1));
+	uint32_t v = ld_relaxed(&s->full);
+
+	return v && (v == RESIL_BULKHEAD_FULL_ALL || lim < n) &&
+	       (++*skips_of(s) & (resil_bulkhead_recheck(lim) - 1));
 }
 
 /* Slots lo..hi-1: read-only loads, a CAS only on a slot seen free. */
@@ -697,10 +730,10 @@ static __attribute__((noinline)) uint32_t scan_walk(struct resil_bulkhead_state 
 }
 
 static inline __attribute__((always_inline)) uint32_t
-scan_claim_rest(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_t i,
+scan_claim_rest(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id, uint32_t i,
 		uint32_t *next);
 static inline __attribute__((always_inline)) uint32_t
-scan_walk_claim(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_t i,
+scan_walk_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id, uint32_t i,
 		uint32_t *next);
 
 /* Where a thread's claim starts (0-based): its last slot (next: that
@@ -710,59 +743,101 @@ static inline uint32_t scan_start(uint32_t next, uint32_t n, uint32_t id)
 	return RESIL_UNLIKELY(next == 0 || next > n) ? id % n : next - 1;
 }
 
-/* The slot this thread used last is usually free again: one load and one
- * CAS. Else the full hint (saturated: one load), else a walk. */
-static inline __attribute__((always_inline)) uint32_t scan_claim(struct resil_bulkhead_state *s,
-								 uint32_t n, uint32_t id)
+/* A claim of one of the slots below lim (1..n) of the pool's n. The slot
+ * this thread used last is usually free again: one load and one CAS. Else
+ * the full hint (saturated: one load), else a walk. */
+static inline __attribute__((always_inline)) uint32_t
+scan_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id)
 {
-	uint32_t *next = next_of(s), i = scan_start(*next, n, id);
+	uint32_t *next = next_of(s), i = scan_start(*next, lim, id);
 
 	if (RESIL_LIKELY(try_slot(s, i, id))) {
 		/* crash window B: the slot names us; reclaim frees it */
 		*next = i + 1;
 		return i + 1;
 	}
-	return scan_claim_rest(s, n, id, i, next);
+	return scan_claim_rest(s, lim, n, id, i, next);
 }
 
 /* scan_claim after the thread's last slot (i, 0-based) was not free: the
  * full hint (saturated: one load), else a walk from i. */
 static inline __attribute__((always_inline)) uint32_t
-scan_claim_rest(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_t i, uint32_t *next)
+scan_claim_rest(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id, uint32_t i,
+		uint32_t *next)
 {
-	if (hint_full(s, n))
+	if (hint_full(s, lim, n))
 		return 0; /* saturated: one load, no scan */
-	return scan_walk_claim(s, n, id, i, next);
+	return scan_walk_claim(s, lim, n, id, i, next);
 }
 
-/* A walk from slot i, and the full hint set or cleared by what it found. */
+/* A walk of the slots below lim from slot i, and the full hint set or
+ * cleared by what it found: set to what the walk covered (SHARED under a
+ * partition, never over ALL); cleared when it found a slot where the hint
+ * said none was (a critical caller's slot may lie above the shared part:
+ * it leaves SHARED as it is). */
 static inline __attribute__((always_inline)) uint32_t
-scan_walk_claim(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_t i, uint32_t *next)
+scan_walk_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id, uint32_t i,
+		uint32_t *next)
 {
-	uint32_t idx = scan_walk(s, n, id, i, next);
+	uint32_t idx = scan_walk(s, lim, id, i, next), v = ld_relaxed(&s->full);
 
 	if (!idx) {
-		if (!ld_relaxed(&s->full))
-			st_relaxed(&s->full, 1);
-	} else if (RESIL_UNLIKELY(ld_relaxed(&s->full))) {
+		uint32_t mark = lim < n ? RESIL_BULKHEAD_FULL_SHARED : RESIL_BULKHEAD_FULL_ALL;
+
+		if (v != mark && v != RESIL_BULKHEAD_FULL_ALL)
+			st_relaxed(&s->full, mark);
+	} else if (RESIL_UNLIKELY(v) && (v == RESIL_BULKHEAD_FULL_ALL || lim < n)) {
 		st_relaxed(&s->full, 0); /* a stale hint found out */
 	}
 	return idx;
+}
+
+/* A critical caller's walk of the reserve (slots shared..n-1), once the
+ * shared part had none: ALL when it finds none either, else SHARED where
+ * it said ALL (the shared part is still full). */
+static __attribute__((noinline)) uint32_t reserve_walk(struct resil_bulkhead_state *s,
+						       uint32_t shared, uint32_t n, uint32_t id,
+						       uint32_t *next)
+{
+	uint32_t idx = scan_range(s, shared, n, id, next), v = ld_relaxed(&s->full);
+
+	if (!idx && v != RESIL_BULKHEAD_FULL_ALL)
+		st_relaxed(&s->full, RESIL_BULKHEAD_FULL_ALL);
+	else if (idx && v == RESIL_BULKHEAD_FULL_ALL)
+		st_relaxed(&s->full, RESIL_BULKHEAD_FULL_SHARED);
+	return idx;
+}
+
+/* A claim under a partition of shared slots below the reserve: a shared
+ * slot first, for every caller; then, for a critical one, a reserved slot
+ * (unless the hint says ALL). So the reserve stays free for as long as
+ * the shared part has room. shared == n: no partition, scan_claim. */
+static inline __attribute__((always_inline)) uint32_t
+part_claim(struct resil_bulkhead_state *s, uint32_t shared, uint32_t n, bool critical, uint32_t id)
+{
+	uint32_t idx = RESIL_LIKELY(shared) ? scan_claim(s, shared, n, id) : 0;
+
+	if (RESIL_LIKELY(idx) || !critical || shared == n || hint_full(s, n, n))
+		return idx;
+	return reserve_walk(s, shared, n, id, next_of(s));
 }
 
 static __attribute__((noinline, cold)) void wake_one(struct resil_bulkhead_state *s);
 
 /* The release: a CAS from the holder's id (a line this thread just wrote,
  * so usually still in its cache); then the hint, when set (a read-mostly
- * line). A slot that no longer names us was reclaimed: nothing to give.
+ * line): cleared, or, for a slot at or above the shared part (shared: a
+ * partition's bound, n without one), SHARED (that part is as full as it
+ * was). A slot that no longer names us was reclaimed: nothing to give.
  * waits (bulkhead.wait > 0): the CAS is seq_cst and the waiter count is
  * loaded after it, seq_cst: the releaser's half of the Dekker pair (see
  * "Waiting" at the top). On x86 the CAS is the same instruction. */
-static inline __attribute__((always_inline)) void
-scan_free(struct resil_bulkhead_state *s, uint32_t n, uint32_t idx, uint32_t id, bool waits)
+static inline __attribute__((always_inline)) void scan_free(struct resil_bulkhead_state *s,
+							    uint32_t n, uint32_t shared,
+							    uint32_t idx, uint32_t id, bool waits)
 {
 	ra32 *w;
-	uint32_t exp = id;
+	uint32_t exp = id, v;
 
 	if (RESIL_UNLIKELY(idx - 1 >= n))
 		return;
@@ -774,8 +849,13 @@ scan_free(struct resil_bulkhead_state *s, uint32_t n, uint32_t idx, uint32_t id,
 		return;
 	}
 	/* the race of the hint: see "Full hint" at the top */
-	if (RESIL_UNLIKELY(ld_relaxed(&s->full)))
-		st_relaxed(&s->full, 0);
+	v = ld_relaxed(&s->full);
+	if (RESIL_UNLIKELY(v)) {
+		uint32_t nv = idx - 1 < shared ? 0 : RESIL_BULKHEAD_FULL_SHARED;
+
+		if (v != nv)
+			st_relaxed(&s->full, nv);
+	}
 	if (waits && RESIL_UNLIKELY(seq_ld(&s->nwait) != 0))
 		wake_one(s);
 }
@@ -813,15 +893,13 @@ static inline uint32_t claim_id(const struct resil_ctx *x)
 	return x->client_id ? x->client_id : RESIL_CLIENT_UNREGISTERED;
 }
 
+/* The permits this caller may hold at most: all, or the shared part. */
 static inline uint32_t prio_limit(const struct resil_bulkhead_conf *c, uint32_t n,
 				  const struct resil_permit_priv *pm)
 {
-	uint32_t reserve;
-
 	if (RESIL_LIKELY(c->critical_bp == 0) || pm->priority == RESIL_PRIO_CRITICAL)
 		return n;
-	reserve = (uint32_t)((uint64_t)n * c->critical_bp / 10000u);
-	return n - reserve;
+	return resil_bulkhead_shared(c, n);
 }
 
 static __attribute__((noinline, cold)) void wake_one(struct resil_bulkhead_state *s)
@@ -831,16 +909,23 @@ static __attribute__((noinline, cold)) void wake_one(struct resil_bulkhead_state
 }
 
 /* A waiter's try: the counted pool's claim (p), or in the scan regime (p
- * NULL) a walk from the thread's last slot, whatever the full hint says
- * (see "Waiting" at the top). */
+ * NULL) a walk of the shared slots from the thread's last slot, then, for
+ * a critical caller (limit n), of the reserved ones, whatever the full
+ * hint says (see "Waiting" at the top). */
 static inline uint32_t wait_claim(struct resil_bulkhead_state *s, const struct resil_pool *p,
-				  uint32_t limit, uint32_t id)
+				  uint32_t limit, const struct resil_bulkhead_conf *c, uint32_t id)
 {
-	uint32_t *next = next_of(s), dummy;
+	uint32_t *next = next_of(s), dummy, n, shared, idx = 0;
 
 	if (p)
 		return resil_pool_claim(p, limit, id, &dummy);
-	return scan_walk_claim(s, limit, id, scan_start(*next, limit, id), next);
+	n = resil_bulkhead_max_of(c);
+	shared = resil_bulkhead_shared(c, n);
+	if (RESIL_LIKELY(shared)) /* bulkhead.critical = 100%: no shared slot */
+		idx = scan_walk_claim(s, shared, n, id, scan_start(*next, shared, id), next);
+	if (!idx && limit > shared)
+		idx = reserve_walk(s, shared, n, id, next);
+	return idx;
 }
 
 /* p: the counted pool, or NULL in the scan regime (limit: its slots). */
@@ -869,7 +954,7 @@ static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
 		uint32_t seen = ld_acquire(&s->wake_seq);
 		struct timespec ts;
 
-		idx = wait_claim(s, p, limit, id);
+		idx = wait_claim(s, p, limit, c, id);
 		if (idx)
 			break;
 		rem = deadline - resil_clock_monotonic(NULL);
@@ -937,10 +1022,10 @@ static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_s
 
 		if (RESIL_UNLIKELY(lim < n))
 			n = lim;
-		return n ? scan_claim(s, n, id) : 0;
+		return n ? scan_claim(s, n, n, id) : 0;
 	}
 	if (exp == 0)
-		return scan_claim(s, n, id); /* no daemon ever leased it */
+		return scan_claim(s, n, n, id); /* no daemon ever leased it */
 	return fallback_claim(s, n, id);
 }
 
@@ -1008,13 +1093,16 @@ int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf
 	if (scan_regime(c)) {
 		uint32_t n = resil_bulkhead_max_of(c);
 
+		/* a partition: the slots below its reserve, then, for a
+		 * critical caller, the reserve */
+		limit = prio_limit(c, n, pm);
 		if (RESIL_UNLIKELY(x->rec && x->rec->conf.scope == RESIL_SCOPE_GLOBAL))
-			idx = global_claim(x, s, n, id); /* fail-fast only: conf.c */
+			idx = global_claim(x, s, n, id); /* fail-fast, no partition: conf.c */
 		else
-			idx = scan_claim(s, n, id);
+			idx = part_claim(s, resil_bulkhead_shared(c, n), n, limit == n, id);
 		if (RESIL_LIKELY(idx) || c->wait_ns <= 0)
 			return granted(pm, id, idx);
-		return bulkhead_wait(x, c, s, NULL, n, id, pm);
+		return bulkhead_wait(x, c, s, NULL, limit, id, pm);
 	}
 	p = conf_pool(s, c);
 	limit = prio_limit(c, p.n, pm);
@@ -1033,7 +1121,9 @@ void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_con
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
 	if (scan_regime(c)) {
-		scan_free(s, resil_bulkhead_max_of(c), pm->bulkhead_idx, pm->holder,
+		uint32_t n = resil_bulkhead_max_of(c);
+
+		scan_free(s, n, resil_bulkhead_shared(c, n), pm->bulkhead_idx, pm->holder,
 			  c->wait_ns > 0);
 		pm->bulkhead_idx = 0;
 		pm->flags &= ~RESIL_PERMIT_BULKHEAD;
@@ -1062,7 +1152,9 @@ int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead
 {
 	uint32_t id = claim_id(x), idx;
 
-	idx = scan_claim(st, resil_bulkhead_max_of(c), id);
+	uint32_t n = resil_bulkhead_max_of(c);
+
+	idx = scan_claim(st, n, n, id);
 	return granted(pm, id, idx);
 }
 
@@ -1080,7 +1172,7 @@ int resil_bulkhead_acquire_scan_rest(struct resil_ctx *x, const struct resil_bul
 {
 	uint32_t n = resil_bulkhead_max_of(c), id = claim_id(x), *next = next_of(st), idx;
 
-	idx = scan_walk_claim(st, n, id, scan_start(*next, n, id), next);
+	idx = scan_walk_claim(st, n, n, id, scan_start(*next, n, id), next);
 	return granted(pm, id, idx);
 }
 
@@ -1095,14 +1187,14 @@ uint32_t resil_bulkhead_claim_last(void *st, uint32_t n, uint32_t id)
 		return i; /* crash window B, as scan_claim's; the next claim starts here too */
 	/* scan_claim_rest's hint, so that a saturated pool's rejection is
 	 * decided here too */
-	return hint_full(st, n) ? RESIL_BULKHEAD_LAST_FULL : 0;
+	return hint_full(st, n, n) ? RESIL_BULKHEAD_LAST_FULL : 0;
 }
 
 void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_priv *pm)
 {
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
-	scan_free(st, n, pm->bulkhead_idx, pm->holder, false);
+	scan_free(st, n, n, pm->bulkhead_idx, pm->holder, false);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 }
@@ -1112,7 +1204,9 @@ void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
 {
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
-	scan_free(st, resil_bulkhead_max_of(c), pm->bulkhead_idx, pm->holder, c->wait_ns > 0);
+	uint32_t n = resil_bulkhead_max_of(c);
+
+	scan_free(st, n, resil_bulkhead_shared(c, n), pm->bulkhead_idx, pm->holder, c->wait_ns > 0);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 }
@@ -1121,6 +1215,20 @@ void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *
 			 struct resil_permit_priv *pm)
 {
 	resil_bulkhead_release(x, c, st, pm, RESIL_IGNORED);
+}
+
+/* The full hint says slots are taken that are not: SHARED, a slot of the
+ * shared part is free; ALL (or a word no code writes), any slot is. */
+static bool hint_stale(struct resil_bulkhead_state *s, const struct resil_bulkhead_conf *c,
+		       uint32_t n)
+{
+	uint32_t upto =
+	    ld_relaxed(&s->full) == RESIL_BULKHEAD_FULL_SHARED ? resil_bulkhead_shared(c, n) : n;
+
+	for (uint32_t i = 0; i < upto; i++)
+		if (ld_acquire(scan_slot(s, i)) == 0)
+			return true;
+	return false;
 }
 
 void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st)
@@ -1133,8 +1241,9 @@ void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_co
 
 	layout_repair(s, c);
 	if (scan_regime(c)) {
-		/* a hint that a release missed: cleared when a slot is free */
-		if (ld_relaxed(&s->full) && resil_pool_claimed(&p) < p.n) {
+		/* a hint that a release missed: cleared when a slot it covers
+		 * is free */
+		if (RESIL_UNLIKELY(ld_relaxed(&s->full)) && hint_stale(s, c, p.n)) {
 			st_relaxed(&s->full, 0);
 			faa_relaxed(&s->repaired, 1);
 		}

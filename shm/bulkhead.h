@@ -23,17 +23,25 @@
 #define RESIL_POOL_SPREAD_MAX	1024u
 #define RESIL_POOL_SPREAD_SHIFT 5 /* 32 words = 128 bytes */
 
+/* The scan regime's full hint (state word `full`): 0 none; ALL: the last
+ * walk of every slot found them taken; SHARED: the last walk of the slots
+ * below resil_bulkhead_shared found them taken (a partition's callers
+ * other than critical ones; critical callers walk on). */
+#define RESIL_BULKHEAD_FULL_ALL	   1u
+#define RESIL_BULKHEAD_FULL_SHARED 2u
+
 /* Callers that may wait at once on one bulkhead; more fail fast. */
 #define RESIL_BULKHEAD_WAITERS 64u
 
 /*
  * The two regimes of a bulkhead (bulkhead.c says why and how):
- *   SCAN     bulkhead.critical = 0 (the default) and bulkhead.max <=
- *            RESIL_BULKHEAD_SCAN_MAX: no in-flight word, an admission is
- *            one CAS on a slot, a release one CAS from the holder's id
- *            (and, with bulkhead.wait, one load of the waiter count);
- *   COUNTED  everything else: the in-flight hint (fetch_add/fetch_sub),
- *            priority partitions, pools above the bound.
+ *   SCAN     bulkhead.max <= RESIL_BULKHEAD_SCAN_MAX: no in-flight word,
+ *            an admission is one CAS on a slot, a release one CAS from
+ *            the holder's id (and, with bulkhead.wait, one load of the
+ *            waiter count); a partition (bulkhead.critical) is a bound
+ *            on the slots a caller may claim;
+ *   COUNTED  pools above the bound: the in-flight hint
+ *            (fetch_add/fetch_sub), and the partition compared with it.
  * The regime is part of the state's shape, and so is whether callers
  * wait: a change of either publishes a fresh block.
  */
@@ -119,15 +127,29 @@ static inline uint32_t resil_bulkhead_max_of(const struct resil_bulkhead_conf *c
 /* RESIL_BULKHEAD_SCAN or RESIL_BULKHEAD_COUNTED, from the configuration. */
 static inline uint32_t resil_bulkhead_regime(const struct resil_bulkhead_conf *c)
 {
-	return c->critical_bp == 0 && c->max <= RESIL_BULKHEAD_SCAN_MAX ? RESIL_BULKHEAD_SCAN
-									: RESIL_BULKHEAD_COUNTED;
+	return c->max <= RESIL_BULKHEAD_SCAN_MAX ? RESIL_BULKHEAD_SCAN : RESIL_BULKHEAD_COUNTED;
 }
 
-/* A fail-fast bulkhead: the scan regime and no wait. Its decisions need
+/* The permits of a pool of n that callers other than RESIL_PRIO_CRITICAL
+ * may hold: n less bulkhead.critical's share of it. In the scan regime,
+ * the slots below it (the shared part); critical callers claim any. */
+static inline uint32_t resil_bulkhead_shared(const struct resil_bulkhead_conf *c, uint32_t n)
+{
+	return n - (uint32_t)((uint64_t)n * c->critical_bp / 10000u);
+}
+
+/* A bulkhead whose scan needs neither a priority nor a wait: the scan
+ * regime, no partition. The lean paths decide it. */
+static inline bool resil_bulkhead_lean(const struct resil_bulkhead_conf *c)
+{
+	return c->critical_bp == 0 && resil_bulkhead_regime(c) == RESIL_BULKHEAD_SCAN;
+}
+
+/* A fail-fast bulkhead: a lean one with no wait. Its decisions need
  * nothing but the slots (the lean paths, global scope). */
 static inline bool resil_bulkhead_fail_fast(const struct resil_bulkhead_conf *c)
 {
-	return c->wait_ns == 0 && resil_bulkhead_regime(c) == RESIL_BULKHEAD_SCAN;
+	return c->wait_ns == 0 && resil_bulkhead_lean(c);
 }
 
 /* Slot stride (log2 of words) of a bulkhead's pool of n slots. */
@@ -140,8 +162,8 @@ static inline uint32_t resil_bulkhead_shift(uint32_t regime, uint32_t n)
  * State block. Lines:
  *   0  counted regime: inflight, fetch_add/fetch_sub by every acquirer
  *      and releaser; scan regime: full, the read-mostly "every slot
- *      taken" hint (set by a walk that found no slot, cleared by
- *      releasers);
+ *      taken" (or "every slot of the shared part") hint, set by a walk
+ *      that found no slot, cleared by releasers;
  *   1  waiting (bulkhead.wait > 0, either regime): wake_seq (futex word:
  *      releasers bump it and wake one, only when nwait != 0), nwait
  *      (waiters' hint, the count word of the waiter pool), read by every
@@ -156,7 +178,7 @@ static inline uint32_t resil_bulkhead_shift(uint32_t regime, uint32_t n)
  */
 struct resil_bulkhead_state {
 	alignas(RESIL_HOT_ALIGN) ra32 inflight;
-	ra32 full; /* scan regime: 1 = the last walk found every slot taken */
+	ra32 full; /* scan regime: RESIL_BULKHEAD_FULL_* (bulkhead.c) */
 
 	alignas(RESIL_HOT_ALIGN) ra32 wake_seq;
 	ra32 nwait;
