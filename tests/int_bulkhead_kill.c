@@ -20,12 +20,13 @@
  * block: scan fail-fast (bulkhead.max = 4, the defaults otherwise: a
  * permit is one CAS, a release one CAS, a full hint), scan with waiters
  * (bulkhead.wait = 20ms for every worker, as for every record of such a
- * block: a kill lands in a waiter's claim too) and counted
- * (bulkhead.critical = 20%, which reserves nothing of 4, and
+ * block: a kill lands in a waiter's claim too) and counted, the regime
+ * of pools above the scan bound (bulkhead.max = 4 + 1024, the top 1024
+ * slots claimed and counted by a filler client that never dies, and
  * bulkhead.wait = 20ms for the waiter; every worker of a block uses the
  * same regime, as every record of one block does).
  *
- * Asserted after every round:
+ * Asserted after every round (the filler's slots and count aside):
  *   - exactly 0 claimed slots (bulkhead and adaptive) and 0 claimed waiter
  *     slots (none lost, none reclaimed twice: a second reclaim returns
  *     nothing);
@@ -38,8 +39,9 @@
  *
  * Then the same through the whole stack: a resild of the test's own, a
  * policy "bulkhead.max = 4; bulkhead.wait = 20ms" (scan, waiting), one
- * with "bulkhead.critical = 20%" too (counted) and one "bulkhead.max = 4"
- * (scan, fail-fast), forked children of a connected process (each
+ * with "bulkhead.critical = 20%" too (a partition that reserves nothing
+ * of 4: the partition's walk) and one "bulkhead.max = 4" (scan,
+ * fail-fast), forked children of a connected process (each
  * claims its own client row) taking permits with resil_acquire and
  * SIGKILLed at random moments; the daemon notices the deaths and
  * reclaims: eventually (10 s) all 4 permits can be taken again and a
@@ -62,6 +64,8 @@
 
 #define WORKERS 4
 #define MAX	4
+#define FILL	RESIL_BULKHEAD_SCAN_MAX /* the counted blocks' filler slots */
+#define FILLER	0xfff0u
 
 struct shared {
 	_Atomic long ops[WORKERS]; /* progress, so the test knows they run */
@@ -227,7 +231,7 @@ static int through_daemon(void)
 	if (test_daemon_open(&d, &r) < 0)
 		return 1;
 	daemon_rounds(r, "bulkhead-kill", "bulkhead.max = 4; bulkhead.wait = 20ms");
-	daemon_rounds(r, "bulkhead-kill-counted",
+	daemon_rounds(r, "bulkhead-kill-partition",
 		      "bulkhead.max = 4; bulkhead.wait = 20ms; bulkhead.critical = 20%");
 	daemon_rounds(r, "bulkhead-kill-scan", "bulkhead.max = 4");
 	resil_close(r);
@@ -246,6 +250,7 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 	int excess_rounds = 0, reclaimed_rounds = 0, waiter_rounds = 0, odd_epochs = 0;
 	int aexcess_rounds = 0;
 	bool scan = resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_SCAN;
+	uint32_t fill = scan ? 0 : FILL;
 	uint64_t seed = 0x1234567u;
 	char err[128];
 	size_t size;
@@ -266,6 +271,14 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 		return 1;
 	resil_bulkhead_state_init(sh->st, &conf, 0);
 	TEST_CHECK(((struct resil_bulkhead_state *)sh->st)->regime == resil_bulkhead_regime(&conf));
+	if (fill) {
+		struct resil_pool p = resil_bulkhead_pool((struct resil_bulkhead_state *)sh->st);
+
+		TEST_CHECK(p.n == MAX + FILL);
+		for (uint32_t k = MAX; k < p.n; k++)
+			atomic_store(&p.slots[(size_t)k << p.shift], FILLER);
+		atomic_store(&((struct resil_bulkhead_state *)sh->st)->inflight, fill);
+	}
 	sh->aconf = aconf;
 	sh->ad = (struct resil_adaptive_state *)((char *)sh + boff);
 	resil_adaptive_state_init(sh->ad, &aconf, test_mono_ns());
@@ -321,7 +334,7 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 		}
 		if (counts.permits)
 			reclaimed_rounds++;
-		TEST_CHECK(resil_bulkhead_held(&conf, st) == 0);
+		TEST_CHECK(resil_bulkhead_held(&conf, st) == fill);
 		TEST_CHECK(resil_adaptive_held(&aconf, sh->ad) == 0);
 		for (unsigned i = 0; i < RESIL_BULKHEAD_WAITERS; i++)
 			TEST_CHECK(atomic_load(&st->wslots[i]) == 0);
@@ -332,14 +345,14 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 		TEST_CHECK(again.permits == 0 && again.waiters == 0);
 		TEST_CHECK(counts.permits <= 2 * MAX); /* adaptive permits ride on bulkhead ones */
 
-		if (atomic_load(&st->inflight) != 0 || atomic_load(&st->nwait) != 0 ||
+		if (atomic_load(&st->inflight) != fill || atomic_load(&st->nwait) != 0 ||
 		    atomic_load(&st->full) != 0)
 			excess_rounds++;
 		if (atomic_load(&sh->ad->inflight) != 0)
 			aexcess_rounds++;
 		resil_bulkhead_maintain(&x, &conf, st);
 		resil_bulkhead_maintain(&x, &conf, st);
-		TEST_CHECK(atomic_load(&st->inflight) == 0);
+		TEST_CHECK(atomic_load(&st->inflight) == fill);
 		TEST_CHECK(atomic_load(&st->nwait) == 0);
 		TEST_CHECK(atomic_load(&st->full) == 0);
 		resil_adaptive_maintain(&x, &aconf, sh->ad);
@@ -365,7 +378,7 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 		TEST_CHECK(resil_bulkhead_acquire(&x, &conf, st, &pm[MAX]) == RESIL_REJECT_FULL);
 		for (int i = 0; i < MAX; i++)
 			resil_bulkhead_release(&x, &conf, st, &pm[i], RESIL_SUCCESS);
-		TEST_CHECK(atomic_load(&st->inflight) == 0);
+		TEST_CHECK(atomic_load(&st->inflight) == fill);
 		uint32_t lim = resil_adaptive_limit(sh->ad);
 		for (uint32_t i = 0; i < lim; i++) {
 			memset(&pm[i], 0, sizeof(pm[i]));
@@ -405,8 +418,8 @@ int main(void)
 	TEST_CHECK(resil_bulkhead_regime(&wconf) == RESIL_BULKHEAD_SCAN);
 	if (kill_rounds(&wconf, &wconf))
 		return 1;
-	/* counted: a partition that reserves nothing of 4; the waiter waits */
-	if (resil_bulkhead_conf_set(&conf, "bulkhead.critical", "20", err, sizeof(err)) < 0)
+	/* counted: 4 + FILL slots, FILL of them the filler's; the waiter waits */
+	if (resil_bulkhead_conf_set(&conf, "bulkhead.max", "1028", err, sizeof(err)) < 0)
 		return 1;
 	wconf = conf;
 	wconf.wait_ns = 20 * RESIL_NS_PER_MS;

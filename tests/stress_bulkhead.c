@@ -8,17 +8,24 @@
  *     a release one CAS, a saturated pool rejects on the full hint);
  *   - scan with waiters: bulkhead.wait = 1ms for every process (whether
  *     callers wait is part of a block's shape);
- *   - counted: bulkhead.critical = 20% and bulkhead.wait = 1ms for half
- *     of the processes (the others fail fast: the same regime, as for two
- *     records of one block).
+ *   - scan with a partition: bulkhead.critical = 20% (1 of 5 reserved)
+ *     on top, every process waiting;
+ *   - counted, the regime of pools above the scan bound: 5 + 1024
+ *     permits, the top 1024 claimed and counted by a filler client that
+ *     never lets go, bulkhead.critical = 0.1% (1 of the 1029 reserved:
+ *     normal callers have 4 of the 5 left, as with the partition above),
+ *     bulkhead.wait = 1ms for half of the processes (the others fail
+ *     fast: the same regime, as for two records of one block).
  *
  * Invariants (validate part):
- *   - the number of claimed slots is never above bulkhead.max: each
- *     holder counts itself in right after its claim and out right before
- *     its release (a count of claims, not the racy hint);
- *   - at the end: 0 claimed slots, hint 0, no waiter counted; in the scan
- *     regime, after one daemon tick, no full hint (the race a release can
- *     lose against a walk is repaired there at the latest).
+ *   - the number of claimed slots is never above bulkhead.max (5, the
+ *     filler's aside): each holder counts itself in right after its claim
+ *     and out right before its release (a count of claims, not the racy
+ *     hint); with a partition, normal callers' never above 4;
+ *   - at the end: 0 claimed slots, hint 0, no waiter counted (the
+ *     filler's aside); in the scan regime, after one daemon tick, no full
+ *     hint (the race a release can lose against a walk is repaired there
+ *     at the latest).
  * Then (bench part) the throughput of admissions is printed.
  *
  * Runs in a few seconds; RESIL_TEST_SCALE multiplies the rounds.
@@ -39,10 +46,15 @@
 
 #define PROCS 8
 #define MAX   5
+#define FILL   RESIL_BULKHEAD_SCAN_MAX /* the counted run's filler slots */
+#define FILLER 0xfff0u
 
 struct shared {
 	_Atomic int inside; /* holders that counted themselves in */
 	_Atomic int worst;  /* most at once, as holders saw it */
+	_Atomic int inside_normal; /* the same for normal callers alone */
+	_Atomic int worst_normal;
+	int shared_max; /* permits normal callers may hold (of MAX) */
 	_Atomic long admitted;
 	_Atomic long rejected;
 	_Atomic int ready;		    /* workers that are forked and about to start */
@@ -80,6 +92,14 @@ static void worker(struct shared *sh, const struct resil_bulkhead_conf *conf, ui
 				TEST_CHECK(in <= MAX);
 				while (in > w && !atomic_compare_exchange_weak(&sh->worst, &w, in))
 					;
+				if (pm[got].priority == RESIL_PRIO_NORMAL) {
+					in = atomic_fetch_add(&sh->inside_normal, 1) + 1;
+					w = atomic_load(&sh->worst_normal);
+					TEST_CHECK(in <= sh->shared_max);
+					while (in > w && !atomic_compare_exchange_weak(
+							     &sh->worst_normal, &w, in))
+						;
+				}
 				got++;
 				admitted++;
 			} else {
@@ -94,6 +114,8 @@ static void worker(struct shared *sh, const struct resil_bulkhead_conf *conf, ui
 		while (got > 0) {
 			got--;
 			atomic_fetch_sub(&sh->inside, 1);
+			if (pm[got].priority == RESIL_PRIO_NORMAL)
+				atomic_fetch_sub(&sh->inside_normal, 1);
 			resil_bulkhead_release(&x, conf, st, &pm[got], RESIL_SUCCESS);
 		}
 	}
@@ -105,6 +127,7 @@ static int run(const struct resil_bulkhead_conf *cf)
 {
 	const struct resil_bulkhead_conf conf = *cf;
 	bool scan = resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_SCAN;
+	uint32_t fill = scan ? 0 : FILL;
 	struct shared *sh;
 	pid_t pids[PROCS];
 	/* a fail-fast round never sleeps: more of them for as long a run;
@@ -119,6 +142,14 @@ static int run(const struct resil_bulkhead_conf *cf)
 	if (sh == MAP_FAILED)
 		return 1;
 	resil_bulkhead_state_init(sh->st, &conf, 0);
+	if (fill) {
+		struct resil_pool p = resil_bulkhead_pool((struct resil_bulkhead_state *)sh->st);
+
+		for (uint32_t k = MAX; k < p.n; k++)
+			atomic_store(&p.slots[(size_t)k << p.shift], FILLER);
+		atomic_store(&((struct resil_bulkhead_state *)sh->st)->inflight, fill);
+	}
+	sh->shared_max = (int)(resil_bulkhead_shared(&conf, resil_bulkhead_max_of(&conf)) - fill);
 
 	t0 = test_mono_ns();
 	for (i = 0; i < PROCS; i++) {
@@ -151,18 +182,18 @@ static int run(const struct resil_bulkhead_conf *cf)
 
 	memset(&x, 0, sizeof(x));
 	resil_bulkhead_maintain(&x, &conf, st); /* the daemon's tick */
-	printf("%s regime, max %d: most in flight %d; held at end %u, hint %d, waiters %u, full "
-	       "hint %u (%u after a tick)\n",
-	       scan ? (conf.wait_ns ? "scan (waiting)" : "scan") : "counted", MAX,
-	       atomic_load(&sh->worst), resil_bulkhead_held(&conf, st),
-	       (int32_t)atomic_load(&st->inflight), atomic_load(&st->nwait), full_at_end,
-	       atomic_load(&st->full));
+	printf("%s regime, max %d, %d for normal callers: most in flight %d (normal %d); held at "
+	       "end %u, hint %d, waiters %u, full hint %u (%u after a tick)\n",
+	       scan ? (conf.wait_ns ? "scan (waiting)" : "scan") : "counted", MAX, sh->shared_max,
+	       atomic_load(&sh->worst), atomic_load(&sh->worst_normal),
+	       resil_bulkhead_held(&conf, st) - fill, (int32_t)(atomic_load(&st->inflight) - fill),
+	       atomic_load(&st->nwait), full_at_end, atomic_load(&st->full));
 	printf("%d processes: %ld admitted, %ld rejected in %.2f s (%.0f admissions/s)\n", PROCS,
 	       atomic_load(&sh->admitted), atomic_load(&sh->rejected), (t1 - t0) / 1e9,
 	       atomic_load(&sh->admitted) / ((t1 - t0) / 1e9));
-	if (atomic_load(&sh->worst) > MAX)
+	if (atomic_load(&sh->worst) > MAX || atomic_load(&sh->worst_normal) > sh->shared_max)
 		failed = 1;
-	if (resil_bulkhead_held(&conf, st) != 0 || atomic_load(&st->inflight) != 0 ||
+	if (resil_bulkhead_held(&conf, st) != fill || atomic_load(&st->inflight) != fill ||
 	    atomic_load(&st->nwait) != 0 || atomic_load(&st->full) != 0)
 		failed = 1;
 	if (atomic_load(&sh->admitted) == 0 || atomic_load(&sh->worst) < MAX)
@@ -192,13 +223,20 @@ static int run_with(struct resil_bulkhead_conf *conf, const char *key, const cha
 int main(void)
 {
 	struct resil_bulkhead_conf conf;
+	char err[128];
 	int failed;
 
 	resil_bulkhead_conf_defaults(&conf);
-	/* fail-fast, then every caller waiting (both scanned), then a
-	 * partition for critical callers (counted); each on top of the last */
+	/* fail-fast, then every caller waiting, then a partition for
+	 * critical callers (all scanned), each on top of the last; then the
+	 * counted regime */
 	failed = run_with(&conf, "bulkhead.max", "5", RESIL_BULKHEAD_SCAN);
 	failed |= run_with(&conf, "bulkhead.wait", "1ms", RESIL_BULKHEAD_SCAN);
-	failed |= run_with(&conf, "bulkhead.critical", "20", RESIL_BULKHEAD_COUNTED);
+	failed |= run_with(&conf, "bulkhead.critical", "20", RESIL_BULKHEAD_SCAN);
+	resil_bulkhead_conf_defaults(&conf);
+	conf.wait_ns = RESIL_NS_PER_MS;
+	if (resil_bulkhead_conf_set(&conf, "bulkhead.critical", "0.1", err, sizeof(err)))
+		return 1;
+	failed |= run_with(&conf, "bulkhead.max", "1029", RESIL_BULKHEAD_COUNTED);
 	return failed;
 }

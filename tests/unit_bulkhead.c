@@ -4,11 +4,12 @@
  * no segment: limits, unregistered callers, priority partitions, reclaim
  * of a dead client's permits, hint repair after each crash window, waits
  * across threads (shared futex), and a multi-thread invariant; both
- * regimes (scan: the defaults; counted: here bulkhead.critical = 1%,
- * which reserves nothing below 100 permits), the full hint of the scan
- * regime and its race, the regime as part of the shape (a fresh block on
- * a real segment when bulkhead.wait goes from 0 to 200ms), and geometry
- * words a client scribbled on.
+ * regimes (scan: the defaults, with a partition or without; counted: a
+ * pool above the scan bound whose extra slots a filler client holds:
+ * bh_counted), the full hint of the scan regime, its race and a
+ * partition's two values, the regime as part of the shape (a fresh block
+ * on a real segment when bulkhead.wait goes from 0 to 200ms, the same
+ * block for a partition), and geometry words a client scribbled on.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -53,6 +54,7 @@ static int64_t manual_clock(void *ctx)
 struct bh {
 	struct resil_bulkhead_conf conf;
 	struct resil_bulkhead_state *st;
+	uint32_t fill; /* slots held by FILLER (bh_counted) */
 };
 
 static void bh_new(struct bh *b, const char *max, const char *wait, const char *critical)
@@ -75,6 +77,29 @@ static void bh_new(struct bh *b, const char *max, const char *wait, const char *
 	assert_non_null(b->st);
 	memset(b->st, 0xa5, resil_bulkhead_state_size(&b->conf)); /* init must clear it */
 	resil_bulkhead_state_init(b->st, &b->conf, manual_now);
+	b->fill = 0;
+}
+
+/* The counted regime is that of pools above RESIL_BULKHEAD_SCAN_MAX. A
+ * counted pool that behaves as one of max permits (25 when NULL): max +
+ * COUNTED_FILL permits, the top COUNTED_FILL of them claimed and counted
+ * by FILLER, a live client that never lets go. */
+#define COUNTED_FILL RESIL_BULKHEAD_SCAN_MAX
+#define FILLER	     0xfff0u
+static void bh_counted(struct bh *b, const char *max, const char *wait, const char *critical)
+{
+	uint32_t m = max ? (uint32_t)atoi(max) : 25;
+	struct resil_pool p;
+	char total[16];
+
+	snprintf(total, sizeof(total), "%u", m + COUNTED_FILL);
+	bh_new(b, total, wait, critical);
+	assert_int_equal(resil_bulkhead_regime(&b->conf), RESIL_BULKHEAD_COUNTED);
+	p = resil_bulkhead_pool(b->st);
+	for (uint32_t i = m; i < p.n; i++)
+		atomic_store(&p.slots[(size_t)i << p.shift], FILLER);
+	atomic_store(&b->st->inflight, COUNTED_FILL);
+	b->fill = COUNTED_FILL;
 }
 
 static void bh_free(struct bh *b)
@@ -110,7 +135,13 @@ static void give(struct bh *b, uint32_t client, struct resil_permit_priv *pm)
 
 static int32_t hint(struct bh *b)
 {
-	return (int32_t)atomic_load(&b->st->inflight);
+	return (int32_t)atomic_load(&b->st->inflight) - (int32_t)b->fill;
+}
+
+/* Permits held, FILLER's left out. */
+static uint32_t bh_held(struct bh *b)
+{
+	return resil_bulkhead_held(&b->conf, b->st) - b->fill;
 }
 
 static void maintain(struct bh *b)
@@ -121,32 +152,31 @@ static void maintain(struct bh *b)
 	resil_bulkhead_maintain(&x, &b->conf, b->st);
 }
 
-/* A test run in one regime: the counted one through bulkhead.critical =
- * 1%, which reserves nothing for fewer than 100 permits. */
+/* A test run in one regime (the counted one: bh_counted), and with a
+ * partition (bulkhead.critical) or without. */
 struct regime {
 	const char *critical;
 	uint32_t want;
 };
 static struct regime scan_r = {NULL, RESIL_BULKHEAD_SCAN};
-static struct regime counted_r = {"1", RESIL_BULKHEAD_COUNTED};
+static struct regime counted_r = {NULL, RESIL_BULKHEAD_COUNTED};
+static struct regime partition_r = {"34", RESIL_BULKHEAD_SCAN};
 
-static void bh_new_r(struct bh *b, const char *max, void **state)
-{
-	const struct regime *r = *state;
-
-	bh_new(b, max, NULL, r->critical);
-	assert_int_equal(resil_bulkhead_regime(&b->conf), r->want);
-	assert_int_equal(b->st->regime, r->want);
-}
-
-/* A waiting bulkhead in the regime of *state. */
 static void bh_wait_r(struct bh *b, const char *max, const char *wait, void **state)
 {
 	const struct regime *r = *state;
 
-	bh_new(b, max, wait, r->critical);
+	if (r->want == RESIL_BULKHEAD_COUNTED)
+		bh_counted(b, max, wait, r->critical);
+	else
+		bh_new(b, max, wait, r->critical);
 	assert_int_equal(resil_bulkhead_regime(&b->conf), r->want);
-	assert_false(resil_bulkhead_fail_fast(&b->conf));
+	assert_int_equal(b->st->regime, r->want);
+}
+
+static void bh_new_r(struct bh *b, const char *max, void **state)
+{
+	bh_wait_r(b, max, NULL, state);
 }
 
 static bool counted(struct bh *b)
@@ -253,15 +283,19 @@ static void test_shape(void **state)
 	assert_false(resil_bulkhead_same_shape(&b, &a));
 	a.wait_ns = RESIL_NS_PER_S; /* a longer wait changes in place */
 	assert_true(resil_bulkhead_same_shape(&a, &b));
-	/* the regime is part of the shape: a partition counts */
+	/* a partition is scanned: it changes in place, but it is neither
+	 * lean nor fail-fast (a caller's priority bounds its walk) */
 	a.wait_ns = 0;
 	b.wait_ns = 0;
 	b.critical_bp = 1000;
-	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_COUNTED);
+	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_SCAN);
+	assert_false(resil_bulkhead_lean(&b));
 	assert_false(resil_bulkhead_fail_fast(&b));
-	assert_false(resil_bulkhead_same_shape(&a, &b));
-	/* within the counted regime, shares change in place, and waits as
-	 * long as callers wait on both sides */
+	assert_true(resil_bulkhead_same_shape(&a, &b));
+	assert_int_equal(resil_bulkhead_shared(&b, 25), 23); /* 10% of 25: 2 */
+	assert_int_equal(resil_bulkhead_shared(&a, 25), 25);
+	/* shares change in place, and waits as long as callers wait on
+	 * both sides */
 	a.critical_bp = 500;
 	assert_true(resil_bulkhead_same_shape(&a, &b));
 	a.wait_ns = RESIL_NS_PER_S;
@@ -337,8 +371,11 @@ static void test_fresh_block_on_regime_change(void **state)
 	r2 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 300ms");
 	assert_true(r2->state_off == r1->state_off);
 
-	/* a partition: a fresh, counted block */
-	r1 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 300ms; bulkhead.critical = 1%");
+	/* a partition is scanned: the same block */
+	r1 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 300ms; bulkhead.critical = 50%");
+	assert_true(r1->state_off == r2->state_off);
+	/* above the scan bound: a fresh, counted block */
+	r1 = seg_define(&s, "bulkhead.max = 1100; bulkhead.wait = 300ms");
 	assert_true(r1->state_off != r2->state_off);
 	b1 = resil_comp_state(&s, r1, RESIL_C_BULKHEAD);
 	assert_int_equal(b1->regime, RESIL_BULKHEAD_COUNTED);
@@ -359,8 +396,9 @@ static void test_fresh_block_on_regime_change(void **state)
 	assert_int_equal(atomic_load(&b1->inflight), 0);
 	assert_int_equal(atomic_load(&b0->inflight), 0);
 
-	/* within the counted regime a longer wait keeps the block */
-	r2 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 400ms; bulkhead.critical = 1%");
+	/* within the counted regime a longer wait and a partition keep the
+	 * block */
+	r2 = seg_define(&s, "bulkhead.max = 1100; bulkhead.wait = 400ms; bulkhead.critical = 1%");
 	assert_true(r2->state_off == r1->state_off);
 	/* and back to fail-fast: a fresh scan block again */
 	r2 = seg_define(&s, "bulkhead.max = 2");
@@ -387,7 +425,7 @@ static void test_limit(void **state)
 	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &pm[25]), RESIL_REJECT_FULL);
 	assert_int_equal(pm[25].bulkhead_idx, 0);
 	assert_false(pm[25].flags & RESIL_PERMIT_BULKHEAD);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 25);
+	assert_int_equal(bh_held(&b), 25);
 	check_hint(&b, 25); /* rejections undid their fetch_add */
 	if (!counted(&b))
 		assert_int_equal(atomic_load(&b.st->full), 1); /* the walk said so */
@@ -400,7 +438,7 @@ static void test_limit(void **state)
 	give(&b, 1, &pm[7]);
 	assert_int_equal(pm[7].bulkhead_idx, 0);
 	give(&b, 1, &pm[7]); /* a second release of the same permit is a no-op */
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 24);
+	assert_int_equal(bh_held(&b), 24);
 	check_hint(&b, 24);
 	assert_int_equal(atomic_load(&b.st->full), 0); /* the release cleared it */
 	assert_int_equal(take(&b, 3, RESIL_PRIO_NORMAL, &pm[25]), 0);
@@ -409,7 +447,7 @@ static void test_limit(void **state)
 	for (i = 0; i < 26; i++)
 		if (i != 7)
 			give(&b, 1, &pm[i]);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	check_hint(&b, 0);
 	bh_free(&b);
 }
@@ -438,11 +476,11 @@ static void test_scan_reject_never_claims(void **state)
 	}
 	slot_words(&b, after);
 	assert_memory_equal(before, after, sizeof(before));
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 25);
+	assert_int_equal(bh_held(&b), 25);
 	assert_int_equal(hint(&b), 0); /* nothing counts in this regime */
 	for (i = 0; i < 25; i++)
 		give(&b, 1 + (uint32_t)i, &pm[i]);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	bh_free(&b);
 }
 
@@ -477,7 +515,7 @@ static void test_full_hint_race(void **state)
 	/* a bounded number of spurious rejections, then found stale: cleared */
 	assert_true(tries <= (int)RESIL_BULKHEAD_RECHECK);
 	assert_int_equal(atomic_load(&b.st->full), 0);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 4);
+	assert_int_equal(bh_held(&b), 4);
 
 	/* 2. the daemon's tick: clears a stale hint, keeps a true one */
 	assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
@@ -505,10 +543,10 @@ static void test_full_hint_race(void **state)
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 7, &counts);
 	assert_int_equal(counts.permits, 1);
 	assert_int_equal(atomic_load(&b.st->full), 0);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 3);
+	assert_int_equal(bh_held(&b), 3);
 	for (i = 1; i < 4; i++)
 		give(&b, 5, &pm[i]);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	bh_free(&b);
 }
 
@@ -549,7 +587,7 @@ static void test_full_hint_recheck_scales(void **state)
 				break;
 		}
 		assert_true(tries <= resil_bulkhead_recheck(n));
-		assert_int_equal(resil_bulkhead_held(&b.conf, b.st), n);
+		assert_int_equal(bh_held(&b), n);
 		/* full again, and the hint says so */
 		assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
 		assert_int_equal(atomic_load(&b.st->full), 1);
@@ -578,7 +616,7 @@ static void test_geometry_scribbled(void **state)
 	b.st->shift = 31;
 	b.st->regime = counted(&b) ? RESIL_BULKHEAD_SCAN : RESIL_BULKHEAD_COUNTED;
 	/* the geometry comes from the configuration: garbage is not walked */
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 2);
+	assert_int_equal(bh_held(&b), 2);
 	assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &pm[2]), 0);
 	assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
 	give(&b, 9, &pm[2]);
@@ -590,14 +628,15 @@ static void test_geometry_scribbled(void **state)
 	b.st->shift = resil_bulkhead_shift(b.st->regime, 50);
 	b.st->slots_off = sizeof(struct resil_bulkhead_state);
 	maintain(&b);
-	assert_int_equal(b.st->nslots, 3);
+	assert_int_equal(b.st->nslots, resil_bulkhead_max_of(&b.conf));
 	assert_int_equal(b.st->slots_off, sizeof(struct resil_bulkhead_state));
-	assert_int_equal(b.st->shift, resil_bulkhead_shift(resil_bulkhead_regime(&b.conf), 3));
+	assert_int_equal(b.st->shift, resil_bulkhead_shift(resil_bulkhead_regime(&b.conf),
+							   resil_bulkhead_max_of(&b.conf)));
 	assert_int_equal(b.st->regime, resil_bulkhead_regime(&b.conf));
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &pm[i]), 0);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 3);
+	assert_int_equal(bh_held(&b), 3);
 	for (i = 0; i < 3; i++)
 		give(&b, 9, &pm[i]);
 	maintain(&b);
@@ -637,7 +676,7 @@ static void test_unregistered(void **state)
 	bh_new_r(&b, "3", state);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(take(&b, 0, RESIL_PRIO_NORMAL, &pm[i]), 0);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 3);
+	assert_int_equal(bh_held(&b), 3);
 	struct resil_pool p = resil_bulkhead_pool(b.st);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(atomic_load(&p.slots[(pm[i].bulkhead_idx - 1) << p.shift]),
@@ -647,40 +686,136 @@ static void test_unregistered(void **state)
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 0, &counts);
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, RESIL_CLIENT_UNREGISTERED, &counts);
 	assert_int_equal(counts.permits, 0);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 3);
+	assert_int_equal(bh_held(&b), 3);
 	for (i = 0; i < 3; i++)
 		give(&b, 0, &pm[i]);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	bh_free(&b);
 }
 
 static void test_priority(void **state)
 {
-	struct resil_permit_priv pm[26];
+	struct resil_permit_priv pm[26], scratch;
 	struct bh b;
 	int i, n = 0;
 
 	bh_new(&b, "25", NULL, "20"); /* 5 reserved for critical callers */
+	assert_int_equal(resil_bulkhead_regime(&b.conf), RESIL_BULKHEAD_SCAN);
 	for (i = 0; i < 20; i++)
 		assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &pm[n++]), 0);
 	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &pm[n]), RESIL_REJECT_FULL);
 	for (i = 0; i < 5; i++)
 		assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &pm[n++]), 0);
 	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &pm[n]), RESIL_REJECT_FULL);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 25);
+	assert_int_equal(bh_held(&b), 25);
 
-	/* a normal caller sees room only once in-flight drops below 20 */
+	/* normal callers hold the 20 slots below the reserve, critical ones
+	 * the 5 above it */
+	for (i = 0; i < 25; i++)
+		assert_int_equal(pm[i].bulkhead_idx > 20, i >= 20);
+
+	/* a critical permit's end frees a reserved slot: nothing for a
+	 * normal caller */
 	give(&b, 2, &pm[24]);
 	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &pm[24]), RESIL_REJECT_FULL);
 	give(&b, 1, &pm[0]);
-	give(&b, 1, &pm[1]);
-	give(&b, 1, &pm[2]);
-	give(&b, 1, &pm[3]);
-	give(&b, 1, &pm[4]); /* 19 held */
+	give(&b, 1, &pm[1]); /* 17 normal, 4 critical */
 	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &pm[0]), 0);
-	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &pm[1]), RESIL_REJECT_FULL);
-	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &pm[1]), 0);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 21);
+	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &pm[1]), 0);
+	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &pm[24]), RESIL_REJECT_FULL);
+	/* a critical caller takes the last reserved slot, then none */
+	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &pm[24]), 0);
+	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &scratch), RESIL_REJECT_FULL);
+	assert_int_equal(bh_held(&b), 25);
+	/* with a normal slot free, a critical caller may take it too */
+	give(&b, 1, &pm[5]);
+	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &pm[5]), 0);
+	assert_in_range(pm[5].bulkhead_idx, 1, 20);
+	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &scratch), RESIL_REJECT_FULL);
+	for (i = 0; i < 25; i++)
+		give(&b, i < 20 && i != 5 ? 1 : 2, &pm[i]);
+	assert_int_equal(bh_held(&b), 0);
+	bh_free(&b);
+}
+
+/* A partition's claims and full hint: a critical caller takes a shared
+ * slot while there is one, a reserved one after. The hint: SHARED when a
+ * normal caller's walk found the
+ * slots below the reserve taken, ALL when a critical caller's found every
+ * slot taken; a normal caller rejects on either, a critical one on ALL
+ * only; a release clears what it makes false (a reserved slot's: ALL to
+ * SHARED); the tick clears a stale one. bulkhead.critical = 100%: nothing
+ * for a normal caller, no division by a part of 0 slots. */
+static void test_partition_hint(void **state)
+{
+	struct resil_permit_priv pm[10], crit[3], r;
+	struct bh b;
+	int i;
+
+	bh_new(&b, "10", NULL, "20"); /* 8 shared, 2 reserved */
+	/* a critical caller takes a shared slot while there is one */
+	assert_int_equal(take(&b, 20, RESIL_PRIO_CRITICAL, &crit[0]), 0);
+	assert_in_range(crit[0].bulkhead_idx, 1, 8);
+	give(&b, 20, &crit[0]);
+	for (i = 0; i < 8; i++) {
+		assert_int_equal(take(&b, 1 + (uint32_t)i, RESIL_PRIO_NORMAL, &pm[i]), 0);
+		assert_in_range(pm[i].bulkhead_idx, 1, 8);
+	}
+	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
+	assert_int_equal(atomic_load(&b.st->full), RESIL_BULKHEAD_FULL_SHARED);
+	/* a critical caller walks past SHARED, and leaves it set */
+	assert_int_equal(take(&b, 20, RESIL_PRIO_CRITICAL, &crit[0]), 0);
+	assert_in_range(crit[0].bulkhead_idx, 9, 10);
+	assert_int_equal(atomic_load(&b.st->full), RESIL_BULKHEAD_FULL_SHARED);
+	assert_int_equal(take(&b, 20, RESIL_PRIO_CRITICAL, &crit[1]), 0);
+	assert_int_equal(take(&b, 20, RESIL_PRIO_CRITICAL, &r), RESIL_REJECT_FULL);
+	assert_int_equal(atomic_load(&b.st->full), RESIL_BULKHEAD_FULL_ALL);
+	/* a normal caller's failed walk never lowers ALL to SHARED */
+	for (i = 0; i < 40; i++)
+		assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
+	assert_int_equal(atomic_load(&b.st->full), RESIL_BULKHEAD_FULL_ALL);
+	/* a reserved slot's release: the shared part is as full as it was */
+	give(&b, 20, &crit[1]);
+	assert_int_equal(atomic_load(&b.st->full), RESIL_BULKHEAD_FULL_SHARED);
+	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
+	assert_int_equal(take(&b, 20, RESIL_PRIO_CRITICAL, &crit[1]), 0);
+	/* the tick leaves a true hint alone, clears a stale one */
+	atomic_store(&b.st->full, RESIL_BULKHEAD_FULL_SHARED);
+	maintain(&b);
+	assert_int_equal(atomic_load(&b.st->full), RESIL_BULKHEAD_FULL_SHARED);
+	give(&b, 20, &crit[1]);
+	atomic_store(&b.st->full, RESIL_BULKHEAD_FULL_SHARED);
+	maintain(&b); /* only a reserved slot is free: still true */
+	assert_int_equal(atomic_load(&b.st->full), RESIL_BULKHEAD_FULL_SHARED);
+	atomic_store(&b.st->full, RESIL_BULKHEAD_FULL_ALL);
+	maintain(&b);
+	assert_int_equal(atomic_load(&b.st->full), 0);
+	/* a shared slot's release clears it */
+	atomic_store(&b.st->full, RESIL_BULKHEAD_FULL_SHARED);
+	give(&b, 4, &pm[3]);
+	assert_int_equal(atomic_load(&b.st->full), 0);
+	atomic_store(&b.st->full, RESIL_BULKHEAD_FULL_SHARED);
+	maintain(&b);
+	assert_int_equal(atomic_load(&b.st->full), 0);
+	assert_int_equal(take(&b, 4, RESIL_PRIO_NORMAL, &pm[3]), 0);
+	for (i = 0; i < 8; i++)
+		give(&b, 1 + (uint32_t)i, &pm[i]);
+	give(&b, 20, &crit[0]);
+	assert_int_equal(bh_held(&b), 0);
+	bh_free(&b);
+
+	bh_new(&b, "2", NULL, "100");
+	assert_int_equal(resil_bulkhead_shared(&b.conf, 2), 0);
+	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
+	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &crit[0]), 0);
+	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &crit[1]), 0);
+	assert_int_equal(take(&b, 2, RESIL_PRIO_CRITICAL, &crit[2]), RESIL_REJECT_FULL);
+	give(&b, 2, &crit[0]);
+	give(&b, 2, &crit[1]);
+	assert_int_equal(bh_held(&b), 0);
+	bh_free(&b);
+	bh_new(&b, "2", "1ms", "100"); /* a wait for nothing ends */
+	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
 	bh_free(&b);
 }
 
@@ -702,7 +837,7 @@ static void test_reclaim(void **state)
 	ctx_init(&x, 0);
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 8, &counts);
 	assert_int_equal(counts.permits, 3);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 7);
+	assert_int_equal(bh_held(&b), 7);
 	check_hint(&b, 7);
 	assert_int_equal(atomic_load(&b.st->reclaimed), 3);
 	/* exactly once */
@@ -723,7 +858,7 @@ static void test_reclaim(void **state)
 		give(&b, 9, &pm[i]);
 	for (i = 0; i < 3; i++)
 		give(&b, 12, &more[i]);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	check_hint(&b, 0);
 	bh_free(&b);
 }
@@ -735,8 +870,7 @@ static void test_repair_windows(void **state)
 	struct bh b;
 	int i;
 
-	bh_new(&b, "4", NULL, "1"); /* the counted regime: windows A, C, D */
-	assert_int_equal(resil_bulkhead_regime(&b.conf), RESIL_BULKHEAD_COUNTED);
+	bh_counted(&b, "4", NULL, NULL); /* the counted regime: windows A, C, D */
 	p = resil_bulkhead_pool(b.st);
 	for (i = 0; i < 2; i++)
 		assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[i]), 0);
@@ -746,7 +880,7 @@ static void test_repair_windows(void **state)
 	/* window C: a process freed its slot and died before the fetch_sub */
 	assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &pm[2]), 0);
 	atomic_store(&p.slots[(pm[2].bulkhead_idx - 1) << p.shift], 0);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 2);
+	assert_int_equal(bh_held(&b), 2);
 	assert_int_equal(hint(&b), 4);
 
 	/* until the daemon repairs, the leak costs capacity, never safety */
@@ -783,7 +917,7 @@ static void test_repair_windows(void **state)
 	assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[3]), 0);
 	struct resil_permit_priv scratch;
 	assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &scratch), RESIL_REJECT_FULL);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 4);
+	assert_int_equal(bh_held(&b), 4);
 	assert_int_equal(hint(&b), 3);
 	maintain(&b);
 	maintain(&b);
@@ -791,7 +925,7 @@ static void test_repair_windows(void **state)
 	for (i = 0; i < 4; i++)
 		give(&b, 5, &pm[i]);
 	assert_int_equal(hint(&b), 0);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	bh_free(&b);
 }
 
@@ -854,9 +988,9 @@ static void test_wait_admitted(void **state)
 	assert_true(w.pm.flags & RESIL_PERMIT_BULKHEAD);
 	assert_true(w.waited_ns < 20 * RESIL_NS_PER_S); /* woken, not timed out */
 	assert_int_equal(atomic_load(&b.st->nwait), 0);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 1);
+	assert_int_equal(bh_held(&b), 1);
 	give(&b, 2, &w.pm);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	bh_free(&b);
 }
 
@@ -900,7 +1034,7 @@ static void test_wait_one_per_release(void **state)
 	assert_true(eventually_nwait(&b, 3));
 	give(&b, 1, &held[1]);
 	assert_true(eventually_nwait(&b, 2));
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 2);
+	assert_int_equal(bh_held(&b), 2);
 	/* the two admitted ones leave (once they have returned), letting the
 	 * last two in */
 	for (int tries = 0; tries < 2000; tries++) {
@@ -929,7 +1063,7 @@ static void test_wait_one_per_release(void **state)
 		assert_int_equal(w[i].verdict, 0);
 		give(&b, w[i].client, &w[i].pm);
 	}
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	assert_int_equal(hint(&b), 0);
 	bh_free(&b);
 }
@@ -1007,7 +1141,6 @@ static void *hammer_main(void *arg)
 
 static void test_threads(void **state)
 {
-	const struct regime *r = *state;
 	_Atomic int inside = 0, worst = 0;
 	struct hammer h[4];
 	pthread_t th[4];
@@ -1015,9 +1148,8 @@ static void test_threads(void **state)
 	long total = 0;
 	int i;
 
-	/* counted: a partition that matters (1 of 3 reserved) */
-	bh_new(&b, "3", NULL, r->want == RESIL_BULKHEAD_COUNTED ? "34" : NULL);
-	assert_int_equal(resil_bulkhead_regime(&b.conf), r->want);
+	/* partition_r: a partition that matters (1 of 3 reserved) */
+	bh_new_r(&b, "3", state);
 	for (i = 0; i < 4; i++) {
 		h[i] = (struct hammer){.b = &b,
 				       .client = 1 + (uint32_t)i,
@@ -1032,7 +1164,7 @@ static void test_threads(void **state)
 	}
 	assert_true(atomic_load(&worst) <= 3);
 	assert_true(total > 0);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	check_hint(&b, 0);
 	bh_free(&b);
 }
@@ -1070,7 +1202,7 @@ static void test_wait_threads(void **state)
 	assert_int_equal(total, 4 * rounds);
 	assert_true(atomic_load(&b.st->waits) > 0); /* they did wait */
 	assert_int_equal(atomic_load(&b.st->nwait), 0);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	check_hint(&b, 0);
 	bh_free(&b);
 }
@@ -1094,14 +1226,19 @@ static void test_adopt_counted_as_scan(void **state)
 	assert_true(resil_bulkhead_layout_ok(&b.conf, b.st));
 	maintain(&b);
 	assert_int_equal(b.st->regime, RESIL_BULKHEAD_SCAN);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 2);
+	assert_int_equal(bh_held(&b), 2);
+	/* a partition is scanned too: the same block */
 	cc = b.conf;
 	cc.critical_bp = 100;
+	assert_int_equal(resil_bulkhead_regime(&cc), RESIL_BULKHEAD_SCAN);
+	assert_true(resil_bulkhead_layout_ok(&cc, b.st));
+	/* a counted configuration is one of more slots than any scan block */
+	cc.max = RESIL_BULKHEAD_SCAN_MAX + 1;
 	assert_int_equal(resil_bulkhead_regime(&cc), RESIL_BULKHEAD_COUNTED);
 	assert_false(resil_bulkhead_layout_ok(&cc, b.st));
 	for (int i = 0; i < 2; i++)
 		give(&b, 8, &pm[i]);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	bh_free(&b);
 }
 
@@ -1351,6 +1488,7 @@ int main(void)
 	    cmocka_unit_test_prestate(test_unregistered, &scan_r),
 	    cmocka_unit_test_prestate(test_unregistered, &counted_r),
 	    cmocka_unit_test(test_priority),
+	    cmocka_unit_test(test_partition_hint),
 	    cmocka_unit_test_prestate(test_reclaim, &scan_r),
 	    cmocka_unit_test_prestate(test_reclaim, &counted_r),
 	    cmocka_unit_test(test_repair_windows),
@@ -1367,6 +1505,7 @@ int main(void)
 	    cmocka_unit_test(test_adopt_counted_as_scan),
 	    cmocka_unit_test_prestate(test_threads, &scan_r),
 	    cmocka_unit_test_prestate(test_threads, &counted_r),
+	    cmocka_unit_test_prestate(test_threads, &partition_r),
 	    cmocka_unit_test(test_global_lease),
 	    cmocka_unit_test_prestate(test_no_syscall, &scan_r),
 	    cmocka_unit_test_prestate(test_no_syscall, &counted_r),

@@ -5,12 +5,13 @@
  * client's permit back (it judged the process dead), a second client is
  * admitted into the freed slot, and then the first client releases. That
  * release must not free the second client's slot. Bulkhead (both
- * regimes, max 1) and the adaptive limit's pool (limit 1).
+ * regimes, one permit free) and the adaptive limit's pool (limit 1).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,23 +40,41 @@ static void ctx_init(struct resil_ctx *x, uint32_t id)
 struct bh {
 	struct resil_bulkhead_conf conf;
 	void *st;
+	uint32_t fill; /* slots a filler client holds (the counted regime) */
 };
 
-static void bh_new(struct bh *b, const char *critical)
+/* A bulkhead of 1 permit in the scan regime; or in the counted one, that
+ * of pools above RESIL_BULKHEAD_SCAN_MAX: 1 + RESIL_BULKHEAD_SCAN_MAX
+ * permits, all but slot 0 claimed and counted by a live client that
+ * never lets go (id 0xfff0). */
+static void bh_new(struct bh *b, bool counted)
 {
-	char err[128];
+	uint32_t n = counted ? 1 + RESIL_BULKHEAD_SCAN_MAX : 1;
+	struct resil_bulkhead_state *s;
+	struct resil_pool p;
+	char err[128], max[16];
 
 	resil_bulkhead_conf_defaults(&b->conf);
-	assert_int_equal(resil_bulkhead_conf_set(&b->conf, "bulkhead.max", "1", err, sizeof(err)),
+	snprintf(max, sizeof(max), "%u", n);
+	assert_int_equal(resil_bulkhead_conf_set(&b->conf, "bulkhead.max", max, err, sizeof(err)),
 			 0);
-	if (critical)
-		assert_int_equal(resil_bulkhead_conf_set(&b->conf, "bulkhead.critical", critical,
-							 err, sizeof(err)),
-				 0);
+	assert_int_equal(resil_bulkhead_regime(&b->conf),
+			 counted ? RESIL_BULKHEAD_COUNTED : RESIL_BULKHEAD_SCAN);
 	b->st = aligned_alloc(RESIL_HOT_ALIGN,
 			      resil_align_up(resil_bulkhead_state_size(&b->conf), RESIL_HOT_ALIGN));
 	assert_non_null(b->st);
 	resil_bulkhead_state_init(b->st, &b->conf, now_ns);
+	s = b->st;
+	p = resil_bulkhead_pool(s);
+	for (uint32_t i = 1; i < n; i++)
+		atomic_store(&p.slots[(size_t)i << p.shift], 0xfff0u);
+	atomic_store(&s->inflight, n - 1);
+	b->fill = n - 1;
+}
+
+static uint32_t bh_held(struct bh *b)
+{
+	return resil_bulkhead_held(&b->conf, b->st) - b->fill;
 }
 
 static int bh_take(struct bh *b, uint32_t id, struct resil_permit_priv *pm)
@@ -75,14 +94,14 @@ static void bh_give(struct bh *b, uint32_t id, struct resil_permit_priv *pm)
 	resil_bulkhead_release(&x, &b->conf, b->st, pm, RESIL_SUCCESS);
 }
 
-static void wrong_reclaim_bulkhead(const char *critical)
+static void wrong_reclaim_bulkhead(bool counted)
 {
 	struct resil_reclaim_counts counts = {0};
 	struct resil_permit_priv victim, newcomer, third;
 	struct resil_ctx x;
 	struct bh b;
 
-	bh_new(&b, critical);
+	bh_new(&b, counted);
 	assert_int_equal(bh_take(&b, 5, &victim), 0);
 	assert_int_equal(bh_take(&b, 6, &newcomer), RESIL_REJECT_FULL);
 	/* the daemon wrongly judges client 5 dead */
@@ -92,31 +111,30 @@ static void wrong_reclaim_bulkhead(const char *critical)
 	assert_int_equal(bh_take(&b, 6, &newcomer), 0);
 	/* the victim's late release gives back nothing it no longer holds */
 	bh_give(&b, 5, &victim);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 1);
+	assert_int_equal(bh_held(&b), 1);
 	assert_int_equal(bh_take(&b, 7, &third), RESIL_REJECT_FULL);
 	/* the newcomer's own release frees it */
 	bh_give(&b, 6, &newcomer);
-	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 0);
+	assert_int_equal(bh_held(&b), 0);
 	assert_int_equal(bh_take(&b, 7, &third), 0);
 	bh_give(&b, 7, &third);
 	if (resil_bulkhead_regime(&b.conf) == RESIL_BULKHEAD_COUNTED)
 		assert_int_equal(
-		    (int32_t)atomic_load(&((struct resil_bulkhead_state *)b.st)->inflight), 0);
+		    (int32_t)atomic_load(&((struct resil_bulkhead_state *)b.st)->inflight),
+		    (int32_t)b.fill);
 	free(b.st);
 }
 
 static void test_bulkhead_scan(void **state)
 {
 	(void)state;
-	wrong_reclaim_bulkhead(NULL);
+	wrong_reclaim_bulkhead(false);
 }
 
 static void test_bulkhead_counted(void **state)
 {
 	(void)state;
-	/* bulkhead.critical = 1% reserves nothing below 100 permits: the
-	 * counted regime with the same limit */
-	wrong_reclaim_bulkhead("1");
+	wrong_reclaim_bulkhead(true);
 }
 
 static void test_adaptive(void **state)
