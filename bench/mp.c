@@ -93,9 +93,11 @@ static const struct mp_case mp_cases[] = {
     {"bulkhead", "mpbulk", "bulkhead.max = 1000"},
     {"bulkhead25", "mpbulk25", "bulkhead.max = 25"},
     {"bulkhead.wait", "mpbulkw", "bulkhead.max = 1000; bulkhead.wait = 100ms"},
-    /* the counted regime: a partition (callers here are not critical) */
+    /* a partition (callers here are not critical) */
     {"bulkhead.critical", "mpbulkc",
      "bulkhead.max = 1000; bulkhead.wait = 100ms; bulkhead.critical = 10%"},
+    /* the counted regime: above the scan bound */
+    {"bulkhead2000", "mpbulk2k", "bulkhead.max = 2000"},
     {"limit.admit", "mplim", "limit.rate = 1000000000/s; limit.burst = 1000000"},
     {"limit.keyed_1k", "mpkeyed",
      "limit.rate = 1000000000/s; limit.burst = 1000000; limit.keys = 1000", 1000},

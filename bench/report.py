@@ -596,7 +596,7 @@ def report(outdir, path):
       f"{two_ways([n1], [m1], 500, 'as the anchors time round trips')} |")
     mpv = [(k, r.get("mp", f"{k}.shared.p2", "mops"))
            for k in ("breaker.count100", "bulkhead25", "bulkhead", "bulkhead.wait",
-                     "bulkhead.critical", "limit.admit")]
+                     "bulkhead.critical", "bulkhead2000", "limit.admit")]
     txt = ", ".join(f"{k} {fmt(v)}" for k, v in mpv)
     met = [k for k, v in mpv if v is not None and v >= 25]
     unmet = [k for k, v in mpv if v is not None and v < 25]
@@ -832,7 +832,8 @@ def report(outdir, path):
                      ("bulkhead", "bulkhead, max 1000 (fail-fast: one CAS)"),
                      ("bulkhead.wait", "bulkhead, max 1000, wait 100 ms (scan)"),
                      ("bulkhead.critical",
-                      "bulkhead, max 1000, wait 100 ms, 10% critical (counted)"),
+                      "bulkhead, max 1000, wait 100 ms, 10% critical (scan, a partition)"),
+                     ("bulkhead2000", "bulkhead, max 2000 (counted)"),
                      ("limit.admit", "GCRA admit"),
                      ("limit.keyed_1k", "keyed GCRA, 1k keys, uniform")):
         vals = [r.get("mp", f"{k}.{s}.p{p}", "mops")
