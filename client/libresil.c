@@ -712,8 +712,9 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 
 /*
  * Lean decisions. A policy whose only component besides the counters is
- * a scanned bulkhead (no critical share, at most 1024 permits; a waiting
- * one waits in acquire_lean_bulkhead_wait, through resil_bulkhead_acquire) or a
+ * a scanned bulkhead (at most 1024 permits; a waiting one, or one with a
+ * critical share, decides in acquire_lean_bulkhead_wait, through
+ * resil_bulkhead_acquire, with the request's priority) or a
  * rate limiter without reservation (limit.wait = 0; keyed or not), with no
  * histogram and fleet scope, is decided without the general context and
  * dispatch: the binding carries the two state blocks; acquire is the
@@ -729,8 +730,8 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
  * (resil_bulkhead_claim_last, with the slot count the binding took from
  * the configuration) and rejects there on the full hint; a taken slot
  * without the hint, the first claim and global scope go on in
- * acquire_lean_bulkhead, a bulkhead whose callers wait in
- * acquire_lean_bulkhead_wait. The same component functions as
+ * acquire_lean_bulkhead, a bulkhead whose callers wait (or with a
+ * critical share) in acquire_lean_bulkhead_wait. The same component functions as
  * resil_policy_acquire/release, on the same words, and a lean permit is a
  * complete one: either path releases what the other granted (a permit
  * outlives a re-bind).
@@ -807,7 +808,7 @@ static uint32_t lean_kind(const struct resil_rec *rec)
 	    resil_breaker_lean(&rec->conf.breaker))
 		return RESIL_LEAN_BREAKER;
 	if (rec->components == (stats | 1u << RESIL_C_BULKHEAD) &&
-	    resil_bulkhead_lean(&rec->conf.bulkhead))
+	    resil_bulkhead_regime(&rec->conf.bulkhead) == RESIL_BULKHEAD_SCAN)
 		return RESIL_LEAN_BULKHEAD;
 	if (rec->components == (stats | 1u << RESIL_C_LIMIT) && rec->conf.limit.wait_ns == 0)
 		return RESIL_LEAN_LIMIT;
@@ -1202,13 +1203,14 @@ static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy
 	return lean_bulkhead_done(p, b, pm, v);
 }
 
-/* A lean bulkhead whose callers wait (host scope: conf.c): the scan
- * regime's acquire, which reads x->rec for the scope and, when it waits,
- * writes x->now (the wait reads CLOCK_MONOTONIC), and the count. Its own
+/* A lean bulkhead whose callers wait, or with a critical share (host
+ * scope: conf.c): the scan regime's acquire, which reads x->rec for the
+ * scope, the permit's priority for the share and, when it waits, writes
+ * x->now (the wait reads CLOCK_MONOTONIC), and the count. Its own
  * function: the fail-fast and global claims keep their frames. */
 static __attribute__((noinline, flatten)) int
 acquire_lean_bulkhead_wait(resil_policy_t *p, const struct resil_binding *b,
-			   struct resil_permit_priv *pm)
+			   const struct resil_req *req, struct resil_permit_priv *pm)
 {
 	struct resil_ctx x;
 	int v;
@@ -1218,6 +1220,8 @@ acquire_lean_bulkhead_wait(resil_policy_t *p, const struct resil_binding *b,
 	x.now = 0;
 	memset(pm, 0, sizeof(*pm));
 	pm->limit_permits = 1;
+	if (req)
+		pm->priority = (uint32_t)req->priority;
 	v = resil_bulkhead_acquire(&x, &b->rec->conf.bulkhead, b->lean_st, pm);
 	return lean_bulkhead_done(p, b, pm, v);
 }
@@ -1518,12 +1522,13 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		/* the thread's last slot, free again: no call, no frame; a
 		 * slot taken (or the first claim) goes on in
 		 * acquire_lean_bulkhead, a global bulkhead starts there, and a
-		 * bulkhead whose callers wait in acquire_lean_bulkhead_wait */
+		 * bulkhead whose callers wait or with a critical share in
+		 * acquire_lean_bulkhead_wait */
 		uint32_t n = LEAN_BH_N(b->lean), id, idx;
 
 		if (RESIL_UNLIKELY(!n)) {
-			if (b->rec->conf.bulkhead.wait_ns > 0)
-				return acquire_lean_bulkhead_wait(p, b, pm);
+			if (b->rec->conf.bulkhead.wait_ns > 0 || b->rec->conf.bulkhead.critical_bp)
+				return acquire_lean_bulkhead_wait(p, b, req, pm);
 			return acquire_lean_bulkhead(p, b, pm, false);
 		}
 		id = resil_client_id(ld_relaxed(&b->m->row));

@@ -138,18 +138,13 @@ static inline uint32_t resil_bulkhead_shared(const struct resil_bulkhead_conf *c
 	return n - (uint32_t)((uint64_t)n * c->critical_bp / 10000u);
 }
 
-/* A bulkhead whose scan needs neither a priority nor a wait: the scan
- * regime, no partition. The lean paths decide it. */
-static inline bool resil_bulkhead_lean(const struct resil_bulkhead_conf *c)
-{
-	return c->critical_bp == 0 && resil_bulkhead_regime(c) == RESIL_BULKHEAD_SCAN;
-}
-
-/* A fail-fast bulkhead: a lean one with no wait. Its decisions need
- * nothing but the slots (the lean paths, global scope). */
+/* A fail-fast bulkhead: the scan regime, no wait and no partition. Its
+ * decisions need nothing but the slots (the lean paths' claim of the
+ * last slot, stacks, global scope). */
 static inline bool resil_bulkhead_fail_fast(const struct resil_bulkhead_conf *c)
 {
-	return c->wait_ns == 0 && resil_bulkhead_lean(c);
+	return c->wait_ns == 0 && c->critical_bp == 0 &&
+	       resil_bulkhead_regime(c) == RESIL_BULKHEAD_SCAN;
 }
 
 /* Slot stride (log2 of words) of a bulkhead's pool of n slots. */

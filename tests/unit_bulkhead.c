@@ -283,13 +283,12 @@ static void test_shape(void **state)
 	assert_false(resil_bulkhead_same_shape(&b, &a));
 	a.wait_ns = RESIL_NS_PER_S; /* a longer wait changes in place */
 	assert_true(resil_bulkhead_same_shape(&a, &b));
-	/* a partition is scanned: it changes in place, but it is neither
-	 * lean nor fail-fast (a caller's priority bounds its walk) */
+	/* a partition is scanned: it changes in place, but it is not
+	 * fail-fast (a caller's priority bounds its walk) */
 	a.wait_ns = 0;
 	b.wait_ns = 0;
 	b.critical_bp = 1000;
 	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_SCAN);
-	assert_false(resil_bulkhead_lean(&b));
 	assert_false(resil_bulkhead_fail_fast(&b));
 	assert_true(resil_bulkhead_same_shape(&a, &b));
 	assert_int_equal(resil_bulkhead_shared(&b, 25), 23); /* 10% of 25: 2 */

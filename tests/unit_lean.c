@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * unit_lean.c - libresil's lean decisions (libresil.c, "Lean decisions"):
- * a policy that is only a scanned bulkhead (fail-fast or waiting), a
+ * a policy that is only a scanned bulkhead (fail-fast, waiting or with a
+ * critical share), a
  * limiter (keyed or not),
  * the counters, or a breaker without a slow-call rate, or a stack of two
  * or three of a breaker, an unkeyed GCRA and a fail-fast bulkhead, is
@@ -104,8 +105,8 @@ static void test_lean_counts_as_general(void **state)
 }
 
 /* Not lean: a component outside the stack, a histogram, a wait in a
- * stack, a critical share, a key or a sliding window in a stack, global
- * scope in a stack. */
+ * stack, a critical share in a stack, a key or a sliding window in a
+ * stack, global scope in a stack. */
 static void test_lean_only_when_alone(void **state)
 {
 	static const char *const general[] = {
@@ -119,7 +120,7 @@ static void test_lean_only_when_alone(void **state)
 	    "breaker.window = count:10; breaker.slow_call = 1s; breaker.slow_call_rate = 50;"
 	    " bulkhead.max = 2",
 	    "bulkhead.max = 2; histogram = on",
-	    "bulkhead.max = 2; bulkhead.critical = 50%",
+	    "breaker.window = count:10; bulkhead.max = 2; bulkhead.critical = 50%",
 	    "bulkhead.max = 2; policy.scope = process",
 	    "bulkhead.max = 2000",
 	};
@@ -291,6 +292,35 @@ static void test_lean_bulkhead_wait(void **state)
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(held(rec), 0);
 	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 1);
+}
+
+/* A critical share, lean: the request's priority reaches the partition
+ * (a normal caller gets the shared permit only, a critical one the
+ * reserved one too), and the release frees either. */
+static void test_lean_bulkhead_partition(void **state)
+{
+	struct resil_req crit = {.priority = RESIL_PRIO_CRITICAL};
+	const struct resil_rec *rec;
+	resil_permit_t a, b, x;
+	resil_policy_t *p;
+
+	(void)state;
+	bulkhead_policy("part", "bulkhead.max = 2; bulkhead.critical = 50%", &p, &rec);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	assert_int_equal(atomic_load(&p->b)->lean, 1); /* lean, no slot count */
+	assert_int_equal(resil_policy_may_wait(p), 0);
+	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL); /* the reserve */
+	assert_int_equal(resil_acquire_ex(p, &crit, &b), RESIL_ADMIT);
+	assert_int_equal(resil_acquire_ex(p, &crit, &x), RESIL_REJECT_FULL);
+	assert_int_equal(held(rec), 2);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
+	resil_release(p, &b, RESIL_SUCCESS);
+	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL);
+	resil_release(p, &a, RESIL_SUCCESS);
+	assert_int_equal(held(rec), 0);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 3);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_FULL), 3);
 }
 
 static int64_t manual_ns = 1000 * 1000000000LL;
@@ -914,6 +944,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lean_only_when_alone, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_hint, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_wait, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_partition, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_permit_outlives_rebind, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_stack, open_emb, close_emb),
