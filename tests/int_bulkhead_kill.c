@@ -40,8 +40,10 @@
  * Then the same through the whole stack: a resild of the test's own, a
  * policy "bulkhead.max = 4; bulkhead.wait = 20ms" (scan, waiting), one
  * with "bulkhead.critical = 20%" too (a partition that reserves nothing
- * of 4: the partition's walk) and one "bulkhead.max = 4" (scan,
- * fail-fast), forked children of a connected process (each
+ * of 4: the partition's walk), one "bulkhead.max = 4" (scan, fail-fast)
+ * and one "bulkhead.max = 1028; bulkhead.wait = 20ms" (counted; the
+ * test's own process takes 1024 permits first and holds them to the
+ * end), forked children of a connected process (each
  * claims its own client row) taking permits with resil_acquire and
  * SIGKILLed at random moments; the daemon notices the deaths and
  * reclaims: eventually (10 s) all 4 permits can be taken again and a
@@ -178,14 +180,21 @@ static bool whole(resil_policy_t *p)
 	return ok;
 }
 
-static void daemon_rounds(resil_t *r, const char *name, const char *config)
+/* fill: permits this process takes first and holds to the end (a live
+ * client: never reclaimed), so that a counted pool of 4 + fill permits
+ * has 4 for the rounds. */
+static void daemon_rounds(resil_t *r, const char *name, const char *config, int fill)
 {
 	int rounds = 20 * resil_test_scale(), slowest_ms = 0;
+	resil_permit_t *held = fill ? calloc((size_t)fill, sizeof(*held)) : NULL;
 	uint64_t seed = 0xfeedu;
 	resil_policy_t *p;
 
 	TEST_CHECK(resil_define(r, name, config) == 0);
 	TEST_CHECK(resil_policy(r, name, &p) == 0);
+	TEST_CHECK(!fill || held);
+	for (int i = 0; i < fill; i++)
+		TEST_CHECK(resil_acquire(p, &held[i]) == RESIL_ADMIT);
 	TEST_CHECK(whole(p));
 
 	for (int round = 0; round < rounds; round++) {
@@ -217,6 +226,9 @@ static void daemon_rounds(resil_t *r, const char *name, const char *config)
 		if ((test_mono_ns() - t0) / RESIL_NS_PER_MS > slowest_ms)
 			slowest_ms = (int)((test_mono_ns() - t0) / RESIL_NS_PER_MS);
 	}
+	for (int i = 0; i < fill; i++)
+		resil_release(p, &held[i], RESIL_IGNORED);
+	free(held);
 	printf("through resild, '%s': %d rounds, every permit back each time (slowest %d ms)\n",
 	       config, rounds, slowest_ms);
 }
@@ -230,10 +242,12 @@ static int through_daemon(void)
 	TEST_CHECK(dops != MAP_FAILED);
 	if (test_daemon_open(&d, &r) < 0)
 		return 1;
-	daemon_rounds(r, "bulkhead-kill", "bulkhead.max = 4; bulkhead.wait = 20ms");
+	daemon_rounds(r, "bulkhead-kill", "bulkhead.max = 4; bulkhead.wait = 20ms", 0);
 	daemon_rounds(r, "bulkhead-kill-partition",
-		      "bulkhead.max = 4; bulkhead.wait = 20ms; bulkhead.critical = 20%");
-	daemon_rounds(r, "bulkhead-kill-scan", "bulkhead.max = 4");
+		      "bulkhead.max = 4; bulkhead.wait = 20ms; bulkhead.critical = 20%", 0);
+	daemon_rounds(r, "bulkhead-kill-scan", "bulkhead.max = 4", 0);
+	daemon_rounds(r, "bulkhead-kill-counted", "bulkhead.max = 1028; bulkhead.wait = 20ms",
+		      FILL);
 	resil_close(r);
 	test_daemon_fini(&d);
 	munmap(dops, 4096);
