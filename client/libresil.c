@@ -1527,7 +1527,9 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		uint32_t n = LEAN_BH_N(b->lean), id, idx;
 
 		if (RESIL_UNLIKELY(!n)) {
-			if (b->rec->conf.bulkhead.wait_ns > 0 || b->rec->conf.bulkhead.critical_bp)
+			/* no slot count: global scope (fail-fast, conf.c), or
+			 * callers that wait, or a critical share */
+			if (b->rec->conf.scope != RESIL_SCOPE_GLOBAL)
 				return acquire_lean_bulkhead_wait(p, b, req, pm);
 			return acquire_lean_bulkhead(p, b, pm, false);
 		}

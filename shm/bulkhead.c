@@ -826,14 +826,15 @@ static __attribute__((noinline, cold)) void wake_one(struct resil_bulkhead_state
 
 /* The release: a CAS from the holder's id (a line this thread just wrote,
  * so usually still in its cache); then the hint, when set (a read-mostly
- * line): cleared, or, for a slot at or above the shared part (shared: a
- * partition's bound, n without one), SHARED (that part is as full as it
- * was). A slot that no longer names us was reclaimed: nothing to give.
+ * line): cleared, or, for a slot at or above the shared part of c's
+ * partition (c NULL: none), SHARED (that part is as full as it was). A
+ * slot that no longer names us was reclaimed: nothing to give.
  * waits (bulkhead.wait > 0): the CAS is seq_cst and the waiter count is
  * loaded after it, seq_cst: the releaser's half of the Dekker pair (see
  * "Waiting" at the top). On x86 the CAS is the same instruction. */
 static inline __attribute__((always_inline)) void scan_free(struct resil_bulkhead_state *s,
-							    uint32_t n, uint32_t shared,
+							    uint32_t n,
+							    const struct resil_bulkhead_conf *c,
 							    uint32_t idx, uint32_t id, bool waits)
 {
 	ra32 *w;
@@ -851,6 +852,7 @@ static inline __attribute__((always_inline)) void scan_free(struct resil_bulkhea
 	/* the race of the hint: see "Full hint" at the top */
 	v = ld_relaxed(&s->full);
 	if (RESIL_UNLIKELY(v)) {
+		uint32_t shared = c ? resil_bulkhead_shared(c, n) : n;
 		uint32_t nv = idx - 1 < shared ? 0 : RESIL_BULKHEAD_FULL_SHARED;
 
 		if (v != nv)
@@ -1093,13 +1095,17 @@ int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf
 	if (scan_regime(c)) {
 		uint32_t n = resil_bulkhead_max_of(c);
 
-		/* a partition: the slots below its reserve, then, for a
-		 * critical caller, the reserve */
-		limit = prio_limit(c, n, pm);
-		if (RESIL_UNLIKELY(x->rec && x->rec->conf.scope == RESIL_SCOPE_GLOBAL))
+		limit = n;
+		if (RESIL_UNLIKELY(x->rec && x->rec->conf.scope == RESIL_SCOPE_GLOBAL)) {
 			idx = global_claim(x, s, n, id); /* fail-fast, no partition: conf.c */
-		else
+		} else if (RESIL_LIKELY(c->critical_bp == 0)) {
+			idx = scan_claim(s, n, n, id);
+		} else {
+			/* a partition: the slots below its reserve, then, for
+			 * a critical caller, the reserve */
+			limit = prio_limit(c, n, pm);
 			idx = part_claim(s, resil_bulkhead_shared(c, n), n, limit == n, id);
+		}
 		if (RESIL_LIKELY(idx) || c->wait_ns <= 0)
 			return granted(pm, id, idx);
 		return bulkhead_wait(x, c, s, NULL, limit, id, pm);
@@ -1123,8 +1129,7 @@ void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_con
 	if (scan_regime(c)) {
 		uint32_t n = resil_bulkhead_max_of(c);
 
-		scan_free(s, n, resil_bulkhead_shared(c, n), pm->bulkhead_idx, pm->holder,
-			  c->wait_ns > 0);
+		scan_free(s, n, c, pm->bulkhead_idx, pm->holder, c->wait_ns > 0);
 		pm->bulkhead_idx = 0;
 		pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 		return;
@@ -1194,7 +1199,7 @@ void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_pri
 {
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
-	scan_free(st, n, n, pm->bulkhead_idx, pm->holder, false);
+	scan_free(st, n, NULL, pm->bulkhead_idx, pm->holder, false);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 }
@@ -1206,7 +1211,7 @@ void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
 		return;
 	uint32_t n = resil_bulkhead_max_of(c);
 
-	scan_free(st, n, resil_bulkhead_shared(c, n), pm->bulkhead_idx, pm->holder, c->wait_ns > 0);
+	scan_free(st, n, c, pm->bulkhead_idx, pm->holder, c->wait_ns > 0);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 }

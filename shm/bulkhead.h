@@ -135,6 +135,8 @@ static inline uint32_t resil_bulkhead_regime(const struct resil_bulkhead_conf *c
  * the slots below it (the shared part); critical callers claim any. */
 static inline uint32_t resil_bulkhead_shared(const struct resil_bulkhead_conf *c, uint32_t n)
 {
+	if (RESIL_LIKELY(c->critical_bp == 0))
+		return n; /* no partition: no multiply and divide */
 	return n - (uint32_t)((uint64_t)n * c->critical_bp / 10000u);
 }
 
