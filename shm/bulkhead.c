@@ -33,7 +33,9 @@
  *   every decision: two processes on one pool write their own slots'
  *   lines only (mp/bulkhead, max 1000: 105 M decisions/s together; the
  *   counted regime, whose in-flight word crosses between the two CPUs
- *   twice per decision, 12 to 24: mp/bulkhead2000; mp/bulkhead.wait
+ *   twice per decision, about 7 at 2000 permits (mp/bulkhead2000, slots
+ *   packed too; 12 to 24 at 1000 permits, when a partition was counted:
+ *   mp/bulkhead.critical then); mp/bulkhead.wait
  *   measures the scan regime with waiters allowed, mp/bulkhead.critical
  *   with a partition).
  *   Why a bound: a walk reads every slot, and a walk comes with every
