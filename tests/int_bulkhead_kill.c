@@ -67,7 +67,6 @@
 #define WORKERS 4
 #define MAX	4
 #define FILL	RESIL_BULKHEAD_SCAN_MAX /* the counted blocks' filler slots */
-#define FILLER	0xfff0u
 
 struct shared {
 	_Atomic long ops[WORKERS]; /* progress, so the test knows they run */
@@ -285,14 +284,8 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 		return 1;
 	resil_bulkhead_state_init(sh->st, &conf, 0);
 	TEST_CHECK(((struct resil_bulkhead_state *)sh->st)->regime == resil_bulkhead_regime(&conf));
-	if (fill) {
-		struct resil_pool p = resil_bulkhead_pool((struct resil_bulkhead_state *)sh->st);
-
-		TEST_CHECK(p.n == MAX + FILL);
-		for (uint32_t k = MAX; k < p.n; k++)
-			atomic_store(&p.slots[(size_t)k << p.shift], FILLER);
-		atomic_store(&((struct resil_bulkhead_state *)sh->st)->inflight, fill);
-	}
+	if (fill)
+		TEST_CHECK(test_bulkhead_fill(sh->st, MAX) == fill);
 	sh->aconf = aconf;
 	sh->ad = (struct resil_adaptive_state *)((char *)sh + boff);
 	resil_adaptive_state_init(sh->ad, &aconf, test_mono_ns());

@@ -46,8 +46,7 @@
 
 #define PROCS 8
 #define MAX   5
-#define FILL   RESIL_BULKHEAD_SCAN_MAX /* the counted run's filler slots */
-#define FILLER 0xfff0u
+#define FILL  RESIL_BULKHEAD_SCAN_MAX /* the counted run's filler slots */
 
 struct shared {
 	_Atomic int inside; /* holders that counted themselves in */
@@ -142,13 +141,8 @@ static int run(const struct resil_bulkhead_conf *cf)
 	if (sh == MAP_FAILED)
 		return 1;
 	resil_bulkhead_state_init(sh->st, &conf, 0);
-	if (fill) {
-		struct resil_pool p = resil_bulkhead_pool((struct resil_bulkhead_state *)sh->st);
-
-		for (uint32_t k = MAX; k < p.n; k++)
-			atomic_store(&p.slots[(size_t)k << p.shift], FILLER);
-		atomic_store(&((struct resil_bulkhead_state *)sh->st)->inflight, fill);
-	}
+	if (fill)
+		TEST_CHECK(test_bulkhead_fill(sh->st, MAX) == fill);
 	sh->shared_max = (int)(resil_bulkhead_shared(&conf, resil_bulkhead_max_of(&conf)) - fill);
 
 	t0 = test_mono_ns();

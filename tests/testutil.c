@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "bulkhead.h"
 
 #ifndef RESILD_PATH
 #define RESILD_PATH "resild"
@@ -511,6 +512,18 @@ const struct resil_rec *test_rec_of(resil_t *r, const char *name)
 	rec = resil_seg_rec_of(&r->seg, w);
 	TEST_CHECK(rec != NULL);
 	return rec;
+}
+
+uint32_t test_bulkhead_fill(void *st, uint32_t free_slots)
+{
+	struct resil_bulkhead_state *s = st;
+	struct resil_pool p = resil_bulkhead_pool(s);
+	uint32_t held = p.n > free_slots ? p.n - free_slots : 0;
+
+	for (uint32_t i = free_slots; i < p.n; i++)
+		atomic_store(&p.slots[(size_t)i << p.shift], TEST_BULKHEAD_FILLER);
+	atomic_store(&s->inflight, held);
+	return held;
 }
 
 long long test_metric(resil_t *r, const char *name)

@@ -54,7 +54,7 @@ static int64_t manual_clock(void *ctx)
 struct bh {
 	struct resil_bulkhead_conf conf;
 	struct resil_bulkhead_state *st;
-	uint32_t fill; /* slots held by FILLER (bh_counted) */
+	uint32_t fill; /* slots held by the filler (bh_counted) */
 };
 
 static void bh_new(struct bh *b, const char *max, const char *wait, const char *critical)
@@ -82,24 +82,17 @@ static void bh_new(struct bh *b, const char *max, const char *wait, const char *
 
 /* The counted regime is that of pools above RESIL_BULKHEAD_SCAN_MAX. A
  * counted pool that behaves as one of max permits (25 when NULL): max +
- * COUNTED_FILL permits, the top COUNTED_FILL of them claimed and counted
- * by FILLER, a live client that never lets go. */
-#define COUNTED_FILL RESIL_BULKHEAD_SCAN_MAX
-#define FILLER	     0xfff0u
+ * RESIL_BULKHEAD_SCAN_MAX permits, the top ones held by the filler
+ * client (test_bulkhead_fill). */
 static void bh_counted(struct bh *b, const char *max, const char *wait, const char *critical)
 {
 	uint32_t m = max ? (uint32_t)atoi(max) : 25;
-	struct resil_pool p;
 	char total[16];
 
-	snprintf(total, sizeof(total), "%u", m + COUNTED_FILL);
+	snprintf(total, sizeof(total), "%u", m + RESIL_BULKHEAD_SCAN_MAX);
 	bh_new(b, total, wait, critical);
 	assert_int_equal(resil_bulkhead_regime(&b->conf), RESIL_BULKHEAD_COUNTED);
-	p = resil_bulkhead_pool(b->st);
-	for (uint32_t i = m; i < p.n; i++)
-		atomic_store(&p.slots[(size_t)i << p.shift], FILLER);
-	atomic_store(&b->st->inflight, COUNTED_FILL);
-	b->fill = COUNTED_FILL;
+	b->fill = test_bulkhead_fill(b->st, m);
 }
 
 static void bh_free(struct bh *b)
@@ -138,7 +131,7 @@ static int32_t hint(struct bh *b)
 	return (int32_t)atomic_load(&b->st->inflight) - (int32_t)b->fill;
 }
 
-/* Permits held, FILLER's left out. */
+/* Permits held, the filler's left out. */
 static uint32_t bh_held(struct bh *b)
 {
 	return resil_bulkhead_held(&b->conf, b->st) - b->fill;

@@ -20,6 +20,7 @@
 #include "adaptive.h"
 #include "bulkhead.h"
 #include "policy.h"
+#include "testutil.h"
 #include "resil.h"
 
 static int64_t now_ns = 1000 * RESIL_NS_PER_S;
@@ -45,13 +46,10 @@ struct bh {
 
 /* A bulkhead of 1 permit in the scan regime; or in the counted one, that
  * of pools above RESIL_BULKHEAD_SCAN_MAX: 1 + RESIL_BULKHEAD_SCAN_MAX
- * permits, all but slot 0 claimed and counted by a live client that
- * never lets go (id 0xfff0). */
+ * permits, all but slot 0 held by the filler client (test_bulkhead_fill). */
 static void bh_new(struct bh *b, bool counted)
 {
 	uint32_t n = counted ? 1 + RESIL_BULKHEAD_SCAN_MAX : 1;
-	struct resil_bulkhead_state *s;
-	struct resil_pool p;
 	char err[128], max[16];
 
 	resil_bulkhead_conf_defaults(&b->conf);
@@ -64,12 +62,7 @@ static void bh_new(struct bh *b, bool counted)
 			      resil_align_up(resil_bulkhead_state_size(&b->conf), RESIL_HOT_ALIGN));
 	assert_non_null(b->st);
 	resil_bulkhead_state_init(b->st, &b->conf, now_ns);
-	s = b->st;
-	p = resil_bulkhead_pool(s);
-	for (uint32_t i = 1; i < n; i++)
-		atomic_store(&p.slots[(size_t)i << p.shift], 0xfff0u);
-	atomic_store(&s->inflight, n - 1);
-	b->fill = n - 1;
+	b->fill = test_bulkhead_fill(b->st, 1);
 }
 
 static uint32_t bh_held(struct bh *b)
