@@ -1105,8 +1105,11 @@ int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf
 		} else {
 			/* a partition: the slots below its reserve, then, for
 			 * a critical caller, the reserve */
-			limit = prio_limit(c, n, pm);
-			idx = part_claim(s, resil_bulkhead_shared(c, n), n, limit == n, id);
+			uint32_t shared = resil_bulkhead_shared(c, n);
+			bool critical = pm->priority == RESIL_PRIO_CRITICAL;
+
+			limit = critical ? n : shared;
+			idx = part_claim(s, shared, n, critical, id);
 		}
 		if (RESIL_LIKELY(idx) || c->wait_ns <= 0)
 			return granted(pm, id, idx);
@@ -1224,20 +1227,6 @@ void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *
 	resil_bulkhead_release(x, c, st, pm, RESIL_IGNORED);
 }
 
-/* The full hint says slots are taken that are not: SHARED, a slot of the
- * shared part is free; ALL (or a word no code writes), any slot is. */
-static bool hint_stale(struct resil_bulkhead_state *s, const struct resil_bulkhead_conf *c,
-		       uint32_t n)
-{
-	uint32_t upto =
-	    ld_relaxed(&s->full) == RESIL_BULKHEAD_FULL_SHARED ? resil_bulkhead_shared(c, n) : n;
-
-	for (uint32_t i = 0; i < upto; i++)
-		if (ld_acquire(scan_slot(s, i)) == 0)
-			return true;
-	return false;
-}
-
 void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st)
 {
 	struct resil_bulkhead_state *s = st;
@@ -1249,8 +1238,14 @@ void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_co
 	layout_repair(s, c);
 	if (scan_regime(c)) {
 		/* a hint that a release missed: cleared when a slot it covers
-		 * is free */
-		if (RESIL_UNLIKELY(ld_relaxed(&s->full)) && hint_stale(s, c, p.n)) {
+		 * is free (SHARED: the shared part's; ALL, or a word no code
+		 * writes: any) */
+		struct resil_pool covered = p;
+		uint32_t v = ld_relaxed(&s->full);
+
+		if (v == RESIL_BULKHEAD_FULL_SHARED)
+			covered.n = resil_bulkhead_shared(c, p.n);
+		if (RESIL_UNLIKELY(v) && resil_pool_claimed(&covered) < covered.n) {
 			st_relaxed(&s->full, 0);
 			faa_relaxed(&s->repaired, 1);
 		}
