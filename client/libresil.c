@@ -712,7 +712,7 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 
 /*
  * Lean decisions. A policy whose only component besides the counters is
- * a scanned bulkhead (at most 1024 permits; a waiting one, or one with a
+ * a bulkhead of spread slots (at most 1024 permits; a waiting one, or one with a
  * critical share, decides in acquire_lean_bulkhead_wait, through
  * resil_bulkhead_acquire, with the request's priority) or a
  * rate limiter without reservation (limit.wait = 0; keyed or not), with no
@@ -808,7 +808,7 @@ static uint32_t lean_kind(const struct resil_rec *rec)
 	    resil_breaker_lean(&rec->conf.breaker))
 		return RESIL_LEAN_BREAKER;
 	if (rec->components == (stats | 1u << RESIL_C_BULKHEAD) &&
-	    resil_bulkhead_regime(&rec->conf.bulkhead) == RESIL_BULKHEAD_SCAN)
+	    resil_bulkhead_spread(&rec->conf.bulkhead))
 		return RESIL_LEAN_BULKHEAD;
 	if (rec->components == (stats | 1u << RESIL_C_LIMIT) && rec->conf.limit.wait_ns == 0)
 		return RESIL_LEAN_LIMIT;

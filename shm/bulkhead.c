@@ -3,10 +3,11 @@
  * bulkhead.c - at most bulkhead.max calls in flight for the whole fleet,
  * with permits that a SIGKILL can neither leak nor double.
  *
- * Size: above 900 lines on purpose: the pool's claim and free and the scan
- * regime's walk are always_inline helpers of resil_bulkhead_acquire and
- * release (the hot path), and the global scope's lease and parking work on
- * the same slots through the same helpers.
+ * Size: above 900 lines on purpose: the scan's claim, walk and free are
+ * always_inline helpers of resil_bulkhead_acquire and release (the hot
+ * path), one copy per slot stride; the global scope's lease and parking
+ * work on the same slots through the same helpers; and the counted pool
+ * (resil_pool_*) of the adaptive limit lives here too.
  *
  * A permit is a slot claimed by CAS 0 -> client id: the claim IS the
  * record of who holds it, so the daemon gives back exactly what a dead
@@ -14,11 +15,8 @@
  * bulkhead.max slots, so "never more than max in flight" holds by
  * construction, whatever happens to any other word.
  *
- * Two regimes, chosen from the configuration (resil_bulkhead_regime):
- *
- * SCAN: bulkhead.max <= RESIL_BULKHEAD_SCAN_MAX (1024), with or without
- * bulkhead.wait and bulkhead.critical (a partition: "Priorities"). No
- * in-flight counter:
+ * The scan, for every bulkhead, with or without bulkhead.wait and
+ * bulkhead.critical (a partition: "Priorities"). No in-flight counter:
  *   enter  load this thread's last slot; free: CAS 0 -> id, done (one
  *          locked RMW). Else, unless the full hint says otherwise, walk
  *          the slots once around by groups of 8 (read-only loads, a CAS
@@ -31,71 +29,74 @@
  *   Nothing counts, so nothing can drift: the daemon has no hint to
  *   repair, only dead holders' slots to free. And no word is written by
  *   every decision: two processes on one pool write their own slots'
- *   lines only (mp/bulkhead, max 1000: 105 M decisions/s together; the
- *   counted regime, whose in-flight word crosses between the two CPUs
- *   twice per decision, about 7 at 2000 permits (mp/bulkhead2000, slots
- *   packed too; 12 to 24 at 1000 permits, when a partition was counted:
- *   mp/bulkhead.critical then); mp/bulkhead.wait
- *   measures the scan regime with waiters allowed, mp/bulkhead.critical
- *   with a partition).
- *   Why a bound: a walk reads every slot, and a walk comes with every
- *   resil_bulkhead_recheck(n)-th rejection on the hint (16 per 128
+ *   lines only (mp/bulkhead, max 1000: 105 M decisions/s together;
+ *   mp/bulkhead2000, packed slots: 80; a pool above 1024 permits was
+ *   counted before, its in-flight word crossing between the two CPUs
+ *   twice per decision: 7 to 14 M/s; mp/bulkhead.wait measures the scan
+ *   with waiters allowed, mp/bulkhead.critical with a partition).
+ *   Slots up to RESIL_POOL_SPREAD_MAX (1024) are spread one per 128-byte
+ *   line (resil_pool_shift's layout): packed, two processes on one
+ *   max-25 policy bounce one line (mp/bulkhead25 measures it: spread,
+ *   they decide as fast as on two policies; packed, several times
+ *   slower). Above, spreading would cost 128 bytes a permit (8 MiB at
+ *   the parser's 65536), so the slots are packed, 32 to a line, and a
+ *   thread's first claim starts on the line of its client id (slot 32 x
+ *   id): processes claim on lines of their own, threads of one process
+ *   on neighbouring slots of one line. The stride is a constant in each
+ *   copy of the helpers (SPREAD, PACKED): resil_bulkhead_acquire and
+ *   release test bulkhead.max once, as they tested the regime before.
+ *   The lean paths and the global scope take spread pools only.
+ *   What a walk costs: a walk reads every slot, and a walk comes with
+ *   every resil_bulkhead_recheck(n)-th rejection on the hint (16 per 128
  *   slots: about 8 slots read per rejection at any size), with the first
  *   rejection after a release into a saturated pool, and with an
- *   admission into a nearly full pool (as the counted regime's claim
- *   after its count). Enter+exit costs the same at any size
- *   (resil/bulkhead.acq_rel against resil/bulkhead1000.acq_rel); a
- *   rejection of a saturated pool grows with the size, as its walks leave
- *   L1 (resil/bulkhead1000.reject: about 1.5x the 25-slot rejection). The
- *   bound is where the slots stop being spread (RESIL_POOL_SPREAD_MAX):
- *   at most 128 KiB a pool, and a walk of a saturated pool with churn (a
- *   release, the admission that takes its slot, the next rejection's
- *   walk) reads at most 1.5 x 1024 lines. Larger pools are counted.
- *   Slots are spread one per 128-byte line (resil_pool_shift's layout):
- *   packed, two processes on one max-25 policy bounce one line
- *   (mp/bulkhead25 measures it: spread, they decide as fast as on two
- *   policies; packed, several times slower). A single process measures
- *   the same either way.
+ *   admission into a nearly full pool. Enter+exit costs the same at any
+ *   size (resil/bulkhead.acq_rel against resil/bulkhead1000.acq_rel); a
+ *   rejection of a saturated pool grows with the lines a walk reads
+ *   (resil/bulkhead1000.reject: about 1.5x the 25-slot rejection): 1024
+ *   spread, or 2048 packed at 65536 permits. A count would make a
+ *   saturated pool's rejection one load; it would cost every admission
+ *   two RMWs on one word all processes write, which is what limited two
+ *   processes to 7-14 M decisions/s.
  *
- * COUNTED: pools above the bound, and the adaptive limit's pool
- * (adaptive.c: resil_pool_claim against a moving limit). An in-flight
- * word `inflight` is a hint that makes a rejection cheap (one load, or
- * one fetch_add and its undo) and gives the partition a count to compare
- * with. Three locked RMWs per admission: hint fetch_add, slot CAS, hint
+ * The counted pool (resil_pool_claim, _free, _repair): the adaptive
+ * limit's (adaptive.c), whose limit moves. An in-flight word `count` is
+ * a hint that makes a rejection cheap (one load, or one fetch_add and its
+ * undo). Three locked RMWs per admission: hint fetch_add, slot CAS, hint
  * fetch_sub.
  *
- * The regime is part of the shape (resil_bulkhead_same_shape): holders of
- * a scan block never counted themselves. The regime follows bulkhead.max,
- * whose change publishes a fresh block anyway, and permits of the old
- * block go back to the old block (a permit is released under the record
- * it was granted under: that record's block and regime). Whether
- * callers wait is part of it too: a fail-fast permit's release (the lean
- * paths') reads no waiter count, so a block waiters sleep on is never one
- * such permits are released into (bulkhead.wait from 0 to 200ms: a fresh
- * block). The regime
- * and geometry are written into the block's geometry line at init (before
- * publication) for someone reading a dump of the segment, but every
- * reader in the code (the hot path, the release, the daemon's
- * maintain/reclaim, the observers' resil_bulkhead_held) takes them from
- * the configuration (the read-only segment): a client that scribbles on
- * the geometry words cannot send anyone out of bounds. The daemon's tick
- * rewrites them from the configuration (layout_repair).
- * The scan bound was 128 before it was 1024, and a waiting bulkhead was
- * counted before it was scanned: such a block (129 to 1024 slots, or a
- * bulkhead.wait) that a resild of then made counted is adopted across a
- * restart as it is (resil_bulkhead_layout_ok) and scanned by this build,
- * which is sound because both regimes lay such a pool out alike (one slot
- * per line) and the slots bound the total; the count word goes unread,
- * and a process of the older library, which counts and never clears the
- * full hint, costs the others at most the stale hint's spurious
- * rejections (the recheck and the tick repair it). Its releases still
- * load the waiter count after a seq_cst RMW, so its waiters and ours
- * keep their wakeups. A partition was counted before it was scanned too,
- * and the same holds of its blocks. An older library counts a partition
- * still, on the count word only its own holders add to: while it runs,
- * its normal callers may take a reserved slot when the shared part is
- * full. The slots still bound the total; its critical callers and ours
- * keep what is free.
+ * The shape (resil_bulkhead_same_shape): bulkhead.max, whose change
+ * publishes a fresh block, and permits of the old block go back to the
+ * old block (a permit is released under the record it was granted under:
+ * that record's block and stride). Whether callers wait is part of it
+ * too: a fail-fast permit's release (the lean paths') reads no waiter
+ * count, so a block waiters sleep on is never one such permits are
+ * released into (bulkhead.wait from 0 to 200ms: a fresh block). The
+ * geometry (slot count, stride, offset, and the regime word, SCAN) is
+ * written into the block's geometry line at init (before publication)
+ * for someone reading a dump of the segment, but every reader in the
+ * code (the hot path, the release, the daemon's maintain/reclaim, the
+ * observers' resil_bulkhead_held) takes it from the configuration (the
+ * read-only segment): a client that scribbles on the geometry words
+ * cannot send anyone out of bounds. The daemon's tick rewrites them from
+ * the configuration (layout_repair).
+ *
+ * Upgrades. An older resild counted some pools: above 1024 permits (their
+ * slots packed, as here), and before that a partition, a waiting
+ * bulkhead and pools of 129 to 1024 permits (one slot per line, as
+ * here). Such a block is adopted across a restart as it is
+ * (resil_bulkhead_layout_ok: the same slot count and stride; the regime
+ * word COUNTED is accepted and the tick rewrites it) and scanned, which
+ * is sound because both lay the slots out alike and the slots bound the
+ * total. Its count word goes unread. A process of an older library
+ * counts such a pool still, on the count word only its own holders add
+ * to (a unit it leaks in a crash window stays: its own callers reject
+ * earlier until it restarts), never clears the full hint (the recheck
+ * and the tick repair it: the others pay at most a stale hint's spurious
+ * rejections), and under a partition its normal callers may take a
+ * reserved slot when the shared part is full. Its releases still load
+ * the waiter count after a seq_cst RMW, so its waiters and ours keep
+ * their wakeups. The slots still bound the total.
  *
  * Shared words (state block, see bulkhead.h):
  *   slots[i]   writers: the claimer (CAS 0 -> id, acq_rel: pairs with the
@@ -108,33 +109,36 @@
  *              or for an id that names no live row: stray claims). Readers: claimers
  *              (relaxed pre-check and walks), the daemon and observers
  *              (scan, acquire; geometry from the configuration).
- *   full       scan regime only, line 0 (nothing else is written there in
- *              this regime). Writers: a walk that found no slot free
+ *   full       line 0 (nothing else there is written by this build).
+ *              Writers: a walk that found no slot free
  *              (store 1, relaxed, only if it read 0), releasers and a walk
  *              that found the hint stale (store 0, relaxed, only if they
  *              read 1), the daemon (tick, reclaim: store 0 when a slot is
  *              free). Readers: acquirers whose own slot was taken, every
  *              releaser (relaxed: a hint, it orders nothing; a read-mostly
  *              line, written only when the pool fills or drains).
- *   inflight   counted regime only. Writers: every acquirer (fetch_add,
- *              seq_cst) and releaser (fetch_sub, seq_cst), the daemon
- *              (repair, reclaim: fetch_sub). Readers: acquirers (relaxed
- *              pre-check), the daemon (repair).
+ *   inflight   an older library's count ("Upgrades"): no code of this
+ *              build reads or writes it. (The counted pool's `count`
+ *              word: writers every acquirer (fetch_add, seq_cst) and
+ *              releaser (fetch_sub, seq_cst), the daemon (repair,
+ *              reclaim: fetch_sub); readers acquirers (relaxed pre-check),
+ *              the daemon (repair).)
  *   wake_seq   futex word; writers: releasers when nwait != 0 (fetch_add,
  *              release); readers: waiters (acquire) before they sleep.
- *   nwait      count word of the waiter pool (same protocol as inflight).
+ *   nwait      count word of the waiter pool (a counted pool: `count`).
  *   wslots[]   a waiter's claim, so a dead waiter is taken off exactly.
  *   geometry   nslots, shift, slots_off, regime: init, then the daemon's
  *              tick when they differ; read by no code (dumps).
  *
  * Linearization points: an admission takes effect at the slot CAS, a
- * release at the slot CAS. A counted rejection at the hint load or
- * fetch_add. A scan rejection is a walk that saw every slot taken, each
- * when it looked (not one snapshot: under churn a slot may have been free
- * for a moment during the walk; fail-fast accepts that, as it accepts the
- * counted hint's acquirers in flight), or a load of the full hint.
+ * release at the slot CAS. A rejection is a walk that saw every slot
+ * taken, each when it looked (not one snapshot: under churn a slot may
+ * have been free for a moment during the walk; fail-fast accepts that, as
+ * a counted pool accepts its hint's acquirers in flight), or a load of
+ * the full hint. (A counted pool's rejection: at the hint load or
+ * fetch_add.)
  *
- * Full hint (scan regime): a saturated pool would cost every rejection a
+ * Full hint: a saturated pool would cost every rejection a
  * walk; with the hint it costs one load. The race: a walk reads slot j
  * taken, its holder stores 0 and then reads `full` == 0 (nothing to
  * clear), and the walk stores full = 1: the hint says full while slot j is
@@ -153,12 +157,12 @@
  * slots) and clears it when it finds a slot, so no release and no daemon
  * is needed; the daemon's tick clears it when a slot is free. A stale hint
  * costs at most 15 spurious rejections per thread and pool (127 for 513
- * to 1024 slots; the count lives beside the
+ * to 1024 slots, 8191 above 32768; the count lives beside the
  * thread's last slot; two saturated pools that share that entry share the
  * count, and then the next release or tick repairs), never an excess
  * admission: the slots bound the total.
  *
- * Global scope (policy.scope = global, scan regime only: conf.c). The
+ * Global scope (policy.scope = global, spread slots only: conf.c). The
  * fleet's bulkhead.max is leased to hosts (daemon/cluster_bulkhead.c).
  * Under a live lease of S slots a client claims only slots below S (the
  * scan claim over the first S slots: lease_slots); the daemon parks the
@@ -190,13 +194,13 @@
  * from the configuration, fallback_slots and sure_slots are clamped to it.
  *
  * Crash windows (a process can die between any two instructions):
- *   scan regime:
+ *   bulkhead:
  *   B  after the slot CAS, before pm->bulkhead_idx is written: the slot
  *      holds the dead id; reclaim frees it. (The release is one CAS: no
  *      window. A process killed between its store and clearing the full
  *      hint, or between a walk and setting it, leaves the hint stale or
  *      unset: the race above, repaired the same way.)
- *   counted regime:
+ *   counted pool (the adaptive limit's):
  *   A  after the hint fetch_add, before the slot CAS: the hint is one too
  *      high and no slot records it;
  *   B  as above (reclaim also takes its hint unit back);
@@ -216,7 +220,7 @@
  * maintainers at once (embedded processes) may both correct the same
  * excess; the deficit shows at the next ticks and is corrected back.
  *
- * Waiting (bulkhead.wait > 0, either regime): a caller that finds no
+ * Waiting (bulkhead.wait > 0): a caller that finds no
  * permit claims a waiter slot (the waiter count is that pool's hint, so a
  * dead waiter's count is repaired exactly like a permit), then loops:
  * read wake_seq, try again, FUTEX_WAIT(wake_seq, seen) (shared futex: no
@@ -225,9 +229,9 @@
  * waiter, and only when nwait != 0: a release nobody waits for makes no
  * syscall. Lost wakeups are excluded by a Dekker pair: the waiter's
  * nwait fetch_add (seq_cst) + fence before it looks at the slots, the
- * releaser's seq_cst RMW (the counted regime's fetch_sub on inflight, the
- * scan regime's slot CAS itself) before its seq_cst load of nwait. In the
- * scan regime: if the waiter's load of the slot missed the CAS, its fence
+ * releaser's seq_cst RMW (the slot CAS itself; an older library's
+ * fetch_sub on its count) before its seq_cst load of nwait: if the
+ * waiter's load of the slot missed the CAS, its fence
  * precedes the CAS in the single order of seq_cst operations, so the
  * nwait load, after the CAS, sees the waiter's fetch_add; either way one
  * of them sees the other. A waiter tries by a walk, never on the full
@@ -238,24 +242,22 @@
  *
  * Priorities: bulkhead.critical reserves a share of max for callers with
  * pm->priority == RESIL_PRIO_CRITICAL (resil_bulkhead_shared: the rest).
- * Scan regime: the reserve is the top slots. Every caller claims a slot
+ * The reserve is the top slots. Every caller claims a slot
  * below them (the shared part) while there is one; a critical caller
  * then claims a reserved one (part_claim). So normal callers never hold
  * more than max - reserve, and a reserved slot no critical call holds is
  * free whatever the normal callers do, at any moment. A critical call in
  * a shared slot leaves the normal callers one less, so while no critical
- * call had to take a reserved slot this is the counted rule below
+ * call had to take a reserved slot this is the rule a count kept before
  * (normal callers admitted while fewer than max - reserve calls of any
  * priority are in flight). After one did, normal callers may fill the
  * shared part while it holds its reserved slot: critical callers then
- * find the reserve less what their own calls hold (the counted rule
- * would have kept it whole). Nothing counts, so a partition drifts no
- * more than the rest of the regime; a change of the share keeps the
- * block (calls in flight keep their slots; from the change on, claims
- * follow the new bound). Counted regime: others are rejected once the
- * hint reaches max - reserve, the critical calls in flight included.
+ * find the reserve less what their own calls hold (the count would have
+ * kept it whole). Nothing counts, so a partition drifts no more than the
+ * rest; a change of the share keeps the block (calls in flight keep
+ * their slots; from the change on, claims follow the new bound).
  *
- * Reshaping (bulkhead.max or the regime changes) publishes a new block;
+ * Reshaping (bulkhead.max or the wait's presence changes) publishes a new block;
  * permits granted in the old block are released there, so nothing is
  * carried: for a moment the old block's holders and the new max add up.
  */
@@ -310,9 +312,8 @@ static inline ra32 *pool_slot(const struct resil_pool *p, uint32_t i)
 	return &p->slots[(size_t)i << p->shift];
 }
 
-/* Inlined into the bulkhead's hot path; exported below for adaptive.c. */
-static inline __attribute__((always_inline)) uint32_t
-pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t id, uint32_t *inflight)
+uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t id,
+			  uint32_t *inflight)
 {
 	int32_t lim = (int32_t)(limit < (uint32_t)INT32_MAX ? limit : INT32_MAX);
 	uint32_t i, s, n = p->n;
@@ -353,8 +354,7 @@ full:
 	return 0;
 }
 
-static inline __attribute__((always_inline)) bool pool_free(const struct resil_pool *p,
-							    uint32_t idx, uint32_t id)
+bool resil_pool_free(const struct resil_pool *p, uint32_t idx, uint32_t id)
 {
 	uint32_t exp = id;
 
@@ -368,17 +368,6 @@ static inline __attribute__((always_inline)) bool pool_free(const struct resil_p
 	/* crash window C: slot free, hint one too high; repaired */
 	seq_fas(p->count, 1);
 	return true;
-}
-
-uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t id,
-			  uint32_t *inflight)
-{
-	return pool_claim(p, limit, id, inflight);
-}
-
-bool resil_pool_free(const struct resil_pool *p, uint32_t idx, uint32_t id)
-{
-	return pool_free(p, idx, id);
 }
 
 uint32_t resil_pool_reclaim(const struct resil_pool *p, uint32_t id)
@@ -537,11 +526,7 @@ size_t resil_bulkhead_conf_format(const struct resil_bulkhead_conf *c, char *buf
 
 uint64_t resil_bulkhead_state_size(const struct resil_bulkhead_conf *c)
 {
-	uint32_t n = resil_bulkhead_max_of(c);
-	uint32_t shift = resil_bulkhead_shift(resil_bulkhead_regime(c), n);
-
-	return sizeof(struct resil_bulkhead_state) +
-	       resil_align_up((uint64_t)n * 4u << shift, RESIL_HOT_ALIGN);
+	return sizeof(struct resil_bulkhead_state) + resil_pool_bytes(resil_bulkhead_max_of(c));
 }
 
 /* The geometry words, from the configuration (no code reads them: they
@@ -550,8 +535,7 @@ uint64_t resil_bulkhead_state_size(const struct resil_bulkhead_conf *c)
  * otherwise. */
 static void layout_repair(struct resil_bulkhead_state *s, const struct resil_bulkhead_conf *c)
 {
-	uint32_t n = resil_bulkhead_max_of(c), regime = resil_bulkhead_regime(c);
-	uint32_t shift = resil_bulkhead_shift(regime, n);
+	uint32_t n = resil_bulkhead_max_of(c), shift = resil_pool_shift(n);
 
 	if (s->nslots != n)
 		s->nslots = n;
@@ -559,23 +543,20 @@ static void layout_repair(struct resil_bulkhead_state *s, const struct resil_bul
 		s->shift = shift;
 	if (s->slots_off != sizeof(*s))
 		s->slots_off = sizeof(*s);
-	if (s->regime != regime)
-		s->regime = regime;
+	if (s->regime != RESIL_BULKHEAD_SCAN)
+		s->regime = RESIL_BULKHEAD_SCAN;
 }
 
 bool resil_bulkhead_layout_ok(const struct resil_bulkhead_conf *c, const void *st)
 {
 	const struct resil_bulkhead_state *s = st;
-	uint32_t n = resil_bulkhead_max_of(c), regime = resil_bulkhead_regime(c);
+	uint32_t n = resil_bulkhead_max_of(c);
 
-	/* A counted block this build scans (an older resild's, see "The scan
-	 * bound" at the top) is laid out alike: its slots are read as they
-	 * are, and the tick rewrites the regime word. Never the other way:
-	 * a scan block's holders are in no count. */
-	return s->nslots == n && s->shift == resil_bulkhead_shift(regime, n) &&
-	       s->slots_off == sizeof(*s) &&
-	       (s->regime == regime ||
-		(regime == RESIL_BULKHEAD_SCAN && s->regime == RESIL_BULKHEAD_COUNTED));
+	/* A block an older resild counted (see "Upgrades" at the top) is laid
+	 * out alike: its slots are read as they are, and the tick rewrites
+	 * the regime word. */
+	return s->nslots == n && s->shift == resil_pool_shift(n) && s->slots_off == sizeof(*s) &&
+	       (s->regime == RESIL_BULKHEAD_SCAN || s->regime == RESIL_BULKHEAD_COUNTED);
 }
 
 void resil_bulkhead_state_init(void *st, const struct resil_bulkhead_conf *c, int64_t now)
@@ -591,11 +572,8 @@ void resil_bulkhead_state_init(void *st, const struct resil_bulkhead_conf *c, in
 bool resil_bulkhead_same_shape(const struct resil_bulkhead_conf *a,
 			       const struct resil_bulkhead_conf *b)
 {
-	/* holders of a scan block never counted themselves: a counted
-	 * regime on that block would see a hint short by all of them; and
-	 * a fail-fast permit's release does not look for waiters */
+	/* a fail-fast permit's release does not look for waiters */
 	return resil_bulkhead_max_of(a) == resil_bulkhead_max_of(b) &&
-	       resil_bulkhead_regime(a) == resil_bulkhead_regime(b) &&
 	       (a->wait_ns > 0) == (b->wait_ns > 0);
 }
 
@@ -613,7 +591,9 @@ void resil_bulkhead_carry(void *nst, const struct resil_bulkhead_conf *nc, const
 }
 
 /* The pool, from the configuration (never from the block's geometry
- * words, which clients can write). The scan regime has no count word. */
+ * words, which clients can write). Its count word is an older library's:
+ * only resil_pool_claimed, _sweep (uncounted) and _holders read the
+ * pool. */
 static inline struct resil_pool conf_pool(struct resil_bulkhead_state *s,
 					  const struct resil_bulkhead_conf *c)
 {
@@ -622,7 +602,7 @@ static inline struct resil_pool conf_pool(struct resil_bulkhead_state *s,
 	    .count = &s->inflight,
 	    .slots = (ra32 *)(s + 1),
 	    .n = n,
-	    .shift = resil_bulkhead_shift(resil_bulkhead_regime(c), n),
+	    .shift = resil_pool_shift(n),
 	};
 	return p;
 }
@@ -634,12 +614,14 @@ uint32_t resil_bulkhead_held(const struct resil_bulkhead_conf *c, const void *st
 	return resil_pool_claimed(&p);
 }
 
-static inline bool scan_regime(const struct resil_bulkhead_conf *c)
-{
-	return RESIL_LIKELY(resil_bulkhead_regime(c) == RESIL_BULKHEAD_SCAN);
-}
+/* ---- the slots ---- */
 
-/* ---- scan regime ---- */
+/* The slots' stride (log2 of words), a constant in each copy of the
+ * always_inline helpers below: the lean paths and the global scope see
+ * SPREAD only; resil_bulkhead_acquire and _release pick one from the
+ * configuration. */
+#define SPREAD RESIL_POOL_SPREAD_SHIFT
+#define PACKED 0u
 
 /* Rejections on the full hint by this thread, per entry of
  * resil_pool_next: every RESIL_BULKHEAD_RECHECK-th one walks instead. */
@@ -651,16 +633,16 @@ static inline uint32_t *skips_of(const void *key)
 	return &resil_full_skips[((uintptr_t)key / RESIL_HOT_ALIGN) & (POOL_NEXT - 1)];
 }
 
-static inline ra32 *scan_slot(struct resil_bulkhead_state *s, uint32_t i)
+static inline ra32 *scan_slot(struct resil_bulkhead_state *s, uint32_t i, uint32_t sh)
 {
-	return (ra32 *)(s + 1) + ((size_t)i << RESIL_BULKHEAD_SCAN_SHIFT);
+	return (ra32 *)(s + 1) + ((size_t)i << sh);
 }
 
 /* Slot i claimed for id: a load, and a CAS only when it looked free. */
 static inline __attribute__((always_inline)) bool try_slot(struct resil_bulkhead_state *s,
-							   uint32_t i, uint32_t id)
+							   uint32_t i, uint32_t id, uint32_t sh)
 {
-	ra32 *w = scan_slot(s, i);
+	ra32 *w = scan_slot(s, i, sh);
 	uint32_t exp = 0;
 
 	return ld_relaxed(w) == 0 && cas_acq_rel(w, &exp, id);
@@ -680,11 +662,13 @@ static inline __attribute__((always_inline)) bool hint_full(struct resil_bulkhea
 }
 
 /* Slots lo..hi-1: read-only loads, a CAS only on a slot seen free. */
-static inline __attribute__((always_inline)) uint32_t
-scan_range(struct resil_bulkhead_state *s, uint32_t lo, uint32_t hi, uint32_t id, uint32_t *next)
+static inline __attribute__((always_inline)) uint32_t scan_range(struct resil_bulkhead_state *s,
+								 uint32_t lo, uint32_t hi,
+								 uint32_t id, uint32_t *next,
+								 uint32_t sh)
 {
 	for (uint32_t i = lo; i < hi; i++) {
-		if (try_slot(s, i, id)) {
+		if (try_slot(s, i, id, sh)) {
 			/* crash window B: the slot names us; reclaim frees it */
 			*next = i + 1;
 			return i + 1;
@@ -701,10 +685,10 @@ static inline uint64_t free_bit(const ra32 *w)
 
 /* Whether one of the 8 slots from lo looked free: 8 loads and no branch
  * per slot. */
-static inline bool any_free8(struct resil_bulkhead_state *s, uint32_t lo)
+static inline bool any_free8(struct resil_bulkhead_state *s, uint32_t lo, uint32_t sh)
 {
-	const ra32 *w = scan_slot(s, lo);
-	const size_t d = (size_t)1 << RESIL_BULKHEAD_SCAN_SHIFT;
+	const ra32 *w = scan_slot(s, lo, sh);
+	const size_t d = (size_t)1 << sh;
 
 	return (free_bit(w) | free_bit(w + d) | free_bit(w + 2 * d) | free_bit(w + 3 * d) |
 		free_bit(w + 4 * d) | free_bit(w + 5 * d) | free_bit(w + 6 * d) |
@@ -714,62 +698,84 @@ static inline bool any_free8(struct resil_bulkhead_state *s, uint32_t lo)
 
 /* Once around, by groups of 8 from the group of slot i. 0: every slot was
  * taken when looked at. */
-static __attribute__((noinline)) uint32_t scan_walk(struct resil_bulkhead_state *s, uint32_t n,
-						    uint32_t id, uint32_t i, uint32_t *next)
+static inline __attribute__((always_inline)) uint32_t walk_sh(struct resil_bulkhead_state *s,
+							      uint32_t n, uint32_t id, uint32_t i,
+							      uint32_t *next, uint32_t sh)
 {
 	uint32_t ng = (n + 7) / 8, g = i / 8;
 
 	for (uint32_t k = 0; k < ng; k++, g = g + 1 == ng ? 0 : g + 1) {
 		uint32_t lo = g * 8, hi = lo + 8 < n ? lo + 8 : n, idx;
 
-		if (hi - lo == 8 && !any_free8(s, lo))
+		if (hi - lo == 8 && !any_free8(s, lo, sh))
 			continue;
-		idx = scan_range(s, lo, hi, id, next);
+		idx = scan_range(s, lo, hi, id, next, sh);
 		if (idx)
 			return idx;
 	}
 	return 0;
 }
 
+/* Out of line, one copy per stride (the hot paths' code stays small). */
+static __attribute__((noinline)) uint32_t walk_spread(struct resil_bulkhead_state *s, uint32_t n,
+						      uint32_t id, uint32_t i, uint32_t *next)
+{
+	return walk_sh(s, n, id, i, next, SPREAD);
+}
+
+static __attribute__((noinline)) uint32_t walk_packed(struct resil_bulkhead_state *s, uint32_t n,
+						      uint32_t id, uint32_t i, uint32_t *next)
+{
+	return walk_sh(s, n, id, i, next, PACKED);
+}
+
+static inline __attribute__((always_inline)) uint32_t scan_walk(struct resil_bulkhead_state *s,
+								uint32_t n, uint32_t id, uint32_t i,
+								uint32_t *next, uint32_t sh)
+{
+	return sh == SPREAD ? walk_spread(s, n, id, i, next) : walk_packed(s, n, id, i, next);
+}
+
 static inline __attribute__((always_inline)) uint32_t
 scan_claim_rest(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id, uint32_t i,
-		uint32_t *next);
+		uint32_t *next, uint32_t sh);
 static inline __attribute__((always_inline)) uint32_t
 scan_walk_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id, uint32_t i,
-		uint32_t *next);
+		uint32_t *next, uint32_t sh);
 
 /* Where a thread's claim starts (0-based): its last slot (next: that
- * slot + 1), else its client id's. */
-static inline uint32_t scan_start(uint32_t next, uint32_t n, uint32_t id)
+ * slot + 1), else its client id's: slot id, or, packed, the first slot
+ * of line id (processes start on lines of their own either way). */
+static inline uint32_t scan_start(uint32_t next, uint32_t n, uint32_t id, uint32_t sh)
 {
-	return RESIL_UNLIKELY(next == 0 || next > n) ? id % n : next - 1;
+	return RESIL_UNLIKELY(next == 0 || next > n) ? (id << (SPREAD - sh)) % n : next - 1;
 }
 
 /* A claim of one of the slots below lim (1..n) of the pool's n. The slot
  * this thread used last is usually free again: one load and one CAS. Else
  * the full hint (saturated: one load), else a walk. */
 static inline __attribute__((always_inline)) uint32_t
-scan_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id)
+scan_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id, uint32_t sh)
 {
-	uint32_t *next = next_of(s), i = scan_start(*next, lim, id);
+	uint32_t *next = next_of(s), i = scan_start(*next, lim, id, sh);
 
-	if (RESIL_LIKELY(try_slot(s, i, id))) {
+	if (RESIL_LIKELY(try_slot(s, i, id, sh))) {
 		/* crash window B: the slot names us; reclaim frees it */
 		*next = i + 1;
 		return i + 1;
 	}
-	return scan_claim_rest(s, lim, n, id, i, next);
+	return scan_claim_rest(s, lim, n, id, i, next, sh);
 }
 
 /* scan_claim after the thread's last slot (i, 0-based) was not free: the
  * full hint (saturated: one load), else a walk from i. */
 static inline __attribute__((always_inline)) uint32_t
 scan_claim_rest(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id, uint32_t i,
-		uint32_t *next)
+		uint32_t *next, uint32_t sh)
 {
 	if (hint_full(s, lim, n))
 		return 0; /* saturated: one load, no scan */
-	return scan_walk_claim(s, lim, n, id, i, next);
+	return scan_walk_claim(s, lim, n, id, i, next, sh);
 }
 
 /* A walk of the slots below lim from slot i, and the full hint set or
@@ -779,9 +785,9 @@ scan_claim_rest(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32
  * it leaves SHARED as it is). */
 static inline __attribute__((always_inline)) uint32_t
 scan_walk_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id, uint32_t i,
-		uint32_t *next)
+		uint32_t *next, uint32_t sh)
 {
-	uint32_t idx = scan_walk(s, lim, id, i, next), v = ld_relaxed(&s->full);
+	uint32_t idx = scan_walk(s, lim, id, i, next, sh), v = ld_relaxed(&s->full);
 
 	if (!idx) {
 		uint32_t mark = lim < n ? RESIL_BULKHEAD_FULL_SHARED : RESIL_BULKHEAD_FULL_ALL;
@@ -799,9 +805,9 @@ scan_walk_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32
  * it said ALL (the shared part is still full). */
 static __attribute__((noinline)) uint32_t reserve_walk(struct resil_bulkhead_state *s,
 						       uint32_t shared, uint32_t n, uint32_t id,
-						       uint32_t *next)
+						       uint32_t *next, uint32_t sh)
 {
-	uint32_t idx = scan_range(s, shared, n, id, next), v = ld_relaxed(&s->full);
+	uint32_t idx = scan_range(s, shared, n, id, next, sh), v = ld_relaxed(&s->full);
 
 	if (!idx && v != RESIL_BULKHEAD_FULL_ALL)
 		st_relaxed(&s->full, RESIL_BULKHEAD_FULL_ALL);
@@ -814,14 +820,16 @@ static __attribute__((noinline)) uint32_t reserve_walk(struct resil_bulkhead_sta
  * slot first, for every caller; then, for a critical one, a reserved slot
  * (unless the hint says ALL). So the reserve stays free for as long as
  * the shared part has room. shared == n: no partition, scan_claim. */
-static inline __attribute__((always_inline)) uint32_t
-part_claim(struct resil_bulkhead_state *s, uint32_t shared, uint32_t n, bool critical, uint32_t id)
+static inline __attribute__((always_inline)) uint32_t part_claim(struct resil_bulkhead_state *s,
+								 uint32_t shared, uint32_t n,
+								 bool critical, uint32_t id,
+								 uint32_t sh)
 {
-	uint32_t idx = RESIL_LIKELY(shared) ? scan_claim(s, shared, n, id) : 0;
+	uint32_t idx = RESIL_LIKELY(shared) ? scan_claim(s, shared, n, id, sh) : 0;
 
 	if (RESIL_LIKELY(idx) || !critical || shared == n || hint_full(s, n, n))
 		return idx;
-	return reserve_walk(s, shared, n, id, next_of(s));
+	return reserve_walk(s, shared, n, id, next_of(s), sh);
 }
 
 static __attribute__((noinline, cold)) void wake_one(struct resil_bulkhead_state *s);
@@ -834,17 +842,16 @@ static __attribute__((noinline, cold)) void wake_one(struct resil_bulkhead_state
  * waits (bulkhead.wait > 0): the CAS is seq_cst and the waiter count is
  * loaded after it, seq_cst: the releaser's half of the Dekker pair (see
  * "Waiting" at the top). On x86 the CAS is the same instruction. */
-static inline __attribute__((always_inline)) void scan_free(struct resil_bulkhead_state *s,
-							    uint32_t n,
-							    const struct resil_bulkhead_conf *c,
-							    uint32_t idx, uint32_t id, bool waits)
+static inline __attribute__((always_inline)) void
+scan_free(struct resil_bulkhead_state *s, uint32_t n, const struct resil_bulkhead_conf *c,
+	  uint32_t idx, uint32_t id, bool waits, uint32_t sh)
 {
 	ra32 *w;
 	uint32_t exp = id, v;
 
 	if (RESIL_UNLIKELY(idx - 1 >= n))
 		return;
-	w = scan_slot(s, idx - 1);
+	w = scan_slot(s, idx - 1, sh);
 	if (waits) {
 		if (RESIL_UNLIKELY(!cas_seq(w, &exp, 0)))
 			return;
@@ -864,7 +871,7 @@ static inline __attribute__((always_inline)) void scan_free(struct resil_bulkhea
 		wake_one(s);
 }
 
-static uint32_t scan_reclaim(struct resil_bulkhead_state *s, uint32_t n, uint32_t id)
+static uint32_t scan_reclaim(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_t sh)
 {
 	uint32_t i, freed = 0;
 
@@ -874,8 +881,8 @@ static uint32_t scan_reclaim(struct resil_bulkhead_state *s, uint32_t n, uint32_
 		uint32_t exp = id;
 
 		/* a load first: a locked CAS only on a slot that names id */
-		if (ld_relaxed(scan_slot(s, i)) == id)
-			freed += cas_seq(scan_slot(s, i), &exp, 0);
+		if (ld_relaxed(scan_slot(s, i, sh)) == id)
+			freed += cas_seq(scan_slot(s, i, sh), &exp, 0);
 	}
 	return freed;
 }
@@ -897,47 +904,35 @@ static inline uint32_t claim_id(const struct resil_ctx *x)
 	return x->client_id ? x->client_id : RESIL_CLIENT_UNREGISTERED;
 }
 
-/* The permits this caller may hold at most: all, or the shared part. */
-static inline uint32_t prio_limit(const struct resil_bulkhead_conf *c, uint32_t n,
-				  const struct resil_permit_priv *pm)
-{
-	if (RESIL_LIKELY(c->critical_bp == 0) || pm->priority == RESIL_PRIO_CRITICAL)
-		return n;
-	return resil_bulkhead_shared(c, n);
-}
-
 static __attribute__((noinline, cold)) void wake_one(struct resil_bulkhead_state *s)
 {
 	atomic_fetch_add_explicit(&s->wake_seq, 1, memory_order_release);
 	syscall(SYS_futex, (uint32_t *)&s->wake_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-/* A waiter's try: the counted pool's claim (p), or in the scan regime (p
- * NULL) a walk of the shared slots from the thread's last slot, then, for
- * a critical caller (limit n), of the reserved ones, whatever the full
- * hint says (see "Waiting" at the top). */
-static inline uint32_t wait_claim(struct resil_bulkhead_state *s, const struct resil_pool *p,
-				  uint32_t limit, const struct resil_bulkhead_conf *c, uint32_t id)
+/* A waiter's try: a walk of the shared slots from the thread's last slot,
+ * then, for a critical caller (limit n), of the reserved ones, whatever
+ * the full hint says (see "Waiting" at the top). */
+static inline uint32_t wait_claim(struct resil_bulkhead_state *s, uint32_t limit,
+				  const struct resil_bulkhead_conf *c, uint32_t id)
 {
-	uint32_t *next = next_of(s), dummy, n, shared, idx = 0;
+	uint32_t *next = next_of(s), n = resil_bulkhead_max_of(c), sh = resil_pool_shift(n);
+	uint32_t shared = resil_bulkhead_shared(c, n), idx = 0;
 
-	if (p)
-		return resil_pool_claim(p, limit, id, &dummy);
-	n = resil_bulkhead_max_of(c);
-	shared = resil_bulkhead_shared(c, n);
 	if (RESIL_LIKELY(shared)) /* bulkhead.critical = 100%: no shared slot */
-		idx = scan_walk_claim(s, shared, n, id, scan_start(*next, shared, id), next);
+		idx =
+		    scan_walk_claim(s, shared, n, id, scan_start(*next, shared, id, sh), next, sh);
 	if (!idx && limit > shared)
-		idx = reserve_walk(s, shared, n, id, next);
+		idx = reserve_walk(s, shared, n, id, next, sh);
 	return idx;
 }
 
-/* p: the counted pool, or NULL in the scan regime (limit: its slots). */
+/* limit: the slots this caller may claim (all, or the shared part). */
 static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
 							 const struct resil_bulkhead_conf *c,
 							 struct resil_bulkhead_state *s,
-							 const struct resil_pool *p, uint32_t limit,
-							 uint32_t id, struct resil_permit_priv *pm)
+							 uint32_t limit, uint32_t id,
+							 struct resil_permit_priv *pm)
 {
 	struct resil_pool wp = {
 	    .count = &s->nwait, .slots = s->wslots, .n = RESIL_BULKHEAD_WAITERS, .shift = 0};
@@ -958,7 +953,7 @@ static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
 		uint32_t seen = ld_acquire(&s->wake_seq);
 		struct timespec ts;
 
-		idx = wait_claim(s, p, limit, c, id);
+		idx = wait_claim(s, limit, c, id);
 		if (idx)
 			break;
 		rem = deadline - resil_clock_monotonic(NULL);
@@ -988,7 +983,7 @@ static __attribute__((noinline, cold)) uint32_t fallback_claim(struct resil_bulk
 	if (fb > n)
 		fb = n;
 	for (uint32_t i = 0; i < fb; i++) {
-		ra32 *w = scan_slot(s, i);
+		ra32 *w = scan_slot(s, i, SPREAD);
 		uint32_t v = ld_relaxed(w);
 
 		if ((v == 0 || v == RESIL_BULKHEAD_PARKED) && cas_acq_rel(w, &v, id))
@@ -1014,7 +1009,7 @@ static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_s
 	if (RESIL_UNLIKELY(sure > n))
 		sure = n;
 	/* i == 0 (no slot yet) wraps to UINT32_MAX */
-	if (RESIL_LIKELY(i - 1 < sure) && RESIL_LIKELY(try_slot(s, i - 1, id)))
+	if (RESIL_LIKELY(i - 1 < sure) && RESIL_LIKELY(try_slot(s, i - 1, id, SPREAD)))
 		return i; /* crash window B, as scan_claim's */
 	/* pairs with resil_bulkhead_lease_set's release: the parking done
 	 * for this lease is seen with it */
@@ -1026,10 +1021,10 @@ static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_s
 
 		if (RESIL_UNLIKELY(lim < n))
 			n = lim;
-		return n ? scan_claim(s, n, n, id) : 0;
+		return n ? scan_claim(s, n, n, id, SPREAD) : 0;
 	}
 	if (exp == 0)
-		return scan_claim(s, n, n, id); /* no daemon ever leased it */
+		return scan_claim(s, n, n, id, SPREAD); /* no daemon ever leased it */
 	return fallback_claim(s, n, id);
 }
 
@@ -1039,12 +1034,12 @@ uint32_t resil_bulkhead_park(const struct resil_bulkhead_conf *c, void *st, uint
 	struct resil_bulkhead_state *s = st;
 	uint32_t n = resil_bulkhead_max_of(c), parked = 0, held = 0;
 
-	if (!scan_regime(c)) {
+	if (!resil_bulkhead_spread(c)) { /* never global: conf.c */
 		*busy = 0;
 		return 0;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t v = ld_acquire(scan_slot(s, i));
+		uint32_t v = ld_acquire(scan_slot(s, i, SPREAD));
 
 		parked += v == RESIL_BULKHEAD_PARKED;
 		held += v != 0 && v != RESIL_BULKHEAD_PARKED;
@@ -1057,15 +1052,15 @@ uint32_t resil_bulkhead_park(const struct resil_bulkhead_conf *c, void *st, uint
 	for (uint32_t i = n; i-- > n - target;) {
 		uint32_t exp = 0;
 
-		if (ld_relaxed(scan_slot(s, i)) == 0 &&
-		    cas_acq_rel(scan_slot(s, i), &exp, RESIL_BULKHEAD_PARKED))
+		if (ld_relaxed(scan_slot(s, i, SPREAD)) == 0 &&
+		    cas_acq_rel(scan_slot(s, i, SPREAD), &exp, RESIL_BULKHEAD_PARKED))
 			parked++;
 	}
 	for (uint32_t i = 0; i < n - target; i++) {
 		uint32_t exp = RESIL_BULKHEAD_PARKED;
 
-		if (ld_relaxed(scan_slot(s, i)) == RESIL_BULKHEAD_PARKED &&
-		    cas_acq_rel(scan_slot(s, i), &exp, 0)) {
+		if (ld_relaxed(scan_slot(s, i, SPREAD)) == RESIL_BULKHEAD_PARKED &&
+		    cas_acq_rel(scan_slot(s, i, SPREAD), &exp, 0)) {
 			parked--;
 			if (ld_relaxed(&s->full))
 				st_relaxed(&s->full, 0); /* a slot is free now */
@@ -1087,72 +1082,59 @@ void resil_bulkhead_lease_set(void *st, int64_t expiry_ns, uint32_t slots, uint3
 	atomic_store_explicit(&s->lease_expiry_ns, (uint64_t)expiry_ns, memory_order_release);
 }
 
+/* An acquire of any host- or global-scope bulkhead, in the stride sh. */
+static inline __attribute__((always_inline)) int
+acquire_sh(struct resil_ctx *x, const struct resil_bulkhead_conf *c, struct resil_bulkhead_state *s,
+	   struct resil_permit_priv *pm, uint32_t n, uint32_t sh)
+{
+	uint32_t id = claim_id(x), limit = n, idx;
+
+	if (sh == SPREAD && RESIL_UNLIKELY(x->rec && x->rec->conf.scope == RESIL_SCOPE_GLOBAL)) {
+		idx = global_claim(x, s, n, id); /* fail-fast, no partition, spread: conf.c */
+	} else if (RESIL_LIKELY(c->critical_bp == 0)) {
+		idx = scan_claim(s, n, n, id, sh);
+	} else {
+		/* a partition: the slots below its reserve, then, for a
+		 * critical caller, the reserve */
+		uint32_t shared = resil_bulkhead_shared(c, n);
+		bool critical = pm->priority == RESIL_PRIO_CRITICAL;
+
+		limit = critical ? n : shared;
+		idx = part_claim(s, shared, n, critical, id, sh);
+	}
+	if (RESIL_LIKELY(idx) || c->wait_ns <= 0)
+		return granted(pm, id, idx);
+	return bulkhead_wait(x, c, s, limit, id, pm);
+}
+
 int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			   struct resil_permit_priv *pm)
 {
-	struct resil_bulkhead_state *s = st;
-	struct resil_pool p;
-	uint32_t id = claim_id(x), limit, inflight, idx;
-
-	if (scan_regime(c)) {
-		uint32_t n = resil_bulkhead_max_of(c);
-
-		limit = n;
-		if (RESIL_UNLIKELY(x->rec && x->rec->conf.scope == RESIL_SCOPE_GLOBAL)) {
-			idx = global_claim(x, s, n, id); /* fail-fast, no partition: conf.c */
-		} else if (RESIL_LIKELY(c->critical_bp == 0)) {
-			idx = scan_claim(s, n, n, id);
-		} else {
-			/* a partition: the slots below its reserve, then, for
-			 * a critical caller, the reserve */
-			uint32_t shared = resil_bulkhead_shared(c, n);
-			bool critical = pm->priority == RESIL_PRIO_CRITICAL;
-
-			limit = critical ? n : shared;
-			idx = part_claim(s, shared, n, critical, id);
-		}
-		if (RESIL_LIKELY(idx) || c->wait_ns <= 0)
-			return granted(pm, id, idx);
-		return bulkhead_wait(x, c, s, NULL, limit, id, pm);
-	}
-	p = conf_pool(s, c);
-	limit = prio_limit(c, p.n, pm);
-	idx = pool_claim(&p, limit, id, &inflight);
-	if (RESIL_LIKELY(idx) || c->wait_ns <= 0)
-		return granted(pm, id, idx);
-	return bulkhead_wait(x, c, s, &p, limit, id, pm);
+	/* c->max <= 1024 is resil_bulkhead_spread(c) (max 0 is 1 slot) */
+	if (RESIL_LIKELY(c->max <= RESIL_POOL_SPREAD_MAX))
+		return acquire_sh(x, c, st, pm, resil_bulkhead_max_of(c), SPREAD);
+	return acquire_sh(x, c, st, pm, resil_bulkhead_max_of(c), PACKED);
 }
 
 void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			    struct resil_permit_priv *pm, int outcome)
 {
-	struct resil_bulkhead_state *s = st;
-	struct resil_pool p;
+	uint32_t n = resil_bulkhead_max_of(c);
 
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
-	if (scan_regime(c)) {
-		uint32_t n = resil_bulkhead_max_of(c);
-
-		scan_free(s, n, c, pm->bulkhead_idx, pm->holder, c->wait_ns > 0);
-		pm->bulkhead_idx = 0;
-		pm->flags &= ~RESIL_PERMIT_BULKHEAD;
-		return;
-	}
-	p = conf_pool(s, c);
-	pool_free(&p, pm->bulkhead_idx, pm->holder);
+	if (RESIL_LIKELY(c->max <= RESIL_POOL_SPREAD_MAX))
+		scan_free(st, n, c, pm->bulkhead_idx, pm->holder, c->wait_ns > 0, SPREAD);
+	else
+		scan_free(st, n, c, pm->bulkhead_idx, pm->holder, c->wait_ns > 0, PACKED);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
-	/* seq_cst load after the seq_cst fetch_sub: see "Waiting" above. A
-	 * read-mostly line, so the fail-fast path pays a load, no syscall. */
-	if (RESIL_UNLIKELY(seq_ld(&s->nwait) != 0))
-		wake_one(s);
 }
 
-/* The scan regime's acquire and release alone, for a caller that knows
- * the regime from the configuration (the client's lean decisions, chosen
- * at bind time): the same words as resil_bulkhead_acquire/release in that
- * regime, without the regime's test. The acquires never wait (a fail-fast
+/* A spread pool's acquire and release alone, for a caller that knows the
+ * stride from the configuration (the client's lean decisions, chosen at
+ * bind time): the same words as resil_bulkhead_acquire/release, without
+ * the stride's test. The acquires never wait (a fail-fast
  * bulkhead; a waiting one calls resil_bulkhead_acquire) and read
  * x->client_id only; resil_bulkhead_release_scan looks for waiters when
  * the configuration has them, resil_bulkhead_release_scan_n never (a
@@ -1164,7 +1146,7 @@ int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead
 
 	uint32_t n = resil_bulkhead_max_of(c);
 
-	idx = scan_claim(st, n, n, id);
+	idx = scan_claim(st, n, n, id, SPREAD);
 	return granted(pm, id, idx);
 }
 
@@ -1182,7 +1164,7 @@ int resil_bulkhead_acquire_scan_rest(struct resil_ctx *x, const struct resil_bul
 {
 	uint32_t n = resil_bulkhead_max_of(c), id = claim_id(x), *next = next_of(st), idx;
 
-	idx = scan_walk_claim(st, n, n, id, scan_start(*next, n, id), next);
+	idx = scan_walk_claim(st, n, n, id, scan_start(*next, n, id, SPREAD), next, SPREAD);
 	return granted(pm, id, idx);
 }
 
@@ -1193,7 +1175,7 @@ uint32_t resil_bulkhead_claim_last(void *st, uint32_t n, uint32_t id)
 	/* i == 0 (no slot yet) wraps */
 	if (RESIL_UNLIKELY(i - 1 >= n))
 		return 0;
-	if (RESIL_LIKELY(try_slot(st, i - 1, id)))
+	if (RESIL_LIKELY(try_slot(st, i - 1, id, SPREAD)))
 		return i; /* crash window B, as scan_claim's; the next claim starts here too */
 	/* scan_claim_rest's hint, so that a saturated pool's rejection is
 	 * decided here too */
@@ -1204,7 +1186,7 @@ void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_pri
 {
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
-	scan_free(st, n, NULL, pm->bulkhead_idx, pm->holder, false);
+	scan_free(st, n, NULL, pm->bulkhead_idx, pm->holder, false, SPREAD);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 }
@@ -1216,7 +1198,7 @@ void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
 		return;
 	uint32_t n = resil_bulkhead_max_of(c);
 
-	scan_free(st, n, c, pm->bulkhead_idx, pm->holder, c->wait_ns > 0);
+	scan_free(st, n, c, pm->bulkhead_idx, pm->holder, c->wait_ns > 0, SPREAD);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 }
@@ -1230,34 +1212,23 @@ void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *
 void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st)
 {
 	struct resil_bulkhead_state *s = st;
-	struct resil_pool p = conf_pool(s, c);
+	struct resil_pool covered = conf_pool(s, c);
 	struct resil_pool wp = {
 	    .count = &s->nwait, .slots = s->wslots, .n = RESIL_BULKHEAD_WAITERS, .shift = 0};
-	int32_t fix, wfix;
+	uint32_t v = ld_relaxed(&s->full);
 
 	layout_repair(s, c);
-	if (scan_regime(c)) {
-		/* a hint that a release missed: cleared when a slot it covers
-		 * is free (SHARED: the shared part's; ALL, or a word no code
-		 * writes: any) */
-		struct resil_pool covered = p;
-		uint32_t v = ld_relaxed(&s->full);
-
-		if (v == RESIL_BULKHEAD_FULL_SHARED)
-			covered.n = resil_bulkhead_shared(c, p.n);
-		if (RESIL_UNLIKELY(v) && resil_pool_claimed(&covered) < covered.n) {
-			st_relaxed(&s->full, 0);
-			faa_relaxed(&s->repaired, 1);
-		}
-		/* the waiters' count is counted in either regime */
-		if (c->wait_ns > 0 && resil_pool_repair(&wp, &s->prev_wexcess))
-			faa_relaxed(&s->repaired, 1);
-		return;
+	/* a hint that a release missed: cleared when a slot it covers is
+	 * free (SHARED: the shared part's; ALL, or a word no code writes:
+	 * any) */
+	if (v == RESIL_BULKHEAD_FULL_SHARED)
+		covered.n = resil_bulkhead_shared(c, covered.n);
+	if (RESIL_UNLIKELY(v) && resil_pool_claimed(&covered) < covered.n) {
+		st_relaxed(&s->full, 0);
+		faa_relaxed(&s->repaired, 1);
 	}
-	/* two results, never summed: each may be near INT32_MAX */
-	fix = resil_pool_repair(&p, &s->prev_excess);
-	wfix = resil_pool_repair(&wp, &s->prev_wexcess);
-	if (fix || wfix)
+	/* the waiters are counted */
+	if (c->wait_ns > 0 && resil_pool_repair(&wp, &s->prev_wexcess))
 		faa_relaxed(&s->repaired, 1);
 }
 
@@ -1266,11 +1237,11 @@ uint32_t resil_bulkhead_sweep(struct resil_ctx *x, const struct resil_bulkhead_c
 {
 	struct resil_bulkhead_state *s = st;
 	struct resil_pool p = conf_pool(s, c);
-	uint32_t n = resil_pool_sweep(&p, !scan_regime(c), stray, ctx);
+	uint32_t n = resil_pool_sweep(&p, false, stray, ctx);
 
 	if (n) {
 		faa_relaxed(&s->reclaimed, n);
-		if (scan_regime(c) && ld_relaxed(&s->full))
+		if (ld_relaxed(&s->full))
 			st_relaxed(&s->full, 0); /* slots are free now */
 		/* after the sweep's seq_cst CASes: the releaser's half of the
 		 * Dekker pair ("Waiting") */
@@ -1295,22 +1266,15 @@ void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_con
 	struct resil_pool p = conf_pool(s, c);
 	struct resil_pool wp = {
 	    .count = &s->nwait, .slots = s->wslots, .n = RESIL_BULKHEAD_WAITERS, .shift = 0};
-	uint32_t n, w;
+	uint32_t n = scan_reclaim(s, p.n, dead_client, p.shift);
+	uint32_t w = c->wait_ns > 0 ? resil_pool_reclaim(&wp, dead_client) : 0;
 
-	if (scan_regime(c)) {
-		n = scan_reclaim(s, p.n, dead_client);
-		w = c->wait_ns > 0 ? resil_pool_reclaim(&wp, dead_client) : 0;
-		if (n && ld_relaxed(&s->full))
-			st_relaxed(&s->full, 0); /* slots are free now */
-	} else {
-		n = resil_pool_reclaim(&p, dead_client);
-		w = resil_pool_reclaim(&wp, dead_client);
-	}
+	if (n && ld_relaxed(&s->full))
+		st_relaxed(&s->full, 0); /* slots are free now */
 	if (n) {
 		faa_relaxed(&s->reclaimed, n);
 		/* freed permits may let a waiter in (after a seq_cst RMW, the
-		 * releaser's half of "Waiting": the slot's CAS in the scan
-		 * regime, the count's fetch_sub in the counted one) */
+		 * releaser's half of "Waiting": the slot's CAS) */
 		if (c->wait_ns > 0 && seq_ld(&s->nwait) != 0)
 			wake_one(s);
 	}

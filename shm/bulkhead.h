@@ -23,7 +23,7 @@
 #define RESIL_POOL_SPREAD_MAX	1024u
 #define RESIL_POOL_SPREAD_SHIFT 5 /* 32 words = 128 bytes */
 
-/* The scan regime's full hint (state word `full`): 0 none; ALL: the last
+/* The full hint (state word `full`): 0 none; ALL: the last
  * walk of every slot found them taken; SHARED: the last walk of the slots
  * below resil_bulkhead_shared found them taken (a partition's callers
  * other than critical ones; critical callers walk on). */
@@ -34,34 +34,30 @@
 #define RESIL_BULKHEAD_WAITERS 64u
 
 /*
- * The two regimes of a bulkhead (bulkhead.c says why and how):
- *   SCAN     bulkhead.max <= RESIL_BULKHEAD_SCAN_MAX: no in-flight word,
- *            an admission is one CAS on a slot, a release one CAS from
- *            the holder's id (and, with bulkhead.wait, one load of the
- *            waiter count); a partition (bulkhead.critical) is a bound
- *            on the slots a caller may claim;
- *   COUNTED  pools above the bound: the in-flight hint
- *            (fetch_add/fetch_sub), and the partition compared with it.
- * The regime is part of the state's shape, and so is whether callers
- * wait: a change of either publishes a fresh block.
+ * A bulkhead's slots (bulkhead.c says why and how): no in-flight word; an
+ * admission is one CAS on a slot, a release one CAS from the holder's id
+ * (and, with bulkhead.wait, one load of the waiter count); a partition
+ * (bulkhead.critical) is a bound on the slots a caller may claim. Up to
+ * RESIL_POOL_SPREAD_MAX permits the slots are spread one per 128-byte
+ * line, above they are packed (resil_pool_shift). The geometry line's
+ * regime word says SCAN; COUNTED is what an older resild wrote for a pool
+ * it counted (above 1024 permits, or with a partition, a wait or above
+ * 128 permits before that): laid out alike, adopted and scanned.
+ * Whether callers wait is part of the state's shape: a change publishes
+ * a fresh block.
  */
-#define RESIL_BULKHEAD_COUNTED	0u
-#define RESIL_BULKHEAD_SCAN	1u
-#define RESIL_BULKHEAD_SCAN_MAX RESIL_POOL_SPREAD_MAX
-/* Scan-regime slots: one per 128-byte line, as the counted regime's up to
- * RESIL_POOL_SPREAD_MAX: claims by different processes never share a line
- * (at most 128 KiB a pool). */
-#define RESIL_BULKHEAD_SCAN_SHIFT RESIL_POOL_SPREAD_SHIFT
+#define RESIL_BULKHEAD_COUNTED 0u
+#define RESIL_BULKHEAD_SCAN    1u
 /* A thread that rejects on the full hint walks the slots anyway every
  * this many times per 128 slots (resil_bulkhead_recheck): the repair of a
  * stale hint that needs no release and no daemon. */
 #define RESIL_BULKHEAD_RECHECK 16u
 
 /* Every how many rejections on the full hint a thread walks a pool of n
- * slots (1..RESIL_BULKHEAD_SCAN_MAX): RESIL_BULKHEAD_RECHECK per 128
- * slots, rounded up to a power of two (16 up to 128, 128 from 513 to
- * 1024), so that a saturated pool's rejection reads about 8 slots on
- * average at any size. */
+ * slots (1..RESIL_POOL_MAX): RESIL_BULKHEAD_RECHECK per 128 slots,
+ * rounded up to a power of two (16 up to 128, 128 from 513 to 1024, 8192
+ * above 32768), so that a saturated pool's rejection reads about 8 slots
+ * on average at any size. */
 static inline uint32_t resil_bulkhead_recheck(uint32_t n)
 {
 	uint32_t r = RESIL_BULKHEAD_RECHECK;
@@ -124,15 +120,16 @@ static inline uint32_t resil_bulkhead_max_of(const struct resil_bulkhead_conf *c
 	return c->max > RESIL_POOL_MAX ? RESIL_POOL_MAX : c->max;
 }
 
-/* RESIL_BULKHEAD_SCAN or RESIL_BULKHEAD_COUNTED, from the configuration. */
-static inline uint32_t resil_bulkhead_regime(const struct resil_bulkhead_conf *c)
+/* Whether the slots are spread one per line (bulkhead.max <= 1024): the
+ * lean paths and the global scope take only such pools. */
+static inline bool resil_bulkhead_spread(const struct resil_bulkhead_conf *c)
 {
-	return c->max <= RESIL_BULKHEAD_SCAN_MAX ? RESIL_BULKHEAD_SCAN : RESIL_BULKHEAD_COUNTED;
+	return resil_bulkhead_max_of(c) <= RESIL_POOL_SPREAD_MAX;
 }
 
 /* The permits of a pool of n that callers other than RESIL_PRIO_CRITICAL
- * may hold: n less bulkhead.critical's share of it. In the scan regime,
- * the slots below it (the shared part); critical callers claim any. */
+ * may hold: n less bulkhead.critical's share of it: the slots below it
+ * (the shared part); critical callers claim any. */
 static inline uint32_t resil_bulkhead_shared(const struct resil_bulkhead_conf *c, uint32_t n)
 {
 	if (RESIL_LIKELY(c->critical_bp == 0))
@@ -140,28 +137,21 @@ static inline uint32_t resil_bulkhead_shared(const struct resil_bulkhead_conf *c
 	return n - (uint32_t)((uint64_t)n * c->critical_bp / 10000u);
 }
 
-/* A fail-fast bulkhead: the scan regime, no wait and no partition. Its
+/* A fail-fast bulkhead: no wait, no partition, slots spread. Its
  * decisions need nothing but the slots (the lean paths' claim of the
  * last slot, stacks, global scope). */
 static inline bool resil_bulkhead_fail_fast(const struct resil_bulkhead_conf *c)
 {
-	return c->wait_ns == 0 && c->critical_bp == 0 &&
-	       resil_bulkhead_regime(c) == RESIL_BULKHEAD_SCAN;
-}
-
-/* Slot stride (log2 of words) of a bulkhead's pool of n slots. */
-static inline uint32_t resil_bulkhead_shift(uint32_t regime, uint32_t n)
-{
-	return regime == RESIL_BULKHEAD_SCAN ? RESIL_BULKHEAD_SCAN_SHIFT : resil_pool_shift(n);
+	return c->wait_ns == 0 && c->critical_bp == 0 && resil_bulkhead_spread(c);
 }
 
 /*
  * State block. Lines:
- *   0  counted regime: inflight, fetch_add/fetch_sub by every acquirer
- *      and releaser; scan regime: full, the read-mostly "every slot
- *      taken" (or "every slot of the shared part") hint, set by a walk
- *      that found no slot, cleared by releasers;
- *   1  waiting (bulkhead.wait > 0, either regime): wake_seq (futex word:
+ *   0  full, the read-mostly "every slot taken" (or "every slot of the
+ *      shared part") hint, set by a walk that found no slot, cleared by
+ *      releasers; inflight, the count an older library kept (read and
+ *      written by no code of this build);
+ *   1  waiting (bulkhead.wait > 0): wake_seq (futex word:
  *      releasers bump it and wake one, only when nwait != 0), nwait
  *      (waiters' hint, the count word of the waiter pool), read by every
  *      releaser, written by waiters;
@@ -170,12 +160,12 @@ static inline uint32_t resil_bulkhead_shift(uint32_t regime, uint32_t n)
  *      code takes the geometry from the configuration) and
  *      daemon-private repair memory;
  *   3  the waiter slots (claims of client ids, like permits);
- *   4+ the permit slots (resil_bulkhead_shift: one per 128-byte line up to
+ *   4+ the permit slots (resil_pool_shift: one per 128-byte line up to
  *      RESIL_POOL_SPREAD_MAX, packed above).
  */
 struct resil_bulkhead_state {
-	alignas(RESIL_HOT_ALIGN) ra32 inflight;
-	ra32 full; /* scan regime: RESIL_BULKHEAD_FULL_* (bulkhead.c) */
+	alignas(RESIL_HOT_ALIGN) ra32 inflight; /* an older library's count */
+	ra32 full;				/* RESIL_BULKHEAD_FULL_* (bulkhead.c) */
 
 	alignas(RESIL_HOT_ALIGN) ra32 wake_seq;
 	ra32 nwait;
@@ -185,7 +175,7 @@ struct resil_bulkhead_state {
 	uint32_t slots_off;	 /* from the start of this block */
 	int32_t prev_excess;	 /* daemon only: hint excess seen at the last tick */
 	int32_t prev_wexcess;	 /* same for nwait */
-	uint32_t regime;	 /* RESIL_BULKHEAD_SCAN or _COUNTED */
+	uint32_t regime;	 /* RESIL_BULKHEAD_SCAN (_COUNTED: an older resild's) */
 	RESIL_A8 ra64 reclaimed; /* permits taken back from dead clients (daemon) */
 	RESIL_A8 ra64 repaired;	 /* hint corrections applied (daemon) */
 	RESIL_A8 ra64 waits;	 /* waits entered (waiters) */
@@ -244,6 +234,9 @@ void resil_bulkhead_carry(void *nst, const struct resil_bulkhead_conf *nc, const
 			  const struct resil_bulkhead_conf *oc, int64_t now);
 int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			   struct resil_permit_priv *pm);
+/* The lean paths' acquires and releases below take a pool whose slots
+ * are spread (resil_bulkhead_spread: the bind checks it); the others take
+ * any. */
 int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 				struct resil_permit_priv *pm);
 /* The same for a global bulkhead (policy.scope = global): claims below
@@ -251,10 +244,10 @@ int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead
  * client id and the clock. */
 int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
 				       void *st, struct resil_permit_priv *pm);
-/* The scan regime's release, waking a waiter when c has them. */
+/* A spread pool's release, waking a waiter when c has them. */
 void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
 				 struct resil_permit_priv *pm);
-/* The scan regime's host-scope claim of this thread's last slot (one load,
+/* A spread pool's host-scope claim of this thread's last slot (one load,
  * one CAS): its index (1-based); RESIL_BULKHEAD_LAST_FULL when it is taken
  * and the full hint says the pool is (a rejection, RESIL_REJECT_FULL);
  * else 0: resil_bulkhead_acquire_scan_rest decides (a walk). n =

@@ -415,7 +415,7 @@ static int global_check(const struct resil_conf *c, char *err, size_t errlen)
 		return resil_errf(err, errlen, -EINVAL,
 				  "policy.scope = global applies to fail-fast bulkheads of at most "
 				  "%u permits (bulkhead.wait = 0, no bulkhead.critical)",
-				  RESIL_BULKHEAD_SCAN_MAX);
+				  RESIL_POOL_SPREAD_MAX);
 	if (!c->limit.on && !c->breaker.on && !c->bulkhead.on && !resil_budget_has_state(&c->retry))
 		return resil_errf(err, errlen, -EINVAL,
 				  "policy.scope = global needs limit.rate, a time-window breaker, "

@@ -16,32 +16,32 @@
  * all and plays the daemon's part: resil_bulkhead_reclaim for each dead
  * id.
  *
- * Both regimes of the bulkhead, one after the other, each on a fresh
- * block: scan fail-fast (bulkhead.max = 4, the defaults otherwise: a
- * permit is one CAS, a release one CAS, a full hint), scan with waiters
- * (bulkhead.wait = 20ms for every worker, as for every record of such a
- * block: a kill lands in a waiter's claim too) and counted, the regime
- * of pools above the scan bound (bulkhead.max = 4 + 1024, the top 1024
- * slots claimed and counted by a filler client that never dies, and
- * bulkhead.wait = 20ms for the waiter; every worker of a block uses the
- * same regime, as every record of one block does).
+ * Three bulkheads, one after the other, each on a fresh block: fail-fast
+ * (bulkhead.max = 4, the defaults otherwise: a permit is one CAS, a
+ * release one CAS, a full hint), with waiters (bulkhead.wait = 20ms for
+ * every worker, as for every record of such a block: a kill lands in a
+ * waiter's claim too) and packed slots, as in pools above 1024 permits
+ * (bulkhead.max = 4 + 1024, the top 1024 slots claimed by a filler
+ * client that never dies, bulkhead.wait = 20ms). The adaptive limit's
+ * pool is counted: its windows (between count and claim) are killed in.
  *
- * Asserted after every round (the filler's slots and count aside):
+ * Asserted after every round (the filler's slots aside):
  *   - exactly 0 claimed slots (bulkhead and adaptive) and 0 claimed waiter
  *     slots (none lost, none reclaimed twice: a second reclaim returns
  *     nothing);
- *   - after two maintenance ticks, the in-flight hint and the waiter count
- *     are exactly 0 again (the windows between counter and claim), and
- *     the scan regime's full hint is clear (a kill between a walk and
- *     the hint, or between a release and clearing it);
+ *   - after two maintenance ticks, the adaptive pool's in-flight hint
+ *     and the waiter count are exactly 0 again (the windows between
+ *     counter and claim), the bulkhead's count word was never written,
+ *     and the full hint is clear (a kill between a walk and the hint, or
+ *     between a release and clearing it);
  *   - the bulkhead still admits max callers.
- * >= 200 rounds per regime (x RESIL_TEST_SCALE).
+ * >= 200 rounds per bulkhead (x RESIL_TEST_SCALE).
  *
  * Then the same through the whole stack: a resild of the test's own, a
- * policy "bulkhead.max = 4; bulkhead.wait = 20ms" (scan, waiting), one
- * with "bulkhead.critical = 20%" too (a partition that reserves nothing
- * of 4: the partition's walk), one "bulkhead.max = 4" (scan, fail-fast)
- * and one "bulkhead.max = 1028; bulkhead.wait = 20ms" (counted; the
+ * policy "bulkhead.max = 4; bulkhead.wait = 20ms" (waiting), one with
+ * "bulkhead.critical = 20%" too (a partition that reserves nothing of 4:
+ * the partition's walk), one "bulkhead.max = 4" (fail-fast) and one
+ * "bulkhead.max = 1028; bulkhead.wait = 20ms" (packed slots; the
  * test's own process takes 1024 permits first and holds them to the
  * end), forked children of a connected process (each
  * claims its own client row) taking permits with resil_acquire and
@@ -66,7 +66,7 @@
 
 #define WORKERS 4
 #define MAX	4
-#define FILL	RESIL_BULKHEAD_SCAN_MAX /* the counted blocks' filler slots */
+#define FILL	RESIL_POOL_SPREAD_MAX /* the packed blocks' filler slots */
 
 struct shared {
 	_Atomic long ops[WORKERS]; /* progress, so the test knows they run */
@@ -180,7 +180,7 @@ static bool whole(resil_policy_t *p)
 }
 
 /* fill: permits this process takes first and holds to the end (a live
- * client: never reclaimed), so that a counted pool of 4 + fill permits
+ * client: never reclaimed), so that a packed pool of 4 + fill permits
  * has 4 for the rounds. */
 static void daemon_rounds(resil_t *r, const char *name, const char *config, int fill)
 {
@@ -245,16 +245,15 @@ static int through_daemon(void)
 	daemon_rounds(r, "bulkhead-kill-partition",
 		      "bulkhead.max = 4; bulkhead.wait = 20ms; bulkhead.critical = 20%", 0);
 	daemon_rounds(r, "bulkhead-kill-scan", "bulkhead.max = 4", 0);
-	daemon_rounds(r, "bulkhead-kill-counted", "bulkhead.max = 1028; bulkhead.wait = 20ms",
-		      FILL);
+	daemon_rounds(r, "bulkhead-kill-packed", "bulkhead.max = 1028; bulkhead.wait = 20ms", FILL);
 	resil_close(r);
 	test_daemon_fini(&d);
 	munmap(dops, 4096);
 	return 0;
 }
 
-/* Rounds of kills on one bulkhead block of the regime of conf (and of
- * wconf, the waiter's: the same regime). */
+/* Rounds of kills on one bulkhead block of conf (and of wconf, the
+ * waiter's: the same block). */
 static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_bulkhead_conf *wcf)
 {
 	const struct resil_bulkhead_conf conf = *cf, wconf = *wcf;
@@ -262,13 +261,13 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 	int rounds = 200 * resil_test_scale();
 	int excess_rounds = 0, reclaimed_rounds = 0, waiter_rounds = 0, odd_epochs = 0;
 	int aexcess_rounds = 0;
-	bool scan = resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_SCAN;
-	uint32_t fill = scan ? 0 : FILL;
+	bool packed = !resil_bulkhead_spread(&conf);
+	uint32_t fill = packed ? FILL : 0;
 	uint64_t seed = 0x1234567u;
 	char err[128];
 	size_t size;
 
-	TEST_CHECK(resil_bulkhead_regime(&conf) == resil_bulkhead_regime(&wconf));
+	TEST_CHECK(resil_bulkhead_same_shape(&conf, &wconf));
 	struct resil_adaptive_conf aconf;
 	resil_adaptive_conf_defaults(&aconf);
 	if (resil_adaptive_conf_set(&aconf, "adaptive.max", "8", err, sizeof(err)) < 0 ||
@@ -283,7 +282,7 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 	if (sh == MAP_FAILED)
 		return 1;
 	resil_bulkhead_state_init(sh->st, &conf, 0);
-	TEST_CHECK(((struct resil_bulkhead_state *)sh->st)->regime == resil_bulkhead_regime(&conf));
+	TEST_CHECK(((struct resil_bulkhead_state *)sh->st)->regime == RESIL_BULKHEAD_SCAN);
 	if (fill)
 		TEST_CHECK(test_bulkhead_fill(sh->st, MAX) == fill);
 	sh->aconf = aconf;
@@ -352,14 +351,13 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 		TEST_CHECK(again.permits == 0 && again.waiters == 0);
 		TEST_CHECK(counts.permits <= 2 * MAX); /* adaptive permits ride on bulkhead ones */
 
-		if (atomic_load(&st->inflight) != fill || atomic_load(&st->nwait) != 0 ||
-		    atomic_load(&st->full) != 0)
+		if (atomic_load(&st->nwait) != 0 || atomic_load(&st->full) != 0)
 			excess_rounds++;
 		if (atomic_load(&sh->ad->inflight) != 0)
 			aexcess_rounds++;
 		resil_bulkhead_maintain(&x, &conf, st);
 		resil_bulkhead_maintain(&x, &conf, st);
-		TEST_CHECK(atomic_load(&st->inflight) == fill);
+		TEST_CHECK(atomic_load(&st->inflight) == 0);
 		TEST_CHECK(atomic_load(&st->nwait) == 0);
 		TEST_CHECK(atomic_load(&st->full) == 0);
 		resil_adaptive_maintain(&x, &aconf, sh->ad);
@@ -385,7 +383,7 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 		TEST_CHECK(resil_bulkhead_acquire(&x, &conf, st, &pm[MAX]) == RESIL_REJECT_FULL);
 		for (int i = 0; i < MAX; i++)
 			resil_bulkhead_release(&x, &conf, st, &pm[i], RESIL_SUCCESS);
-		TEST_CHECK(atomic_load(&st->inflight) == fill);
+		TEST_CHECK(resil_bulkhead_held(&conf, st) == fill);
 		uint32_t lim = resil_adaptive_limit(sh->ad);
 		for (uint32_t i = 0; i < lim; i++) {
 			memset(&pm[i], 0, sizeof(pm[i]));
@@ -398,10 +396,10 @@ static int kill_rounds(const struct resil_bulkhead_conf *cf, const struct resil_
 			resil_adaptive_release(&x, &aconf, sh->ad, &pm[i], RESIL_IGNORED);
 		TEST_CHECK(resil_adaptive_held(&aconf, sh->ad) == 0);
 	}
-	printf("%s regime, %d rounds: permits reclaimed in %d, a waiter killed in %d, a "
+	printf("%s%s, %d rounds: permits reclaimed in %d, a waiter killed in %d, a "
 	       "bulkhead hint repaired after %d and the adaptive hint after %d (kills inside a "
 	       "crash window), a window decision taken over in %d\n",
-	       scan ? (conf.wait_ns ? "scan (waiting)" : "scan") : "counted", rounds,
+	       packed ? "packed" : "spread", conf.wait_ns ? " (waiting)" : "", rounds,
 	       reclaimed_rounds, waiter_rounds, excess_rounds, aexcess_rounds, odd_epochs);
 	munmap(sh, size);
 	return 0;
@@ -412,26 +410,24 @@ int main(void)
 	struct resil_bulkhead_conf conf, wconf;
 	char err[128];
 
-	/* scan: the defaults; nobody waits */
+	/* the defaults; nobody waits */
 	resil_bulkhead_conf_defaults(&conf);
 	if (resil_bulkhead_conf_set(&conf, "bulkhead.max", "4", err, sizeof(err)) < 0)
 		return 1;
-	TEST_CHECK(resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_SCAN);
+	TEST_CHECK(resil_bulkhead_spread(&conf));
 	if (kill_rounds(&conf, &conf))
 		return 1;
-	/* scan with waiters: every worker may wait */
+	/* with waiters: every worker may wait */
 	wconf = conf;
 	wconf.wait_ns = 20 * RESIL_NS_PER_MS;
-	TEST_CHECK(resil_bulkhead_regime(&wconf) == RESIL_BULKHEAD_SCAN);
 	if (kill_rounds(&wconf, &wconf))
 		return 1;
-	/* counted: 4 + FILL slots, FILL of them the filler's; the waiter waits */
-	if (resil_bulkhead_conf_set(&conf, "bulkhead.max", "1028", err, sizeof(err)) < 0)
+	/* packed: 4 + FILL slots, FILL of them the filler's; every worker
+	 * may wait */
+	if (resil_bulkhead_conf_set(&wconf, "bulkhead.max", "1028", err, sizeof(err)) < 0)
 		return 1;
-	wconf = conf;
-	wconf.wait_ns = 20 * RESIL_NS_PER_MS;
-	TEST_CHECK(resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_COUNTED);
-	if (kill_rounds(&conf, &wconf))
+	TEST_CHECK(!resil_bulkhead_spread(&wconf));
+	if (kill_rounds(&wconf, &wconf))
 		return 1;
 	if (through_daemon())
 		return 1;

@@ -293,7 +293,7 @@ static ra32 *bulkhead_slot(resil_t *r, const char *name, uint32_t i)
 	uint32_t n = resil_bulkhead_max_of(c);
 
 	TEST_CHECK(i < n);
-	return (ra32 *)(s + 1) + ((size_t)i << resil_bulkhead_shift(resil_bulkhead_regime(c), n));
+	return (ra32 *)(s + 1) + ((size_t)i << resil_pool_shift(n));
 }
 
 static void claim_all(resil_t *r, const char *name, uint32_t id)

@@ -2,30 +2,29 @@
 /*
  * stress_bulkhead.c - 8 forked processes on one bulkhead in a MAP_SHARED
  * region, each taking up to 3 permits at once (normal and critical
- * priority) and holding them for random times; in both regimes, one after
- * the other, each on a fresh block:
- *   - scan: the defaults (every process fails fast; a permit is one CAS,
- *     a release one CAS, a saturated pool rejects on the full hint);
- *   - scan with waiters: bulkhead.wait = 1ms for every process (whether
+ * priority) and holding them for random times; one run after the other,
+ * each on a fresh block:
+ *   - the defaults (every process fails fast; a permit is one CAS, a
+ *     release one CAS, a saturated pool rejects on the full hint);
+ *   - with waiters: bulkhead.wait = 1ms for every process (whether
  *     callers wait is part of a block's shape);
- *   - scan with a partition: bulkhead.critical = 20% (1 of 5 reserved)
- *     on top, every process waiting;
- *   - counted, the regime of pools above the scan bound: 5 + 1024
- *     permits, the top 1024 claimed and counted by a filler client that
- *     never lets go, bulkhead.critical = 0.1% (1 of the 1029 reserved:
- *     normal callers have 4 of the 5 left, as with the partition above),
- *     bulkhead.wait = 1ms for half of the processes (the others fail
- *     fast: the same regime, as for two records of one block).
+ *   - with a partition: bulkhead.critical = 20% (1 of 5 reserved) on
+ *     top, every process waiting;
+ *   - packed slots, as in pools above 1024 permits: 5 + 1024 permits,
+ *     slots 4 to 1027 claimed by a filler client that never lets go,
+ *     bulkhead.critical = 0.1% (the top slot of the 1029 reserved: normal
+ *     callers have slots 0 to 3, as with the partition above),
+ *     bulkhead.wait = 1ms.
  *
  * Invariants (validate part):
  *   - the number of claimed slots is never above bulkhead.max (5, the
  *     filler's aside): each holder counts itself in right after its claim
  *     and out right before its release (a count of claims, not the racy
  *     hint); with a partition, normal callers' never above 4;
- *   - at the end: 0 claimed slots, hint 0, no waiter counted (the
- *     filler's aside); in the scan regime, after one daemon tick, no full
- *     hint (the race a release can lose against a walk is repaired there
- *     at the latest).
+ *   - at the end: 0 claimed slots, the count word untouched, no waiter
+ *     counted (the filler's aside); after one daemon tick, no full hint
+ *     (the race a release can lose against a walk is repaired there at
+ *     the latest).
  * Then (bench part) the throughput of admissions is printed.
  *
  * Runs in a few seconds; RESIL_TEST_SCALE multiplies the rounds.
@@ -46,7 +45,7 @@
 
 #define PROCS 8
 #define MAX   5
-#define FILL  RESIL_BULKHEAD_SCAN_MAX /* the counted run's filler slots */
+#define FILL  RESIL_POOL_SPREAD_MAX /* the packed run's filler slots */
 
 struct shared {
 	_Atomic int inside; /* holders that counted themselves in */
@@ -71,7 +70,7 @@ static void worker(struct shared *sh, const struct resil_bulkhead_conf *conf, ui
 
 	memset(&x, 0, sizeof(x));
 	x.client_id = id;
-	/* start together, so the processes overlap (a scan-regime round is
+	/* start together, so the processes overlap (a fail-fast round is
 	 * short: a late fork would find the others done) */
 	atomic_fetch_add(&sh->ready, 1);
 	while (atomic_load(&sh->ready) < PROCS)
@@ -125,13 +124,13 @@ static void worker(struct shared *sh, const struct resil_bulkhead_conf *conf, ui
 static int run(const struct resil_bulkhead_conf *cf)
 {
 	const struct resil_bulkhead_conf conf = *cf;
-	bool scan = resil_bulkhead_regime(&conf) == RESIL_BULKHEAD_SCAN;
-	uint32_t fill = scan ? 0 : FILL;
+	bool packed = !resil_bulkhead_spread(&conf);
+	uint32_t fill = packed ? FILL : 0;
 	struct shared *sh;
 	pid_t pids[PROCS];
 	/* a fail-fast round never sleeps: more of them for as long a run;
 	 * fewer where every process waits */
-	long rounds = (!scan ? 30000L : conf.wait_ns ? 10000L : 300000L) * resil_test_scale();
+	long rounds = (conf.wait_ns ? 10000L : 300000L) * resil_test_scale();
 	size_t size;
 	int64_t t0, t1;
 	int i, status, failed = 0;
@@ -141,23 +140,20 @@ static int run(const struct resil_bulkhead_conf *cf)
 	if (sh == MAP_FAILED)
 		return 1;
 	resil_bulkhead_state_init(sh->st, &conf, 0);
-	if (fill)
-		TEST_CHECK(test_bulkhead_fill(sh->st, MAX) == fill);
+	if (fill) {
+		/* slots 4..1028 held, then the reserved top slot given back */
+		struct resil_pool p = resil_bulkhead_pool((struct resil_bulkhead_state *)sh->st);
+
+		TEST_CHECK(test_bulkhead_fill(sh->st, MAX - 1) == fill + 1);
+		atomic_store(&p.slots[(size_t)(p.n - 1) << p.shift], 0);
+	}
 	sh->shared_max = (int)(resil_bulkhead_shared(&conf, resil_bulkhead_max_of(&conf)) - fill);
 
 	t0 = test_mono_ns();
 	for (i = 0; i < PROCS; i++) {
 		pids[i] = fork();
 		if (pids[i] == 0) {
-			/* counted: half of them wait up to 1 ms for a permit, half
-			 * fail fast */
-			struct resil_bulkhead_conf mine = conf;
-
-			if (i % 2 && !scan)
-				mine.wait_ns = 0;
-			if (resil_bulkhead_regime(&mine) != resil_bulkhead_regime(&conf))
-				_exit(2);
-			worker(sh, &mine, 1 + (uint32_t)i, rounds);
+			worker(sh, &conf, 1 + (uint32_t)i, rounds);
 			_exit(0);
 		}
 	}
@@ -176,18 +172,18 @@ static int run(const struct resil_bulkhead_conf *cf)
 
 	memset(&x, 0, sizeof(x));
 	resil_bulkhead_maintain(&x, &conf, st); /* the daemon's tick */
-	printf("%s regime, max %d, %d for normal callers: most in flight %d (normal %d); held at "
-	       "end %u, hint %d, waiters %u, full hint %u (%u after a tick)\n",
-	       scan ? (conf.wait_ns ? "scan (waiting)" : "scan") : "counted", MAX, sh->shared_max,
+	printf("%s%s, max %d, %d for normal callers: most in flight %d (normal %d); held at "
+	       "end %u, count word %d, waiters %u, full hint %u (%u after a tick)\n",
+	       packed ? "packed" : "spread", conf.wait_ns ? " (waiting)" : "", MAX, sh->shared_max,
 	       atomic_load(&sh->worst), atomic_load(&sh->worst_normal),
-	       resil_bulkhead_held(&conf, st) - fill, (int32_t)(atomic_load(&st->inflight) - fill),
+	       resil_bulkhead_held(&conf, st) - fill, (int32_t)atomic_load(&st->inflight),
 	       atomic_load(&st->nwait), full_at_end, atomic_load(&st->full));
 	printf("%d processes: %ld admitted, %ld rejected in %.2f s (%.0f admissions/s)\n", PROCS,
 	       atomic_load(&sh->admitted), atomic_load(&sh->rejected), (t1 - t0) / 1e9,
 	       atomic_load(&sh->admitted) / ((t1 - t0) / 1e9));
 	if (atomic_load(&sh->worst) > MAX || atomic_load(&sh->worst_normal) > sh->shared_max)
 		failed = 1;
-	if (resil_bulkhead_held(&conf, st) != fill || atomic_load(&st->inflight) != fill ||
+	if (resil_bulkhead_held(&conf, st) != fill || atomic_load(&st->inflight) != 0 ||
 	    atomic_load(&st->nwait) != 0 || atomic_load(&st->full) != 0)
 		failed = 1;
 	if (atomic_load(&sh->admitted) == 0 || atomic_load(&sh->worst) < MAX)
@@ -197,11 +193,11 @@ static int run(const struct resil_bulkhead_conf *cf)
 	return failed;
 }
 
-/* conf with key = value added, which must give the regime wanted, then a
- * run; 1 when the setting is refused, the regime is another, or the run
- * failed. */
+/* conf with key = value added, whose slots must be spread or not as
+ * wanted, then a run; 1 when the setting is refused, the layout is
+ * another, or the run failed. */
 static int run_with(struct resil_bulkhead_conf *conf, const char *key, const char *value,
-		    uint32_t regime)
+		    bool spread)
 {
 	char err[128];
 
@@ -209,7 +205,7 @@ static int run_with(struct resil_bulkhead_conf *conf, const char *key, const cha
 		fprintf(stderr, "conf: %s\n", err);
 		return 1;
 	}
-	if (resil_bulkhead_regime(conf) != regime)
+	if (resil_bulkhead_spread(conf) != spread)
 		return 1;
 	return run(conf);
 }
@@ -222,15 +218,14 @@ int main(void)
 
 	resil_bulkhead_conf_defaults(&conf);
 	/* fail-fast, then every caller waiting, then a partition for
-	 * critical callers (all scanned), each on top of the last; then the
-	 * counted regime */
-	failed = run_with(&conf, "bulkhead.max", "5", RESIL_BULKHEAD_SCAN);
-	failed |= run_with(&conf, "bulkhead.wait", "1ms", RESIL_BULKHEAD_SCAN);
-	failed |= run_with(&conf, "bulkhead.critical", "20", RESIL_BULKHEAD_SCAN);
+	 * critical callers, each on top of the last; then packed slots */
+	failed = run_with(&conf, "bulkhead.max", "5", true);
+	failed |= run_with(&conf, "bulkhead.wait", "1ms", true);
+	failed |= run_with(&conf, "bulkhead.critical", "20", true);
 	resil_bulkhead_conf_defaults(&conf);
 	conf.wait_ns = RESIL_NS_PER_MS;
 	if (resil_bulkhead_conf_set(&conf, "bulkhead.critical", "0.1", err, sizeof(err)))
 		return 1;
-	failed |= run_with(&conf, "bulkhead.max", "1029", RESIL_BULKHEAD_COUNTED);
+	failed |= run_with(&conf, "bulkhead.max", "1029", false);
 	return failed;
 }

@@ -522,7 +522,6 @@ uint32_t test_bulkhead_fill(void *st, uint32_t free_slots)
 
 	for (uint32_t i = free_slots; i < p.n; i++)
 		atomic_store(&p.slots[(size_t)i << p.shift], TEST_BULKHEAD_FILLER);
-	atomic_store(&s->inflight, held);
 	return held;
 }
 

@@ -130,10 +130,9 @@ struct resil_rec;
 const struct resil_rec *test_rec_of(resil_t *r, const char *name);
 
 /* A bulkhead state block (just initialised) whose slots from free_slots
- * on are claimed by TEST_BULKHEAD_FILLER and counted in its in-flight
- * word: a live client that never lets go. So a counted pool (above
- * RESIL_BULKHEAD_SCAN_MAX permits) behaves as one of free_slots. Returns
- * the slots so held. */
+ * on are claimed by TEST_BULKHEAD_FILLER: a live client that never lets
+ * go. So a packed pool (above RESIL_POOL_SPREAD_MAX permits) behaves as
+ * one of free_slots. Returns the slots so held. */
 #define TEST_BULKHEAD_FILLER 0xfff0u
 uint32_t test_bulkhead_fill(void *st, uint32_t free_slots);
 

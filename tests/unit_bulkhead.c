@@ -2,12 +2,12 @@
 /*
  * unit_bulkhead.c - the bulkhead on a plain aligned_alloc region, ctx with
  * no segment: limits, unregistered callers, priority partitions, reclaim
- * of a dead client's permits, hint repair after each crash window, waits
- * across threads (shared futex), and a multi-thread invariant; both
- * regimes (scan: the defaults, with a partition or without; counted: a
- * pool above the scan bound whose extra slots a filler client holds:
- * bh_counted), the full hint of the scan regime, its race and a
- * partition's two values, the regime as part of the shape (a fresh block
+ * of a dead client's permits, the counted pool's (the adaptive limit's)
+ * hint repair after each crash window, waits across threads (shared
+ * futex), and a multi-thread invariant; both layouts (spread: the
+ * defaults, with a partition or without; packed: a pool above 1024
+ * permits whose extra slots a filler client holds: bh_packed), the full
+ * hint, its race and a partition's two values, the shape (a fresh block
  * on a real segment when bulkhead.wait goes from 0 to 200ms, the same
  * block for a partition), and geometry words a client scribbled on.
  */
@@ -54,7 +54,7 @@ static int64_t manual_clock(void *ctx)
 struct bh {
 	struct resil_bulkhead_conf conf;
 	struct resil_bulkhead_state *st;
-	uint32_t fill; /* slots held by the filler (bh_counted) */
+	uint32_t fill; /* slots held by the filler (bh_packed) */
 };
 
 static void bh_new(struct bh *b, const char *max, const char *wait, const char *critical)
@@ -80,18 +80,19 @@ static void bh_new(struct bh *b, const char *max, const char *wait, const char *
 	b->fill = 0;
 }
 
-/* The counted regime is that of pools above RESIL_BULKHEAD_SCAN_MAX. A
- * counted pool that behaves as one of max permits (25 when NULL): max +
- * RESIL_BULKHEAD_SCAN_MAX permits, the top ones held by the filler
- * client (test_bulkhead_fill). */
-static void bh_counted(struct bh *b, const char *max, const char *wait, const char *critical)
+/* Slots are packed above RESIL_POOL_SPREAD_MAX permits. A packed pool
+ * that behaves as one of max permits (25 when NULL): max +
+ * RESIL_POOL_SPREAD_MAX permits, the top ones held by the filler client
+ * (test_bulkhead_fill). */
+static void bh_packed(struct bh *b, const char *max, const char *wait, const char *critical)
 {
 	uint32_t m = max ? (uint32_t)atoi(max) : 25;
 	char total[16];
 
-	snprintf(total, sizeof(total), "%u", m + RESIL_BULKHEAD_SCAN_MAX);
+	snprintf(total, sizeof(total), "%u", m + RESIL_POOL_SPREAD_MAX);
 	bh_new(b, total, wait, critical);
-	assert_int_equal(resil_bulkhead_regime(&b->conf), RESIL_BULKHEAD_COUNTED);
+	assert_false(resil_bulkhead_spread(&b->conf));
+	assert_int_equal(resil_bulkhead_pool(b->st).shift, 0);
 	b->fill = test_bulkhead_fill(b->st, m);
 }
 
@@ -126,9 +127,10 @@ static void give(struct bh *b, uint32_t client, struct resil_permit_priv *pm)
 	resil_bulkhead_release(&x, &b->conf, b->st, pm, RESIL_SUCCESS);
 }
 
+/* The count word an older library kept: nothing of this build writes it. */
 static int32_t hint(struct bh *b)
 {
-	return (int32_t)atomic_load(&b->st->inflight) - (int32_t)b->fill;
+	return (int32_t)atomic_load(&b->st->inflight);
 }
 
 /* Permits held, the filler's left out. */
@@ -145,26 +147,26 @@ static void maintain(struct bh *b)
 	resil_bulkhead_maintain(&x, &b->conf, b->st);
 }
 
-/* A test run in one regime (the counted one: bh_counted), and with a
- * partition (bulkhead.critical) or without. */
+/* A test run in one layout (packed: bh_packed), and with a partition
+ * (bulkhead.critical) or without. */
 struct regime {
 	const char *critical;
-	uint32_t want;
+	bool packed;
 };
-static struct regime scan_r = {NULL, RESIL_BULKHEAD_SCAN};
-static struct regime counted_r = {NULL, RESIL_BULKHEAD_COUNTED};
-static struct regime partition_r = {"34", RESIL_BULKHEAD_SCAN};
+static struct regime scan_r = {NULL, false};
+static struct regime packed_r = {NULL, true};
+static struct regime partition_r = {"34", false};
 
 static void bh_wait_r(struct bh *b, const char *max, const char *wait, void **state)
 {
 	const struct regime *r = *state;
 
-	if (r->want == RESIL_BULKHEAD_COUNTED)
-		bh_counted(b, max, wait, r->critical);
+	if (r->packed)
+		bh_packed(b, max, wait, r->critical);
 	else
 		bh_new(b, max, wait, r->critical);
-	assert_int_equal(resil_bulkhead_regime(&b->conf), r->want);
-	assert_int_equal(b->st->regime, r->want);
+	assert_int_equal(resil_bulkhead_spread(&b->conf), !r->packed);
+	assert_int_equal(b->st->regime, RESIL_BULKHEAD_SCAN);
 }
 
 static void bh_new_r(struct bh *b, const char *max, void **state)
@@ -172,16 +174,15 @@ static void bh_new_r(struct bh *b, const char *max, void **state)
 	bh_wait_r(b, max, NULL, state);
 }
 
-static bool counted(struct bh *b)
+static bool packed(struct bh *b)
 {
-	return resil_bulkhead_regime(&b->conf) == RESIL_BULKHEAD_COUNTED;
+	return !resil_bulkhead_spread(&b->conf);
 }
 
-/* The hint a regime keeps: the in-flight count (counted), nothing (scan:
- * the word stays 0 whatever happens). */
-static void check_hint(struct bh *b, int32_t held)
+/* Nothing counts: the count word stays 0 whatever happens. */
+static void check_uncounted(struct bh *b)
 {
-	assert_int_equal(hint(b), counted(b) ? held : 0);
+	assert_int_equal(hint(b), 0);
 }
 
 /* The slot words of a pool, to compare before and after. */
@@ -264,13 +265,12 @@ static void test_shape(void **state)
 
 	resil_bulkhead_conf_defaults(&a);
 	resil_bulkhead_conf_defaults(&b);
-	assert_int_equal(resil_bulkhead_regime(&a), RESIL_BULKHEAD_SCAN);
+	assert_true(resil_bulkhead_spread(&a));
 	assert_true(resil_bulkhead_same_shape(&a, &b));
 	assert_true(resil_bulkhead_fail_fast(&a));
 	/* a wait is scanned, but whether callers wait is part of the shape
 	 * (a fail-fast release looks for no waiter) */
 	b.wait_ns = 200 * RESIL_NS_PER_MS;
-	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_SCAN);
 	assert_false(resil_bulkhead_fail_fast(&b));
 	assert_false(resil_bulkhead_same_shape(&a, &b));
 	assert_false(resil_bulkhead_same_shape(&b, &a));
@@ -281,7 +281,6 @@ static void test_shape(void **state)
 	a.wait_ns = 0;
 	b.wait_ns = 0;
 	b.critical_bp = 1000;
-	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_SCAN);
 	assert_false(resil_bulkhead_fail_fast(&b));
 	assert_true(resil_bulkhead_same_shape(&a, &b));
 	assert_int_equal(resil_bulkhead_shared(&b, 25), 23); /* 10% of 25: 2 */
@@ -296,15 +295,18 @@ static void test_shape(void **state)
 	assert_true(resil_bulkhead_same_shape(&a, &b));
 	b.max = 26;
 	assert_false(resil_bulkhead_same_shape(&a, &b));
-	/* the bound: scan up to RESIL_BULKHEAD_SCAN_MAX, counted above */
+	/* the bound: spread up to RESIL_POOL_SPREAD_MAX, packed above (and
+	 * then not fail-fast: the lean paths take spread pools only) */
 	resil_bulkhead_conf_defaults(&a);
 	resil_bulkhead_conf_defaults(&b);
-	a.max = RESIL_BULKHEAD_SCAN_MAX;
-	b.max = RESIL_BULKHEAD_SCAN_MAX + 1;
-	assert_int_equal(resil_bulkhead_regime(&a), RESIL_BULKHEAD_SCAN);
-	assert_int_equal(resil_bulkhead_regime(&b), RESIL_BULKHEAD_COUNTED);
-	/* one 128-byte line per permit in both regimes up to
-	 * RESIL_POOL_SPREAD_MAX, packed above */
+	a.max = RESIL_POOL_SPREAD_MAX;
+	b.max = RESIL_POOL_SPREAD_MAX + 1;
+	assert_true(resil_bulkhead_spread(&a));
+	assert_true(resil_bulkhead_fail_fast(&a));
+	assert_false(resil_bulkhead_spread(&b));
+	assert_false(resil_bulkhead_fail_fast(&b));
+	/* one 128-byte line per permit up to RESIL_POOL_SPREAD_MAX, packed
+	 * above */
 	resil_bulkhead_conf_defaults(&a);
 	assert_int_equal(resil_bulkhead_state_size(&a),
 			 sizeof(struct resil_bulkhead_state) + resil_align_up(25 * 128, 128));
@@ -316,10 +318,10 @@ static void test_shape(void **state)
 			 sizeof(struct resil_bulkhead_state) + resil_align_up(5000 * 4, 128));
 }
 
-/* Through a real segment: a change of regime, or from fail-fast to
+/* Through a real segment: a change of bulkhead.max, or from fail-fast to
  * waiting, publishes a fresh block; a change within them keeps the block;
  * a permit of the old block goes back to the old block, under the old
- * record's regime. */
+ * record's configuration. */
 static int64_t seg_now = 1000 * RESIL_NS_PER_S;
 
 static const struct resil_rec *seg_define(struct resil_seg *s, const char *text)
@@ -366,20 +368,21 @@ static void test_fresh_block_on_regime_change(void **state)
 	/* a partition is scanned: the same block */
 	r1 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 300ms; bulkhead.critical = 50%");
 	assert_true(r1->state_off == r2->state_off);
-	/* above the scan bound: a fresh, counted block */
+	/* above the spread bound: a fresh block of packed slots, scanned
+	 * (no count) */
 	r1 = seg_define(&s, "bulkhead.max = 1100; bulkhead.wait = 300ms");
 	assert_true(r1->state_off != r2->state_off);
 	b1 = resil_comp_state(&s, r1, RESIL_C_BULKHEAD);
-	assert_int_equal(b1->regime, RESIL_BULKHEAD_COUNTED);
+	assert_int_equal(b1->regime, RESIL_BULKHEAD_SCAN);
+	assert_int_equal(b1->shift, 0);
 	assert_int_equal(resil_bulkhead_held(&r1->conf.bulkhead, b1), 0);
-	assert_int_equal(atomic_load(&b1->inflight), 0);
-	/* the new block counts from zero: both of its permits are there */
 	memset(&pm1, 0, sizeof(pm1));
 	assert_int_equal(resil_policy_acquire(&x, r1, &pm1, NULL, 0), 0);
-	assert_int_equal(atomic_load(&b1->inflight), 1);
+	assert_int_equal(resil_bulkhead_held(&r1->conf.bulkhead, b1), 1);
+	assert_int_equal(atomic_load(&b1->inflight), 0);
 	x.now = 0;
 	resil_policy_release(&x, r1, &pm1, RESIL_SUCCESS);
-	assert_int_equal(atomic_load(&b1->inflight), 0);
+	assert_int_equal(resil_bulkhead_held(&r1->conf.bulkhead, b1), 0);
 
 	/* the old permit goes back where it came from, by the old record */
 	x.now = 0;
@@ -388,8 +391,7 @@ static void test_fresh_block_on_regime_change(void **state)
 	assert_int_equal(atomic_load(&b1->inflight), 0);
 	assert_int_equal(atomic_load(&b0->inflight), 0);
 
-	/* within the counted regime a longer wait and a partition keep the
-	 * block */
+	/* a longer wait and a partition keep the packed block */
 	r2 = seg_define(&s, "bulkhead.max = 1100; bulkhead.wait = 400ms; bulkhead.critical = 1%");
 	assert_true(r2->state_off == r1->state_off);
 	/* and back to fail-fast: a fresh scan block again */
@@ -418,9 +420,8 @@ static void test_limit(void **state)
 	assert_int_equal(pm[25].bulkhead_idx, 0);
 	assert_false(pm[25].flags & RESIL_PERMIT_BULKHEAD);
 	assert_int_equal(bh_held(&b), 25);
-	check_hint(&b, 25); /* rejections undid their fetch_add */
-	if (!counted(&b))
-		assert_int_equal(atomic_load(&b.st->full), 1); /* the walk said so */
+	check_uncounted(&b);
+	assert_int_equal(atomic_load(&b.st->full), 1); /* the walk said so */
 
 	/* every slot is distinct */
 	for (i = 0; i < 25; i++)
@@ -431,7 +432,7 @@ static void test_limit(void **state)
 	assert_int_equal(pm[7].bulkhead_idx, 0);
 	give(&b, 1, &pm[7]); /* a second release of the same permit is a no-op */
 	assert_int_equal(bh_held(&b), 24);
-	check_hint(&b, 24);
+	check_uncounted(&b);
 	assert_int_equal(atomic_load(&b.st->full), 0); /* the release cleared it */
 	assert_int_equal(take(&b, 3, RESIL_PRIO_NORMAL, &pm[25]), 0);
 	assert_int_equal(take(&b, 3, RESIL_PRIO_NORMAL, &pm[7]), RESIL_REJECT_FULL);
@@ -440,7 +441,7 @@ static void test_limit(void **state)
 		if (i != 7)
 			give(&b, 1, &pm[i]);
 	assert_int_equal(bh_held(&b), 0);
-	check_hint(&b, 0);
+	check_uncounted(&b);
 	bh_free(&b);
 }
 
@@ -455,7 +456,6 @@ static void test_scan_reject_never_claims(void **state)
 	int i;
 
 	bh_new(&b, NULL, NULL, NULL);
-	assert_int_equal(resil_bulkhead_regime(&b.conf), RESIL_BULKHEAD_SCAN);
 	for (i = 0; i < 25; i++)
 		assert_int_equal(take(&b, 1 + (uint32_t)i, RESIL_PRIO_NORMAL, &pm[i]), 0);
 	slot_words(&b, before);
@@ -542,13 +542,14 @@ static void test_full_hint_race(void **state)
 	bh_free(&b);
 }
 
-/* The recheck scales with the pool: a saturated pool of any size up to
- * the scan bound finds a stale hint out within resil_bulkhead_recheck(n)
+/* The recheck scales with the pool: a saturated pool of any size, spread
+ * or packed, finds a stale hint out within resil_bulkhead_recheck(n)
  * rejections (16 per 128 slots, a power of two). */
 static void test_full_hint_recheck_scales(void **state)
 {
-	static const uint32_t sizes[] = {1, 128, 129, 256, 257, 1000, RESIL_BULKHEAD_SCAN_MAX};
-	static struct resil_permit_priv pm[RESIL_BULKHEAD_SCAN_MAX];
+	static const uint32_t sizes[] = {1,    128,  129,  256,	 257,
+					 1000, 1024, 1025, 5000, RESIL_POOL_MAX};
+	static struct resil_permit_priv pm[RESIL_POOL_MAX];
 	struct resil_permit_priv r;
 	(void)state;
 
@@ -557,7 +558,9 @@ static void test_full_hint_recheck_scales(void **state)
 	assert_int_equal(resil_bulkhead_recheck(129), 32);
 	assert_int_equal(resil_bulkhead_recheck(512), 64);
 	assert_int_equal(resil_bulkhead_recheck(513), 128);
-	assert_int_equal(resil_bulkhead_recheck(RESIL_BULKHEAD_SCAN_MAX), 128);
+	assert_int_equal(resil_bulkhead_recheck(1024), 128);
+	assert_int_equal(resil_bulkhead_recheck(1025), 256);
+	assert_int_equal(resil_bulkhead_recheck(RESIL_POOL_MAX), 8192);
 	for (size_t k = 0; k < RESIL_ARRAY_SIZE(sizes); k++) {
 		uint32_t n = sizes[k], tries;
 		struct resil_pool p;
@@ -566,8 +569,8 @@ static void test_full_hint_recheck_scales(void **state)
 
 		snprintf(max, sizeof(max), "%u", n);
 		bh_new(&b, max, NULL, NULL);
-		assert_int_equal(resil_bulkhead_regime(&b.conf), RESIL_BULKHEAD_SCAN);
 		p = resil_bulkhead_pool(b.st);
+		assert_int_equal(p.shift, resil_pool_shift(n));
 		for (uint32_t i = 0; i < n; i++)
 			assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[i]), 0);
 		assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &r), RESIL_REJECT_FULL);
@@ -606,7 +609,7 @@ static void test_geometry_scribbled(void **state)
 	b.st->nslots = 60000;
 	b.st->slots_off = 1u << 30;
 	b.st->shift = 31;
-	b.st->regime = counted(&b) ? RESIL_BULKHEAD_SCAN : RESIL_BULKHEAD_COUNTED;
+	b.st->regime = 7;
 	/* the geometry comes from the configuration: garbage is not walked */
 	assert_int_equal(bh_held(&b), 2);
 	assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &pm[2]), 0);
@@ -617,14 +620,13 @@ static void test_geometry_scribbled(void **state)
 	assert_int_equal(counts.permits, 2);
 	/* a geometry init could have written, but not this block's */
 	b.st->nslots = 50;
-	b.st->shift = resil_bulkhead_shift(b.st->regime, 50);
+	b.st->shift = resil_pool_shift(50);
 	b.st->slots_off = sizeof(struct resil_bulkhead_state);
 	maintain(&b);
 	assert_int_equal(b.st->nslots, resil_bulkhead_max_of(&b.conf));
 	assert_int_equal(b.st->slots_off, sizeof(struct resil_bulkhead_state));
-	assert_int_equal(b.st->shift, resil_bulkhead_shift(resil_bulkhead_regime(&b.conf),
-							   resil_bulkhead_max_of(&b.conf)));
-	assert_int_equal(b.st->regime, resil_bulkhead_regime(&b.conf));
+	assert_int_equal(b.st->shift, resil_pool_shift(resil_bulkhead_max_of(&b.conf)));
+	assert_int_equal(b.st->regime, RESIL_BULKHEAD_SCAN);
 	assert_int_equal(bh_held(&b), 0);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &pm[i]), 0);
@@ -633,7 +635,7 @@ static void test_geometry_scribbled(void **state)
 		give(&b, 9, &pm[i]);
 	maintain(&b);
 	maintain(&b);
-	check_hint(&b, 0);
+	check_uncounted(&b);
 	bh_free(&b);
 }
 
@@ -692,7 +694,6 @@ static void test_priority(void **state)
 	int i, n = 0;
 
 	bh_new(&b, "25", NULL, "20"); /* 5 reserved for critical callers */
-	assert_int_equal(resil_bulkhead_regime(&b.conf), RESIL_BULKHEAD_SCAN);
 	for (i = 0; i < 20; i++)
 		assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &pm[n++]), 0);
 	assert_int_equal(take(&b, 1, RESIL_PRIO_NORMAL, &pm[n]), RESIL_REJECT_FULL);
@@ -830,7 +831,7 @@ static void test_reclaim(void **state)
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 8, &counts);
 	assert_int_equal(counts.permits, 3);
 	assert_int_equal(bh_held(&b), 7);
-	check_hint(&b, 7);
+	check_uncounted(&b);
 	assert_int_equal(atomic_load(&b.st->reclaimed), 3);
 	/* exactly once */
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 8, &counts);
@@ -851,74 +852,97 @@ static void test_reclaim(void **state)
 	for (i = 0; i < 3; i++)
 		give(&b, 12, &more[i]);
 	assert_int_equal(bh_held(&b), 0);
-	check_hint(&b, 0);
+	check_uncounted(&b);
 	bh_free(&b);
+}
+
+/* A counted pool (resil_pool_*: the adaptive limit's) of n slots, one per
+ * line, over plain memory, and its repair as the daemon's tick runs it. */
+struct cpool {
+	struct resil_pool p;
+	int32_t prev;
+	alignas(RESIL_HOT_ALIGN) ra32 count;
+	alignas(RESIL_HOT_ALIGN) ra32 slots[4 << RESIL_POOL_SPREAD_SHIFT];
+};
+
+static uint32_t cp_take(struct cpool *c, uint32_t id)
+{
+	uint32_t inflight;
+
+	return resil_pool_claim(&c->p, c->p.n, id, &inflight);
+}
+
+static int32_t cp_hint(struct cpool *c)
+{
+	return (int32_t)atomic_load(&c->count);
+}
+
+static void cp_tick(struct cpool *c)
+{
+	resil_pool_repair(&c->p, &c->prev);
 }
 
 static void test_repair_windows(void **state)
 {
-	struct resil_permit_priv pm[4];
-	struct resil_pool p;
-	struct bh b;
-	int i;
+	static struct cpool c;
+	uint32_t idx[4], scratch;
+	(void)state;
 
-	bh_counted(&b, "4", NULL, NULL); /* the counted regime: windows A, C, D */
-	p = resil_bulkhead_pool(b.st);
-	for (i = 0; i < 2; i++)
-		assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[i]), 0);
+	c.p = (struct resil_pool){
+	    .count = &c.count, .slots = c.slots, .n = 4, .shift = RESIL_POOL_SPREAD_SHIFT};
+	for (int i = 0; i < 2; i++)
+		assert_int_not_equal(idx[i] = cp_take(&c, 5), 0);
 
 	/* window A: a process counted itself and died before its claim */
-	atomic_fetch_add(&b.st->inflight, 1);
+	atomic_fetch_add(&c.count, 1);
 	/* window C: a process freed its slot and died before the fetch_sub */
-	assert_int_equal(take(&b, 6, RESIL_PRIO_NORMAL, &pm[2]), 0);
-	atomic_store(&p.slots[(pm[2].bulkhead_idx - 1) << p.shift], 0);
-	assert_int_equal(bh_held(&b), 2);
-	assert_int_equal(hint(&b), 4);
+	assert_int_not_equal(idx[2] = cp_take(&c, 6), 0);
+	atomic_store(&c.slots[(idx[2] - 1) << c.p.shift], 0);
+	assert_int_equal(resil_pool_claimed(&c.p), 2);
+	assert_int_equal(cp_hint(&c), 4);
 
 	/* until the daemon repairs, the leak costs capacity, never safety */
-	assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[3]), RESIL_REJECT_FULL);
-	maintain(&b); /* first sight: could be live acquirers in flight */
-	assert_int_equal(hint(&b), 4);
-	maintain(&b); /* persisted: repaired */
-	assert_int_equal(hint(&b), 2);
-	assert_int_equal(atomic_load(&b.st->repaired), 1);
-	assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[2]), 0);
-	assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[3]), 0);
-	assert_int_equal(hint(&b), 4);
-	maintain(&b);
-	maintain(&b);
-	assert_int_equal(hint(&b), 4); /* nothing to repair */
+	assert_int_equal(cp_take(&c, 5), 0);
+	cp_tick(&c); /* first sight: could be live acquirers in flight */
+	assert_int_equal(cp_hint(&c), 4);
+	cp_tick(&c); /* persisted: repaired */
+	assert_int_equal(cp_hint(&c), 2);
+	assert_int_not_equal(idx[2] = cp_take(&c, 5), 0);
+	assert_int_not_equal(idx[3] = cp_take(&c, 5), 0);
+	assert_int_equal(cp_hint(&c), 4);
+	cp_tick(&c);
+	cp_tick(&c);
+	assert_int_equal(cp_hint(&c), 4); /* nothing to repair */
 
 	/* a transient seen at one tick only is left alone */
-	give(&b, 5, &pm[3]);
-	atomic_fetch_add(&b.st->inflight, 1);
-	maintain(&b);
-	atomic_fetch_sub(&b.st->inflight, 1);
-	maintain(&b);
-	assert_int_equal(hint(&b), 3);
+	assert_true(resil_pool_free(&c.p, idx[3], 5));
+	atomic_fetch_add(&c.count, 1);
+	cp_tick(&c);
+	atomic_fetch_sub(&c.count, 1);
+	cp_tick(&c);
+	assert_int_equal(cp_hint(&c), 3);
 
 	/* a live process sitting in its window at both ticks gets corrected
 	 * away; when it goes on, the deficit is corrected back */
-	atomic_fetch_add(&b.st->inflight, 1);
-	maintain(&b);
-	maintain(&b);
-	assert_int_equal(hint(&b), 3);
-	atomic_fetch_sub(&b.st->inflight, 1); /* its undo */
-	assert_int_equal(hint(&b), 2);
+	atomic_fetch_add(&c.count, 1);
+	cp_tick(&c);
+	cp_tick(&c);
+	assert_int_equal(cp_hint(&c), 3);
+	atomic_fetch_sub(&c.count, 1); /* its undo (window D) */
+	assert_int_equal(cp_hint(&c), 2);
 	/* the slots still bound the total while the hint is low */
-	assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &pm[3]), 0);
-	struct resil_permit_priv scratch;
-	assert_int_equal(take(&b, 5, RESIL_PRIO_NORMAL, &scratch), RESIL_REJECT_FULL);
-	assert_int_equal(bh_held(&b), 4);
-	assert_int_equal(hint(&b), 3);
-	maintain(&b);
-	maintain(&b);
-	assert_int_equal(hint(&b), 4);
-	for (i = 0; i < 4; i++)
-		give(&b, 5, &pm[i]);
-	assert_int_equal(hint(&b), 0);
-	assert_int_equal(bh_held(&b), 0);
-	bh_free(&b);
+	assert_int_not_equal(idx[3] = cp_take(&c, 5), 0);
+	scratch = cp_take(&c, 5);
+	assert_int_equal(scratch, 0);
+	assert_int_equal(resil_pool_claimed(&c.p), 4);
+	assert_int_equal(cp_hint(&c), 3);
+	cp_tick(&c);
+	cp_tick(&c);
+	assert_int_equal(cp_hint(&c), 4);
+	for (int i = 0; i < 4; i++)
+		assert_true(resil_pool_free(&c.p, idx[i], 5));
+	assert_int_equal(cp_hint(&c), 0);
+	assert_int_equal(resil_pool_claimed(&c.p), 0);
 }
 
 /* ---- waits, across threads ---- */
@@ -1157,7 +1181,7 @@ static void test_threads(void **state)
 	assert_true(atomic_load(&worst) <= 3);
 	assert_true(total > 0);
 	assert_int_equal(bh_held(&b), 0);
-	check_hint(&b, 0);
+	check_uncounted(&b);
 	bh_free(&b);
 }
 
@@ -1195,22 +1219,21 @@ static void test_wait_threads(void **state)
 	assert_true(atomic_load(&b.st->waits) > 0); /* they did wait */
 	assert_int_equal(atomic_load(&b.st->nwait), 0);
 	assert_int_equal(bh_held(&b), 0);
-	check_hint(&b, 0);
+	check_uncounted(&b);
 	bh_free(&b);
 }
 
-/* An older resild counted a waiting bulkhead, which this build scans: the
- * block is adopted as it is (its permits stay held) and the tick rewrites
- * its regime word. A scan block under a counted configuration is not
- * adopted (its holders are in no count): it is reset. */
-static void test_adopt_counted_as_scan(void **state)
+/* An older resild counted a waiting bulkhead, and a pool above 1024
+ * permits, which this build scans: the block is adopted as it is (its
+ * permits stay held) and the tick rewrites its regime word. A block of
+ * another size is not adopted: it is reset. */
+static void adopt_counted(const char *max)
 {
 	struct resil_bulkhead_conf cc;
 	struct resil_permit_priv pm[2];
 	struct bh b;
 
-	bh_new(&b, "3", "1s", NULL);
-	assert_int_equal(resil_bulkhead_regime(&b.conf), RESIL_BULKHEAD_SCAN);
+	bh_new(&b, max, "1s", NULL);
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(take(&b, 8, RESIL_PRIO_NORMAL, &pm[i]), 0);
 	b.st->regime = RESIL_BULKHEAD_COUNTED; /* as the older resild laid it out */
@@ -1222,16 +1245,20 @@ static void test_adopt_counted_as_scan(void **state)
 	/* a partition is scanned too: the same block */
 	cc = b.conf;
 	cc.critical_bp = 100;
-	assert_int_equal(resil_bulkhead_regime(&cc), RESIL_BULKHEAD_SCAN);
 	assert_true(resil_bulkhead_layout_ok(&cc, b.st));
-	/* a counted configuration is one of more slots than any scan block */
-	cc.max = RESIL_BULKHEAD_SCAN_MAX + 1;
-	assert_int_equal(resil_bulkhead_regime(&cc), RESIL_BULKHEAD_COUNTED);
+	cc.max++;
 	assert_false(resil_bulkhead_layout_ok(&cc, b.st));
 	for (int i = 0; i < 2; i++)
 		give(&b, 8, &pm[i]);
 	assert_int_equal(bh_held(&b), 0);
+	assert_int_equal(hint(&b), 2); /* an older library's word: unread */
 	bh_free(&b);
+}
+
+static void test_adopt_counted_as_scan(void **state)
+{
+	adopt_counted("3");
+	adopt_counted("1100");
 }
 
 /* ---- the fail-fast path makes no syscall ---- */
@@ -1437,7 +1464,7 @@ static void test_cost(void **state)
 	t3 = mono_ns();
 	print_message("%s: fetch_add %.1f ns; bulkhead enter+exit %.1f ns (%.1fx), rejection "
 		      "%.1f ns\n",
-		      counted(&b) ? "counted" : "scan", (double)(t1 - t0) / n,
+		      packed(&b) ? "packed" : "spread", (double)(t1 - t0) / n,
 		      (double)(t2 - t1) / n, (double)(t2 - t1) / (double)(t1 - t0),
 		      (double)(t3 - t2) / n);
 	give(&b, 9, &full[0]);
@@ -1469,40 +1496,40 @@ int main(void)
 	    cmocka_unit_test(test_shape),
 	    cmocka_unit_test(test_fresh_block_on_regime_change),
 	    cmocka_unit_test_prestate(test_limit, &scan_r),
-	    cmocka_unit_test_prestate(test_limit, &counted_r),
+	    cmocka_unit_test_prestate(test_limit, &packed_r),
 	    cmocka_unit_test(test_scan_reject_never_claims),
 	    cmocka_unit_test(test_full_hint_race),
 	    cmocka_unit_test(test_full_hint_recheck_scales),
 	    cmocka_unit_test_prestate(test_geometry_scribbled, &scan_r),
-	    cmocka_unit_test_prestate(test_geometry_scribbled, &counted_r),
+	    cmocka_unit_test_prestate(test_geometry_scribbled, &packed_r),
 	    cmocka_unit_test_prestate(test_same_slot_again, &scan_r),
-	    cmocka_unit_test_prestate(test_same_slot_again, &counted_r),
+	    cmocka_unit_test_prestate(test_same_slot_again, &packed_r),
 	    cmocka_unit_test_prestate(test_unregistered, &scan_r),
-	    cmocka_unit_test_prestate(test_unregistered, &counted_r),
+	    cmocka_unit_test_prestate(test_unregistered, &packed_r),
 	    cmocka_unit_test(test_priority),
 	    cmocka_unit_test(test_partition_hint),
 	    cmocka_unit_test_prestate(test_reclaim, &scan_r),
-	    cmocka_unit_test_prestate(test_reclaim, &counted_r),
+	    cmocka_unit_test_prestate(test_reclaim, &packed_r),
 	    cmocka_unit_test(test_repair_windows),
 	    cmocka_unit_test_prestate(test_wait_admitted, &scan_r),
-	    cmocka_unit_test_prestate(test_wait_admitted, &counted_r),
+	    cmocka_unit_test_prestate(test_wait_admitted, &packed_r),
 	    cmocka_unit_test_prestate(test_wait_timeout, &scan_r),
-	    cmocka_unit_test_prestate(test_wait_timeout, &counted_r),
+	    cmocka_unit_test_prestate(test_wait_timeout, &packed_r),
 	    cmocka_unit_test_prestate(test_wait_one_per_release, &scan_r),
-	    cmocka_unit_test_prestate(test_wait_one_per_release, &counted_r),
+	    cmocka_unit_test_prestate(test_wait_one_per_release, &packed_r),
 	    cmocka_unit_test_prestate(test_dead_waiter, &scan_r),
-	    cmocka_unit_test_prestate(test_dead_waiter, &counted_r),
+	    cmocka_unit_test_prestate(test_dead_waiter, &packed_r),
 	    cmocka_unit_test_prestate(test_wait_threads, &scan_r),
-	    cmocka_unit_test_prestate(test_wait_threads, &counted_r),
+	    cmocka_unit_test_prestate(test_wait_threads, &packed_r),
 	    cmocka_unit_test(test_adopt_counted_as_scan),
 	    cmocka_unit_test_prestate(test_threads, &scan_r),
-	    cmocka_unit_test_prestate(test_threads, &counted_r),
+	    cmocka_unit_test_prestate(test_threads, &packed_r),
 	    cmocka_unit_test_prestate(test_threads, &partition_r),
 	    cmocka_unit_test(test_global_lease),
 	    cmocka_unit_test_prestate(test_no_syscall, &scan_r),
-	    cmocka_unit_test_prestate(test_no_syscall, &counted_r),
+	    cmocka_unit_test_prestate(test_no_syscall, &packed_r),
 	    cmocka_unit_test_prestate(test_cost, &scan_r),
-	    cmocka_unit_test_prestate(test_cost, &counted_r),
+	    cmocka_unit_test_prestate(test_cost, &packed_r),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
