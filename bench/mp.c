@@ -96,7 +96,7 @@ static const struct mp_case mp_cases[] = {
     /* a partition (callers here are not critical) */
     {"bulkhead.critical", "mpbulkc",
      "bulkhead.max = 1000; bulkhead.wait = 100ms; bulkhead.critical = 10%"},
-    /* the counted regime: above the scan bound */
+    /* packed slots: above 1024 permits (counted before) */
     {"bulkhead2000", "mpbulk2k", "bulkhead.max = 2000"},
     {"limit.admit", "mplim", "limit.rate = 1000000000/s; limit.burst = 1000000"},
     {"limit.keyed_1k", "mpkeyed",

@@ -833,7 +833,7 @@ def report(outdir, path):
                      ("bulkhead.wait", "bulkhead, max 1000, wait 100 ms (scan)"),
                      ("bulkhead.critical",
                       "bulkhead, max 1000, wait 100 ms, 10% critical (scan, a partition)"),
-                     ("bulkhead2000", "bulkhead, max 2000 (counted)"),
+                     ("bulkhead2000", "bulkhead, max 2000 (packed slots)"),
                      ("limit.admit", "GCRA admit"),
                      ("limit.keyed_1k", "keyed GCRA, 1k keys, uniform")):
         vals = [r.get("mp", f"{k}.{s}.p{p}", "mops")
