@@ -40,9 +40,11 @@
  *   they decide as fast as on two policies; packed, several times
  *   slower). Above, spreading would cost 128 bytes a permit (8 MiB at
  *   the parser's 65536), so the slots are packed, 32 to a line, and a
- *   thread's first claim starts on the line of its client id (slot 32 x
- *   id): processes claim on lines of their own, threads of one process
- *   on neighbouring slots of one line. The stride is a constant in each
+ *   claim whose last slot is taken walks from the line of its client id
+ *   (slot 32 x id), and so does a thread's first: processes claim on
+ *   lines of their own (forked children too, which all inherit their
+ *   parent's last slot), threads of one process on neighbouring slots
+ *   of one line. The stride is a constant in each
  *   copy of the helpers (SPREAD, PACKED): resil_bulkhead_acquire and
  *   release test bulkhead.max once, as they tested the regime before.
  *   The lean paths and the global scope take spread pools only.
@@ -764,6 +766,12 @@ scan_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id
 		*next = i + 1;
 		return i + 1;
 	}
+	/* Packed: the walk starts on this client's own line, not beside a
+	 * slot somebody else holds now (in the same line: the two would
+	 * bounce it at every decision). A fork copies the thread's last slot
+	 * into every child: children that started on it would never part. */
+	if (sh == PACKED)
+		i = scan_start(0, lim, id, sh);
 	return scan_claim_rest(s, lim, n, id, i, next, sh);
 }
 
@@ -921,7 +929,8 @@ static inline uint32_t wait_claim(struct resil_bulkhead_state *s, uint32_t limit
 
 	if (RESIL_LIKELY(shared)) /* bulkhead.critical = 100%: no shared slot */
 		idx =
-		    scan_walk_claim(s, shared, n, id, scan_start(*next, shared, id, sh), next, sh);
+		    scan_walk_claim(s, shared, n, id,
+				    scan_start(sh == PACKED ? 0 : *next, shared, id, sh), next, sh);
 	if (!idx && limit > shared)
 		idx = reserve_walk(s, shared, n, id, next, sh);
 	return idx;
