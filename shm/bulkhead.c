@@ -40,11 +40,11 @@
  *   they decide as fast as on two policies; packed, several times
  *   slower). Above, spreading would cost 128 bytes a permit (8 MiB at
  *   the parser's 65536), so the slots are packed, 32 to a line, and a
- *   claim whose last slot is taken walks from the line of its client id
- *   (slot 32 x id), and so does a thread's first: processes claim on
- *   lines of their own (forked children too, which all inherit their
- *   parent's last slot), threads of one process on neighbouring slots
- *   of one line. The stride is a constant in each
+ *   claim whose last slot another client holds walks from the line of
+ *   its client id (slot 32 x id), and so does a thread's first:
+ *   processes claim on lines of their own (forked children too, which
+ *   all inherit their parent's last slot), threads of one process on
+ *   neighbouring slots of one line. The stride is a constant in each
  *   copy of the helpers (SPREAD, PACKED): resil_bulkhead_acquire and
  *   release test bulkhead.max once, as they tested the regime before.
  *   The lean paths and the global scope take spread pools only.
@@ -766,11 +766,14 @@ scan_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id
 		*next = i + 1;
 		return i + 1;
 	}
-	/* Packed: the walk starts on this client's own line, not beside a
-	 * slot somebody else holds now (in the same line: the two would
-	 * bounce it at every decision). A fork copies the thread's last slot
-	 * into every child: children that started on it would never part. */
-	if (sh == PACKED)
+	/* Packed: beside a slot another client holds now, the walk would
+	 * claim in its line, and the two would bounce it at every decision (a
+	 * fork copies the thread's last slot into every child: children that
+	 * started on it would never part). So the walk starts on this
+	 * client's own line then; beside a slot of its own (this process
+	 * holds more than one permit), from there: a fill stays one step a
+	 * claim. */
+	if (sh == PACKED && ld_relaxed(scan_slot(s, i, sh)) != id)
 		i = scan_start(0, lim, id, sh);
 	return scan_claim_rest(s, lim, n, id, i, next, sh);
 }
