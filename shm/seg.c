@@ -497,7 +497,8 @@ bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec)
 		return false;
 	if (rec->slot >= s->cfg->slot_cap || rec->components >> RESIL_C_MAX)
 		return false;
-	if (rec->state_off < lo || rec->state_off % RESIL_HOT_ALIGN ||
+	/* state_off > hi first: hi - state_off would wrap and pass */
+	if (rec->state_off < lo || rec->state_off > hi || rec->state_off % RESIL_HOT_ALIGN ||
 	    rec->state_size > hi - rec->state_off)
 		return false;
 	for (int i = 0; i < RESIL_C_MAX; i++) {
@@ -514,7 +515,8 @@ bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec)
 		/* the copies after the main block, each holding every
 		 * component the copy covers (the stride: layout_ok below) */
 		if (rec->conf.scope != RESIL_SCOPE_PROCESS || rec->proc_off < lo ||
-		    rec->proc_off % RESIL_HOT_ALIGN || rec->proc_stride % RESIL_HOT_ALIGN ||
+		    rec->proc_off > hi || rec->proc_off % RESIL_HOT_ALIGN ||
+		    rec->proc_stride % RESIL_HOT_ALIGN ||
 		    rec->proc_off - rec->state_off < rec->state_size ||
 		    rec->proc_stride > (hi - rec->proc_off) / n)
 			return false;
