@@ -30,7 +30,7 @@
  *   repair, only dead holders' slots to free. And no word is written by
  *   every decision: two processes on one pool write their own slots'
  *   lines only (mp/bulkhead, max 1000: 105 M decisions/s together;
- *   mp/bulkhead2000, packed slots: 80; a pool above 1024 permits was
+ *   mp/bulkhead2000, packed slots: 72 to 76; a pool above 1024 permits was
  *   counted before, its in-flight word crossing between the two CPUs
  *   twice per decision: 7 to 14 M/s; mp/bulkhead.wait measures the scan
  *   with waiters allowed, mp/bulkhead.critical with a partition).
