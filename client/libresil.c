@@ -1204,7 +1204,7 @@ static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy
 }
 
 /* A lean bulkhead whose callers wait, or with a critical share (host
- * scope: conf.c): the scan regime's acquire, which reads x->rec for the
+ * scope: conf.c): the bulkhead's acquire, which reads x->rec for the
  * scope, the permit's priority for the share and, when it waits, writes
  * x->now (the wait reads CLOCK_MONOTONIC), and the count. Its own
  * function: the fail-fast and global claims keep their frames. */

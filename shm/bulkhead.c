@@ -1122,8 +1122,7 @@ acquire_sh(struct resil_ctx *x, const struct resil_bulkhead_conf *c, struct resi
 int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			   struct resil_permit_priv *pm)
 {
-	/* c->max <= 1024 is resil_bulkhead_spread(c) (max 0 is 1 slot) */
-	if (RESIL_LIKELY(c->max <= RESIL_POOL_SPREAD_MAX))
+	if (RESIL_LIKELY(resil_bulkhead_spread(c)))
 		return acquire_sh(x, c, st, pm, resil_bulkhead_max_of(c), SPREAD);
 	return acquire_sh(x, c, st, pm, resil_bulkhead_max_of(c), PACKED);
 }
@@ -1135,7 +1134,7 @@ void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_con
 
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
-	if (RESIL_LIKELY(c->max <= RESIL_POOL_SPREAD_MAX))
+	if (RESIL_LIKELY(resil_bulkhead_spread(c)))
 		scan_free(st, n, c, pm->bulkhead_idx, pm->holder, c->wait_ns > 0, SPREAD);
 	else
 		scan_free(st, n, c, pm->bulkhead_idx, pm->holder, c->wait_ns > 0, PACKED);
