@@ -783,7 +783,7 @@ void resil_adaptive_reclaim(struct resil_ctx *x, const struct resil_adaptive_con
 {
 	struct resil_adaptive_state *s = st;
 	struct resil_pool p = resil_adaptive_pool(s, c);
-	uint32_t n = resil_pool_reclaim(&p, dead_client);
+	uint32_t n = resil_pool_reclaim(&p, true, dead_client);
 
 	if (n)
 		faa_relaxed(&s->reclaimed, n);

@@ -372,7 +372,7 @@ bool resil_pool_free(const struct resil_pool *p, uint32_t idx, uint32_t id)
 	return true;
 }
 
-uint32_t resil_pool_reclaim(const struct resil_pool *p, uint32_t id)
+uint32_t resil_pool_reclaim(const struct resil_pool *p, bool counted, uint32_t id)
 {
 	uint32_t i, freed = 0;
 
@@ -381,14 +381,17 @@ uint32_t resil_pool_reclaim(const struct resil_pool *p, uint32_t id)
 	for (i = 0; i < p->n; i++) {
 		uint32_t exp = id;
 
-		/* a load first: a locked CAS only on a slot that names id */
-		if (ld_relaxed(pool_slot(p, i)) == id && cas_acq_rel(pool_slot(p, i), &exp, 0)) {
-			/* The dead holder's fetch_add is still in the hint: take
-			 * it back. A crash between these two lines leaves an
-			 * excess the next repair removes. */
+		/* a load first: a locked CAS only on a slot that names id;
+		 * seq_cst: for a bulkhead with waiters, the releaser's half of
+		 * "Waiting" */
+		if (ld_relaxed(pool_slot(p, i)) != id || !cas_seq(pool_slot(p, i), &exp, 0))
+			continue;
+		/* The dead holder's fetch_add is still in the hint: take it
+		 * back. A crash between these two lines leaves an excess the
+		 * next repair removes. */
+		if (counted)
 			seq_fas(p->count, 1);
-			freed++;
-		}
+		freed++;
 	}
 	return freed;
 }
@@ -882,22 +885,6 @@ scan_free(struct resil_bulkhead_state *s, uint32_t n, const struct resil_bulkhea
 		wake_one(s);
 }
 
-static uint32_t scan_reclaim(struct resil_bulkhead_state *s, uint32_t n, uint32_t id, uint32_t sh)
-{
-	uint32_t i, freed = 0;
-
-	if (id == 0 || id == RESIL_CLIENT_UNREGISTERED)
-		return 0;
-	for (i = 0; i < n; i++) {
-		uint32_t exp = id;
-
-		/* a load first: a locked CAS only on a slot that names id */
-		if (ld_relaxed(scan_slot(s, i, sh)) == id)
-			freed += cas_seq(scan_slot(s, i, sh), &exp, 0);
-	}
-	return freed;
-}
-
 /* A claim's end: slot idx (1-based) held by id in the permit, or, for no
  * slot, the rejection. */
 static inline int granted(struct resil_permit_priv *pm, uint32_t id, uint32_t idx)
@@ -1277,8 +1264,8 @@ void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_con
 	struct resil_pool p = conf_pool(s, c);
 	struct resil_pool wp = {
 	    .count = &s->nwait, .slots = s->wslots, .n = RESIL_BULKHEAD_WAITERS, .shift = 0};
-	uint32_t n = scan_reclaim(s, p.n, dead_client, p.shift);
-	uint32_t w = c->wait_ns > 0 ? resil_pool_reclaim(&wp, dead_client) : 0;
+	uint32_t n = resil_pool_reclaim(&p, false, dead_client);
+	uint32_t w = c->wait_ns > 0 ? resil_pool_reclaim(&wp, true, dead_client) : 0;
 
 	if (n && ld_relaxed(&s->full))
 		st_relaxed(&s->full, 0); /* slots are free now */

@@ -88,8 +88,9 @@ uint32_t resil_pool_claim(const struct resil_pool *p, uint32_t limit, uint32_t i
  * id: a CAS id -> 0, so a slot reclaimed meanwhile (and perhaps claimed
  * by another client) is left alone. true: it was ours and is free now. */
 bool resil_pool_free(const struct resil_pool *p, uint32_t idx, uint32_t id);
-/* Free every slot held by id; returns how many. Daemon side. */
-uint32_t resil_pool_reclaim(const struct resil_pool *p, uint32_t id);
+/* Free every slot held by id (and its hint unit with each when counted);
+ * returns how many. Daemon side. */
+uint32_t resil_pool_reclaim(const struct resil_pool *p, bool counted, uint32_t id);
 /* Claimed slots right now (a scan). */
 uint32_t resil_pool_claimed(const struct resil_pool *p);
 /* Free every slot whose id stray() calls a stray claim (CAS id -> 0, and
