@@ -184,15 +184,16 @@ struct mp_board {
 		int32_t done;
 	} w[MAX_PROCS];
 	struct {
-		alignas(128) _Atomic uint64_t word; /* the fetch_add floor */
+		alignas(128) _Atomic uint64_t word; /* the floors' word */
 	} line[MAX_PROCS];
 };
 
 struct mp_case {
 	const char *name;
 	const char *base;
-	const char *cfg; /* NULL: the fetch_add floor */
+	const char *cfg; /* NULL: a floor, by kind */
 	uint32_t keys;	 /* keyed: decided on this many keys */
+	int kind;	 /* a floor's: MP_FAA or MP_CLOCK_CAS (mp.c) */
 };
 
 #define RECLAIM_PERMITS 4

@@ -53,6 +53,21 @@ static void loop_cas(void *ctx, uint64_t n)
 	}
 }
 
+/* A fail-fast bulkhead's floor: its claim's CAS (0 -> id) and its
+ * release's (id -> 0) on one line, and nothing else. */
+static void loop_cas_pair(void *ctx, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t e = 0;
+
+		atomic_compare_exchange_strong_explicit(&floor_page[56], &e, 7,
+							memory_order_acquire, memory_order_relaxed);
+		e = 7;
+		atomic_compare_exchange_strong_explicit(&floor_page[56], &e, 0,
+							memory_order_release, memory_order_relaxed);
+	}
+}
+
 static void loop_clock(void *ctx, uint64_t n)
 {
 	clockid_t id = (clockid_t)(intptr_t)ctx;
@@ -213,6 +228,7 @@ void run_floors(void)
 	measure("floor", "fetch_add", loop_faa, NULL);
 	measure("floor", "load_acquire", loop_load, NULL);
 	measure("floor", "cas", loop_cas, NULL);
+	measure("floor", "cas_pair", loop_cas_pair, NULL);
 	measure("floor", "clock_monotonic", loop_clock, (void *)(intptr_t)CLOCK_MONOTONIC);
 	measure("floor", "clock_fast", loop_clock_fast, NULL);
 	measure("floor", "clock_coarse", loop_clock, (void *)(intptr_t)CLOCK_MONOTONIC_COARSE);

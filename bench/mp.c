@@ -8,14 +8,30 @@
 /* ---------------------------------------------------------------------- */
 /* Multi-process throughput: 1, 2, 4 processes on one policy or on one each */
 
-enum { MP_FAA_ONE_WORD, MP_FAA_OWN_LINE, MP_POLICY };
+/* A floor (no policy: MP_FAA, a fetch_add; MP_CLOCK_CAS, GCRA's: the
+ * decision clock and a CAS from the word's value) or a policy. */
+enum { MP_FAA = 1, MP_CLOCK_CAS, MP_POLICY };
 
-/* keys: a keyed policy, decided on uniform keys 0..keys-1 (each child its
- * own sequence) */
-static void mp_child(struct mp_board *b, int i, int kind, resil_policy_t *p, uint32_t keys,
-		     int64_t run_ns)
+/* GCRA's word operation without GCRA: the word fetched for writing, loaded,
+ * and CASed to max(word, now) + 1 until a CAS takes (gcra_take's shape). */
+static inline void clock_cas(_Atomic uint64_t *word)
 {
-	_Atomic uint64_t *word = &b->line[kind == MP_FAA_ONE_WORD ? 0 : i].word;
+	uint64_t now = (uint64_t)resil_clock_fast(), cur;
+
+	resil_prefetch_write(word);
+	cur = atomic_load_explicit(word, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(word, &cur, (cur > now ? cur : now) + 1,
+						      memory_order_relaxed, memory_order_relaxed))
+		;
+}
+
+/* shared: the floors' processes on one word (else each on its own line);
+ * keys: a keyed policy, decided on uniform keys 0..keys-1 (each child its
+ * own sequence) */
+static void mp_child(struct mp_board *b, int i, int kind, bool shared, resil_policy_t *p,
+		     uint32_t keys, int64_t run_ns)
+{
+	_Atomic uint64_t *word = &b->line[shared ? 0 : i].word;
 	uint64_t ops = 0, adm = 0, s = 1000 + (uint64_t)i;
 	int64_t t0, end;
 
@@ -29,8 +45,10 @@ static void mp_child(struct mp_board *b, int i, int kind, resil_policy_t *p, uin
 		;
 	do {
 		for (int k = 0; k < 256; k++) {
-			if (kind != MP_POLICY) {
+			if (kind == MP_FAA) {
 				atomic_fetch_add_explicit(word, 1, memory_order_relaxed);
+			} else if (kind == MP_CLOCK_CAS) {
+				clock_cas(word);
 			} else {
 				resil_permit_t pm;
 				uint32_t key;
@@ -57,7 +75,8 @@ static void mp_child(struct mp_board *b, int i, int kind, resil_policy_t *p, uin
 }
 
 /* Aggregate operations per second; pols[i] is child i's policy. */
-static double mp_once(int kind, int nproc, resil_policy_t **pols, uint32_t keys, int64_t run_ns)
+static double mp_once(int kind, bool shared, int nproc, resil_policy_t **pols, uint32_t keys,
+		      int64_t run_ns)
 {
 	struct mp_board *b;
 	pid_t pids[MAX_PROCS];
@@ -70,7 +89,7 @@ static double mp_once(int kind, int nproc, resil_policy_t **pols, uint32_t keys,
 	for (i = 0; i < nproc; i++) {
 		pids[i] = fork();
 		if (pids[i] == 0)
-			mp_child(b, i, kind, pols[i], keys, run_ns);
+			mp_child(b, i, kind, shared, pols[i], keys, run_ns);
 	}
 	while (atomic_load_explicit(&b->ready, memory_order_acquire) < (uint32_t)nproc)
 		usleep(1000);
@@ -88,7 +107,9 @@ static double mp_once(int kind, int nproc, resil_policy_t **pols, uint32_t keys,
 }
 
 static const struct mp_case mp_cases[] = {
-    {"fetch_add", NULL, NULL},
+    {"fetch_add", NULL, NULL, 0, MP_FAA},
+    /* two-process GCRA's floor: a clock read and a CAS on one word */
+    {"clock_cas", NULL, NULL, 0, MP_CLOCK_CAS},
     {"breaker.count100", "mpb", "breaker.window = count:100"},
     {"bulkhead", "mpbulk", "bulkhead.max = 1000"},
     {"bulkhead25", "mpbulk25", "bulkhead.max = 25"},
@@ -123,7 +144,7 @@ void run_mp(resil_t *r, const char *where)
 					 sep ? "separate" : "shared", np);
 				if (!selected("mp", name))
 					continue;
-				kind = c->cfg ? MP_POLICY : sep ? MP_FAA_OWN_LINE : MP_FAA_ONE_WORD;
+				kind = c->cfg ? MP_POLICY : c->kind;
 				for (int i = 0; i < np; i++) {
 					if (!c->cfg)
 						continue;
@@ -139,7 +160,7 @@ void run_mp(resil_t *r, const char *where)
 				if (!ok)
 					continue;
 				for (int j = 0; j < runs; j++) {
-					v[j] = mp_once(kind, np, pols, c->keys, run_ns);
+					v[j] = mp_once(kind, !sep, np, pols, c->keys, run_ns);
 					if (v[j] < 0)
 						ok = 0;
 				}
