@@ -233,7 +233,7 @@ if [[ -z $other ]]; then
 fi
 if [[ -n $other ]]; then
 	oargs=(--out "$out/results_other.tsv"
-		--only "floor/,resil/empty.acq_rel,resil/breaker.count100.acq_rel,resil/breaker.open_reject,resil/bulkhead.acq_rel,resil/bulkhead.reject,resil/limit.admit,resil/limit.admit_slow_rate,resil/limit.keyed_1k.random,resil/limit.keyed_1m.random,resil/stack.acq_rel,mp/limit.admit")
+		--only "floor/,resil/empty.acq_rel,resil/breaker.count100.acq_rel,resil/breaker.open_reject,resil/bulkhead.acq_rel,resil/bulkhead.reject,resil/limit.admit,resil/limit.admit_slow_rate,resil/limit.keyed_1k.random,resil/limit.keyed_1m.random,resil/stack.acq_rel,mp/limit.admit,mp/clock_cas")
 	((smoke)) && oargs+=(--smoke)
 	[[ -n $resild_pid ]] && oargs+=(--socket "$sock")
 	echo "other clock: $other: $(env "${other_env[@]}" "$bench" --which-clock 2>/dev/null)" \
