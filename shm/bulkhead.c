@@ -756,6 +756,21 @@ static inline uint32_t scan_start(uint32_t next, uint32_t n, uint32_t id, uint32
 	return RESIL_UNLIKELY(next == 0 || next > n) ? (id << (SPREAD - sh)) % n : next - 1;
 }
 
+/* Where a walk of the slots below lim starts when slot i (the thread's
+ * last, 0-based) was not free. Packed: beside a slot another client holds
+ * now, the walk would claim in its line, and the two would bounce it at
+ * every decision (a fork copies the thread's last slot into every child:
+ * children that started on it would never part). So the walk starts on
+ * this client's own line then; beside a slot of its own (this process
+ * holds more than one permit), from i: a fill stays one step a claim. */
+static inline uint32_t walk_start(struct resil_bulkhead_state *s, uint32_t i, uint32_t lim,
+				  uint32_t id, uint32_t sh)
+{
+	if (sh == PACKED && ld_relaxed(scan_slot(s, i, sh)) != id)
+		return scan_start(0, lim, id, sh);
+	return i;
+}
+
 /* A claim of one of the slots below lim (1..n) of the pool's n. The slot
  * this thread used last is usually free again: one load and one CAS. Else
  * the full hint (saturated: one load), else a walk. */
@@ -769,16 +784,7 @@ scan_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id
 		*next = i + 1;
 		return i + 1;
 	}
-	/* Packed: beside a slot another client holds now, the walk would
-	 * claim in its line, and the two would bounce it at every decision (a
-	 * fork copies the thread's last slot into every child: children that
-	 * started on it would never part). So the walk starts on this
-	 * client's own line then; beside a slot of its own (this process
-	 * holds more than one permit), from there: a fill stays one step a
-	 * claim. */
-	if (sh == PACKED && ld_relaxed(scan_slot(s, i, sh)) != id)
-		i = scan_start(0, lim, id, sh);
-	return scan_claim_rest(s, lim, n, id, i, next, sh);
+	return scan_claim_rest(s, lim, n, id, walk_start(s, i, lim, id, sh), next, sh);
 }
 
 /* scan_claim after the thread's last slot (i, 0-based) was not free: the
@@ -908,9 +914,10 @@ static __attribute__((noinline, cold)) void wake_one(struct resil_bulkhead_state
 	syscall(SYS_futex, (uint32_t *)&s->wake_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-/* A waiter's try: a walk of the shared slots from the thread's last slot,
- * then, for a critical caller (limit n), of the reserved ones, whatever
- * the full hint says (see "Waiting" at the top). */
+/* A waiter's try: a walk of the shared slots from where a claim's walk
+ * starts (walk_start), then, for a critical caller (limit n), of the
+ * reserved ones, whatever the full hint says (see "Waiting" at the
+ * top). */
 static inline uint32_t wait_claim(struct resil_bulkhead_state *s, uint32_t limit,
 				  const struct resil_bulkhead_conf *c, uint32_t id)
 {
@@ -918,9 +925,9 @@ static inline uint32_t wait_claim(struct resil_bulkhead_state *s, uint32_t limit
 	uint32_t shared = resil_bulkhead_shared(c, n), idx = 0;
 
 	if (RESIL_LIKELY(shared)) /* bulkhead.critical = 100%: no shared slot */
-		idx =
-		    scan_walk_claim(s, shared, n, id,
-				    scan_start(sh == PACKED ? 0 : *next, shared, id, sh), next, sh);
+		idx = scan_walk_claim(
+		    s, shared, n, id,
+		    walk_start(s, scan_start(*next, shared, id, sh), shared, id, sh), next, sh);
 	if (!idx && limit > shared)
 		idx = reserve_walk(s, shared, n, id, next, sh);
 	return idx;
