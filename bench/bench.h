@@ -194,6 +194,7 @@ struct mp_case {
 	const char *cfg; /* NULL: a floor, by kind */
 	uint32_t keys;	 /* keyed: decided on this many keys */
 	int kind;	 /* a floor's: MP_FAA or MP_CLOCK_CAS (mp.c) */
+	bool threads;	 /* threads of this process, not forked processes */
 };
 
 #define RECLAIM_PERMITS 4

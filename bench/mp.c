@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * mp.c - resil_bench's multi-process throughput: 1, 2, 4 processes on
- * one policy or on one each.
+ * one policy or on one each (and, for the cases marked threads, 1, 2, 4
+ * threads of this process on one handle or on one policy each).
  */
+#include <pthread.h>
+
 #include "bench.h"
 
 /* ---------------------------------------------------------------------- */
@@ -25,11 +28,11 @@ static inline void clock_cas(_Atomic uint64_t *word)
 		;
 }
 
-/* shared: the floors' processes on one word (else each on its own line);
- * keys: a keyed policy, decided on uniform keys 0..keys-1 (each child its
- * own sequence) */
-static void mp_child(struct mp_board *b, int i, int kind, bool shared, resil_policy_t *p,
-		     uint32_t keys, int64_t run_ns)
+/* Worker i's run: shared, the floors' workers on one word (else each on
+ * its own line); keys, a keyed policy decided on uniform keys
+ * 0..keys-1 (each worker its own sequence). Its figures go to b->w[i]. */
+static void mp_work(struct mp_board *b, int i, int kind, bool shared, resil_policy_t *p,
+		    uint32_t keys, int64_t run_ns)
 {
 	_Atomic uint64_t *word = &b->line[shared ? 0 : i].word;
 	uint64_t ops = 0, adm = 0, s = 1000 + (uint64_t)i;
@@ -39,7 +42,7 @@ static void mp_child(struct mp_board *b, int i, int kind, bool shared, resil_pol
 	while ((t0 = atomic_load_explicit(&b->t0, memory_order_acquire)) == 0)
 		usleep(100);
 	if (!p && kind == MP_POLICY)
-		_exit(1);
+		return;
 	end = t0 + run_ns;
 	while (mono_ns() < t0)
 		;
@@ -71,34 +74,69 @@ static void mp_child(struct mp_board *b, int i, int kind, bool shared, resil_pol
 	b->w[i].ops = ops;
 	b->w[i].admitted = adm;
 	b->w[i].done = 1;
-	_exit(0);
 }
 
-/* Aggregate operations per second; pols[i] is child i's policy. */
-static double mp_once(int kind, bool shared, int nproc, resil_policy_t **pols, uint32_t keys,
-		      int64_t run_ns)
+struct mp_thread {
+	struct mp_board *b;
+	int i, kind;
+	bool shared;
+	resil_policy_t *p;
+	uint32_t keys;
+	int64_t run_ns;
+};
+
+static void *mp_thread_main(void *arg)
 {
+	struct mp_thread *t = arg;
+
+	mp_work(t->b, t->i, t->kind, t->shared, t->p, t->keys, t->run_ns);
+	return NULL;
+}
+
+/* Aggregate operations per second; pols[i] is worker i's policy; threads:
+ * the workers are threads of this process, else forked children. */
+static double mp_once(int kind, bool shared, int nproc, resil_policy_t **pols, uint32_t keys,
+		      int64_t run_ns, bool threads)
+{
+	struct mp_thread ts[MAX_PROCS];
+	pthread_t tids[MAX_PROCS];
 	struct mp_board *b;
 	pid_t pids[MAX_PROCS];
 	double total = 0;
-	int i;
+	int i, started = 0;
 
 	b = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (b == MAP_FAILED)
 		return -1;
 	for (i = 0; i < nproc; i++) {
+		if (threads) {
+			ts[i] = (struct mp_thread){b, i, kind, shared, pols[i], keys, run_ns};
+			if (pthread_create(&tids[i], NULL, mp_thread_main, &ts[i]) != 0)
+				break;
+			started++;
+			continue;
+		}
 		pids[i] = fork();
-		if (pids[i] == 0)
-			mp_child(b, i, kind, shared, pols[i], keys, run_ns);
+		if (pids[i] == 0) {
+			mp_work(b, i, kind, shared, pols[i], keys, run_ns);
+			_exit(b->w[i].done ? 0 : 1);
+		}
 	}
+	if (threads && started < nproc)
+		atomic_store_explicit(&b->ready, (uint32_t)nproc, memory_order_release);
 	while (atomic_load_explicit(&b->ready, memory_order_acquire) < (uint32_t)nproc)
 		usleep(1000);
 	atomic_store_explicit(&b->t0, mono_ns() + 5 * NS_PER_MS, memory_order_release);
 	for (i = 0; i < nproc; i++) {
-		int st;
+		int st = 0;
 
-		waitpid(pids[i], &st, 0);
-		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !b->w[i].done)
+		if (threads) {
+			if (i < started)
+				pthread_join(tids[i], NULL);
+		} else {
+			waitpid(pids[i], &st, 0);
+		}
+		if ((!threads && (!WIFEXITED(st) || WEXITSTATUS(st) != 0)) || !b->w[i].done)
 			total = -1e30;
 		total += (double)b->w[i].ops;
 	}
@@ -119,6 +157,9 @@ static const struct mp_case mp_cases[] = {
      "bulkhead.max = 1000; bulkhead.wait = 100ms; bulkhead.critical = 10%"},
     /* packed slots: above 1024 permits (counted before) */
     {"bulkhead2000", "mpbulk2k", "bulkhead.max = 2000"},
+    /* threads of one process on one handle: spread slots, then packed */
+    {"bulkhead.threads", "mtbulk", "bulkhead.max = 1000", .threads = true},
+    {"bulkhead2000.threads", "mtbulk2k", "bulkhead.max = 2000", .threads = true},
     {"limit.admit", "mplim", "limit.rate = 1000000000/s; limit.burst = 1000000"},
     {"limit.keyed_1k", "mpkeyed",
      "limit.rate = 1000000000/s; limit.burst = 1000000; limit.keys = 1000", 1000},
@@ -160,7 +201,8 @@ void run_mp(resil_t *r, const char *where)
 				if (!ok)
 					continue;
 				for (int j = 0; j < runs; j++) {
-					v[j] = mp_once(kind, !sep, np, pols, c->keys, run_ns);
+					v[j] = mp_once(kind, !sep, np, pols, c->keys, run_ns,
+						       c->threads);
 					if (v[j] < 0)
 						ok = 0;
 				}

@@ -838,7 +838,8 @@ def report(outdir, path):
                 if k[0] == "mp" and "; " in v[2]), "")
     w(f"Aggregate decisions per second (millions; median of {how or 'several runs'}) of 1, 2")
     w("and 4 processes, on one shared policy and on one policy each. The machine has 2 CPUs:")
-    w("4 processes share them.")
+    w("4 processes share them. The rows marked threads are 1, 2 and 4 threads of one process,")
+    w("on one handle and on one policy each.")
     w("")
     w("| operation | shared p1 | shared p2 | shared p4 | separate p1 | separate p2 | "
       "separate p4 |")
@@ -853,6 +854,8 @@ def report(outdir, path):
                      ("bulkhead.critical",
                       "bulkhead, max 1000, wait 100 ms, 10% critical (scan, a partition)"),
                      ("bulkhead2000", "bulkhead, max 2000 (packed slots)"),
+                     ("bulkhead.threads", "bulkhead, max 1000, threads"),
+                     ("bulkhead2000.threads", "bulkhead, max 2000 (packed slots), threads"),
                      ("limit.admit", "GCRA admit"),
                      ("limit.keyed_1k", "keyed GCRA, 1k keys, uniform")):
         vals = [r.get("mp", f"{k}.{s}.p{p}", "mops")
