@@ -41,10 +41,11 @@
  *   slower). Above, spreading would cost 128 bytes a permit (8 MiB at
  *   the parser's 65536), so the slots are packed, 32 to a line, and a
  *   claim whose last slot another client holds walks from the line of
- *   its client id (slot 32 x id), and so does a thread's first:
+ *   its client id (slot 32 x id), and so does a thread's first, a
+ *   process's later threads from lines further on (first_slot):
  *   processes claim on lines of their own (forked children too, which
- *   all inherit their parent's last slot), threads of one process on
- *   neighbouring slots of one line. The stride is a constant in each
+ *   all inherit their parent's last slot), and so do threads of one
+ *   process (mp/bulkhead2000.threads). The stride is a constant in each
  *   copy of the helpers (SPREAD, PACKED): resil_bulkhead_acquire and
  *   release test bulkhead.max once, as they tested the regime before.
  *   The lean paths and the global scope take spread pools only.
@@ -748,12 +749,42 @@ static inline __attribute__((always_inline)) uint32_t
 scan_walk_claim(struct resil_bulkhead_state *s, uint32_t lim, uint32_t n, uint32_t id, uint32_t i,
 		uint32_t *next, uint32_t sh);
 
+/* This thread's ordinal among the threads of its process that claimed a
+ * scan slot, 0 for the first (a forked child keeps its forking thread's).
+ * Written once by its own thread; the counter is process-private (relaxed:
+ * it orders nothing, each thread only needs a value of its own). */
+static _Thread_local __attribute__((tls_model("initial-exec"))) uint32_t resil_thread_ord;
+static ra32 resil_thread_ords;
+
+static __attribute__((noinline, cold)) uint32_t thread_ord(void)
+{
+	if (!resil_thread_ord)
+		resil_thread_ord = faa_relaxed(&resil_thread_ords, 1) + 1;
+	return resil_thread_ord - 1;
+}
+
+/* 2^32 / the golden ratio: the k-th thread's start is k strides past its
+ * client's, and any few strides fall far apart (Fibonacci hashing). */
+#define THREAD_STRIDE 0x9e3779b9u
+
+/* Where a thread's first claim starts (0-based): its client id's slot,
+ * or, packed, the first slot of line id, so that processes start on lines
+ * of their own; and a thread other than its process's first, THREAD_STRIDE
+ * times its ordinal further: packed, threads of one process that started
+ * on one line would bounce it at every decision, as two processes would
+ * (mp/bulkhead2000.threads). */
+static uint32_t first_slot(uint32_t n, uint32_t id, uint32_t sh)
+{
+	uint32_t u = id + thread_ord() * THREAD_STRIDE;
+
+	return (uint32_t)(((uint64_t)u << (SPREAD - sh)) % n);
+}
+
 /* Where a thread's claim starts (0-based): its last slot (next: that
- * slot + 1), else its client id's: slot id, or, packed, the first slot
- * of line id (processes start on lines of their own either way). */
+ * slot + 1), else first_slot's. */
 static inline uint32_t scan_start(uint32_t next, uint32_t n, uint32_t id, uint32_t sh)
 {
-	return RESIL_UNLIKELY(next == 0 || next > n) ? (id << (SPREAD - sh)) % n : next - 1;
+	return RESIL_UNLIKELY(next == 0 || next > n) ? first_slot(n, id, sh) : next - 1;
 }
 
 /* Where a walk of the slots below lim starts when slot i (the thread's
