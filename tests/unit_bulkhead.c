@@ -1215,6 +1215,49 @@ static void test_packed_fork_lines(void **state)
 	munmap(b.st, size);
 }
 
+struct line_claim {
+	struct bh *b;
+	uint32_t idx;
+	int v;
+};
+
+/* A new thread's claim, as client 1, kept when the thread ends. */
+static void *line_claim_main(void *arg)
+{
+	struct line_claim *c = arg;
+	struct resil_permit_priv pm;
+
+	c->v = take(c->b, 1, RESIL_PRIO_NORMAL, &pm);
+	c->idx = pm.bulkhead_idx;
+	return NULL;
+}
+
+/* Packed slots: threads of one process claim on lines of their own, as
+ * processes do. Three new threads of client 1, one after the other, each
+ * keeping its permit: the second and third would otherwise start on the
+ * first's line (client 1's) and claim beside it. */
+static void test_packed_thread_lines(void **state)
+{
+	struct line_claim c[3];
+	struct bh b;
+	(void)state;
+
+	bh_new(&b, "2000", NULL, NULL);
+	assert_false(resil_bulkhead_spread(&b.conf));
+	for (int i = 0; i < 3; i++) {
+		pthread_t th;
+
+		c[i] = (struct line_claim){.b = &b};
+		assert_int_equal(pthread_create(&th, NULL, line_claim_main, &c[i]), 0);
+		assert_int_equal(pthread_join(th, NULL), 0);
+		assert_int_equal(c[i].v, 0);
+		for (int j = 0; j < i; j++)
+			assert_int_not_equal((c[i].idx - 1) / 32, (c[j].idx - 1) / 32);
+	}
+	assert_int_equal(resil_bulkhead_held(&b.conf, b.st), 3);
+	bh_free(&b);
+}
+
 static void test_threads(void **state)
 {
 	_Atomic int inside = 0, worst = 0;
@@ -1583,6 +1626,7 @@ int main(void)
 	    cmocka_unit_test_prestate(test_wait_threads, &packed_r),
 	    cmocka_unit_test(test_adopt_counted_as_scan),
 	    cmocka_unit_test(test_packed_fork_lines),
+	    cmocka_unit_test(test_packed_thread_lines),
 	    cmocka_unit_test_prestate(test_threads, &scan_r),
 	    cmocka_unit_test_prestate(test_threads, &packed_r),
 	    cmocka_unit_test_prestate(test_threads, &partition_r),
