@@ -88,7 +88,7 @@ extern uint64_t admits;
 extern int ndefined;
 
 /* the resil hot paths' cases (hot.c) */
-#define N_SIMPLE_CASES 23
+#define N_SIMPLE_CASES 25
 
 typedef void (*loop_fn)(void *ctx, uint64_t n);
 
@@ -147,8 +147,8 @@ struct simple_case {
 	loop_fn fn;
 };
 
-/* the permits of every PREP_HOLD_ALL case of a group (bulkhead.max 25 and 1000) */
-#define HOLD_MAX 1088
+/* the permits of every PREP_HOLD_ALL case of a group (bulkhead.max 25, 1000 and 2000) */
+#define HOLD_MAX 3136
 
 /* the keyed cases queued with the simple ones: the rejection, 1k keys and
  * 1k keys of global scope, each uniform and Zipf */

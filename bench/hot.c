@@ -279,6 +279,9 @@ static const struct simple_case simple_cases[N_SIMPLE_CASES] = {
     {"bulkhead.reject", "bulkrej", "bulkhead.max = 25", PREP_HOLD_ALL, loop_acq_rel},
     {"bulkhead1000.acq_rel", "bulk1k", "bulkhead.max = 1000", PREP_NONE, loop_acq_rel},
     {"bulkhead1000.reject", "bulkrej1k", "bulkhead.max = 1000", PREP_HOLD_ALL, loop_acq_rel},
+    /* packed slots (above 1024 permits) */
+    {"bulkhead2000.acq_rel", "bulk2k", "bulkhead.max = 2000", PREP_NONE, loop_acq_rel},
+    {"bulkhead2000.reject", "bulkrej2k", "bulkhead.max = 2000", PREP_HOLD_ALL, loop_acq_rel},
     {"bulkhead_wait.acq_rel", "bulkw", "bulkhead.max = 25; bulkhead.wait = 100ms", PREP_NONE,
      loop_acq_rel},
     {"bulkhead.acq_rel_global", "bglobal", "policy.scope = global; bulkhead.max = 25", PREP_LEASE,

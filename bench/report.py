@@ -77,6 +77,8 @@ HOT = [
     ("bulkhead.reject", "bulkhead full: rejection"),
     ("bulkhead1000.acq_rel", "bulkhead, max 1000: enter + exit"),
     ("bulkhead1000.reject", "bulkhead, max 1000, full: rejection"),
+    ("bulkhead2000.acq_rel", "bulkhead, max 2000 (packed slots): enter + exit"),
+    ("bulkhead2000.reject", "bulkhead, max 2000 (packed slots), full: rejection"),
     ("bulkhead_wait.acq_rel", "bulkhead, bulkhead.wait = 100ms: enter + exit"),
     ("adaptive.acq_rel", "adaptive limit (Vegas): enter + exit"),
     ("shed.acq_rel", "load shedder: check + release"),
