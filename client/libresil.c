@@ -712,9 +712,9 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 
 /*
  * Lean decisions. A policy whose only component besides the counters is
- * a bulkhead of spread slots (at most 1024 permits; a waiting one, or one with a
- * critical share, decides in acquire_lean_bulkhead_wait, through
- * resil_bulkhead_acquire, with the request's priority) or a
+ * a bulkhead (a waiting one, one with a critical share, or one of packed
+ * slots, above 1024 permits, decides in acquire_lean_bulkhead_wait,
+ * through resil_bulkhead_acquire, with the request's priority) or a
  * rate limiter without reservation (limit.wait = 0; keyed or not), with no
  * histogram and fleet scope, is decided without the general context and
  * dispatch: the binding carries the two state blocks; acquire is the
@@ -807,8 +807,9 @@ static uint32_t lean_kind(const struct resil_rec *rec)
 	if (rec->components == (stats | 1u << RESIL_C_BREAKER) &&
 	    resil_breaker_lean(&rec->conf.breaker))
 		return RESIL_LEAN_BREAKER;
+	/* a global bulkhead's lease takes spread slots (conf.c) */
 	if (rec->components == (stats | 1u << RESIL_C_BULKHEAD) &&
-	    resil_bulkhead_spread(&rec->conf.bulkhead))
+	    (resil_bulkhead_spread(&rec->conf.bulkhead) || rec->conf.scope != RESIL_SCOPE_GLOBAL))
 		return RESIL_LEAN_BULKHEAD;
 	if (rec->components == (stats | 1u << RESIL_C_LIMIT) && rec->conf.limit.wait_ns == 0)
 		return RESIL_LEAN_LIMIT;
@@ -1712,13 +1713,14 @@ static __attribute__((noinline, flatten)) void release_general(struct resil *r,
 	release_bound(r, b->m, b->rec, LEAN_BK_OFF(b->lean), pm, outcome);
 }
 
-/* release_lean_bulkhead for a bulkhead of global scope or whose callers
- * wait: the slot count and the wait from the configuration. Out of line:
- * its wake (a call) would give the fail-fast release a frame. */
+/* release_lean_bulkhead for a bulkhead of global scope, whose callers
+ * wait or of packed slots: the slot count, the stride and the wait from
+ * the configuration (resil_bulkhead_release reads no context). Out of
+ * line: its wake (a call) would give the fail-fast release a frame. */
 static __attribute__((noinline, flatten)) void
 release_lean_bulkhead_conf(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
 {
-	resil_bulkhead_release_scan(&b->rec->conf.bulkhead, b->lean_st, pm);
+	resil_bulkhead_release(NULL, &b->rec->conf.bulkhead, b->lean_st, pm, outcome);
 	pm->flags = 0;
 	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
 }

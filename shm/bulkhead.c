@@ -48,7 +48,9 @@
  *   process (mp/bulkhead2000.threads). The stride is a constant in each
  *   copy of the helpers (SPREAD, PACKED): resil_bulkhead_acquire and
  *   release test bulkhead.max once, as they tested the regime before.
- *   The lean paths and the global scope take spread pools only.
+ *   The lean paths' scan functions and the global scope take spread
+ *   pools only; a lean bulkhead of packed slots decides through
+ *   resil_bulkhead_acquire and _release (resil/bulkhead2000.*).
  *   What a walk costs: a walk reads every slot, and a walk comes with
  *   every resil_bulkhead_recheck(n)-th rejection on the hint (16 per 128
  *   slots: about 8 slots read per rejection at any size), with the first
@@ -623,9 +625,9 @@ uint32_t resil_bulkhead_held(const struct resil_bulkhead_conf *c, const void *st
 /* ---- the slots ---- */
 
 /* The slots' stride (log2 of words), a constant in each copy of the
- * always_inline helpers below: the lean paths and the global scope see
- * SPREAD only; resil_bulkhead_acquire and _release pick one from the
- * configuration. */
+ * always_inline helpers below: the lean paths' scan functions and the
+ * global scope see SPREAD only; resil_bulkhead_acquire and _release pick
+ * one from the configuration. */
 #define SPREAD RESIL_POOL_SPREAD_SHIFT
 #define PACKED 0u
 
@@ -1172,9 +1174,9 @@ void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_con
  * bind time): the same words as resil_bulkhead_acquire/release, without
  * the stride's test. The acquires never wait (a fail-fast
  * bulkhead; a waiting one calls resil_bulkhead_acquire) and read
- * x->client_id only; resil_bulkhead_release_scan looks for waiters when
- * the configuration has them, resil_bulkhead_release_scan_n never (a
- * fail-fast bulkhead's). */
+ * x->client_id only; resil_bulkhead_release_scan_n never looks for
+ * waiters (a fail-fast bulkhead's release; a lean bulkhead whose callers
+ * wait is released by resil_bulkhead_release). */
 int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 				struct resil_permit_priv *pm)
 {
@@ -1223,18 +1225,6 @@ void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_pri
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
 		return;
 	scan_free(st, n, NULL, pm->bulkhead_idx, pm->holder, false, SPREAD);
-	pm->bulkhead_idx = 0;
-	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
-}
-
-void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
-				 struct resil_permit_priv *pm)
-{
-	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
-		return;
-	uint32_t n = resil_bulkhead_max_of(c);
-
-	scan_free(st, n, c, pm->bulkhead_idx, pm->holder, c->wait_ns > 0, SPREAD);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
 }

@@ -122,7 +122,8 @@ static inline uint32_t resil_bulkhead_max_of(const struct resil_bulkhead_conf *c
 }
 
 /* Whether the slots are spread one per line (bulkhead.max <= 1024): the
- * lean paths and the global scope take only such pools. c->max, not
+ * lean paths' scan functions below and the global scope take only such
+ * pools. c->max, not
  * resil_bulkhead_max_of: the same answer (max 0 is 1 slot) for one
  * compare less on the hot path. */
 static inline bool resil_bulkhead_spread(const struct resil_bulkhead_conf *c)
@@ -239,7 +240,8 @@ int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf
 			   struct resil_permit_priv *pm);
 /* The lean paths' acquires and releases below take a pool whose slots
  * are spread (resil_bulkhead_spread: the bind checks it); the others take
- * any. */
+ * any (a lean bulkhead that waits, has a critical share or packed slots
+ * decides with resil_bulkhead_acquire and _release). */
 int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 				struct resil_permit_priv *pm);
 /* The same for a global bulkhead (policy.scope = global): claims below
@@ -247,9 +249,6 @@ int resil_bulkhead_acquire_scan(struct resil_ctx *x, const struct resil_bulkhead
  * client id and the clock. */
 int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
 				       void *st, struct resil_permit_priv *pm);
-/* A spread pool's release, waking a waiter when c has them. */
-void resil_bulkhead_release_scan(const struct resil_bulkhead_conf *c, void *st,
-				 struct resil_permit_priv *pm);
 /* A spread pool's host-scope claim of this thread's last slot (one load,
  * one CAS): its index (1-based); RESIL_BULKHEAD_LAST_FULL when it is taken
  * and the full hint says the pool is (a rejection, RESIL_REJECT_FULL);

@@ -122,7 +122,6 @@ static void test_lean_only_when_alone(void **state)
 	    "bulkhead.max = 2; histogram = on",
 	    "breaker.window = count:10; bulkhead.max = 2; bulkhead.critical = 50%",
 	    "bulkhead.max = 2; policy.scope = process",
-	    "bulkhead.max = 2000",
 	};
 	resil_policy_t *p;
 	resil_permit_t a;
@@ -292,6 +291,49 @@ static void test_lean_bulkhead_wait(void **state)
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(held(rec), 0);
 	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 1);
+}
+
+/* A bulkhead of packed slots (above 1024 permits) is lean too, through
+ * its component's acquire and release (no slot count in the binding, as
+ * a waiting one): every permit and no more, the hint's rejection counted,
+ * the releases counted, each slot free again; and a lean permit outlives
+ * a redefinition that makes the policy general. */
+static void test_lean_bulkhead_packed(void **state)
+{
+	static resil_permit_t a[1200];
+	const struct resil_rec *rec, *gen_rec;
+	struct resil_bulkhead_state *st;
+	resil_permit_t x;
+	resil_policy_t *p;
+
+	(void)state;
+	st = bulkhead_policy("packed", "bulkhead.max = 1100", &p, &rec);
+	for (int i = 0; i < 1100; i++)
+		assert_int_equal(resil_acquire(p, &a[i]), RESIL_ADMIT);
+	assert_int_equal(atomic_load(&p->b)->lean, 1); /* lean, no slot count */
+	assert_int_equal(resil_policy_may_wait(p), 0);
+	assert_int_equal(held(rec), 1100);
+	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL); /* a walk: sets the hint */
+	assert_int_equal(atomic_load(&st->full), 1);
+	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_FULL), 2);
+	for (int i = 0; i < 1099; i++)
+		resil_release(p, &a[i], i % 2 ? RESIL_SUCCESS : RESIL_FAILURE);
+	assert_int_equal(held(rec), 1);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 549);
+	assert_int_equal(count(rec, RESIL_STAT_FAILURE), 550);
+	assert_int_equal(resil_acquire(p, &x), RESIL_ADMIT);
+	resil_release(p, &x, RESIL_SUCCESS);
+
+	/* a shedder joins: bound general; the lean permit still goes back */
+	assert_int_equal(resil_define(r, "packed", "bulkhead.max = 1100; shed.k = 2"), 0);
+	gen_rec = test_rec_of(r, "packed");
+	assert_ptr_not_equal(gen_rec, rec);
+	assert_int_equal(resil_acquire(p, &x), RESIL_ADMIT);
+	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 0);
+	resil_release(p, &a[1099], RESIL_SUCCESS);
+	assert_int_equal(held(rec), 0);
+	resil_release(p, &x, RESIL_SUCCESS);
 }
 
 /* A critical share, lean: the request's priority reaches the partition
@@ -945,6 +987,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_hint, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_wait, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_partition, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_packed, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_permit_outlives_rebind, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_stack, open_emb, close_emb),
