@@ -123,9 +123,8 @@ static inline uint32_t resil_bulkhead_max_of(const struct resil_bulkhead_conf *c
 
 /* Whether the slots are spread one per line (bulkhead.max <= 1024): the
  * lean paths' scan functions below and the global scope take only such
- * pools. c->max, not
- * resil_bulkhead_max_of: the same answer (max 0 is 1 slot) for one
- * compare less on the hot path. */
+ * pools. c->max, not resil_bulkhead_max_of: the same answer (max 0 is 1
+ * slot) for one compare less on the hot path. */
 static inline bool resil_bulkhead_spread(const struct resil_bulkhead_conf *c)
 {
 	return c->max <= RESIL_POOL_SPREAD_MAX;
@@ -267,6 +266,8 @@ int resil_bulkhead_acquire_scan_rest(struct resil_ctx *x, const struct resil_bul
 void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_priv *pm);
 void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			 struct resil_permit_priv *pm);
+/* Any pool's release, waking a waiter when c has them; x is not read (a
+ * lean release passes NULL). */
 void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			    struct resil_permit_priv *pm, int outcome);
 void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st);
