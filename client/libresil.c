@@ -725,16 +725,16 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
  * limiter's call whose key is in its first two buckets:
  * resil_limit_acquire_keyed decides it from the clock, the key and the
  * segment's hash seeds, which the binding copies (any other key, a new
- * one included, goes on in acquire_lean_limit, with a context). A bulkhead of host
- * scope claims the thread's last slot in resil_acquire_ex itself
- * (resil_bulkhead_claim_last, with the slot count the binding took from
- * the configuration) and rejects there on the full hint; a taken slot
- * without the hint, the first claim and global scope go on in
- * acquire_lean_bulkhead, a bulkhead whose callers wait (or with a
- * critical share) in acquire_lean_bulkhead_wait. The same component functions as
- * resil_policy_acquire/release, on the same words, and a lean permit is a
- * complete one: either path releases what the other granted (a permit
- * outlives a re-bind).
+ * one included, goes on in acquire_lean_limit, with a context). A
+ * fail-fast bulkhead of host scope claims the thread's last slot in
+ * resil_acquire_ex itself (resil_bulkhead_claim_last, with the slot count
+ * the binding took from the configuration) and rejects there on the full
+ * hint; a taken slot without the hint, the first claim and global scope
+ * go on in acquire_lean_bulkhead, a bulkhead whose callers wait (or with
+ * a critical share, or of packed slots) in acquire_lean_bulkhead_wait.
+ * The same component functions as resil_policy_acquire/release, on the
+ * same words, and a lean permit is a complete one: either path releases
+ * what the other granted (a permit outlives a re-bind).
  * Two more kinds need no context at all on their common path: the
  * counters alone (an acquire only makes the permit; the release counts
  * the outcome) and a breaker without a slow-call rate: in CLOSED, acquire
@@ -773,7 +773,8 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 #define LEAN_GCRA	  1u
 #define LEAN_KEYED	  2u
 /* ... or for a fail-fast bulkhead of host scope its slot count (0: global
- * scope, or callers wait; the configuration tells which) */
+ * scope, callers that wait, a critical share or packed slots; the
+ * configuration tells which) */
 #define LEAN_BH_N(l) ((uint32_t)((l) >> 32))
 
 /* A stack that is lean (see above): two or three of a lean breaker, an
@@ -1204,8 +1205,8 @@ static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy
 	return lean_bulkhead_done(p, b, pm, v);
 }
 
-/* A lean bulkhead whose callers wait, or with a critical share (host
- * scope: conf.c): the bulkhead's acquire, which reads x->rec for the
+/* A lean bulkhead of host scope whose callers wait, with a critical share
+ * or of packed slots: the bulkhead's acquire, which reads x->rec for the
  * scope, the permit's priority for the share and, when it waits, writes
  * x->now (the wait reads CLOCK_MONOTONIC), and the count. Its own
  * function: the fail-fast and global claims keep their frames. */
@@ -1523,13 +1524,13 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		/* the thread's last slot, free again: no call, no frame; a
 		 * slot taken (or the first claim) goes on in
 		 * acquire_lean_bulkhead, a global bulkhead starts there, and a
-		 * bulkhead whose callers wait or with a critical share in
-		 * acquire_lean_bulkhead_wait */
+		 * bulkhead whose callers wait, with a critical share or of
+		 * packed slots in acquire_lean_bulkhead_wait */
 		uint32_t n = LEAN_BH_N(b->lean), id, idx;
 
 		if (RESIL_UNLIKELY(!n)) {
 			/* no slot count: global scope (fail-fast, conf.c), or
-			 * callers that wait, or a critical share */
+			 * callers that wait, a critical share, packed slots */
 			if (b->rec->conf.scope != RESIL_SCOPE_GLOBAL)
 				return acquire_lean_bulkhead_wait(p, b, req, pm);
 			return acquire_lean_bulkhead(p, b, pm, false);
