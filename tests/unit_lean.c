@@ -300,7 +300,7 @@ static void test_lean_bulkhead_wait(void **state)
  * a redefinition that makes the policy general. */
 static void test_lean_bulkhead_packed(void **state)
 {
-	static resil_permit_t a[1200];
+	static resil_permit_t a[1100];
 	const struct resil_rec *rec, *gen_rec;
 	struct resil_bulkhead_state *st;
 	resil_permit_t x;
