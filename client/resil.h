@@ -115,7 +115,7 @@ RESIL_API int resil_open(resil_t **ret, const char *socket_path);
 RESIL_API int resil_open_embedded(resil_t **ret, const struct resil_embedded_opts *opts);
 RESIL_API void resil_close(resil_t *r);
 
-/* Create or update a policy: "key = value; ..." (see the README). */
+/* Create or update a policy: "key = value; ..." (docs/configuration.md). */
 RESIL_API int resil_define(resil_t *r, const char *name, const char *config);
 /* Delete a policy: handles to it give -ENOENT / RESIL_REJECT_OPEN after. */
 RESIL_API int resil_delete(resil_t *r, const char *name);

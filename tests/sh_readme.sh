@@ -1,16 +1,17 @@
 #!/bin/bash
 # label: integration
 #
-# sh_readme.sh - what README.md shows works as written:
-#   - the C example (between the readme-example markers) compiles with
+# sh_readme.sh - what README.md and docs/configuration.md show works as
+# written:
+#   - README's C example (between the readme-example markers) compiles with
 #     -Wall -Wextra -Werror against this build, runs against a private
 #     resild, prints one summary line whose numbers add up to its 1000
 #     calls and match the daemon's counters, and runs again unchanged (an
 #     identical definition is allowed); without a daemon it says why and
 #     exits 1;
-#   - every `key = value` of the mapping tables (between the mappings
-#     markers) defines a policy on that resild, and every key it names is
-#     one `resilctl show` prints back;
+#   - every `key = value` of docs/configuration.md's mapping tables
+#     (between the mappings markers) defines a policy on that resild,
+#     and every key it names is one `resilctl show` prints back;
 #   - nginx's burst=5 nodelay is limit.burst = 6: six calls at once from
 #     idle, the seventh rejected (embedded, no daemon involved).
 # Needs $RESILD, $RESILCTL, $SRC and $BIN (tests/CMakeLists.txt sets them).
@@ -21,6 +22,8 @@ fail() { echo "sh_readme: FAIL: $*" >&2; exit 1; }
 [ -x "${RESILD:-}" ] || fail "RESILD not set"
 [ -x "${RESILCTL:-}" ] || fail "RESILCTL not set"
 [ -f "${SRC:-}/README.md" ] || fail "SRC not set"
+CONF_MD=$SRC/docs/configuration.md
+[ -f "$CONF_MD" ] || fail "no $CONF_MD"
 [ -d "${BIN:-}/client" ] || fail "BIN not set"
 LIBDIR=$(dirname "$(find "$BIN/client" -maxdepth 1 -name 'libresil.so*' | head -n1)")
 [ -n "$LIBDIR" ] && [ -e "$LIBDIR/libresil.so" ] || fail "no libresil.so under $BIN/client"
@@ -116,14 +119,14 @@ count() { sed -n "s/^resil_calls_total{policy=\"payments\",outcome=\"$1\"} //p" 
 	fail "resild counted $(count rejected_limited) rate-limited, the example $L"
 
 # ---- the mapping tables -------------------------------------------------
-sed -n '/^<!-- mappings: begin/,/^<!-- mappings: end/p' "$SRC/README.md" |
+sed -n '/^<!-- mappings: begin/,/^<!-- mappings: end/p' "$CONF_MD" |
 	grep '^| ' | cut -d'|' -f3 | grep -o '`[a-z_.]\+ = [^`]*`' | tr -d '`' >"$DIR/maps.txt"
 [ "$(wc -l <"$DIR/maps.txt")" -ge 30 ] || fail "only $(wc -l <"$DIR/maps.txt") mappings found"
 i=0
 while IFS= read -r cfg; do
 	i=$((i + 1))
 	"$RESILCTL" --socket "$SOCK" create "map$i" "$cfg" >"$DIR/create.out" 2>&1 ||
-		fail "the README maps to '$cfg', which resild refuses: $(cat "$DIR/create.out")"
+		fail "docs/configuration.md maps to '$cfg', which resild refuses: $(cat "$DIR/create.out")"
 	"$RESILCTL" --socket "$SOCK" show "map$i" >"$DIR/show.out" 2>&1 || fail "show map$i"
 	for key in $(echo "$cfg" | tr ';' '\n' | sed -n 's/^ *\([a-z_.]*\) = .*/\1/p'); do
 		grep -q "^ *$key = " "$DIR/show.out" ||
@@ -168,7 +171,7 @@ int main(int argc, char **argv)
 C
 cc_app "$DIR/burst.c" "$DIR/burst" || fail "burst.c does not compile"
 grep -q '`limit_req zone=ip burst=5 nodelay;` | `limit.rate = 10/s; limit.burst = 6`' \
-	"$SRC/README.md" || fail "the README no longer maps burst=5 nodelay to limit.burst = 6"
+	"$CONF_MD" || fail "docs/configuration.md no longer maps burst=5 nodelay to limit.burst = 6"
 # 10/m: an interval of 6 s, so no permit comes back during the loop
 n=$("$DIR/burst" 'limit.rate = 10/m; limit.burst = 6') || fail "burst check"
 [ "$n" = 6 ] || fail "limit.burst = 6 admitted $n at once from idle, nginx's burst=5 admits 6"

@@ -1,8 +1,8 @@
-"""The README's Python examples run as written: each ```python block of
-its "## Python" section, against a resild this test starts ($RESIL_SOCKET
-is how the examples find it). The Django settings block configures a real
-Django whose middleware then limits a client seen through a trusted proxy;
-the httpx example calls a local server."""
+"""The documented Python examples run as written: the README's quick start
+and each ```python block of docs/python.md, against a resild this test
+starts ($RESIL_SOCKET is how the examples find it). The Django settings
+block configures a real Django whose middleware then limits a client seen
+through a trusted proxy; the httpx example calls a local server."""
 
 import http.server
 import os
@@ -23,8 +23,13 @@ RESILD = os.environ.get("RESILD")
 
 
 def blocks():
+    text = open(os.path.join(SRC, "docs", "python.md")).read()
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+def quick_start():
     text = open(os.path.join(SRC, "README.md")).read()
-    sec = text.split("\n## Python\n", 1)[1].split("\n## ", 1)[0]
+    sec = text.split("\n<!-- readme-python: begin", 1)[1].split("\n<!-- readme-python: end", 1)[0]
     return re.findall(r"```python\n(.*?)```", sec, re.S)
 
 
@@ -59,6 +64,11 @@ def run(code, sock, **env):
 
 def test_three_examples():
     assert len(blocks()) == 3
+    assert len(quick_start()) == 1
+
+
+def test_quick_start(daemon):
+    assert run(quick_start()[0], daemon) == "charged\n"
 
 
 def test_usage_example(daemon):
