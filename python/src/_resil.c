@@ -62,18 +62,11 @@ static PyObject *Error, *Rejected, *CircuitOpen, *RateLimited, *BulkheadFull, *S
 
 /* ---- errors ---- */
 
-/* resil.Error(errno, words): words are the daemon's or the library's
- * (resil_last_error), else strerror. Returns NULL for `return`. */
-static PyObject *raise_errno(int err, const char *what)
+/* resil.Error(err, msg), taking msg's reference. Returns NULL. */
+static PyObject *raise_words(int err, PyObject *msg)
 {
-	const char *words = resil_last_error();
-	PyObject *msg, *exc;
+	PyObject *exc;
 
-	if (err < 0)
-		err = -err;
-	if (!words || !*words)
-		words = strerror(err);
-	msg = what ? PyUnicode_FromFormat("%s: %s", what, words) : PyUnicode_FromString(words);
 	if (!msg)
 		return NULL;
 	exc = PyObject_CallFunction(Error, "iO", err, msg);
@@ -85,15 +78,23 @@ static PyObject *raise_errno(int err, const char *what)
 	return NULL;
 }
 
+/* resil.Error(errno, words): words are the daemon's or the library's
+ * (resil_last_error), else strerror. Returns NULL for `return`. */
+static PyObject *raise_errno(int err, const char *what)
+{
+	const char *words = resil_last_error();
+
+	if (err < 0)
+		err = -err;
+	if (!words || !*words)
+		words = strerror(err);
+	return raise_words(err, what ? PyUnicode_FromFormat("%s: %s", what, words)
+				     : PyUnicode_FromString(words));
+}
+
 static PyObject *raise_closed(void)
 {
-	PyObject *exc = PyObject_CallFunction(Error, "is", EBADF, "resil handle is closed");
-
-	if (exc) {
-		PyErr_SetObject(Error, exc);
-		Py_DECREF(exc);
-	}
-	return NULL;
+	return raise_words(EBADF, PyUnicode_FromString("resil handle is closed"));
 }
 
 /* ---- Handle ---- */
@@ -242,6 +243,13 @@ static PyObject *Handle_define(HandleObject *h, PyObject *args)
 
 	if (!PyArg_ParseTuple(args, "ss:define", &name, &config))
 		return NULL;
+	/* a declaration that says nothing is a mistake (a variable that was
+	 * never set), not a request for every default */
+	if (!config[strspn(config, " \t\r\n;")])
+		return raise_words(
+		    EINVAL, PyUnicode_FromFormat("%s: an empty configuration (say at least one "
+						 "key = value)",
+						 name));
 	HANDLE_OPEN(h);
 	Py_BEGIN_ALLOW_THREADS
 	err = resil_define(h->r, name, config);
@@ -519,6 +527,11 @@ static PyObject *Policy_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return NULL;
 	HANDLE_OPEN(h);
 	err = resil_policy(h->r, name, &p);
+	if (err == -ENOENT && !*resil_last_error())
+		return raise_words(ENOENT, PyUnicode_FromFormat(
+					       "policy '%s' does not exist (define() it first, or "
+					       "resilctl create)",
+					       name));
 	if (err < 0)
 		return raise_errno(err, name);
 	po = (PolicyObject *)type->tp_alloc(type, 0);
@@ -555,12 +568,16 @@ static void Policy_dealloc(PolicyObject *po)
 }
 
 /* A rejection as its exception: the class by verdict, with .policy (the
- * name), .verdict, and .retry_after (seconds; for RateLimited the wait
- * resil_permit_wait_ns reports, else None). */
+ * name), .verdict, and .retry_after: seconds until the policy expects to
+ * admit again, as resil_permit_wait_ns reports it for every verdict that
+ * knows it (a limiter's next permit, an open breaker's next probe), else
+ * None (a full bulkhead frees at no known time); a RateLimited always
+ * carries a float. */
 static PyObject *raise_rejected(PolicyObject *po, int v, const resil_permit_t *permit)
 {
 	const char *name = resil_policy_name(po->p);
 	PyObject *cls, *exc, *ra, *pname, *verdict;
+	int64_t wait_ns;
 
 	switch (v) {
 	case RESIL_REJECT_OPEN:
@@ -581,13 +598,11 @@ static PyObject *raise_rejected(PolicyObject *po, int v, const resil_permit_t *p
 	default:
 		cls = Rejected;
 	}
-	if (cls == RateLimited) {
-		double wait = (double)resil_permit_wait_ns(permit) / 1e9;
-
-		ra = PyFloat_FromDouble(wait > 0 ? wait : 0.0);
-	} else {
+	wait_ns = resil_permit_wait_ns(permit);
+	if (wait_ns > 0 || cls == RateLimited)
+		ra = PyFloat_FromDouble(wait_ns > 0 ? (double)wait_ns / 1e9 : 0.0);
+	else
 		ra = Py_NewRef(Py_None);
-	}
 	if (!ra)
 		return NULL;
 	exc = PyObject_CallFunction(cls, "s", resil_strverdict(v));
@@ -870,13 +885,7 @@ static void Permit_dealloc(PermitObject *pm)
 
 static PyObject *permit_used(void)
 {
-	PyObject *exc = PyObject_CallFunction(Error, "is", EALREADY, "permit already used");
-
-	if (exc) {
-		PyErr_SetObject(Error, exc);
-		Py_DECREF(exc);
-	}
-	return NULL;
+	return raise_words(EALREADY, PyUnicode_FromString("permit already used"));
 }
 
 /* an outcome from an int (RESIL_SUCCESS/FAILURE/IGNORED), a bool (True:

@@ -44,7 +44,18 @@ def test_unknown_policy(r):
     with pytest.raises(resil.Error) as e:
         r.policy("nope")
     assert e.value.errno == errno.ENOENT
-    assert "nope" in str(e.value)
+    assert "policy 'nope' does not exist" in str(e.value)
+    assert "No such file" not in str(e.value)
+
+
+def test_empty_config_refused(r):
+    for empty in ("", "  ", " ;\n; "):
+        with pytest.raises(resil.Error) as e:
+            r.define("e", empty)
+        assert e.value.errno == errno.EINVAL
+        assert "empty configuration" in str(e.value)
+    with pytest.raises(resil.Error):
+        r.policy("e")   # nothing was defined
 
 
 def test_bad_config(r):
