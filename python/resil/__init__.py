@@ -10,6 +10,9 @@ dependency for a whole fleet of processes, decided in shared memory.
     with payments.acquire() as permit:    # raises a resil.Rejected subclass
         charge(card)                      # an exception records a failure
 
+    async with payments.acquire_async():  # asyncio: a wait never blocks the loop
+        await charge_async(card)
+
     @payments.guard(fallback=lambda *a, **kw: cached())
     def charge(card): ...
 
@@ -23,11 +26,15 @@ limit.wait, retry sleeps) release it. A handle opened before a fork
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import inspect
+import os
+import threading
 import time
-from typing import (Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, Type, TypeVar,
-                    Union)
+from types import TracebackType
+from typing import (Any, Awaitable, Callable, Dict, Generator, Literal, Mapping, Optional,
+                    ParamSpec, Tuple, Type, TypeVar, Union, cast, overload)
 
 from . import _resil
 from ._resil import (ADMIT, ERR_NONE, ERR_PERMANENT, ERR_THROTTLED, ERR_TIMEOUT, ERR_TRANSIENT,
@@ -41,20 +48,42 @@ __version__: str = _resil.__version__
 
 __all__ = [
     "open", "open_embedded", "Resil", "Policy", "Permit", "Error", "Rejected", "CircuitOpen",
-    "RateLimited", "BulkheadFull", "Shed", "BudgetExhausted", "SUCCESS", "FAILURE", "IGNORED",
-    "ERR_NONE", "ERR_TRANSIENT", "ERR_THROTTLED", "ERR_TIMEOUT", "ERR_PERMANENT", "ERR_USER",
-    "STATE_CLOSED", "STATE_OPEN", "STATE_HALF_OPEN", "STATE_DISABLED", "STATE_FORCED_OPEN",
-    "STATE_METRICS_ONLY", "HTTPStatus", "status_of", "__version__", "ADMIT", "REJECT_OPEN",
-    "REJECT_FULL", "REJECT_LIMITED", "REJECT_SHED", "REJECT_BUDGET", "strverdict", "strstate",
+    "RateLimited", "BulkheadFull", "Shed", "BudgetExhausted", "Throttled", "SUCCESS", "FAILURE",
+    "IGNORED", "ERR_NONE", "ERR_TRANSIENT", "ERR_THROTTLED", "ERR_TIMEOUT", "ERR_PERMANENT",
+    "ERR_USER", "STATE_CLOSED", "STATE_OPEN", "STATE_HALF_OPEN", "STATE_DISABLED",
+    "STATE_FORCED_OPEN", "STATE_METRICS_ONLY", "HTTPStatus", "status_of", "__version__", "ADMIT",
+    "REJECT_OPEN", "REJECT_FULL", "REJECT_LIMITED", "REJECT_SHED", "REJECT_BUDGET", "strverdict",
+    "strstate", "AsyncAcquire",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 ExcTypes = Union[Type[BaseException], Tuple[Type[BaseException], ...]]
 Outcome = Union[int, str, bool]
+Key = Union[str, bytes, None]
 
 _OUTCOMES = {"success": SUCCESS, "failure": FAILURE, "ignored": IGNORED}
 _CLASSES = {"transient": ERR_TRANSIENT, "throttled": ERR_THROTTLED, "timeout": ERR_TIMEOUT,
             "permanent": ERR_PERMANENT}
+
+
+class Throttled(Rejected):
+    """A dependency asked to be called again later than the caller can
+    wait (429 or 503 with a Retry-After past the request's deadline):
+    raised at once instead of sleeping out the wait. `.retry_after` is the
+    dependency's wait in seconds, `.status_code` its status, `.response`
+    its answer (closed) when there is one."""
+
+    policy: str
+    verdict: int
+    retry_after: Optional[float]
+
+    def __init__(self, policy: str, retry_after: float, status_code: int,
+                 response: Any = None) -> None:
+        super().__init__(f"{policy}: the dependency asks for {retry_after:g} s more than "
+                         "the request has left")
+        self.policy, self.verdict, self.retry_after = policy, REJECT_LIMITED, retry_after
+        self.status_code, self.response = status_code, response
 
 
 class HTTPStatus(Exception):
@@ -111,6 +140,96 @@ def _as_class(c: Union[int, str]) -> int:
     return _CLASSES[c] if isinstance(c, str) else int(c)
 
 
+# ---- waits outside the caller's thread ----
+#
+# An acquire that may sleep (bulkhead.wait, limit.wait) is made in a thread
+# of this pool when the caller cannot sleep in it: an event loop, whose
+# holders must keep running to release what the waiter waits for, or a
+# caller with a deadline shorter than the policy's wait. The thread waits
+# in libresil itself (a futex woken by the release, in FIFO order with the
+# process's and the fleet's other waiters, the GIL given up), so the
+# admission comes the moment a permit frees and the policy's own bounds
+# hold. A bulkhead lets at most 64 waiters wait, and a limiter's
+# reservations are bounded by limit.wait: the pool's threads are enough
+# for several such policies at once, and are made only when waits happen.
+
+_WAIT_THREADS = 256
+_pool_lock = threading.Lock()
+_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+
+def _forget_pool() -> None:
+    # a forked child has none of its parent's threads
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _wait_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(_WAIT_THREADS,
+                                                          thread_name_prefix="resil-wait")
+        return _pool
+
+
+def _drop(f: "concurrent.futures.Future[Permit]") -> None:
+    """A wait its caller gave up on: a permit it still gets is given back,
+    counting nothing."""
+    if not f.cancelled() and f.exception() is None:
+        f.result().release(IGNORED)
+
+
+def _ready(v: R) -> Generator[Any, None, R]:
+    """An awaitable's iterator that is done at once."""
+    return v
+    yield  # pragma: no cover (makes this a generator)
+
+
+class AsyncAcquire:
+    """What `Policy.acquire_async` returns: `await` it for the Permit, or
+    use it in `async with` (the outcome reported as a with block's)."""
+
+    __slots__ = ("_policy", "_key", "_critical", "_timeout", "_permit")
+
+    def __init__(self, policy: "Policy", key: Key, critical: bool,
+                 timeout: Optional[float]) -> None:
+        self._policy, self._key, self._critical, self._timeout = policy, key, critical, timeout
+        self._permit: Optional[Permit] = None
+
+    def __await__(self) -> Generator[Any, None, Permit]:
+        p = self._policy
+        if not p.may_wait():
+            # decided on the loop: a few atomics, nothing to wait for
+            return _ready(p.acquire(self._key, critical=self._critical))
+        return self._wait().__await__()
+
+    async def _wait(self) -> Permit:
+        p = self._policy
+        f = _wait_pool().submit(p.acquire, self._key, critical=self._critical)
+        try:
+            if self._timeout is None:
+                return await asyncio.wrap_future(f)
+            return await asyncio.wait_for(asyncio.wrap_future(f), self._timeout)
+        except BaseException:
+            # cancelled, or out of time: the thread may still be admitted
+            f.add_done_callback(_drop)
+            raise
+
+    async def __aenter__(self) -> Permit:
+        self._permit = await self
+        return self._permit.__enter__()
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> Literal[False]:
+        assert self._permit is not None
+        return self._permit.__exit__(exc_type, exc, tb)
+
+
 class Policy(_resil.Policy):
     """One named policy. Obtain it with `Resil.policy(name, ...)`.
 
@@ -141,6 +260,42 @@ class Policy(_resil.Policy):
 
     def __repr__(self) -> str:
         return f"<resil.Policy {self.name!r}>"
+
+    @property
+    def handle(self) -> "Resil":
+        """The handle the policy belongs to."""
+        return cast(Resil, _resil.Policy.handle.__get__(self))
+
+    # -- waits --
+
+    def acquire_async(self, key: Key = None, *, critical: bool = False,
+                      timeout: Optional[float] = None) -> AsyncAcquire:
+        """`acquire` for asyncio: `async with p.acquire_async(key):` or
+        `permit = await p.acquire_async(key)`. A policy that never waits
+        decides on the loop at once; one that may (bulkhead.wait,
+        limit.wait) waits in a thread, so the loop keeps running (the
+        holders it waits for among them). `timeout` seconds: TimeoutError
+        if no permit came by then (None: the policy's own wait bounds it)."""
+        return AsyncAcquire(self, key, critical, timeout)
+
+    def acquire_within(self, timeout: Optional[float], key: Key = None, *,
+                       critical: bool = False) -> Permit:
+        """`acquire`, with any wait bounded by `timeout` seconds as well as
+        by the policy's own wait: TimeoutError when no permit came by then.
+        A policy that never waits, or timeout None: `acquire` itself."""
+        if timeout is None or not self.may_wait():
+            return self.acquire(key, critical=critical)
+        if timeout <= 0:
+            raise TimeoutError(f"{self.name}: no time left to wait for a permit")
+        f = _wait_pool().submit(self.acquire, key, critical=critical)
+        try:
+            return f.result(timeout)
+        except concurrent.futures.TimeoutError:
+            f.add_done_callback(_drop)
+            raise TimeoutError(f"{self.name}: no permit within {timeout:g} s") from None
+        except BaseException:
+            f.add_done_callback(_drop)
+            raise
 
     # -- classification --
 
@@ -182,11 +337,15 @@ class Policy(_resil.Policy):
 
     # -- retries --
 
-    def _retry(self) -> "_resil.Retry":
-        h: Resil = self.handle  # type: ignore[assignment]
+    def _retry(self, within: Optional[float] = None) -> "_resil.Retry":
+        """A retry loop bounded by the policy's deadline and by `within`
+        seconds from now, whichever ends first."""
+        limit = self.deadline
+        if within is not None and (limit is None or within < limit):
+            limit = within
         deadline_ns = 0
-        if self.deadline is not None:
-            deadline_ns = h.now_ns() + int(self.deadline * 1e9)
+        if limit is not None:
+            deadline_ns = self.handle.now_ns() + max(1, int(limit * 1e9))
         return self.retry_state(deadline_ns)
 
     def _give_up(self, rt: "_resil.Retry", exc: BaseException) -> BaseException:
@@ -210,7 +369,7 @@ class Policy(_resil.Policy):
         permit.release(outcome)
         return cls
 
-    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """fn(*args, **kwargs) under the whole policy: each attempt acquires
         (a rejection raises), reports its outcome (a permanent error is
         ignored by the breaker, as resil_call does), and failures are retried
@@ -219,7 +378,7 @@ class Policy(_resil.Policy):
         advances instead). Raises the last error (BudgetExhausted when the
         retry budget refused)."""
         rt = self._retry()
-        h: Resil = self.handle  # type: ignore[assignment]
+        h = self.handle
         while True:
             permit = self.acquire()
             try:
@@ -238,13 +397,16 @@ class Policy(_resil.Policy):
             rt.next(ERR_NONE)
             return result
 
-    async def acall(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
-        """`call` for a coroutine function: awaits fn and asyncio.sleep
-        between attempts (a manual clock advances instead)."""
+    async def acall(self, fn: Callable[P, Awaitable[R]], *args: P.args,
+                    **kwargs: P.kwargs) -> R:
+        """`call` for a coroutine function: each attempt acquires with
+        `acquire_async` (a wait never blocks the loop), awaits fn, and
+        awaits asyncio.sleep between attempts (a manual clock advances
+        instead)."""
         rt = self._retry()
-        h: Resil = self.handle  # type: ignore[assignment]
+        h = self.handle
         while True:
-            permit = self.acquire()
+            permit = await self.acquire_async()
             try:
                 result = await fn(*args, **kwargs)
             except Exception as exc:
@@ -263,32 +425,47 @@ class Policy(_resil.Policy):
 
     # -- decorators --
 
-    def guard(self, fn: Optional[F] = None, *, fallback: Optional[Callable[..., Any]] = None,
-              key: Optional[Callable[..., Optional[str]]] = None, retry: bool = False) -> Any:
-        """Decorate a function or an `async def` function: each call runs
-        under the policy (retried if retry=True). With `fallback`, a
-        rejection or a failure returns fallback(*args, **kwargs) instead
-        (async fallbacks are awaited): the seed's graceful degradation.
-        `key(*args, **kwargs)` chooses a keyed limiter's key."""
+    @overload
+    def guard(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
 
-        def deco(f: F) -> F:
+    @overload
+    def guard(self, fn: None = None, /, *, fallback: Optional[Callable[..., Any]] = None,
+              key: Optional[Callable[..., Key]] = None,
+              retry: bool = False) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+    def guard(self, fn: Optional[Callable[P, R]] = None, /, *,
+              fallback: Optional[Callable[..., Any]] = None,
+              key: Optional[Callable[..., Key]] = None,
+              retry: bool = False) -> Union[Callable[P, R],
+                                            Callable[[Callable[P, R]], Callable[P, R]]]:
+        """Decorate a function or an `async def` function (its signature
+        kept): each call runs under the policy (retried if retry=True); a
+        coroutine acquires with `acquire_async`, so a wait never blocks the
+        loop. With `fallback`, a rejection or a failure returns
+        fallback(*args, **kwargs) instead (async fallbacks are awaited): the
+        seed's graceful degradation. `key(*args, **kwargs)` chooses a keyed
+        limiter's key."""
+
+        def deco(f: Callable[P, R]) -> Callable[P, R]:
             if inspect.iscoroutinefunction(f):
+                af = cast(Callable[P, Awaitable[Any]], f)
+
                 @functools.wraps(f)
-                async def aw(*a: Any, **kw: Any) -> Any:
+                async def aw(*a: P.args, **kw: P.kwargs) -> Any:
                     try:
                         if retry:
-                            return await self.acall(f, *a, **kw)
-                        with self.acquire(key(*a, **kw) if key else None):
-                            return await f(*a, **kw)
+                            return await self.acall(af, *a, **kw)
+                        async with self.acquire_async(key(*a, **kw) if key else None):
+                            return await af(*a, **kw)
                     except Exception:
                         if fallback is None:
                             raise
                         r = fallback(*a, **kw)
                         return await r if inspect.isawaitable(r) else r
-                return aw  # type: ignore[return-value]
+                return cast(Callable[P, R], aw)
 
             @functools.wraps(f)
-            def w(*a: Any, **kw: Any) -> Any:
+            def w(*a: P.args, **kw: P.kwargs) -> R:
                 try:
                     if retry:
                         return self.call(f, *a, **kw)
@@ -297,15 +474,25 @@ class Policy(_resil.Policy):
                 except Exception:
                     if fallback is None:
                         raise
-                    return fallback(*a, **kw)
-            return w  # type: ignore[return-value]
+                    return cast(R, fallback(*a, **kw))
+            return w
 
         return deco(fn) if fn is not None else deco
 
-    def retrying(self, fn: Optional[F] = None, *,
-                 fallback: Optional[Callable[..., Any]] = None) -> Any:
+    @overload
+    def retrying(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+    @overload
+    def retrying(self, fn: None = None, /, *, fallback: Optional[Callable[..., Any]] = None
+                 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+    def retrying(self, fn: Optional[Callable[P, R]] = None, /, *,
+                 fallback: Optional[Callable[..., Any]] = None
+                 ) -> Union[Callable[P, R], Callable[[Callable[P, R]], Callable[P, R]]]:
         """`guard(retry=True)`: every call goes through `call`/`acall`."""
-        return self.guard(fn, fallback=fallback, retry=True)
+        if fn is not None:
+            return self.guard(fallback=fallback, retry=True)(fn)
+        return self.guard(fallback=fallback, retry=True)
 
     __call__ = guard
 
@@ -320,13 +507,13 @@ class Resil(_resil.Handle):
         options: see `Policy`."""
         return Policy(self, name, **options)
 
-    def set_clock(self, now: Optional[float]) -> None:  # type: ignore[override]
+    def set_clock(self, now: Optional[float]) -> None:
         """A manual clock standing at `now` seconds (tests, simulations; the
         children forked afterwards share it), or None for the real clock.
         Under a manual clock, retry sleeps advance it instead of sleeping."""
         super().set_clock(None if now is None else int(now * 1e9))
 
-    def set_clock_file(self, path: str,  # type: ignore[override]
+    def set_clock_file(self, path: Union[str, "os.PathLike[str]"],
                        now: Optional[float] = None) -> None:
         """A test facility: the manual clock kept in the file at `path`
         (created if missing), read by every process that maps it, so a
@@ -377,4 +564,3 @@ def open_embedded(*, slots: int = 0, clients: int = 0, state_size: int = 0) -> R
     """No daemon: private segments, shared with the children forked later.
     Decides exactly as daemon mode does."""
     return Resil(None, embedded=True, slots=slots, clients=clients, state_size=state_size)
-

@@ -5,6 +5,7 @@ import asyncio
 import errno
 import os
 import threading
+import time
 
 import pytest
 
@@ -489,6 +490,144 @@ def test_gil_released_while_waiting():
         assert len(ran) == 1000
     t.join()
     h.close()
+
+
+# ---- asyncio ----
+
+def done_at_once(aw):
+    """The result of an awaitable that completes without suspending: the
+    decision was made on the loop, no thread involved."""
+    it = aw.__await__()
+    with pytest.raises(StopIteration) as e:
+        it.send(None)
+    return e.value.value
+
+
+def test_acquire_async_decides_on_the_loop(r):
+    p = pol(r, "an", "limit.rate = 10/s; limit.burst = 1")
+    assert not p.may_wait()
+    permit = done_at_once(p.acquire_async())
+    assert permit.held
+    permit.release()
+    with pytest.raises(resil.RateLimited) as e:
+        done_at_once(p.acquire_async())
+    assert 0 < e.value.retry_after <= 0.1 + 1e-9
+
+
+class Ticker:
+    """A task ticking every 2 ms on the loop: its count moves only while
+    the loop runs."""
+
+    def __init__(self):
+        self.ticks = 0
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self):
+        while True:
+            await asyncio.sleep(0.002)
+            self.ticks += 1
+
+    async def after(self, n):
+        """Returns once the loop has run n more ticks."""
+        end = self.ticks + n
+        while self.ticks < end:
+            await asyncio.sleep(0.001)
+
+    def stop(self):
+        self.task.cancel()
+
+
+def test_async_wait_leaves_the_loop_running():
+    """bulkhead.wait under asyncio: the holder, on the same loop, can only
+    release after the loop has ticked 20 times past the waiter's start; if
+    the waiter's acquire blocked the loop, the holder would never release
+    and the wait would end BulkheadFull after 8 s. limit.wait too: the
+    second permit is reserved 100 ms ahead and slept for off the loop."""
+    h = resil.open_embedded()
+    h.define("aw", "bulkhead.max = 1; bulkhead.wait = 8s")
+    h.define("lw", "limit.rate = 10/s; limit.burst = 1; limit.wait = 1s")
+    p, lim = h.policy("aw"), h.policy("lw")
+    assert p.may_wait() and lim.may_wait()
+    order = []
+
+    @p.guard
+    async def hold(ticker, waiting):
+        order.append("held")
+        await waiting.wait()
+        await ticker.after(20)
+        order.append("released")
+
+    @p.guard
+    async def wait():
+        order.append("admitted")
+
+    async def main():
+        ticker = Ticker()
+        waiting = asyncio.Event()
+        holder = asyncio.ensure_future(hold(ticker, waiting))
+        await ticker.after(1)
+        assert order == ["held"]
+        waiter = asyncio.ensure_future(wait())
+        await asyncio.sleep(0)   # the waiter is off to its thread
+        waiting.set()
+        await asyncio.gather(holder, waiter)
+        async with lim.acquire_async():
+            pass
+        t, before = time.monotonic(), ticker.ticks
+        async with lim.acquire_async():
+            waited = time.monotonic() - t
+        ticks = ticker.ticks - before
+        ticker.stop()
+        return waited, ticks
+
+    waited, ticks = asyncio.run(main())
+    assert order == ["held", "released", "admitted"]
+    assert waited >= 0.05 and ticks > 0   # reserved ahead; the loop ticked meanwhile
+    h.close()
+
+
+def eventually_free(p):
+    end = time.monotonic() + 10
+    while True:
+        try:
+            p.acquire_within(0.01).release()
+            return
+        except (resil.BulkheadFull, TimeoutError):
+            assert time.monotonic() < end, "an abandoned wait kept its permit"
+            time.sleep(0.01)
+
+
+def test_async_wait_timeout_and_cancel_give_back():
+    """A wait given up (timeout=, or its task cancelled) keeps nothing: the
+    permit its thread obtains once the holder releases is given back."""
+    h = resil.open_embedded()
+    h.define("at", "bulkhead.max = 1; bulkhead.wait = 30s")
+    p = h.policy("at")
+    held = p.acquire()
+
+    async def main():
+        with pytest.raises(TimeoutError):
+            await p.acquire_async(timeout=0.05)
+        t = asyncio.ensure_future(p.acquire_async())
+        await asyncio.sleep(0.05)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+
+    asyncio.run(main())
+    with pytest.raises(TimeoutError):
+        p.acquire_within(0.05)
+    held.release()
+    eventually_free(p)
+    h.close()
+
+
+def test_acquire_within_no_wait_policy(r):
+    p = pol(r, "nw", "bulkhead.max = 1")
+    held = p.acquire_within(0.01)
+    with pytest.raises(resil.BulkheadFull):
+        p.acquire_within(5)   # fails fast: the policy never waits
+    held.release()
 
 
 def test_fork_shares_policy(r):
