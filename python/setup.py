@@ -2,31 +2,53 @@
 
 Where libresil comes from, first match wins:
   RESIL_BUILD_DIR=DIR   a CMake build tree of this repository: links
-                        DIR/client/libresil.a (static, nothing to install)
+                        DIR/client/libresil.a (static, nothing to install;
+                        `cmake --build DIR --target resil_static` makes it)
   ../build              the same, at the repository's default place
   pkg-config resil      an installed libresil (cmake --install)
+Anything else stops the build with what to do, not a traceback.
 """
+import glob
 import os
 import shlex
+import shutil
 import subprocess
+import sys
 
 from setuptools import Extension, setup
 
 here = os.path.dirname(os.path.abspath(__file__))
 top = os.path.dirname(here)
+LIB = os.path.join("client", "libresil.a")
+
+
+def fail(words):
+    sys.stderr.write("resil: " + words + "\n")
+    raise SystemExit(1)
 
 
 def static_tree():
-    for d in (os.environ.get("RESIL_BUILD_DIR"), os.path.join(top, "build")):
-        if d and os.path.exists(os.path.join(d, "client", "libresil.a")):
-            return os.path.abspath(d)
-    return None
+    d = os.environ.get("RESIL_BUILD_DIR")
+    if d:
+        if not os.path.exists(os.path.join(d, LIB)):
+            fail(f"RESIL_BUILD_DIR={d} holds no {LIB}: build it there first "
+                 f"(cmake -S {top} -B {d} && cmake --build {d} --target resil_static)")
+        return os.path.abspath(d)
+    d = os.path.join(top, "build")
+    return d if os.path.exists(os.path.join(d, LIB)) else None
+
+
+def other_trees():
+    """Build trees of this repository beside ./build, to name in an error."""
+    return sorted(os.path.dirname(os.path.dirname(p))
+                  for p in glob.glob(os.path.join(top, "*", LIB)))
 
 
 def pkgconfig(*args):
-    out = subprocess.run(["pkg-config", *args, "resil"], check=True, capture_output=True,
-                         text=True).stdout
-    return shlex.split(out)
+    if not shutil.which("pkg-config"):
+        return None
+    out = subprocess.run(["pkg-config", *args, "resil"], capture_output=True, text=True)
+    return shlex.split(out.stdout) if out.returncode == 0 else None
 
 
 def source_of(tree):
@@ -37,7 +59,7 @@ def source_of(tree):
         for line in f:
             if line.startswith("CMAKE_HOME_DIRECTORY:"):
                 return line.split("=", 1)[1].strip()
-    raise SystemExit("resil: cannot find resil.h for the build tree " + tree)
+    fail("cannot find resil.h for the build tree " + tree)
 
 
 tree = static_tree()
@@ -46,12 +68,18 @@ if tree:
     # pthread come from the system
     ext = Extension("resil._resil", ["src/_resil.c"],
                     include_dirs=[os.path.join(source_of(tree), "client")],
-                    extra_objects=[os.path.join(tree, "client", "libresil.a")],
+                    extra_objects=[os.path.join(tree, LIB)],
                     libraries=["protobuf-c", "pthread", "m"],
                     define_macros=[("RESIL_PY_VERSION", '"0.1.0"')])
 else:
-    cflags = pkgconfig("--cflags")
-    libs = pkgconfig("--libs")
+    cflags, libs = pkgconfig("--cflags"), pkgconfig("--libs")
+    if cflags is None or libs is None:
+        found = other_trees()
+        hint = "".join(f"\n  found {t}: RESIL_BUILD_DIR={t}" for t in found)
+        fail("no libresil to link. Build it (cmake -S . -B build && cmake --build build "
+             "--target resil_static) and install from the repository, or name another "
+             "build tree with RESIL_BUILD_DIR=DIR, or install libresil (cmake --install "
+             "build: pkg-config resil)" + hint)
     ext = Extension("resil._resil", ["src/_resil.c"], extra_compile_args=cflags,
                     extra_link_args=libs, define_macros=[("RESIL_PY_VERSION", '"0.1.0"')])
 

@@ -42,3 +42,42 @@ def test_pip_install(tmp_path):
     words = out.stdout.split()
     assert words[:2] == ["full", "0.1.0"]
     assert words[2].startswith(str(venv))
+
+
+def pip_wheel(pkg, env, out):
+    """pip building the package as it would to install it (a wheel: no
+    install, so no venv needed)"""
+    return subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
+                           "--no-index", "--no-deps", "-w", str(out), str(pkg)],
+                          env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("where", ["RESIL_BUILD_DIR", "nowhere"])
+def test_no_libresil_is_a_clear_error(tmp_path, where):
+    """A build tree without libresil.a named by RESIL_BUILD_DIR, or none at
+    all (no ../build, no pkg-config resil): pip stops with resil's words
+    about what to do, not a traceback; a build tree beside ./build is
+    named in them."""
+    if not SRC:
+        pytest.skip("SRC (set by ctest) is needed")
+    repo = tmp_path / "repo"
+    shutil.copytree(os.path.join(SRC, "python"), repo / "python",
+                    ignore=shutil.ignore_patterns("tests", "build", "*.egg-info", "__pycache__"))
+    other = repo / "build-rel" / "client"
+    other.mkdir(parents=True)
+    (other / "libresil.a").write_bytes(b"!<arch>\n")
+    env = dict(os.environ, PKG_CONFIG_LIBDIR=str(tmp_path / "none"))
+    env.pop("PYTHONPATH", None)
+    env.pop("RESIL_BUILD_DIR", None)
+    if where == "RESIL_BUILD_DIR":
+        env["RESIL_BUILD_DIR"] = str(tmp_path / "empty-build")
+    out = pip_wheel(repo / "python", env, tmp_path / "wheels")
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "Traceback" not in text, text
+    if where == "RESIL_BUILD_DIR":
+        assert f"resil: RESIL_BUILD_DIR={tmp_path / 'empty-build'} holds no" in text, text
+        assert "--target resil_static" in text
+    else:
+        assert "resil: no libresil to link" in text, text
+        assert f"RESIL_BUILD_DIR={repo / 'build-rel'}" in text, text
