@@ -17,6 +17,7 @@ test_uwsgi*)
 	fi
 	;;
 test_httpx*) need="pytest httpx" ;;
+test_typing*) need="pytest mypy" ;;
 esac
 for mod in $need; do
 	if ! "$py" -c "import $mod" 2>/dev/null; then
