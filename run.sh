@@ -21,7 +21,7 @@ packages=(build-essential cmake pkg-config liburing-dev libprotobuf-c-dev protob
 	python3 python3-prometheus-client prometheus scdoc man-db bsdextrautils
 	systemd-container
 	python3-dev python3-django gunicorn python3-httpx python3-pytest python3-limits python3-redis
-	python3-setuptools python3-pip uwsgi-core uwsgi-plugin-python3 mypy)
+	python3-setuptools python3-pip uwsgi-core uwsgi-plugin-python3 python3-uvicorn mypy)
 
 install_deps() {
 	[ "${RESIL_SKIP_APT:-0}" = 1 ] && return 0

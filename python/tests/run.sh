@@ -18,6 +18,7 @@ test_uwsgi*)
 	;;
 test_httpx*) need="pytest httpx" ;;
 test_typing*) need="pytest mypy" ;;
+test_asgi*) need="pytest django gunicorn uvicorn httpx" ;;
 esac
 for mod in $need; do
 	if ! "$py" -c "import $mod" 2>/dev/null; then

@@ -67,10 +67,11 @@ def free_port():
 
 
 class Dependency(http.server.ThreadingHTTPServer):
-    """The flaky dependency: answers 500 while down, counts what reaches it."""
+    """The flaky dependency: answers `status` (500: down), counts what
+    reaches it."""
     daemon_threads = True
 
-    def __init__(self):
+    def __init__(self, status=500):
         self.hits = 0
         self.lock = threading.Lock()
 
@@ -78,7 +79,7 @@ class Dependency(http.server.ThreadingHTTPServer):
             def do_GET(h):
                 with self.lock:
                     self.hits += 1
-                h.send_response(500)
+                h.send_response(status)
                 h.send_header("Content-Length", "0")
                 h.end_headers()
 

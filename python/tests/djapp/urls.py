@@ -9,6 +9,8 @@ import resil
 import resil.django
 import resil.httpx
 
+from . import aviews
+
 DEP_CONFIG = ("breaker.window = consecutive:5; breaker.wait = 60s; breaker.half_open_calls = 1;"
               "retry.max_attempts = 1")
 _clients = {}
@@ -80,4 +82,5 @@ def slot(request):
 
 
 urlpatterns = [path("ping", ping), path("whoami", whoami), path("dep", dep),
-               path("dep-local", dep_local), path("hold", hold), path("slot", slot)]
+               path("dep-local", dep_local), path("hold", hold), path("slot", slot),
+               path("async-dep", aviews.async_dep), path("contend", aviews.contend)]
