@@ -607,6 +607,7 @@ static void keyed_loop_cost(uint32_t keys)
 	struct resil_limit_conf c;
 	char err[128], kv[32];
 	struct resil_limit_state *st;
+	struct resild_ck_slot ck = {0};
 	uint64_t size, sum = 0;
 	int64_t now = 1000 * RESIL_NS_PER_S, t0, t1, t2;
 
@@ -626,13 +627,14 @@ static void keyed_loop_cost(uint32_t keys)
 	 * of keys held */
 	t0 = test_mono_ns();
 	for (uint32_t i = 0; i < keys; i++)
-		resil_limit_global_charge(
-		    &c, st, ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL) >> 1 | 2, 1, now);
+		resild_ck_charge(&ck, &c, st, ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL) >> 1 | 2,
+				 1, now);
 	t1 = test_mono_ns();
 	for (int h = 0; h < 2; h++)
 		for (uint32_t i = 0; i < keys; i++)
-			resil_limit_global_charge(
-			    &c, st, ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL) >> 1 | 2, 1, now);
+			resild_ck_charge(&ck, &c, st,
+					 ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL) >> 1 | 2, 1,
+					 now);
 	t2 = test_mono_ns();
 	for (uint64_t i = 0; i < (uint64_t)keys * 4; i++)
 		if (i % 3 == 0)
@@ -647,6 +649,7 @@ static void keyed_loop_cost(uint32_t keys)
 		       (double)(t1 - t0) / keys, (double)(t2 - t1) / (2.0 * keys),
 		       (double)(t4 - t3) / 1e6, (unsigned long long)sum);
 	}
+	resild_ck_slot_fini(&ck);
 	free(st);
 }
 

@@ -1273,6 +1273,8 @@ void resild_cluster_fini(struct resild *d)
 		close(c->efd);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
+	for (uint32_t i = 0; c->slots && i < c->cap; i++)
+		resild_ck_slot_fini(&c->slots[i].ck);
 	for (uint32_t i = 0; c->req && c->ans && c->work && i < c->cap; i++) {
 		resild_ck_free_req(&c->req[i].ck);
 		resild_ck_free_req(&c->work[i].ck);
@@ -1563,6 +1565,7 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	if (!lim && !bk && !bud && !bh && !keyed)
 		return 0;
 	if (!cs->active || cs->gen != rec->gen) {
+		resild_ck_slot_fini(&cs->ck);
 		memset(cs, 0, sizeof(*cs));
 		cs->active = true;
 		cs->gen = rec->gen;
@@ -1642,8 +1645,10 @@ static void cluster_tick(struct resild *d, bool may_post)
 		uint64_t w = ld_relaxed(&resil_seg_slots(&d->seg)[i]);
 		const struct resil_rec *rec = resil_seg_rec_of(&d->seg, w);
 
-		if (!rec || rec->gen != c->slots[i].gen || rec->conf.scope != RESIL_SCOPE_GLOBAL)
+		if (!rec || rec->gen != c->slots[i].gen || rec->conf.scope != RESIL_SCOPE_GLOBAL) {
 			c->slots[i].active = false;
+			resild_ck_slot_fini(&c->slots[i].ck);
+		}
 	}
 	pthread_mutex_lock(&c->lock);
 	if (c->sampling != t.limiters) {

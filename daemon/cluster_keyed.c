@@ -10,9 +10,10 @@
  * Redis in cluster.c's pipelined round (one script call per policy,
  * KEYED_LUA); the same call returns what the other hosts sent since this
  * host's last read, which the loop charges to the keys here: a key's TAT
- * moves by n * T for n admissions elsewhere (saturated at the furthest a
- * writer sets it).
- *
+ * moves by n * T for n admissions elsewhere, past a full bucket too
+ * (shm/limit_global.c, "The debt": what does not fit below a client's
+ * heal waits here, per key, and is charged again at every tick).
+
  * Redis. Per policy one stream, "<cluster>:{<policy>}:keyed": one entry
  * per host and exchange, {h = host, d = records}, a record being a key's
  * fingerprint and its count (12 bytes, little-endian). The script trims
@@ -39,20 +40,24 @@
  * admission at t is in its host's next report (<= interval), read by every
  * other host's next exchange after that (<= interval + the round trip) and
  * charged at once. Take the fleet's last admission of the key in a span
- * [a, a + S], on host A at t. Everything the other hosts admitted before
- * t - D was charged on A by t, and A's own GCRA admitted its own calls
- * and those charges only as GCRA allows: at most r x (t - a) + b of them
- * (a charge that hits the cap is lost only when A was full anyway, so
- * it cannot let A admit sooner than a full bucket does). What the others
- * admitted in (t - D, t] A may not have seen: at most, per host, its own
- * GCRA's r x D + b. So the fleet admits at most
+ * [a, a + S], on host A at t. Every admission of the others before t - D
+ * was charged on A by t, each as T added to a TAT at least as far as
+ * max(TAT, the charge's time) (the debts keep what a full bucket has no
+ * room for, so nothing is cut): after A's own admissions in [a, t) and the
+ * others' in [a, t - D], k in all, A's TAT is at least a + k x T, and A
+ * admitted at t only if that was at most t + tau. So k + 1 <= r x S + b.
+ * What the others admitted in (t - D, t] A may not have seen: at most,
+ * per host, its own GCRA's r x D + b. So the fleet admits at most
  *     r x S + b + (H - 1) x (r x D + b)
  * in any span S, and with demand d_h per second on host h, the last term
  * is at most sum over h != A of min(d_h x D, r x D + b): the admissions
  * the other hosts make within one exchange delay. Paced demand makes the
  * overshoot small; a burst of every host at once, before any exchange,
- * reaches (H - 1) x b (each host's bucket starts full).
- *
+ * reaches (H - 1) x b (each host's bucket starts full), and is paid back
+ * as one bucket would (the debts). tests/unit_limit_global.c runs a fleet
+ * of three hosts on a manual clock with this module's charges and debts,
+ * one key at 2x, 1x and 0.5x its rate on every host.
+
  * Untrusted words. Counts come from a table every client writes: cut to
  * what a GCRA can admit between two collects (resil_limit_global_cap).
  * Records from Redis (another client of it can write the stream): a
@@ -161,6 +166,141 @@ static void put_rec(void *arg, uint64_t fp, uint32_t n)
 	b->admitted += n;
 }
 
+/* ------------------------------------------------------------ debts */
+
+static uint32_t debt_home(const struct resild_ck_slot *cs, uint64_t fp)
+{
+	/* fingerprints are SipHash outputs: their low bits are spread */
+	return (uint32_t)(fp * 0x9E3779B97F4A7C15ULL >> 32) & (cs->debt_cap - 1);
+}
+
+/* Room for one more debt (the table doubled at half full, up to twice
+ * limit.keys: a host holds at most that many keys); false: none. */
+static bool debt_room(struct resild_ck_slot *cs, const struct resil_limit_conf *lc)
+{
+	struct resild_ck_debt *old = cs->debt, *n;
+	uint32_t ocap = cs->debt_cap, cap, most = 64;
+
+	while (most < 2 * (uint64_t)lc->keys && most < (1u << 30))
+		most *= 2;
+	if (cs->debt && 2 * (cs->debt_n + 1) <= cs->debt_cap)
+		return true;
+	cap = ocap ? 2 * ocap : 64;
+	if (cap > most)
+		return cs->debt && cs->debt_n + 1 < cs->debt_cap;
+	n = calloc(cap, sizeof(*n));
+	if (!n)
+		return cs->debt && cs->debt_n + 1 < cs->debt_cap;
+	cs->debt = n;
+	cs->debt_cap = cap;
+	for (uint32_t i = 0; i < ocap; i++) {
+		uint32_t j;
+
+		if (!old[i].fp)
+			continue;
+		for (j = debt_home(cs, old[i].fp); n[j].fp; j = (j + 1) & (cap - 1))
+			;
+		n[j] = old[i];
+	}
+	free(old);
+	return true;
+}
+
+/* Add ns to fp's debt; false: no room (the debt is dropped). */
+static bool debt_add(struct resild_ck_slot *cs, const struct resil_limit_conf *lc, uint64_t fp,
+		     int64_t ns)
+{
+	int64_t most = resil_limit_global_debt_max(lc);
+	uint32_t j;
+
+	if (!debt_room(cs, lc))
+		return false;
+	for (j = debt_home(cs, fp); cs->debt[j].fp && cs->debt[j].fp != fp;
+	     j = (j + 1) & (cs->debt_cap - 1))
+		;
+	if (!cs->debt[j].fp) {
+		cs->debt[j].fp = fp;
+		cs->debt[j].ns = 0;
+		cs->debt_n++;
+	}
+	cs->debt[j].ns = cs->debt[j].ns > most - ns ? most : cs->debt[j].ns + ns;
+	return true;
+}
+
+/* Remove entry j, moving back the entries of its cluster that would
+ * otherwise be cut off from their home. */
+static void debt_del(struct resild_ck_slot *cs, uint32_t j)
+{
+	uint32_t m = cs->debt_cap - 1, i = j;
+
+	for (;;) {
+		uint32_t h;
+
+		i = (i + 1) & m;
+		if (!cs->debt[i].fp)
+			break;
+		h = debt_home(cs, cs->debt[i].fp);
+		/* i's home is cyclically in (j, i]: it stays */
+		if (j <= i ? (j < h && h <= i) : (j < h || h <= i))
+			continue;
+		cs->debt[j] = cs->debt[i];
+		j = i;
+	}
+	cs->debt[j].fp = 0;
+	cs->debt[j].ns = 0;
+	cs->debt_n--;
+}
+
+void resild_ck_charge(struct resild_ck_slot *cs, const struct resil_limit_conf *lc, void *st,
+		      uint64_t fp, uint32_t n, int64_t now)
+{
+	int64_t left;
+
+	if (resil_limit_global_charge(lc, st, fp, resil_limit_global_debt(lc, n), now, &left) < 0) {
+		cs->dropped++;
+		return;
+	}
+	cs->charged += n;
+	if (left > 0 && !debt_add(cs, lc, fp, left))
+		cs->dropped++;
+}
+
+void resild_ck_recharge(struct resild_ck_slot *cs, const struct resil_limit_conf *lc, void *st,
+			int64_t now)
+{
+	uint64_t owed = 0;
+
+	for (uint32_t j = 0; cs->debt && j < cs->debt_cap;) {
+		struct resild_ck_debt *e = &cs->debt[j];
+		int64_t left = 0;
+
+		if (!e->fp) {
+			j++;
+			continue;
+		}
+		/* a key that found no room keeps nothing to charge */
+		if (resil_limit_global_charge(lc, st, e->fp, e->ns, now, &left) < 0)
+			left = 0;
+		if (left > 0) {
+			e->ns = left;
+			owed++;
+			j++;
+			continue;
+		}
+		/* the entry moved into j, if any, is looked at next */
+		debt_del(cs, j);
+	}
+	cs->owed = owed;
+}
+
+void resild_ck_slot_fini(struct resild_ck_slot *cs)
+{
+	free(cs->debt);
+	memset(cs, 0, sizeof(*cs));
+}
+
+/* ------------------------------------------------------------ the tick */
+
 void resild_ck_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		    struct resild_ck_slot *cs, struct resild_ck_ans *a, struct resild_ck_req *q,
 		    int64_t now, int64_t interval_ns, bool post)
@@ -170,21 +310,17 @@ void resild_ck_tick(const struct resil_seg *s, const struct resil_rec *rec,
 	struct buf b = {0};
 	int64_t keep_ms = interval_ns / RESIL_NS_PER_MS * CK_KEEP_INTERVALS;
 
+	resild_ck_recharge(cs, lc, st, now);
 	if (a->fresh) {
 		for (size_t o = 0; o + RESILD_CK_REC <= a->len; o += RESILD_CK_REC) {
 			uint64_t fp = get_le64(a->blob + o);
 			uint32_t n = get_le32(a->blob + o + 8);
-			int r;
 
 			if (fp < 2 || fp >> 63 || !n) {
 				cs->bad++;
 				continue;
 			}
-			r = resil_limit_global_charge(lc, st, fp, n, now);
-			if (r == 0)
-				cs->charged += n;
-			else
-				cs->dropped++;
+			resild_ck_charge(cs, lc, st, fp, n, now);
 		}
 	}
 	resild_ck_free_ans(a);
@@ -384,6 +520,9 @@ void resild_ck_metrics_help(struct resil_msink *k)
 		  "Admissions of other hosts charged to keys here.", RESIL_MT_COUNTER);
 	k->family(k, "resil_cluster_keyed_dropped_total",
 		  "Charges dropped: no room for their key in the table.", RESIL_MT_COUNTER);
+	k->family(k, "resil_cluster_keyed_owing_keys",
+		  "Keys whose charges go past a full bucket: the rest is charged as time passes.",
+		  RESIL_MT_GAUGE);
 }
 
 void resild_ck_metrics(const struct resild_ck_slot *cs, const char *name, struct resil_msink *k)
@@ -394,4 +533,5 @@ void resild_ck_metrics(const struct resild_ck_slot *cs, const char *name, struct
 		  resil_mv_uint(cs->published));
 	k->sample(k, "resil_cluster_keyed_charged_total", "", &l, 1, resil_mv_uint(cs->charged));
 	k->sample(k, "resil_cluster_keyed_dropped_total", "", &l, 1, resil_mv_uint(cs->dropped));
+	k->sample(k, "resil_cluster_keyed_owing_keys", "", &l, 1, resil_mv_uint(cs->debt_n));
 }

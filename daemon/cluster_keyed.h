@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct resil_limit_conf;
 struct resil_seg;
 struct resil_msink;
 struct resil_rec;
@@ -46,14 +47,24 @@ struct resild_ck_ans {
 	size_t len;
 };
 
+/* A key's debt: TAT the charges could not move yet (cluster_keyed.c). */
+struct resild_ck_debt {
+	uint64_t fp; /* 0: a free entry */
+	int64_t ns;
+};
+
 /* What the loop keeps per policy. */
 struct resild_ck_slot {
 	int64_t collect_ns; /* the last collect (0: none yet) */
 	uint64_t published; /* key counts sent */
 	uint64_t admitted;  /* admissions in them */
 	uint64_t charged;   /* other hosts' admissions charged here */
-	uint64_t dropped;   /* charges without room for their key */
+	uint64_t dropped;   /* charges without room for their key (or for its debt) */
 	uint64_t bad;	    /* records from Redis that are no key's */
+	/* the keys' debts (open addressing, linear probing; NULL: none yet) */
+	struct resild_ck_debt *debt;
+	uint32_t debt_cap, debt_n;
+	uint64_t owed; /* keys that owed at the last tick */
 };
 
 /* What the thread keeps per policy: where its reading of the other
@@ -66,11 +77,22 @@ struct resild_ck_thr {
 /* True when rec is a keyed gcra limiter with policy.scope = global. */
 bool resild_ck_wants(const struct resil_rec *rec);
 
-/* The loop, at each tick: charge the answer's admissions (a->blob freed),
- * then (post) collect this host's into q. */
+/* The loop, at each tick: charge the keys' debts again, then the answer's
+ * admissions (a->blob freed), then (post) collect this host's into q. */
 void resild_ck_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		    struct resild_ck_slot *cs, struct resild_ck_ans *a, struct resild_ck_req *q,
 		    int64_t now, int64_t interval_ns, bool post);
+
+/* Charge n admissions of another host to the key fp of a keyed global
+ * limiter's state st (what resild_ck_tick does with each record, the debt
+ * kept in cs), and charge cs's debts again (each tick). bench/ and the
+ * tests drive a fleet of state blocks through these. */
+void resild_ck_charge(struct resild_ck_slot *cs, const struct resil_limit_conf *lc, void *st,
+		      uint64_t fp, uint32_t n, int64_t now);
+void resild_ck_recharge(struct resild_ck_slot *cs, const struct resil_limit_conf *lc, void *st,
+			int64_t now);
+/* Free what cs holds (a policy gone or redefined); cs is zeroed. */
+void resild_ck_slot_fini(struct resild_ck_slot *cs);
 
 /* Under cluster.c's lock, as a new request or answer replaces one that was
  * never taken: keep the older one's records (appended to the new one's;

@@ -9,9 +9,26 @@
  * daemon publishes the keys its clients admitted since the last exchange,
  * with their counts, and charges what the other hosts published to the
  * same keys here: TAT = max(TAT, now) + n * T, as if its own clients had
- * taken those n permits, saturated at now + tau + limit.wait (the
- * furthest any writer sets a TAT: further, a client's heal would cut it).
+ * taken those n permits. Every admission of the fleet then moves every
+ * host's TAT of the key, its own at once, the others' one exchange later:
+ * a host's TAT is never behind the TAT of one bucket fed with every
+ * admission it has been told of (a charge applied late starts from a
+ * later `now`: only ever further ahead), which is what the bound of
+ * cluster_keyed.c rests on.
  *
+ * The debt. Charges are not cut where a full bucket is: a host whose own
+ * clients keep its bucket full must still be held back by what the other
+ * hosts admitted, or it goes on at the whole rate and the fleet admits
+ * hosts x rate. A charge moves the TAT up to AHEAD past a full bucket
+ * (tau + limit.wait + RESIL_LIMIT_GLOBAL_AHEAD_NS: below a client's heal,
+ * which starts at tau + limit.wait + 10 s), and returns what does not fit
+ * (*left_ns); the daemon keeps it in its own memory and charges it again
+ * at its next tick, as the TAT comes back toward now. While a key owes,
+ * its TAT stays more than AHEAD - one tick past a full bucket, so none
+ * of its clients is admitted: the same as one TAT that runs as far ahead
+ * as the debt. A debt is capped at DEBT_ROOMS full buckets (a count no
+ * fleet can have made: another client of Redis can write the reports).
+
  * Key identity across hosts. Entries hold SipHash fingerprints under the
  * segment's hash key; the daemon of a cluster sets that key from the
  * cluster's name and password (daemon/cluster_keyed.c), so one key has one
@@ -57,6 +74,9 @@
 #include "limit_global.h"
 
 #define FP_OVF (1ULL << 63) /* limit.c: the chain mark in a bucket's first word */
+/* A debt further than this many full buckets (plus limit.wait and the
+ * margin) is no fleet's: a count another client of Redis made up */
+#define DEBT_ROOMS 256
 
 uint32_t resil_limit_global_cap(const struct resil_limit_conf *c, int64_t span_ns)
 {
@@ -98,36 +118,58 @@ uint64_t resil_limit_global_collect(const struct resil_limit_conf *c, void *st, 
 	return keys;
 }
 
-int resil_limit_global_charge(const struct resil_limit_conf *c, void *st, uint64_t fp, uint64_t n,
-			      int64_t now)
+int64_t resil_limit_global_debt(const struct resil_limit_conf *c, uint64_t n)
+{
+	int64_t T = c->interval_ns, most = resil_limit_global_debt_max(c);
+
+	if (!c->keys || T <= 0 || !n)
+		return 0;
+	return n > (uint64_t)(most / T) ? most : (int64_t)n * T;
+}
+
+int64_t resil_limit_global_debt_max(const struct resil_limit_conf *c)
+{
+	int64_t tau = c->interval_ns * (int64_t)(c->burst ? c->burst : 1);
+
+	return DEBT_ROOMS * (tau + c->wait_ns + RESIL_LIMIT_GLOBAL_AHEAD_NS);
+}
+
+int resil_limit_global_charge(const struct resil_limit_conf *c, void *st, uint64_t fp,
+			      int64_t debt_ns, int64_t now, int64_t *left_ns)
 {
 	struct resil_limit_state *s = st;
 	struct resil_limit_entry *t = (struct resil_limit_entry *)(void *)s->data;
-	int64_t T = c->interval_ns, tau, cap, add, idx;
+	int64_t T = c->interval_ns, tau, cap, idx;
 	uint64_t v;
 
+	*left_ns = 0;
 	if (!c->keys || T <= 0 || resil_limit_algo(c) != RESIL_LIMIT_GCRA || fp < 2 ||
 	    (fp & FP_OVF))
 		return -EINVAL;
-	if (!n)
+	if (debt_ns <= 0)
 		return 0;
+	if (debt_ns > resil_limit_global_debt_max(c))
+		debt_ns = resil_limit_global_debt_max(c);
 	idx = resil_limit_key_entry(c, st, fp, now, true);
 	if (idx < 0)
 		return -ENOSPC;
 	tau = T * (int64_t)(c->burst ? c->burst : 1);
-	cap = now + tau + c->wait_ns;
-	/* n * T, saturated at the cap's distance from now (no overflow) */
-	add = n > (uint64_t)(tau + c->wait_ns) / (uint64_t)T ? tau + c->wait_ns : (int64_t)n * T;
+	cap = now + tau + c->wait_ns + RESIL_LIMIT_GLOBAL_AHEAD_NS;
 	v = ld_relaxed(&t[idx].st);
 	for (;;) {
-		int64_t base = (int64_t)v > now ? (int64_t)v : now, nv;
+		int64_t base = (int64_t)v > now ? (int64_t)v : now, room;
 
-		/* at or past the cap already: a reservation of this host's
-		 * own, or a word a client wrote (its heal is the client's) */
-		if (base >= cap)
+		/* past the cap already: a word a client wrote (its heal is
+		 * the client's), or this charge's own earlier part; the rest
+		 * waits for the next call */
+		room = base >= cap ? 0 : cap - base;
+		if (room == 0) {
+			*left_ns = debt_ns;
 			return 0;
-		nv = base > cap - add ? cap : base + add;
-		if (cas_relaxed(&t[idx].st, &v, (uint64_t)nv))
+		}
+		if (cas_relaxed(&t[idx].st, &v, (uint64_t)(base + resil_min64(room, debt_ns)))) {
+			*left_ns = debt_ns > room ? debt_ns - room : 0;
 			return 0;
+		}
 	}
 }

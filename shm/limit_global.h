@@ -42,13 +42,26 @@ typedef void (*resil_limit_global_fn)(void *arg, uint64_t fp, uint32_t n);
 uint64_t resil_limit_global_collect(const struct resil_limit_conf *c, void *st, uint32_t cap,
 				    resil_limit_global_fn fn, void *arg);
 
-/* The daemon: charge n admissions made on other hosts to the key whose
+/* How far a charge moves a TAT past a full bucket (tau + limit.wait): a
+ * debt beyond that waits in the daemon (limit_global.c, "The debt"). Half
+ * a client's heal slack, so a client's reading stale by less than that
+ * never heals a charged TAT. */
+#define RESIL_LIMIT_GLOBAL_AHEAD_NS (5 * RESIL_NS_PER_S)
+
+/* n admissions as a debt of TAT: n x T, saturated at
+ * resil_limit_global_debt_max (0 for no keyed table). */
+int64_t resil_limit_global_debt(const struct resil_limit_conf *c, uint64_t n);
+int64_t resil_limit_global_debt_max(const struct resil_limit_conf *c);
+
+/* The daemon: charge debt_ns of TAT (resil_limit_global_debt of the other
+ * hosts' admissions, or a debt left by an earlier call) to the key whose
  * fingerprint is fp, inserting it when this host's table lacks it:
- * TAT = min(max(TAT, now) + n * T, now + tau + limit.wait). 0, -EINVAL
- * (not a keyed gcra table, a fingerprint no key has), -ENOSPC (no room
- * for the key: the charge is dropped). */
-int resil_limit_global_charge(const struct resil_limit_conf *c, void *st, uint64_t fp, uint64_t n,
-			      int64_t now);
+ * TAT = max(TAT, now) + debt, up to now + tau + limit.wait +
+ * RESIL_LIMIT_GLOBAL_AHEAD_NS; *left_ns gets what did not fit (charge it
+ * again later). 0, -EINVAL (not a keyed gcra table, a fingerprint no key
+ * has), -ENOSPC (no room for the key: the charge is dropped). */
+int resil_limit_global_charge(const struct resil_limit_conf *c, void *st, uint64_t fp,
+			      int64_t debt_ns, int64_t now, int64_t *left_ns);
 
 /* Admissions of one collect at most, for a key: what a GCRA with this
  * configuration can admit in span ns from full (burst, the span's
