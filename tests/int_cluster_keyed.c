@@ -19,6 +19,13 @@
  * per IP, well over the bound; the test checks that too, so the bound it
  * asserts is one a limiter without the exchange fails.
  *
+ * Then one key (an API key) of a limit of 100/s, burst 10, offered
+ * 200/s on each host (3 x 2x its rate: every host's own clients keep its
+ * bucket full) for HOT_S seconds: the fleet's count stays within
+ *     r x S + b + (H - 1) x (r x D + b)
+ * where a limiter that cut the other hosts' charges at a full bucket
+ * admits about 3 x r x S.
+ *
  * Redis keeps the reports bounded: the stream holds at most the reports
  * of its keep window (ten intervals, a second) per host. Reports written
  * into the stream by another client of Redis (a length that is no record,
@@ -46,6 +53,11 @@
 #define DELAY_SLACK 0.25
 #define GCONF	    "policy.scope = global; limit.rate = 100/60s; limit.burst = 100; limit.keys = 1024"
 #define LCONF	    "limit.rate = 100/60s; limit.burst = 100; limit.keys = 1024"
+#define HOT_RATE    100.0 /* the hot key's limit per second */
+#define HOT_BURST   10
+#define HOT_OFFER   200.0 /* offered per second on each host */
+#define HOT_S	    3.0
+#define HCONF	    "policy.scope = global; limit.rate = 100/s; limit.burst = 10; limit.keys = 1024"
 
 static const char *const ip[IPS] = {"192.0.2.1", "192.0.2.2", "198.51.100.7"};
 
@@ -121,6 +133,51 @@ out:
 	_exit(0);
 }
 
+/* A worker for host h: one key at HOT_OFFER per second, from t0. */
+static void hot_worker(int h, int64_t t0, int fd)
+{
+	struct result res = {0};
+	long steps = (long)(HOT_S * HOT_OFFER);
+	int64_t step = (int64_t)(1e9 / HOT_OFFER);
+	static const char key[] = "api-key-7f3a";
+	resil_policy_t *p;
+	resil_t *r;
+	int v;
+
+	v = resil_open(&r, hd[h].sock);
+	if (v == 0)
+		v = resil_policy(r, "api", &p);
+	if (v < 0) {
+		res.err = v;
+		goto out;
+	}
+	/* the hosts' requests interleave: a third of a step apart */
+	t0 += step * h / HOSTS;
+	for (long k = 0; k < steps; k++) {
+		int64_t at = t0 + k * step;
+		struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
+		resil_permit_t pm;
+
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		res.sent[0]++;
+		v = resil_acquire_key(p, key, sizeof(key) - 1, &pm);
+		if (v == 0) {
+			res.admitted[0]++;
+			resil_release(p, &pm, RESIL_ERR_NONE);
+		} else if (v != RESIL_REJECT_LIMITED) {
+			res.err = v;
+			break;
+		}
+	}
+	res.end_ns = test_mono_ns();
+	resil_close(r);
+out:
+	if (write(fd, &res, sizeof(res)) != (ssize_t)sizeof(res))
+		_exit(2);
+	_exit(0);
+}
+
 /* The load on policy over the three hosts: admitted per IP, the span. */
 static int run(const char *policy, long admitted[IPS], long sent[IPS], double *span_s)
 {
@@ -139,6 +196,8 @@ static int run(const char *policy, long admitted[IPS], long sent[IPS], double *s
 			return -1;
 		if (pid[h] == 0) {
 			close(fds[h][0]);
+			if (!strcmp(policy, "api"))
+				hot_worker(h, t0, fds[h][1]);
 			worker(h, policy, t0, fds[h][1]);
 		}
 		close(fds[h][1]);
@@ -202,6 +261,8 @@ int main(void)
 		      'A' + h);
 		CHECK(cl[h] && resil_define(cl[h], "iplocal", LCONF) == 0,
 		      "host %c defines iplocal", 'A' + h);
+		CHECK(cl[h] && resil_define(cl[h], "api", HCONF) == 0, "host %c defines api",
+		      'A' + h);
 	}
 	CHECK(TEST_EVENTUALLY(all_connected()), "every host reaches Redis");
 	if (test_failures)
@@ -251,14 +312,32 @@ int main(void)
 		CHECK(adm[i] >= LIMIT, "IP %s: %ld admitted, below the burst %d", ip[i], adm[i],
 		      LIMIT);
 	}
-	xlen = test_redis_num(&rd, "XLEN", key, NULL);
-	printf("  Redis stream %s: %lld reports kept\n", key, xlen);
-	CHECK(xlen >= 1 && xlen <= HOSTS * 15, "the stream keeps a second of reports (%lld)", xlen);
 	CHECK(test_redis_num(&rd, "PTTL", key, NULL) > 0, "the stream expires");
 	for (int h = 0; h < HOSTS; h++)
 		CHECK(test_log_count(&hd[h], "garbage") == 0 &&
 			  test_log_count(&hd[h], "the keyed script failed") == 0,
 		      "host %c took the junk reports for errors", 'A' + h);
+
+	/* one hot key, every host at twice its rate */
+	CHECK(run("api", adm, sent, &span) == 0, "the hot key's run");
+	{
+		double b = HOT_RATE * span + HOT_BURST + (HOSTS - 1) * (HOT_RATE * D + HOT_BURST);
+
+		printf("one key, limit %.0f/s, burst %d, offered %.0f/s on each of %d hosts for "
+		       "%.2f s: %ld sent, %ld admitted (bound %.0f, r x S + b = %.0f)\n",
+		       HOT_RATE, HOT_BURST, HOT_OFFER, HOSTS, span, sent[0], adm[0], b,
+		       HOT_RATE * span + HOT_BURST);
+		CHECK(adm[0] <= b, "the hot key: %ld admitted fleet-wide, over the bound %.0f",
+		      adm[0], b);
+		CHECK(adm[0] >= (long)(HOT_RATE * HOT_S * 0.9),
+		      "the hot key: %ld admitted, the fleet starved below 90%% of the rate",
+		      adm[0]);
+	}
+	/* admitted to the end: the last second's reports are in the stream */
+	snprintf(key, sizeof(key), "%s:{api}:keyed", cname);
+	xlen = test_redis_num(&rd, "XLEN", key, NULL);
+	printf("  Redis stream %s: %lld reports kept\n", key, xlen);
+	CHECK(xlen >= 1 && xlen <= HOSTS * 15, "the stream keeps a second of reports (%lld)", xlen);
 
 	/* the same load on host-scope keyed limiters: the bound's teeth */
 	CHECK(run("iplocal", ladm, lsent, &lspan) == 0, "the host-scope run");
