@@ -195,8 +195,14 @@
  * PARKED -> id): the configured fallback (the fleet's max over the hosts
  * last seen, all of it, or none) whatever the parked slots say. Its
  * release is the usual CAS id -> 0; the daemon parks again when it is
- * back. No word can send anyone out of bounds: the slot count comes
- * from the configuration, fallback_slots and sure_slots are clamped to it.
+ * back. The fallback has an end (fallback_until_ns, after_slots past it:
+ * daemon/cluster_bulkhead.c says why), read on that slow path only. Below
+ * sure_slots no clock is read, so a claim there must hold past that end
+ * too: with an end, sure_slots is also at most after_slots (set before the
+ * lease, resil_bulkhead_lease_set), and a daemon that dies leaves no
+ * worker a slot past the end that the fleet does not hold for it. No word
+ * can send anyone out of bounds: the slot count comes from the
+ * configuration, fallback_slots and sure_slots are clamped to it.
  *
  * Crash windows (a process can die between any two instructions):
  *   bulkhead:
@@ -1013,11 +1019,15 @@ static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
 
 /* ---- global scope ---- */
 
-/* Past the lease: a slot below fallback_slots, free or parked. */
+/* Past the lease: a slot below fallback_slots (after_slots past the
+ * fallback's end), free or parked. */
 static __attribute__((noinline, cold)) uint32_t fallback_claim(struct resil_bulkhead_state *s,
-							       uint32_t n, uint32_t id)
+							       uint32_t n, uint32_t id, int64_t now)
 {
-	uint32_t fb = ld_relaxed(&s->fallback_slots);
+	/* pairs with resil_bulkhead_fallback_end_set's release */
+	int64_t until = (int64_t)ld_acquire(&s->fallback_until_ns);
+	uint32_t fb =
+	    until && now >= until ? ld_relaxed(&s->after_slots) : ld_relaxed(&s->fallback_slots);
 
 	if (fb > n)
 		fb = n;
@@ -1042,7 +1052,7 @@ static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_s
 	/* pairs with resil_bulkhead_lease_set's release: the parking done
 	 * before it is seen (a slot parked since is refused by the CAS) */
 	uint32_t sure = ld_acquire(&s->sure_slots), i = *next_of(s);
-	int64_t exp;
+	int64_t exp, now;
 
 	/* a client's word: never past the configuration */
 	if (RESIL_UNLIKELY(sure > n))
@@ -1053,7 +1063,8 @@ static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_s
 	/* pairs with resil_bulkhead_lease_set's release: the parking done
 	 * for this lease is seen with it */
 	exp = (int64_t)ld_acquire(&s->lease_expiry_ns);
-	if (RESIL_LIKELY(resil_clock_now_coarse(&x->clock) < exp)) {
+	now = resil_clock_now_coarse(&x->clock);
+	if (RESIL_LIKELY(now < exp)) {
 		/* only below the share: slots above it drain (a call that
 		 * ends there frees a slot nobody takes; the daemon parks it) */
 		uint32_t lim = ld_relaxed(&s->lease_slots);
@@ -1064,7 +1075,7 @@ static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_s
 	}
 	if (exp == 0)
 		return scan_claim(s, n, n, id, SPREAD); /* no daemon ever leased it */
-	return fallback_claim(s, n, id);
+	return fallback_claim(s, n, id, now);
 }
 
 uint32_t resil_bulkhead_park(const struct resil_bulkhead_conf *c, void *st, uint32_t target,
@@ -1111,14 +1122,27 @@ uint32_t resil_bulkhead_park(const struct resil_bulkhead_conf *c, void *st, uint
 void resil_bulkhead_lease_set(void *st, int64_t expiry_ns, uint32_t slots, uint32_t fallback_slots)
 {
 	struct resil_bulkhead_state *s = st;
+	uint32_t sure = slots < fallback_slots ? slots : fallback_slots;
 
+	/* a fallback with an end: only what its after tier allows too (the
+	 * daemon's own words, set before this call) */
+	if (ld_relaxed(&s->fallback_until_ns) && ld_relaxed(&s->after_slots) < sure)
+		sure = ld_relaxed(&s->after_slots);
 	st_relaxed(&s->lease_slots, slots);
 	st_relaxed(&s->fallback_slots, fallback_slots);
 	/* release: pairs with global_claim's acquire of it */
-	atomic_store_explicit(&s->sure_slots, slots < fallback_slots ? slots : fallback_slots,
-			      memory_order_release);
+	atomic_store_explicit(&s->sure_slots, sure, memory_order_release);
 	/* last, release: pairs with global_claim's acquire */
 	atomic_store_explicit(&s->lease_expiry_ns, (uint64_t)expiry_ns, memory_order_release);
+}
+
+void resil_bulkhead_fallback_end_set(void *st, int64_t until_ns, uint32_t after_slots)
+{
+	struct resil_bulkhead_state *s = st;
+
+	st_relaxed(&s->after_slots, after_slots);
+	/* last, release: pairs with fallback_claim's acquire */
+	atomic_store_explicit(&s->fallback_until_ns, (uint64_t)until_ns, memory_order_release);
 }
 
 /* An acquire of any host- or global-scope bulkhead, in the stride sh. */

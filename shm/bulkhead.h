@@ -187,6 +187,9 @@ struct resil_bulkhead_state {
 	ra32 fallback_slots;	       /* past it: claims only below this slot */
 	ra32 lease_slots;	       /* under it: claims only below this slot */
 	ra32 sure_slots;	       /* min of the two: claimed without the clock */
+	RESIL_A8 ra64 fallback_until_ns; /* the fallback's end (0: none); past it, after_slots */
+	ra32 after_slots;		 /* past fallback_until_ns: claims only below this slot */
+	ra32 fleet_hosts;		 /* the fleet's size the daemon last learned (its own) */
 
 	alignas(RESIL_HOT_ALIGN) ra32 wslots[RESIL_BULKHEAD_WAITERS];
 };
@@ -204,6 +207,10 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, lease_slots) == 316,
 		    "bulkhead lease slots");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, sure_slots) == 320,
 		    "bulkhead sure slots");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, fallback_until_ns) == 328,
+		    "bulkhead fallback's end");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, fleet_hosts) == 340,
+		    "bulkhead fleet size");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, wslots) == 384, "bulkhead waiters");
 RESIL_STATIC_ASSERT(sizeof(struct resil_bulkhead_state) == 640, "bulkhead state size");
 
@@ -297,9 +304,13 @@ void resil_bulkhead_reclaim(struct resil_ctx *x, const struct resil_bulkhead_con
  * parked now; *busy gets the slots held by calls. */
 uint32_t resil_bulkhead_park(const struct resil_bulkhead_conf *c, void *st, uint32_t target,
 			     uint32_t *busy);
-/* Daemon: publish the lease (after parking for it): its end, the slots a
- * client may claim under it (below that index) and past it (below that
- * index, parked or free). */
+/* Daemon: publish the lease (after parking for it, and after the
+ * fallback's end below): its end, the slots a client may claim under it
+ * (below that index) and past it (below that index, parked or free). */
 void resil_bulkhead_lease_set(void *st, int64_t expiry_ns, uint32_t slots, uint32_t fallback_slots);
+/* Daemon: the fallback's end: past the lease, fallback_slots until
+ * until_ns (0: for good), after_slots past it (bulkhead.c, "Global
+ * scope"). */
+void resil_bulkhead_fallback_end_set(void *st, int64_t until_ns, uint32_t after_slots);
 
 #endif

@@ -205,7 +205,10 @@
  *   for no share), lease_expiry_ns (the lease's end on this host's
  *   CLOCK_MONOTONIC, taken no later than the end Redis granted) and
  *   fallback_ns (what applies past it: the configured rate, a rejection,
- *   or the fleet's rate divided by the hosts last seen). Each decision
+ *   or a share of the fleet's rate), and the fallback's own end,
+ *   fallback_until_ns, past which after_ns applies (0: reject): a daemon
+ *   that dies leaves its clients on a fallback that ends when Redis stops
+ *   holding that share for its host. Each decision
  *   loads the expiry (acquire) and then the interval it covers; the daemon
  *   stores the interval first and the expiry last (release), so a client
  *   that sees an expiry sees an interval at least as new, and a share
@@ -762,6 +765,8 @@ void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t 
 	/* no lease: a global policy runs at the configured rate until its
 	 * daemon's first exchange writes one */
 	resil_limit_lease_set(st, 0, 0, 0);
+	resil_limit_fallback_end_set(st, 0, 0);
+	st_relaxed(&s->fleet_hosts, 0);
 	if (c->keys) {
 		struct resil_limit_entry *t = table_of(s);
 
@@ -894,6 +899,31 @@ void resil_limit_lease_set(void *st, int64_t lease_ns, int64_t expiry_ns, int64_
 	atomic_store_explicit(&s->lease_expiry_ns, (uint64_t)expiry_ns, memory_order_release);
 }
 
+void resil_limit_fallback_end_set(void *st, int64_t until_ns, int64_t after_ns)
+{
+	struct resil_limit_state *s = lstate(st);
+
+	/* after first, the end last (release): a client that loads this end
+	 * (acquire) reads an after_ns at least as new */
+	st_relaxed(&s->after_ns, (uint64_t)after_ns);
+	atomic_store_explicit(&s->fallback_until_ns, (uint64_t)until_ns, memory_order_release);
+}
+
+/* Past the lease: the fallback's interval, or after its end the after
+ * tier's (0: the configured rate, RESIL_LIMIT_FALLBACK_REJECT: none). */
+static inline int64_t fallback_T(const struct resil_limit_state *s, int64_t now)
+{
+	int64_t until =
+	    (int64_t)atomic_load_explicit((ra64 *)&s->fallback_until_ns, memory_order_acquire);
+
+	if (until && now >= until) {
+		int64_t a = (int64_t)ld_relaxed((ra64 *)&s->after_ns);
+
+		return a ? a : RESIL_LIMIT_FALLBACK_REJECT;
+	}
+	return (int64_t)ld_relaxed((ra64 *)&s->fallback_ns);
+}
+
 int64_t resil_limit_lease_T(const struct resil_limit_conf *c, const void *st, int64_t now,
 			    bool *leased)
 {
@@ -905,7 +935,7 @@ int64_t resil_limit_lease_T(const struct resil_limit_conf *c, const void *st, in
 	*leased = now < exp;
 	if (*leased)
 		T = (int64_t)ld_relaxed((ra64 *)&s->lease_ns);
-	else if ((T = (int64_t)ld_relaxed((ra64 *)&s->fallback_ns)) == 0)
+	else if ((T = fallback_T(s, now)) == 0)
 		T = c->interval_ns;
 	/* any client can write line 2: a value no daemon writes reads as "no
 	 * share"; an interval above a day would overflow tau (one unsigned
@@ -930,7 +960,7 @@ static inline bool lease_apply(struct resil_ctx *x, const struct resil_limit_con
 	 * lp_init's T and tau stand) */
 	if (p->now < (int64_t)atomic_load_explicit(&s->lease_expiry_ns, memory_order_acquire))
 		T = (int64_t)ld_relaxed(&s->lease_ns);
-	else if ((T = (int64_t)ld_relaxed(&s->fallback_ns)) == 0)
+	else if ((T = fallback_T(s, p->now)) == 0)
 		return true;
 	if ((uint64_t)T - 1 >= (uint64_t)86400 * RESIL_NS_PER_S)
 		return false;

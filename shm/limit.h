@@ -61,6 +61,9 @@ struct resil_limit_state {
 	ra64 lease_ns;	      /* emission interval of the host's share; 0: no share */
 	ra64 lease_expiry_ns; /* CLOCK_MONOTONIC end of the lease; 0: none yet */
 	ra64 fallback_ns;     /* past expiry: 0 the configured rate, -1 reject, else T */
+	ra64 fallback_until_ns; /* and only until then (0: no end); past it, after_ns */
+	ra64 after_ns;		/* past fallback_until_ns: as fallback_ns (0: reject) */
+	ra64 fleet_hosts;	/* the fleet's size the daemon last learned (its own word) */
 	alignas(RESIL_HOT_ALIGN) uint8_t data[]; /* ring or table */
 };
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_entry) == 16, "limit entry size");
@@ -70,6 +73,9 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, dry_run_rejects) == 184, 
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, swept) == 256, "limit line 2");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, lease_ns) == 280, "limit lease");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, fallback_ns) == 296, "limit fallback");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, fallback_until_ns) == 304,
+		    "limit fallback's end");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, fleet_hosts) == 320, "limit fleet size");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, data) == 384, "limit data");
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_state) == 384, "limit state size");
 
@@ -83,6 +89,12 @@ RESIL_STATIC_ASSERT(sizeof(struct resil_limit_state) == 384, "limit state size")
  * configured rate, RESIL_LIMIT_FALLBACK_REJECT, else an emission interval).
  */
 void resil_limit_lease_set(void *st, int64_t lease_ns, int64_t expiry_ns, int64_t fallback_ns);
+/* The fallback's end (daemon only): past the lease's expiry, fallback_ns
+ * applies until until_ns (0: for good), after_ns past it (an emission
+ * interval, 0 or RESIL_LIMIT_FALLBACK_REJECT: reject). A daemon that dies
+ * leaves its clients on these: its host's share of the fleet's rate is
+ * held in Redis for no longer (daemon/cluster.c, "The fallback"). */
+void resil_limit_fallback_end_set(void *st, int64_t until_ns, int64_t after_ns);
 /* What a client of a global limiter applies at `now`: the emission
  * interval (0: reject); *leased tells whether a live lease decided it. */
 int64_t resil_limit_lease_T(const struct resil_limit_conf *c, const void *st, int64_t now,
