@@ -48,6 +48,7 @@
 #include <ini.h>
 
 #include "cfgfile.h"
+#include "cluster.h"
 #include "log.h"
 #include "resild.h"
 
@@ -668,6 +669,9 @@ int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 		log_info("policy %s: %s from %s:%d", e->name, rec ? "changed" : "created", e->file,
 			 e->line);
 	}
+	/* the global policies' fallback words at once (a reload: not a tick
+	 * later; at start the cluster's init does it) */
+	resild_cluster_woken(d);
 
 	g.names = calloc(d->seg.cfg->slot_cap ? d->seg.cfg->slot_cap : 1, RESIL_NAME_MAX);
 	if (!g.names)

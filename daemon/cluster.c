@@ -62,8 +62,8 @@
  * the exchange that got it (or at the next tick, if the wake is lost):
  * with the tick at the cluster interval a host renews every interval and
  * a lease covers the two ticks a renewal can take. A client past the expiry falls back on
- * its own (limit.c): --cluster-fallback share (the rate divided by the
- * hosts last seen; until the first exchange, the whole rate), local (the
+ * its own (limit.c): --cluster-fallback share (its host's last share,
+ * which the fleet keeps for it a while; "The fallback" below), local (the
  * whole rate on this host) or reject.
  *
  * Breakers (BREAKER_LUA; time windows only, conf.c refuses the others).
@@ -132,6 +132,18 @@
  * them, and a request or answer replaced before it was taken hands its
  * records on to the new one.
  *
+ * The fallback (cl_fallback_of below, with its tiers). A host out of
+ * touch with Redis keeps its last share: the script holds a silent host's
+ * fallback (reported with every call) for --cluster-fallback-for after
+ * its last report, out of what the others are granted, and the host's
+ * clients stop using it at that same instant (the limiter's
+ * fallback_until_ns), daemon alive or dead: a host killed never sums with
+ * the others over the rate. Then rate / N, N the fleet's size: with
+ * --cluster-hosts the script reserves rate / N for every host it does not
+ * see, so that tier is in the bound too; without it, N is the fleet the
+ * host last learned (kept in the state segment), and a host that knows
+ * none rejects.
+ *
  * Who writes what. struct xchg (req, ereq, ans, the kicks): both
  * threads, under x->lock. The
  * limiter's lease words: the loop only (resil_limit_lease_set's order).
@@ -183,12 +195,20 @@
 /*
  * KEYS[1] the policy's lease hash. ARGV: host, demand per second, rate per
  * second, lease length (ms), the id of the lease the host has applied,
- * and optionally "1": an acknowledgement only (the host applied a smaller
- * share: its larger leases go, no new one is granted, the answer is not
- * a lease). Returns {share per second (string), lease id, hosts present,
- * tell}: tell 2, this host got less than its fair share (others still
- * hold it: ask again soon); 1, a host waits for what this host gives
- * back (acknowledge the smaller share at once); 0, nothing to hurry.
+ * "1" for an acknowledgement only (the host applied a smaller share: its
+ * larger leases go, no new one is granted, the answer is not a lease) or
+ * "0", the share its clients fall back on (its last one; 0: none the fleet
+ * need hold), how long a silent host's fallback is held (ms), the fleet's
+ * size (--cluster-hosts; 0: not given). Returns {share per second
+ * (string), lease id, hosts present, tell}: tell 2, this host got less
+ * than its fair share (others still hold it: ask again soon); 1, a host
+ * waits for what this host gives back (acknowledge the smaller share at
+ * once); 0, nothing to hurry.
+ *
+ * A host holds the largest of its live leases and, until it has been
+ * silent for the hold, the fallback it reported. Hosts that reported
+ * within a lease length share what the silent hosts and, with a fleet's
+ * size, the hosts not seen (rate / N each) leave.
  */
 const char LEASE_LUA[] =
     "local t = redis.call('TIME')\n"
@@ -196,10 +216,12 @@ const char LEASE_LUA[] =
     "local me, demand, rate = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
     "local L, applied = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
     "local ack = ARGV[6] == '1'\n"
-    "if not demand or not rate or not L or not applied or demand < 0 or rate <= 0 or L <= 0 "
-    "then\n"
+    "local fb, F, N = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])\n"
+    "if not demand or not rate or not L or not applied or not fb or not F or not N or\n"
+    "   demand < 0 or rate <= 0 or L <= 0 or fb < 0 or F < L or N < 0 then\n"
     "  return redis.error_reply('ERR resil lease: bad arguments')\n"
     "end\n"
+    "if fb > rate then fb = rate end\n"
     "local raw = redis.call('HGETALL', KEYS[1])\n"
     "local hosts, dirty = {}, {}\n"
     "for i = 1, #raw, 2 do\n"
@@ -212,10 +234,10 @@ const char LEASE_LUA[] =
     "  end\n"
     "end\n"
     "local r = hosts[me] or {d = 0, s = now, a = 0, id = 0, l = {}}\n"
-    "r.d, r.s = demand, now\n"
+    "r.d, r.s, r.f = demand, now, fb\n"
     "if applied > r.a then r.a = applied end\n"
     "hosts[me] = r\n"
-    "local live, other, held, wanted = {}, 0, 0, false\n"
+    "local live, other, held, wanted, silent, present = {}, 0, 0, false, 0, 0\n"
     "for h, x in pairs(hosts) do\n"
     "  local keep, c = {}, 0\n"
     "  if h ~= me and tonumber(x.w) and tonumber(x.w) > now then wanted = true end\n"
@@ -228,29 +250,37 @@ const char LEASE_LUA[] =
     "  end\n"
     "  if #keep ~= #x.l then dirty[h] = true end\n"
     "  x.l = keep\n"
-    "  if #keep == 0 and now - x.s > L and h ~= me then\n"
+    "  local age = now - x.s\n"
+    "  if age <= F and tonumber(x.f) and tonumber(x.f) > c then\n"
+    "    c = math.min(tonumber(x.f), rate)\n"
+    "  end\n"
+    "  if #keep == 0 and age > F and h ~= me then\n"
     "    hosts[h] = nil\n"
     "    redis.call('HDEL', KEYS[1], h)\n"
     "  else\n"
-    "    live[#live + 1] = h\n"
+    "    present = present + 1\n"
     "    if h ~= me then other = other + c else held = c end\n"
+    "    if h == me or age <= L then live[#live + 1] = h else silent = silent + c end\n"
     "  end\n"
     "end\n"
+    "local unseen = 0\n"
+    "if N > present then unseen = (N - present) * rate / N end\n"
     "if ack then\n"
     "  for h, _ in pairs(dirty) do\n"
     "    if hosts[h] then redis.call('HSET', KEYS[1], h, cjson.encode(hosts[h])) end\n"
     "  end\n"
-    "  return {'0', math.max(r.id, 1), #live, 0}\n"
+    "  redis.call('HSET', KEYS[1], me, cjson.encode(r))\n"
+    "  return {'0', math.max(r.id, 1), present, 0}\n"
     "end\n"
     "table.sort(live, function(a, b) return hosts[a].d < hosts[b].d end)\n"
-    "local left, n, mine = rate, #live, 0\n"
+    "local left, n, mine = math.max(rate - silent - unseen, 0), #live, 0\n"
     "for i, h in ipairs(live) do\n"
     "  local g = math.min(hosts[h].d, left / (n - i + 1))\n"
     "  if h == me then mine = g end\n"
     "  left = left - g\n"
     "end\n"
     "if left > 0 then mine = mine + left / n end\n"
-    "local share = math.min(mine, rate - other)\n"
+    "local share = math.min(mine, rate - other - unseen)\n"
     "if share < 0 then share = 0 end\n"
     "local slack = rate / 20 + 0.5\n"
     "local tell = 0\n"
@@ -262,8 +292,8 @@ const char LEASE_LUA[] =
     "for h, _ in pairs(dirty) do\n"
     "  if hosts[h] then redis.call('HSET', KEYS[1], h, cjson.encode(hosts[h])) end\n"
     "end\n"
-    "redis.call('PEXPIRE', KEYS[1], 10 * L + 1000)\n"
-    "return {string.format('%.6f', share), r.id, n, tell}\n";
+    "redis.call('PEXPIRE', KEYS[1], 10 * L + F + 1000)\n"
+    "return {string.format('%.6f', share), r.id, present, tell}\n";
 
 /*
  * KEYS[1] the policy's breaker hash: "h:<host>" = this host's time window
@@ -1180,6 +1210,56 @@ int64_t hold_ns(const struct resild_cluster *c)
 	return resil_max64(LEASE_INTERVALS * c->interval_ns, RESIL_NS_PER_S);
 }
 
+int64_t lease_ns(const struct resild_cluster *c)
+{
+	return LEASE_INTERVALS * c->interval_ns;
+}
+
+/*
+ * The fallback. What a host's clients apply past its lease, for a policy
+ * whose last answered request left at ok_ns (0: none in this run):
+ *   - FB_HELD: its last share, while Redis holds it (ok_ns + fallback_for:
+ *     the script keeps a silent host's reported fallback that long after
+ *     its last report, which came after ok_ns); the fallback's end is that
+ *     instant, so a daemon that dies leaves its clients on it no longer
+ *     than the fleet keeps room for it;
+ *   - FB_BASE: rate / N, N the fleet's size (--cluster-hosts, else the
+ *     hosts the policy's last answer counted, kept in its state so a
+ *     restarted daemon still knows it, else the largest any policy
+ *     knows), for a host Redis holds nothing for (no exchange yet, or out
+ *     of touch longer than fallback_for); the end is a heartbeat (one
+ *     hold_ns ahead, moved every tick): the clients of a daemon that died
+ *     stop;
+ *   - FB_NONE: reject (no fleet size known, or --cluster-fallback reject);
+ *   - FB_LOCAL: the whole rate (--cluster-fallback local).
+ * Past the end the clients apply rate / N with --cluster-hosts (the
+ * fleet holds that for every host it does not see), else nothing.
+ */
+void cl_fallback_of(struct resild_cluster *c, int64_t ok_ns, uint32_t policy_hosts, int64_t now,
+		    struct cl_fallback *f)
+{
+	memset(f, 0, sizeof(*f));
+	f->hosts = c->hosts_expected ? c->hosts_expected
+		   : policy_hosts    ? policy_hosts
+				     : c->fleet_known;
+	f->after_base = c->hosts_expected > 0;
+	if (c->fallback == RESILD_FALLBACK_LOCAL) {
+		f->tier = FB_LOCAL;
+		return;
+	}
+	if (c->fallback == RESILD_FALLBACK_REJECT) {
+		f->tier = FB_NONE;
+		return;
+	}
+	if (ok_ns && now < ok_ns + c->fallback_for_ns) {
+		f->tier = FB_HELD;
+		f->until_ns = ok_ns + c->fallback_for_ns;
+		return;
+	}
+	f->tier = f->hosts ? FB_BASE : FB_NONE;
+	f->until_ns = now + hold_ns(c);
+}
+
 /* -------------------------------------------------------------- loop */
 
 int resild_cluster_init(struct resild *d)
@@ -1211,6 +1291,16 @@ int resild_cluster_init(struct resild *d)
 	c->interval_ns =
 	    o->cluster_interval_ns ? o->cluster_interval_ns : RESILD_CLUSTER_INTERVAL_NS;
 	c->fallback = o->cluster_fallback;
+	c->hosts_expected = o->cluster_hosts;
+	c->fallback_for_ns = o->cluster_fallback_for_ns ? o->cluster_fallback_for_ns
+							: RESILD_CLUSTER_FALLBACK_FOR_NS;
+	if (c->fallback_for_ns < 2 * lease_ns(c)) {
+		log_notice("cluster: --cluster-fallback-for raised to %lld ms: two leases of "
+			   "--cluster-interval %lld ms",
+			   (long long)(2 * lease_ns(c) / RESIL_NS_PER_MS),
+			   (long long)(c->interval_ns / RESIL_NS_PER_MS));
+		c->fallback_for_ns = 2 * lease_ns(c);
+	}
 	if (strlen(o->cluster_name ? o->cluster_name : "resil") >= sizeof(c->prefix))
 		return log_error_errno(-EINVAL, "--cluster-name: at most %d bytes",
 				       RESIL_NAME_MAX - 1);
@@ -1253,6 +1343,9 @@ int resild_cluster_init(struct resild *d)
 	if (r < 0)
 		return log_error_errno(r, "cluster: cannot start the exchange thread: %m");
 	c->started = true;
+	/* the fallback's words of the policies the files define, before the
+	 * loop serves their first client */
+	resild_cluster_woken(d);
 	return 0;
 }
 
@@ -1304,6 +1397,34 @@ static int64_t interval_of(double per_s)
 	return t > 86400e9 ? 0 : (int64_t)t;
 }
 
+/* The same for a fallback word, where 0 would mean the configured rate. */
+static int64_t interval_or_reject(double per_s)
+{
+	int64_t T = interval_of(per_s);
+
+	return T ? T : RESIL_LIMIT_FALLBACK_REJECT;
+}
+
+/* Say when a policy's fallback changes tier: loudly when it has nothing
+ * to fall back on. */
+void cl_fallback_said(struct resild_cluster *c, const char *name, const char *what, int *said,
+		      int64_t ok_ns, const struct cl_fallback *f)
+{
+	if (f->tier == *said)
+		return;
+	if (f->tier == FB_NONE && c->fallback == RESILD_FALLBACK_SHARE)
+		log_error("cluster: policy %s: %s: no exchange with Redis %s and no fleet size "
+			  "known: its clients reject past their lease (give --cluster-hosts N "
+			  "for a share of the fleet's meanwhile)",
+			  name, what, ok_ns ? "for --cluster-fallback-for" : "yet");
+	else if (f->tier == FB_BASE && *said == FB_HELD)
+		log_warning("cluster: policy %s: %s: out of touch with Redis for "
+			    "--cluster-fallback-for (%lld s): the fleet no longer holds this "
+			    "host's share; its clients fall back on the fleet's / %u",
+			    name, what, (long long)(c->fallback_for_ns / RESIL_NS_PER_S), f->hosts);
+	*said = f->tier;
+}
+
 struct tick_ctx {
 	struct resild *d;
 	struct resild_cluster *c;
@@ -1312,6 +1433,7 @@ struct tick_ctx {
 	bool early;    /* this policy posts an early lease call (tick_limit says) */
 	bool grant;    /* and it asks for a lease (else: an acknowledgement only) */
 	bool limiters; /* a global limiter was seen: sample its demand */
+	uint32_t fleet_seen; /* the largest fleet size a policy's state holds */
 };
 
 /*
@@ -1383,10 +1505,11 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 {
 	struct resild_cluster *c = t->c;
 	const struct resil_limit_conf *lc = &rec->conf.limit;
-	void *lst = resil_comp_state(s, rec, RESIL_C_LIMIT);
+	struct resil_limit_state *lst = resil_comp_state(s, rec, RESIL_C_LIMIT);
 	double rate = (double)lc->count * 1e9 / (double)lc->period_ns;
-	uint64_t v[RESIL_STAT__MAX], calls;
-	int64_t fb;
+	uint64_t v[RESIL_STAT__MAX], calls, known;
+	struct cl_fallback f;
+	int64_t fb, base;
 
 	/* every fresh answer is newer than the last (one exchange at a time);
 	 * its id may be lower after Redis lost its data */
@@ -1401,22 +1524,44 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 		cs->share = a->share;
 		cs->expiry_ns = a->expiry_ns;
 		cs->hosts = a->hosts;
+		cs->ok_ns = a->sent_ns;
+		st_relaxed(&lst->fleet_hosts, resil_min64(a->hosts, RESILD_CLUSTER_HOSTS_MAX));
 	}
-	switch (c->fallback) {
-	case RESILD_FALLBACK_LOCAL:
+	known = ld_relaxed(&lst->fleet_hosts); /* any client's word: clamped */
+	if (known > RESILD_CLUSTER_HOSTS_MAX)
+		known = 0;
+	if (known > t->fleet_seen)
+		t->fleet_seen = (uint32_t)known;
+	cl_fallback_of(c, cs->ok_ns, (uint32_t)known, t->now, &f);
+	base = f.hosts ? interval_or_reject(rate / f.hosts) : RESIL_LIMIT_FALLBACK_REJECT;
+	switch (f.tier) {
+	case FB_LOCAL:
 		fb = 0;
 		break;
-	case RESILD_FALLBACK_REJECT:
-		fb = RESIL_LIMIT_FALLBACK_REJECT;
+	case FB_HELD:
+		fb = interval_or_reject(cs->share);
+		break;
+	case FB_BASE:
+		fb = base;
 		break;
 	default:
-		fb = cs->hosts > 1 ? interval_of(rate / cs->hosts) : 0;
+		fb = RESIL_LIMIT_FALLBACK_REJECT;
 		break;
 	}
-	if (cs->applied)
+	cl_fallback_said(c, rec->name, "limit", &cs->fb_tier, cs->ok_ns, &f);
+	cs->fb_share = f.tier == FB_LOCAL ? rate : fb > 0 ? 1e9 / (double)fb : 0.0;
+	if (cs->applied) {
 		resil_limit_lease_set(lst, interval_of(cs->share), cs->expiry_ns, fb);
-	else
-		resil_limit_lease_set(lst, 0, 0, fb);
+	} else {
+		/* no answer in this run yet: a lease an adopted state still
+		 * holds stays (this run speaks for the same segments) */
+		const struct resil_limit_state *ls = lst;
+
+		resil_limit_lease_set(lst, (int64_t)ld_relaxed(&ls->lease_ns),
+				      (int64_t)ld_acquire(&ls->lease_expiry_ns), fb);
+	}
+	resil_limit_fallback_end_set(lst, f.until_ns,
+				     f.after_base ? base : RESIL_LIMIT_FALLBACK_REJECT);
 	if (cs->in_lease && t->now >= cs->expiry_ns) {
 		cs->fallbacks++;
 		resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_FALLBACK, 0, 0,
@@ -1438,6 +1583,10 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 	q->rate = rate;
 	q->demand = cs->demand;
 	q->applied = cs->applied;
+	/* what the fleet holds for this host while it is silent: the share
+	 * its clients fall back on (share only: local gives up the bound,
+	 * reject needs nothing) */
+	q->fb = c->fallback == RESILD_FALLBACK_SHARE && cs->applied ? cs->share : 0.0;
 	/* an acknowledgement alone when it is the only reason to call */
 	q->ack = t->early && !t->grant;
 	if (t->early) {
@@ -1569,6 +1718,8 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 		memset(cs, 0, sizeof(*cs));
 		cs->active = true;
 		cs->gen = rec->gen;
+		cs->fb_tier = -1; /* none said yet */
+		cs->bh.fb_tier = -1;
 	}
 	/* the answer of the last exchange, if it is for this policy */
 	pthread_mutex_lock(&c->lock);
@@ -1592,7 +1743,7 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 		memset(&a.bh, 0, sizeof(a.bh));
 	}
 	if (bh)
-		resild_cbh_tick(s, rec, &cs->bh, &a.bh, &q.bh, t->now, c->fallback, t->post);
+		resild_cbh_tick(c, s, rec, &cs->bh, &a.bh, &q.bh, t->now, &t->fleet_seen, t->post);
 	resild_cb_tick(s, rec, &cs->cb, &a.cb, &q.cb, t->now, c->interval_ns, t->post);
 	if (a.gen != rec->gen)
 		resild_ck_free_ans(&a.ck);
@@ -1639,6 +1790,7 @@ static void cluster_tick(struct resild *d, bool may_post)
 		pthread_mutex_unlock(&c->lock);
 	}
 	resil_seg_foreach(&d->seg, tick_one, &t);
+	c->fleet_known = t.fleet_seen;
 	for (uint32_t i = 0; i < c->cap; i++) {
 		if (!c->slots[i].active)
 			continue;
@@ -1685,6 +1837,16 @@ static void cl_one(struct resil_msink *k, const char *name, const char *help, en
 	k->sample(k, name, "", NULL, 0, v);
 }
 
+static void fallback_metrics(const struct resild_cluster *c, int tier, double share,
+			     const char *name, const char *comp, struct resil_msink *k)
+{
+	struct resil_mlabel l[2] = {{"policy", name}, {"component", comp}};
+
+	k->sample(k, "resil_cluster_fallback_rejecting", "", l, 2,
+		  resil_mv_uint(tier == FB_NONE && c->fallback == RESILD_FALLBACK_SHARE));
+	k->sample(k, "resil_cluster_fallback_share", "", l, 2, resil_mv_real(share, 3));
+}
+
 void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 {
 	struct resild_cluster *c = d->cluster;
@@ -1725,6 +1887,14 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 		  RESIL_MT_COUNTER);
 	k->family(k, "resil_cluster_fallbacks_total", "Leases that expired unrenewed.",
 		  RESIL_MT_COUNTER);
+	k->family(k, "resil_cluster_fallback_rejecting",
+		  "1 when the policy's clients would reject past their lease: no exchange with "
+		  "Redis, and no fleet size known (--cluster-hosts).",
+		  RESIL_MT_GAUGE);
+	k->family(k, "resil_cluster_fallback_share",
+		  "What the clients fall back on past their lease, per second (bulkhead: "
+		  "slots).",
+		  RESIL_MT_GAUGE);
 	k->family(k, "resil_cluster_breaker_opens_total",
 		  "Fleet-wide opens that opened the breaker here.", RESIL_MT_COUNTER);
 	k->family(k, "resil_cluster_breaker_fleet_calls", "Calls in the fleet's time window.",
@@ -1745,8 +1915,11 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 		memcpy(name, rec->name, RESIL_NAME_MAX);
 		name[RESIL_NAME_MAX] = '\0';
 		resild_cb_metrics(rec, &cs->cb, name, k);
-		if (resild_cbh_wants(rec))
+		if (resild_cbh_wants(rec)) {
 			resild_cbh_metrics(&cs->bh, name, now, k);
+			fallback_metrics(c, cs->bh.fb_tier, (double)cs->bh.fb_slots, name,
+					 "bulkhead", k);
+		}
 		if (rec->conf.breaker.on) {
 			k->sample(k, "resil_cluster_breaker_opens_total", "", &l, 1,
 				  resil_mv_uint(cs->bk_trips));
@@ -1768,6 +1941,7 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 			  resil_mv_uint(cs->fallbacks));
 		k->sample(k, "resil_cluster_early_calls_total", "", &l, 1,
 			  resil_mv_uint(cs->early));
+		fallback_metrics(c, cs->fb_tier, cs->fb_share, name, "limit", k);
 	}
 }
 

@@ -22,7 +22,9 @@ enum resild_cluster_fallback {
 	RESILD_FALLBACK_REJECT = 2,
 };
 
-#define RESILD_CLUSTER_INTERVAL_NS (100 * RESIL_NS_PER_MS)
+#define RESILD_CLUSTER_INTERVAL_NS     (100 * RESIL_NS_PER_MS)
+#define RESILD_CLUSTER_FALLBACK_FOR_NS (60 * RESIL_NS_PER_S)
+#define RESILD_CLUSTER_HOSTS_MAX       4096
 
 /* Parse "share", "local", "reject": 0 or -EINVAL. */
 int resild_cluster_parse_fallback(const char *s, int *ret);

@@ -90,7 +90,7 @@ bool resild_cb_wants_budget(const struct resil_rec *rec);
  * are sent). Returns how many (0..2): [0] the BUDGET call if q->budget,
  * then the CONF call if q->conf.
  */
-#define RESILD_CB_ARGC	 12
+#define RESILD_CB_ARGC	 16
 #define RESILD_CB_ARGLEN 160
 struct resild_cb_cmd {
 	int argc;

@@ -35,13 +35,19 @@
  * admitted before the end, is over before Redis forgets the lease (no
  * earlier than t0 + L) and grants its slots elsewhere. Past the end (the
  * daemon stopped, dead, or Redis away) clients claim only the fallback's
- * slots, parked or free: --cluster-fallback reject none, share
- * max / hosts last seen (all of it before the first exchange), local all
- * of it. Bounds: with reject, at most max in flight fleet-wide, always
- * (calls longer than an interval excepted, on a host whose daemon is
- * gone); with share, max + the stopped hosts' max / hosts each; local
- * gives up the fleet's bound while Redis is away.
- *
+ * slots, parked or free, chosen as cluster.c's "The fallback" says: with
+ * --cluster-fallback share the host's last share, which the script holds
+ * for a silent host (the fallback it reports, f) for --cluster-fallback-for
+ * after its last report, and the fallback ends then on the host too; then
+ * max / N (--cluster-hosts: the script reserves that for every host it
+ * does not see), else none. A claim below sure_slots reads no clock, so
+ * sure_slots is at most what is still allowed past the fallback's end
+ * (bulkhead.c): without --cluster-hosts, 0, and every claim of a global
+ * bulkhead reads the coarse clock. Bounds: with share or reject, at most
+ * max in flight fleet-wide, a host killed included (calls longer than an
+ * interval excepted); local gives up the fleet's bound while Redis is
+ * away.
+
  * Who writes what. struct resild_cbh_slot: the loop only. The requests
  * and answers: cluster.c's struct xchg, under its lock. The state block's
  * lease words and the parking: the loop only (bulkhead.h).
@@ -56,6 +62,7 @@
 #include "bulkhead.h"
 #include "cluster.h"
 #include "cluster_bulkhead.h"
+#include "cluster_priv.h"
 #include "log.h"
 #include "policy.h"
 #include "seg.h"
@@ -64,9 +71,11 @@
 /*
  * KEYS[1] "<cluster>:{<policy>}:bulkhead", one field per host: its demand,
  * when it last reported (Redis TIME, ms), the slots it used then, the
- * lease it has applied and its live leases {slots, expiry, id}. ARGV:
- * host, demand, max, lease length (ms), the id of the lease the host has
- * applied, the slots its clients may hold now. Returns {slots, lease id,
+ * slots its clients fall back on, the lease it has applied and its live
+ * leases {slots, expiry, id}. ARGV: host, demand, max, lease length (ms),
+ * the id of the lease the host has applied, the slots its clients may
+ * hold now, the slots they fall back on, how long a silent host's are
+ * held (ms), the fleet's size (0: not given). Returns {slots, lease id,
  * hosts present}.
  */
 const char resild_cbh_lua[] =
@@ -74,8 +83,10 @@ const char resild_cbh_lua[] =
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local me, demand, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
     "local L, applied, used = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
-    "if not demand or not max or not L or not applied or not used or demand < 0 or\n"
-    "   max < 1 or L <= 0 or used < 0 then\n"
+    "local fb, F, N = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])\n"
+    "if not demand or not max or not L or not applied or not used or not fb or not F or\n"
+    "   not N or demand < 0 or max < 1 or L <= 0 or used < 0 or fb < 0 or F < L or N < 0\n"
+    "then\n"
     "  return redis.error_reply('ERR resil bulkhead: bad arguments')\n"
     "end\n"
     "local raw = redis.call('HGETALL', KEYS[1])\n"
@@ -90,10 +101,10 @@ const char resild_cbh_lua[] =
     "  end\n"
     "end\n"
     "local r = hosts[me] or {d = 0, s = now, a = 0, id = 0, u = 0, l = {}}\n"
-    "r.d, r.s, r.u = demand, now, used\n"
+    "r.d, r.s, r.u, r.f = demand, now, math.min(used, max), math.min(fb, max)\n"
     "if applied > r.a then r.a = applied end\n"
     "hosts[me] = r\n"
-    "local live, other = {}, 0\n"
+    "local live, other, silent, present = {}, 0, 0, 0\n"
     "for h, x in pairs(hosts) do\n"
     "  local keep, c = {}, 0\n"
     "  for _, e in ipairs(x.l) do\n"
@@ -105,28 +116,34 @@ const char resild_cbh_lua[] =
     "  end\n"
     "  if #keep ~= #x.l then dirty[h] = true end\n"
     "  x.l = keep\n"
-    "  local fresh = now - x.s <= L\n"
-    "  if fresh and x.u > c then c = x.u end\n"
-    "  if #keep == 0 and not fresh and h ~= me then\n"
+    "  local age = now - x.s\n"
+    "  if age <= L and x.u > c then c = x.u end\n"
+    "  if age <= F and tonumber(x.f) and tonumber(x.f) > c then\n"
+    "    c = math.min(tonumber(x.f), max)\n"
+    "  end\n"
+    "  if #keep == 0 and age > F and h ~= me then\n"
     "    hosts[h] = nil\n"
     "    redis.call('HDEL', KEYS[1], h)\n"
     "  else\n"
-    "    live[#live + 1] = h\n"
+    "    present = present + 1\n"
     "    if h ~= me then other = other + c end\n"
+    "    if h == me or age <= L then live[#live + 1] = h else silent = silent + c end\n"
     "  end\n"
     "end\n"
+    "local unseen = 0\n"
+    "if N > present then unseen = (N - present) * math.floor(max / N) end\n"
     "table.sort(live, function(a, b)\n"
     "  if hosts[a].d ~= hosts[b].d then return hosts[a].d < hosts[b].d end\n"
     "  return a < b\n"
     "end)\n"
-    "local left, n, mine = max, #live, 0\n"
+    "local left, n, mine = math.max(max - silent - unseen, 0), #live, 0\n"
     "for i, h in ipairs(live) do\n"
     "  local g = math.min(hosts[h].d, math.floor(left / (n - i + 1)))\n"
     "  if h == me then mine = g end\n"
     "  left = left - g\n"
     "end\n"
     "if left > 0 then mine = mine + math.floor(left / n) end\n"
-    "local share = math.min(mine, max - other)\n"
+    "local share = math.min(mine, max - other - unseen)\n"
     "if share < 0 then share = 0 end\n"
     "r.id = r.id + 1\n"
     "r.l[#r.l + 1] = {share, now + L + 1, r.id}\n"
@@ -134,22 +151,24 @@ const char resild_cbh_lua[] =
     "for h, _ in pairs(dirty) do\n"
     "  if hosts[h] then redis.call('HSET', KEYS[1], h, cjson.encode(hosts[h])) end\n"
     "end\n"
-    "redis.call('PEXPIRE', KEYS[1], 10 * L + 1000)\n"
-    "return {share, r.id, n}\n";
+    "redis.call('PEXPIRE', KEYS[1], 10 * L + F + 1000)\n"
+    "return {share, r.id, present}\n";
 
 bool resild_cbh_wants(const struct resil_rec *rec)
 {
 	return resil_has(rec, RESIL_C_BULKHEAD) && resil_bulkhead_fail_fast(&rec->conf.bulkhead);
 }
 
-void resild_cbh_tick(const struct resil_seg *s, const struct resil_rec *rec,
-		     struct resild_cbh_slot *cs, const struct resild_cbh_ans *a,
-		     struct resild_cbh_req *q, int64_t now, int fallback, bool post)
+void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
+		     const struct resil_rec *rec, struct resild_cbh_slot *cs,
+		     const struct resild_cbh_ans *a, struct resild_cbh_req *q, int64_t now,
+		     uint32_t *fleet_seen, bool post)
 {
 	const struct resil_bulkhead_conf *bc = &rec->conf.bulkhead;
-	void *st = resil_comp_state(s, rec, RESIL_C_BULKHEAD);
-	uint32_t max = resil_bulkhead_max_of(bc), fb, busy = 0, parked;
+	struct resil_bulkhead_state *st = resil_comp_state(s, rec, RESIL_C_BULKHEAD);
+	uint32_t max = resil_bulkhead_max_of(bc), fb, after, base, busy = 0, parked, known;
 	uint64_t v[RESIL_STAT__MAX], rej;
+	struct cl_fallback f;
 
 	if (a->fresh) {
 		if (!cs->applied || a->share != cs->share) {
@@ -161,18 +180,36 @@ void resild_cbh_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		cs->share = a->share < max ? a->share : max;
 		cs->expiry_ns = a->expiry_ns;
 		cs->hosts = a->hosts;
+		cs->ok_ns = a->sent_ns;
+		st_relaxed(&st->fleet_hosts, a->hosts < RESILD_CLUSTER_HOSTS_MAX
+						 ? a->hosts
+						 : RESILD_CLUSTER_HOSTS_MAX);
 	}
-	switch (fallback) {
-	case RESILD_FALLBACK_LOCAL:
+	/* the fallback (cluster.c, "The fallback"), in slots */
+	known = ld_relaxed(&st->fleet_hosts); /* any client's word: clamped */
+	if (known > RESILD_CLUSTER_HOSTS_MAX)
+		known = 0;
+	if (known > *fleet_seen)
+		*fleet_seen = known;
+	cl_fallback_of(c, cs->ok_ns, known, now, &f);
+	base = f.hosts ? max / f.hosts : 0;
+	switch (f.tier) {
+	case FB_LOCAL:
 		fb = max;
 		break;
-	case RESILD_FALLBACK_REJECT:
-		fb = 0;
+	case FB_HELD:
+		fb = cs->share;
+		break;
+	case FB_BASE:
+		fb = base;
 		break;
 	default:
-		fb = cs->hosts > 1 ? max / cs->hosts : max;
+		fb = 0;
 		break;
 	}
+	after = f.after_base ? base : 0;
+	cl_fallback_said(c, rec->name, "bulkhead", &cs->fb_tier, cs->ok_ns, &f);
+	cs->fb_slots = fb;
 	/* under a live lease: park what the share leaves; past it, the
 	 * parking stays as it was (clients decide on the fallback) */
 	if (cs->applied && now < cs->expiry_ns)
@@ -181,6 +218,9 @@ void resild_cbh_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		parked = resil_bulkhead_park(bc, st, UINT32_MAX, &busy);
 	/* 1 until the first lease: past, so the fallback (0 would mean no
 	 * cluster at all: a host bulkhead) */
+	/* the end first: the slots claimed without a clock are only those
+	 * its after tier allows too (bulkhead.c, "Global scope") */
+	resil_bulkhead_fallback_end_set(st, f.until_ns, after);
 	resil_bulkhead_lease_set(st, cs->applied ? cs->expiry_ns : 1, cs->share, fb);
 	if (cs->in_lease && now >= cs->expiry_ns) {
 		cs->fallbacks++;
@@ -207,6 +247,8 @@ void resild_cbh_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		q->demand = max;
 	q->used = max - parked;
 	q->applied = cs->applied;
+	/* what the fleet holds for this host while it is silent (share only) */
+	q->fb = c->fallback == RESILD_FALLBACK_SHARE && cs->applied ? cs->share : 0;
 	cs->demand = q->demand;
 	cs->peak = busy;
 }
@@ -225,8 +267,8 @@ static void put(struct resild_cb_cmd *c, const char *fmt, ...)
 }
 
 void resild_cbh_command(const struct resild_cbh_req *q, const char *name, const char *prefix,
-			const char *host, const char *sha, int64_t lease_ms,
-			struct resild_cb_cmd *cmd)
+			const char *host, const char *sha, int64_t lease_ms, int64_t hold_ms,
+			uint32_t hosts, struct resild_cb_cmd *cmd)
 {
 	cmd->argc = 0;
 	put(cmd, "EVALSHA");
@@ -239,6 +281,9 @@ void resild_cbh_command(const struct resild_cbh_req *q, const char *name, const 
 	put(cmd, "%" PRId64, lease_ms);
 	put(cmd, "%" PRIu64, q->applied);
 	put(cmd, "%u", q->used);
+	put(cmd, "%u", q->fb);
+	put(cmd, "%" PRId64, hold_ms);
+	put(cmd, "%u", hosts);
 }
 
 bool resild_cbh_parse(const struct redisReply *r, struct resild_cbh_ans *a)

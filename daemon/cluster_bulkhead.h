@@ -31,6 +31,7 @@ struct resild_cbh_req {
 	uint32_t max;	  /* bulkhead.max, the fleet's */
 	uint32_t demand;  /* calls in flight (the peak since the last post) + rejected */
 	uint32_t used;	  /* slots this host's clients may hold now (not parked) */
+	uint32_t fb;	  /* the slots its clients fall back on, for Redis to hold */
 	uint64_t applied; /* the lease id in the segment */
 };
 
@@ -41,6 +42,7 @@ struct resild_cbh_ans {
 	uint64_t id;
 	uint32_t hosts;
 	int64_t expiry_ns; /* local CLOCK_MONOTONIC */
+	int64_t sent_ns;   /* when its request left */
 };
 
 /* What the loop keeps per policy. */
@@ -57,6 +59,9 @@ struct resild_cbh_slot {
 	bool in_lease;
 	uint64_t fallbacks;
 	uint64_t lease_changes;
+	int64_t ok_ns;	   /* the last answered request's send (0: none this run) */
+	int fb_tier;	   /* cluster_priv.h FB_* */
+	uint32_t fb_slots; /* the slots the fallback allows */
 };
 
 /* True when rec has a bulkhead the cluster leases. */
@@ -64,16 +69,20 @@ bool resild_cbh_wants(const struct resil_rec *rec);
 
 /* The loop, for a global bulkhead at each tick: apply the answer in a
  * (park the slots the host may not use, publish the lease's end and the
- * fallback), then (post) fill q. fallback: enum resild_cluster_fallback. */
-void resild_cbh_tick(const struct resil_seg *s, const struct resil_rec *rec,
-		     struct resild_cbh_slot *cs, const struct resild_cbh_ans *a,
-		     struct resild_cbh_req *q, int64_t now, int fallback, bool post);
+ * fallback), then (post) fill q. *fleet_seen: raised to the fleet size
+ * the policy's state holds. */
+struct resild_cluster;
+void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
+		     const struct resil_rec *rec, struct resild_cbh_slot *cs,
+		     const struct resild_cbh_ans *a, struct resild_cbh_req *q, int64_t now,
+		     uint32_t *fleet_seen, bool post);
 
 /* The thread: q's BULKHEAD call for policy name into cmd (argv in its
- * bufs). lease_ms: the lease's length. */
+ * bufs). lease_ms: the lease's length; hold_ms: --cluster-fallback-for;
+ * hosts: --cluster-hosts (0: none). */
 void resild_cbh_command(const struct resild_cbh_req *q, const char *name, const char *prefix,
-			const char *host, const char *sha, int64_t lease_ms,
-			struct resild_cb_cmd *cmd);
+			const char *host, const char *sha, int64_t lease_ms, int64_t hold_ms,
+			uint32_t hosts, struct resild_cb_cmd *cmd);
 /* The thread: a reply into a; false: garbage. */
 bool resild_cbh_parse(const struct redisReply *r, struct resild_cbh_ans *a);
 

@@ -4,7 +4,8 @@
  * exchange's scripts, the loop's side) and cluster_rc.c (Redis Cluster:
  * the slot map, the redirections, the exchange round and the thread)
  * share: the request and answer words, the daemon's cluster state and
- * the helpers both halves call. Private to those two files.
+ * the helpers both halves call. Private to the cluster's files
+ * (cluster_bulkhead.c takes the fallback's tiers from here too).
  */
 #ifndef RESILD_CLUSTER_PRIV_H
 #define RESILD_CLUSTER_PRIV_H
@@ -47,6 +48,7 @@ struct xreq {
 	double demand;	  /* per second */
 	uint64_t applied; /* the lease id in the segment */
 	bool ack;	  /* only acknowledge `applied` (an early call) */
+	double fb;	  /* the share its clients fall back on, for Redis to hold */
 	/* breaker: this host's time window, the thresholds */
 	int64_t calls, failures, slow;
 	int64_t window_ms, wait_ms;
@@ -67,6 +69,7 @@ struct xans {
 	uint64_t id;
 	double share;
 	int64_t expiry_ns; /* local CLOCK_MONOTONIC */
+	int64_t sent_ns;   /* when its request left (local CLOCK_MONOTONIC) */
 	uint32_t hosts;
 	int tell;      /* LEASE_LUA's: 2 ask again soon, 1 acknowledge at once */
 	bool bk_fresh; /* a breaker answer */
@@ -108,6 +111,10 @@ struct cl_slot {
 	double share;
 	int64_t expiry_ns;
 	uint32_t hosts;
+	int64_t ok_ns;	 /* the last answered request's send (0: none this run):
+			  * Redis holds this host's share until ok_ns + fallback_for */
+	int fb_tier;	 /* what the fallback is: FB_HELD, FB_BASE, FB_NONE */
+	double fb_share; /* its rate per second */
 	bool in_lease; /* the last tick saw a live lease */
 	/* demand changes between posts (sampled every interval / SAMPLES) */
 	uint64_t s_calls, s_rej; /* at the last sample */
@@ -159,11 +166,14 @@ struct resild_cluster {
 	int64_t sentinel_at; /* when the sentinels are asked again (the thread's) */
 	int64_t interval_ns;
 	int fallback;
-	uint32_t cap; /* slots */
+	int64_t fallback_for_ns; /* --cluster-fallback-for */
+	uint32_t hosts_expected; /* --cluster-hosts (0: learned) */
+	uint32_t cap;		 /* slots */
 
 	/* loop only */
 	struct cl_slot *slots;
 	int64_t last_post_ns;
+	uint32_t fleet_known; /* the largest fleet size a policy's state holds */
 
 	/* shared, under lock */
 	pthread_mutex_t lock;
@@ -208,6 +218,27 @@ struct resild_cluster {
 	uint64_t redirects;
 };
 
+/* What a host's fallback is (cl_slot.fb_tier, cluster.c "The fallback"). */
+enum {
+	FB_NONE = 0, /* reject: no fleet size known, --cluster-fallback reject */
+	FB_HELD,     /* its last share, which Redis holds for it */
+	FB_BASE,     /* rate / the fleet's size */
+	FB_LOCAL,    /* --cluster-fallback local */
+};
+
+/* The fallback's words for one global limiter or bulkhead (cluster.c). */
+struct cl_fallback {
+	int tier;	  /* FB_* */
+	uint32_t hosts;	  /* the fleet's size it divides by (0: none known) */
+	int64_t until_ns; /* the tier's end (0: none) */
+	bool after_base;  /* past it: rate / N (--cluster-hosts), else nothing */
+};
+void cl_fallback_of(struct resild_cluster *c, int64_t ok_ns, uint32_t policy_hosts, int64_t now,
+		    struct cl_fallback *f);
+/* Log f's tier when it is not *said (then *said = it). */
+void cl_fallback_said(struct resild_cluster *c, const char *name, const char *what, int *said,
+		      int64_t ok_ns, const struct cl_fallback *f);
+
 /* The scripts (cluster.c). */
 extern const char LEASE_LUA[];
 extern const char BREAKER_LUA[];
@@ -226,6 +257,9 @@ bool connect_redis(struct resild_cluster *c);
 bool parse_answer(redisReply *r, struct xans *a);
 bool parse_breaker(redisReply *r, struct xans *a);
 int64_t hold_ns(const struct resild_cluster *c);
+/* A lease's length, as granted and as believed here (from its request's
+ * send). */
+int64_t lease_ns(const struct resild_cluster *c);
 
 /* cluster_rc.c: the exchange thread's body (pthread_create's start). */
 void *cluster_main(void *arg);

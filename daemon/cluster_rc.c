@@ -260,17 +260,21 @@ static bool send_argv(struct resild_cluster *c, int argc, const char **argv, con
 
 static bool append_lease(struct resild_cluster *c, const struct xreq *q)
 {
-	char key[2 * RESIL_NAME_MAX + 16], d[32], rate[32], len[32], app[32];
+	char key[2 * RESIL_NAME_MAX + 16], d[32], rate[32], len[32], app[32], fb[32], hold[32],
+	    n[16];
 
 	snprintf(key, sizeof(key), "%s:{%s}:lease", c->prefix, q->name);
 	snprintf(d, sizeof(d), "%.3f", q->demand);
 	snprintf(rate, sizeof(rate), "%.6f", q->rate);
-	snprintf(len, sizeof(len), "%lld",
-		 (long long)(LEASE_INTERVALS * c->interval_ns / RESIL_NS_PER_MS));
+	snprintf(len, sizeof(len), "%lld", (long long)(lease_ns(c) / RESIL_NS_PER_MS));
 	snprintf(app, sizeof(app), "%llu", (unsigned long long)q->applied);
-	const char *argv[] = {"EVALSHA", c->sha, "1", key, c->host, d, rate, len, app, "1"};
+	snprintf(fb, sizeof(fb), "%.6f", q->fb);
+	snprintf(hold, sizeof(hold), "%lld", (long long)(c->fallback_for_ns / RESIL_NS_PER_MS));
+	snprintf(n, sizeof(n), "%u", c->hosts_expected);
+	const char *argv[] = {"EVALSHA",	  c->sha, "1",	key, c->host, d, rate, len, app,
+			      q->ack ? "1" : "0", fb,	  hold, n};
 
-	return send_argv(c, q->ack ? 10 : 9, argv, NULL);
+	return send_argv(c, 13, argv, NULL);
 }
 
 static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
@@ -356,7 +360,8 @@ static bool append_bh(struct resild_cluster *c, const struct xreq *q)
 	struct resild_cb_cmd cmd;
 
 	resild_cbh_command(&q->bh, q->name, c->prefix, c->host, c->bh_sha,
-			   LEASE_INTERVALS * c->interval_ns / RESIL_NS_PER_MS, &cmd);
+			   lease_ns(c) / RESIL_NS_PER_MS, c->fallback_for_ns / RESIL_NS_PER_MS,
+			   c->hosts_expected, &cmd);
 	return send_argv(c, cmd.argc, cmd.argv, NULL);
 }
 
@@ -473,7 +478,8 @@ static void exchange(struct resild_cluster *c, bool early)
 			if (!parsed(c, r, parse_answer(r, &a), "lease"))
 				return;
 			a.fresh = !q->ack; /* an acknowledgement grants nothing */
-			a.expiry_ns = t0 + LEASE_INTERVALS * c->interval_ns;
+			a.expiry_ns = t0 + lease_ns(c);
+			a.sent_ns = t0;
 		}
 		if (q->breaker) {
 			if (!(r = next_reply(c, q->name, "breaker")))
@@ -492,7 +498,8 @@ static void exchange(struct resild_cluster *c, bool early)
 			a.bh.fresh = true;
 			/* an interval before Redis' end: a call shorter than an
 			 * interval is over before the slots go elsewhere */
-			a.bh.expiry_ns = t0 + (LEASE_INTERVALS - 1) * c->interval_ns;
+			a.bh.expiry_ns = t0 + lease_ns(c) - c->interval_ns;
+			a.bh.sent_ns = t0;
 		}
 		resild_ck_free_req(&q->ck);
 		pthread_mutex_lock(&c->lock);
@@ -513,6 +520,7 @@ static void exchange(struct resild_cluster *c, bool early)
 			o->id = a.id;
 			o->share = a.share;
 			o->expiry_ns = a.expiry_ns;
+			o->sent_ns = a.sent_ns;
 			o->hosts = a.hosts;
 			o->tell = a.tell;
 		}

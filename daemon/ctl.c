@@ -897,6 +897,10 @@ static int define(struct resild *d, const char *name, const struct resil_conf *c
 			     sizeof(err));
 	if (r < 0)
 		return reply_error(rp, r, "policy %s: %s", name, err[0] ? err : strerror(-r));
+	/* a global policy's fallback words before its first call, not at the
+	 * next tick (cluster.c, "The fallback") */
+	if (c->scope == RESIL_SCOPE_GLOBAL)
+		resild_cluster_woken(d);
 	return 0;
 }
 

@@ -67,8 +67,13 @@ static void usage(FILE *f)
 		"  --cluster-host ID     this host's id (default /etc/machine-id)\n"
 		"  --cluster-interval DURATION  exchange period (default 100ms)\n"
 		"  --cluster-fallback share|local|reject  past a lease's expiry: the\n"
-		"                        rate divided by the hosts last seen (default),\n"
-		"                        the whole rate here, or reject\n"
+		"                        host's last share, held for it by the fleet\n"
+		"                        (default), the whole rate here, or reject\n"
+		"  --cluster-fallback-for DURATION  how long the fleet holds a silent\n"
+		"                        host's last share, and the host runs on it\n"
+		"                        (default 60s); then the rate / the fleet's size\n"
+		"  --cluster-hosts N     the fleet's size: hosts not seen keep rate / N\n"
+		"                        reserved (the bound holds through any outage)\n"
 		"  --cluster-password-file PATH  Redis AUTH password (first line)\n"
 		"  --cluster-tls-ca FILE  speak TLS to Redis, its certificate checked\n"
 		"                        against these CAs (PEM)\n"
@@ -186,6 +191,8 @@ enum {
 	O_CL_HOST,
 	O_CL_INTERVAL,
 	O_CL_FALLBACK,
+	O_CL_FALLBACK_FOR,
+	O_CL_HOSTS,
 	O_CL_PASSWORD,
 	O_CL_TLS_CA,
 	O_CL_TLS_CERT,
@@ -225,6 +232,8 @@ static const struct setting {
     {"cluster-host", "cluster_host", required_argument, O_CL_HOST},
     {"cluster-interval", "cluster_interval", required_argument, O_CL_INTERVAL},
     {"cluster-fallback", "cluster_fallback", required_argument, O_CL_FALLBACK},
+    {"cluster-fallback-for", "cluster_fallback_for", required_argument, O_CL_FALLBACK_FOR},
+    {"cluster-hosts", "cluster_hosts", required_argument, O_CL_HOSTS},
     {"cluster-password-file", "cluster_password_file", required_argument, O_CL_PASSWORD},
     {"cluster-tls-ca", "cluster_tls_ca", required_argument, O_CL_TLS_CA},
     {"cluster-tls-cert", "cluster_tls_cert", required_argument, O_CL_TLS_CERT},
@@ -378,6 +387,26 @@ static int setting_apply(struct resild *d, int code, const char *val, char *why,
 			return -EINVAL;
 		}
 		break;
+	case O_CL_FALLBACK_FOR:
+		if (resil_parse_duration(val, &d->opts.cluster_fallback_for_ns) < 0 ||
+		    d->opts.cluster_fallback_for_ns < RESIL_NS_PER_S ||
+		    d->opts.cluster_fallback_for_ns > 86400 * RESIL_NS_PER_S) {
+			snprintf(why, wlen, "expected a duration from 1s to 1d");
+			return -EINVAL;
+		}
+		break;
+	case O_CL_HOSTS: {
+		char *end;
+		unsigned long n = strtoul(val, &end, 10);
+
+		if (!*val || *end || n < 1 || n > RESILD_CLUSTER_HOSTS_MAX) {
+			snprintf(why, wlen, "expected a number of hosts from 1 to %d",
+				 RESILD_CLUSTER_HOSTS_MAX);
+			return -EINVAL;
+		}
+		d->opts.cluster_hosts = (uint32_t)n;
+		break;
+	}
 	default:
 		break;
 	}

@@ -63,6 +63,8 @@ struct resild_opts {
 	const char *cluster_tls_server_name; /* checked in the certificate (the URL's host) */
 	int64_t cluster_interval_ns;	   /* exchange period (100ms) */
 	int cluster_fallback;		   /* enum resild_cluster_fallback */
+	int64_t cluster_fallback_for_ns;   /* a silent host's share held this long (60s) */
+	uint32_t cluster_hosts;		   /* the fleet's size (0: learned) */
 };
 
 /* The HTTP metrics listener, for `resilctl status`. */
