@@ -6,6 +6,7 @@
 #include "cluster_util.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -187,4 +188,46 @@ void test_cluster_hosts_stop(struct test_daemon *hd, resil_t **cl, int n)
 		else
 			test_daemon_fini(&hd[h]);
 	}
+}
+
+double test_cluster_metric(const struct test_daemon *d, const char *name, const char *label)
+{
+	const char *argv[] = {RESILCTL_PATH, "--socket", d->sock, "metrics", NULL};
+	static char out[1 << 17];
+	size_t n = strlen(name);
+
+	if (test_run(argv, NULL, out, sizeof(out)) != 0)
+		return NAN;
+	for (char *at = out; (at = strstr(at, name)); at++) {
+		char *eol = strchr(at, '\n'), *sp;
+
+		if ((at != out && at[-1] != '\n') || (at[n] != ' ' && at[n] != '{'))
+			continue;
+		if (eol)
+			*eol = '\0';
+		sp = strrchr(at, ' ');
+		if (sp && (!label || strstr(at, label))) {
+			double v = strtod(sp + 1, NULL);
+
+			if (eol)
+				*eol = '\n';
+			return v;
+		}
+		if (eol)
+			*eol = '\n';
+	}
+	return NAN;
+}
+
+int test_cluster_pwfile(const struct test_redis *r, const char *name, const char *password,
+			char *path, size_t len)
+{
+	FILE *f;
+
+	snprintf(path, len, "%s/%s", r->dir, name);
+	f = fopen(path, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "%s\n", password);
+	return fclose(f) == 0 ? 0 : -1;
 }

@@ -6,7 +6,7 @@
  *   - a private redis-server on a unix socket in a fresh temporary
  *     directory, started (and awaited), killed, restarted by the test;
  *   - a number read from Redis (HGET, GET, ...);
- *   - a resild started as host A, B, ... of a cluster.
+ *   - a resild started as host A, B, ... of a cluster, its metrics read.
  */
 #ifndef RESIL_CLUSTER_UTIL_H
 #define RESIL_CLUSTER_UTIL_H
@@ -69,6 +69,14 @@ redisReply *test_redis_tcp_cmd(int port, const char *fmt, ...);
 /* Close each host's client, stop its daemon (a clean exit is CHECKed) and
  * remove its directory, or keep it and name its log when a check failed. */
 void test_cluster_hosts_stop(struct test_daemon *hd, resil_t **cl, int n);
+
+/* The value of metric name on d's `resilctl metrics`, the first sample
+ * whose labels contain label (NULL: any); NAN when there is none. */
+double test_cluster_metric(const struct test_daemon *d, const char *name, const char *label);
+
+/* A password file in r's directory (dir/NAME): its path in path. 0 or -1. */
+int test_cluster_pwfile(const struct test_redis *r, const char *name, const char *password,
+			char *path, size_t len);
 
 /* Start d (initialised here) as host 'A' + h of cluster cname through url:
  * --state-size 16M --cluster-redis url --cluster-host host<A+h>

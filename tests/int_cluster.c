@@ -144,11 +144,21 @@ static bool leased(int h)
 	return metric(h, "resil_cluster_lease_seconds") > 0;
 }
 
-static int host_start(int h, const char *fallback, const char *url, const char *pwfile)
+static int host_start_n(int h, const char *fallback, const char *url, const char *pwfile,
+			const char *hosts)
 {
 	char name[64];
-	const char *more[] = {"--cluster-fallback", fallback,
-			      pwfile ? "--cluster-password-file" : NULL, pwfile, NULL};
+	const char *more[8] = {"--cluster-fallback", fallback};
+	int n = 2;
+
+	if (hosts) {
+		more[n++] = "--cluster-hosts";
+		more[n++] = hosts;
+	}
+	if (pwfile) {
+		more[n++] = "--cluster-password-file";
+		more[n++] = pwfile;
+	}
 
 	snprintf(name, sizeof(name), "t%d", (int)getpid());
 	if (test_cluster_host(&hd[h], url, name, h, more) < 0)
@@ -161,6 +171,11 @@ static int host_start(int h, const char *fallback, const char *url, const char *
 	v = resil_define(r, "p", CONF);
 	resil_close(r);
 	return v;
+}
+
+static int host_start(int h, const char *fallback, const char *url, const char *pwfile)
+{
+	return host_start_n(h, fallback, url, pwfile, NULL);
 }
 
 static uint32_t adm(int h, int b)
@@ -281,14 +296,17 @@ static void bad_redis(void)
 	resil_t *r;
 	FILE *f;
 
-	/* wrong address, fallback share with no host ever seen: the rate */
+	/* wrong address, fallback share, no fleet size known: it rejects,
+	 * never the whole rate, and says so loudly */
 	snprintf(url, sizeof(url), "unix:%s/nothing.sock", rd.dir);
 	CHECK(host_start(3, "share", url, NULL) == 0, "host with a wrong address starts");
 	CHECK(TEST_EVENTUALLY(test_log_count(d, "cannot connect to Redis at unix:") > 0),
 	      "wrong address: clear error in the log");
+	CHECK(test_log_count(d, "no fleet size known") > 0,
+	      "no fleet size known: an error in the log");
 	CHECK(resil_open(&r, d->sock) == 0 && resil_policy(r, "p", &p) == 0, "open");
-	CHECK(resil_acquire(p, &pm) == 0, "wrong address: fallback share admits");
-	resil_release(p, &pm, RESIL_SUCCESS);
+	CHECK(resil_acquire(p, &pm) == RESIL_REJECT_LIMITED,
+	      "wrong address, no fleet size: the fallback rejects");
 	resil_close(r);
 	CHECK(metric(3, "resil_cluster_connected") == 0, "wrong address: not connected");
 	{
@@ -304,6 +322,21 @@ static void bad_redis(void)
 		      "status --json: the error");
 		CHECK(ctl_says(3, shw, "NOT CONNECTED to Redis", NULL), "show: not in sync");
 	}
+	test_daemon_fini(d);
+
+	/* the same with --cluster-hosts 4: rate / 4 (burst 10 at once) */
+	CHECK(host_start_n(3, "share", url, NULL, "4") == 0, "host with --cluster-hosts starts");
+	CHECK(resil_open(&r, d->sock) == 0 && resil_policy(r, "p", &p) == 0, "open");
+	{
+		int n = 0;
+
+		while (n < 100 && resil_acquire(p, &pm) == 0) {
+			resil_release(p, &pm, RESIL_SUCCESS);
+			n++;
+		}
+		CHECK(n >= 1 && n <= 10 + RATE / 4, "--cluster-hosts 4: %d admitted at once", n);
+	}
+	resil_close(r);
 	test_daemon_fini(d);
 
 	/* refused AUTH, fallback reject: nothing admitted */

@@ -1,0 +1,379 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * int_cluster_fallback.c - --cluster-fallback share (the default) keeps
+ * the fleet's bound when a host fails: a real redis-server with a
+ * password, resild hosts A, B, C, a limiter of 300/s (burst 10) and a
+ * bulkhead of 9, both global, workers on every host that want more than
+ * the fleet allows (150/s each; 4 workers holding a permit 5 ms each).
+ *
+ * 1. C's daemon SIGKILLed while its workers go on: they fall back on C's
+ *    last share, which Redis holds for C for --cluster-fallback-for (3 s
+ *    here), then they reject; A and B take C's part only once Redis has
+ *    let it go. The fleet's admissions in every 1 s span stay within
+ *    rate + the hosts' bursts, its calls in flight within 9, all along.
+ * 2. A host that never completes an exchange (a wrong password) and knows
+ *    no fleet size: it rejects (limit and bulkhead), says so in its log
+ *    and its metrics.
+ * 3. A fleet started with --cluster-hosts 3, C again with a wrong
+ *    password: A and B lease only their two thirds, C runs on rate / 3
+ *    and 9 / 3 slots; the fleet stays within the same bounds.
+ *
+ * Every worker counts its admissions per 100 ms bucket in shared memory,
+ * and its calls in flight between its admission and its release (so the
+ * counts never exceed the permits held).
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster_util.h"
+
+#define HOSTS	  4 /* A, B, C; D: the host that never connects */
+#define RATE	  300
+#define BURST	  10
+#define MAX	  9
+#define PER_S	  150.0
+#define BWORKERS  4
+#define HOLD_MS	  5
+#define HOLD_S	  3 /* --cluster-fallback-for */
+#define BUCKET_NS (100 * 1000 * 1000LL)
+#define NBUCKETS  600
+#define LCONF	  "policy.scope = global; limit.rate = 300/s; limit.burst = 10"
+#define BCONF	  "policy.scope = global; bulkhead.max = 9"
+
+struct shared {
+	int64_t t0;
+	_Atomic int stop;
+	_Atomic int fleet; /* calls in flight, all hosts */
+	_Atomic int fleet_peak;
+	_Atomic int cur[HOSTS];
+	_Atomic uint32_t adm[HOSTS][NBUCKETS];
+	_Atomic int peak[HOSTS][NBUCKETS]; /* the host's calls in flight, per bucket */
+};
+
+static struct shared *sh;
+static struct test_redis rd;
+static struct test_daemon hd[HOSTS];
+static pid_t wk[HOSTS][1 + BWORKERS];
+static char cname[64], pw_ok[PATH_MAX + 16], pw_bad[PATH_MAX + 16];
+
+static int bucket_now(void)
+{
+	int64_t b = (test_mono_ns() - sh->t0) / BUCKET_NS;
+
+	return b < 0 ? 0 : b >= NBUCKETS ? NBUCKETS - 1 : (int)b;
+}
+
+static void raise_to(_Atomic int *peak, int v)
+{
+	int p = atomic_load(peak);
+
+	while (v > p && !atomic_compare_exchange_weak(peak, &p, v))
+		;
+}
+
+static void sleep_ns(int64_t ns)
+{
+	struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+
+	nanosleep(&ts, NULL);
+}
+
+/* The limiter's worker of host h: PER_S attempts a second. */
+static void lim_worker(int h)
+{
+	int64_t step = (int64_t)(1e9 / PER_S), next = test_mono_ns();
+	resil_policy_t *p;
+	resil_t *r;
+
+	if (resil_open(&r, hd[h].sock) < 0 || resil_policy(r, "lim", &p) < 0)
+		_exit(2);
+	while (!atomic_load(&sh->stop)) {
+		resil_permit_t pm;
+		int64_t now = test_mono_ns();
+
+		if (now < next) {
+			sleep_ns(next - now);
+			continue;
+		}
+		next += step;
+		if (resil_acquire(p, &pm) == 0) {
+			atomic_fetch_add(&sh->adm[h][bucket_now()], 1);
+			resil_release(p, &pm, RESIL_SUCCESS);
+		}
+	}
+	resil_close(r);
+	_exit(0);
+}
+
+/* A bulkhead worker of host h: calls of HOLD_MS, back to back. */
+static void bh_worker(int h)
+{
+	resil_policy_t *p;
+	resil_t *r;
+
+	if (resil_open(&r, hd[h].sock) < 0 || resil_policy(r, "bh", &p) < 0)
+		_exit(2);
+	while (!atomic_load(&sh->stop)) {
+		resil_permit_t pm;
+		int v = resil_acquire(p, &pm);
+
+		if (v == RESIL_REJECT_FULL) {
+			sleep_ns(1000 * 1000);
+			continue;
+		}
+		if (v != 0)
+			_exit(3);
+		/* counted from the admission to just before the release */
+		raise_to(&sh->fleet_peak, atomic_fetch_add(&sh->fleet, 1) + 1);
+		raise_to(&sh->peak[h][bucket_now()], atomic_fetch_add(&sh->cur[h], 1) + 1);
+		sleep_ns(HOLD_MS * 1000 * 1000LL);
+		atomic_fetch_sub(&sh->cur[h], 1);
+		atomic_fetch_sub(&sh->fleet, 1);
+		resil_release(p, &pm, RESIL_SUCCESS);
+	}
+	resil_close(r);
+	_exit(0);
+}
+
+static void workers_start(int h)
+{
+	for (int w = 0; w < 1 + BWORKERS; w++) {
+		wk[h][w] = fork();
+		if (wk[h][w] == 0) {
+			if (w == 0)
+				lim_worker(h);
+			bh_worker(h);
+		}
+	}
+}
+
+static void workers_stop(void)
+{
+	atomic_store(&sh->stop, 1);
+	for (int h = 0; h < HOSTS; h++)
+		for (int w = 0; w < 1 + BWORKERS; w++) {
+			if (wk[h][w] <= 0)
+				continue;
+			if (test_wait_pid(wk[h][w], 10000) < 0) {
+				kill(wk[h][w], SIGKILL);
+				waitpid(wk[h][w], NULL, 0);
+			}
+			wk[h][w] = 0;
+		}
+	atomic_store(&sh->stop, 0);
+}
+
+/* Host h of cluster cname with the password file pw (and more). */
+static int host_start(int h, const char *pw, const char *hosts)
+{
+	const char *more[8] = {"--cluster-fallback-for", "3s", "--cluster-password-file", pw};
+	int n = 4, v;
+	resil_t *r;
+
+	if (hosts) {
+		more[n++] = "--cluster-hosts";
+		more[n++] = hosts;
+	}
+	if (test_cluster_host(&hd[h], rd.url, cname, h, more) < 0)
+		return -1;
+	v = resil_open(&r, hd[h].sock);
+	if (v < 0)
+		return v;
+	if (v == 0)
+		v = resil_define(r, "lim", LCONF);
+	if (v == 0)
+		v = resil_define(r, "bh", BCONF);
+	resil_close(r);
+	return v;
+}
+
+static bool leased(int h)
+{
+	return test_cluster_metric(&hd[h], "resil_cluster_lease_seconds", "lim") > 0 &&
+	       test_cluster_metric(&hd[h], "resil_cluster_bulkhead_lease_seconds", "bh") > 0;
+}
+
+static uint32_t adm_span(int h, int from, int to)
+{
+	uint32_t n = 0;
+
+	for (int b = from < 0 ? 0 : from; b < to && b < NBUCKETS; b++)
+		n += atomic_load(&sh->adm[h][b]);
+	return n;
+}
+
+static int peak_span(int h, int from, int to)
+{
+	int n = 0;
+
+	for (int b = from < 0 ? 0 : from; b < to && b < NBUCKETS; b++)
+		if (atomic_load(&sh->peak[h][b]) > n)
+			n = atomic_load(&sh->peak[h][b]);
+	return n;
+}
+
+/* The fleet's worst 1 s span (10 buckets) from bucket `from` to `to`,
+ * against rate + the bursts of the hosts that run. */
+static void check_spans(const char *what, int from, int to, int hosts)
+{
+	uint32_t worst = 0, bound = RATE + hosts * BURST;
+
+	for (int b = from; b + 10 <= to; b++) {
+		uint32_t n = 0;
+
+		for (int h = 0; h < HOSTS; h++)
+			n += adm_span(h, b, b + 10);
+		if (n > worst)
+			worst = n;
+	}
+	printf("%s: worst 1 s span %u admitted (bound %u), at most %d calls in flight "
+	       "(bound %d)\n",
+	       what, worst, bound, atomic_load(&sh->fleet_peak), MAX);
+	CHECK(worst <= bound, "%s: %u admitted in a 1 s span, over the bound %u", what, worst,
+	      bound);
+	CHECK(atomic_load(&sh->fleet_peak) <= MAX, "%s: %d calls in flight, over %d", what,
+	      atomic_load(&sh->fleet_peak), MAX);
+}
+
+static void phase_kill(void)
+{
+	int b0, bk, bend;
+
+	for (int h = 0; h < 3; h++) {
+		CHECK(host_start(h, pw_ok, NULL) == 0, "host %c starts", 'A' + h);
+		workers_start(h);
+	}
+	for (int h = 0; h < 3; h++)
+		CHECK(TEST_EVENTUALLY(leased(h)), "host %c holds both leases", 'A' + h);
+	b0 = bucket_now();
+	sleep_ns(1500 * 1000 * 1000LL);
+	bk = bucket_now();
+	printf("before: A %u B %u C %u admitted in the last second, C at most %d in flight\n",
+	       adm_span(0, bk - 10, bk), adm_span(1, bk - 10, bk), adm_span(2, bk - 10, bk),
+	       peak_span(2, bk - 10, bk));
+
+	/* C's daemon killed: its workers go on, on their own */
+	test_daemon_kill(&hd[2]);
+	sleep_ns((HOLD_S + 2) * 1000 * 1000 * 1000LL);
+	bend = bucket_now();
+	printf("C killed at bucket %d: C %u admitted in the first second after, %u in the "
+	       "last; A + B %u in the last\n",
+	       bk, adm_span(2, bk + 2, bk + 12), adm_span(2, bend - 10, bend),
+	       adm_span(0, bend - 10, bend) + adm_span(1, bend - 10, bend));
+	/* C's workers keep C's last share while the fleet holds it */
+	CHECK(adm_span(2, bk + 2, bk + 12) > 0, "C's workers fall back on its last share");
+	/* past --cluster-fallback-for (+ 1 s: a tick, an exchange): C's
+	 * fallback has ended, A and B share the whole rate */
+	CHECK(adm_span(2, bend - 10, bend) == 0,
+	      "C's workers admit nothing once its fallback has ended");
+	CHECK(peak_span(2, bend - 10, bend) == 0,
+	      "C's workers hold no slot once its fallback has ended (%d)",
+	      peak_span(2, bend - 10, bend));
+	CHECK(adm_span(0, bend - 10, bend) + adm_span(1, bend - 10, bend) >= RATE * 85 / 100,
+	      "A and B take C's part once the fleet let it go");
+	check_spans("a host killed", b0, bend, 3);
+}
+
+static void phase_never(void)
+{
+	struct test_daemon *d = &hd[3];
+	resil_policy_t *pl, *pb;
+	resil_permit_t pm;
+	resil_t *r;
+
+	CHECK(host_start(3, pw_bad, NULL) == 0, "host D (a wrong password) starts");
+	CHECK(TEST_EVENTUALLY(test_log_count(d, "refused AUTH") > 0), "D: refused AUTH, logged");
+	CHECK(TEST_EVENTUALLY(test_log_count(d, "no fleet size known") >= 2),
+	      "D: no fleet size known, logged for both policies");
+	CHECK(resil_open(&r, d->sock) == 0 && resil_policy(r, "lim", &pl) == 0 &&
+		  resil_policy(r, "bh", &pb) == 0,
+	      "D: open");
+	CHECK(resil_acquire(pl, &pm) == RESIL_REJECT_LIMITED, "D: the limiter rejects");
+	CHECK(resil_acquire(pb, &pm) == RESIL_REJECT_FULL, "D: the bulkhead rejects");
+	CHECK(test_cluster_metric(d, "resil_cluster_fallback_rejecting", "lim") == 1,
+	      "D: resil_cluster_fallback_rejecting says so");
+	resil_close(r);
+}
+
+static void phase_strict(void)
+{
+	int b0, bend;
+
+	snprintf(cname, sizeof(cname), "fs%d", (int)getpid());
+	memset(sh->adm, 0, sizeof(sh->adm));
+	memset(sh->peak, 0, sizeof(sh->peak));
+	atomic_store(&sh->fleet_peak, 0);
+	sh->t0 = test_mono_ns();
+	CHECK(host_start(0, pw_ok, "3") == 0, "A --cluster-hosts 3 starts");
+	CHECK(host_start(1, pw_ok, "3") == 0, "B --cluster-hosts 3 starts");
+	CHECK(host_start(2, pw_bad, "3") == 0, "C --cluster-hosts 3, a wrong password, starts");
+	for (int h = 0; h < 3; h++)
+		workers_start(h);
+	CHECK(TEST_EVENTUALLY(leased(0) && leased(1)), "A and B hold their leases");
+	b0 = bucket_now();
+	sleep_ns(3000 * 1000 * 1000LL);
+	bend = bucket_now();
+	printf("--cluster-hosts 3, C never connected: A %u B %u C %u in the last second, "
+	       "C at most %d in flight\n",
+	       adm_span(0, bend - 10, bend), adm_span(1, bend - 10, bend),
+	       adm_span(2, bend - 10, bend), peak_span(2, b0, bend));
+	CHECK(adm_span(2, bend - 10, bend) > 0 && adm_span(2, bend - 10, bend) <= RATE / 3 + BURST,
+	      "C runs on rate / 3");
+	CHECK(peak_span(2, b0, bend) <= MAX / 3, "C holds at most 9 / 3 slots");
+	CHECK(adm_span(0, bend - 10, bend) + adm_span(1, bend - 10, bend) <=
+		  2 * RATE / 3 + 2 * BURST,
+	      "A and B lease only their two thirds");
+	check_spans("--cluster-hosts 3, a host never connected", b0, bend, 3);
+}
+
+int main(void)
+{
+	if (!test_redis_installed()) {
+		fprintf(stderr, "redis-server not installed: skipped\n");
+		return TEST_SKIP;
+	}
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED)
+		return 1;
+	memset(sh, 0, sizeof(*sh));
+	if (test_redis_init(&rd, "clfb") < 0 || test_redis_start(&rd, "fleet-password") < 0 ||
+	    test_cluster_pwfile(&rd, "pw", "fleet-password", pw_ok, sizeof(pw_ok)) < 0 ||
+	    test_cluster_pwfile(&rd, "bad", "not-the-password", pw_bad, sizeof(pw_bad)) < 0)
+		return 1;
+	snprintf(cname, sizeof(cname), "fb%d", (int)getpid());
+	sh->t0 = test_mono_ns();
+
+	phase_kill();
+	phase_never();
+	workers_stop();
+	for (int h = 0; h < HOSTS; h++) {
+		if (h != 2 && hd[h].pid) {
+			int st = test_daemon_stop(&hd[h]);
+
+			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "host %c exits cleanly",
+			      'A' + h);
+		}
+		if (test_failures)
+			fprintf(stderr, "--- host %c log: %s\n", 'A' + h, hd[h].log);
+		else
+			test_daemon_fini(&hd[h]);
+	}
+	if (!test_failures) {
+		resil_t *cl[HOSTS] = {0};
+
+		phase_strict();
+		workers_stop();
+		test_cluster_hosts_stop(hd, cl, 3);
+	}
+	test_redis_fini(&rd, test_failures > 0);
+	printf("%s\n", test_failures ? "FAILED" : "ok");
+	return test_failures ? 1 : 0;
+}
