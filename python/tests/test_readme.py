@@ -1,8 +1,9 @@
 """The documented Python examples run as written: the README's quick start
 and each ```python block of docs/python.md, against a resild this test
-starts ($RESIL_SOCKET is how the examples find it). The Django settings
-block configures a real Django whose middleware then limits a client seen
-through a trusted proxy; the httpx example calls a local server."""
+starts ($RESIL_SOCKET is how the examples find it). The asyncio example
+waits for a bulkhead on one loop; the Django settings block configures a
+real Django whose middleware then limits a client seen through a trusted
+proxy; the httpx example calls a local server."""
 
 import http.server
 import os
@@ -62,8 +63,8 @@ def run(code, sock, **env):
     return out.stdout
 
 
-def test_three_examples():
-    assert len(blocks()) == 3
+def test_four_examples():
+    assert len(blocks()) == 4
     assert len(quick_start()) == 1
 
 
@@ -77,8 +78,12 @@ def test_usage_example(daemon):
     assert "refused" not in out
 
 
+def test_asyncio_example(daemon):
+    assert run(blocks()[1], daemon) == "[1, 2]\n"
+
+
 def test_django_settings(daemon):
-    code = blocks()[1] + textwrap.dedent("""
+    code = blocks()[2] + textwrap.dedent("""
         import django, json
         from django.conf import settings
         settings.configure(SECRET_KEY="x", ALLOWED_HOSTS=["*"], MIDDLEWARE=MIDDLEWARE,
@@ -117,7 +122,7 @@ def test_httpx_example(daemon):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        out = run(blocks()[2], daemon,
+        out = run(blocks()[3], daemon,
                   INVENTORY_URL=f"http://127.0.0.1:{srv.server_address[1]}/items")
     finally:
         srv.shutdown()
