@@ -36,8 +36,10 @@
  * Lifetimes: a Policy holds a reference to its Handle and a Permit to its
  * Policy, so the resil_t outlives every handle into it unless close() is
  * called explicitly; after close() every call raises resil.Error (EBADF)
- * instead of touching freed memory. A Permit dropped while held is
- * released as IGNORED: a forgotten permit never leaks a bulkhead slot.
+ * instead of touching freed memory, and a call that was waiting without
+ * the GIL when close() came frees the resil_t when it returns (h->busy).
+ * A Permit dropped while held is released as IGNORED: a forgotten permit
+ * never leaks a bulkhead slot.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -110,9 +112,11 @@ struct manual {
 
 typedef struct {
 	PyObject_HEAD
-	resil_t *r;
+	resil_t *r;	       /* NULL: never opened, or freed after close() */
 	struct manual *manual; /* MAP_SHARED page, NULL until set_clock/set_random */
 	int embedded;
+	int closed; /* close() was called: every call raises EBADF */
+	int busy;   /* calls using r with the GIL given up (waits, round trips) */
 } HandleObject;
 
 static int64_t manual_clock(void *ctx)
@@ -219,13 +223,29 @@ static void Handle_dealloc(HandleObject *h)
 	Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
+/* The handle can be used: opened, and close() not called. */
+#define HANDLE_LIVE(h) ((h)->r && !(h)->closed)
+
 #define HANDLE_OPEN(h)                                                                             \
 	do {                                                                                       \
-		if (!(h)->r)                                                                       \
+		if (!HANDLE_LIVE(h))                                                               \
 			return raise_closed();                                                     \
 	} while (0)
 
-static PyObject *Handle_close(HandleObject *h, PyObject *unused)
+/*
+ * A call that gives the GIL up while it uses h->r (a wait for a permit, a
+ * round trip to resild) is counted in h->busy from before it lets go to
+ * after it has it back, so that close() from another thread meanwhile
+ * does not free r under it: close() marks the handle closed, and the last
+ * such call to come back frees r. Both run under the GIL.
+ */
+static resil_t *handle_enter(HandleObject *h)
+{
+	h->busy++;
+	return h->r;
+}
+
+static void handle_free(HandleObject *h)
 {
 	resil_t *r = h->r;
 
@@ -233,12 +253,26 @@ static PyObject *Handle_close(HandleObject *h, PyObject *unused)
 	Py_BEGIN_ALLOW_THREADS
 	resil_close(r);
 	Py_END_ALLOW_THREADS
+}
+
+static void handle_leave(HandleObject *h)
+{
+	if (--h->busy == 0 && h->closed && h->r)
+		handle_free(h);
+}
+
+static PyObject *Handle_close(HandleObject *h, PyObject *unused)
+{
+	h->closed = 1;
+	if (!h->busy && h->r)
+		handle_free(h);
 	Py_RETURN_NONE;
 }
 
 static PyObject *Handle_define(HandleObject *h, PyObject *args)
 {
 	const char *name, *config;
+	resil_t *r;
 	int err;
 
 	if (!PyArg_ParseTuple(args, "ss:define", &name, &config))
@@ -251,9 +285,11 @@ static PyObject *Handle_define(HandleObject *h, PyObject *args)
 						 "key = value)",
 						 name));
 	HANDLE_OPEN(h);
+	r = handle_enter(h);
 	Py_BEGIN_ALLOW_THREADS
-	err = resil_define(h->r, name, config);
+	err = resil_define(r, name, config);
 	Py_END_ALLOW_THREADS
+	handle_leave(h);
 	if (err < 0)
 		return raise_errno(err, name);
 	Py_RETURN_NONE;
@@ -262,14 +298,17 @@ static PyObject *Handle_define(HandleObject *h, PyObject *args)
 static PyObject *Handle_delete(HandleObject *h, PyObject *args)
 {
 	const char *name;
+	resil_t *r;
 	int err;
 
 	if (!PyArg_ParseTuple(args, "s:delete", &name))
 		return NULL;
 	HANDLE_OPEN(h);
+	r = handle_enter(h);
 	Py_BEGIN_ALLOW_THREADS
-	err = resil_delete(h->r, name);
+	err = resil_delete(r, name);
 	Py_END_ALLOW_THREADS
+	handle_leave(h);
 	if (err < 0)
 		return raise_errno(err, name);
 	Py_RETURN_NONE;
@@ -278,14 +317,17 @@ static PyObject *Handle_delete(HandleObject *h, PyObject *args)
 static PyObject *Handle_force_state(HandleObject *h, PyObject *args)
 {
 	const char *name;
+	resil_t *r;
 	int state, err;
 
 	if (!PyArg_ParseTuple(args, "si:force_state", &name, &state))
 		return NULL;
 	HANDLE_OPEN(h);
+	r = handle_enter(h);
 	Py_BEGIN_ALLOW_THREADS
-	err = resil_force_state(h->r, name, state);
+	err = resil_force_state(r, name, state);
 	Py_END_ALLOW_THREADS
+	handle_leave(h);
 	if (err < 0)
 		return raise_errno(err, name);
 	Py_RETURN_NONE;
@@ -294,14 +336,17 @@ static PyObject *Handle_force_state(HandleObject *h, PyObject *args)
 static PyObject *Handle_reset(HandleObject *h, PyObject *args)
 {
 	const char *name;
+	resil_t *r;
 	int err;
 
 	if (!PyArg_ParseTuple(args, "s:reset", &name))
 		return NULL;
 	HANDLE_OPEN(h);
+	r = handle_enter(h);
 	Py_BEGIN_ALLOW_THREADS
-	err = resil_reset(h->r, name);
+	err = resil_reset(r, name);
 	Py_END_ALLOW_THREADS
+	handle_leave(h);
 	if (err < 0)
 		return raise_errno(err, name);
 	Py_RETURN_NONE;
@@ -352,7 +397,7 @@ static PyObject *Handle_set_clock_file(HandleObject *h, PyObject *args)
 
 	if (!PyArg_ParseTuple(args, "O&|O:set_clock_file", PyUnicode_FSConverter, &path, &nso))
 		return NULL;
-	if (!h->r) {
+	if (!HANDLE_LIVE(h)) {
 		Py_DECREF(path);
 		return raise_closed();
 	}
@@ -399,7 +444,7 @@ static PyObject *Handle_advance_ns(HandleObject *h, PyObject *arg)
 
 static PyObject *Handle_manual_clock(HandleObject *h, void *unused)
 {
-	return PyBool_FromLong(h->manual != NULL && h->r != NULL);
+	return PyBool_FromLong(h->manual != NULL && HANDLE_LIVE(h));
 }
 
 /* set_random(u64): every draw returns it (exact jitter in tests);
@@ -683,9 +728,20 @@ static PyObject *Policy_acquire(PolicyObject *po, PyObject *const *args, Py_ssiz
 	wait = resil_policy_may_wait(po->p);
 	if (wait > 0) {
 		/* the key's bytes stay valid: `key` is referenced by the caller */
+		handle_enter(po->h);
 		Py_BEGIN_ALLOW_THREADS
 		v = resil_acquire_ex(po->p, &req, &pm->permit);
 		Py_END_ALLOW_THREADS
+		if (po->h->closed) {
+			/* closed while this call waited: what it got goes back
+			 * before the handle can be freed */
+			if (v == RESIL_ADMIT)
+				resil_release(po->p, &pm->permit, RESIL_IGNORED);
+			handle_leave(po->h);
+			Py_DECREF(pm);
+			return raise_closed();
+		}
+		handle_leave(po->h);
 	} else {
 		v = resil_acquire_ex(po->p, key || req.priority ? &req : NULL, &pm->permit);
 	}
@@ -874,7 +930,7 @@ static void Permit_dealloc(PermitObject *pm)
 {
 	/* a permit dropped while held gives back what it holds, counting
 	 * nothing: a forgotten release never leaks a bulkhead slot */
-	if (pm->held && pm->pol && pm->pol->h->r)
+	if (pm->held && pm->pol && HANDLE_LIVE(pm->pol->h))
 		resil_release(pm->pol->p, &pm->permit, RESIL_IGNORED);
 	Py_CLEAR(pm->pol);
 	if (permit_nfree < PERMIT_FREE_MAX)
@@ -954,7 +1010,7 @@ static PyObject *Permit_exit(PermitObject *pm, PyObject *const *args, Py_ssize_t
 				/* the classifier failed: still give the permit back */
 				if (pm->held) {
 					pm->held = 0;
-					if (pm->pol->h->r)
+					if (HANDLE_LIVE(pm->pol->h))
 						resil_release(pm->pol->p, &pm->permit,
 							      RESIL_FAILURE);
 				}

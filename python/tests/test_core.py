@@ -94,6 +94,35 @@ def test_closed_handle():
     assert e.value.errno == errno.EBADF
 
 
+def test_close_while_a_thread_waits():
+    """close() from one thread while another waits for a permit without
+    the GIL: the waiter comes back with EBADF when its wait ends, and only
+    then is the handle's memory freed (not under it)."""
+    h = resil.open_embedded()
+    h.define("cw", "bulkhead.max = 1; bulkhead.wait = 1s")
+    p = h.policy("cw")
+    held = p.acquire()
+    got = []
+
+    def waiter():
+        try:
+            p.acquire()
+            got.append("admitted")
+        except resil.Error as e:
+            got.append(e.errno)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    # nothing shows a wait in progress from here: the pause makes close()
+    # during the wait the likely order; the outcome is EBADF either way
+    time.sleep(0.2)
+    h.close()
+    t.join(10)
+    assert got == [errno.EBADF]
+    with pytest.raises(resil.Error):
+        held.release()   # the handle is closed
+
+
 def test_permit_used_twice(r):
     p = pol(r, "b", "bulkhead.max = 1")
     permit = p.acquire()
