@@ -17,73 +17,36 @@ middleware on, against a resild this test starts:
 import concurrent.futures as cf
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 
 import pytest
 
-import resil
-from test_django import HERE, RESILCTL, RESILD, Dependency, eventually, free_port, get
+from fleet import RESILCTL, Dependency, Resild, djapp_env, eventually, get, serve, stop
 
 WORKERS = 2
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not RESILD or not os.access(RESILD, os.X_OK):
-        pytest.skip("RESILD (the resild binary) not set")
     d = tmp_path_factory.mktemp("asgi")
-    sock = str(d / "control.sock")
-    (d / "conf").mkdir()
-    daemon = subprocess.Popen([RESILD, "--foreground", "--socket", sock, "--config",
-                               str(d / "conf")], stdout=subprocess.DEVNULL,
-                              stderr=open(d / "resild.log", "w"))
-    procs = [daemon]
+    daemon = Resild(d)
     dep = Dependency(status=200)
-    threading.Thread(target=dep.serve_forever, daemon=True).start()
     try:
-        def up():
-            try:
-                resil.open(sock).close()
-                return True
-            except resil.Error:
-                return False
-        eventually(up, what="resild answers")
-        port = free_port()
-        env = dict(os.environ, RESIL_SOCKET=sock, DJANGO_SETTINGS_MODULE="djapp.settings",
-                   DJAPP_DEP_URL=f"http://127.0.0.1:{dep.server_address[1]}/",
-                   DJAPP_RELEASE_FILE=str(d / "release"), DJAPP_HOLD_FILE=str(d / "hold"),
-                   DJAPP_LIMIT="limit.rate = 1000/1s; limit.burst = 1000; limit.keys = 1024",
-                   PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        gun = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", str(WORKERS),
-                                "-k", "uvicorn.workers.UvicornWorker", "-b", f"127.0.0.1:{port}",
-                                "--graceful-timeout", "1", "--timeout", "60", "djapp.asgi"],
-                               env=env, cwd=HERE, stdout=subprocess.DEVNULL,
-                               stderr=open(d / "gunicorn.log", "w"))
-        procs.insert(0, gun)
-        base = f"http://127.0.0.1:{port}"
-
-        def ready():
-            try:
-                return get(base + "/ping").status_code == 200
-            except OSError:
-                assert gun.poll() is None, open(d / "gunicorn.log").read()
-                return False
-        eventually(ready, 90, "the uvicorn workers answer")
-        yield {"base": base, "sock": sock, "dir": d, "dep": dep, "log": d / "gunicorn.log"}
+        env = djapp_env(daemon, d, DJAPP_DEP_URL=dep.url,
+                        DJAPP_LIMIT="limit.rate = 1000/1s; limit.burst = 1000; limit.keys = 1024")
+        gun = serve([sys.executable, "-m", "gunicorn", "-w", str(WORKERS),
+                     "-k", "uvicorn.workers.UvicornWorker", "-b", "127.0.0.1:{port}",
+                     "--graceful-timeout", "1", "--timeout", "60", "djapp.asgi"],
+                    env, d / "gunicorn.log", "the uvicorn workers")
+        try:
+            yield {"base": gun.base, "sock": daemon.sock, "dir": d, "dep": dep,
+                   "log": d / "gunicorn.log"}
+        finally:
+            stop(gun)
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        dep.shutdown()
-        dep.server_close()
+        daemon.stop()
+        dep.close()
 
 
 def test_async_view_with_module_level_client(server):

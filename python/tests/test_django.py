@@ -22,25 +22,19 @@ then lies in its future and never moves under the test.
 """
 
 import concurrent.futures as cf
-import http.client
-import http.server
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 
 import pytest
 
 import resil
+from fleet import RESILCTL, Dependency, Resild, djapp_env, eventually, get, serve, stop
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RESILD = os.environ.get("RESILD")
-RESILCTL = os.environ.get("RESILCTL")
 WORKERS = 4
 # requests one_at_a_time(spread=True) may add to reach a second worker
 SPREAD_MORE = 400
@@ -49,128 +43,31 @@ HALF_OPEN_CALLS = 1  # breaker.half_open_calls
 WAIT = 60            # breaker.wait, seconds
 
 
-def eventually(cond, timeout=10.0, what="condition"):
-    end = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.05)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Dependency(http.server.ThreadingHTTPServer):
-    """The flaky dependency: answers `status` (500: down), counts what
-    reaches it."""
-    daemon_threads = True
-
-    def __init__(self, status=500):
-        self.hits = 0
-        self.lock = threading.Lock()
-
-        class H(http.server.BaseHTTPRequestHandler):
-            def do_GET(h):
-                with self.lock:
-                    self.hits += 1
-                h.send_response(status)
-                h.send_header("Content-Length", "0")
-                h.end_headers()
-
-            def log_message(h, *a):
-                pass
-        super().__init__(("127.0.0.1", 0), H)
-
-
 @pytest.fixture(scope="module", params=[False, True], ids=["fork", "preload"])
 def fleet(request, tmp_path_factory):
-    if not RESILD or not os.access(RESILD, os.X_OK):
-        pytest.skip("RESILD (the resild binary) not set")
     d = tmp_path_factory.mktemp("fleet")
-    sock = str(d / "control.sock")
-    (d / "conf").mkdir()
-    daemon = subprocess.Popen([RESILD, "--foreground", "--socket", sock, "--config", str(d / "conf")],
-                              stdout=subprocess.DEVNULL, stderr=open(d / "resild.log", "w"))
-    procs = [daemon]
+    daemon = Resild(d)
     dep = Dependency()
-    threading.Thread(target=dep.serve_forever, daemon=True).start()
+    clock = None
     try:
-        def up():
-            try:
-                resil.open(sock).close()
-                return True
-            except resil.Error:
-                return False
-        eventually(up, what="resild answers")
-        clock = resil.open(sock)
+        clock = resil.open(daemon.sock)
         clock.set_clock_file(str(d / "clock"), time.monotonic() + 3600)
-        port = free_port()
-        env = dict(os.environ, RESIL_SOCKET=sock, DJANGO_SETTINGS_MODULE="djapp.settings",
-                   DJAPP_DEP_URL=f"http://127.0.0.1:{dep.server_address[1]}/",
-                   DJAPP_HOLD_FILE=str(d / "hold"), DJAPP_CLOCK_FILE=str(d / "clock"),
-                   DJAPP_LIMIT="limit.rate = 100/60s; limit.burst = 100; limit.keys = 1024",
-                   PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = djapp_env(daemon, d, DJAPP_DEP_URL=dep.url, DJAPP_CLOCK_FILE=str(d / "clock"))
         cmd = [sys.executable, "-m", "gunicorn", "-w", str(WORKERS), "-k", "sync",
-               "-b", f"127.0.0.1:{port}", "--graceful-timeout", "1", "--timeout", "60"]
+               "-b", "127.0.0.1:{port}", "--graceful-timeout", "1", "--timeout", "60"]
         if request.param:
             cmd.append("--preload")
-        cmd.append("djapp.wsgi")
-        gun = subprocess.Popen(cmd, env=env, cwd=HERE, stdout=subprocess.DEVNULL,
-                               stderr=open(d / "gunicorn.log", "w"))
-        procs.insert(0, gun)
-        base = f"http://127.0.0.1:{port}"
-
-        def ready():
-            try:
-                return get(base + "/whoami", {"X-Forwarded-For": "192.0.2.254"}).status_code == 200
-            except OSError:
-                assert gun.poll() is None, open(d / "gunicorn.log").read()
-                return False
-        eventually(ready, 90, "gunicorn answers (4 workers import Django)")
-        yield {"base": base, "dep": dep, "sock": sock, "dir": d, "gunicorn": gun,
-               "clock": clock}
+        gun = serve(cmd + ["djapp.wsgi"], env, d / "gunicorn.log", "gunicorn (4 workers)")
+        try:
+            yield {"base": gun.base, "dep": dep, "sock": daemon.sock, "dir": d, "gunicorn": gun,
+                   "clock": clock}
+        finally:
+            stop(gun)
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        dep.shutdown()
-        dep.server_close()
-
-
-class Answer:
-    def __init__(self, status, headers, body):
-        self.status_code, self.headers, self.text = status, headers, body
-
-    def json(self):
-        return json.loads(self.text)
-
-
-def get(url, headers=None, local="127.0.0.1", timeout=120):
-    """One GET on a fresh connection from address `local` (http.client:
-    cheap enough to send hundreds from threads on a busy machine). The
-    timeout only catches a server that never answers: a loaded machine may
-    stall a worker for seconds."""
-    u = urllib.parse.urlsplit(url)
-    c = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout,
-                                   source_address=(local, 0))
-    try:
-        c.request("GET", u.path, headers=headers or {})
-        r = c.getresponse()
-        return Answer(r.status, {k.lower(): v for k, v in r.getheaders()},
-                      r.read().decode())
-    finally:
-        c.close()
+        if clock is not None:
+            clock.close()
+        daemon.stop()
+        dep.close()
 
 
 def flood(fleet, ips, n):
