@@ -778,8 +778,12 @@ static void status_cluster_json(const Resil__ClusterStatus *c)
 	json_str(stdout, c->last_error);
 	printf(",\"last_exchange_ms\":%" PRId64 ",\"exchanges\":%" PRIu64
 	       ",\"script_calls\":%" PRIu64 ",\"errors\":%" PRIu64
-	       ",\"hosts_seen\":%u,\"policies\":[",
-	       c->last_exchange_ms, c->exchanges, c->script_calls, c->errors, c->hosts_seen);
+	       ",\"hosts_seen\":%u,\"hosts_live\":%u,\"hosts_expected\":%u,"
+	       "\"duplicate_runs\":%u,\"fallback_for_ms\":%" PRIu64 ",\"run\":",
+	       c->last_exchange_ms, c->exchanges, c->script_calls, c->errors, c->hosts_seen,
+	       c->hosts_live, c->hosts_expected, c->duplicate_runs, c->fallback_for_ms);
+	json_str(stdout, c->run);
+	printf(",\"policies\":[");
 	for (size_t i = 0; i < c->n_policies; i++) {
 		const Resil__ClusterPolicy *p = c->policies[i];
 
@@ -824,8 +828,16 @@ static void status_cluster_text(const Resil__ClusterStatus *c)
 	else
 		printf(", no exchange yet");
 	printf(" (%" PRIu64 " exchanges, %" PRIu64 " script calls, %" PRIu64
-	       " errors), %u hosts seen\n",
+	       " errors), %u hosts seen",
 	       c->exchanges, c->script_calls, c->errors, c->hosts_seen);
+	if (c->hosts_expected)
+		printf(" of --cluster-hosts %u", c->hosts_expected);
+	printf(", fallback held %" PRIu64 " s\n", c->fallback_for_ms / 1000);
+	if (c->duplicate_runs)
+		printf("           DUPLICATE HOST ID: %u other daemon%s run%s as host %s (this run "
+		       "%s): each counts as a host; give each its own --cluster-host\n",
+		       c->duplicate_runs, c->duplicate_runs > 1 ? "s" : "",
+		       c->duplicate_runs > 1 ? "" : "s", c->host, c->run);
 	for (size_t i = 0; i < c->n_policies; i++) {
 		const Resil__ClusterPolicy *p = c->policies[i];
 

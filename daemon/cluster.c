@@ -646,6 +646,7 @@ void disconnect(struct resild_cluster *c)
 	c->cf_sha[0] = '\0';
 	c->bh_sha[0] = '\0';
 	c->ck_sha[0] = '\0';
+	c->hs_sha[0] = '\0';
 }
 
 const char *where(const struct resild_cluster *c, char *buf, size_t len)
@@ -1142,7 +1143,8 @@ bool connect_redis(struct resild_cluster *c)
 	if (!load_script(c, LEASE_LUA, c->sha) || !load_script(c, BREAKER_LUA, c->bk_sha) ||
 	    !load_script(c, resild_cb_budget_lua, c->cb_sha) ||
 	    !load_script(c, resild_cb_conf_lua, c->cf_sha) ||
-	    !load_script(c, resild_cbh_lua, c->bh_sha) || !load_script(c, resild_ck_lua, c->ck_sha))
+	    !load_script(c, resild_cbh_lua, c->bh_sha) ||
+	    !load_script(c, resild_ck_lua, c->ck_sha) || !load_script(c, HOSTS_LUA, c->hs_sha))
 		return false;
 	pthread_mutex_lock(&c->lock);
 	bool was = c->last_error[0] != '\0';
@@ -1153,8 +1155,8 @@ bool connect_redis(struct resild_cluster *c)
 	if (was)
 		log_notice("cluster: connected to Redis at %s again", where(c, w, sizeof(w)));
 	else
-		log_info("cluster: connected to Redis at %s as host %s", where(c, w, sizeof(w)),
-			 c->host);
+		log_info("cluster: connected to Redis at %s as host %s (run %s)",
+			 where(c, w, sizeof(w)), c->host, c->run);
 	return true;
 }
 
@@ -1317,6 +1319,7 @@ int resild_cluster_init(struct resild *d)
 			return r;
 		snprintf(c->host, sizeof(c->host), "%s", mid);
 	}
+	cl_ident_init(c, d->seg.cfg->epoch);
 	if (o->cluster_tls_ca || o->cluster_tls_cert || o->cluster_tls_server_name)
 		c->tls = true;
 	if (c->tls && c->unix_sock)
@@ -1852,6 +1855,7 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 	struct resild_cluster *c = d->cluster;
 	int64_t now = mono_ns(), last_ok;
 	uint64_t calls, errors, exchanges;
+	uint32_t dup, live;
 	bool connected;
 
 	if (!c)
@@ -1862,6 +1866,8 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 	calls = c->script_calls;
 	errors = c->errors;
 	exchanges = c->exchanges;
+	dup = c->dup_runs;
+	live = c->hosts_live;
 	pthread_mutex_unlock(&c->lock);
 	cl_one(k, "resil_cluster_connected", "1 when the exchange with Redis works.",
 	       RESIL_MT_GAUGE, resil_mv_uint(connected ? 1 : 0));
@@ -1874,6 +1880,12 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 	       RESIL_MT_COUNTER, resil_mv_uint(calls));
 	cl_one(k, "resil_cluster_errors_total", "Failed connections and exchanges.",
 	       RESIL_MT_COUNTER, resil_mv_uint(errors));
+	cl_one(k, "resil_cluster_duplicate_runs",
+	       "Other daemons running now under this host id (--cluster-host): each counts as a "
+	       "host of its own.",
+	       RESIL_MT_GAUGE, resil_mv_uint(dup));
+	cl_one(k, "resil_cluster_hosts_live", "Daemons of the fleet that reported lately.",
+	       RESIL_MT_GAUGE, resil_mv_uint(live));
 	k->family(k, "resil_cluster_share", "Requests per second leased to this host.",
 		  RESIL_MT_GAUGE);
 	k->family(k, "resil_cluster_lease_seconds",
@@ -1967,7 +1979,12 @@ int resild_cluster_info(struct resild *d, struct resild_cluster_info *out)
 	out->exchanges = c->exchanges;
 	out->script_calls = c->script_calls;
 	out->errors = c->errors;
+	out->dup_runs = c->dup_runs;
+	out->hosts_live = c->hosts_live;
 	pthread_mutex_unlock(&c->lock);
+	out->run = c->run;
+	out->hosts_expected = c->hosts_expected;
+	out->fallback_for_ns = c->fallback_for_ns;
 	out->last_exchange_ns = last_ok ? now - last_ok : -1;
 	for (uint32_t i = 0; i < c->cap; i++)
 		if (c->slots[i].active && c->slots[i].hosts > out->hosts_seen)

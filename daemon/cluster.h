@@ -59,6 +59,11 @@ struct resild_cluster_info {
 	int64_t last_exchange_ns; /* since the last exchange that answered every policy; -1 never */
 	uint64_t exchanges, script_calls, errors;
 	uint32_t hosts_seen; /* the most hosts a lease counted */
+	const char *run;     /* this run (the segments' epoch, hex) */
+	uint32_t dup_runs;   /* other daemons running under this host id now */
+	uint32_t hosts_live; /* runs that reported within three intervals */
+	uint32_t hosts_expected; /* --cluster-hosts (0: none) */
+	int64_t fallback_for_ns;
 };
 /* What `resilctl show` and status say of one global policy. */
 struct resild_cluster_policy {

@@ -401,6 +401,8 @@ bool resild_cb_parse_conf(const struct redisReply *r, struct resild_cb_ans *a)
 	snprintf(a->other_host, sizeof(a->other_host), "%.*s",
 		 r->element[1]->type == REDIS_REPLY_STRING ? (int)r->element[1]->len : 0,
 		 r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "");
+	/* "<host>#<run>" (cluster_host.c): the host is what an operator knows */
+	a->other_host[strcspn(a->other_host, "#")] = '\0';
 	if (a->conflicts && !a->other_host[0])
 		snprintf(a->other_host, sizeof(a->other_host), "?");
 	a->conf_fresh = true;

@@ -148,6 +148,8 @@ struct resild_cluster {
 	/* settings (read-only once the thread runs) */
 	char url[URL_MAX];
 	char host[HOST_MAX];
+	char run[17];		   /* the segments' epoch, hex: this run (cluster_host.c) */
+	char ident[HOST_MAX + 18]; /* "<host>#<run>": this host to the scripts */
 	char prefix[RESIL_NAME_MAX];
 	char password[256];
 	bool have_password;
@@ -192,6 +194,8 @@ struct resild_cluster {
 	uint64_t exchanges;
 	uint64_t script_calls;
 	uint64_t errors;
+	uint32_t dup_runs;   /* other daemons running under this host id (cluster_host.c) */
+	uint32_t hosts_live; /* runs that reported within three intervals */
 
 	/* thread only */
 	pthread_t thread;
@@ -203,6 +207,7 @@ struct resild_cluster {
 	char cf_sha[48];
 	char bh_sha[48]; /* cluster_bulkhead.c's script */
 	char ck_sha[48]; /* cluster_keyed.c's script */
+	char hs_sha[48]; /* cluster_host.c's script */
 	struct resild_ck_thr *ck_thr;
 	struct xreq *work;
 	uint64_t rnd;
@@ -239,9 +244,21 @@ void cl_fallback_of(struct resild_cluster *c, int64_t ok_ns, uint32_t policy_hos
 void cl_fallback_said(struct resild_cluster *c, const char *name, const char *what, int *said,
 		      int64_t ok_ns, const struct cl_fallback *f);
 
-/* The scripts (cluster.c). */
+/* The scripts (cluster.c, cluster_host.c). */
 extern const char LEASE_LUA[];
 extern const char BREAKER_LUA[];
+extern const char HOSTS_LUA[];
+
+/* cluster_host.c: this run's ident; the round's HOSTS call and its
+ * answer (false: garbage). */
+void cl_ident_init(struct resild_cluster *c, uint64_t epoch);
+struct cl_hosts_cmd {
+	const char *argv[7];
+	char key[RESIL_NAME_MAX + 16];
+	char live[24];
+};
+bool cl_hosts_append(struct resild_cluster *c, struct cl_hosts_cmd *cmd);
+bool cl_hosts_parse(struct resild_cluster *c, const redisReply *r);
 
 /* cluster.c: the clock, the jitter, errors, connections, replies. */
 int64_t mono_ns(void);

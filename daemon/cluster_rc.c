@@ -76,7 +76,8 @@ static struct timeval io_timeout(const struct resild_cluster *c)
 static redisContext *node_connect(struct resild_cluster *c, const struct cl_node *nd)
 {
 	static const char *const lua[] = {LEASE_LUA,	      BREAKER_LUA,    resild_cb_budget_lua,
-					  resild_cb_conf_lua, resild_cbh_lua, resild_ck_lua};
+					  resild_cb_conf_lua, resild_cbh_lua, resild_ck_lua,
+					  HOSTS_LUA};
 	struct timeval tv = io_timeout(c);
 	char err[256];
 	redisContext *rc = tcp_connect(c, nd->addr, nd->port, tv, err, sizeof(err));
@@ -213,14 +214,11 @@ out:
 	return NULL;
 }
 
-/* Route the next policy's commands: the node its slot maps to. */
-static void route(struct resild_cluster *c, const struct xreq *q)
+/* Route the next commands on key: the node its slot maps to. */
+static void route_key(struct resild_cluster *c, const char *key)
 {
-	char key[2 * RESIL_NAME_MAX + 16];
-	uint32_t k;
+	uint32_t k = c->slot_node[key_slot(key)];
 
-	snprintf(key, sizeof(key), "%s:{%s}:lease", c->prefix, q->name);
-	k = c->slot_node[key_slot(key)];
 	c->cur = c->rc;
 	if (k && k <= c->nnodes) {
 		struct cl_node *nd = &c->nodes[k - 1];
@@ -230,6 +228,15 @@ static void route(struct resild_cluster *c, const struct xreq *q)
 		if (nd->rc)
 			c->cur = nd->rc;
 	}
+}
+
+/* Route the next policy's commands. */
+static void route(struct resild_cluster *c, const struct xreq *q)
+{
+	char key[2 * RESIL_NAME_MAX + 16];
+
+	snprintf(key, sizeof(key), "%s:{%s}:lease", c->prefix, q->name);
+	route_key(c, key);
 }
 
 /* Format and queue a command on c->cur; its reply is read in order. */
@@ -271,7 +278,7 @@ static bool append_lease(struct resild_cluster *c, const struct xreq *q)
 	snprintf(fb, sizeof(fb), "%.6f", q->fb);
 	snprintf(hold, sizeof(hold), "%lld", (long long)(c->fallback_for_ns / RESIL_NS_PER_MS));
 	snprintf(n, sizeof(n), "%u", c->hosts_expected);
-	const char *argv[] = {"EVALSHA",	  c->sha, "1",	key, c->host, d, rate, len, app,
+	const char *argv[] = {"EVALSHA",	  c->sha, "1",	key, c->ident, d, rate, len, app,
 			      q->ack ? "1" : "0", fb,	  hold, n};
 
 	return send_argv(c, 13, argv, NULL);
@@ -296,8 +303,8 @@ static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
 	snprintf(v[11], 32, "%llu", (unsigned long long)q->res_round);
 	snprintf(v[12], 32, "%d", q->res);
 	snprintf(v[13], 32, "%lld", (long long)(hold_ns(c) / RESIL_NS_PER_MS));
-	const char *argv[] = {"EVALSHA", c->bk_sha, "1",   key,	  c->host, v[0], v[1],
-			      v[2],	 v[3],	    v[4],  v[5],  v[6],	   v[7], v[8],
+	const char *argv[] = {"EVALSHA", c->bk_sha, "1",   key,	  c->ident, v[0], v[1],
+			      v[2],	 v[3],	    v[4],  v[5],  v[6],	    v[7], v[8],
 			      v[9],	 v[10],	    v[11], v[12], v[13]};
 
 	return send_argv(c, 19, argv, NULL);
@@ -347,7 +354,7 @@ static redisReply *next_reply(struct resild_cluster *c, const char *name, const 
 static bool append_cb(struct resild_cluster *c, const struct xreq *q)
 {
 	struct resild_cb_cmd cmd[2];
-	int n = resild_cb_commands(&q->cb, q->name, c->prefix, c->host, c->cb_sha, c->cf_sha, cmd);
+	int n = resild_cb_commands(&q->cb, q->name, c->prefix, c->ident, c->cb_sha, c->cf_sha, cmd);
 
 	for (int k = 0; k < n; k++)
 		if (!send_argv(c, cmd[k].argc, cmd[k].argv, NULL))
@@ -359,7 +366,7 @@ static bool append_bh(struct resild_cluster *c, const struct xreq *q)
 {
 	struct resild_cb_cmd cmd;
 
-	resild_cbh_command(&q->bh, q->name, c->prefix, c->host, c->bh_sha,
+	resild_cbh_command(&q->bh, q->name, c->prefix, c->ident, c->bh_sha,
 			   lease_ns(c) / RESIL_NS_PER_MS, c->fallback_for_ns / RESIL_NS_PER_MS,
 			   c->hosts_expected, &cmd);
 	return send_argv(c, cmd.argc, cmd.argv, NULL);
@@ -371,7 +378,7 @@ static bool append_ck(struct resild_cluster *c, const struct xreq *q, uint32_t s
 
 	if (!q->ck.on)
 		return true;
-	resild_ck_command(&q->ck, &c->ck_thr[slot], q->gen, q->name, c->prefix, c->host, c->ck_sha,
+	resild_ck_command(&q->ck, &c->ck_thr[slot], q->gen, q->name, c->prefix, c->ident, c->ck_sha,
 			  &cmd);
 	return send_argv(c, cmd.argc, cmd.argv, cmd.argvlen);
 }
@@ -430,6 +437,7 @@ static void exchange(struct resild_cluster *c, bool early)
 {
 	const struct xreq *src = early ? c->ereq : c->req;
 	uint32_t n = 0, ok = 0, last = 0;
+	bool hello = false;
 	int64_t t0;
 
 	pthread_mutex_lock(&c->lock);
@@ -449,6 +457,14 @@ static void exchange(struct resild_cluster *c, bool early)
 		return;
 
 	t0 = mono_ns();
+	/* who runs in the fleet, this run included (cluster_host.c) */
+	if (!early) {
+		struct cl_hosts_cmd hc;
+
+		cl_hosts_append(c, &hc);
+		route_key(c, hc.key);
+		hello = send_argv(c, 7, hc.argv, NULL);
+	}
 	for (uint32_t i = 0; i < c->cap; i++) {
 		struct xreq *q = &c->work[i];
 
@@ -464,6 +480,12 @@ static void exchange(struct resild_cluster *c, bool early)
 		    !append_cb(c, q) || (q->bh.on && !append_bh(c, q)) || !append_ck(c, q, i))
 			break;
 		last = i + 1;
+	}
+	if (hello) {
+		redisReply *r = next_reply(c, "the fleet's hosts", "hosts");
+
+		if (!r || !parsed(c, r, cl_hosts_parse(c, r), "hosts"))
+			return;
 	}
 	for (uint32_t i = 0; i < last; i++) {
 		struct xreq *q = &c->work[i];

@@ -1637,6 +1637,11 @@ static struct cluster_status *cluster_status(struct resild *d)
 	cs->st.script_calls = cs->ci.script_calls;
 	cs->st.errors = cs->ci.errors;
 	cs->st.hosts_seen = cs->ci.hosts_seen;
+	cs->st.run = (char *)cs->ci.run;
+	cs->st.duplicate_runs = cs->ci.dup_runs;
+	cs->st.hosts_live = cs->ci.hosts_live;
+	cs->st.hosts_expected = cs->ci.hosts_expected;
+	cs->st.fallback_for_ms = (uint64_t)(cs->ci.fallback_for_ns / RESIL_NS_PER_MS);
 	arg[0] = d;
 	arg[1] = cs;
 	resil_seg_foreach(&d->seg, cluster_policy_one, arg);
