@@ -1,22 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * int_cluster_fallback.c - --cluster-fallback share (the default) keeps
- * the fleet's bound when a host fails: a real redis-server with a
- * password, resild hosts A, B, C, a limiter of 300/s (burst 10) and a
- * bulkhead of 9, both global, workers on every host that want more than
- * the fleet allows (150/s each; 4 workers holding a permit 5 ms each).
+ * int_cluster_bounds.c - the fleet's bounds hold when a host fails, never
+ * connects or shares its name: a real redis-server with a password,
+ * resild hosts A, B, C, a limiter of 300/s (burst 10) and a bulkhead of 9,
+ * both global, workers on every host that want more than the fleet allows
+ * (150/s each; 4 workers holding a permit 5 ms each).
  *
- * 1. C's daemon SIGKILLed while its workers go on: they fall back on C's
- *    last share, which Redis holds for C for --cluster-fallback-for (3 s
- *    here), then they reject; A and B take C's part only once Redis has
- *    let it go. The fleet's admissions in every 1 s span stay within
- *    rate + the hosts' bursts, its calls in flight within 9, all along.
+ * 1. C's daemon SIGKILLed while its workers go on (--cluster-fallback
+ *    share, the default): they fall back on C's last share, which Redis
+ *    holds for C for --cluster-fallback-for (3 s here), then they reject;
+ *    A and B take C's part only once Redis has let it go. The fleet's
+ *    admissions in every 1 s span stay within rate + the hosts' bursts,
+ *    its calls in flight within 9, all along.
  * 2. A host that never completes an exchange (a wrong password) and knows
  *    no fleet size: it rejects (limit and bulkhead), says so in its log
  *    and its metrics.
  * 3. A fleet started with --cluster-hosts 3, C again with a wrong
  *    password: A and B lease only their two thirds, C runs on rate / 3
  *    and 9 / 3 slots; the fleet stays within the same bounds.
+ * 4. Two daemons under one host id (B twice, as a cloned image with one
+ *    /etc/machine-id would run): both log it, their metrics and `resilctl
+ *    status` say so, the fleet counts three hosts and stays within the
+ *    same bounds.
  *
  * Every worker counts its admissions per 100 ms bucket in shared memory,
  * and its calls in flight between its admission and its release (so the
@@ -24,6 +29,7 @@
  */
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,16 +177,21 @@ static void workers_stop(void)
 	atomic_store(&sh->stop, 0);
 }
 
-/* Host h of cluster cname with the password file pw (and more). */
-static int host_start(int h, const char *pw, const char *hosts)
+/* Host h of cluster cname with the password file pw, --cluster-hosts
+ * hosts and the host id id (NULL: none, host<A + h>). */
+static int host_start(int h, const char *pw, const char *hosts, const char *id)
 {
-	const char *more[8] = {"--cluster-fallback-for", "3s", "--cluster-password-file", pw};
+	const char *more[10] = {"--cluster-fallback-for", "3s", "--cluster-password-file", pw};
 	int n = 4, v;
 	resil_t *r;
 
 	if (hosts) {
 		more[n++] = "--cluster-hosts";
 		more[n++] = hosts;
+	}
+	if (id) {
+		more[n++] = "--cluster-host";
+		more[n++] = id;
 	}
 	if (test_cluster_host(&hd[h], rd.url, cname, h, more) < 0)
 		return -1;
@@ -248,7 +259,7 @@ static void phase_kill(void)
 	int b0, bk, bend;
 
 	for (int h = 0; h < 3; h++) {
-		CHECK(host_start(h, pw_ok, NULL) == 0, "host %c starts", 'A' + h);
+		CHECK(host_start(h, pw_ok, NULL, NULL) == 0, "host %c starts", 'A' + h);
 		workers_start(h);
 	}
 	for (int h = 0; h < 3; h++)
@@ -289,7 +300,7 @@ static void phase_never(void)
 	resil_permit_t pm;
 	resil_t *r;
 
-	CHECK(host_start(3, pw_bad, NULL) == 0, "host D (a wrong password) starts");
+	CHECK(host_start(3, pw_bad, NULL, NULL) == 0, "host D (a wrong password) starts");
 	CHECK(TEST_EVENTUALLY(test_log_count(d, "refused AUTH") > 0), "D: refused AUTH, logged");
 	CHECK(TEST_EVENTUALLY(test_log_count(d, "no fleet size known") >= 2),
 	      "D: no fleet size known, logged for both policies");
@@ -303,18 +314,84 @@ static void phase_never(void)
 	resil_close(r);
 }
 
-static void phase_strict(void)
+/* A new fleet under a new cluster name, the counts from zero. */
+static void fleet_new(const char *tag)
 {
-	int b0, bend;
-
-	snprintf(cname, sizeof(cname), "fs%d", (int)getpid());
+	snprintf(cname, sizeof(cname), "%s%d", tag, (int)getpid());
 	memset(sh->adm, 0, sizeof(sh->adm));
 	memset(sh->peak, 0, sizeof(sh->peak));
 	atomic_store(&sh->fleet_peak, 0);
 	sh->t0 = test_mono_ns();
-	CHECK(host_start(0, pw_ok, "3") == 0, "A --cluster-hosts 3 starts");
-	CHECK(host_start(1, pw_ok, "3") == 0, "B --cluster-hosts 3 starts");
-	CHECK(host_start(2, pw_bad, "3") == 0, "C --cluster-hosts 3, a wrong password, starts");
+}
+
+/* Does `resilctl status` on host h print every one of the NULL-ended
+ * strings? */
+static bool status_says(int h, ...)
+{
+	const char *argv[] = {RESILCTL_PATH, "--socket", hd[h].sock, "status", NULL};
+	static char out[1 << 16];
+	const char *want;
+	bool ok = true;
+	va_list ap;
+
+	if (test_run(argv, NULL, out, sizeof(out)) != 0)
+		return false;
+	va_start(ap, h);
+	while ((want = va_arg(ap, const char *)))
+		if (!strstr(out, want)) {
+			fprintf(stderr, "status of host %c lacks \"%s\":\n%s", 'A' + h, want, out);
+			ok = false;
+		}
+	va_end(ap);
+	return ok;
+}
+
+static void phase_samehost(void)
+{
+	int b0, bend;
+
+	fleet_new("sh");
+	CHECK(host_start(0, pw_ok, NULL, NULL) == 0, "A starts");
+	CHECK(host_start(1, pw_ok, NULL, NULL) == 0, "B starts");
+	CHECK(host_start(2, pw_ok, NULL, "hostB") == 0, "another B starts");
+	for (int h = 0; h < 3; h++)
+		workers_start(h);
+	for (int h = 0; h < 3; h++)
+		CHECK(TEST_EVENTUALLY(leased(h)), "host %d holds both leases", h);
+	for (int h = 1; h < 3; h++) {
+		CHECK(TEST_EVENTUALLY(test_log_count(&hd[h], "two daemons under one host id") > 0),
+		      "daemon %d of host B logs the other", h);
+		CHECK(test_cluster_metric(&hd[h], "resil_cluster_duplicate_runs", NULL) == 1,
+		      "daemon %d of host B: resil_cluster_duplicate_runs 1", h);
+		CHECK(status_says(h, "DUPLICATE HOST ID: 1 other daemon runs as host hostB",
+				  "3 hosts seen", NULL),
+		      "daemon %d of host B: status says so", h);
+	}
+	CHECK(test_cluster_metric(&hd[0], "resil_cluster_duplicate_runs", NULL) == 0,
+	      "A: no duplicate");
+	CHECK(TEST_EVENTUALLY(test_cluster_metric(&hd[0], "resil_cluster_hosts", "lim") == 3),
+	      "A's lease counts three hosts");
+	b0 = bucket_now();
+	sleep_ns(3000 * 1000 * 1000LL);
+	bend = bucket_now();
+	printf("two daemons as host B: A %u B %u B' %u in the last second\n",
+	       adm_span(0, bend - 10, bend), adm_span(1, bend - 10, bend),
+	       adm_span(2, bend - 10, bend));
+	for (int h = 0; h < 3; h++)
+		CHECK(adm_span(h, bend - 10, bend) >= RATE / 3 * 80 / 100,
+		      "daemon %d gets its third", h);
+	check_spans("two daemons under one host id", b0, bend, 3);
+}
+
+static void phase_strict(void)
+{
+	int b0, bend;
+
+	fleet_new("fs");
+	CHECK(host_start(0, pw_ok, "3", NULL) == 0, "A --cluster-hosts 3 starts");
+	CHECK(host_start(1, pw_ok, "3", NULL) == 0, "B --cluster-hosts 3 starts");
+	CHECK(host_start(2, pw_bad, "3", NULL) == 0,
+	      "C --cluster-hosts 3, a wrong password, starts");
 	for (int h = 0; h < 3; h++)
 		workers_start(h);
 	CHECK(TEST_EVENTUALLY(leased(0) && leased(1)), "A and B hold their leases");
@@ -344,7 +421,7 @@ int main(void)
 	if (sh == MAP_FAILED)
 		return 1;
 	memset(sh, 0, sizeof(*sh));
-	if (test_redis_init(&rd, "clfb") < 0 || test_redis_start(&rd, "fleet-password") < 0 ||
+	if (test_redis_init(&rd, "clbo") < 0 || test_redis_start(&rd, "fleet-password") < 0 ||
 	    test_cluster_pwfile(&rd, "pw", "fleet-password", pw_ok, sizeof(pw_ok)) < 0 ||
 	    test_cluster_pwfile(&rd, "bad", "not-the-password", pw_bad, sizeof(pw_bad)) < 0)
 		return 1;
@@ -370,6 +447,13 @@ int main(void)
 		resil_t *cl[HOSTS] = {0};
 
 		phase_strict();
+		workers_stop();
+		test_cluster_hosts_stop(hd, cl, 3);
+	}
+	if (!test_failures) {
+		resil_t *cl[HOSTS] = {0};
+
+		phase_samehost();
 		workers_stop();
 		test_cluster_hosts_stop(hd, cl, 3);
 	}
