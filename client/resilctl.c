@@ -783,7 +783,10 @@ static void status_cluster_json(const Resil__ClusterStatus *c)
 	       c->last_exchange_ms, c->exchanges, c->script_calls, c->errors, c->hosts_seen,
 	       c->hosts_live, c->hosts_expected, c->duplicate_runs, c->fallback_for_ms);
 	json_str(stdout, c->run);
-	printf(",\"policies\":[");
+	printf(",\"round_trip_ms\":%" PRIu64 ",\"lease_length_ms\":%" PRIu64
+	       ",\"round_trip_too_long\":%s,\"expired_connected\":%" PRIu64 ",\"policies\":[",
+	       c->round_trip_ms, c->lease_length_ms, c->round_trip_too_long ? "true" : "false",
+	       c->expired_connected);
 	for (size_t i = 0; i < c->n_policies; i++) {
 		const Resil__ClusterPolicy *p = c->policies[i];
 
@@ -833,6 +836,12 @@ static void status_cluster_text(const Resil__ClusterStatus *c)
 	if (c->hosts_expected)
 		printf(" of --cluster-hosts %u", c->hosts_expected);
 	printf(", fallback held %" PRIu64 " s\n", c->fallback_for_ms / 1000);
+	printf("           round trip %" PRIu64 " ms, leases of %" PRIu64 " ms, %" PRIu64
+	       " ran out while connected\n",
+	       c->round_trip_ms, c->lease_length_ms, c->expired_connected);
+	if (c->round_trip_too_long)
+		printf("           ROUND TRIP TOO LONG: leases stop at half of "
+		       "--cluster-fallback-for and run out between exchanges\n");
 	if (c->duplicate_runs)
 		printf("           DUPLICATE HOST ID: %u other daemon%s run%s as host %s (this run "
 		       "%s): each counts as a host; give each its own --cluster-host\n",

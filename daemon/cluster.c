@@ -1098,6 +1098,7 @@ bool connect_redis(struct resild_cluster *c)
 	struct timeval tv = {.tv_sec = to / RESIL_NS_PER_S,
 			     .tv_usec = (to % RESIL_NS_PER_S) / 1000};
 	char w[URL_MAX + 16], db[16], err[256], e2[256];
+	int64_t t0;
 
 	if (c->sentinel && !sentinel_discover(c, tv, err, sizeof(err))) {
 		set_error(c, "no primary for %s from the sentinels: %s", c->master, err);
@@ -1143,9 +1144,13 @@ bool connect_redis(struct resild_cluster *c)
 	if (!load_script(c, LEASE_LUA, c->sha) || !load_script(c, BREAKER_LUA, c->bk_sha) ||
 	    !load_script(c, resild_cb_budget_lua, c->cb_sha) ||
 	    !load_script(c, resild_cb_conf_lua, c->cf_sha) ||
-	    !load_script(c, resild_cbh_lua, c->bh_sha) ||
-	    !load_script(c, resild_ck_lua, c->ck_sha) || !load_script(c, HOSTS_LUA, c->hs_sha))
+	    !load_script(c, resild_cbh_lua, c->bh_sha) || !load_script(c, resild_ck_lua, c->ck_sha))
 		return false;
+	/* one round trip timed: the first leases fit it already */
+	t0 = mono_ns();
+	if (!load_script(c, HOSTS_LUA, c->hs_sha))
+		return false;
+	cl_rtt_note(c, mono_ns() - t0);
 	pthread_mutex_lock(&c->lock);
 	bool was = c->last_error[0] != '\0';
 
@@ -1203,18 +1208,74 @@ bool parse_breaker(redisReply *r, struct xans *a)
 }
 
 /* How long an answer of the fleet's breaker holds the host's OPEN (and a
- * prober's claim lasts in Redis without renewal): LEASE_INTERVALS, at least
- * a second, so a loop late by a few ticks does not let the host's own wait
- * end between two answers. Redis away longer: the host's breaker runs its
- * own wait and probes (its local logic). */
+ * prober's claim lasts in Redis without renewal): a lease's length, at
+ * least a second, so a loop late by a few ticks does not let the host's
+ * own wait end between two answers. Redis away longer: the host's breaker
+ * runs its own wait and probes (its local logic). */
 int64_t hold_ns(const struct resild_cluster *c)
 {
-	return resil_max64(LEASE_INTERVALS * c->interval_ns, RESIL_NS_PER_S);
+	return resil_max64(lease_ns(c), RESIL_NS_PER_S);
 }
 
+/*
+ * Leases that fit the round trip. A lease counts from its request's send
+ * and is applied when its answer is back, a round trip later; the next
+ * one leaves at the next post, or when this round is over if the round
+ * trip is longer than an interval (one round at a time), and lands a
+ * round trip after that. So answers come max(interval, rtt) apart and a
+ * lease must cover that twice (one round lost) plus its own round trip,
+ * and a round trip that grows meanwhile (a loaded host, a slow moment of
+ * Redis) by as much again:
+ *     L = max(3 x interval, 3 x max(interval, rtt) + 2 x rtt)
+ * with rtt the longest of the last RTT_WINDOW rounds (cl_rtt_note). The
+ * fleet holds a silent host's fallback for --cluster-fallback-for, which
+ * must outlast two leases: L stops at half of it, and a round trip that
+ * needs more is an error (logged once, in status and
+ * resil_cluster_round_trip_too_long), never a silent fallback.
+ */
 int64_t lease_ns(const struct resild_cluster *c)
 {
-	return LEASE_INTERVALS * c->interval_ns;
+	int64_t l =
+	    atomic_load_explicit(&((struct resild_cluster *)c)->lease_len_ns, memory_order_relaxed);
+
+	return l ? l : LEASE_INTERVALS * c->interval_ns;
+}
+
+/* The thread, after a round that took rtt: the leases' length. */
+void cl_rtt_note(struct resild_cluster *c, int64_t rtt)
+{
+	int64_t most = 0, l, cap = c->fallback_for_ns / 2, iv = c->interval_ns;
+	bool too;
+
+	c->rtts[c->nrtt++ % RTT_WINDOW] = rtt;
+	for (uint32_t i = 0; i < RTT_WINDOW && i < c->nrtt; i++)
+		most = resil_max64(most, c->rtts[i]);
+	l = resil_max64(LEASE_INTERVALS * iv, 3 * resil_max64(iv, most) + 2 * most);
+	too = l > cap;
+	if (too)
+		l = cap;
+	atomic_store_explicit(&c->lease_len_ns, l, memory_order_relaxed);
+	pthread_mutex_lock(&c->lock);
+	c->rtt_ns = most;
+	if (too != c->rtt_too_long) {
+		c->rtt_too_long = too;
+		pthread_mutex_unlock(&c->lock);
+		if (too)
+			log_error(
+			    "cluster: the round trip to Redis takes %lld ms: a lease that covers "
+			    "it would outlast half of --cluster-fallback-for (%lld s); leases "
+			    "stop at %lld ms and run out between exchanges: raise "
+			    "--cluster-fallback-for, or bring Redis closer",
+			    (long long)(most / RESIL_NS_PER_MS),
+			    (long long)(c->fallback_for_ns / RESIL_NS_PER_S),
+			    (long long)(cap / RESIL_NS_PER_MS));
+		else
+			log_notice(
+			    "cluster: the round trip to Redis (%lld ms) fits the leases again",
+			    (long long)(most / RESIL_NS_PER_MS));
+		return;
+	}
+	pthread_mutex_unlock(&c->lock);
 }
 
 /*
@@ -1428,6 +1489,29 @@ void cl_fallback_said(struct resild_cluster *c, const char *name, const char *wh
 	*said = f->tier;
 }
 
+/* A lease that ran out unrenewed: while connected, a round trip longer
+ * than the lease (counted, said with the figures); else the outage
+ * already said. */
+void cl_lease_ran_out(struct resild_cluster *c, const char *name, const char *what)
+{
+	int64_t rtt;
+
+	if (!c->loop_connected) {
+		log_warning("cluster: policy %s: %s lease ran out unrenewed (Redis out of reach): "
+			    "its clients fall back",
+			    name, what);
+		return;
+	}
+	c->expired_connected++;
+	pthread_mutex_lock(&c->lock);
+	rtt = c->rtt_ns;
+	pthread_mutex_unlock(&c->lock);
+	log_warning("cluster: policy %s: %s lease ran out while connected to Redis (round trip "
+		    "%lld ms, leases %lld ms): its clients fall back until the next answer",
+		    name, what, (long long)(rtt / RESIL_NS_PER_MS),
+		    (long long)(lease_ns(c) / RESIL_NS_PER_MS));
+}
+
 struct tick_ctx {
 	struct resild *d;
 	struct resild_cluster *c;
@@ -1569,9 +1653,7 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 		cs->fallbacks++;
 		resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_FALLBACK, 0, 0,
 				 0, t->now);
-		log_warning("cluster: policy %s: lease expired without renewal, its clients "
-			    "fall back",
-			    rec->name);
+		cl_lease_ran_out(c, rec->name, "limit");
 	}
 	cs->in_lease = t->now < cs->expiry_ns;
 
@@ -1751,7 +1833,8 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	if (a.gen != rec->gen)
 		resild_ck_free_ans(&a.ck);
 	if (keyed)
-		resild_ck_tick(s, rec, &cs->ck, &a.ck, &q.ck, t->now, c->interval_ns, t->post);
+		resild_ck_tick(s, rec, &cs->ck, &a.ck, &q.ck, t->now, c->interval_ns, lease_ns(c),
+			       t->post);
 	resild_ck_free_ans(&a.ck);
 	if (t->early && !t->post) {
 		snprintf(q.name, sizeof(q.name), "%s", rec->name);
@@ -1785,13 +1868,14 @@ static void cluster_tick(struct resild *d, bool may_post)
 	if (!c)
 		return;
 	t.post = may_post && t.now - c->last_post_ns >= c->interval_ns - c->interval_ns / 4;
+	pthread_mutex_lock(&c->lock);
+	c->loop_connected = c->connected;
 	if (t.post) {
 		c->last_post_ns = t.now;
-		pthread_mutex_lock(&c->lock);
 		for (uint32_t i = 0; i < c->cap; i++)
 			c->req[i].active = false;
-		pthread_mutex_unlock(&c->lock);
 	}
+	pthread_mutex_unlock(&c->lock);
 	resil_seg_foreach(&d->seg, tick_one, &t);
 	c->fleet_known = t.fleet_seen;
 	for (uint32_t i = 0; i < c->cap; i++) {
@@ -1856,7 +1940,8 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 	int64_t now = mono_ns(), last_ok;
 	uint64_t calls, errors, exchanges;
 	uint32_t dup, live;
-	bool connected;
+	int64_t rtt;
+	bool connected, too;
 
 	if (!c)
 		return;
@@ -1868,6 +1953,8 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 	exchanges = c->exchanges;
 	dup = c->dup_runs;
 	live = c->hosts_live;
+	rtt = c->rtt_ns;
+	too = c->rtt_too_long;
 	pthread_mutex_unlock(&c->lock);
 	cl_one(k, "resil_cluster_connected", "1 when the exchange with Redis works.",
 	       RESIL_MT_GAUGE, resil_mv_uint(connected ? 1 : 0));
@@ -1886,6 +1973,17 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 	       RESIL_MT_GAUGE, resil_mv_uint(dup));
 	cl_one(k, "resil_cluster_hosts_live", "Daemons of the fleet that reported lately.",
 	       RESIL_MT_GAUGE, resil_mv_uint(live));
+	cl_one(k, "resil_cluster_round_trip_seconds",
+	       "The longest round trip to Redis of the last rounds (it sizes the leases).",
+	       RESIL_MT_GAUGE, resil_mv_real((double)rtt / 1e9, 3));
+	cl_one(k, "resil_cluster_lease_length_seconds", "How long a lease lasts now.",
+	       RESIL_MT_GAUGE, resil_mv_real((double)lease_ns(c) / 1e9, 3));
+	cl_one(k, "resil_cluster_round_trip_too_long",
+	       "1 when leases cannot cover the round trip within --cluster-fallback-for.",
+	       RESIL_MT_GAUGE, resil_mv_uint(too));
+	cl_one(k, "resil_cluster_lease_expiries_connected_total",
+	       "Leases that ran out unrenewed while connected to Redis.", RESIL_MT_COUNTER,
+	       resil_mv_uint(c->expired_connected));
 	k->family(k, "resil_cluster_share", "Requests per second leased to this host.",
 		  RESIL_MT_GAUGE);
 	k->family(k, "resil_cluster_lease_seconds",
@@ -1981,7 +2079,11 @@ int resild_cluster_info(struct resild *d, struct resild_cluster_info *out)
 	out->errors = c->errors;
 	out->dup_runs = c->dup_runs;
 	out->hosts_live = c->hosts_live;
+	out->rtt_ns = c->rtt_ns;
+	out->rtt_too_long = c->rtt_too_long;
 	pthread_mutex_unlock(&c->lock);
+	out->lease_ns = lease_ns(c);
+	out->expired_connected = c->expired_connected;
 	out->run = c->run;
 	out->hosts_expected = c->hosts_expected;
 	out->fallback_for_ns = c->fallback_for_ns;

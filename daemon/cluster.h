@@ -64,6 +64,10 @@ struct resild_cluster_info {
 	uint32_t hosts_live; /* runs that reported within three intervals */
 	uint32_t hosts_expected; /* --cluster-hosts (0: none) */
 	int64_t fallback_for_ns;
+	int64_t rtt_ns;		    /* the longest round trip of the last rounds */
+	int64_t lease_ns;	    /* a lease's length now */
+	bool rtt_too_long;	    /* leases cannot cover it */
+	uint64_t expired_connected; /* leases that ran out while connected */
 };
 /* What `resilctl show` and status say of one global policy. */
 struct resild_cluster_policy {

@@ -226,9 +226,7 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 		cs->fallbacks++;
 		resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_FALLBACK, 0, 0,
 				 0, now);
-		log_warning("cluster: policy %s: bulkhead lease expired without renewal, its "
-			    "clients fall back",
-			    rec->name);
+		cl_lease_ran_out(c, rec->name, "bulkhead");
 	}
 	cs->in_lease = now < cs->expiry_ns;
 	cs->parked = parked;

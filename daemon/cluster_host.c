@@ -21,7 +21,7 @@
  * stops reporting before its successor's second report, so it is never
  * counted). Both daemons log it (once, and once when it ends), and
  * `resilctl status` and resil_cluster_duplicate_runs say so. The same
- * call counts the runs that reported within three intervals: the hosts
+ * call counts the runs that reported within a lease length: the hosts
  * live in the fleet.
  *
  * Who writes what. The thread: the answer words in struct resild_cluster
@@ -75,8 +75,7 @@ void cl_ident_init(struct resild_cluster *c, uint64_t epoch)
 bool cl_hosts_append(struct resild_cluster *c, struct cl_hosts_cmd *cmd)
 {
 	snprintf(cmd->key, sizeof(cmd->key), "%s:hosts", c->prefix);
-	snprintf(cmd->live, sizeof(cmd->live), "%lld",
-		 (long long)(LEASE_INTERVALS * c->interval_ns / RESIL_NS_PER_MS));
+	snprintf(cmd->live, sizeof(cmd->live), "%lld", (long long)(lease_ns(c) / RESIL_NS_PER_MS));
 	cmd->argv[0] = "EVALSHA";
 	cmd->argv[1] = c->hs_sha;
 	cmd->argv[2] = "1";

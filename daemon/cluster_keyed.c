@@ -303,12 +303,13 @@ void resild_ck_slot_fini(struct resild_ck_slot *cs)
 
 void resild_ck_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		    struct resild_ck_slot *cs, struct resild_ck_ans *a, struct resild_ck_req *q,
-		    int64_t now, int64_t interval_ns, bool post)
+		    int64_t now, int64_t interval_ns, int64_t lease_ns, bool post)
 {
 	const struct resil_limit_conf *lc = &rec->conf.limit;
 	void *st = resil_comp_state(s, rec, RESIL_C_LIMIT);
 	struct buf b = {0};
-	int64_t keep_ms = interval_ns / RESIL_NS_PER_MS * CK_KEEP_INTERVALS;
+	int64_t keep_ms =
+	    resil_max64(interval_ns * CK_KEEP_INTERVALS, 2 * lease_ns) / RESIL_NS_PER_MS;
 
 	resild_ck_recharge(cs, lc, st, now);
 	if (a->fresh) {

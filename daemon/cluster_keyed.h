@@ -78,10 +78,12 @@ struct resild_ck_thr {
 bool resild_ck_wants(const struct resil_rec *rec);
 
 /* The loop, at each tick: charge the keys' debts again, then the answer's
- * admissions (a->blob freed), then (post) collect this host's into q. */
+ * admissions (a->blob freed), then (post) collect this host's into q.
+ * lease_ns: a lease's length now (the reports are kept two of them at
+ * least: the round trip to Redis counts in it). */
 void resild_ck_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		    struct resild_ck_slot *cs, struct resild_ck_ans *a, struct resild_ck_req *q,
-		    int64_t now, int64_t interval_ns, bool post);
+		    int64_t now, int64_t interval_ns, int64_t lease_ns, bool post);
 
 /* Charge n admissions of another host to the key fp of a keyed global
  * limiter's state st (what resild_ck_tick does with each record, the debt

@@ -11,6 +11,7 @@
 #define RESILD_CLUSTER_PRIV_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,7 +28,8 @@
 #define LEASE_INTERVALS		3
 #define SAMPLES			4 /* demand samples per interval (early calls) */
 #define EARLY_ASKS		4 /* early calls while waiting for a share, per rise */
-#define BACKOFF_MAX_NS		(5 * RESIL_NS_PER_S)
+#define BACKOFF_MAX_NS		RESIL_NS_PER_S /* a Redis back is used within a second */
+#define RTT_WINDOW		16 /* rounds whose longest round trip sizes the leases */
 #define HOST_MAX		128
 #define URL_MAX			512
 #define NODES_MAX		32    /* Redis Cluster primaries this host talks to */
@@ -175,6 +177,8 @@ struct resild_cluster {
 	/* loop only */
 	struct cl_slot *slots;
 	int64_t last_post_ns;
+	bool loop_connected;	    /* c->connected at this tick */
+	uint64_t expired_connected; /* leases that ran out while connected */
 	uint32_t fleet_known; /* the largest fleet size a policy's state holds */
 
 	/* shared, under lock */
@@ -196,6 +200,9 @@ struct resild_cluster {
 	uint64_t errors;
 	uint32_t dup_runs;   /* other daemons running under this host id (cluster_host.c) */
 	uint32_t hosts_live; /* runs that reported within three intervals */
+	int64_t rtt_ns;	     /* the longest round trip of the last RTT_WINDOW rounds */
+	bool rtt_too_long;   /* leases cannot cover it within --cluster-fallback-for */
+	_Atomic int64_t lease_len_ns; /* a lease's length now (the thread sets it) */
 
 	/* thread only */
 	pthread_t thread;
@@ -211,6 +218,8 @@ struct resild_cluster {
 	struct resild_ck_thr *ck_thr;
 	struct xreq *work;
 	uint64_t rnd;
+	int64_t rtts[RTT_WINDOW]; /* the last rounds' round trips */
+	uint32_t nrtt;
 	/* Redis Cluster (the thread only): the nodes learned from MOVED and
 	 * ASK, the slot map (node index + 1, 0: the seed connection), this
 	 * round's commands in the order of their replies */
@@ -277,6 +286,9 @@ int64_t hold_ns(const struct resild_cluster *c);
 /* A lease's length, as granted and as believed here (from its request's
  * send). */
 int64_t lease_ns(const struct resild_cluster *c);
+void cl_rtt_note(struct resild_cluster *c, int64_t rtt);
+/* The loop: a lease of policy name ran out unrenewed (logged, counted). */
+void cl_lease_ran_out(struct resild_cluster *c, const char *name, const char *what);
 
 /* cluster_rc.c: the exchange thread's body (pthread_create's start). */
 void *cluster_main(void *arg);

@@ -552,6 +552,8 @@ static void exchange(struct resild_cluster *c, bool early)
 		pthread_mutex_unlock(&c->lock);
 		ok++;
 	}
+	if (ok == n)
+		cl_rtt_note(c, mono_ns() - t0);
 	if (c->rpend != c->npend) {
 		/* replies left unread would answer the next round's commands */
 		set_error(c, "cluster: a round could not be sent whole");

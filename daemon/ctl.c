@@ -1642,6 +1642,10 @@ static struct cluster_status *cluster_status(struct resild *d)
 	cs->st.hosts_live = cs->ci.hosts_live;
 	cs->st.hosts_expected = cs->ci.hosts_expected;
 	cs->st.fallback_for_ms = (uint64_t)(cs->ci.fallback_for_ns / RESIL_NS_PER_MS);
+	cs->st.round_trip_ms = (uint64_t)(cs->ci.rtt_ns / RESIL_NS_PER_MS);
+	cs->st.lease_length_ms = (uint64_t)(cs->ci.lease_ns / RESIL_NS_PER_MS);
+	cs->st.round_trip_too_long = cs->ci.rtt_too_long;
+	cs->st.expired_connected = cs->ci.expired_connected;
 	arg[0] = d;
 	arg[1] = cs;
 	resil_seg_foreach(&d->seg, cluster_policy_one, arg);
