@@ -5,13 +5,18 @@
  */
 #include "cluster_util.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 int test_failures;
@@ -230,4 +235,168 @@ int test_cluster_pwfile(const struct test_redis *r, const char *name, const char
 		return -1;
 	fprintf(f, "%s\n", password);
 	return fclose(f) == 0 ? 0 : -1;
+}
+
+/* ---------------------------------------------------------- delay proxy */
+
+struct chunk {
+	struct chunk *next;
+	int64_t due;
+	size_t len; /* 0: the source closed */
+	char data[];
+};
+
+/* One direction of one connection: a reader stamps what arrives, a writer
+ * hands it on at its time. */
+struct way {
+	int src, dst;
+	int64_t delay_ns;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct chunk *head, **tail;
+};
+
+static void *way_read(void *arg)
+{
+	struct way *w = arg;
+	char buf[65536];
+
+	for (;;) {
+		ssize_t n = read(w->src, buf, sizeof(buf));
+		struct chunk *c;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		c = malloc(sizeof(*c) + (n > 0 ? (size_t)n : 0));
+		if (!c)
+			_exit(5);
+		c->next = NULL;
+		c->due = test_mono_ns() + w->delay_ns;
+		c->len = n > 0 ? (size_t)n : 0;
+		if (n > 0)
+			memcpy(c->data, buf, (size_t)n);
+		pthread_mutex_lock(&w->lock);
+		*w->tail = c;
+		w->tail = &c->next;
+		pthread_cond_signal(&w->cond);
+		pthread_mutex_unlock(&w->lock);
+		if (n <= 0)
+			return NULL;
+	}
+}
+
+static void *way_write(void *arg)
+{
+	struct way *w = arg;
+
+	for (;;) {
+		struct chunk *c;
+		int64_t now;
+
+		pthread_mutex_lock(&w->lock);
+		while (!w->head)
+			pthread_cond_wait(&w->cond, &w->lock);
+		c = w->head;
+		w->head = c->next;
+		if (!w->head)
+			w->tail = &w->head;
+		pthread_mutex_unlock(&w->lock);
+		now = test_mono_ns();
+		if (c->due > now) {
+			struct timespec ts = {.tv_sec = (c->due - now) / 1000000000,
+					      .tv_nsec = (c->due - now) % 1000000000};
+
+			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+				;
+		}
+		if (!c->len) {
+			shutdown(w->dst, SHUT_WR);
+			free(c);
+			return NULL;
+		}
+		for (size_t off = 0; off < c->len;) {
+			ssize_t k = write(w->dst, c->data + off, c->len - off);
+
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0) {
+				shutdown(w->src, SHUT_RDWR);
+				free(c);
+				return NULL;
+			}
+			off += (size_t)k;
+		}
+		free(c);
+	}
+}
+
+static void way_start(int src, int dst, int64_t delay_ns)
+{
+	struct way *w = calloc(1, sizeof(*w));
+	pthread_t t;
+
+	if (!w)
+		_exit(5);
+	w->src = src;
+	w->dst = dst;
+	w->delay_ns = delay_ns;
+	w->tail = &w->head;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	if (pthread_create(&t, NULL, way_read, w) != 0)
+		_exit(5);
+	pthread_detach(t);
+	if (pthread_create(&t, NULL, way_write, w) != 0)
+		_exit(5);
+	pthread_detach(t);
+}
+
+static int unix_sock(const char *path, bool listen_on)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || strlen(path) >= sizeof(a.sun_path))
+		goto fail;
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	if (listen_on ? bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 64) < 0
+		      : connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		goto fail;
+	return fd;
+fail:
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+pid_t test_delay_proxy_start(const char *listen_path, const char *target, int delay_ms)
+{
+	int lfd;
+	pid_t pid;
+
+	unlink(listen_path);
+	lfd = unix_sock(listen_path, true);
+	if (lfd < 0)
+		return -1;
+	pid = fork();
+	if (pid != 0) {
+		close(lfd);
+		return pid;
+	}
+	for (;;) {
+		int a = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), b;
+
+		if (a < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(4);
+		}
+		b = unix_sock(target, false);
+		if (b < 0) {
+			close(a);
+			continue;
+		}
+		way_start(a, b, (int64_t)delay_ms * 1000000);
+		way_start(b, a, (int64_t)delay_ms * 1000000);
+	}
 }

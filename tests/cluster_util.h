@@ -6,7 +6,8 @@
  *   - a private redis-server on a unix socket in a fresh temporary
  *     directory, started (and awaited), killed, restarted by the test;
  *   - a number read from Redis (HGET, GET, ...);
- *   - a resild started as host A, B, ... of a cluster, its metrics read.
+ *   - a resild started as host A, B, ... of a cluster, its metrics read;
+ *   - a relay that delays every byte (a Redis far away).
  */
 #ifndef RESIL_CLUSTER_UTIL_H
 #define RESIL_CLUSTER_UTIL_H
@@ -77,6 +78,13 @@ double test_cluster_metric(const struct test_daemon *d, const char *name, const 
 /* A password file in r's directory (dir/NAME): its path in path. 0 or -1. */
 int test_cluster_pwfile(const struct test_redis *r, const char *name, const char *password,
 			char *path, size_t len);
+
+/* A process that accepts on the unix socket listen_path and relays each
+ * connection to the unix socket target, every byte delayed by delay_ms
+ * in each direction (a round trip of 2 x delay_ms, whatever the
+ * pipelining: bytes keep their order and their spacing). Its pid (kill it
+ * with SIGKILL and reap it), or -1. */
+pid_t test_delay_proxy_start(const char *listen_path, const char *target, int delay_ms);
 
 /* Start d (initialised here) as host 'A' + h of cluster cname through url:
  * --state-size 16M --cluster-redis url --cluster-host host<A+h>

@@ -22,6 +22,10 @@
  *    /etc/machine-id would run): both log it, their metrics and `resilctl
  *    status` say so, the fleet counts three hosts and stays within the
  *    same bounds.
+ * 5. Redis 200 ms away (a relay that delays every byte 100 ms each way):
+ *    the leases grow to cover the round trip, none runs out while the
+ *    hosts are connected (resil_cluster_lease_expiries_connected_total),
+ *    the fleet gets its rate, within the same bounds.
  *
  * Every worker counts its admissions per 100 ms bucket in shared memory,
  * and its calls in flight between its admission and its release (so the
@@ -179,9 +183,12 @@ static void workers_stop(void)
 
 /* Host h of cluster cname with the password file pw, --cluster-hosts
  * hosts and the host id id (NULL: none, host<A + h>). */
+static const char *url;		/* Redis through the delay relay (NULL: straight) */
+static const char *hold = "3s"; /* --cluster-fallback-for */
+
 static int host_start(int h, const char *pw, const char *hosts, const char *id)
 {
-	const char *more[10] = {"--cluster-fallback-for", "3s", "--cluster-password-file", pw};
+	const char *more[10] = {"--cluster-fallback-for", hold, "--cluster-password-file", pw};
 	int n = 4, v;
 	resil_t *r;
 
@@ -193,7 +200,7 @@ static int host_start(int h, const char *pw, const char *hosts, const char *id)
 		more[n++] = "--cluster-host";
 		more[n++] = id;
 	}
-	if (test_cluster_host(&hd[h], rd.url, cname, h, more) < 0)
+	if (test_cluster_host(&hd[h], url ? url : rd.url, cname, h, more) < 0)
 		return -1;
 	v = resil_open(&r, hd[h].sock);
 	if (v < 0)
@@ -383,6 +390,92 @@ static void phase_samehost(void)
 	check_spans("two daemons under one host id", b0, bend, 3);
 }
 
+static void phase_far(void)
+{
+	char sock[PATH_MAX + 32], u[PATH_MAX + 64];
+	double exp0[3], exp1[3];
+	pid_t proxy;
+	int b0, bend;
+
+	snprintf(sock, sizeof(sock), "%s/far.sock", rd.dir);
+	snprintf(u, sizeof(u), "unix:%s", sock);
+	proxy = test_delay_proxy_start(sock, rd.sock, 100);
+	CHECK(proxy > 0, "the delay relay starts");
+	if (proxy <= 0)
+		return;
+	url = u;
+	fleet_new("far");
+	for (int h = 0; h < 3; h++) {
+		CHECK(host_start(h, pw_ok, NULL, NULL) == 0, "host %c starts, 200 ms from Redis",
+		      'A' + h);
+		workers_start(h);
+	}
+	for (int h = 0; h < 3; h++)
+		CHECK(TEST_EVENTUALLY(leased(h)), "host %c holds both leases", 'A' + h);
+	/* the leases have grown to the round trip once a round measured it */
+	for (int h = 0; h < 3; h++)
+		CHECK(
+		    TEST_EVENTUALLY(test_cluster_metric(&hd[h], "resil_cluster_round_trip_seconds",
+							NULL) >= 0.19),
+		    "host %c measures the round trip", 'A' + h);
+	sleep_ns(500 * 1000 * 1000LL);
+	for (int h = 0; h < 3; h++)
+		exp0[h] = test_cluster_metric(&hd[h],
+					      "resil_cluster_lease_expiries_connected_total", NULL);
+	b0 = bucket_now();
+	sleep_ns(3000 * 1000 * 1000LL);
+	bend = bucket_now();
+	for (int h = 0; h < 3; h++) {
+		double rtt = test_cluster_metric(&hd[h], "resil_cluster_round_trip_seconds", NULL),
+		       len =
+			   test_cluster_metric(&hd[h], "resil_cluster_lease_length_seconds", NULL);
+
+		exp1[h] = test_cluster_metric(&hd[h],
+					      "resil_cluster_lease_expiries_connected_total", NULL);
+		printf("200 ms from Redis, host %c: round trip %.0f ms, leases of %.0f ms, %u "
+		       "admitted in the last second, %.0f leases ran out while connected\n",
+		       'A' + h, rtt * 1000, len * 1000, adm_span(h, bend - 10, bend),
+		       exp1[h] - exp0[h]);
+		CHECK(len >= 2 * rtt + 0.1, "host %c: leases cover the round trip twice", 'A' + h);
+		CHECK(exp1[h] == exp0[h], "host %c: %.0f leases ran out while connected", 'A' + h,
+		      exp1[h] - exp0[h]);
+		CHECK(test_cluster_metric(&hd[h], "resil_cluster_round_trip_too_long", NULL) == 0,
+		      "host %c: the round trip fits", 'A' + h);
+		CHECK(adm_span(h, bend - 10, bend) >= RATE / 3 * 80 / 100,
+		      "host %c: its third of the rate, on its lease", 'A' + h);
+	}
+	CHECK(status_says(0, "round trip 2", "leases of ", "0 ran out while connected", NULL),
+	      "status gives the round trip and the leases");
+	check_spans("200 ms from Redis", b0, bend, 3);
+	workers_stop();
+
+	/* a host whose fallback is held 1 s: half of it cannot cover a lease
+	 * that fits 200 ms: an error, said once, in status and a metric */
+	hold = "1s";
+	CHECK(host_start(3, pw_ok, NULL, "hostD") == 0, "D starts, --cluster-fallback-for 1s");
+	hold = "3s";
+	CHECK(TEST_EVENTUALLY(test_log_count(&hd[3], "the round trip to Redis takes") == 1),
+	      "D: the round trip too long for its leases, logged once");
+	CHECK(test_cluster_metric(&hd[3], "resil_cluster_round_trip_too_long", NULL) == 1,
+	      "D: resil_cluster_round_trip_too_long 1");
+	CHECK(status_says(3, "ROUND TRIP TOO LONG", NULL), "D: status says so");
+	{
+		int st = test_daemon_stop(&hd[3]);
+
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "D exits cleanly");
+		if (!test_failures)
+			test_daemon_fini(&hd[3]);
+	}
+	{
+		resil_t *cl[HOSTS] = {0};
+
+		test_cluster_hosts_stop(hd, cl, 3);
+	}
+	kill(proxy, SIGKILL);
+	waitpid(proxy, NULL, 0);
+	url = NULL;
+}
+
 static void phase_strict(void)
 {
 	int b0, bend;
@@ -457,6 +550,8 @@ int main(void)
 		workers_stop();
 		test_cluster_hosts_stop(hd, cl, 3);
 	}
+	if (!test_failures)
+		phase_far();
 	test_redis_fini(&rd, test_failures > 0);
 	printf("%s\n", test_failures ? "FAILED" : "ok");
 	return test_failures ? 1 : 0;
