@@ -1001,6 +1001,10 @@ static RESIL_COLD const struct resil_rec *resolve(struct resil_policy *p, struct
 		*ret_m = m;
 	} else {
 		st_release(&p->b, &resil_priv_unbound);
+		/* the context whole all the same: the callers that decide
+		 * nothing on a deleted policy still make the periodic check
+		 * (priv_ctx reads x->clock and x->now), and x->rec says gone */
+		fill_ctx(r, ld_acquire(&r->cur), x);
 		*err = e;
 	}
 	pthread_mutex_unlock(&r->lock);
