@@ -970,20 +970,10 @@ struct event_words {
 
 static void event_words(const Resil__Event *e, struct event_words *w)
 {
-	static const char *const kinds[] = {
-	    [RESIL__EVENT_KIND__EVENT_TRANSITION] = "transition",
-	    [RESIL__EVENT_KIND__EVENT_BUDGET_EXHAUSTED] = "budget-exhausted",
-	    [RESIL__EVENT_KIND__EVENT_KEYS_FULL] = "keys-full",
-	    [RESIL__EVENT_KIND__EVENT_RECLAIMED] = "reclaimed",
-	    [RESIL__EVENT_KIND__EVENT_CLIENTS_FULL] = "clients-full",
-	    [RESIL__EVENT_KIND__EVENT_CONFIG] = "config",
-	    [RESIL__EVENT_KIND__EVENT_REPAIRED] = "repaired",
-	    [RESIL__EVENT_KIND__EVENT_CLUSTER] = "cluster",
-	};
-	static const char *const changes[] = {"created", "changed", "deleted", "redefined"};
 	unsigned k = (unsigned)e->kind;
 
-	w->type = k < RESIL_ARRAY_SIZE(kinds) && kinds[k] ? kinds[k] : "unknown";
+	/* the kinds are the segment's RESIL_EV_* (proto/resil.proto) */
+	w->type = resil_event_name(k);
 	w->from = w->to = w->reason = "";
 	w->code[0] = '\0';
 	if (e->kind == RESIL__EVENT_KIND__EVENT_TRANSITION) {
@@ -994,7 +984,7 @@ static void event_words(const Resil__Event *e, struct event_words *w)
 		return;
 	}
 	if (e->kind == RESIL__EVENT_KIND__EVENT_CONFIG)
-		w->to = changes[(unsigned)e->change < 4 ? (unsigned)e->change : 3];
+		w->to = resil_config_change_name((uint32_t)e->change);
 	else if (e->kind == RESIL__EVENT_KIND__EVENT_REPAIRED)
 		w->to = resil_word_name(e->word);
 	if (e->code) {

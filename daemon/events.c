@@ -72,30 +72,6 @@ void resild_events_init(struct resild *d)
 	hole_ticks = 0;
 }
 
-static const char *type_name(uint32_t t)
-{
-	switch (t) {
-	case RESIL_EV_TRANSITION:
-		return "transition";
-	case RESIL_EV_BUDGET_EXHAUSTED:
-		return "budget-exhausted";
-	case RESIL_EV_KEYS_FULL:
-		return "keys-full";
-	case RESIL_EV_RECLAIMED:
-		return "reclaimed";
-	case RESIL_EV_CLIENTS_FULL:
-		return "clients-full";
-	case RESIL_EV_CONFIG:
-		return "config";
-	case RESIL_EV_REPAIRED:
-		return "repaired";
-	case RESIL_EV_CLUSTER:
-		return "cluster";
-	default:
-		return "unknown";
-	}
-}
-
 /* The policy an event names, if its slot still holds that policy. */
 static const char *policy_of(struct resild *d, const struct resil_event *e, char *buf, size_t len)
 {
@@ -164,11 +140,6 @@ static int why_text(struct resild *d, const struct resil_event *e, char *buf, si
 	}
 }
 
-static const char *config_what(uint32_t a)
-{
-	return a == 0 ? "created" : a == 1 ? "changed" : a == 2 ? "deleted" : "redefined";
-}
-
 size_t resild_event_format(struct resild *d, const struct resil_event *e, char *buf, size_t len)
 {
 	char name[RESIL_NAME_MAX + 16];
@@ -201,7 +172,7 @@ size_t resild_event_format(struct resild *d, const struct resil_event *e, char *
 			     "(raise --clients)");
 		break;
 	case RESIL_EV_CONFIG:
-		n = snprintf(buf, len, "policy %s: %s", pol, config_what(e->a));
+		n = snprintf(buf, len, "policy %s: %s", pol, resil_config_change_name(e->a));
 		break;
 	case RESIL_EV_REPAIRED:
 		if (e->a == RESIL_W_BLOCK_RESET)
@@ -274,7 +245,7 @@ static void deliver(struct resild *d, const struct resil_event *e)
 		snprintf(from, sizeof(from), "%s", resild_state_name((int)e->a));
 		snprintf(to, sizeof(to), "%s", resild_state_name((int)e->b));
 	} else if (e->type == RESIL_EV_CONFIG) {
-		snprintf(to, sizeof(to), "%s", config_what(e->a));
+		snprintf(to, sizeof(to), "%s", resil_config_change_name(e->a));
 	} else if (e->type == RESIL_EV_REPAIRED) {
 		snprintf(to, sizeof(to), "%s", resil_word_name(e->a));
 	}
@@ -289,7 +260,7 @@ static void deliver(struct resild *d, const struct resil_event *e)
 
 	ev.seq = ld_relaxed(&e->seq);
 	ev.time_ns = e->time_ns;
-	ev.type = (char *)type_name(e->type);
+	ev.type = (char *)resil_event_name(e->type);
 	ev.policy = (char *)(pol ? pol : "");
 	ev.from = from;
 	ev.to = to;

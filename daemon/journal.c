@@ -58,28 +58,6 @@ bool resild_journal_connected(void)
 	return decided == 1;
 }
 
-static const char *type_word(uint32_t t)
-{
-	switch (t) {
-	case RESIL_EV_TRANSITION:
-		return "transition";
-	case RESIL_EV_BUDGET_EXHAUSTED:
-		return "budget-exhausted";
-	case RESIL_EV_KEYS_FULL:
-		return "keys-full";
-	case RESIL_EV_RECLAIMED:
-		return "reclaimed";
-	case RESIL_EV_CLIENTS_FULL:
-		return "clients-full";
-	case RESIL_EV_CONFIG:
-		return "config";
-	case RESIL_EV_CLUSTER:
-		return "cluster";
-	default:
-		return "unknown";
-	}
-}
-
 int resild_journal_priority(const struct resil_event *e)
 {
 	switch (e->type) {
@@ -103,10 +81,8 @@ int resild_journal_priority(const struct resil_event *e)
 static void fields_of(const struct resil_event *e, const char **from, const char **to,
 		      const char **reason)
 {
-	static const char *const config_what[] = {"created", "changed", "deleted"};
-
 	*from = *to = "";
-	*reason = type_word(e->type);
+	*reason = resil_event_name(e->type);
 	switch (e->type) {
 	case RESIL_EV_TRANSITION:
 		*from = resil_breaker_state_name((int)e->a);
@@ -114,7 +90,7 @@ static void fields_of(const struct resil_event *e, const char **from, const char
 		*reason = resil_breaker_why(e->reason);
 		break;
 	case RESIL_EV_CONFIG:
-		*to = e->a < RESIL_ARRAY_SIZE(config_what) ? config_what[e->a] : "redefined";
+		*to = resil_config_change_name(e->a);
 		break;
 	default:
 		break;
@@ -191,8 +167,9 @@ void resild_journal_event(const struct resil_seg *s, const struct resil_event *e
 	if (resild_journal_connected() &&
 	    sd_journal_send("MESSAGE=%s", text, "PRIORITY=%d", prio, "POLICY=%s", pol, "FROM=%s",
 			    from, "TO=%s", to, "REASON=%s", reason, "RESIL_EVENT=%s",
-			    type_word(e->type), "RESIL_VALUE=%llu", (unsigned long long)e->value,
-			    "RESIL_PID=%u", e->pid, "SYSLOG_IDENTIFIER=resild", NULL) >= 0)
+			    resil_event_name(e->type), "RESIL_VALUE=%llu",
+			    (unsigned long long)e->value, "RESIL_PID=%u", e->pid,
+			    "SYSLOG_IDENTIFIER=resild", NULL) >= 0)
 		return;
 	to_stderr(prio, text);
 }

@@ -1150,6 +1150,29 @@ const char *resil_word_name(uint32_t w)
 	return w < RESIL_W_MAX && names[w] ? names[w] : "unknown";
 }
 
+const char *resil_event_name(uint32_t type)
+{
+	static const char *const names[] = {
+	    [RESIL_EV_TRANSITION] = "transition",
+	    [RESIL_EV_BUDGET_EXHAUSTED] = "budget-exhausted",
+	    [RESIL_EV_KEYS_FULL] = "keys-full",
+	    [RESIL_EV_RECLAIMED] = "reclaimed",
+	    [RESIL_EV_CLIENTS_FULL] = "clients-full",
+	    [RESIL_EV_CONFIG] = "config",
+	    [RESIL_EV_REPAIRED] = "repaired",
+	    [RESIL_EV_CLUSTER] = "cluster",
+	};
+
+	return type < RESIL_ARRAY_SIZE(names) && names[type] ? names[type] : "unknown";
+}
+
+const char *resil_config_change_name(uint32_t a)
+{
+	static const char *const names[] = {"created", "changed", "deleted"};
+
+	return a < RESIL_ARRAY_SIZE(names) ? names[a] : "redefined";
+}
+
 uint32_t resil_seg_repair_header(struct resil_seg *s)
 {
 	struct resil_state_hdr *h = s->st;

@@ -222,6 +222,12 @@ enum resil_word {
 };
 /* "breaker.state": the word's name for events and logs. Never NULL. */
 const char *resil_word_name(uint32_t w);
+/* An event type's name ("transition", "repaired"...; "unknown" past the
+ * enum): the one table the journal, subscribers and resilctl print. */
+const char *resil_event_name(uint32_t type);
+/* RESIL_EV_CONFIG's a in words: "created", "changed", "deleted", else
+ * "redefined". */
+const char *resil_config_change_name(uint32_t a);
 struct resil_event {
 	ra64 seq;
 	RESIL_A8 int64_t time_ns;

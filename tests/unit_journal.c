@@ -201,6 +201,14 @@ static int journal_child(void)
 	TEST_CHECK(strstr(buf, "REASON=consecutive failures\n"));
 	TEST_CHECK(strstr(buf, "RESIL_EVENT=transition\n"));
 	TEST_CHECK(strstr(buf, "RESIL_VALUE=5\n"));
+	/* every type by its name, a repair too (the one table: seg.c) */
+	e = ev(RESIL_EV_REPAIRED, RESIL_W_LIMIT_TAT, 1, 0);
+	resild_journal_event(NULL, &e, "payments", NULL);
+	n = recv(s, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+	if (n <= 0)
+		return 7;
+	buf[n] = '\0';
+	TEST_CHECK(strstr(buf, "RESIL_EVENT=repaired\n"));
 	return 0;
 }
 
