@@ -2032,8 +2032,10 @@ RESIL_API int resil_policy_state(const resil_policy_t *p)
 	if (!resil_has(rec, RESIL_C_BREAKER))
 		return RESIL_STATE_CLOSED;
 	/* the breaker this process decides on: its own copy under
-	 * policy.scope = process, the fleet's otherwise */
-	return resil_policy_breaker_state_of(x.seg, rec, x.client_id);
+	 * policy.scope = process, the fleet's otherwise; as a decision would
+	 * find it (a probe held past half_open_max_wait has sent it back to
+	 * OPEN: embedded mode has no tick that would) */
+	return resil_policy_breaker_settle(&x, rec);
 }
 
 /*

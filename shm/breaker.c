@@ -1630,6 +1630,20 @@ int resil_breaker_state(const void *st)
 	return w_state(ld_acquire(&((bk_t *)st)->word));
 }
 
+int resil_breaker_settle(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st)
+{
+	bk_t *b = st;
+	uint64_t w = ld_acquire(&b->word);
+
+	/* what a decision in HALF_OPEN would find first (check_slow): a
+	 * probe held past half_open_max_wait, or a decision whose maker
+	 * died; a read that comes before any decision says what it would
+	 * say (embedded mode has no tick to do it) */
+	if (w_state(w) == RESIL_STATE_HALF_OPEN)
+		half_open_repair(x, b, c, w, false);
+	return w_state(ld_acquire(&b->word));
+}
+
 int64_t resil_breaker_moves(const void *st, int from, int to)
 {
 	int idx = move_idx(from, to);

@@ -219,6 +219,11 @@ int resil_breaker_check(struct resil_ctx *x, const struct resil_breaker_conf *c,
 			struct resil_permit_priv *pm);
 /* RESIL_STATE_* of resil.h. */
 int resil_breaker_state(const void *st);
+/* The state, once what a decision would settle first is settled: in
+ * HALF_OPEN, a probe held past half_open_max_wait sends it back to OPEN
+ * (as check_slow and the daemon's tick do). A state read, not a decision:
+ * nothing is spent. */
+int resil_breaker_settle(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st);
 /*
  * Transitions made from state `from` to state `to` (RESIL_STATE_*), or -1
  * for a pair the breaker never takes (CLOSED -> HALF_OPEN...). Counted by

@@ -522,6 +522,15 @@ int resil_policy_breaker_state_of(const struct resil_seg *s, const struct resil_
 	return resil_breaker_state(blk(s, rec, decision_base(&c, rec), RESIL_C_BREAKER));
 }
 
+int resil_policy_breaker_settle(struct resil_ctx *c, const struct resil_rec *rec)
+{
+	if (!resil_has(rec, RESIL_C_BREAKER))
+		return -ENODATA;
+	c->rec = rec;
+	return resil_breaker_settle(c, &rec->conf.breaker,
+				    blk(c->seg, rec, decision_base(c, rec), RESIL_C_BREAKER));
+}
+
 int resil_policy_force(struct resil_ctx *c, const struct resil_rec *rec, int state)
 {
 	int r;

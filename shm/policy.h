@@ -168,6 +168,10 @@ int resil_policy_breaker_state(const struct resil_seg *s, const struct resil_rec
  * policy.scope = process, the fleet's otherwise. */
 int resil_policy_breaker_state_of(const struct resil_seg *s, const struct resil_rec *rec,
 				  uint32_t client_id);
+/* The breaker state the process of c decides on, once what its next
+ * decision would settle first is settled (resil_breaker_settle): a state
+ * read that says what a decision would find. -ENODATA without a breaker. */
+int resil_policy_breaker_settle(struct resil_ctx *c, const struct resil_rec *rec);
 /* Force a breaker state (RESIL_STATE_* of resil.h; CLOSED = back to normal,
  * fresh). -ENODATA when the policy has no breaker. */
 int resil_policy_force(struct resil_ctx *c, const struct resil_rec *rec, int state);

@@ -88,6 +88,31 @@ static void test_hung_probe_reopens(void **unused)
 	fix_close(&f);
 }
 
+/* A state read alone says what the next decision would find: past
+ * half_open_max_wait with a probe held, OPEN, before any other call
+ * (Resilience4j's test reads the state without a call). */
+static void test_state_read_reopens(void **unused)
+{
+	struct fix f;
+	resil_permit_t hung, pm;
+
+	fix_open(&f, "breaker.window = consecutive:1; breaker.wait = 2s;"
+		     "breaker.half_open_calls = 2; breaker.half_open_max_wait = 5s");
+	test_clock_advance(f.clk, 2 * S);
+	assert_int_equal(resil_acquire(f.p, &hung), RESIL_ADMIT);
+	assert_int_equal(resil_policy_state(f.p), RESIL_STATE_HALF_OPEN);
+	test_clock_advance(f.clk, 5 * S - 1);
+	assert_int_equal(resil_policy_state(f.p), RESIL_STATE_HALF_OPEN);
+	test_clock_advance(f.clk, 1);
+	assert_int_equal(resil_policy_state(f.p), RESIL_STATE_OPEN);
+	assert_int_equal(resil_policy_state(f.p), RESIL_STATE_OPEN);
+	/* and the decision agrees */
+	assert_int_equal(resil_acquire(f.p, &pm), RESIL_REJECT_OPEN);
+	resil_release(f.p, &hung, RESIL_SUCCESS);
+	assert_int_equal(resil_policy_state(f.p), RESIL_STATE_OPEN);
+	fix_close(&f);
+}
+
 /* half_open_max_wait = 0 turns the check off: the hung probe holds its
  * slot for good and the other slots keep probing. */
 static void test_off_holds(void **unused)
@@ -134,6 +159,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_hung_probe_reopens),
+	    cmocka_unit_test(test_state_read_reopens),
 	    cmocka_unit_test(test_off_holds),
 	    cmocka_unit_test(test_answered_probes_do_not_time_out),
 	};
