@@ -240,6 +240,11 @@ static inline void resil_priv_check(struct resil *r, int64_t now)
 		resil_priv_check_slow(r, now);
 }
 
+/* How long an embedded define waits for configuration records earlier
+ * changes left in their grace period (shm/seg.c, "Reuse"): as resild
+ * waits for a create (RESILD_SPACE_WAIT_NS). */
+#define RESIL_DEFINE_WAIT_NS (2 * RESIL_REUSE_GRACE_NS + 100 * RESIL_NS_PER_MS)
+
 /* permit->where: mapping seq % 32 << 27 | record + 1 */
 #define RESIL_PERMIT_IDX_BITS 27
 #define RESIL_PERMIT_IDX_MAX  (1u << RESIL_PERMIT_IDX_BITS)

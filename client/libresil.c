@@ -552,16 +552,35 @@ RESIL_API int resil_define(resil_t *r, const char *name, const char *config)
 			return err;
 		}
 		pthread_mutex_lock(&r->lock);
-		err = define_lock(r);
-		if (err == 0) {
+		for (int64_t until = 0;;) {
+			int64_t ready = INT64_MAX, mono;
+			struct timespec ts;
+
+			err = define_lock(r);
+			if (err < 0) {
+				resil_priv_seterr("the define lock is held by a live process");
+				break;
+			}
 			err = resil_seg_define(&r->seg, name, &c, r->uid, 0, resil_now(r), why,
 					       sizeof(why));
+			if (err == -EAGAIN)
+				ready = resil_seg_next_free_ns(&r->seg, true);
 			define_unlock(r);
-			if (err < 0)
-				resil_priv_seterr("%s", why);
-		} else {
-			resil_priv_seterr("the define lock is held by a live process");
+			/* the records it needs wait out their grace period after
+			 * earlier changes: wait for them, bounded, as resild
+			 * waits for a create (the lock is not held meanwhile) */
+			mono = resil_clock_monotonic(NULL);
+			if (!until)
+				until = mono + RESIL_DEFINE_WAIT_NS;
+			if (err != -EAGAIN || ready > until)
+				break;
+			ts.tv_sec = ready / RESIL_NS_PER_S;
+			ts.tv_nsec = ready % RESIL_NS_PER_S;
+			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+				;
 		}
+		if (err < 0 && err != -EDEADLK && err != -ETIMEDOUT)
+			resil_priv_seterr("%s", why);
 		pthread_mutex_unlock(&r->lock);
 		return err < 0 ? err : 0;
 	}

@@ -112,6 +112,8 @@ struct reply {
 	Resil__Response resp;
 	Resil__Error error;
 	uint32_t version; /* the request's protocol version (1 or 2) */
+	int64_t wait_until; /* the peer's: a define may wait for space until */
+	int64_t later_ns;   /* != 0: no reply yet, try again then */
 	char errmsg[512];
 };
 
@@ -895,6 +897,19 @@ static int define(struct resild *d, const char *name, const struct resil_conf *c
 
 	r = resil_seg_define(&d->seg, name, c, uid, flags, resil_clock_monotonic(NULL), err,
 			     sizeof(err));
+	if (r == -EAGAIN) {
+		/* what it needs waits out its grace period: the request is
+		 * answered when it comes free, as a reload waits for it
+		 * (bounded by the loop: wait_until) */
+		int64_t t = resil_seg_next_free_ns(&d->seg, true),
+			a = resil_seg_next_free_ns(&d->seg, false);
+
+		t = a < t ? a : t;
+		if (rp->wait_until && t <= rp->wait_until) {
+			rp->later_ns = t;
+			return -EAGAIN;
+		}
+	}
 	if (r < 0)
 		return reply_error(rp, r, "policy %s: %s", name, err[0] ? err : strerror(-r));
 	/* a global policy's fallback words before its first call, not at the
@@ -1775,6 +1790,8 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 	}
 	rp.resp.id = req->id;
 	rp.version = req->version ? req->version : 1;
+	rp.wait_until = peer->wait_until;
+	peer->later_ns = 0;
 	if (rp.version > (uint32_t)proto_max()) {
 		reply_error(&rp, -EPROTONOSUPPORT,
 			    "protocol version %u not spoken here (resild speaks %d..%d)",
@@ -1856,6 +1873,13 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		reply_error(&rp, -EOPNOTSUPP, "unknown request");
 		break;
 	}
+	if (rp.later_ns) {
+		/* answered later (a define waiting for space): nothing sent */
+		peer->later_ns = rp.later_ns;
+		*outlen = 0;
+		ret = RESILD_HANDLE_LATER;
+		goto out;
+	}
 send:
 	shape_reply(&rp.resp, rp.version);
 	r = pack(&rp.resp, out, outlen);
@@ -1869,6 +1893,7 @@ send:
 			close(fds[i]);
 		*nfds = 0;
 	}
+out:
 	resil__request__free_unpacked(req, NULL);
 	for (size_t i = 0; i < RESIL_ARRAY_SIZE(to_free); i++)
 		free(to_free[i]);

@@ -16,6 +16,9 @@
 #include "resild.h"
 
 #define RESILD_HANDLE_CLOSE 1 /* send the reply, then close the connection */
+#define RESILD_HANDLE_LATER                                                                        \
+	2		      /* no reply yet: handle the same request again at                    \
+			       * peer->later_ns (a define waiting for space) */
 #define RESILD_HANDLE_FDS   2 /* at most this many fds per reply */
 
 /*
@@ -24,8 +27,10 @@
  * RESILD_HANDLE_FDS) get descriptors to send with it (SCM_RIGHTS), owned
  * by the caller, who closes them after sending.
  * Returns 0 (reply, keep serving), RESILD_HANDLE_CLOSE (a malformed or
- * oversized request: reply with the error, then close), or -errno when no
- * reply could be built at all.
+ * oversized request: reply with the error, then close),
+ * RESILD_HANDLE_LATER (no reply yet: the same bytes handled again from
+ * peer->later_ns on; the loop keeps them and reads nothing more from the
+ * peer meanwhile), or -errno when no reply could be built at all.
  */
 int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg, size_t len,
 		  uint8_t *out, size_t *outlen, int *fds, int *nfds);

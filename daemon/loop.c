@@ -144,6 +144,7 @@ struct conn {
 	bool close_after_send; /* an error reply to a malformed request */
 	bool closing;
 	bool held;	    /* cut off, kept until the peer reads what pins descriptors */
+	size_t later_len;   /* a request kept in rbuf to be answered later, 0: none */
 	unsigned fd_unread; /* replies with descriptors since the peer last read all */
 	int64_t active_ns;  /* last request received or reply taken */
 	struct out_msg *oq_head, *oq_tail;
@@ -375,7 +376,7 @@ static int conn_queue(struct resild *d, struct conn *c, const uint8_t *msg, size
 
 static void maybe_recv(struct resild *d, struct conn *c)
 {
-	if (c->closing || c->recv_armed)
+	if (c->closing || c->recv_armed || c->later_len)
 		return;
 	if (!c->held && (c->close_after_send || c->oq_len >= OQ_MAX))
 		return;
@@ -535,6 +536,8 @@ static void on_accept(struct resild *d, int res, unsigned flags)
 		arm_accept(d);
 }
 
+static void conn_answer(struct resild *d, struct conn *c, int r, int *fds, int nfds, size_t outlen);
+
 static void on_recv(struct resild *d, struct conn *c, int res)
 {
 	struct resild_loop *l = d->loop;
@@ -570,11 +573,27 @@ static void on_recv(struct resild *d, struct conn *c, int res)
 		log_info("peer pid %d uid %u sent a request over 64 KiB: closed", (int)c->peer.pid,
 			 (unsigned)c->peer.uid);
 	} else {
+		c->peer.wait_until = c->active_ns + RESILD_SPACE_WAIT_NS;
 		r = resild_handle(d, &c->peer, c->rbuf, (size_t)res, l->obuf, &outlen, fds, &nfds);
 		if (r == RESILD_HANDLE_CLOSE)
 			log_info("peer pid %d uid %u sent a malformed request: closed",
 				 (int)c->peer.pid, (unsigned)c->peer.uid);
+		if (r == RESILD_HANDLE_LATER) {
+			/* kept in rbuf; nothing more is read from the peer
+			 * until it is answered (answer_later, each tick) */
+			c->later_len = (size_t)res;
+			return;
+		}
 	}
+	conn_answer(d, c, r, fds, nfds, outlen);
+}
+
+/* The reply of c's request (resild_handle returned r, out in l->obuf):
+ * queue it with its descriptors, and read on. */
+static void conn_answer(struct resild *d, struct conn *c, int r, int *fds, int nfds, size_t outlen)
+{
+	struct resild_loop *l = d->loop;
+
 	if (r < 0) {
 		conn_close(d, c);
 		return;
@@ -774,6 +793,35 @@ static void scan_conns(struct resild *d, int64_t now)
 	}
 }
 
+/* Requests kept to be answered later (a define waiting for space in its
+ * grace period): handled again once their time came, for the last time
+ * (an answer whatever it finds) past their bound. */
+static void answer_later(struct resild *d, int64_t now)
+{
+	struct resild_loop *l = d->loop;
+
+	for (uint32_t i = 0; i < l->cap; i++) {
+		struct conn *c = &l->conns[i];
+		int fds[RESILD_HANDLE_FDS], nfds = 0, r;
+		size_t outlen = RESILD_MSG_MAX, len = c->later_len;
+
+		if (c->fd < 0 || !len || (now < c->peer.later_ns && now < c->peer.wait_until))
+			continue;
+		if (c->closing) {
+			c->later_len = 0;
+			continue;
+		}
+		if (now >= c->peer.wait_until)
+			c->peer.wait_until = 0; /* the bound: answer now */
+		r = resild_handle(d, &c->peer, c->rbuf, len, l->obuf, &outlen, fds, &nfds);
+		if (r == RESILD_HANDLE_LATER)
+			continue;
+		c->later_len = 0;
+		c->active_ns = now;
+		conn_answer(d, c, r, fds, nfds, outlen);
+	}
+}
+
 static int reload(struct resild *d, bool retry);
 
 static void on_tick(struct resild *d)
@@ -797,6 +845,7 @@ static void on_tick(struct resild *d)
 	resil_seg_reclaim(&d->seg, resil_clock_monotonic(NULL));
 	if (d->reload_retry_until)
 		(void)reload(d, true);
+	answer_later(d, resil_clock_monotonic(NULL));
 	resild_cluster_tick(d);
 	resild_clients_scan(d);
 	resild_events_drain(d);
@@ -824,7 +873,7 @@ static int reload(struct resild *d, bool retry)
 
 	if (r == -EAGAIN) {
 		if (!retry || d->reload_retry_until == 0)
-			d->reload_retry_until = now + 2 * RESIL_REUSE_GRACE_NS + RESILD_TICK_NS;
+			d->reload_retry_until = now + RESILD_SPACE_WAIT_NS;
 		if (now < d->reload_retry_until)
 			return -EAGAIN; /* the next tick tries again */
 		log_error("configuration not reloaded: the records it needs did not come free");

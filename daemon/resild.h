@@ -29,6 +29,10 @@
 #define RESILD_SUBSCRIBERS_MAX 64
 #define RESILD_LIST_MAX	       256 /* policies in one list page */
 #define RESILD_TICK_NS	       (100 * RESIL_NS_PER_MS)
+/* How long a reload, a create or an update waits for configuration
+ * records or state space that earlier changes left in their grace period
+ * (shm/seg.c, "Reuse") before it fails. */
+#define RESILD_SPACE_WAIT_NS   (2 * RESIL_REUSE_GRACE_NS + RESILD_TICK_NS)
 #define RESILD_DEFAULT_SOCKET  "/run/resild/control.sock"
 #define RESILD_DEFAULT_CONFIG  "/etc/resild"
 
@@ -137,6 +141,12 @@ struct resild_peer {
 	const gid_t *groups; /* supplementary groups (SO_PEERGROUPS) */
 	int ngroups;
 	bool subscriber;
+	/* set by the loop for each request: a define that needs space still
+	 * in its grace period may be answered later (ctl.c), no later than
+	 * wait_until (CLOCK_MONOTONIC; 0: answer now whatever it finds);
+	 * later_ns: when the handler would try it again */
+	int64_t wait_until;
+	int64_t later_ns;
 	uint32_t nsub_names; /* 0: every policy */
 	char sub_names[RESILD_SUB_NAMES][RESIL_NAME_MAX];
 };

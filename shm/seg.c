@@ -36,15 +36,23 @@
  * leaves seq != idx + 1: the reader skips it after a grace period (the
  * daemon's events.c), it is never waited on forever.
  *
- * Reuse (the daemon only; embedded mode allocates by bump and never
- * reuses). A record is retired when a define replaces it or a delete
- * unnames it; a state block (with its keyed table and its process-scope
- * copies: one extent) when a define of another shape or a delete leaves
- * no live record naming it. Both go to daemon-private queues (struct
- * resil_reuse: nothing a client writes is read to decide what is free),
- * stamped with the time, and become free once the grace period is over
- * (RESIL_REUSE_GRACE_NS plus the longest bulkhead.wait any definition
- * had: a waiter sleeps on its block that long, then looks at it again).
+ * Reuse (records: the daemon and embedded mode; arena blocks: the daemon
+ * only, embedded mode allocates them by bump). A record is retired when a
+ * define replaces it or a delete unnames it; a state block (with its
+ * keyed table and its process-scope copies: one extent) when a define of
+ * another shape or a delete leaves no live record naming it. Each has a
+ * grace period of its own policy's (grace_of: RESIL_REUSE_GRACE_NS plus
+ * that policy's bulkhead.wait, at most RESIL_WAIT_MAX_NS: a waiter sleeps
+ * on its block that long, then looks at it again; a block waits for the
+ * longest of the records that named it), so a member who keeps a policy
+ * with a long wait delays the reuse of that policy's space only. The
+ * daemon keeps the retired ones in private queues (struct resil_reuse:
+ * nothing a client writes is read to decide what is free); embedded mode
+ * (several processes define, none keeps queues for the others) finds its
+ * free records by their stamp (rec->retired_ns, written in the
+ * configuration, which only the definer writes). A define that needs
+ * what still waits answers -EAGAIN and when it comes free, and its caller
+ * may wait for it, bounded (a reload, a create, an embedded define).
  * Freeing a record first stores its gen = 0 (release), so a reader's
  * gen check fails from then on; a rewrite of a free record stores the new
  * gen last, with release (a seqlock: readers copy between two loads).
@@ -52,8 +60,8 @@
  * kernel) and merges it into a sorted list of holes; a hole ending at the
  * bump pointer lowers it. A block is allocated first fit among the
  * holes, else from the bump pointer; a record from the never used ones,
- * else the one retired longest ago, if its grace period is over (so a
- * record usually rests far longer than the grace period).
+ * else the one free longest (so a record usually rests far longer than
+ * its grace period).
  *
  * Why a stale handle cannot decide on a reused block:
  *   - a handle decides only after it loaded its slot word (acquire) and
@@ -83,14 +91,14 @@
  *     of a record the daemon wrote, so it is one more client write into
  *     the trust domain's state: the daemon checks those words anyway
  *     (DESIGN.md, "What the daemon may believe").
- * Records and blocks retire in time order and a block retires no earlier
- * than every record naming it, so one pass of resil_seg_reclaim frees a
- * block only after (or together with, records first) those records.
+ * A block comes free no earlier than every record naming it (block_until),
+ * so one pass of resil_seg_reclaim frees a block only after (or together
+ * with, records first) those records.
  * Crash window: the queues are private; a daemon that dies loses them.
  * The next daemon (adopting the pair from the fd store) rebuilds them
- * from the slot words in resil_seg_reuse_init: every record and every
- * arena range no live record names starts a new grace period, so a
- * restart only delays reuse.
+ * from the slot words in resil_seg_reuse_init: every record no live
+ * record names waits out its grace from its stamp, every arena range no
+ * live record names from the restart, so a restart only delays reuse.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -110,7 +118,7 @@
 struct resil_reuse;
 static void reuse_free(struct resil_reuse *u);
 static void retire_rec(struct resil_seg *s, uint32_t idx, int64_t now);
-static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int64_t now);
+static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int64_t until);
 static uint64_t rec_extent(const struct resil_seg *s, const struct resil_rec *rec);
 static void reuse_publish(struct resil_seg *s);
 
@@ -699,29 +707,30 @@ int resil_seg_lookup(const struct resil_seg *s, const char *name, uint32_t *ret_
 
 struct reuse_rec {
 	uint32_t idx;
-	int64_t at; /* retired at (CLOCK_MONOTONIC) */
+	int64_t until; /* free from then on (CLOCK_MONOTONIC) */
 };
 
 struct reuse_ext {
 	uint64_t off; /* relative to the arena */
 	uint64_t len;
-	int64_t at; /* retired at (pending queue only) */
+	int64_t until; /* pending queue only: free from then on */
 };
 
 struct resil_reuse {
-	int64_t grace_ns; /* never decreases: the queues stay in expiry order */
-	/* records: a FIFO of retired ones (rec_cap: a record is in it at most
-	 * once), oldest first; the first nrfree of them are past their grace
-	 * period and invalidated (gen 0): free. New records are taken from the
-	 * never used ones first, then from the head: the record reused is
-	 * always the one retired longest ago. */
+	/* records: the retired ones waiting out their grace period
+	 * (unordered: each has its policy's own), and a FIFO of free ones
+	 * (invalidated, gen 0), in the order they came free. New records are
+	 * taken from the never used ones first, then from the FIFO's head:
+	 * the record reused is the one free longest. Each array holds
+	 * rec_cap entries: a record is in one of them at most once. */
 	struct reuse_rec *rpend;
-	uint32_t rp_head, rp_n;
-	uint32_t nrfree;
-	/* arena: a FIFO of retired extents, and the holes sorted by offset,
-	 * never adjacent (merged on insert) */
+	uint32_t rp_n;
+	uint32_t *rfree;
+	uint32_t rf_head, rf_n;
+	/* arena: the retired extents (unordered), and the holes sorted by
+	 * offset, never adjacent (merged on insert) */
 	struct reuse_ext *epend;
-	size_t ep_head, ep_n, ep_cap;
+	size_t ep_n, ep_cap;
 	struct reuse_ext *holes;
 	size_t nholes, holes_cap;
 	uint64_t pend_bytes, hole_bytes;
@@ -732,6 +741,7 @@ static void reuse_free(struct resil_reuse *u)
 	if (!u)
 		return;
 	free(u->rpend);
+	free(u->rfree);
 	free(u->epend);
 	free(u->holes);
 	free(u);
@@ -800,38 +810,76 @@ static bool keeps_block(const struct resil_rec *orec, const struct resil_conf *c
 	       orec->proc_stride == resil_policy_copy_size(conf);
 }
 
+/* How long after its retirement a record or block of conf may be
+ * reused: the grace period, plus the longest a bulkhead waiter sleeps on
+ * the block before it looks at it again (bulkhead.wait, bounded by
+ * RESIL_WAIT_MAX_NS: conf.c refuses more; an adopted record's is clamped
+ * here all the same). A policy's wait delays the reuse of its own
+ * records and blocks only. */
+static int64_t grace_of(const struct resil_conf *conf)
+{
+	int64_t w = conf->bulkhead.on ? conf->bulkhead.wait_ns : 0;
+
+	if (w < 0)
+		w = 0;
+	if (w > RESIL_WAIT_MAX_NS)
+		w = RESIL_WAIT_MAX_NS;
+	return RESIL_REUSE_GRACE_NS + w;
+}
+
+static int64_t add_sat(int64_t a, int64_t b)
+{
+	return b > 0 && a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
 static void retire_rec(struct resil_seg *s, uint32_t idx, int64_t now)
 {
 	struct resil_reuse *u = s->reuse;
+	struct resil_rec *rec;
 
-	if (!u || idx >= s->cfg->rec_cap || u->rp_n >= s->cfg->rec_cap)
+	if (idx >= s->cfg->rec_cap)
 		return;
-	u->rpend[(u->rp_head + u->rp_n) % s->cfg->rec_cap] = (struct reuse_rec){idx, now};
-	u->rp_n++;
+	rec = resil_seg_rec(s, idx);
+	/* when it stopped being named: what embedded mode (no queues of
+	 * its own across processes) reuses by */
+	st_relaxed(&rec->retired_ns, (uint64_t)now);
+	if (!u || u->rp_n >= s->cfg->rec_cap)
+		return;
+	u->rpend[u->rp_n++] = (struct reuse_rec){idx, add_sat(now, grace_of(&rec->conf))};
 }
 
-static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int64_t now)
+static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int64_t until)
 {
 	struct resil_reuse *u = s->reuse;
 
 	if (!u || !len || abs_off < s->geo.arena_off)
 		return;
-	if (u->ep_head + u->ep_n == u->ep_cap) {
-		if (u->ep_head) {
-			memmove(u->epend, u->epend + u->ep_head, u->ep_n * sizeof(*u->epend));
-			u->ep_head = 0;
-		} else {
-			size_t cap = u->ep_cap ? u->ep_cap * 2 : 64;
-			struct reuse_ext *n = realloc(u->epend, cap * sizeof(*n));
+	if (u->ep_n == u->ep_cap) {
+		size_t cap = u->ep_cap ? u->ep_cap * 2 : 64;
+		struct reuse_ext *n = realloc(u->epend, cap * sizeof(*n));
 
-			if (!n)
-				return; /* out of memory: the extent stays used (lost) */
-			u->epend = n;
-			u->ep_cap = cap;
-		}
+		if (!n)
+			return; /* out of memory: the extent stays used (lost) */
+		u->epend = n;
+		u->ep_cap = cap;
 	}
-	u->epend[u->ep_head + u->ep_n++] = (struct reuse_ext){abs_off - s->geo.arena_off, len, now};
+	u->epend[u->ep_n++] = (struct reuse_ext){abs_off - s->geo.arena_off, len, until};
 	u->pend_bytes += len;
+}
+
+/* A retired block (rec's) is free once every record that named it is:
+ * its own grace, or a longer one of an older record of the same block (a
+ * change that kept the block) still waiting. */
+static int64_t block_until(const struct resil_seg *s, const struct resil_rec *rec, int64_t now)
+{
+	const struct resil_reuse *u = s->reuse;
+	int64_t until = add_sat(now, grace_of(&rec->conf));
+
+	for (uint32_t i = 0; u && i < u->rp_n; i++)
+		if (resil_seg_rec(s, u->rpend[i].idx)->state_off == rec->state_off &&
+		    u->rpend[i].until > until)
+			until = u->rpend[i].until;
+	return until;
 }
 
 /* Insert [off, off + len) into the holes, merged with its neighbours; a
@@ -928,35 +976,68 @@ void resil_seg_reclaim(struct resil_seg *s, int64_t now)
 
 	if (!u)
 		return;
-	/* records first: a block's records retired no later than it did */
-	while (u->nrfree < u->rp_n) {
-		struct reuse_rec *r = &u->rpend[(u->rp_head + u->nrfree) % s->cfg->rec_cap];
+	/* records first: a block's records come free no later than it. The
+	 * pending ones stay in the order they retired (compacted in place),
+	 * so those of one grace come free oldest first. */
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < u->rp_n; i++) {
+		struct reuse_rec r = u->rpend[i];
 		struct resil_rec *rec;
 
-		if (now - r->at < u->grace_ns)
-			break;
-		rec = resil_seg_rec(s, r->idx);
+		if (now < r.until) {
+			u->rpend[k++] = r;
+			continue;
+		}
+		rec = resil_seg_rec(s, r.idx);
 		/* seqlock writer, first half: a reader that copies the record
 		 * from now on sees gen 0 before or after its copy and drops it;
 		 * the release fence orders this store before the rewrite's */
 		st_relaxed((ra32 *)&rec->gen, 0);
 		atomic_thread_fence(memory_order_release);
-		u->nrfree++;
+		u->rfree[(u->rf_head + u->rf_n++) % s->cfg->rec_cap] = r.idx;
 	}
-	while (u->ep_n) {
-		struct reuse_ext *e = &u->epend[u->ep_head];
+	u->rp_n = k;
+	size_t m = 0;
 
-		if (now - e->at < u->grace_ns)
-			break;
-		punch(s, s->geo.arena_off + e->off, e->len);
-		u->pend_bytes -= e->len;
-		(void)hole_insert(s, e->off, e->len);
-		u->ep_head++;
-		u->ep_n--;
+	for (size_t i = 0; i < u->ep_n; i++) {
+		struct reuse_ext e = u->epend[i];
+
+		if (now < e.until) {
+			u->epend[m++] = e;
+			continue;
+		}
+		punch(s, s->geo.arena_off + e.off, e.len);
+		u->pend_bytes -= e.len;
+		(void)hole_insert(s, e.off, e.len);
 	}
-	if (!u->ep_n)
-		u->ep_head = 0;
+	u->ep_n = m;
 	reuse_publish(s);
+}
+
+int64_t resil_seg_next_free_ns(const struct resil_seg *s, bool records)
+{
+	const struct resil_reuse *u = s->reuse;
+	int64_t t = INT64_MAX;
+
+	if (!u) {
+		/* embedded mode: the records' own stamps (embedded_rec) */
+		for (uint32_t i = 0; records && i < s->cfg->rec_cap; i++) {
+			const struct resil_rec *rec = resil_seg_rec(s, i);
+			uint64_t at = ld_relaxed(&rec->retired_ns);
+
+			if (at && add_sat((int64_t)at, grace_of(&rec->conf)) < t)
+				t = add_sat((int64_t)at, grace_of(&rec->conf));
+		}
+		return t;
+	}
+	if (records)
+		for (uint32_t i = 0; i < u->rp_n; i++)
+			t = u->rpend[i].until < t ? u->rpend[i].until : t;
+	else
+		for (size_t i = 0; i < u->ep_n; i++)
+			t = u->epend[i].until < t ? u->epend[i].until : t;
+	return t;
 }
 
 /* Arena-relative extents of the live records, sorted by offset. */
@@ -967,12 +1048,27 @@ static int cmp_ext(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* A retired record's (arena-relative) block offset and when it comes
+ * free, for the gaps of an adopted arena. */
+struct off_until {
+	uint64_t off;
+	int64_t until;
+};
+
+static int cmp_off_until(const void *a, const void *b)
+{
+	const struct off_until *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
 int resil_seg_reuse_init(struct resil_seg *s, int64_t now)
 {
 	struct resil_reuse *u;
 	uint32_t cap = s->cfg->rec_cap, used = ld_relaxed(&s->cfg->rec_used);
 	struct reuse_ext *live = NULL;
-	size_t nlive = 0;
+	struct off_until *gone = NULL;
+	size_t nlive = 0, ngone = 0, g = 0;
 	bool *named = NULL;
 	ra64 *slots = resil_seg_slots(s);
 	uint64_t at = 0;
@@ -982,14 +1078,16 @@ int resil_seg_reuse_init(struct resil_seg *s, int64_t now)
 	u = calloc(1, sizeof(*u));
 	if (!u)
 		return -ENOMEM;
-	u->grace_ns = RESIL_REUSE_GRACE_NS;
 	u->rpend = calloc(cap, sizeof(*u->rpend));
+	u->rfree = calloc(cap, sizeof(*u->rfree));
 	named = calloc(cap, sizeof(*named));
 	live = calloc(s->cfg->slot_cap, sizeof(*live));
-	if (!u->rpend || !named || !live) {
+	gone = calloc(cap, sizeof(*gone));
+	if (!u->rpend || !u->rfree || !named || !live || !gone) {
 		reuse_free(u);
 		free(named);
 		free(live);
+		free(gone);
 		return -ENOMEM;
 	}
 	reuse_free(s->reuse);
@@ -1004,25 +1102,40 @@ int resil_seg_reuse_init(struct resil_seg *s, int64_t now)
 		named[resil_slotw_rec(w)] = true;
 		live[nlive++] =
 		    (struct reuse_ext){rec->state_off - s->geo.arena_off, rec_extent(s, rec), 0};
-		if (rec->conf.bulkhead.on && rec->conf.bulkhead.wait_ns > 0 &&
-		    RESIL_REUSE_GRACE_NS + rec->conf.bulkhead.wait_ns > u->grace_ns)
-			u->grace_ns = RESIL_REUSE_GRACE_NS + rec->conf.bulkhead.wait_ns;
 	}
-	/* the rest was handed out before: an old permit may still name it */
-	for (uint32_t i = 0; i < used && i < cap; i++)
-		if (!named[i])
-			retire_rec(s, i, now);
+	/* the rest was handed out before: an old permit may still name it.
+	 * Its grace runs from when it was retired (the stamp our own writes
+	 * left in the configuration), or from now */
+	for (uint32_t i = 0; i < used && i < cap; i++) {
+		struct resil_rec *rec = resil_seg_rec(s, i);
+		uint64_t t = ld_relaxed(&rec->retired_ns);
+
+		if (named[i])
+			continue;
+		retire_rec(s, i, t && t <= (uint64_t)now ? (int64_t)t : now);
+		if (rec->state_off >= s->geo.arena_off)
+			gone[ngone++] = (struct off_until){rec->state_off - s->geo.arena_off,
+							   u->rpend[u->rp_n - 1].until};
+	}
+	/* the gaps between live blocks: free once every retired record whose
+	 * block lies there is (its policy's own grace), at least the grace */
 	qsort(live, nlive, sizeof(*live), cmp_ext);
-	for (size_t i = 0; i < nlive; i++) {
-		if (live[i].off > at)
-			retire_ext(s, s->geo.arena_off + at, live[i].off - at, now);
-		if (live[i].off + live[i].len > at)
+	qsort(gone, ngone, sizeof(*gone), cmp_off_until);
+	for (size_t i = 0; i <= nlive; i++) {
+		uint64_t end = i < nlive ? live[i].off : s->arena_used;
+		int64_t until = add_sat(now, RESIL_REUSE_GRACE_NS);
+
+		for (; g < ngone && gone[g].off < end; g++)
+			if (gone[g].off >= at && gone[g].until > until)
+				until = gone[g].until;
+		if (end > at)
+			retire_ext(s, s->geo.arena_off + at, end - at, until);
+		if (i < nlive && live[i].off + live[i].len > at)
 			at = live[i].off + live[i].len;
 	}
-	if (s->arena_used > at)
-		retire_ext(s, s->geo.arena_off + at, s->arena_used - at, now);
 	free(named);
 	free(live);
+	free(gone);
 	reuse_publish(s);
 	return 0;
 }
@@ -1035,7 +1148,7 @@ static void reuse_publish(struct resil_seg *s)
 	if (!s->reuse)
 		return;
 	resil_seg_usage(s, &v);
-	st_relaxed(&s->cfg->rec_free, s->reuse->nrfree);
+	st_relaxed(&s->cfg->rec_free, s->reuse->rf_n);
 	st_relaxed(&s->cfg->rec_waiting, v.records_waiting);
 	st_relaxed(&s->cfg->arena_live, v.arena_used);
 	st_relaxed(&s->cfg->arena_waiting, v.arena_waiting);
@@ -1059,8 +1172,8 @@ void resil_seg_usage(const struct resil_seg *s, struct resil_seg_usage *v)
 	v->arena_largest_free = s->geo.arena_size - bump;
 	if (!u)
 		return;
-	v->records_used -= u->nrfree;
-	v->records_waiting = u->rp_n - u->nrfree;
+	v->records_used -= u->rf_n;
+	v->records_waiting = u->rp_n;
 	v->arena_used -= u->hole_bytes;
 	v->arena_waiting = u->pend_bytes;
 	v->arena_free = u->hole_bytes;
@@ -1083,11 +1196,32 @@ static int arena_alloc(struct resil_seg *s, uint64_t size, uint64_t *off, char *
 		return 0;
 	}
 	/* Only one writer (daemon, or embedded under define_lock): no CAS. */
-	if (sz > s->geo.arena_size || used > s->geo.arena_size - sz)
+	if (sz > s->geo.arena_size || used > s->geo.arena_size - sz) {
+		struct resil_reuse *u = s->reuse;
+		int64_t now = resil_clock_monotonic(NULL), ready;
+
+		/* blocks that wait out their grace period may make room: the
+		 * caller may wait for them (resil_seg_next_free_ns), as a
+		 * reload waits for records */
+		if (u && u->pend_bytes && sz <= s->geo.arena_size &&
+		    u->pend_bytes + u->hole_bytes + (s->geo.arena_size - used) >= sz) {
+			ready = resil_seg_next_free_ns(s, false);
+			return resil_errf(
+			    err, errlen, -EAGAIN,
+			    "state segment full (%" PRIu64 " of %" PRIu64 " bytes used, %" PRIu64
+			    " needed; %" PRIu64
+			    " bytes of deleted or changed policies come free from %" PRId64
+			    " ms on): retry later or raise --state-size",
+			    used - u->hole_bytes, s->geo.arena_size, sz, u->pend_bytes,
+			    (int64_t)(ready > now
+					  ? (ready - now + RESIL_NS_PER_MS - 1) / RESIL_NS_PER_MS
+					  : 0));
+		}
 		return resil_errf(err, errlen, -ENOSPC,
 				  "state segment full (%" PRIu64 " of %" PRIu64
 				  " bytes used, %" PRIu64 " needed): raise --state-size",
 				  used, s->geo.arena_size, sz);
+	}
 	*off = s->geo.arena_off + used;
 	s->arena_used = used + sz;
 	st_release(&s->st->arena_used, used + sz);
@@ -1204,6 +1338,85 @@ uint32_t resil_seg_repair_header(struct resil_seg *s)
 	return n;
 }
 
+/* Embedded mode: no queues survive across the processes that define, so
+ * the records say it themselves: a record no slot word names whose
+ * retirement stamp is older than its grace period (or 0: never published,
+ * a define killed before it) is free. The one retired longest ago is
+ * taken. Under define_lock; a walk of every slot and record, on a define
+ * that found every record used, never on a decision. */
+static int take_rec_embedded(struct resil_seg *s, uint32_t *ri, int64_t now)
+{
+	uint32_t cap = s->cfg->rec_cap, best = UINT32_MAX;
+	uint64_t best_at = UINT64_MAX;
+	bool *named = calloc(cap, sizeof(*named)), waiting = false;
+
+	if (!named)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->cfg->slot_cap; i++) {
+		uint64_t w = ld_relaxed(&resil_seg_slots(s)[i]);
+
+		if (w && resil_slotw_rec(w) < cap)
+			named[resil_slotw_rec(w)] = true;
+	}
+	for (uint32_t i = 0; i < cap; i++) {
+		const struct resil_rec *rec = resil_seg_rec(s, i);
+		uint64_t at = ld_relaxed(&rec->retired_ns);
+
+		if (named[i])
+			continue;
+		if (at && now < add_sat((int64_t)at, grace_of(&rec->conf))) {
+			waiting = true;
+			continue;
+		}
+		if (at < best_at) {
+			best_at = at;
+			best = i;
+		}
+	}
+	free(named);
+	if (best == UINT32_MAX)
+		return waiting ? -EAGAIN : -ENOSPC;
+	*ri = best;
+	return 0;
+}
+
+/* A record for a define when every one was handed out once: the free one
+ * that rested longest. -EAGAIN when the only ones to be had wait out
+ * their grace period (resil_seg_next_free_ns says until when), -ENOSPC
+ * when there are none; err says which. */
+static int take_rec(struct resil_seg *s, uint32_t *ri, char *err, size_t errlen)
+{
+	int64_t now = resil_clock_monotonic(NULL), ready;
+	int r;
+
+	if (s->reuse) {
+		resil_seg_reclaim(s, now);
+		if (s->reuse->rf_n) {
+			*ri = s->reuse->rfree[s->reuse->rf_head];
+			return 0;
+		}
+		r = s->reuse->rp_n ? -EAGAIN : -ENOSPC;
+	} else {
+		r = take_rec_embedded(s, ri, now);
+		if (r == 0 || r == -ENOMEM)
+			return r;
+	}
+	if (r == -ENOSPC)
+		return resil_errf(err, errlen, -ENOSPC,
+				  "configuration records exhausted (%" PRIu32
+				  " live policies and changes in flight): raise --policies",
+				  s->cfg->rec_cap);
+	ready = resil_seg_next_free_ns(s, true);
+	return resil_errf(err, errlen, -EAGAIN,
+			  "configuration records exhausted (every one of %" PRIu32
+			  " is live or waits out its grace period after a change; the first "
+			  "comes free in %" PRId64 " ms): retry later or raise --policies",
+			  s->cfg->rec_cap,
+			  (int64_t)(ready == INT64_MAX
+					? 0
+					: (ready - now + RESIL_NS_PER_MS - 1) / RESIL_NS_PER_MS));
+}
+
 int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_conf *conf,
 		     uint32_t uid, uint32_t flags, int64_t now, char *err, size_t errlen)
 {
@@ -1267,25 +1480,13 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 				  resil_policy_copy_size(conf), s->geo.client_cap);
 	alloc_size = alloc_size_of(s, conf, &main_size, &copy_size);
 
-	/* a never used record, else (reuse) the one retired longest ago if
-	 * its grace period is over */
+	/* a never used record, else (reuse) the one free longest */
 	ri = ld_relaxed(&s->cfg->rec_used);
-	if (ri >= s->cfg->rec_cap && s->reuse) {
-		resil_seg_reclaim(s, resil_clock_monotonic(NULL));
-		if (s->reuse->nrfree)
-			ri = s->reuse->rpend[s->reuse->rp_head].idx;
-		else
-			return resil_errf(err, errlen, -ENOSPC,
-					  "configuration records exhausted (%" PRIu32 " of %" PRIu32
-					  " wait out their grace period of %" PRId64
-					  " ms after a change): retry later or raise --policies",
-					  s->reuse->rp_n, s->cfg->rec_cap,
-					  s->reuse->grace_ns / 1000000);
-	} else if (ri >= s->cfg->rec_cap)
-		return resil_errf(err, errlen, -ENOSPC,
-				  "configuration records exhausted (%" PRIu32
-				  " changes since start): raise --policies or restart resild",
-				  s->cfg->rec_cap);
+	if (ri >= s->cfg->rec_cap) {
+		r = take_rec(s, &ri, err, errlen);
+		if (r < 0)
+			return r;
+	}
 
 	if (reuse_state) {
 		state_off = orec->state_off;
@@ -1310,14 +1511,19 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	}
 
 	if (ri < ld_relaxed(&s->cfg->rec_used)) {
-		/* the FIFO's head, taken: nothing can fail from here on */
-		s->reuse->rp_head = (s->reuse->rp_head + 1) % s->cfg->rec_cap;
-		s->reuse->rp_n--;
-		s->reuse->nrfree--;
+		/* the free FIFO's head, taken: nothing can fail from here on */
+		if (s->reuse) {
+			s->reuse->rf_head = (s->reuse->rf_head + 1) % s->cfg->rec_cap;
+			s->reuse->rf_n--;
+		}
 	} else {
 		st_relaxed(&s->cfg->rec_used, ri + 1);
 	}
 	rec = resil_seg_rec(s, ri);
+	/* embedded mode's reuse (take_rec): gen 0 before anything else of
+	 * the record changes (the daemon's reclaim stored it already) */
+	st_relaxed((ra32 *)&rec->gen, 0);
+	atomic_thread_fence(memory_order_release);
 	/* gen stays 0 (a free record's, or a new one's) until the record is
 	 * whole: the seqlock readers of libresil.c (a permit's release) */
 	memset(rec, 0, RESIL_REC_SIZE);
@@ -1346,22 +1552,24 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 
 	/* seqlock writer, second half: the whole record before its gen */
 	st_release((ra32 *)&rec->gen, gen);
+	/* the old record stamped before it is unnamed: a record no slot names
+	 * whose stamp is 0 was never published (embedded mode reuses it) */
+	if (exists)
+		st_relaxed(&orec->retired_ns, (uint64_t)resil_clock_monotonic(NULL));
 	st_release(&slots[slot], (uint64_t)(ri + 1) | (uint64_t)gen << 32);
 	if (!exists)
 		st_release(&dir[free_pos], (uint64_t)hash32(name_hash(s, name)) << 32 | (slot + 1));
 	st_release(&s->cfg->generation, gen);
-	if (exists && s->reuse) {
+	if (exists) {
 		/* after the slot word moved on: the old record, and its block
 		 * unless the new record kept it, start their grace period */
 		int64_t t = resil_clock_monotonic(NULL);
 
-		retire_rec(s, resil_slotw_rec(old_w), t);
 		if (!reuse_state)
-			retire_ext(s, orec->state_off, rec_extent(s, orec), t);
+			retire_ext(s, orec->state_off, rec_extent(s, orec),
+				   block_until(s, orec, t));
+		retire_rec(s, resil_slotw_rec(old_w), t);
 	}
-	if (s->reuse && conf->bulkhead.on &&
-	    RESIL_REUSE_GRACE_NS + conf->bulkhead.wait_ns > s->reuse->grace_ns)
-		s->reuse->grace_ns = RESIL_REUSE_GRACE_NS + conf->bulkhead.wait_ns;
 	reuse_publish(s);
 	resil_event_push(s, RESIL_EV_CONFIG, slot, gen, exists ? 1 : 0, reuse_state, 0, 0, now);
 	return exists ? RESIL_DEFINE_CHANGED : RESIL_DEFINE_CREATED;
@@ -1406,7 +1614,7 @@ void resil_seg_room(const struct resil_seg *s, struct resil_define_cost *room)
 	 * all); the tail grows back as the holes at its end are freed */
 	room->arena = used < s->geo.arena_size ? s->geo.arena_size - used : 0;
 	if (s->reuse)
-		room->records += s->reuse->nrfree;
+		room->records += s->reuse->rf_n;
 	for (uint32_t i = 0; i < s->cfg->slot_cap; i++)
 		n += ld_relaxed(&resil_seg_slots(s)[i]) == 0;
 	room->slots = n;
@@ -1414,8 +1622,10 @@ void resil_seg_room(const struct resil_seg *s, struct resil_define_cost *room)
 
 int resil_seg_delete(struct resil_seg *s, const char *name)
 {
+	struct resil_rec *rec;
 	uint32_t slot, pos;
 	uint64_t w;
+	int64_t t;
 	ra64 *dir;
 	int r;
 
@@ -1425,20 +1635,21 @@ int resil_seg_delete(struct resil_seg *s, const char *name)
 	if (r < 0)
 		return r;
 	dir = resil_seg_dir(s);
-	/* Entry first: a lookup no longer finds the name; then the slot: a
-	 * handle that still holds it sees 0 and answers -ENOENT. The record
-	 * and the state block are reused only after the grace period (an old
-	 * handle may still write to it: "Reuse" above). */
+	rec = resil_seg_rec_of(s, w);
+	t = resil_clock_monotonic(NULL);
+	/* Stamped (take_rec), then the entry: a lookup no longer finds the
+	 * name; then the slot: a handle that still holds it sees 0 and
+	 * answers -ENOENT. The record and the state block are reused only
+	 * after their grace period (an old handle may still write to it:
+	 * "Reuse" above). */
+	if (rec)
+		st_relaxed(&rec->retired_ns, (uint64_t)t);
 	st_release(&dir[pos], (ld_relaxed(&dir[pos]) & 0xffffffff00000000ULL) | RESIL_DIR_TOMB);
 	st_release(&resil_seg_slots(s)[slot], 0);
-	if (s->reuse) {
+	if (rec) {
 		/* unnamed: the record and its block wait out the grace period */
-		const struct resil_rec *rec = resil_seg_rec_of(s, w);
-		int64_t t = resil_clock_monotonic(NULL);
-
+		retire_ext(s, rec->state_off, rec_extent(s, rec), block_until(s, rec, t));
 		retire_rec(s, resil_slotw_rec(w), t);
-		if (rec)
-			retire_ext(s, rec->state_off, rec_extent(s, rec), t);
 		reuse_publish(s);
 	}
 	uint32_t gen = ld_relaxed(&s->cfg->generation) + 1;

@@ -160,7 +160,13 @@ struct resil_rec {
 	 * 0 for fleet scope. */
 	RESIL_A8 uint64_t proc_off;
 	RESIL_A8 uint64_t proc_stride;
-	RESIL_A8 uint64_t reserved[6];
+	/* CLOCK_MONOTONIC when a define or delete stopped naming it (stored
+	 * relaxed by the writer just before the slot word moves on; 0 while
+	 * it was never unnamed): its grace period runs from then (seg.c,
+	 * "Reuse"). Read by the writer only (embedded mode's reuse, an
+	 * adopting daemon). */
+	ra64 retired_ns;
+	RESIL_A8 uint64_t reserved[5];
 	struct resil_conf conf;
 };
 
@@ -423,8 +429,16 @@ struct resil_seg_usage {
 };
 void resil_seg_usage(const struct resil_seg *s, struct resil_seg_usage *u);
 /* The grace period: a retired record or block is reused this long after
- * the slot word stopped naming it, or later. */
+ * the slot word stopped naming it, plus its own policy's bulkhead.wait
+ * (seg.c, "Reuse"), or later. */
 #define RESIL_REUSE_GRACE_NS (1000LL * 1000 * 1000)
+/* The longest wait a configuration may state (bulkhead.wait, limit.wait,
+ * breaker.wait, ...: conf.c refuses more): a week. */
+#define RESIL_WAIT_MAX_NS (7LL * 24 * 3600 * 1000 * 1000 * 1000)
+/* When the first record (records) or arena block (else) waiting out its
+ * grace period comes free (CLOCK_MONOTONIC), INT64_MAX when none waits.
+ * A define that answered -EAGAIN may be tried again then. */
+int64_t resil_seg_next_free_ns(const struct resil_seg *s, bool records);
 
 /* The daemon's tick: rewrite the state header's geometry words (read by
  * 1.0 clients and observers) from the private copy. Returns the number
@@ -477,7 +491,9 @@ bool resil_seg_conf_same(const struct resil_rec *orec, const struct resil_conf *
  * Writer side (daemon, or embedded under define_lock): create or replace
  * NAME with CONF. A change that keeps the state's shape reuses the state
  * block; one that changes it gets a new block, carrying over what still
- * means something. -ENOSPC names the limit in err.
+ * means something. -ENOSPC names the limit in err; -EAGAIN when the
+ * records or arena space it needs are those of earlier changes waiting
+ * out their grace period (resil_seg_next_free_ns: from when on).
  */
 int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_conf *conf,
 		     uint32_t uid, uint32_t flags, int64_t now, char *err, size_t errlen);

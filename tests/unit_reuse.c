@@ -7,8 +7,11 @@
  *     a hole at the end lowers the bump pointer back to 0;
  *   - records: the never used ones first, then the one retired longest
  *     ago once its grace period is over (its gen read 0 meanwhile); with
- *     every record waiting, a define says so (-ENOSPC naming the grace
- *     period);
+ *     every record waiting, a define says so (-EAGAIN naming the grace
+ *     period, and resil_seg_next_free_ns when the first comes free);
+ *   - each record and block has its own policy's grace period: a live
+ *     policy with the longest bulkhead.wait allowed delays nobody else's
+ *     reuse, and its own retired space waits that wait;
  *   - a restart (reuse_init on the same pair) rebuilds the lists from the
  *     slot words: what no live record names waits again;
  *   - policy.scope = process at the default --clients: one policy with a
@@ -143,11 +146,16 @@ static void test_records(void **state)
 	resil_seg_usage(&s, &u);
 	assert_int_equal(u.records_used, cap);
 	assert_int_equal(u.records_waiting, cap - 1);
-	/* all waiting out their grace period: refused, and says why */
+	/* all waiting out their grace period: not now (-EAGAIN: a caller may
+	 * wait for them), says why, and when the first comes free */
 	resil_conf_init(&c);
 	assert_int_equal(resil_conf_parse(&c, "bulkhead.max = 99", 1, err, sizeof(err)), 0);
-	assert_int_equal(resil_seg_define(&s, "x", &c, 0, 0, 0, err, sizeof(err)), -ENOSPC);
+	assert_int_equal(resil_seg_define(&s, "x", &c, 0, 0, 0, err, sizeof(err)), -EAGAIN);
 	assert_non_null(strstr(err, "grace period"));
+	assert_true(resil_seg_next_free_ns(&s, true) <=
+		    resil_clock_monotonic(NULL) + RESIL_REUSE_GRACE_NS);
+	assert_true(resil_seg_next_free_ns(&s, true) >
+		    resil_clock_monotonic(NULL) - RESIL_REUSE_GRACE_NS);
 	/* past it: the record retired first is invalidated, then reused */
 	resil_seg_reclaim(&s, later());
 	assert_int_equal(first->gen, 0);
@@ -158,6 +166,44 @@ static void test_records(void **state)
 	assert_ptr_equal(rec_of(&s, "x"), first);
 	assert_int_not_equal(first->gen, 0);
 	assert_int_equal(first->conf.bulkhead.max, 99);
+	resil_seg_unmap(&s);
+}
+
+/* A member keeps a policy with the longest wait allowed live and another
+ * churns: the churned records and blocks come free after the grace
+ * period alone; the long-wait policy's own retired record and block wait
+ * its wait (1 s + a week), and nobody else's. */
+static void test_grace_own(void **state)
+{
+	struct resil_seg s;
+	struct resil_seg_usage u;
+	int64_t t0 = resil_clock_monotonic(NULL), week = RESIL_WAIT_MAX_NS;
+
+	(void)state;
+	setup(&s, 4);
+	define(&s, "long", "bulkhead.max = 2; bulkhead.wait = 168h");
+	for (int i = 0; i < 40; i++) {
+		define(&s, "churn",
+		       i & 1 ? "limit.rate = 10/s; limit.keys = 64"
+			     : "limit.rate = 10/s; limit.keys = 32");
+		assert_int_equal(resil_seg_delete(&s, "churn"), 0);
+		resil_seg_reclaim(&s, later());
+	}
+	resil_seg_usage(&s, &u);
+	assert_int_equal(u.records_waiting, 0);
+	assert_int_equal(u.arena_waiting, 0);
+	assert_int_equal(u.records_used, 1); /* "long" alone */
+	/* the long-wait policy reshaped: its old record and block wait the week */
+	define(&s, "long", "bulkhead.max = 3; bulkhead.wait = 168h");
+	resil_seg_reclaim(&s, later());
+	resil_seg_usage(&s, &u);
+	assert_int_equal(u.records_waiting, 1);
+	assert_true(u.arena_waiting > 0);
+	assert_true(resil_seg_next_free_ns(&s, true) >= t0 + week);
+	resil_seg_reclaim(&s, resil_clock_monotonic(NULL) + week + 2 * RESIL_REUSE_GRACE_NS);
+	resil_seg_usage(&s, &u);
+	assert_int_equal(u.records_waiting, 0);
+	assert_int_equal(u.arena_waiting, 0);
 	resil_seg_unmap(&s);
 }
 
@@ -301,9 +347,9 @@ static void test_layout_before(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_blocks),	  cmocka_unit_test(test_records),
-	    cmocka_unit_test(test_restart),	  cmocka_unit_test(test_procscope_size),
-	    cmocka_unit_test(test_layout_before),
+	    cmocka_unit_test(test_blocks),	   cmocka_unit_test(test_records),
+	    cmocka_unit_test(test_grace_own),	   cmocka_unit_test(test_restart),
+	    cmocka_unit_test(test_procscope_size), cmocka_unit_test(test_layout_before),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
