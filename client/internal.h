@@ -40,16 +40,28 @@ struct Resil__Response;
  * once published: bind() fills a new one under r->lock and publishes it
  * in the handle (release); a decision loads the pointer once (acquire)
  * and reads its fields plainly, so it never pairs a record with another
- * mapping and copies nothing. A replaced binding stays on the handle's
- * list until resil_close, as mappings do: a thread may be deciding with
- * it at that moment. A rebind to a mapping and slot word already bound
- * takes the existing one, so the list grows with redefinitions and
- * re-attaches, never with calls (one per distinct (mapping, word)).
- * The binding is only a cache: every decision still compares the slot
- * word (acquire) with `word`, and m with r->cur.
+ * mapping and copies nothing. A rebind to the mapping and slot word of
+ * the handle's last binding takes it again (calls never allocate); any
+ * other publishes a new one, and the one it replaces is retired: a
+ * thread may be deciding with it at that moment, so it is kept
+ * RESIL_BINDING_GRACE_NS (a decision lasts microseconds; the grace is
+ * the segments' reuse grace, shm/seg.c "Reuse", for the same reason),
+ * then goes to the handle's spares, which the next binds take before
+ * they allocate (the one that rested longest first). A spare keeps a
+ * binding's memory: a thread stopped inside a decision for longer than
+ * the grace (SIGSTOP, a debugger; the crash window seg.c's "Reuse"
+ * accepts for records) reads a mix of two bindings' pointers into
+ * mappings that stay mapped, not freed memory; only spares beyond
+ * RESIL_BINDING_SPARES that rested RESIL_BINDING_REST_NS are freed. So
+ * a handle holds the bindings of the last grace period's changes and the
+ * spares of the last minute's, a bind walks nothing (it costs the same
+ * after 16,000 redefinitions as after one), and a burst of changes is
+ * paid back. The binding is only a cache: every decision still compares
+ * the slot word (acquire) with `word`, and m with r->cur.
  */
 struct resil_binding {
-	struct resil_binding *next; /* the handle's list, under r->lock */
+	struct resil_binding *next; /* the handle's retired or spare list, under r->lock */
+	int64_t retired_ns;	    /* CLOCK_MONOTONIC when it was replaced (or spared) */
 	struct resil_map *m;
 	ra64 *slotp;		     /* the slot word's address in m */
 	ra32 *flagsp;		     /* m's cfg->flags (RESIL_SEG_RETIRED) */
@@ -76,9 +88,17 @@ struct resil_policy {
 	struct resil_policy *next; /* r->policies list, under r->lock */
 	/* never NULL: resil_priv_unbound until the first bind */
 	const struct resil_binding *_Atomic b;
-	struct resil_binding *bindings; /* every one published, under r->lock */
+	/* under r->lock: the binding published last (NULL: none yet), the
+	 * ones it replaced, oldest first, and the spares */
+	struct resil_binding *last;
+	struct resil_binding *retired, *retired_tail;
+	struct resil_binding *spares, *spares_tail;
+	uint32_t nspares;
 	char name[RESIL_NAME_MAX];
 };
+#define RESIL_BINDING_GRACE_NS (1000LL * RESIL_NS_PER_MS)
+#define RESIL_BINDING_SPARES   8
+#define RESIL_BINDING_REST_NS  (60000LL * RESIL_NS_PER_MS)
 
 /* The binding of a handle that must resolve first (word 0). */
 extern const struct resil_binding resil_priv_unbound;

@@ -375,11 +375,15 @@ RESIL_API void resil_close(resil_t *r)
 			free(m);
 	}
 	for (p = r->policies; p; p = n) {
+		struct resil_binding *lists[] = {p->retired, p->spares};
+
 		n = p->next;
-		for (struct resil_binding *b = p->bindings, *bn; b; b = bn) {
-			bn = b->next;
-			free(b);
-		}
+		free(p->last);
+		for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++)
+			for (struct resil_binding *b = lists[k], *bn; b; b = bn) {
+				bn = b->next;
+				free(b);
+			}
 		free(p);
 	}
 	for (struct resil_def *d = r->defs, *dn; d; d = dn) {
@@ -859,30 +863,88 @@ static void *stack_block(const struct resil_map *m, const struct resil_rec *rec,
 	return resil_has(rec, comp) ? resil_comp_state(m->seg, rec, comp) : NULL;
 }
 
+/* The handle's retired bindings whose grace is over become spares (a
+ * FIFO: the one that rested longest is taken first); past
+ * RESIL_BINDING_SPARES, spares that rested RESIL_BINDING_REST_NS are
+ * freed. O(1) per binding aged or freed. Under r->lock. */
+static void bindings_age(struct resil_policy *p, int64_t now)
+{
+	struct resil_binding *b;
+
+	while ((b = p->retired) && now - b->retired_ns >= RESIL_BINDING_GRACE_NS) {
+		p->retired = b->next;
+		if (!p->retired)
+			p->retired_tail = NULL;
+		b->next = NULL;
+		if (p->spares_tail)
+			p->spares_tail->next = b;
+		else
+			p->spares = b;
+		p->spares_tail = b;
+		p->nspares++;
+	}
+	while ((b = p->spares) && p->nspares > RESIL_BINDING_SPARES &&
+	       now - b->retired_ns >= RESIL_BINDING_REST_NS) {
+		p->spares = b->next;
+		if (!p->spares)
+			p->spares_tail = NULL;
+		p->nspares--;
+		free(b);
+	}
+}
+
+/* A binding's memory: the spare that rested longest, else a new one.
+ * Under r->lock. */
+static struct resil_binding *binding_take(struct resil_policy *p)
+{
+	struct resil_binding *b = p->spares;
+
+	if (!b)
+		return calloc(1, sizeof(*b));
+	p->spares = b->next;
+	if (!p->spares)
+		p->spares_tail = NULL;
+	p->nspares--;
+	memset(b, 0, sizeof(*b));
+	return b;
+}
+
+/* b, no longer published, waits out its grace. Under r->lock. */
+static void binding_retire(struct resil_policy *p, struct resil_binding *b, int64_t now)
+{
+	b->retired_ns = now;
+	b->next = NULL;
+	if (p->retired_tail)
+		p->retired_tail->next = b;
+	else
+		p->retired = b;
+	p->retired_tail = b;
+}
+
 /* Bind handle p to what lookup found: (m, slot, word). Under r->lock.
  * Only a name found in the current mapping is bound (word != 0); one
  * found in an older mapping is looked up again on each call. Publishes
- * an immutable binding (internal.h): the one the handle already has for
- * (m, slot, word), else a new one; without memory for it the handle stays
- * unbound and decides through the slow path. */
+ * an immutable binding (internal.h): the handle's last one if it is for
+ * (m, slot, word), else a new one, and the last one is retired; without
+ * memory for it the handle stays unbound and decides through the slow
+ * path. */
 static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, uint32_t slot,
 		 uint64_t word)
 {
 	const struct resil_rec *rec = word ? resil_seg_rec_of(m->seg, word) : NULL;
 	ra64 *slotp = &resil_seg_slots(m->seg)[slot];
-	struct resil_binding *b;
+	struct resil_binding *b = p->last;
+	int64_t now;
 	uint32_t lean;
 
 	if (m != ld_relaxed(&r->cur) || !rec) {
 		st_release(&p->b, &resil_priv_unbound);
 		return;
 	}
-	for (b = p->bindings; b; b = b->next) {
-		if (b->m == m && b->slotp == slotp && b->word == word)
-			break;
-	}
-	if (!b) {
-		b = calloc(1, sizeof(*b));
+	if (!b || b->m != m || b->slotp != slotp || b->word != word) {
+		now = resil_clock_monotonic(NULL);
+		bindings_age(p, now);
+		b = binding_take(p);
 		if (!b) {
 			st_release(&p->b, &resil_priv_unbound);
 			return;
@@ -923,10 +985,13 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 		b->where = permit_where(m, rec_index(m->seg, rec));
 		b->held = permit_held(rec);
 		b->word = word;
-		b->next = p->bindings;
-		p->bindings = b;
+		/* release: a decision that loads b (acquire) sees it whole */
+		st_release(&p->b, b);
+		if (p->last)
+			binding_retire(p, p->last, now);
+		p->last = b;
+		return;
 	}
-	/* release: a decision that loads b (acquire) sees it whole */
 	st_release(&p->b, b);
 }
 
