@@ -221,33 +221,43 @@ bool resil_policy_same_shape(const struct resil_conf *a, const struct resil_conf
 	return true;
 }
 
-static void carry_decisions(const struct resil_seg *s, struct resil_rec *nrec, uint64_t nbase,
-			    const struct resil_rec *orec, uint64_t obase, int64_t now)
+static void carry_decisions(const struct resil_seg *ns, struct resil_rec *nrec, uint64_t nbase,
+			    const struct resil_seg *os, const struct resil_rec *orec,
+			    uint64_t obase, int64_t now)
 {
 	resil_comp_foreach (op) {
 		enum resil_comp comp = (*op)->id;
 
 		if ((*op)->decision && resil_has(nrec, comp) && resil_has(orec, comp))
-			(*op)->carry(blk(s, nrec, nbase, comp), &nrec->conf,
-				     blk(s, orec, obase, comp), &orec->conf, now);
+			(*op)->carry(blk(ns, nrec, nbase, comp), &nrec->conf,
+				     blk(os, orec, obase, comp), &orec->conf, now);
 	}
+}
+
+void resil_policy_carry_from(const struct resil_seg *ns, struct resil_rec *nrec,
+			     const struct resil_seg *os, const struct resil_rec *orec, int64_t now)
+{
+	uint32_t rows =
+	    ns->geo.client_cap < os->geo.client_cap ? ns->geo.client_cap : os->geo.client_cap;
+
+	resil_comp_foreach (op) {
+		enum resil_comp comp = (*op)->id;
+
+		if (!(*op)->decision && resil_has(nrec, comp) && resil_has(orec, comp))
+			(*op)->carry(resil_comp_state(ns, nrec, comp), &nrec->conf,
+				     resil_comp_state(os, orec, comp), &orec->conf, now);
+	}
+	carry_decisions(ns, nrec, nrec->state_off, os, orec, orec->state_off, now);
+	/* a change of shape within process scope keeps each row's OPEN state */
+	for (uint32_t i = 0; nrec->proc_stride && orec->proc_stride && i < rows; i++)
+		carry_decisions(ns, nrec, nrec->proc_off + (uint64_t)i * nrec->proc_stride, os,
+				orec, orec->proc_off + (uint64_t)i * orec->proc_stride, now);
 }
 
 void resil_policy_carry(const struct resil_seg *s, struct resil_rec *nrec,
 			const struct resil_rec *orec, int64_t now)
 {
-	resil_comp_foreach (op) {
-		enum resil_comp comp = (*op)->id;
-
-		if (!(*op)->decision && resil_has(nrec, comp) && resil_has(orec, comp))
-			(*op)->carry(resil_comp_state(s, nrec, comp), &nrec->conf,
-				     resil_comp_state(s, orec, comp), &orec->conf, now);
-	}
-	carry_decisions(s, nrec, nrec->state_off, orec, orec->state_off, now);
-	/* a change of shape within process scope keeps each row's OPEN state */
-	for (uint32_t i = 0; nrec->proc_stride && orec->proc_stride && i < s->geo.client_cap; i++)
-		carry_decisions(s, nrec, nrec->proc_off + (uint64_t)i * nrec->proc_stride, orec,
-				orec->proc_off + (uint64_t)i * orec->proc_stride, now);
+	resil_policy_carry_from(s, nrec, s, orec, now);
 }
 
 int resil_policy_acquire(struct resil_ctx *c, const struct resil_rec *rec,

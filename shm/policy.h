@@ -123,6 +123,11 @@ void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, i
 bool resil_policy_same_shape(const struct resil_conf *a, const struct resil_conf *b);
 void resil_policy_carry(const struct resil_seg *s, struct resil_rec *nrec,
 			const struct resil_rec *orec, int64_t now);
+/* The same from a record of another segment pair (the daemon moving the
+ * policies into segments of new sizes): process-scope copies row by row,
+ * up to the smaller client table. */
+void resil_policy_carry_from(const struct resil_seg *ns, struct resil_rec *nrec,
+			     const struct resil_seg *os, const struct resil_rec *orec, int64_t now);
 /* Daemon tick for one policy: the periodic work nobody's request did,
  * and the checks of the state words it acts on (c->repairs). */
 void resil_policy_maintain(struct resil_ctx *c, const struct resil_rec *rec);
