@@ -521,7 +521,7 @@ int resil_priv_request(struct resil *r, struct Resil__Request *req, struct Resil
 	int room = nfds ? *nfds : 0;
 	struct v1_shapes v1;
 	Resil__Response *m = NULL;
-	bool fresh = false;
+	bool fresh = false, refused = false;
 	int ret, n;
 
 	if (nfds)
@@ -529,7 +529,7 @@ int resil_priv_request(struct resil *r, struct Resil__Request *req, struct Resil
 	/* a forked child's copy of the parent's connection is never used */
 	if (r->ctl_fd >= 0 && r->ctl_pid != getpid())
 		ctl_drop(r);
-	for (int attempt = 0; attempt < 2; attempt++) {
+	for (int attempt = 0; attempt < 3; attempt++) {
 		if (r->ctl_fd < 0) {
 			ret = ctl_open(r, deadline);
 			if (ret < 0)
@@ -544,9 +544,18 @@ int resil_priv_request(struct resil *r, struct Resil__Request *req, struct Resil
 		if (ret == 0)
 			break;
 		ctl_drop(r);
-		/* the daemon went away since the last request: once more, anew */
-		if (fresh || (ret != -EPIPE && ret != -ECONNRESET && ret != -ENOTCONN &&
-			      ret != -ECONNREFUSED)) {
+		/* the daemon went away since the last request: once more, anew.
+		 * A fresh connection closed unanswered: a daemon that accepted
+		 * it and then stopped (systemctl stop or restart); the socket
+		 * stays systemd's, so one more connection reaches the next
+		 * daemon (once: a daemon that refuses us closes it again) */
+		bool gone =
+		    ret == -EPIPE || ret == -ECONNRESET || ret == -ENOTCONN || ret == -ECONNREFUSED;
+		bool again = gone && (!fresh || (!refused && ret != -ECONNREFUSED));
+
+		if (fresh && gone)
+			refused = true;
+		if (!again || attempt == 2) {
 			if (ret == -ETIMEDOUT)
 				resil_priv_seterr("resild on %s did not answer within %d ms",
 						  r->socket_path, resil_priv_timeout_ms());

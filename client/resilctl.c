@@ -296,6 +296,24 @@ int fail(int err, const char *name)
 	switch (-err) {
 	case ECONNREFUSED:
 	case ENOENT:
+		if (ctl->ctl_fd < 0 && -err == ECONNREFUSED && !strncmp(sock, "/run/resild/", 12)) {
+			/* the file is there and nothing listens: under systemd,
+			 * the socket unit stopped or failed (a failed one stays
+			 * failed until reset) */
+			char unit[128];
+
+			if (!strcmp(sock, "/run/resild/control.sock"))
+				snprintf(unit, sizeof(unit), "resild");
+			else
+				snprintf(unit, sizeof(unit), "resild@%.*s",
+					 (int)strcspn(sock + 12, "."), sock + 12);
+			return say_error(-err,
+					 "nothing listens on %s: %s.socket is stopped or failed "
+					 "(`systemctl status %s.socket` says which); start it with "
+					 "`systemctl reset-failed %s.socket %s.service; systemctl "
+					 "start %s.socket`",
+					 sock, unit, unit, unit, unit, unit);
+		}
 		if (ctl->ctl_fd < 0)
 			return say_error(-err,
 					 "resild is not running on %s: start it with "

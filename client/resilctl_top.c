@@ -642,17 +642,26 @@ static int parse_sort(const char *s, enum sort_col *out)
 	return -EINVAL;
 }
 
+/* why NULL: --help asked for it (stdout, exit 0); else a usage error */
 static int top_usage(const char *why)
 {
+	FILE *f = why ? stderr : stdout;
+
 	if (why && top_json) {
 		top_err(EINVAL, "%s (resilctl top --help)", why);
 		return 2;
 	}
 	if (why)
 		fprintf(stderr, "resilctl top: %s\n", why);
-	fprintf(stderr, "usage: resilctl top [--sort calls|failure|rejections|name] "
-			"[--iterations N] [--interval MS]\n");
-	return 2;
+	fprintf(f, "usage: resilctl top [--sort calls|failure|rejections|name] "
+		   "[--iterations N] [--interval MS] [--json]\n");
+	if (!why)
+		fprintf(f, "A live table of every policy, refreshed every --interval ms "
+			   "(default 1000);\n"
+			   "--iterations N stops after N tables. Keys on a terminal: c, f, "
+			   "r, n sort\n"
+			   "by calls, failure, rejections, name; q quits.\n");
+	return why ? 2 : 0;
 }
 
 /* "--opt V" or "--opt=V": the value, advancing *i; NULL if a is not opt. */
@@ -707,6 +716,8 @@ int resilctl_top(int argc, char **argv, const char *socket, bool json)
 			socket = v;
 		} else if (!strcmp(argv[i], "--json")) {
 			json = true;
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			return top_usage(NULL);
 		} else if (missing) {
 			return top_usage("option needs a value");
 		} else {
