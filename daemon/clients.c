@@ -98,6 +98,7 @@
 #include "loop.h"
 #include "policy.h"
 #include "resild.h"
+#include "segmove.h"
 
 #define RESILD_JUDGE_PER_TICK	256	   /* new rows judged per tick */
 #define RESILD_SWEEP_SLOTS	65536	   /* permit slots swept per tick */
@@ -598,7 +599,9 @@ static int sweep_one(const struct resil_seg *s, uint32_t slot, const struct resi
 	}
 	sc->budget = cost > sc->budget ? 0 : sc->budget - cost;
 	sc->last = slot;
-	sc->global = rec->conf.scope == RESIL_SCOPE_GLOBAL;
+	/* parked slots stay parked under a global policy (the cluster's)
+	 * and while a move honours permits of the old memory (segmove.c) */
+	sc->global = rec->conf.scope == RESIL_SCOPE_GLOBAL || resild_seg_move_parks(sc->d, rec);
 	n = resil_policy_sweep(&x, rec, stray_id, sc);
 	if (n) {
 		resil_event_push(s, RESIL_EV_RECLAIMED, slot, rec->gen, n, 0, 0, 0,

@@ -210,7 +210,7 @@ int resild_http_start(const char *addr, resild_http_text_fn fn, void *ctx)
 	return 0;
 }
 
-int resild_http_start_fd(int fd, resild_http_text_fn fn, void *ctx)
+int resild_http_start_fd(int fd, const char *where, resild_http_text_fn fn, void *ctx)
 {
 	struct sockaddr_storage ss;
 	socklen_t sslen = sizeof(ss);
@@ -225,7 +225,7 @@ int resild_http_start_fd(int fd, resild_http_text_fn fn, void *ctx)
 	if (getsockname(fd, (struct sockaddr *)&ss, &sslen) < 0) {
 		r = -errno;
 		close(fd);
-		return log_error_errno(r, "the metrics socket passed by systemd: %m");
+		return log_error_errno(r, "the metrics socket %s: %m", where);
 	}
 	if (ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
@@ -239,12 +239,14 @@ int resild_http_start_fd(int fd, resild_http_text_fn fn, void *ctx)
 	if (!httpd) {
 		r = errno ? -errno : -EINVAL;
 		close(fd);
-		return log_error_errno(r,
-				       "cannot serve metrics on the socket passed by systemd: %m");
+		return log_error_errno(r, "cannot serve metrics on %s: %m", where);
 	}
 	info = MHD_get_daemon_info(httpd, MHD_DAEMON_INFO_BIND_PORT);
 	bound_port = info ? info->port : 0;
-	log_info("serving metrics on the socket passed by systemd (port %d)", bound_port);
+	if (ss.ss_family == AF_UNIX)
+		log_info("serving metrics on %s", where);
+	else
+		log_info("serving metrics on %s (port %d)", where, bound_port);
 	return 0;
 }
 
@@ -278,10 +280,11 @@ int resild_http_start(const char *addr, resild_http_text_fn fn, void *ctx)
 					 "libmicrohttpd");
 }
 
-int resild_http_start_fd(int fd, resild_http_text_fn fn, void *ctx)
+int resild_http_start_fd(int fd, const char *where, resild_http_text_fn fn, void *ctx)
 {
 	(void)fn;
 	(void)ctx;
+	(void)where;
 	close(fd);
 	return log_error_errno(-ENOTSUP, "metrics socket: resild was built without "
 					 "libmicrohttpd");

@@ -26,10 +26,11 @@ typedef size_t (*resild_http_text_fn)(char *buf, size_t len, void *ctx);
  * -ENOTSUP built without libmicrohttpd, -EADDRINUSE and friends from bind.
  */
 int resild_http_start(const char *addr, resild_http_text_fn fn, void *ctx);
-/* Serve on fd, a listening TCP socket bound by someone else (systemd's
- * resild-metrics.socket: bound outside the unit's PrivateNetwork=). The
- * server owns fd from here on, also on failure. */
-int resild_http_start_fd(int fd, resild_http_text_fn fn, void *ctx);
+/* Serve on fd, a listening socket: TCP bound by someone else (a socket
+ * systemd passed, bound outside the unit's PrivateNetwork=), or a unix
+ * socket (--metrics-socket); where names it in the log. The server owns
+ * fd from here on, also on failure. */
+int resild_http_start_fd(int fd, const char *where, resild_http_text_fn fn, void *ctx);
 /* The port actually bound (useful with port 0), 0 when not started. */
 int resild_http_port(void);
 /* Stop serving and join the thread; a no-op when not started. */

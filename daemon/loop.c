@@ -79,6 +79,7 @@
 #include "notify.h"
 #include "policy.h"
 #include "resild.h"
+#include "segmove.h"
 
 #define RING_ENTRIES 512
 #define OQ_MAX	     64	 /* queued replies before we stop reading a connection */
@@ -843,6 +844,7 @@ static void on_tick(struct resild *d)
 	st_relaxed(&d->seg.st->state_repairs, d->state_repairs);
 	resil_seg_foreach(&d->seg, maintain_one, d);
 	resil_seg_reclaim(&d->seg, resil_clock_monotonic(NULL));
+	resild_seg_move_tick(d);
 	if (d->reload_retry_until)
 		(void)reload(d, true);
 	answer_later(d, resil_clock_monotonic(NULL));

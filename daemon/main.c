@@ -5,9 +5,10 @@
  * Start: options (options.c: the settings file, then the flags over it);
  * segments (adopted from systemd's fd store when a
  * previous daemon of this unit stored them and they validate, else new
- * sealed memfds); the configuration files (a bad file is fatal here, with
- * FILE:LINE on stderr and exit status 78, EX_CONFIG, on which the units do
- * not restart); the control socket (passed by
+ * sealed memfds); the configuration files (a bad file on fresh segments
+ * is fatal, with FILE:LINE on stderr and exit status 78, EX_CONFIG, on
+ * which the units do not restart; on adopted ones it is a failed reload:
+ * the live policies keep running); the control socket (passed by
  * systemd, or created with mode 0660 after removing a stale file nothing
  * listens on); the HTTP metrics listener (the socket of
  * resild-metrics.socket, else metrics_listen; one that cannot serve is
@@ -51,6 +52,7 @@
 #include "options.h"
 #include "policy.h"
 #include "resild.h"
+#include "segmove.h"
 
 /*
  * Is a daemon serving path? 1 yes, 0 no (stale: nothing listens), <0 error.
@@ -237,6 +239,11 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 			log_notice("adopted the segments kept by systemd (epoch %016llx): "
 				   "policies and their state continue",
 				   (unsigned long long)d->seg.cfg->epoch);
+			/* a restart to apply new sizes: the live state moves
+			 * into segments of those sizes, or (too small) stays
+			 * where it is, said in the log */
+			if (resild_seg_sizes_differ(d) && resild_seg_move(d) < 0)
+				return -ENOMEM; /* logged */
 		} else {
 			log_warning("segments kept by systemd not adopted (%s): starting fresh",
 				    err[0] ? err : strerror(-r));
@@ -286,7 +293,7 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 	 * read by observers for display, and by nobody to decide anything */
 	st_release(&d->seg.st->daemon_pid, (uint32_t)getpid());
 	st_relaxed(&d->seg.st->daemon_beat_ns, (uint64_t)resil_clock_monotonic(NULL));
-	if (!d->adopted)
+	if (!d->adopted || d->moved)
 		resild_notify_store_fds(d->seg.cfg_fd, d->seg.st_fd);
 	return 0;
 }
@@ -357,6 +364,32 @@ static size_t http_text(char *buf, size_t len, void *ctx)
 	return resild_metrics_http_text(s, buf, len);
 }
 
+/* A unix listener for HTTP /metrics (--metrics-socket): the units' way
+ * out of a sandbox without network, proxied to TCP by
+ * resild-metrics.service. A file left by a previous run of the unit is
+ * replaced. The listener fd, or -errno. */
+static int metrics_socket_open(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct stat st;
+	int fd, r;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+		(void)unlink(path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 64) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
 static void metrics_result(struct resild *d, int r, const char *where)
 {
 	if (r >= 0) {
@@ -418,7 +451,18 @@ int main(int argc, char **argv)
 	if (r < 0)
 		goto out;
 	r = resild_config_load(&d, true);
-	if (r < 0) {
+	if (r < 0 && d.adopted) {
+		/* a restart on memory that already holds every policy and its
+		 * live state: the files' error must not throw that away (under
+		 * systemd an exit would empty the fd store). The adopted
+		 * policies keep running, as after a failed reload; the error is
+		 * the last reload's, in status and resil_reloads_total */
+		log_error("configuration files not applied (%s): the adopted policies keep "
+			  "running; fix the files and reload",
+			  d.reload_msg[0] ? d.reload_msg : strerror(-r));
+		d.reload_errors++;
+		r = 0;
+	} else if (r < 0) {
 		exit_code = RESILD_EXIT_CONFIG;
 		goto out;
 	}
@@ -456,8 +500,28 @@ int main(int argc, char **argv)
 			log_notice("metrics_listen %s ignored: serving the socket passed by "
 				   "systemd",
 				   d.opts.metrics_listen);
-		r = resild_http_start_fd(passed.metrics_fd, http_text, &d.seg);
+		r = resild_http_start_fd(passed.metrics_fd, "the socket passed by systemd",
+					 http_text, &d.seg);
 		metrics_result(&d, r, "the socket passed by systemd");
+		r = 0;
+	} else if (d.opts.metrics_socket) {
+		/* the units' (their sandbox has no network): a metrics_listen
+		 * of the settings file could not bind there anyway */
+		static char where[128];
+
+		if (d.opts.metrics_listen)
+			log_notice("metrics_listen %s ignored: serving metrics on %s "
+				   "(resild-metrics.socket serves them on TCP)",
+				   d.opts.metrics_listen, d.opts.metrics_socket);
+		snprintf(where, sizeof(where), "unix:%s", d.opts.metrics_socket);
+		d.opts.metrics_listen = where; /* what status shows */
+		resild_metrics_publish(&d);
+		r = metrics_socket_open(d.opts.metrics_socket);
+		if (r >= 0) {
+			d.metrics_socket_created = true;
+			r = resild_http_start_fd(r, d.opts.metrics_socket, http_text, &d.seg);
+		}
+		metrics_result(&d, r, d.opts.metrics_socket);
 		r = 0;
 	} else if (d.opts.metrics_listen) {
 		/* a malformed address is a configuration error; a listener that
@@ -488,10 +552,13 @@ out:
 	resild_cluster_fini(&d);
 	resild_loop_fini(&d);
 	resild_clients_fini(&d);
+	resild_seg_move_fini(&d);
 	if (d.listen_fd >= 0 && !d.socket_activated)
 		close(d.listen_fd);
 	if (d.socket_created)
 		unlink(d.opts.socket_path);
+	if (d.metrics_socket_created)
+		unlink(d.opts.metrics_socket);
 	resild_cfgset_free(d.files);
 	resild_optfile_clear(&d.optfile);
 	if (d.have_seg) {

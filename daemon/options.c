@@ -83,6 +83,8 @@ static void usage(FILE *f)
 		"  --admin-group NAME    members may change any policy\n"
 		"  --socket-group NAME   group of the socket file (default: our group)\n"
 		"  --metrics-listen ADDR:PORT  serve GET /metrics over HTTP (Prometheus)\n"
+		"  --metrics-socket PATH  the same on a unix socket (the units': a proxy\n"
+		"                        started by resild-metrics.socket serves it on TCP)\n"
 		"  --verbose             log debug messages too\n"
 		"  --check-config        check the configuration directory and exit: 0 if\n"
 		"                        it would load, else 78 with FILE:LINE errors\n"
@@ -182,6 +184,7 @@ enum {
 	O_VERSION,
 	O_VERBOSE,
 	O_METRICS,
+	O_METRICS_SOCK,
 	O_CONNS_UID,
 	O_IDLE,
 	O_POL_UID,
@@ -242,6 +245,7 @@ static const struct setting {
     {"socket-group", "socket_group", required_argument, O_SOCKGRP},
     {"verbose", "verbose", no_argument, O_VERBOSE},
     {"metrics-listen", "metrics_listen", required_argument, O_METRICS},
+    {"metrics-socket", "metrics_socket", required_argument, O_METRICS_SOCK},
     {"help", NULL, no_argument, 'h'},
     {"version", NULL, no_argument, O_VERSION},
     {"check-config", NULL, no_argument, O_CHECK},
@@ -348,6 +352,13 @@ static int setting_apply(struct resild *d, int code, const char *val, char *why,
 		break;
 	case O_METRICS:
 		d->opts.metrics_listen = val;
+		break;
+	case O_METRICS_SOCK:
+		if (val[0] != '/' || strlen(val) >= 108) {
+			snprintf(why, wlen, "expected an absolute path of at most 107 bytes");
+			return -EINVAL;
+		}
+		d->opts.metrics_socket = val;
 		break;
 	case O_CL_REDIS:
 		d->opts.cluster_redis = val;

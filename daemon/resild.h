@@ -40,6 +40,7 @@ struct resild_cfgset;
 struct resild_clients;
 struct resild_cluster;
 struct resild_loop;
+struct resild_moved;
 
 struct resild_opts {
 	const char *socket_path;
@@ -55,6 +56,7 @@ struct resild_opts {
 	const char *admin_group; /* NULL: root and creators only */
 	const char *socket_group;
 	const char *metrics_listen; /* ADDR:PORT for GET /metrics, NULL: none */
+	const char *metrics_socket; /* a unix socket for the same, NULL: none */
 	const char *options_file;   /* --options FILE, NULL: CONFIG_DIR/resild.conf */
 	/* policy.scope = global (cluster.c); no cluster_redis: none */
 	const char *cluster_redis;	   /* redis://HOST[:PORT][/DB] or unix:/PATH */
@@ -83,6 +85,7 @@ struct resild {
 	struct resil_seg seg;
 	bool have_seg;
 	bool adopted; /* segments came back from the fd store */
+	struct resild_moved *moved; /* adopted, then moved to new sizes (segmove.c) */
 	bool check_config; /* --check-config: check the files and exit */
 
 	uid_t uid; /* the daemon's own uid (owner of file policies) */
@@ -114,6 +117,7 @@ struct resild {
 	int64_t started_ns;	/* monotonic, for the uptime */
 	enum resild_metrics_state metrics_state;
 	bool metrics_activated;	 /* the listener came from systemd (resild-metrics.socket) */
+	bool metrics_socket_created; /* --metrics-socket: the file is ours to unlink */
 	char metrics_error[256]; /* why the listener is not serving */
 	uint64_t reclaims;
 	uint64_t conns_refused; /* past the per-uid connection limit */

@@ -1,0 +1,332 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * segmove.c - a restart with new sizes: the adopted policies move into
+ * segments of the sizes the options ask for.
+ *
+ * A restarted resild adopts the segments systemd kept (main.c). When
+ * --policies, --clients or --state-size (or the settings file) ask for
+ * other sizes than the adopted pair has, resild_seg_move creates a pair
+ * of the new sizes, defines every live policy there (budgets first, so a
+ * retry.budget = @NAME finds its budget) with its owner and origin, and
+ * carries each one's state over as a change of shape carries it
+ * (resil_policy_carry_from: breaker states, limiter times, keyed tables,
+ * budgets, counters; the pair keeps the old one's hash keys, so keys
+ * keep their fingerprints). Then the old pair is marked retired: every worker
+ * re-attaches at its next decision, as after any restart that started
+ * fresh (client/attach.c), and systemd's fd store gets the new pair. A
+ * size too small for the live policies moves nothing: the adopted pair
+ * keeps running and the error says what fits.
+ *
+ * Permits held in the old memory. A call admitted there releases there
+ * (its permit names the old block). So that no bulkhead is over its
+ * bound meanwhile, the new pool keeps as many of its slots parked
+ * (RESIL_BULKHEAD_PARKED: no client claims or frees them) as the old
+ * pool has holders alive, and the old pool's free slots are parked too:
+ * a worker that still decides there before re-attaching is refused
+ * (RESIL_REJECT_FULL) rather than admitted twice. Each tick
+ * (resild_seg_move_tick) counts the old pool's live holders (a holder
+ * whose process is gone holds nothing) and parks that many in the new
+ * pool; the count only falls (every slot freed in the old pool is parked
+ * again at the next tick, and a claim there in between takes a slot
+ * freed since the previous count), so old plus new never exceed
+ * bulkhead.max. Once no old holder is left, the old pair is unmapped.
+ * Not bridged: bulkheads of more than 1024 permits (packed slots, which
+ * parking does not cover) and policy.scope = global ones (the cluster
+ * parks their slots): their old holders are counted by nobody.
+ *
+ * Crash windows: killed before the new pair is in the fd store, the next
+ * start adopts the old pair again (retired: refused, started fresh: the
+ * state is lost, as after a stop); killed after, it adopts the new pair,
+ * whose parked slots nobody unparks: lost capacity of those bulkheads
+ * until the next change of their shape or a restart that starts fresh.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "bulkhead.h"
+#include "log.h"
+#include "notify.h"
+#include "policy.h"
+#include "resild.h"
+#include "segmove.h"
+
+/* A bulkhead whose old pool still has holders. */
+struct bridge {
+	char name[RESIL_NAME_MAX];
+	const struct resil_rec *orec; /* in the old pair */
+	uint32_t parked;	      /* slots parked in the new pool */
+};
+
+struct resild_moved {
+	struct resil_seg old;
+	struct bridge *b;
+	size_t n;
+};
+
+struct move_ctx {
+	struct resild *d;
+	struct resil_seg *ns;
+	int64_t now;
+	bool budgets; /* this pass defines the @budgets, the next the others */
+	int failed;
+	char err[512];
+	struct resil_define_cost need;
+	uint32_t policies;
+};
+
+static int cost_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+		    void *ctx)
+{
+	struct move_ctx *m = ctx;
+	struct resil_define_cost c;
+
+	if (resil_seg_define_cost(m->ns, rec->name, &rec->conf, rec->flags, &c) == 0) {
+		m->need.records += c.records;
+		m->need.slots += c.slots;
+		m->need.arena += c.arena;
+	}
+	m->policies++;
+	return 0;
+}
+
+static int move_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+		    void *ctx)
+{
+	struct move_ctx *m = ctx;
+	struct resil_rec *nrec;
+	uint32_t nslot;
+	uint64_t w;
+	int r;
+
+	if ((rec->name[0] == '@') != m->budgets || m->failed)
+		return 0;
+	r = resil_seg_define(m->ns, rec->name, &rec->conf, rec->owner_uid, rec->flags, m->now,
+			     m->err, sizeof(m->err));
+	if (r < 0 || resil_seg_lookup(m->ns, rec->name, &nslot, &w) < 0 ||
+	    !(nrec = resil_seg_rec_of(m->ns, w))) {
+		if (!m->err[0])
+			snprintf(m->err, sizeof(m->err), "%s", strerror(r < 0 ? -r : ENOENT));
+		log_error("policy %s: cannot move into the new segments: %s", rec->name, m->err);
+		m->failed = r < 0 ? r : -ENOENT;
+		return 0;
+	}
+	/* nobody maps the new pair yet: the carry writes a block no client
+	 * reads until the pair is served */
+	resil_policy_carry_from(m->ns, nrec, s, rec, m->now);
+	return 0;
+}
+
+static bool bridged(const struct resil_rec *rec)
+{
+	return rec->conf.bulkhead.on && rec->conf.scope != RESIL_SCOPE_GLOBAL &&
+	       resil_bulkhead_spread(&rec->conf.bulkhead);
+}
+
+/* holders whose process lives (resil_holder_fn) */
+struct live {
+	const struct resil_seg *s;
+	uint32_t n;
+};
+
+static void count_live(uint32_t id, void *ctx)
+{
+	struct live *l = ctx;
+	struct resil_client_row *row;
+	uint32_t pid;
+
+	if (id == 0 || id == RESIL_BULKHEAD_PARKED || id > l->s->geo.client_cap)
+		return;
+	row = resil_seg_client(l->s, id - 1);
+	pid = (uint32_t)(ld_acquire(&row->owner) >> 32);
+	if (pid && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
+		l->n++;
+}
+
+static uint32_t old_holders(const struct resil_seg *os, const struct resil_rec *orec)
+{
+	struct live l = {.s = os};
+
+	resil_bulkhead_holders(&orec->conf.bulkhead, resil_comp_state(os, orec, RESIL_C_BULKHEAD),
+			       count_live, &l);
+	return l.n;
+}
+
+/* Park in the new pool what the old one holds, and the old pool's free
+ * slots; false once nothing is held there (the bridge is done). */
+static bool bridge_step(struct resil_seg *ns, const struct resil_seg *os, struct bridge *b)
+{
+	const struct resil_rec *orec = b->orec;
+	void *ost = resil_comp_state(os, orec, RESIL_C_BULKHEAD);
+	uint32_t busy, held, slot;
+	struct resil_rec *nrec;
+	uint64_t w;
+
+	(void)resil_bulkhead_park(&orec->conf.bulkhead, ost, UINT32_MAX - 1, &busy);
+	held = old_holders(os, orec);
+	if (resil_seg_lookup(ns, b->name, &slot, &w) < 0 || !(nrec = resil_seg_rec_of(ns, w)) ||
+	    !bridged(nrec))
+		return false; /* deleted or reshaped since: its new block is not ours */
+	b->parked = resil_bulkhead_park(&nrec->conf.bulkhead,
+					resil_comp_state(ns, nrec, RESIL_C_BULKHEAD), held, &busy);
+	return held > 0;
+}
+
+static int collect_bridges(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+			   void *ctx)
+{
+	struct resild_moved *mv = ctx;
+
+	if (!bridged(rec) || old_holders(s, rec) == 0)
+		return 0;
+	snprintf(mv->b[mv->n].name, sizeof(mv->b[mv->n].name), "%s", rec->name);
+	mv->b[mv->n].orec = rec;
+	mv->n++;
+	return 0;
+}
+
+bool resild_seg_sizes_differ(const struct resild *d)
+{
+	const struct resil_seg *s = &d->seg;
+
+	return s->cfg->slot_cap != d->opts.policies || s->geo.client_cap != d->opts.clients ||
+	       s->st_size != resil_align_up(d->opts.state_size, 4096);
+}
+
+int resild_seg_move(struct resild *d)
+{
+	struct resil_seg_params sp = {
+	    .slots = d->opts.policies,
+	    .clients = d->opts.clients,
+	    .state_size = d->opts.state_size,
+	};
+	struct move_ctx m = {.d = d, .now = resil_clock_monotonic(NULL)};
+	struct resil_seg ns = {.cfg_fd = -1, .st_fd = -1};
+	struct resil_define_cost room;
+	struct resild_moved *mv;
+	char was[160], msg[1024];
+	int r;
+
+	snprintf(was, sizeof(was), "--policies %u, --clients %u, --state-size %zu",
+		 d->seg.cfg->slot_cap, d->seg.geo.client_cap, d->seg.st_size);
+	r = resil_seg_create(&ns, &sp);
+	if (r < 0) {
+		snprintf(msg, sizeof(msg),
+			 "cannot create segments of --policies %u, --clients %u, --state-size "
+			 "%llu (%s): the adopted segments (%s) keep running",
+			 sp.slots, sp.clients, (unsigned long long)sp.state_size, strerror(-r),
+			 was);
+		log_error("%s", msg);
+		return 0;
+	}
+	/* the names' and the keyed tables' hash keys: a carried key keeps
+	 * its fingerprint (nothing is defined in the new pair yet) */
+	ns.cfg->hash_k0 = d->seg.cfg->hash_k0;
+	ns.cfg->hash_k1 = d->seg.cfg->hash_k1;
+	resil_seg_own_arena(&ns);
+	m.ns = &ns;
+	resil_seg_foreach(&d->seg, cost_one, &m);
+	resil_seg_room(&ns, &room);
+	if (m.need.slots > room.slots || m.need.records > room.records ||
+	    m.need.arena > room.arena) {
+		/* what fits: the live policies' slots and state, plus what the
+		 * pair takes besides the arena at these sizes */
+		uint64_t st_min = ns.st_size - ns.geo.arena_size + m.need.arena;
+
+		snprintf(msg, sizeof(msg),
+			 "the %u live policies do not fit --policies %u, --state-size %llu: they "
+			 "need --policies %u or more and --state-size %lluK or more; the adopted "
+			 "segments (%s) keep running",
+			 m.policies, sp.slots, (unsigned long long)sp.state_size, m.need.slots,
+			 (unsigned long long)((st_min + 1023) / 1024), was);
+		log_error("%s", msg);
+		resil_seg_unmap(&ns);
+		return 0;
+	}
+	m.budgets = true;
+	resil_seg_foreach(&d->seg, move_one, &m);
+	m.budgets = false;
+	resil_seg_foreach(&d->seg, move_one, &m);
+	if (m.failed) {
+		snprintf(msg, sizeof(msg),
+			 "the live policies could not move into segments of the new sizes (%s): "
+			 "the adopted segments (%s) keep running",
+			 m.err, was);
+		log_error("%s", msg);
+		resil_seg_unmap(&ns);
+		return 0;
+	}
+
+	mv = calloc(1, sizeof(*mv));
+	if (mv)
+		mv->b = calloc(d->seg.cfg->slot_cap ? d->seg.cfg->slot_cap : 1, sizeof(*mv->b));
+	if (!mv || !mv->b) {
+		free(mv);
+		resil_seg_unmap(&ns);
+		return log_error_errno(-ENOMEM, "cannot move the policies: %m");
+	}
+	mv->old = d->seg;
+	resil_seg_foreach(&mv->old, collect_bridges, mv);
+	for (size_t i = 0; i < mv->n; i++)
+		(void)bridge_step(&ns, &mv->old, &mv->b[i]);
+	d->seg = ns;
+	/* workers re-attach at their next decision (client/attach.c) */
+	atomic_fetch_or_explicit(&mv->old.cfg->flags, RESIL_SEG_RETIRED, memory_order_release);
+	atomic_fetch_or_explicit(&mv->old.st->flags, RESIL_SEG_RETIRED, memory_order_release);
+	sd_notify(0, "FDSTOREREMOVE=1\nFDNAME=config");
+	sd_notify(0, "FDSTOREREMOVE=1\nFDNAME=state");
+	close(mv->old.cfg_fd);
+	close(mv->old.st_fd);
+	mv->old.cfg_fd = mv->old.st_fd = -1;
+	d->moved = mv;
+	snprintf(msg, sizeof(msg),
+		 "moved %u policies and their state from segments of %s into new ones; %zu "
+		 "bulkheads honour permits held in the old memory",
+		 m.policies, was, mv->n);
+	log_notice("%s", msg);
+	return 1;
+}
+
+void resild_seg_move_tick(struct resild *d)
+{
+	struct resild_moved *mv = d->moved;
+	size_t k = 0;
+
+	if (!mv)
+		return;
+	for (size_t i = 0; i < mv->n; i++)
+		if (bridge_step(&d->seg, &mv->old, &mv->b[i]))
+			mv->b[k++] = mv->b[i];
+		else
+			log_info("policy %s: no permit held in the old segments any more",
+				 mv->b[i].name);
+	mv->n = k;
+	if (k == 0)
+		resild_seg_move_fini(d);
+}
+
+bool resild_seg_move_parks(const struct resild *d, const struct resil_rec *rec)
+{
+	const struct resild_moved *mv = d->moved;
+
+	for (size_t i = 0; mv && i < mv->n; i++)
+		if (!strcmp(mv->b[i].name, rec->name))
+			return true;
+	return false;
+}
+
+void resild_seg_move_fini(struct resild *d)
+{
+	struct resild_moved *mv = d->moved;
+
+	if (!mv)
+		return;
+	resil_seg_unmap(&mv->old);
+	free(mv->b);
+	free(mv);
+	d->moved = NULL;
+}
