@@ -22,11 +22,14 @@ packages=(build-essential cmake pkg-config liburing-dev libprotobuf-c-dev protob
 	systemd-container
 	python3-dev python3-django gunicorn python3-httpx python3-pytest python3-limits python3-redis
 	python3-setuptools python3-pip uwsgi-core uwsgi-plugin-python3 python3-uvicorn mypy)
+# for the tests only: building the Debian packages (dpkg-buildpackage with
+# debhelper) and checking them (lintian)
+test_packages=(debhelper lintian)
 
 install_deps() {
 	[ "${RESIL_SKIP_APT:-0}" = 1 ] && return 0
 	local missing=()
-	for p in "${packages[@]}"; do
+	for p in "${packages[@]}" "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 	done
 	[ ${#missing[@]} -eq 0 ] && return 0
@@ -51,6 +54,7 @@ demo)
 	exec "$top/examples/run-demo.sh" "$build" "$@"
 	;;
 test)
+	install_deps "${test_packages[@]}"
 	# 1. the whole suite on the normal build; 2. unit and integration
 	# again under ASan+UBSan; 3. the unit tests under TSan; 4. each
 	# libFuzzer target for a short run (clang). RESIL_TEST_SANITIZE=0,
