@@ -1,87 +1,88 @@
 #!/usr/bin/env bash
 # label: integration
-# The Debian package: `cpack -G DEB` from the build, then `dpkg -i` on this
-# machine: the maintainer scripts create the resild user and group and
-# /run/resild and /etc/resild; the units sit in /usr/lib/systemd/system and
-# start /usr/sbin/resild; `resild --check-config` passes on the installed
-# configuration directory; the installed resild serves the installed
-# resilctl; `dpkg --purge` removes it all again. Runs as root on a build
-# configured for /usr (run.sh's); skipped (77) otherwise, and in sanitized
-# builds, whose binaries need the sanitizer runtime.
-set -eu # no pipefail: "X | grep -q" would fail when grep stops reading early
-: "${BIN:?}"
+# resil's Debian packages, built the Debian way (tests/deb_build.sh:
+# dpkg-buildpackage -b with debhelper on a copy of the tree), and what
+# Debian asks of them:
+#   - lintian on the .changes: no error, and no warning that is not
+#     overridden in debian/ with its reason;
+#   - the split: resild (daemon, resilctl, units, sysusers, tmpfiles,
+#     manual pages 1, 5, 8, the settings file as a conffile), the shared
+#     library alone in the package named after its soname, with a shlibs
+#     file and an ldconfig trigger, libresil-dev (header, .so link, .a,
+#     .pc, libresil(3)), -dbgsym packages with the debug symbols; stripped
+#     binaries; compressed manual pages;
+#   - resild depends on the library package only through what it links
+#     (resild and resilctl link libresil statically: no dependency);
+#   - the maintainer scripts pass sh -n.
+# Installing, upgrading, removing and purging them under a real systemd is
+# tests/sh_systemd.sh's. Skipped (77) without dpkg-buildpackage and
+# debhelper, and in sanitized builds.
+set -u # no pipefail: "X | grep -q" would fail when grep stops reading early
+: "${BIN:?}" "${SRC:?}"
 skip() { echo "skipped: $*"; exit 77; }
-grep -q '^RESIL_SANITIZE:BOOL=ON' "$BIN/CMakeCache.txt" && skip "sanitized build"
-grep -q '^CMAKE_INSTALL_PREFIX:PATH=/usr$' "$BIN/CMakeCache.txt" ||
-	skip "the build is not configured with -DCMAKE_INSTALL_PREFIX=/usr"
-[ "$(id -u)" = 0 ] || skip "dpkg -i needs root"
-command -v cpack >/dev/null && command -v dpkg >/dev/null || skip "no cpack or dpkg"
 fail() { echo "FAIL: $*"; exit 1; }
+grep -q '^RESIL_SANITIZE:BOOL=ON' "$BIN/CMakeCache.txt" && skip "sanitized build"
+command -v dpkg-buildpackage >/dev/null && command -v dh >/dev/null || skip "no dpkg-buildpackage or debhelper"
+command -v lintian >/dev/null || skip "no lintian"
 
-# one package test at a time on this machine (two suites side by side)
-exec 9>/var/lock/resil-sh-deb.lock
-flock 9
-# dpkg with its lock taken by someone else (an apt-get elsewhere) fails at
-# once: try again while that is the reason, up to a minute
-dpkg_retry() {
-	local out
-	for _ in $(seq 60); do
-		out=$(dpkg "$@" 2>&1) && return 0
-		grep -q "lock" <<<"$out" || { echo "$out"; return 1; }
-		sleep 1
-	done
-	echo "$out"
-	return 1
-}
-
+pkg=$("$SRC/tests/deb_build.sh") || fail "the packages do not build"
 tmp=$(mktemp -d)
-pid=
-was_installed=$(dpkg-query -W -f='${Status}' resil 2>/dev/null | grep -c "ok installed" || true)
-cleanup() {
-	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-	[ "$was_installed" = 0 ] && dpkg_retry --purge resil >/dev/null 2>&1
-	rm -rf "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+ls "$pkg"/*.deb | sed 's#.*/##'
+
+lintian --tag-display-limit 0 "$pkg"/*.changes >"$tmp/lintian" 2>&1
+grep -v 'running with root privileges' "$tmp/lintian"
+errors=$(grep -c '^E: ' "$tmp/lintian")
+warnings=$(grep -c '^W: ' "$tmp/lintian")
+[ "$errors" = 0 ] || fail "lintian: $errors errors"
+[ "$warnings" = 0 ] || fail "lintian: $warnings warnings not overridden with a reason in debian/"
+echo "lintian: 0 errors, 0 warnings ($(grep -c '^[IP]: ' "$tmp/lintian") informational)"
+
+deb() { ls "$pkg"/"$1"_*.deb 2>/dev/null | head -n1; }
+has() { # package file...
+	local d
+	d=$(deb "$1") && [ -n "$d" ] || fail "no package $1"
+	shift
+	dpkg-deb -c "$d" | awk '{print $6}' >"$tmp/c"
+	for f; do grep -qx "./$f" "$tmp/c" || fail "$(basename "$d") lacks $f"; done
 }
-trap cleanup EXIT
+ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+so=$(cd "$pkg" && dpkg-deb --fsys-tarfile "$(ls libresil[0-9]*_*.deb | grep -v dbgsym)" |
+	tar -tf - | sed -n "s#^\./usr/lib/$ma/\(libresil\.so\.[0-9]*\)\$#\1#p")
+[ -n "$so" ] || fail "no libresil.so.N in a libresilN package"
+lib=libresil${so#libresil.so.}
+echo "the shared library $so is in $lib"
+has resild usr/sbin/resild usr/bin/resilctl lib/systemd/system/resild.service \
+	lib/systemd/system/resild.socket lib/systemd/system/resild@.service \
+	lib/systemd/system/resild@.socket lib/systemd/system/resild-metrics.socket \
+	usr/lib/sysusers.d/resild.conf usr/lib/tmpfiles.d/resild.conf etc/resild/resild.conf \
+	usr/share/man/man8/resild.8.gz usr/share/man/man5/resild.conf.5.gz \
+	usr/share/man/man1/resilctl.1.gz usr/share/doc/resild/copyright
+grep -q 'libresil\.so' "$tmp/c" && fail "resild ships the shared library"
+has "$lib" "usr/lib/$ma/$so" usr/share/doc/"$lib"/copyright
+has libresil-dev usr/include/resil.h "usr/lib/$ma/libresil.so" "usr/lib/$ma/libresil.a" \
+	"usr/lib/$ma/pkgconfig/resil.pc" usr/share/man/man3/libresil.3.gz
+[ -n "$(deb resild-dbgsym)" ] && [ -n "$(deb "$lib"-dbgsym)" ] || fail "no -dbgsym packages"
 
-(cd "$tmp" && cpack -G DEB --config "$BIN/CPackConfig.cmake" -B "$tmp/pkg" >"$tmp/cpack.log" 2>&1) ||
-	{ cat "$tmp/cpack.log"; fail "cpack"; }
-deb=$(ls "$tmp"/pkg/resil_*.deb)
-echo "built $(basename "$deb")"
-dpkg-deb -c "$deb" >"$tmp/contents"
-for f in ./usr/sbin/resild ./usr/bin/resilctl ./usr/include/resil.h \
-	./usr/lib/systemd/system/resild.service ./usr/lib/systemd/system/resild.socket \
-	./usr/lib/systemd/system/resild-metrics.socket \
-	./usr/lib/sysusers.d/resild.conf ./usr/lib/tmpfiles.d/resild.conf; do
-	grep -q " $f\$" "$tmp/contents" || fail "$f is not in the package"
+# control data: conffile, shlibs, ldconfig trigger, dependencies
+mkdir "$tmp/r" "$tmp/l"
+dpkg-deb -e "$(deb resild)" "$tmp/r"
+dpkg-deb -e "$(deb "$lib")" "$tmp/l"
+grep -qx /etc/resild/resild.conf "$tmp/r/conffiles" || fail "/etc/resild/resild.conf is not a conffile"
+grep -q "^libresil ${so#libresil.so.} $lib " "$tmp/l/shlibs" || fail "no shlibs entry: $(cat "$tmp/l/shlibs")"
+grep -q 'activate-noawait ldconfig' "$tmp/l/triggers" || fail "no ldconfig trigger"
+dpkg-deb -f "$(deb libresil-dev)" Depends | grep -q "$lib (= " || fail "libresil-dev does not depend on $lib"
+for s in postinst prerm postrm; do sh -n "$tmp/r/$s" || fail "resild's $s"; done
+grep -q 'deb-systemd-invoke try-restart' "$tmp/r/postinst" || fail "postinst restarts nothing on upgrade"
+
+# stripped, with the debug symbols in -dbgsym
+dpkg-deb -x "$(deb resild)" "$tmp/x"
+dpkg-deb -x "$(deb "$lib")" "$tmp/x"
+for f in "$tmp/x/usr/sbin/resild" "$tmp/x/usr/bin/resilctl" "$tmp/x/usr/lib/$ma/$so".*; do
+	readelf -S "$f" | grep -q '\.symtab' && fail "$f is not stripped"
+	readelf -S "$f" | grep -q '\.debug_info' && fail "$f carries debug info"
 done
-dpkg-deb -I "$deb" | grep -q "Depends:.*liburing" || fail "no shared-library dependencies"
-
-dpkg_retry -i "$deb" >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; fail "dpkg -i"; }
-getent passwd resild >/dev/null || fail "postinst did not create the user resild"
-getent group resild >/dev/null || fail "postinst did not create the group resild"
-[ -d /run/resild ] && [ -d /etc/resild ] || fail "postinst did not create /run/resild, /etc/resild"
-grep -q '^ExecStart=/usr/sbin/resild ' /usr/lib/systemd/system/resild.service ||
-	fail "the installed unit does not start /usr/sbin/resild"
-/usr/sbin/resild --version | grep -q "^resild $(/usr/bin/resilctl --version | awk '{print $2}') " ||
-	fail "resild and resilctl versions differ"
-/usr/sbin/resild --check-config || fail "resild --check-config on the installed /etc/resild"
-
-# the installed daemon, by hand (no systemd here), serves the installed CLI
-/usr/sbin/resild --foreground --socket "$tmp/sock" 2>"$tmp/resild.log" &
-pid=$!
-for _ in $(seq 100); do
-	/usr/bin/resilctl --socket "$tmp/sock" create deb_check 'bulkhead.max = 2' >/dev/null 2>&1 && break
-	sleep 0.1
-done
-/usr/bin/resilctl --socket "$tmp/sock" list | grep -q deb_check || fail "the installed resild does not serve"
-kill "$pid"
-wait "$pid" || true
-pid=
-
-if [ "$was_installed" = 0 ]; then
-	dpkg_retry --purge resil >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; fail "dpkg --purge"; }
-	[ ! -e /usr/sbin/resild ] || fail "dpkg --purge left /usr/sbin/resild"
-	[ ! -e /usr/lib/systemd/system/resild.service ] || fail "dpkg --purge left the unit"
-fi
-echo "the .deb installs, creates its user and directories, serves, and purges"
+id=$(readelf -n "$tmp/x/usr/sbin/resild" | sed -n 's/.*Build ID: //p')
+dpkg-deb -c "$(deb resild-dbgsym)" | grep -q "usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug" ||
+	fail "resild's debug symbols are not in resild-dbgsym"
+echo "packages: resild, $lib, libresil-dev and their -dbgsym as Debian splits them"

@@ -13,19 +13,26 @@ if grep -q '^RESIL_SANITIZE:BOOL=ON' "$BIN/CMakeCache.txt" 2>/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# DESTDIR, not --prefix: the units name the configured prefix's resild,
-# and outside /usr they go to /etc, which --prefix would not move
+# DESTDIR, not --prefix: the units name the configured prefix's resild
 root=$tmp/root
 cfg_prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$BIN/CMakeCache.txt")
 prefix=$root$cfg_prefix
 
 DESTDIR=$root cmake --install "$BIN" >"$tmp/install.log"
+# nothing is written outside the prefix, whatever the prefix: an install
+# into a user's directory needs no root and leaves the system alone
+cmake --install "$BIN" --prefix "$tmp/user" >"$tmp/user.log"
+outside=$(sed -n 's/^-- \(Installing\|Up-to-date\): //p' "$tmp/user.log" | { grep -v "^$tmp/user/" || true; })
+[ -z "$outside" ] || { echo "FAIL: cmake --install --prefix $tmp/user wrote outside it:"; echo "$outside"; exit 1; }
+[ -e "$tmp/user/lib/systemd/system/resild.service" ] || { echo "FAIL: no units under $tmp/user/lib/systemd/system"; exit 1; }
+echo "cmake --install --prefix DIR writes only under DIR (units in DIR/lib/systemd/system)"
 libdir=$(dirname "$(find "$prefix" -name resil.pc | head -n1)")/..
 for f in include/resil.h sbin/resild bin/resilctl; do
 	[ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
-# units, sysusers and tmpfiles where systemd reads them
-if [ "$cfg_prefix" = /usr ]; then sd=$root/usr/lib; else sd=$root/etc; fi
+# units, sysusers and tmpfiles under the prefix (PREFIX/lib/...: where
+# systemd reads them for /usr and /usr/local)
+sd=$prefix/lib
 for f in systemd/system/resild.service systemd/system/resild.socket \
 	systemd/system/resild@.service systemd/system/resild@.socket \
 	systemd/system/resild-metrics.socket sysusers.d/resild.conf \
@@ -35,18 +42,21 @@ done
 exe=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$sd/systemd/system/resild.service")
 [ -x "$root$exe" ] || { echo "FAIL: the unit's ExecStart=$exe is not the installed resild"; exit 1; }
 echo "units in $sd/systemd/system start $exe, which is installed"
-so=$(find "$prefix" -name 'libresil.so.0' | head -n1)
-[ -n "$so" ] || { echo "FAIL: no libresil.so.0"; exit 1; }
+# the soname's major is the build's (libresil.so.N), and so is the
+# symbol node's (RESIL_N.M)
+so=$(find "$prefix" -name 'libresil.so.[0-9]*' -type f | head -n1)
+[ -n "$so" ] || { echo "FAIL: no libresil.so.N"; exit 1; }
 [ -n "$(find "$prefix" -name 'libresil.a')" ] || { echo "FAIL: no libresil.a"; exit 1; }
 soname=$(objdump -p "$so" | awk '/SONAME/ {print $2}')
-[ "$soname" = libresil.so.0 ] || { echo "FAIL: soname $soname"; exit 1; }
-# every exported symbol is versioned RESIL_0.N and public (resil_*, no resil_priv_*)
+major=${soname#libresil.so.}
+[[ "$major" =~ ^[0-9]+$ ]] && [ -e "$(dirname "$so")/$soname" ] || { echo "FAIL: soname $soname"; exit 1; }
+# every exported symbol is versioned RESIL_N.M and public (resil_*, no resil_priv_*)
 exports=$(objdump -T "$so" | grep -E ' DF \.text' | awk '{print $(NF-1), $NF}')
-if echo "$exports" | grep -Ev '^RESIL_0\.[0-9]+ resil_' | grep -q .; then
-	echo "FAIL: unexpected exports:"; echo "$exports" | grep -Ev '^RESIL_0\.[0-9]+ resil_'; exit 1
+if echo "$exports" | grep -Ev "^RESIL_$major\\.[0-9]+ resil_" | grep -q .; then
+	echo "FAIL: unexpected exports:"; echo "$exports" | grep -Ev "^RESIL_$major\\.[0-9]+ resil_"; exit 1
 fi
 if echo "$exports" | grep -q 'resil_priv_'; then echo "FAIL: private symbols exported"; exit 1; fi
-echo "libresil.so.0 exports $(echo "$exports" | wc -l) functions, all RESIL_0.N"
+echo "$soname exports $(echo "$exports" | wc -l) functions, all RESIL_$major.M"
 
 export PKG_CONFIG_PATH=$(dirname "$(find "$prefix" -name resil.pc | head -n1)")
 cc -std=c11 -Wall -Werror "$SRC/examples/link_example.c" $(pkg-config --cflags --libs resil) \

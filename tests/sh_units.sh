@@ -5,7 +5,9 @@
 # (ExecStart= names the installed resild; a configuration error, exit 78,
 # is not restarted) and the resild@ tenant template, as an instance,
 # pass `systemd-analyze verify` (with ExecStart pointing at the built
-# resild and resilctl, in a temporary copy), resild-metrics.socket with
+# resild and resilctl, in a temporary copy), resild-metrics.socket and
+# its relay resild-metrics.service (systemd-socket-proxyd to resild's unix
+# metrics socket, so it starts beside a running resild) with
 # them (the HTTP listener under the sandbox), and their hardening is shown
 # with `systemd-analyze security --offline=true` (printed, and its exposure
 # must stay below 2.0, the "OK" bound).
@@ -32,7 +34,8 @@ for u in resild.service resild@.service; do
 done
 grep -q '@[A-Z_]*@' "$UNITS"/resild* && { echo "FAIL: an unsubstituted @VAR@"; fail=1; }
 
-cp "$UNITS/resild.service" "$UNITS/resild.socket" "$UNITS/resild-metrics.socket" "$T/"
+cp "$UNITS/resild.service" "$UNITS/resild.socket" "$UNITS/resild-metrics.socket" \
+	"$UNITS/resild-metrics.service" "$T/"
 # the tenant template, as an instance
 cp "$UNITS/resild@.service" "$T/resild@demo.service"
 cp "$UNITS/resild@.socket" "$T/resild@demo.socket"
@@ -42,17 +45,31 @@ grep -q "^ExecStart=$RESILD " "$T/resild.service" || { echo "ExecStart not rewri
 # a reload is `resilctl reload` (its exit status is the reload's result)
 RESILCTL=${RESILCTL:-$(dirname "$RESILD")/../client/resilctl}
 for u in resild.service resild@demo.service; do
-	grep -qE "^ExecReload=$prefix/bin/resilctl --socket /run/resild/[^ ]+ reload$" "$T/$u" ||
+	grep -qE "^ExecReload=\\+?$prefix/bin/resilctl --socket /run/resild/[^ ]+ reload$" "$T/$u" ||
 		{ echo "FAIL: $u: ExecReload= is not resilctl reload"; fail=1; }
 done
-sed -i "s#^ExecReload=[^ ]*/resilctl#ExecReload=$RESILCTL#" "$T/resild.service" "$T/resild@demo.service"
-# the metrics socket is handed to resild.service, under a name resild knows
-grep -q '^Service=resild.service$' "$T/resild-metrics.socket" || { echo "FAIL: resild-metrics.socket: Service="; fail=1; }
-grep -q '^FileDescriptorName=metrics$' "$T/resild-metrics.socket" || { echo "FAIL: resild-metrics.socket: FileDescriptorName=metrics"; fail=1; }
+sed -i "s#^ExecReload=\\(+\\?\\)[^ ]*/resilctl#ExecReload=\\1$RESILCTL#" "$T/resild.service" "$T/resild@demo.service"
+# a tenant's socket belongs to the group resild-NAME, which User=resild is
+# not in: its reload runs as root ("+")
+grep -q '^ExecReload=+' "$T/resild@demo.service" || { echo "FAIL: resild@: ExecReload= runs as User=resild"; fail=1; }
+# the metrics socket starts its relay, never resild.service (a socket
+# whose service runs cannot start): the relay reaches resild's unix socket
+grep -q '^Service=' "$T/resild-metrics.socket" && { echo "FAIL: resild-metrics.socket: Service="; fail=1; }
 grep -q '^ListenStream=' "$T/resild-metrics.socket" || { echo "FAIL: resild-metrics.socket: ListenStream="; fail=1; }
+msock=$(sed -n 's/^ExecStart=.* --metrics-socket \([^ ]*\).*/\1/p' "$T/resild.service")
+[ -n "$msock" ] || { echo "FAIL: resild.service: no --metrics-socket"; fail=1; }
+grep -qE "^ExecStart=[^ ]*/systemd-socket-proxyd $msock\$" "$T/resild-metrics.service" ||
+	{ echo "FAIL: resild-metrics.service does not relay to $msock"; fail=1; }
+grep -q "^ReadWritePaths=-$(dirname "$msock")\$" "$T/resild.service" ||
+	{ echo "FAIL: resild.service cannot write $(dirname "$msock")"; fail=1; }
+grep -q "^d $(dirname "$msock") 0750 resild resild" "$SRC/systemd/resild-tmpfiles.conf" ||
+	{ echo "FAIL: tmpfiles do not make $(dirname "$msock")"; fail=1; }
 
 echo "== systemd-analyze verify"
-if ! systemd-analyze verify "$T/resild.service" "$T/resild.socket" "$T/resild-metrics.socket" \
+# --man=no: the units' Documentation= pages are installed with the package,
+# not necessarily on this machine
+if ! systemd-analyze verify --man=no "$T/resild.service" "$T/resild.socket" "$T/resild-metrics.socket" \
+	"$T/resild-metrics.service" \
 	"$T/resild@demo.service" "$T/resild@demo.socket"; then
 	echo "FAIL: verify"
 	fail=1
