@@ -66,6 +66,7 @@ static bool only_blank_nl(const char *s)
  */
 static const char *const known_keys[] = {
     "policy.scope",
+    "policy.fallback",
     "histogram",
     "breaker.window",
     "breaker.buckets",
@@ -264,6 +265,21 @@ static int conf_set(struct resil_conf *c, const char *key, const char *value, ch
 		c->limit.global = c->scope == RESIL_SCOPE_GLOBAL;
 		return 0;
 	}
+	if (strcmp(key, "policy.fallback") == 0) {
+		const char *v = skip_blank(value);
+
+		if (strcmp(v, "local") == 0)
+			c->fallback = RESIL_FALLBACK_LOCAL;
+		else if (strcmp(v, "admit") == 0)
+			c->fallback = RESIL_FALLBACK_ADMIT;
+		else if (strcmp(v, "reject") == 0)
+			c->fallback = RESIL_FALLBACK_REJECT;
+		else
+			return resil_errf(
+			    err, errlen, -EINVAL,
+			    "policy.fallback: '%s' is not 'local', 'admit' or 'reject'", value);
+		return 0;
+	}
 	/* the component whose key it is (each row knows its prefixes) */
 	r = -ENOENT;
 	resil_comp_foreach (op) {
@@ -454,6 +470,10 @@ size_t resil_conf_format(const struct resil_conf *c, char *buf, size_t len)
 		PUT((size_t)snprintf(AT, LEFT, "policy.scope = process\n"));
 	else if (c->scope == RESIL_SCOPE_GLOBAL)
 		PUT((size_t)snprintf(AT, LEFT, "policy.scope = global\n"));
+	if (c->fallback == RESIL_FALLBACK_ADMIT)
+		PUT((size_t)snprintf(AT, LEFT, "policy.fallback = admit\n"));
+	else if (c->fallback == RESIL_FALLBACK_REJECT)
+		PUT((size_t)snprintf(AT, LEFT, "policy.fallback = reject\n"));
 	resil_comp_foreach (op)
 		PUT((*op)->conf_format(c, AT, LEFT));
 #undef PUT

@@ -24,6 +24,15 @@
  * the fleet's state. */
 enum resil_scope { RESIL_SCOPE_FLEET = 0, RESIL_SCOPE_PROCESS = 1, RESIL_SCOPE_GLOBAL = 2 };
 
+/* policy.fallback: how a process that has not reached resild yet decides
+ * (libresil's pending handles): on its own copy of the declared policy,
+ * admitting everything, or rejecting everything. Nothing else reads it. */
+enum resil_fallback {
+	RESIL_FALLBACK_LOCAL = 0,
+	RESIL_FALLBACK_ADMIT = 1,
+	RESIL_FALLBACK_REJECT = 2,
+};
+
 enum resil_window_kind {
 	RESIL_WINDOW_COUNT = 0,
 	RESIL_WINDOW_TIME = 1,
@@ -197,7 +206,8 @@ struct resil_retry_conf {
 struct resil_conf {
 	uint8_t scope;	   /* enum resil_scope */
 	uint8_t histogram; /* keep a latency histogram */
-	uint8_t pad[6];
+	uint8_t fallback;  /* enum resil_fallback */
+	uint8_t pad[5];
 	struct resil_breaker_conf breaker;
 	struct resil_limit_conf limit;
 	struct resil_bulkhead_conf bulkhead;
