@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,7 +255,35 @@ RESIL_COLD struct resil_map *resil_priv_find_map(struct resil *r, uint32_t seq32
 		if (m->seq % 32 == seq32)
 			return m;
 	}
+	/* this process's own pairs (pending.c); acquire: pairs with the
+	 * release that published each, whole */
+	for (struct resil_map *m = ld_acquire(&r->locals); m; m = m->next_local) {
+		if (m->seq % 32 == seq32)
+			return m;
+	}
 	return NULL;
+}
+
+/* Send d again (a daemon with fresh segments, or one that was away when
+ * it was made): its state says how it went. */
+static void send_def(struct resil *r, struct resil_def *d)
+{
+	int err = resil_priv_send_define(r, d->name, d->text, d);
+
+	if (d->state == RESIL_DEF_UNSENT && !resil_priv_unreachable(err))
+		r->unsent--;
+	if (err == 0)
+		d->state = RESIL_DEF_SENT;
+	else if (!resil_priv_unreachable(err))
+		d->state = RESIL_DEF_REFUSED; /* that daemon's call: decided here */
+}
+
+/* The definitions no daemon answered yet, to the one we reach now. */
+static void send_unsent(struct resil *r)
+{
+	for (struct resil_def *d = r->defs; d && r->unsent; d = d->next)
+		if (d->state == RESIL_DEF_UNSENT)
+			send_def(r, d);
 }
 
 static int reattach(struct resil *r)
@@ -274,24 +303,34 @@ static int reattach(struct resil *r)
 		return err;
 	}
 	n->tag = n->seg->cfg->epoch;
-	n->seq = old->seq + 1;
+	n->seq = r->next_seq++;
 	n->older = old;
 	atomic_store_explicit(&n->row, -1, memory_order_relaxed);
 	/* our definitions first, so the handles re-resolve into them; one
-	 * that fails (a file defines the name, the new daemon refuses) is
-	 * that daemon's call */
+	 * that fails (the new daemon refuses) is that daemon's call: it is
+	 * decided in this process's own pair, if it has one */
 	for (struct resil_def *d = r->defs; d; d = d->next)
-		(void)resil_priv_send_define(r, d->name, d->text);
+		send_def(r, d);
 	resil_priv_claim_row(r, n, bound);
-	/* release: a process that sees the flag sees nothing else from us;
-	 * it only tells it to look at the socket */
-	atomic_fetch_or_explicit(&old->seg->st->flags, RESIL_SEG_RETIRED, memory_order_release);
-	/* the descriptors of the old pair are not needed for its mapping */
-	if (old->seg->cfg_fd >= 0)
-		close(old->seg->cfg_fd);
-	if (old->seg->st_fd >= 0)
-		close(old->seg->st_fd);
-	old->seg->cfg_fd = old->seg->st_fd = -1;
+	/* a test's way into this crash window (tests/int_pending.c): stop
+	 * here, to be killed */
+	if (RESIL_UNLIKELY(getenv("RESIL_TEST_STOP_IN_ATTACH") != NULL))
+		raise(SIGSTOP);
+	/* our own pair (pending) stays ours, unretired: what resild did not
+	 * take is decided there */
+	if (!old->local) {
+		/* release: a process that sees the flag sees nothing else
+		 * from us; it only tells it to look at the socket */
+		atomic_fetch_or_explicit(&old->seg->st->flags, RESIL_SEG_RETIRED,
+					 memory_order_release);
+		/* the descriptors of the old pair are not needed for its
+		 * mapping */
+		if (old->seg->cfg_fd >= 0)
+			close(old->seg->cfg_fd);
+		if (old->seg->st_fd >= 0)
+			close(old->seg->st_fd);
+		old->seg->cfg_fd = old->seg->st_fd = -1;
+	}
 	st_release(&r->cur, n);
 	faa_relaxed(&r->reattaches, 1);
 	return 1;
@@ -313,7 +352,8 @@ int resil_priv_liveness(struct resil *r, int timeout_ms)
 	/* acquire: pairs with the release fetch_or of whoever retired it */
 	retired =
 	    (ld_acquire(&m->seg->cfg->flags) | ld_acquire(&m->seg->st->flags)) & RESIL_SEG_RETIRED;
-	if (!retired) {
+	/* a local pair's beat is 0: a pending handle always looks */
+	if (!retired && !r->unsent) {
 		beat = ld_relaxed(&m->seg->st->daemon_beat_ns);
 		if (beat && mono - (int64_t)beat < RESIL_BEAT_STALE_NS)
 			return 0;
@@ -324,10 +364,12 @@ int resil_priv_liveness(struct resil *r, int timeout_ms)
 	err = resil_priv_ctl_probe(r, timeout_ms);
 	if (err < 0)
 		return err;
-	if (r->daemon_epoch == m->tag && !retired)
+	if (r->daemon_epoch == m->tag) {
+		/* our daemon (retired or not, nothing better): what it did
+		 * not hear of while it was away */
+		send_unsent(r);
 		return 0;
-	if (r->daemon_epoch == m->tag)
-		return 0; /* retired, yet its daemon serves it: nothing better */
+	}
 	return reattach(r);
 }
 

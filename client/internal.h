@@ -118,6 +118,10 @@ struct resil_map {
 	uint32_t seq;		 /* 0, 1, 2... in attach order; permits carry seq % 32 */
 	_Atomic int row;	 /* this process's row in these segments, -1 none */
 	struct resil_map *older; /* the mapping it replaced, NULL for map0 */
+	/* a pair of this process's own, no daemon's: what a pending handle
+	 * decides on (pending.c); on r->locals, never on another's chain */
+	bool local;
+	struct resil_map *next_local; /* r->locals, under r->lock */
 };
 
 /* A {fn, ctx} pair published by resil_set_clock/_random, kept until
@@ -131,10 +135,20 @@ struct resil_retired {
 	};
 };
 
+/* Where a definition stands with the daemon the process maps. */
+enum resil_def_state {
+	RESIL_DEF_UNSENT = 0, /* no daemon answered it yet: decided on r->local */
+	RESIL_DEF_SENT,	      /* the daemon took it */
+	RESIL_DEF_REFUSED,    /* the daemon refused it: decided on r->local */
+};
+
 /* A policy this process defined (name + text), re-defined on a daemon
- * that starts with fresh segments. In definition order, under r->lock. */
+ * that starts with fresh segments. In definition order, under r->lock.
+ * reported_*: the pending decisions already told to resild. */
 struct resil_def {
 	struct resil_def *next;
+	enum resil_def_state state;
+	uint64_t reported_admitted, reported_rejected;
 	char name[RESIL_NAME_MAX];
 	char text[];
 };
@@ -144,6 +158,9 @@ struct resil {
 	struct resil_map map0;
 	struct resil_map *_Atomic cur; /* in use; swapped (release) by a re-attach */
 	bool embedded;
+	/* resil_open_ex with RESIL_OPEN_PENDING: decide without resild until
+	 * it is found (pending.c); fixed at open */
+	bool pending_ok;
 	char socket_path[108];
 
 	pthread_mutex_t lock; /* slow paths */
@@ -170,6 +187,15 @@ struct resil {
 
 	struct resil_policy *policies;
 	struct resil_def *defs; /* what resil_define sent, for a fresh daemon */
+	uint32_t unsent;	/* defs in RESIL_DEF_UNSENT, under lock */
+	/* this process's own pair (pending_ok): r->cur while pending, and
+	 * where a definition no daemon took is decided; NULL until needed.
+	 * Under lock; never unmapped before resil_close. */
+	struct resil_map *local;
+	/* every local pair made, newest first: pushed (release) under lock,
+	 * read (acquire) without it by a release (resil_priv_find_map) */
+	struct resil_map *_Atomic locals;
+	uint32_t next_seq; /* the seq of the next mapping, under lock */
 
 	/* daemon liveness (daemon mode): the periodic check (resil_priv_check)
 	 * runs when a decision's clock reading passes next_check_ns */
@@ -287,7 +313,43 @@ int resil_priv_follow(struct resil *r);
 void resil_priv_retired_slow(struct resil *r);
 /* Create NAME, or update it when it exists with another configuration
  * (libresil.c; a re-attach sends every definition again). */
-int resil_priv_send_define(struct resil *r, const char *name, const char *config);
+int resil_priv_send_define(struct resil *r, const char *name, const char *config,
+			   struct resil_def *d);
+/* An error that says no daemon answered (rather than its refusal). */
+bool resil_priv_unreachable(int err);
+
+/* Pending handles (pending.c). Each under r->lock. */
+/* Make r->local (and, pending, r->cur) a fresh pair of this process's own
+ * with every remembered definition in it. */
+int resil_priv_local_open(struct resil *r);
+/* Define NAME in r->local as its policy.fallback says (why: the reason,
+ * when refused). */
+int resil_priv_local_define(struct resil *r, const char *name, const char *config, char *why,
+			    size_t len);
+/* A name nobody declared, asked for while pending: an admitting copy in
+ * r->local, not remembered. */
+int resil_priv_local_placeholder(struct resil *r, const char *name);
+/* Deciding on r->local (no daemon's segments yet)? */
+static inline bool resil_priv_pending(const struct resil *r)
+{
+	return atomic_load_explicit(&r->cur, memory_order_acquire)->local;
+}
+/* NAME's counters in r->local (calls released, rejections): false when
+ * it is not there. */
+bool resil_priv_local_counts(struct resil *r, const char *name, uint64_t *admitted,
+			     uint64_t *rejected);
+/* The decision context of this process in mapping m (libresil.c). */
+void resil_priv_fill_ctx(struct resil *r, struct resil_map *m, struct resil_ctx *x);
+/* The define lock of a pair this process writes (embedded, local). */
+int resil_priv_define_lock(struct resil_seg *s);
+void resil_priv_define_unlock(struct resil_seg *s);
+
+/* Look for the daemon now if the last look is more than RESIL_CHECK_NS
+ * ago: attach when pending, send what no daemon took yet. 1 when r now
+ * maps a daemon's segments. */
+int resil_priv_attach_try(struct resil *r);
+/* The definition of NAME this process remembers, NULL if none. */
+struct resil_def *resil_priv_def_find(struct resil *r, const char *name);
 
 /* Per-thread generator state, reseeded in a forked child. */
 uint64_t resil_priv_random(void);

@@ -192,8 +192,18 @@ RESIL_COLD void resil_priv_after_fork(struct resil *r)
 			 * from the parent's grants are the parent's too) */
 			for (struct resil_map *m = cur->older; m; m = m->older)
 				atomic_store_explicit(&m->row, -1, memory_order_relaxed);
-			resil_priv_claim_row(r, cur,
-					     0); /* no connection of our own: judged as a child */
+			for (struct resil_map *m = ld_relaxed(&r->locals); m; m = m->next_local)
+				atomic_store_explicit(&m->row, -1, memory_order_relaxed);
+			/* a local pair is the parent's own: the child makes its
+			 * own (pending.c), which becomes r->cur while pending;
+			 * without memory for it, it decides in the parent's,
+			 * unregistered */
+			if (r->local)
+				(void)resil_priv_local_open(r);
+			cur = ld_acquire(&r->cur);
+			if (!cur->local)
+				resil_priv_claim_row(
+				    r, cur, 0); /* no connection of our own: judged as a child */
 		}
 		/* release: the hot path that sees the new gen sees the new row */
 		st_release(&r->fork_gen, g);
@@ -232,6 +242,7 @@ static struct resil *resil_alloc(void)
 	atomic_store_explicit(&r->map0.row, -1, memory_order_relaxed);
 	atomic_store_explicit(&r->cur, &r->map0, memory_order_relaxed);
 	atomic_store_explicit(&r->row, -1, memory_order_relaxed);
+	r->next_seq = 1; /* map0's is 0 */
 	st_relaxed(&r->fork_gen, ld_relaxed(&resil_priv_fork_gen));
 	r->pid = (uint32_t)getpid();
 	r->uid = (uint32_t)getuid();
@@ -297,12 +308,27 @@ RESIL_API int resil_open_embedded(resil_t **ret, const struct resil_embedded_opt
 	return 0;
 }
 
-static int open_conn(struct resil **ret, const char *socket_path, bool map)
+/* What a pending open refuses at once: what waiting for resild cannot
+ * mend. Anything else (not running, not answering, another ABI, a
+ * refusal of rows) waits in the background of decisions. */
+static bool open_fatal(int err)
+{
+	return err == -EACCES || err == -EPERM || err == -ENAMETOOLONG || err == -ENOMEM ||
+	       err == -EINVAL;
+}
+
+/* A bound on a pending open's hello: a daemon that accepted the
+ * connection (socket activation, a stalled one) is not waited for. */
+#define PENDING_OPEN_MS 250
+
+/* map: get the segments (a control-only handle, resilctl's, connects
+ * with its first request); pending: RESIL_OPEN_PENDING. */
+static int open_conn(struct resil **ret, const char *socket_path, bool map, bool pending)
 {
 	const char *path = resil_priv_socket_path(socket_path);
 	uint32_t bound = 0;
 	struct resil *r;
-	int err;
+	int err = 0;
 
 	errmsg[0] = 0;
 	if (!ret)
@@ -315,19 +341,36 @@ static int open_conn(struct resil **ret, const char *socket_path, bool map)
 	if (!r)
 		return -ENOMEM;
 	strcpy(r->socket_path, path);
-	/* control only (resilctl): the connection opens with the first request */
-	err = map ? resil_priv_get_segments(r, &r->seg, &bound) : 0;
+	r->pending_ok = pending;
+	if (pending) {
+		int ms = resil_priv_timeout_ms();
+
+		err = resil_priv_ctl_probe(r, ms < PENDING_OPEN_MS ? ms : PENDING_OPEN_MS);
+	}
+	if (err == 0 && map)
+		err = resil_priv_get_segments(r, &r->seg, &bound);
+	if (err < 0 && pending && !open_fatal(err)) {
+		/* pending: a pair of our own (pending.c); the next look for
+		 * resild in a second (resil_priv_liveness) */
+		st_relaxed(&r->next_probe_ns,
+			   (uint64_t)(resil_clock_monotonic(NULL) + RESIL_CHECK_NS));
+		err = resil_priv_local_open(r);
+		if (err < 0)
+			resil_priv_seterr("cannot create this process's own segments: %s",
+					  strerror(-err));
+		else
+			errmsg[0] = 0;
+	} else if (err == 0 && map) {
+		r->mapped = true;
+		r->map0.tag = r->seg.cfg->epoch;
+		resil_priv_claim_row(r, &r->map0, bound);
+	}
 	if (err < 0) {
 		if (r->ctl_fd >= 0)
 			close(r->ctl_fd);
 		pthread_mutex_destroy(&r->lock);
 		free(r);
 		return err;
-	}
-	if (map) {
-		r->mapped = true;
-		r->map0.tag = r->seg.cfg->epoch;
-		resil_priv_claim_row(r, &r->map0, bound);
 	}
 	resil_publish(r);
 	*ret = r;
@@ -336,12 +379,32 @@ static int open_conn(struct resil **ret, const char *socket_path, bool map)
 
 RESIL_API int resil_open(resil_t **ret, const char *socket_path)
 {
-	return open_conn(ret, socket_path, true);
+	return open_conn(ret, socket_path, true, false);
 }
 
 int resil_priv_open_ctl(struct resil **ret, const char *socket_path)
 {
-	return open_conn(ret, socket_path, false);
+	return open_conn(ret, socket_path, false, false);
+}
+
+RESIL_API int resil_open_ex(resil_t **ret, const struct resil_open_opts *opts)
+{
+	const char *path = NULL;
+	unsigned flags = 0;
+
+	if (!ret)
+		return -EINVAL;
+	if (opts) {
+		/* fields the caller's struct has: size says which */
+		if (opts->size < offsetof(struct resil_open_opts, socket_path) + sizeof(void *))
+			return -EINVAL;
+		path = opts->socket_path;
+		if (opts->size >= offsetof(struct resil_open_opts, flags) + sizeof(unsigned))
+			flags = opts->flags;
+	}
+	if (flags & ~RESIL_OPEN_PENDING)
+		return -EINVAL;
+	return open_conn(ret, path, true, flags & RESIL_OPEN_PENDING);
 }
 
 RESIL_API void resil_close(resil_t *r)
@@ -367,12 +430,21 @@ RESIL_API void resil_close(resil_t *r)
 	 * numbers: those rows are the parent's to release, not ours) */
 	for (m = ld_acquire(&r->cur); r->mapped && m; m = older) {
 		older = m->older;
+		if (m->local)
+			continue; /* on r->locals, below */
 		row = atomic_load_explicit(&m->row, memory_order_relaxed);
 		if (row >= 0 && ld_relaxed(&r->fork_gen) == ld_relaxed(&resil_priv_fork_gen))
 			resil_client_release(m->seg, (uint32_t)row);
 		resil_seg_unmap(m->seg);
 		if (m != &r->map0)
 			free(m);
+	}
+	/* local pairs: this process's own (a child's copy of its parent's
+	 * is only unmapped) */
+	for (m = ld_relaxed(&r->locals); m; m = older) {
+		older = m->next_local;
+		resil_seg_unmap(m->seg);
+		free(m);
 	}
 	for (p = r->policies; p; p = n) {
 		struct resil_binding *lists[] = {p->retired, p->spares};
@@ -412,9 +484,9 @@ RESIL_API void resil_close(resil_t *r)
  * own crash window: a record is published by one slot-word store after it
  * is whole, so readers see the old or the new configuration, never a mix.
  */
-static int define_lock(struct resil *r)
+int resil_priv_define_lock(struct resil_seg *s)
 {
-	ra32 *w = &r->seg.st->define_lock;
+	ra32 *w = &s->st->define_lock;
 	uint32_t me = (uint32_t)getpid();
 	int64_t deadline = 0;
 
@@ -446,9 +518,19 @@ static int define_lock(struct resil *r)
 	}
 }
 
+void resil_priv_define_unlock(struct resil_seg *s)
+{
+	st_release(&s->st->define_lock, 0);
+}
+
+static int define_lock(struct resil *r)
+{
+	return resil_priv_define_lock(&r->seg);
+}
+
 static void define_unlock(struct resil *r)
 {
-	st_release(&r->seg.st->define_lock, 0);
+	resil_priv_define_unlock(&r->seg);
 }
 
 /* ---- control requests (daemon mode) ---- */
@@ -478,24 +560,42 @@ static bool valid_name(const char *name)
 	return n > 0 && n < RESIL_NAME_MAX;
 }
 
-/* Create NAME, or re-define it when it exists with another configuration:
- * one Define (an upsert), one round trip. */
-int resil_priv_send_define(struct resil *r, const char *name, const char *config)
+/* Declare NAME (create it, or re-define it when it exists with another
+ * configuration: one Define, an upsert, one round trip; resild keeps it
+ * beneath a file's configuration or an operator's change). d: what this
+ * process remembers of it, whose pending decisions not yet told go with
+ * it; NULL: none. */
+int resil_priv_send_define(struct resil *r, const char *name, const char *config,
+			   struct resil_def *d)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__Define df = RESIL__DEFINE__INIT;
+	uint64_t adm = 0, rej = 0;
+	int err;
 
 	df.name = (char *)name;
 	df.config = (char *)config;
+	df.declare = true;
+	if (d && resil_priv_local_counts(r, name, &adm, &rej)) {
+		df.pending_admitted = adm - d->reported_admitted;
+		df.pending_rejected = rej - d->reported_rejected;
+	}
 	req.body_case = RESIL__REQUEST__BODY_DEFINE;
 	req.define = &df;
-	return simple_request(r, &req, NULL);
+	err = simple_request(r, &req, NULL);
+	if (d && err == 0) {
+		d->reported_admitted = adm;
+		d->reported_rejected = rej;
+	}
+	return err;
 }
 
 /* Remember (or forget, config NULL) what this process defined, for a
- * daemon that starts fresh. Under r->lock. An allocation failure only
- * means that one definition is not replayed. */
-static void remember(struct resil *r, const char *name, const char *config)
+ * daemon that starts fresh, and whether a daemon took it (state). Under
+ * r->lock. An allocation failure only means that one definition is not
+ * replayed. */
+static void remember(struct resil *r, const char *name, const char *config,
+		     enum resil_def_state state)
 {
 	struct resil_def **pp, *d;
 	size_t len = config ? strlen(config) + 1 : 0;
@@ -504,6 +604,8 @@ static void remember(struct resil *r, const char *name, const char *config)
 		if (strcmp((*pp)->name, name) == 0)
 			break;
 	}
+	if (*pp && (*pp)->state == RESIL_DEF_UNSENT)
+		r->unsent--;
 	if (!config || (*pp && strcmp((*pp)->text, config) != 0)) {
 		/* forget, or replace in place (definition order is kept: a
 		 * named budget is defined before the policies naming it) */
@@ -518,22 +620,62 @@ static void remember(struct resil *r, const char *name, const char *config)
 		d = malloc(sizeof(*d) + len);
 		if (!d)
 			return;
-		strcpy(d->name, name);
+		*d = **pp;
 		memcpy(d->text, config, len);
-		d->next = (*pp)->next;
 		free(*pp);
 		*pp = d;
-		return;
+	} else if (*pp) {
+		d = *pp; /* same text */
+	} else {
+		d = calloc(1, sizeof(*d) + len);
+		if (!d)
+			return;
+		strcpy(d->name, name);
+		memcpy(d->text, config, len);
+		*pp = d;
 	}
-	if (*pp)
-		return; /* same text */
-	d = malloc(sizeof(*d) + len);
-	if (!d)
-		return;
-	strcpy(d->name, name);
-	memcpy(d->text, config, len);
-	d->next = NULL;
-	*pp = d;
+	d->state = state;
+	if (state == RESIL_DEF_UNSENT)
+		r->unsent++;
+}
+
+/* An error that says no daemon answered (as opposed to its refusal). */
+bool resil_priv_unreachable(int err)
+{
+	return err == -ENOENT || err == -ECONNREFUSED || err == -ETIMEDOUT || err == -ECONNRESET ||
+	       err == -EPIPE || err == -ENOTCONN || err == -EAGAIN;
+}
+
+/* Nothing but blanks, separators and comments: no key at all. */
+static bool conf_empty(const char *config)
+{
+	for (const char *p = config; *p; p++) {
+		if (*p == '#') {
+			while (*p && *p != '\n' && *p != ';')
+				p++;
+			if (!*p)
+				break;
+			continue;
+		}
+		if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != ';')
+			return false;
+	}
+	return true;
+}
+
+/* resil_define while no daemon takes it (pending_ok): decided here
+ * (pending.c), remembered, sent when resild is found. */
+static int define_local(struct resil *r, const char *name, const char *config)
+{
+	char why[512] = "";
+	int err = resil_priv_local_define(r, name, config, why, sizeof(why));
+
+	if (err < 0) {
+		resil_priv_seterr("policy %s: %s", name, why[0] ? why : strerror(-err));
+		return err;
+	}
+	remember(r, name, config, RESIL_DEF_UNSENT);
+	return 0;
 }
 
 RESIL_API int resil_define(resil_t *r, const char *name, const char *config)
@@ -543,6 +685,14 @@ RESIL_API int resil_define(resil_t *r, const char *name, const char *config)
 	errmsg[0] = 0;
 	if (!r || !valid_name(name) || !config)
 		return -EINVAL;
+	if (conf_empty(config)) {
+		/* a policy of nothing is a mistake (a setting that was not
+		 * set), not a request for the counters alone */
+		resil_priv_seterr("policy %s: empty configuration: give at least one key "
+				  "(e.g. breaker.failure_rate = 50, limit.rate = 100/s)",
+				  name);
+		return -EINVAL;
+	}
 	if (r->embedded) {
 		struct resil_conf c;
 		char why[256] = "";
@@ -591,13 +741,23 @@ RESIL_API int resil_define(resil_t *r, const char *name, const char *config)
 
 	fork_check(r);
 	pthread_mutex_lock(&r->lock);
-	err = resil_priv_send_define(r, name, config);
+	/* pending: attach first if resild is there now, so that its answer
+	 * (a refusal too) is the caller's */
+	if (r->pending_ok && !resil_priv_attach_try(r)) {
+		err = define_local(r, name, config);
+		pthread_mutex_unlock(&r->lock);
+		return err;
+	}
+	err = resil_priv_send_define(r, name, config, NULL);
 	if (err == 0) {
-		remember(r, name, config);
+		remember(r, name, config, RESIL_DEF_SENT);
 		/* the request may have reached a daemon with other segments
 		 * than ours (a restart without the fd store): follow it, so a
 		 * resil_policy() after this finds the name */
 		(void)resil_priv_follow(r);
+	} else if (r->pending_ok && resil_priv_unreachable(err)) {
+		/* attached, and resild is away now: as pending, for this name */
+		err = define_local(r, name, config);
 	}
 	pthread_mutex_unlock(&r->lock);
 	return err;
@@ -625,11 +785,26 @@ RESIL_API int resil_delete(resil_t *r, const char *name)
 		d.name = (char *)name;
 		req.body_case = RESIL__REQUEST__BODY_DELETE;
 		req.delete_ = &d;
-		err = simple_request(r, &req, NULL);
+		if (r->pending_ok && resil_priv_pending(r)) {
+			err = -ENOENT;
+		} else {
+			err = simple_request(r, &req, NULL);
+			if (err == 0)
+				(void)resil_priv_follow(r);
+		}
+		/* a definition this process made without resild: forgotten
+		 * and gone from its own pair */
+		if (r->local && (err == 0 || err == -ENOENT || resil_priv_unreachable(err))) {
+			struct resil_def *d = resil_priv_def_find(r, name);
+
+			if (d && d->state != RESIL_DEF_SENT && err != 0 &&
+			    resil_priv_define_lock(r->local->seg) == 0) {
+				err = resil_seg_delete(r->local->seg, name);
+				resil_priv_define_unlock(r->local->seg);
+			}
+		}
 		if (err == 0 || err == -ENOENT)
-			remember(r, name, NULL);
-		if (err == 0)
-			(void)resil_priv_follow(r);
+			remember(r, name, NULL, RESIL_DEF_SENT);
 	}
 	pthread_mutex_unlock(&r->lock);
 	return err < 0 ? err : 0;
@@ -690,18 +865,25 @@ static inline __attribute__((always_inline)) int clockless_return(struct resil *
 /* ---- handles ---- */
 
 /* Look NAME up in the current mapping, else in the newest older one that
- * has it. Under r->lock. */
+ * has it, else, for a definition of this process that no daemon took, in
+ * its own pair (pending.c). Under r->lock. */
 static int lookup(struct resil *r, const char *name, struct resil_map **ret_m, uint32_t *slot,
 		  uint64_t *word)
 {
 	struct resil_map *m = ld_acquire(&r->cur);
 	int err = resil_seg_lookup(m->seg, name, slot, word);
+	struct resil_def *d;
 
 	for (struct resil_map *o = m->older; err == -ENOENT && o; o = o->older) {
-		if (resil_seg_lookup(o->seg, name, slot, word) == 0) {
+		if (!o->local && resil_seg_lookup(o->seg, name, slot, word) == 0) {
 			*ret_m = o;
 			return 0;
 		}
+	}
+	if (err == -ENOENT && r->local && r->local != m && (d = resil_priv_def_find(r, name)) &&
+	    d->state != RESIL_DEF_SENT && resil_seg_lookup(r->local->seg, name, slot, word) == 0) {
+		*ret_m = r->local;
+		return 0;
 	}
 	*ret_m = m;
 	return err;
@@ -1007,10 +1189,21 @@ RESIL_API int resil_policy(resil_t *r, const char *name, resil_policy_t **ret)
 		return -EINVAL;
 	if (!r->mapped)
 		return -ENOTCONN;
+	errmsg[0] = 0;
 	fork_check(r);
 	pthread_mutex_lock(&r->lock);
-	(void)resil_priv_liveness(r, resil_priv_timeout_ms());
+	/* pending: a look at most once a second, briefly (never a wait) */
+	(void)resil_priv_liveness(r, r->pending_ok ? RESIL_PROBE_HOT_MS : resil_priv_timeout_ms());
 	err = lookup(r, name, &m, &slot, &word);
+	if (err == -ENOENT && r->pending_ok && resil_priv_pending(r) &&
+	    resil_priv_local_placeholder(r, name) == 0)
+		err = lookup(r, name, &m, &slot, &word);
+	if (err == -ENOENT && r->embedded)
+		resil_priv_seterr("no policy named %s: resil_define declares it", name);
+	else if (err == -ENOENT)
+		resil_priv_seterr("no policy named %s in resild on %s: resil_define declares it, "
+				  "resilctl list shows what exists",
+				  name, r->socket_path);
 	if (err < 0)
 		goto out;
 	for (p = r->policies; p; p = p->next) {
@@ -1057,6 +1250,11 @@ static inline __attribute__((always_inline)) void fill_ctx(struct resil *r, stru
 	x->pid = r->pid;
 	x->now = 0;
 	x->bk_conf = NULL;
+}
+
+void resil_priv_fill_ctx(struct resil *r, struct resil_map *m, struct resil_ctx *x)
+{
+	fill_ctx(r, m, x);
 }
 
 /* Slow path: the slot word changed, or the mapping did. Re-read the

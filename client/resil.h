@@ -110,16 +110,56 @@ struct resil_embedded_opts {
  * the daemon never answers, -ECONNREFUSED / -ENOENT when it is not running,
  * -EPROTO when the daemon speaks another ABI major. */
 RESIL_API int resil_open(resil_t **ret, const char *socket_path);
+/* Options of resil_open_ex. size: sizeof(struct resil_open_opts) as the
+ * caller knows it, so that fields added later are read only from callers
+ * that set them. */
+struct resil_open_opts {
+	size_t size;		 /* sizeof(struct resil_open_opts) */
+	const char *socket_path; /* NULL: $RESIL_SOCKET, then /run/resild/control.sock */
+	unsigned flags;		 /* RESIL_OPEN_PENDING, ... */
+};
+
+/* Succeed at once whether resild runs or not: a handle that does not
+ * reach resild is "pending". resil_define on it is remembered, and each
+ * policy decides by its policy.fallback (local: the process's own copy of
+ * the declared policy; admit; reject) until the library finds resild, in
+ * the background of a decision (a connect attempt at most once a second,
+ * never one per decision); it then defines what was remembered, and every
+ * handle moves to the shared policy by itself. A permit taken pending is
+ * released where it was taken. Refused at once only for what waiting
+ * cannot mend: -EACCES (the socket's group), -ENAMETOOLONG, -EINVAL. */
+#define RESIL_OPEN_PENDING (1u << 0)
+
+/* resil_open with options (NULL opts: resil_open(ret, NULL)). */
+RESIL_API int resil_open_ex(resil_t **ret, const struct resil_open_opts *opts);
+/* 1: decisions are made in resild's segments; 0: pending (or embedded,
+ * or a handle without segments); -EINVAL for NULL. Reads one pointer. */
+RESIL_API int resil_attached(const resil_t *r);
+
+/* What this process decided on policy p while it was pending: calls
+ * admitted (counted when released) and rejected by the fallback. Kept
+ * after the process attached (resild shows them too: resilctl show). */
+struct resil_pending_stats {
+	uint64_t admitted;
+	uint64_t rejected;
+	uint64_t reserved[6];
+};
+RESIL_API int resil_policy_pending_stats(const resil_policy_t *p, struct resil_pending_stats *st);
+
 /* No daemon: a private segment pair, shared with children forked later.
  * Decides exactly like daemon mode. */
 RESIL_API int resil_open_embedded(resil_t **ret, const struct resil_embedded_opts *opts);
 RESIL_API void resil_close(resil_t *r);
 
-/* Create or update a policy: "key = value; ..." (docs/configuration.md). */
+/* Declare a policy: "key = value; ..." (docs/configuration.md); -EINVAL for a
+ * configuration without a key. resild creates it or re-defines it; a
+ * pending handle remembers it (and decides it by its policy.fallback). */
 RESIL_API int resil_define(resil_t *r, const char *name, const char *config);
 /* Delete a policy: handles to it give -ENOENT / RESIL_REJECT_OPEN after. */
 RESIL_API int resil_delete(resil_t *r, const char *name);
-/* A handle to NAME, valid until resil_close; -ENOENT if unknown. */
+/* A handle to NAME, valid until resil_close; -ENOENT if unknown. A
+ * pending handle gives a handle to a name it did not declare too: it
+ * admits until the process attaches, then is what resild says. */
 RESIL_API int resil_policy(resil_t *r, const char *name, resil_policy_t **ret);
 
 /* Replace the clock (and the random source) of this process and of the
