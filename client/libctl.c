@@ -46,8 +46,7 @@
 
 #define CTL_MSG_MAX 65536 /* proto/resil.proto: at most 64 KiB a message */
 #define CTL_FDS_MAX 4
-#define CTL_VERSION 2
-#define CTL_VERSION_MIN 1 /* a daemon of version 1 only: its requests, translated */
+#define CTL_VERSION 1 /* the control protocol version spoken (proto/resil.proto) */
 
 const char *resil_priv_socket_path(const char *path)
 {
@@ -325,14 +324,9 @@ static void ctl_drop(struct resil *r)
 	r->ctl_pid = 0;
 }
 
-/* Connect and say hello: versions CTL_VERSION_MIN..CTL_VERSION, in a
- * version 2 request, and again in a version 1 request if the daemon
- * refuses version 2 requests; the daemon answers the highest both speak,
- * and every request after it says so (resil_priv_request stamps
- * Request.version). Against a daemon that speaks version 1 only, the
- * requests version 1 has are sent in its shape and its answers read back
- * into version 2's (v1_request, v1_answer): callers see version 2
- * whatever the daemon speaks. */
+/* Connect and say hello: the daemon answers the version both speak, and
+ * every request after it says so (resil_priv_request stamps
+ * Request.version). */
 static int ctl_open(struct resil *r, int64_t deadline)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
@@ -343,24 +337,14 @@ static int ctl_open(struct resil *r, int64_t deadline)
 	fd = ctl_connect(r->socket_path, deadline);
 	if (fd < 0)
 		return fd;
-	hello.min_version = CTL_VERSION_MIN;
+	hello.min_version = CTL_VERSION;
 	hello.max_version = CTL_VERSION;
-	hello.client =
-	    "libresil " RESIL_STR(RESIL_VERSION_MAJOR) "." RESIL_STR(RESIL_VERSION_MINOR);
+	hello.client = "libresil " RESIL_VERSION_STRING;
 	req.id = ++r->req_id;
 	req.version = CTL_VERSION;
 	req.body_case = RESIL__REQUEST__BODY_HELLO;
 	req.hello = &hello;
 	ret = ctl_roundtrip(fd, &req, &resp, NULL, NULL, deadline);
-	if (ret == 0 && resp->error && resp->error->errno_value == EPROTONOSUPPORT) {
-		/* a daemon of version 1 refuses a version 2 request, even a
-		 * hello: the same hello in version 1 */
-		resil__response__free_unpacked(resp, NULL);
-		resp = NULL;
-		req.id = ++r->req_id;
-		req.version = 1;
-		ret = ctl_roundtrip(fd, &req, &resp, NULL, NULL, deadline);
-	}
 	if (ret < 0) {
 		close(fd);
 		if (ret == -ETIMEDOUT)
@@ -375,8 +359,7 @@ static int ctl_open(struct resil *r, int64_t deadline)
 		resil_priv_seterr("%s", resp->error->message);
 		goto fail;
 	}
-	if (resp->body_case != RESIL__RESPONSE__BODY_HELLO ||
-	    resp->hello->version < CTL_VERSION_MIN || resp->hello->version > CTL_VERSION) {
+	if (resp->body_case != RESIL__RESPONSE__BODY_HELLO || resp->hello->version != CTL_VERSION) {
 		ret = -EPROTO;
 		resil_priv_seterr("resild on %s speaks another protocol version", r->socket_path);
 		goto fail;
@@ -401,125 +384,11 @@ fail:
 	return ret;
 }
 
-/*
- * Version 1: what it has of a request, in its shape. Define becomes
- * Create (must_not_exist: exclusive) or Update (merge); ForceState with
- * reset becomes Reset, a target its word. The caller's request is left
- * as it was: the shapes live in v1 (the caller's stack).
- */
-struct v1_shapes {
-	Resil__Request req;
-	Resil__Create create;
-	Resil__Update update;
-	Resil__ForceState force;
-	Resil__Reset reset;
-};
-
-static Resil__Request *v1_request(const Resil__Request *req, struct v1_shapes *v1)
-{
-	static const char *const words[] = {
-	    [RESIL__BREAKER_STATE__BREAKER_CLOSED] = "closed",
-	    [RESIL__BREAKER_STATE__BREAKER_OPEN] = "open",
-	    [RESIL__BREAKER_STATE__BREAKER_FORCED_OPEN] = "open",
-	    [RESIL__BREAKER_STATE__BREAKER_DISABLED] = "disabled",
-	    [RESIL__BREAKER_STATE__BREAKER_METRICS_ONLY] = "metrics-only",
-	};
-
-	v1->req = *req;
-	switch (req->body_case) {
-	case RESIL__REQUEST__BODY_DEFINE:
-		if (req->define->merge) {
-			resil__update__init(&v1->update);
-			v1->update.name = req->define->name;
-			v1->update.config = req->define->config;
-			v1->req.body_case = RESIL__REQUEST__BODY_UPDATE;
-			v1->req.update = &v1->update;
-		} else {
-			resil__create__init(&v1->create);
-			v1->create.name = req->define->name;
-			v1->create.config = req->define->config;
-			v1->create.exclusive = req->define->must_not_exist;
-			v1->req.body_case = RESIL__REQUEST__BODY_CREATE;
-			v1->req.create = &v1->create;
-		}
-		break;
-	case RESIL__REQUEST__BODY_FORCE:
-		if (req->force->reset) {
-			resil__reset__init(&v1->reset);
-			v1->reset.name = req->force->name;
-			v1->req.body_case = RESIL__REQUEST__BODY_RESET;
-			v1->req.reset = &v1->reset;
-			break;
-		}
-		v1->force = *req->force;
-		if ((unsigned)req->force->target < RESIL_ARRAY_SIZE(words) &&
-		    words[req->force->target])
-			v1->force.state = (char *)words[req->force->target];
-		v1->req.force = &v1->force;
-		break;
-	default:
-		break;
-	}
-	return &v1->req;
-}
-
-/* The index of word w in words[] (n of them), else fallback. */
-static int word_index(const char *w, const char *const *words, int n, int fallback)
-{
-	for (int i = 0; w && i < n; i++)
-		if (words[i] && !strcmp(w, words[i]))
-			return i;
-	return fallback;
-}
-
-static void v1_info(Resil__PolicyInfo *pi)
-{
-	static const char *const states[] = {"none",	 "closed",	"open",	       "half-open",
-					     "disabled", "forced-open", "metrics-only"};
-	static const char *const outcomes[] = {"", "created", "changed", "unchanged"};
-
-	pi->breaker = (Resil__BreakerState)word_index(pi->state, states, 7, 0);
-	pi->result = (Resil__Outcome)word_index(pi->outcome, outcomes, 4, 0);
-}
-
-/* A version 1 answer read as version 2's: the enums from its words. */
-static void v1_answer(Resil__Response *m)
-{
-	static const char *const metrics[] = {"off", "listening", "failed"};
-	static const char *const fleet[] = {"closed", "open", "probing"};
-	static const char *const fallback[] = {"share", "local", "reject"};
-	Resil__StatusReply *st;
-
-	switch (m->body_case) {
-	case RESIL__RESPONSE__BODY_POLICY:
-		v1_info(m->policy);
-		break;
-	case RESIL__RESPONSE__BODY_LIST:
-		for (size_t i = 0; i < m->list->n_policies; i++)
-			v1_info(m->list->policies[i]);
-		break;
-	case RESIL__RESPONSE__BODY_STATUS:
-		st = m->status;
-		st->metrics = (Resil__MetricsState)word_index(st->metrics_state, metrics, 3, 0);
-		if (!st->cluster)
-			break;
-		st->cluster->fallback_mode =
-		    (Resil__ClusterFallback)word_index(st->cluster->fallback, fallback, 3, 0);
-		for (size_t i = 0; i < st->cluster->n_policies; i++)
-			st->cluster->policies[i]->fleet_state = (Resil__FleetState)word_index(
-			    st->cluster->policies[i]->fleet, fleet, 3, 0);
-		break;
-	default:
-		break;
-	}
-}
-
 int resil_priv_request(struct resil *r, struct Resil__Request *req, struct Resil__Response **resp,
 		       int *fds, int *nfds)
 {
 	int64_t deadline = mono_ms() + resil_priv_timeout_ms();
 	int room = nfds ? *nfds : 0;
-	struct v1_shapes v1;
 	Resil__Response *m = NULL;
 	bool fresh = false, refused = false;
 	int ret, n;
@@ -539,8 +408,7 @@ int resil_priv_request(struct resil *r, struct Resil__Request *req, struct Resil
 		req->id = ++r->req_id;
 		req->version = r->version;
 		n = room;
-		ret = ctl_roundtrip(r->ctl_fd, r->version < 2 ? v1_request(req, &v1) : req, &m, fds,
-				    nfds ? &n : NULL, deadline);
+		ret = ctl_roundtrip(r->ctl_fd, req, &m, fds, nfds ? &n : NULL, deadline);
 		if (ret == 0)
 			break;
 		ctl_drop(r);
@@ -577,8 +445,6 @@ int resil_priv_request(struct resil *r, struct Resil__Request *req, struct Resil
 	}
 	if (nfds)
 		*nfds = n;
-	if (r->version < 2)
-		v1_answer(m);
 	*resp = m;
 	return 0;
 }

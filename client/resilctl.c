@@ -368,7 +368,7 @@ static int request(Resil__Request *req, Resil__Response **resp, const char *name
 	return 0;
 }
 
-/* ---- protocol v2's enums in the words users read (and v1 sent) ---- */
+/* ---- the protocol's enums in the words users read ---- */
 
 /* BreakerState: RESIL_STATE_* plus one, 0 for a policy without a breaker */
 const char *state_word(Resil__BreakerState s)
@@ -601,7 +601,7 @@ static void put_escaped(const char *s, bool quote)
 	}
 }
 
-/* The families of a v2 Metrics reply as the Prometheus text exposition
+/* The families of a Metrics reply as the Prometheus text exposition
  * (what resild's HTTP endpoint serves). */
 static void print_metrics_text(const Resil__MetricsReply *m)
 {
@@ -699,19 +699,10 @@ static int cmd_metrics(void)
 		resil__response__free_unpacked(resp, NULL);
 		return say_error(EPROTO, "unexpected answer to metrics");
 	}
-	if (resp->metrics->text && *resp->metrics->text) {
-		/* a daemon of protocol version 1: its text, rendered there */
-		if (o.json) {
-			resil__response__free_unpacked(resp, NULL);
-			return say_error(EPROTONOSUPPORT,
-					 "metrics --json needs a resild of protocol version 2");
-		}
-		fputs(resp->metrics->text, stdout);
-	} else if (o.json) {
+	if (o.json)
 		print_metrics_json(resp->metrics);
-	} else {
+	else
 		print_metrics_text(resp->metrics);
-	}
 	resil__response__free_unpacked(resp, NULL);
 	return 0;
 }
@@ -980,7 +971,7 @@ static void on_signal(int sig)
  * table's capacity in keys; unit "" when it has none (text: not printed;
  * --json: the value as the daemon sent it).
  */
-/* An event's enums (protocol v2) in the words v1 sent and users read. */
+/* An event's enums in the words users read. */
 struct event_words {
 	const char *type, *from, *to, *reason;
 	char code[16];

@@ -6,9 +6,8 @@
  * (handle_hello .. handle_status, dispatched by resild_handle) that share
  * the reply and error helpers, the authorization checks (may_change,
  * may_create), the lookup (find_or_fail) and the one place that shapes a
- * reply for its version (shape_reply); apart, each handler would export
- * them. The metrics' v2 families (struct psink) are the seam a further cut
- * would take.
+ * reply; apart, each handler would export them. The metrics' families
+ * (struct psink) are the seam a further cut would take.
  *
  * Everything a peer sends is untrusted: the request is unpacked by
  * protobuf-c (bounded by the datagram, at most RESILD_MSG_MAX bytes),
@@ -24,36 +23,29 @@
  * a member of the admin group (primary or supplementary, SO_PEERGROUPS),
  * or the uid that created it.
  *
- * create NAME CONFIG defines the policy from the defaults plus CONFIG (a
- * change when it exists and differs); update NAME CONFIG must find it and
- * applies CONFIG over its current configuration (keys not given keep
- * their values). A change keeps the creator (owner_uid) and the from-file
- * flag: the file still wins at the next reload. Version 2's Define is
- * both: create (must_not_exist: exclusive) or update (merge), one request.
- * reset = force closed: a fresh, closed breaker (counters are not reset:
- * shm has no call for it), and the permits held unregistered freed.
+ * Define NAME CONFIG defines the policy from the defaults plus CONFIG (a
+ * change when it exists and differs; must_not_exist: refused when it
+ * exists); with merge it must find it and applies CONFIG over its current
+ * configuration (keys not given keep their values). A change keeps the
+ * creator (owner_uid) and the from-file flag: the file still wins at the
+ * next reload. ForceState with reset = force closed: a fresh, closed
+ * breaker (counters are not reset: shm has no call for it), and the
+ * permits held unregistered freed.
  *
  * Writes to the segments go through resil_seg_define / resil_seg_delete
  * (the daemon is the only writer of configuration) and resil_policy_force
  * (breaker state, an atomic store clients read).
  *
  * Replies never exceed RESILD_MSG_MAX: a list page stops early (more =
- * true), metrics are cut at a line boundary (v1) or a family (v2),
- * anything else that would not fit becomes an E2BIG error.
+ * true), metrics stop at a family (truncated = true), anything else that
+ * would not fit becomes an E2BIG error.
  *
- * Protocol versions (proto/resil.proto says what each one sends): every
- * Request names its version (0: version 1). The handlers fill a reply with
- * both shapes, the words of version 1 and the enums of version 2, and
- * shape_reply() clears the fields the request's version does not have
- * before packing: one place decides what each version sees, so a v1
- * client gets exactly the fields it always had. What differs beyond the
- * fields: the v1-only bodies (Create, Update, Reset) are refused in a v2
- * request (EPROTO), ForceState reads its string in v1 and its enum in v2,
- * and Metrics answers text in v1 and families of samples in v2: the
- * producers (metrics_render here, cluster.c, shm/metrics.c) emit samples
- * into a sink (shm/metrics.h); v2's families are built from them
- * (struct psink), v1's text and GET /metrics are the text sink's
- * rendering of the same calls. Requests are counted by version
+ * Protocol versions (proto/resil.proto): every Request names its version
+ * (0: version 1); one past RESILD_PROTO_VERSION is refused. Metrics
+ * answers families of samples: the producers (metrics_render here,
+ * cluster.c, shm/metrics.c) emit samples into a sink (shm/metrics.h); the
+ * reply's families are built from them (struct psink), GET /metrics is the
+ * text sink's rendering of the same calls. Requests are counted by version
  * (resil_control_requests_total).
  */
 #include <errno.h>
@@ -100,18 +92,11 @@ const char *resild_state_name(int state)
 	return resil_breaker_state_name(state);
 }
 
-static const char *policy_state(struct resild *d, const struct resil_rec *rec)
-{
-	int s = resil_policy_breaker_state(&d->seg, rec);
-
-	return s < 0 ? "none" : resild_state_name(s);
-}
-
 /* A reply under construction: the error (if any) and the body. */
 struct reply {
 	Resil__Response resp;
 	Resil__Error error;
-	uint32_t version; /* the request's protocol version (1 or 2) */
+	uint32_t version; /* the request's protocol version */
 	int64_t wait_until; /* the peer's: a define may wait for space until */
 	int64_t later_ns;   /* != 0: no reply yet, try again then */
 	char errmsg[512];
@@ -265,30 +250,10 @@ static const struct resil_rec *find_or_fail(struct resild *d, const char *name, 
 	return rec;
 }
 
-/*
- * The highest protocol version this daemon speaks: RESILD_PROTO_VERSION,
- * or less in a test that needs a daemon of an older version
- * (RESILD_TEST_MAX_PROTOCOL=1 in the environment: it then answers as a
- * version 1 daemon does, refusing a v2 hello and v2 requests). Read once,
- * on the loop thread.
- */
-static int proto_max(void)
-{
-	static int max;
-
-	if (!max) {
-		const char *e = getenv("RESILD_TEST_MAX_PROTOCOL");
-		int v = e ? atoi(e) : 0;
-
-		max = v >= RESILD_PROTO_MIN && v < RESILD_PROTO_VERSION ? v : RESILD_PROTO_VERSION;
-	}
-	return max;
-}
-
 static int handle_hello(struct resild *d, const Resil__Hello *h, struct reply *rp,
 			Resil__HelloReply *hr)
 {
-	uint32_t lo = h->min_version, hi = h->max_version, top = (uint32_t)proto_max();
+	uint32_t lo = h->min_version, hi = h->max_version, top = RESILD_PROTO_VERSION;
 
 	if (hi == 0)
 		hi = lo;
@@ -374,7 +339,6 @@ static int handle_segments(struct resild *d, const struct resild_peer *p,
 /* A PolicyInfo; config and stats only when full (get), not in a list. */
 struct info_head {
 	Resil__PolicyInfo pi;
-	char state[32];
 };
 struct info {
 	struct info_head h;
@@ -406,8 +370,6 @@ static void fill_head(struct resild *d, const struct resil_rec *rec, struct info
 	pi->generation = rec->gen;
 	int s = resil_policy_breaker_state(&d->seg, rec);
 
-	snprintf(h->state, sizeof(h->state), "%s", policy_state(d, rec));
-	pi->state = h->state;
 	pi->breaker = s < 0 ? RESIL__BREAKER_STATE__BREAKER_NONE : (Resil__BreakerState)(s + 1);
 	pi->owner_uid = rec->owner_uid;
 	pi->from_file = !!(rec->flags & RESIL_REC_FROM_FILE);
@@ -919,14 +881,14 @@ static int define(struct resild *d, const char *name, const struct resil_conf *c
 	return 0;
 }
 
-/* create (update = false) or update (must exist; keys given replace those
+/* Define: create or re-define (exclusive: refuse a name that exists), or,
+ * with update (merge), change an existing policy (keys given replace those
  * keys, the others keep their values). */
 static int handle_define(struct resild *d, const struct resild_peer *p, const char *name,
 			 const char *text, bool update, bool exclusive, struct reply *rp,
 			 struct info *in)
 {
 	const struct resil_rec *rec;
-	const char *outcome;
 	Resil__Outcome result;
 	struct resil_conf c;
 	int r;
@@ -949,11 +911,9 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 	if (r < 0)
 		return r;
 	if (rec && resil_seg_conf_same(rec, &c)) {
-		outcome = "unchanged";
 		result = RESIL__OUTCOME__OUTCOME_UNCHANGED;
 		goto done; /* identical: anyone who can connect */
 	}
-	outcome = rec ? "changed" : "created";
 	result = rec ? RESIL__OUTCOME__OUTCOME_CHANGED : RESIL__OUTCOME__OUTCOME_CREATED;
 	if (rec) {
 		r = may_change(d, p, rec, "changing", rp);
@@ -975,7 +935,6 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 		return reply_error(rp, -EIO, "policy %s vanished after its definition", name);
 done:
 	fill_info(d, rec, in);
-	in->h.pi.outcome = (char *)outcome;
 	in->h.pi.result = result;
 	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
 	rp->resp.policy = &in->h.pi;
@@ -1038,9 +997,9 @@ static int force_state(struct resild *d, const struct resild_peer *p, const char
 	return 0;
 }
 
-/* Version 2: the target as an enum, reset as a flag (v1's Reset). */
-static int handle_force_v2(struct resild *d, const struct resild_peer *p,
-			   const Resil__ForceState *f, struct reply *rp, struct info *in)
+/* The target as an enum; reset: closed, and the unregistered permits freed. */
+static int handle_force(struct resild *d, const struct resild_peer *p, const Resil__ForceState *f,
+			struct reply *rp, struct info *in)
 {
 	switch (f->target) {
 	case RESIL__BREAKER_STATE__BREAKER_NONE:
@@ -1073,28 +1032,6 @@ static int handle_force_v2(struct resild *d, const struct resild_peer *p,
 				   "disabled or metrics-only)",
 				   (int)f->target);
 	}
-}
-
-static int handle_force(struct resild *d, const struct resild_peer *p, const Resil__ForceState *f,
-			struct reply *rp, struct info *in)
-{
-	static const struct {
-		const char *name;
-		int state;
-	} states[] = {
-	    {"closed", RESIL_STATE_CLOSED},
-	    {"open", RESIL_STATE_FORCED_OPEN},
-	    {"forced-open", RESIL_STATE_FORCED_OPEN},
-	    {"disabled", RESIL_STATE_DISABLED},
-	    {"metrics-only", RESIL_STATE_METRICS_ONLY},
-	};
-
-	for (size_t i = 0; i < RESIL_ARRAY_SIZE(states); i++)
-		if (f->state && strcmp(f->state, states[i].name) == 0)
-			return force_state(d, p, f->name, states[i].state, "forcing", rp, in);
-	return reply_error(rp, -EINVAL,
-			   "unknown state \"%s\" (expected closed, open, disabled or metrics-only)",
-			   f->state ? f->state : "");
 }
 
 static int handle_subscribe(struct resild *d, struct resild_peer *p, const Resil__Subscribe *s,
@@ -1290,33 +1227,8 @@ size_t resild_metrics_http_text(const struct resil_seg *seg, char *buf, size_t l
 	return t.pos;
 }
 
-size_t resild_metrics_text(struct resild *d, char *buf, size_t len)
-{
-	static const char cut[] = "# cut: a reply holds at most 64 KiB; "
-				  "resild --metrics-listen serves all of it\n";
-	struct health h;
-	struct resil_mtext t;
-	size_t n, room;
-	char *nl;
-
-	if (len < sizeof(cut) + 1)
-		return 0;
-	health_take(d, &h);
-	room = len - sizeof(cut);
-	resil_mtext_init(&t, buf, room);
-	metrics_render(&h, &d->seg, &t.sink);
-	n = t.pos;
-	if (n < room)
-		return n;
-	/* keep whole lines only, and say so */
-	nl = memrchr(buf, '\n', room - 1);
-	n = nl ? (size_t)(nl - buf) + 1 : 0;
-	memcpy(buf + n, cut, sizeof(cut));
-	return n + sizeof(cut) - 1;
-}
-
 /*
- * Protocol v2's families of samples, built from the producers' calls (a
+ * A Metrics reply's families of samples, built from the producers' calls (a
  * sink): everything lives in chunks of one list, strings copied, freed
  * together by psink_free(). A sample joins the family of its name (the
  * cluster's families give their HELP and TYPE first, their samples later,
@@ -1480,26 +1392,16 @@ static void psink_free(struct psink *p)
 	}
 }
 
-/* v1: the text; v2: families of samples, the text rendered by the asker
- * (as many families as fit in a reply; truncated when some were left off). */
+/* Families of samples, the text rendered by the asker (as many families
+ * as fit in a reply; truncated when some were left off). */
 static int handle_metrics(struct resild *d, struct reply *rp, Resil__MetricsReply *mr,
-			  char **to_free, struct psink *ps)
+			  struct psink *ps)
 {
 	size_t cap = RESILD_MSG_MAX - 1024, total = 256;
 	struct health h;
-	char *buf;
 
 	rp->resp.body_case = RESIL__RESPONSE__BODY_METRICS;
 	rp->resp.metrics = mr;
-	if (rp->version < 2) {
-		buf = malloc(cap);
-		if (!buf)
-			return reply_error(rp, -ENOMEM, "out of memory");
-		*to_free = buf;
-		resild_metrics_text(d, buf, cap);
-		mr->text = buf;
-		return 0;
-	}
 	*ps = (struct psink){.sink = {psink_family, psink_sample}};
 	health_take(d, &h);
 	metrics_render(&h, &d->seg, &ps->sink);
@@ -1555,12 +1457,6 @@ static int count_one(const struct resil_seg *s, uint32_t slot, const struct resi
 	return 0;
 }
 
-static const char *const metrics_states[] = {
-    [RESILD_METRICS_OFF] = "off",
-    [RESILD_METRICS_LISTENING] = "listening",
-    [RESILD_METRICS_FAILED] = "failed",
-};
-
 /* What an operator asks first: which daemon, since when, how full, did
  * the last reload apply, is the metrics listener serving. Anyone who may
  * connect may read it. */
@@ -1593,7 +1489,6 @@ static int cluster_policy_one(const struct resil_seg *s, uint32_t slot, const st
 	p->demand = cp.demand;
 	p->hosts = cp.hosts;
 	p->breaker = cp.breaker;
-	p->fleet = (char *)(cp.fleet == 2 ? "probing" : cp.fleet ? "open" : "closed");
 	p->fleet_state = cp.fleet == 2 ? RESIL__FLEET_STATE__FLEET_PROBING
 			 : cp.fleet    ? RESIL__FLEET_STATE__FLEET_OPEN
 				       : RESIL__FLEET_STATE__FLEET_CLOSED;
@@ -1637,7 +1532,6 @@ static struct cluster_status *cluster_status(struct resild *d)
 	cs->st.name = (char *)cs->ci.name;
 	cs->st.host = (char *)cs->ci.host;
 	cs->st.interval_ms = (uint64_t)(cs->ci.interval_ns / RESIL_NS_PER_MS);
-	cs->st.fallback = (char *)cs->ci.fallback;
 	{
 		int fb = RESILD_FALLBACK_SHARE;
 
@@ -1695,7 +1589,6 @@ static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply 
 	sr->reload_time = d->reload_time;
 	sr->reloads = d->reloads;
 	sr->reload_errors = d->reload_errors;
-	sr->metrics_state = (char *)metrics_states[d->metrics_state];
 	sr->metrics = (Resil__MetricsState)d->metrics_state;
 	sr->metrics_listen = d->metrics_activated     ? (char *)"socket-activated"
 			     : d->opts.metrics_listen ? (char *)d->opts.metrics_listen
@@ -1709,54 +1602,6 @@ static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply 
 	rp->resp.body_case = RESIL__RESPONSE__BODY_STATUS;
 	rp->resp.status = sr;
 	return 0;
-}
-
-static void shape_info(Resil__PolicyInfo *pi, uint32_t version)
-{
-	if (version >= 2) {
-		pi->state = (char *)"";
-		pi->outcome = (char *)"";
-	} else {
-		pi->breaker = RESIL__BREAKER_STATE__BREAKER_NONE;
-		pi->result = RESIL__OUTCOME__OUTCOME_NONE;
-	}
-}
-
-/* Clear what the request's version does not send: the words in v2, the
- * enums in v1 (a v1 reply is then, byte for byte, what v1 sent). */
-static void shape_reply(Resil__Response *resp, uint32_t version)
-{
-	Resil__StatusReply *st;
-
-	switch (resp->body_case) {
-	case RESIL__RESPONSE__BODY_POLICY:
-		shape_info(resp->policy, version);
-		break;
-	case RESIL__RESPONSE__BODY_LIST:
-		for (size_t i = 0; i < resp->list->n_policies; i++)
-			shape_info(resp->list->policies[i], version);
-		break;
-	case RESIL__RESPONSE__BODY_STATUS:
-		st = resp->status;
-		if (version >= 2)
-			st->metrics_state = (char *)"";
-		else
-			st->metrics = RESIL__METRICS_STATE__METRICS_OFF;
-		for (size_t i = 0; st->cluster && i < st->cluster->n_policies; i++) {
-			if (version >= 2)
-				st->cluster->policies[i]->fleet = (char *)"";
-			else
-				st->cluster->policies[i]->fleet_state =
-				    RESIL__FLEET_STATE__FLEET_CLOSED;
-		}
-		if (st->cluster && version >= 2)
-			st->cluster->fallback = (char *)"";
-		else if (st->cluster)
-			st->cluster->fallback_mode = RESIL__CLUSTER_FALLBACK__FALLBACK_SHARE;
-		break;
-	default:
-		break;
-	}
 }
 
 int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg, size_t len,
@@ -1773,7 +1618,6 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 	Resil__StatusReply str = RESIL__STATUS_REPLY__INIT;
 	struct info *in = NULL;
 	void *to_free[4] = {NULL, NULL, NULL, NULL};
-	char *mtext = NULL;
 	size_t cap = *outlen;
 	int r, ret = 0;
 
@@ -1792,27 +1636,16 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 	rp.version = req->version ? req->version : 1;
 	rp.wait_until = peer->wait_until;
 	peer->later_ns = 0;
-	if (rp.version > (uint32_t)proto_max()) {
+	if (rp.version > RESILD_PROTO_VERSION) {
 		reply_error(&rp, -EPROTONOSUPPORT,
 			    "protocol version %u not spoken here (resild speaks %d..%d)",
-			    rp.version, RESILD_PROTO_MIN, proto_max());
+			    rp.version, RESILD_PROTO_MIN, RESILD_PROTO_VERSION);
 		goto send;
 	}
 	d->requests[rp.version]++;
 	in = malloc(sizeof(*in));
 	if (!in) {
 		reply_error(&rp, -ENOMEM, "out of memory");
-		goto send;
-	}
-	if (rp.version >= 2 && (req->body_case == RESIL__REQUEST__BODY_CREATE ||
-				req->body_case == RESIL__REQUEST__BODY_UPDATE ||
-				req->body_case == RESIL__REQUEST__BODY_RESET)) {
-		reply_error(&rp, -EPROTO, "%s is protocol version 1 (version 2 sends %s)",
-			    req->body_case == RESIL__REQUEST__BODY_RESET    ? "Reset"
-			    : req->body_case == RESIL__REQUEST__BODY_CREATE ? "Create"
-									    : "Update",
-			    req->body_case == RESIL__REQUEST__BODY_RESET ? "ForceState with reset"
-									 : "Define");
 		goto send;
 	}
 
@@ -1829,19 +1662,7 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 	case RESIL__REQUEST__BODY_GET:
 		handle_get(d, req->get, &rp, in);
 		break;
-	case RESIL__REQUEST__BODY_CREATE:
-		handle_define(d, peer, req->create->name, req->create->config, false,
-			      req->create->exclusive, &rp, in);
-		break;
-	case RESIL__REQUEST__BODY_UPDATE:
-		handle_define(d, peer, req->update->name, req->update->config, true, false, &rp,
-			      in);
-		break;
 	case RESIL__REQUEST__BODY_DEFINE:
-		if (proto_max() < 2) { /* a version 1 daemon knew no Define */
-			reply_error(&rp, -EOPNOTSUPP, "unknown request");
-			break;
-		}
 		handle_define(d, peer, req->define->name, req->define->config, req->define->merge,
 			      req->define->must_not_exist, &rp, in);
 		break;
@@ -1849,19 +1670,13 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		handle_delete(d, peer, req->delete_->name, &rp);
 		break;
 	case RESIL__REQUEST__BODY_FORCE:
-		if (rp.version >= 2)
-			handle_force_v2(d, peer, req->force, &rp, in);
-		else
-			handle_force(d, peer, req->force, &rp, in);
-		break;
-	case RESIL__REQUEST__BODY_RESET:
-		force_state(d, peer, req->reset->name, RESIL_STATE_CLOSED, "resetting", &rp, in);
+		handle_force(d, peer, req->force, &rp, in);
 		break;
 	case RESIL__REQUEST__BODY_SUBSCRIBE:
 		handle_subscribe(d, peer, req->subscribe, &rp);
 		break;
 	case RESIL__REQUEST__BODY_METRICS:
-		handle_metrics(d, &rp, &mr, &mtext, &ps);
+		handle_metrics(d, &rp, &mr, &ps);
 		break;
 	case RESIL__REQUEST__BODY_RELOAD:
 		handle_reload(d, peer, &rp, &rr);
@@ -1881,7 +1696,6 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		goto out;
 	}
 send:
-	shape_reply(&rp.resp, rp.version);
 	r = pack(&rp.resp, out, outlen);
 	if (r == -E2BIG) {
 		*outlen = cap;
@@ -1897,7 +1711,6 @@ out:
 	resil__request__free_unpacked(req, NULL);
 	for (size_t i = 0; i < RESIL_ARRAY_SIZE(to_free); i++)
 		free(to_free[i]);
-	free(mtext);
 	psink_free(&ps);
 	free(in);
 	return ret;

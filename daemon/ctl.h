@@ -52,9 +52,6 @@ bool resild_peer_exempt(const struct resild *d, const struct resild_peer *p);
 /* Words for RESIL_STATE_* values. */
 const char *resild_state_name(int state);
 
-/* Prometheus text, the daemon's own families and every policy's, at most
- * len bytes (cut at a line, with a note); returns the length. Loop thread. */
-size_t resild_metrics_text(struct resild *d, char *buf, size_t len);
 /* The loop's numbers as of now, for the HTTP thread (every tick). */
 void resild_metrics_publish(struct resild *d);
 /* The same families for the HTTP thread: the numbers last published and

@@ -234,25 +234,12 @@ static void deliver(struct resild *d, const struct resil_event *e)
 {
 	Resil__Response resp = RESIL__RESPONSE__INIT;
 	Resil__Event ev = RESIL__EVENT__INIT;
-	char name[RESIL_NAME_MAX + 16], text[512], from[32] = "", to[32] = "";
-	char reason[32] = "";
+	char name[RESIL_NAME_MAX + 16], text[512];
 	const char *pol = policy_of(d, e, name, sizeof(name));
 	uint8_t buf[1024];
 	size_t n;
 
 	resild_event_format(d, e, text, sizeof(text));
-	if (e->type == RESIL_EV_TRANSITION) {
-		snprintf(from, sizeof(from), "%s", resild_state_name((int)e->a));
-		snprintf(to, sizeof(to), "%s", resild_state_name((int)e->b));
-	} else if (e->type == RESIL_EV_CONFIG) {
-		snprintf(to, sizeof(to), "%s", resil_config_change_name(e->a));
-	} else if (e->type == RESIL_EV_REPAIRED) {
-		snprintf(to, sizeof(to), "%s", resil_word_name(e->a));
-	}
-	if (e->reason && e->type == RESIL_EV_TRANSITION)
-		snprintf(reason, sizeof(reason), "%s", resil_breaker_why(e->reason));
-	else if (e->reason)
-		snprintf(reason, sizeof(reason), "%u", e->reason);
 	/* journald entry with fields, or a "<N>" line; a configuration change
 	 * was logged where the daemon made it, so only with --verbose */
 	if (e->type != RESIL_EV_CONFIG || log_get_max_level() >= LOG_DEBUG)
@@ -260,15 +247,11 @@ static void deliver(struct resild *d, const struct resil_event *e)
 
 	ev.seq = ld_relaxed(&e->seq);
 	ev.time_ns = e->time_ns;
-	ev.type = (char *)resil_event_name(e->type);
 	ev.policy = (char *)(pol ? pol : "");
-	ev.from = from;
-	ev.to = to;
-	ev.reason = reason;
 	ev.pid = event_pid(d, e);
 	ev.value = e->value;
-	/* protocol v2's enums beside v1's words: one datagram for every
-	 * subscriber, whichever version it speaks (proto/resil.proto) */
+	/* one datagram for every subscriber; the words are the reader's
+	 * (resilctl watch) */
 	ev.kind = e->type <= RESIL_EV_CLUSTER ? (Resil__EventKind)e->type
 					      : RESIL__EVENT_KIND__EVENT_UNKNOWN;
 	if (e->type == RESIL_EV_TRANSITION) {

@@ -18,8 +18,8 @@
 #include "seg.h"
 
 #define RESILD_VERSION	       RESIL_VERSION_STRING /* project(VERSION) in CMakeLists.txt */
-#define RESILD_PROTO_VERSION   2	   /* the highest control protocol version spoken */
-#define RESILD_PROTO_MIN       1	   /* the lowest: version 1 clients keep working */
+#define RESILD_PROTO_VERSION   1	   /* the highest control protocol version spoken */
+#define RESILD_PROTO_MIN       1	   /* the lowest */
 #define RESILD_EXIT_CONFIG     78	   /* EX_CONFIG: RestartPreventExitStatus= in the units */
 #define RESILD_MSG_MAX	       (64 * 1024) /* one request or response */
 #define RESILD_CONNS_DEFAULT   1024

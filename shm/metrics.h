@@ -52,9 +52,9 @@ size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len);
  * family (name, help, type) and samples (the family's name, a suffix:
  * "", "_bucket", "_sum" or "_count", labels, a value) into a sink; what
  * receives them decides the shape: the text sink below renders the
- * exposition (`resilctl metrics` over protocol v1, GET /metrics), the
- * daemon's control socket builds protocol v2's families of samples from
- * the same calls (daemon/ctl.c), a recording keeps them for later. Label
+ * exposition (GET /metrics), the daemon's control socket builds the
+ * protocol's families of samples from the same calls (daemon/ctl.c), a
+ * recording keeps them for later. Label
  * values and help are given raw; the text sink escapes them.
  */
 /* Numbered as proto/resil.proto's MetricType. */

@@ -147,6 +147,11 @@ static Resil__Response *call(int fd, Resil__Request *req, int *fds, int *nfds)
 	}
 }
 
+#define CREATE RESIL__REQUEST__BODY_DEFINE
+#define UPDATE (-1) /* a Define with merge */
+#define DELETE RESIL__REQUEST__BODY_DELETE
+#define FORCE  RESIL__REQUEST__BODY_FORCE
+
 static void resp_free(Resil__Response *r)
 {
 	if (r)
@@ -210,6 +215,15 @@ static int do_list(int fd, char *names, size_t len)
 	return n;
 }
 
+/* A PolicyInfo's breaker state in words. */
+static const char *state_word(Resil__BreakerState s)
+{
+	static const char *const words[] = {"none",	"closed",      "open",	      "half-open",
+					    "disabled", "forced-open", "metrics-only"};
+
+	return (unsigned)s < 7 ? words[s] : "?";
+}
+
 /* Get: errno (0 ok); state, config and generation when asked. */
 static int do_get(int fd, const char *name, char *state, char *config, size_t clen, uint32_t *gen)
 {
@@ -225,7 +239,7 @@ static int do_get(int fd, const char *name, char *state, char *config, size_t cl
 	e = resp_err(r);
 	if (e == 0 && r->body_case == RESIL__RESPONSE__BODY_POLICY) {
 		if (state)
-			snprintf(state, 32, "%s", r->policy->state);
+			snprintf(state, 32, "%s", state_word(r->policy->breaker));
 		if (config)
 			snprintf(config, clen, "%s", r->policy->config);
 		if (gen)
@@ -235,36 +249,38 @@ static int do_get(int fd, const char *name, char *state, char *config, size_t cl
 	return e;
 }
 
-/* create / update / delete / force: errno (0 ok); msg gets the error text. */
+/* create (or re-define) / update / delete / force (the target in words):
+ * errno (0 ok); msg gets the error text. */
 static int do_req(int fd, int kind, const char *name, const char *arg, char *msg, size_t mlen)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
-	Resil__Create c = RESIL__CREATE__INIT;
-	Resil__Update u = RESIL__UPDATE__INIT;
+	Resil__Define df = RESIL__DEFINE__INIT;
 	Resil__Delete dl = RESIL__DELETE__INIT;
 	Resil__ForceState f = RESIL__FORCE_STATE__INIT;
 	Resil__Response *r;
 	int e;
 
-	req.body_case = kind;
+	req.body_case = kind == UPDATE ? CREATE : kind;
 	switch (kind) {
-	case RESIL__REQUEST__BODY_CREATE:
-		c.name = (char *)name;
-		c.config = (char *)arg;
-		req.create = &c;
-		break;
-	case RESIL__REQUEST__BODY_UPDATE:
-		u.name = (char *)name;
-		u.config = (char *)arg;
-		req.update = &u;
+	case CREATE:
+	case UPDATE:
+		df.name = (char *)name;
+		df.config = (char *)arg;
+		df.merge = kind == UPDATE;
+		req.define = &df;
 		break;
 	case RESIL__REQUEST__BODY_DELETE:
 		dl.name = (char *)name;
 		req.delete_ = &dl;
 		break;
-	case RESIL__REQUEST__BODY_FORCE:
+	case FORCE:
 		f.name = (char *)name;
-		f.state = (char *)arg;
+		f.target = !strcmp(arg, "closed")     ? RESIL__BREAKER_STATE__BREAKER_CLOSED
+			   : !strcmp(arg, "open")     ? RESIL__BREAKER_STATE__BREAKER_FORCED_OPEN
+			   : !strcmp(arg, "disabled") ? RESIL__BREAKER_STATE__BREAKER_DISABLED
+			   : !strcmp(arg, "metrics-only")
+			       ? RESIL__BREAKER_STATE__BREAKER_METRICS_ONLY
+			       : RESIL__BREAKER_STATE__BREAKER_NONE;
 		req.force = &f;
 		break;
 	}
@@ -275,11 +291,6 @@ static int do_req(int fd, int kind, const char *name, const char *arg, char *msg
 	resp_free(r);
 	return e;
 }
-
-#define CREATE RESIL__REQUEST__BODY_CREATE
-#define UPDATE RESIL__REQUEST__BODY_UPDATE
-#define DELETE RESIL__REQUEST__BODY_DELETE
-#define FORCE  RESIL__REQUEST__BODY_FORCE
 
 static void write_file(const char *path, const char *text)
 {
@@ -703,13 +714,13 @@ static void test_events_reclaim(void **state)
 	for (;;) {
 		ev = next_event(all);
 		assert_non_null(ev);
-		if (strcmp(ev->event->type, "transition") == 0)
+		if (ev->event->kind == RESIL__EVENT_KIND__EVENT_TRANSITION)
 			break;
 		resp_free(ev);
 	}
 	assert_string_equal(ev->event->policy, "ev");
-	assert_string_equal(ev->event->from, "closed");
-	assert_string_equal(ev->event->to, "open");
+	assert_int_equal(ev->event->from_state, RESIL__BREAKER_STATE__BREAKER_CLOSED);
+	assert_int_equal(ev->event->to_state, RESIL__BREAKER_STATE__BREAKER_OPEN);
 	resp_free(ev);
 	assert_true(
 	    TEST_EVENTUALLY(test_log_count(&d, "policy ev: closed -> open (2 consecutive") >= 1));
@@ -745,7 +756,7 @@ static void test_events_reclaim(void **state)
 	for (;;) {
 		ev = next_event(all);
 		assert_non_null(ev);
-		if (strcmp(ev->event->type, "reclaimed") == 0)
+		if (ev->event->kind == RESIL__EVENT_KIND__EVENT_RECLAIMED)
 			break;
 		resp_free(ev);
 	}

@@ -188,22 +188,22 @@ static int ask(const char *sock, Resil__Request *req, const char *what)
 static int ask_define(const char *sock, const char *name, const char *conf)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
-	Resil__Create c = RESIL__CREATE__INIT;
+	Resil__Define df = RESIL__DEFINE__INIT;
 
-	c.name = (char *)name;
-	c.config = (char *)conf;
-	req.body_case = RESIL__REQUEST__BODY_CREATE;
-	req.create = &c;
+	df.name = (char *)name;
+	df.config = (char *)conf;
+	req.body_case = RESIL__REQUEST__BODY_DEFINE;
+	req.define = &df;
 	return ask(sock, &req, "define");
 }
 
-static int ask_force(const char *sock, const char *name, const char *state)
+static int ask_force(const char *sock, const char *name, Resil__BreakerState target)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__ForceState f = RESIL__FORCE_STATE__INIT;
 
 	f.name = (char *)name;
-	f.state = (char *)state;
+	f.target = target;
 	req.body_case = RESIL__REQUEST__BODY_FORCE;
 	req.force = &f;
 	return ask(sock, &req, "force");
@@ -212,11 +212,12 @@ static int ask_force(const char *sock, const char *name, const char *state)
 static int ask_reset(const char *sock, const char *name)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
-	Resil__Reset rs = RESIL__RESET__INIT;
+	Resil__ForceState f = RESIL__FORCE_STATE__INIT;
 
-	rs.name = (char *)name;
-	req.body_case = RESIL__REQUEST__BODY_RESET;
-	req.reset = &rs;
+	f.name = (char *)name;
+	f.reset = true;
+	req.body_case = RESIL__REQUEST__BODY_FORCE;
+	req.force = &f;
 	return ask(sock, &req, "reset");
 }
 
@@ -246,18 +247,36 @@ static int ask_list(const char *sock)
 	return ask(sock, &req, "list");
 }
 
-/* The metrics text into out (NUL-terminated). */
+/* The metrics' samples into out, one "name{labels} value" a line. */
 static void ask_metrics(const char *sock, char *out, size_t len)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__Metrics m = RESIL__METRICS__INIT;
 	Resil__Response *r;
+	size_t o = 0;
 
 	req.body_case = RESIL__REQUEST__BODY_METRICS;
 	req.metrics = &m;
 	r = request(sock, &req, "metrics");
 	TEST_CHECK(r->error == NULL && r->body_case == RESIL__RESPONSE__BODY_METRICS);
-	snprintf(out, len, "%s", r->metrics->text);
+	out[0] = '\0';
+	for (size_t i = 0; i < r->metrics->n_families; i++) {
+		const Resil__MetricFamily *f = r->metrics->families[i];
+
+		for (size_t j = 0; j < f->n_samples && o < len; j++) {
+			const Resil__Sample *sm = f->samples[j];
+
+			o += (size_t)snprintf(out + o, len - o, "%s", sm->name);
+			for (size_t k = 0; k < sm->n_labels && o < len; k++)
+				o +=
+				    (size_t)snprintf(out + o, len - o, "%s%s=\"%s\"", k ? "," : "{",
+						     sm->labels[k]->name, sm->labels[k]->value);
+			if (o < len)
+				o += (size_t)snprintf(out + o, len - o, "%s %.*f\n",
+						      sm->n_labels ? "}" : "", (int)sm->decimals,
+						      sm->value);
+		}
+	}
 	resil__response__free_unpacked(r, NULL);
 }
 
@@ -735,8 +754,8 @@ static void requests(const char *sock, uint32_t round)
 	ask_define(sock, "reshaped", conf);
 	ask_define(sock, POL[(round + 3) % NPOL][0], POL[(round + 3) % NPOL][1]);
 	ask_reset(sock, name);
-	ask_force(sock, POL[(round + 1) % NPOL][0], "open");
-	ask_force(sock, POL[(round + 2) % NPOL][0], "closed");
+	ask_force(sock, POL[(round + 1) % NPOL][0], RESIL__BREAKER_STATE__BREAKER_FORCED_OPEN);
+	ask_force(sock, POL[(round + 2) % NPOL][0], RESIL__BREAKER_STATE__BREAKER_CLOSED);
 	ask_show(sock, name, NULL);
 	ask_show(sock, "keyed", "k1");
 	ask_list(sock);

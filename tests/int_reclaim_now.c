@@ -52,7 +52,7 @@ static void define(const char *name, const char *conf)
 
 	df.name = (char *)name;
 	df.config = (char *)conf;
-	req.version = 2;
+	req.version = 1;
 	req.body_case = RESIL__REQUEST__BODY_DEFINE;
 	req.define = &df;
 	len = resil__request__pack(&req, msg);

@@ -487,12 +487,11 @@ static void test_open_other_abi(void **state)
 		TEST_CHECK(n > 0);
 		req = resil__request__unpack(NULL, (size_t)n, buf);
 		TEST_CHECK(req && req->body_case == RESIL__REQUEST__BODY_HELLO);
-		/* the hello offers 1..2 (a version 1 daemon is spoken to in
-		 * its shape) */
-		TEST_CHECK(req->hello->min_version == 1 && req->hello->max_version == 2);
-		TEST_CHECK(req->version == 2);
+		/* the hello offers the one version the library speaks */
+		TEST_CHECK(req->hello->min_version == 1 && req->hello->max_version == 1);
+		TEST_CHECK(req->version == 1);
 		resp.id = req->id;
-		hr.version = 2;
+		hr.version = 1;
 		hr.abi_major = RESIL_ABI_MAJOR + 1;
 		resp.body_case = RESIL__RESPONSE__BODY_HELLO;
 		resp.hello = &hr;

@@ -94,23 +94,16 @@ static int handle(Resil__Request *req)
 	return r;
 }
 
-/* v2: Define (an upsert); v1: Create */
-static void define(const char *name, const char *conf, bool v2)
+/* Define (an upsert) */
+static void define(const char *name, const char *conf)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
-	Resil__Create c = RESIL__CREATE__INIT;
 	Resil__Define df = RESIL__DEFINE__INIT;
 
-	c.name = df.name = (char *)name;
-	c.config = df.config = (char *)conf;
-	if (v2) {
-		req.version = 2;
-		req.body_case = RESIL__REQUEST__BODY_DEFINE;
-		req.define = &df;
-	} else {
-		req.body_case = RESIL__REQUEST__BODY_CREATE;
-		req.create = &c;
-	}
+	df.name = (char *)name;
+	df.config = (char *)conf;
+	req.body_case = RESIL__REQUEST__BODY_DEFINE;
+	req.define = &df;
 	handle(&req);
 }
 
@@ -119,39 +112,28 @@ static void control(uint64_t val)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__Get g = RESIL__GET__INIT;
-	Resil__Reset rs = RESIL__RESET__INIT;
 	Resil__ForceState f = RESIL__FORCE_STATE__INIT;
 	Resil__List l = RESIL__LIST__INIT;
 	Resil__Metrics m = RESIL__METRICS__INIT;
 	Resil__Delete dl = RESIL__DELETE__INIT;
 	const char *name = POL[(val >> 8) % NPOL][0];
-	/* either protocol version: v1's bodies and words, v2's enums */
-	bool v2 = (val >> 60) & 1;
 	char conf[96];
 
-	req.version = v2 ? 2 : 0;
 	switch (val % 9) {
 	case 0: /* a new shape: a new block from the arena */
 		snprintf(conf, sizeof(conf), "bulkhead.max = %u; breaker.window = count:%u",
 			 (unsigned)(1 + (val >> 16) % 9), (unsigned)(2 + (val >> 24) % 13));
-		define((val >> 32) & 1 ? "reshaped" : name, conf, v2);
+		define((val >> 32) & 1 ? "reshaped" : name, conf);
 		return;
 	case 1:
-		if (v2) {
-			f.name = (char *)name;
-			f.reset = true;
-			req.body_case = RESIL__REQUEST__BODY_FORCE;
-			req.force = &f;
-			break;
-		}
-		rs.name = (char *)name;
-		req.body_case = RESIL__REQUEST__BODY_RESET;
-		req.reset = &rs;
+		f.name = (char *)name;
+		f.reset = true;
+		req.body_case = RESIL__REQUEST__BODY_FORCE;
+		req.force = &f;
 		break;
 	case 2:
 	case 3:
 		f.name = (char *)name;
-		f.state = val % 9 == 2 ? "open" : "closed";
 		f.target = val % 9 == 2 ? RESIL__BREAKER_STATE__BREAKER_OPEN
 					: RESIL__BREAKER_STATE__BREAKER_CLOSED;
 		req.body_case = RESIL__REQUEST__BODY_FORCE;
@@ -322,7 +304,7 @@ static void restart(void)
 		if (daemon_start(-1, -1) < 0)
 			abort();
 		for (size_t i = 0; i < NPOL; i++)
-			define(POL[i][0], POL[i][1], false);
+			define(POL[i][0], POL[i][1]);
 	}
 }
 
@@ -406,7 +388,8 @@ static void observe(void)
 
 		resil_event_read(&d.seg, head - i, &e);
 	}
-	resild_metrics_text(&d, text, sizeof(text));
+	resild_metrics_publish(&d);
+	resild_metrics_http_text(&d.seg, text, sizeof(text));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -419,7 +402,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (daemon_start(-1, -1) < 0)
 		abort();
 	for (size_t i = 0; i < NPOL; i++)
-		define(POL[i][0], POL[i][1], i % 2);
+		define(POL[i][0], POL[i][1]);
 	n = live_recs();
 	for (size_t i = 0; i < n; i++)
 		decide(recs[i], i);
