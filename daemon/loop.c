@@ -835,8 +835,8 @@ static void on_tick(struct resild *d)
 	/* the heartbeat clients read on their periodic check (seg.h): a
 	 * relaxed store, it orders nothing; stale means "daemon gone" */
 	st_relaxed(&d->seg.st->daemon_beat_ns, (uint64_t)resil_clock_monotonic(NULL));
-	/* the header's geometry copy, for 1.0 readers (this daemon and 1.1
-	 * clients address nothing through it) */
+	/* the state header's copy of the geometry, for dumps (nothing
+	 * addresses memory through it) */
 	uint32_t fixed = resil_seg_repair_header(&d->seg);
 
 	if (fixed)

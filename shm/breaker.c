@@ -64,13 +64,13 @@
  *   moves[]   fetch_add (relaxed) by the winner of a transition's CAS, after
  *             it; read (relaxed) by metrics. Statistics: nothing is ordered
  *             by them, a scrape may see the new state before its count.
- *   base_ns, offsets, sizes, fastmod: plain, written once by state_init
- *             (or carry) before the record's slot word publishes the block
- *             (release, seg.c). Offsets, sizes and fastmod are read by
- *             nobody (the configuration gives them: win_off_of,
- *             seq_slot); base_ns is read by everyone, with arithmetic
- *             that no value of it can overflow (rel_ns); the daemon's tick
- *             repairs them all (state_repair).
+ *   base_ns, offsets, sizes: plain, written once by state_init (or
+ *             carry) before the record's slot word publishes the block
+ *             (release, seg.c). Offsets and sizes are read by nobody (the
+ *             configuration gives them: win_off_of, seq_slot); base_ns
+ *             is read by everyone, with arithmetic that no value of it
+ *             can overflow (rel_ns); the daemon's tick repairs them all
+ *             (state_repair).
  * Lines (breaker.h): the word with the immutable fields (read by every
  * call, written on transitions only), seq (every count record), counters
  * and consec (on outcome changes, failures), ho (HALF_OPEN only), then the
@@ -386,11 +386,8 @@ static inline int64_t first_wait(const struct resil_breaker_conf *c)
 }
 
 /* The count window's slot of record number seq: seq % n, n from the
- * configuration (the read-only segment). The block's fastmod word (2^64 /
- * n + 1, Lemire's multiply-shift) is a copy for observers of older builds
- * only: any client can write it, and a wrong one (0 sent every record to
- * slot 0: a window that never filled, a breaker that never opened) would
- * misplace every caller's records. A 32-bit division by a divisor that is
+ * configuration (the read-only segment), never from a word of the block,
+ * which any client can write. A 32-bit division by a divisor that is
  * loaded with the configuration, before the fetch_add whose result it
  * divides: bench case breaker.count100.acq_rel (BENCHMARKS.md). */
 static inline uint32_t seq_slot(uint64_t seq, uint32_t n)
@@ -449,8 +446,8 @@ static inline uint64_t seq_take(bk_t *b, uint32_t n)
 
 /* The block's layout, from the configuration only (the read-only config
  * segment): the one place offsets are computed. The copies in line 0
- * (probe_off, win_off, ...) are for observers of older builds; no access
- * is ever addressed through them, since any client can write them. The
+ * (probe_off, win_off, ...) are for dumps of the segment; no access is
+ * ever addressed through them, since any client can write them. The
  * words read here share the conf's first line with those every call
  * reads. */
 #define PROBE_OFF ((uint32_t)sizeof(bk_t))
@@ -1070,8 +1067,8 @@ uint64_t resil_breaker_state_size(const struct resil_breaker_conf *c)
 }
 
 /*
- * The layout words of line 0 (kind, size, bucket_ns, nprobe, fastmod and
- * the offsets) are all derived from the configuration, which lives in the
+ * The layout words of line 0 (kind, size, bucket_ns, nprobe and the
+ * offsets) are all derived from the configuration, which lives in the
  * read-only config segment. Written at init for observers; nothing
  * addresses memory through them (win_off_of, PROBE_OFF): the state
  * segment is writable by every client. The daemon rewrites them from the
@@ -1083,7 +1080,6 @@ static uint32_t layout_repair(bk_t *b, const struct resil_breaker_conf *c)
 	uint32_t np = nprobe_of(c), n = 0;
 	uint32_t size = c->window_kind == RESIL_WINDOW_CONSECUTIVE ? c->window_size : wsize_of(c);
 	int64_t bucket_ns = c->window_kind == RESIL_WINDOW_TIME ? bucket_ns_of(c) : 0;
-	uint64_t fastmod = c->window_kind == RESIL_WINDOW_COUNT ? UINT64_MAX / wsize_of(c) + 1 : 0;
 
 #define FIX(field, val)                                                                            \
 	do {                                                                                       \
@@ -1096,7 +1092,6 @@ static uint32_t layout_repair(bk_t *b, const struct resil_breaker_conf *c)
 	FIX(size, size);
 	FIX(bucket_ns, bucket_ns);
 	FIX(nprobe, np);
-	FIX(fastmod, fastmod);
 	FIX(probe_off, PROBE_OFF);
 	FIX(win_off, win_off_of(c));
 #undef FIX
@@ -1108,10 +1103,10 @@ bool resil_breaker_layout_ok(const struct resil_breaker_conf *c, const void *st)
 	bk_t copy;
 
 	/* on a copy of the plain words of line 0 (after the state word, up to
-	 * the end of fastmod): layout_repair counts what differs and writes
+	 * the end of win_off): layout_repair counts what differs and writes
 	 * only the copy */
 	memcpy(&copy.base_ns, &((const bk_t *)st)->base_ns,
-	       offsetof(bk_t, fastmod) + sizeof(copy.fastmod) - offsetof(bk_t, base_ns));
+	       offsetof(bk_t, win_off) + sizeof(copy.win_off) - offsetof(bk_t, base_ns));
 	return layout_repair(&copy, c) == 0;
 }
 

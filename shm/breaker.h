@@ -78,7 +78,6 @@ struct resil_breaker_state {
 	uint32_t probe_off;	    /* from the block start */
 	uint32_t win_off;	    /* count slots or time buckets, from the block start */
 	uint32_t reserved32;
-	RESIL_A8 uint64_t fastmod; /* count: 2^64 / size + 1 (a copy for observers; see seq_slot) */
 	/* line 1: count window position, fetch_add by every recorder */
 	alignas(RESIL_HOT_ALIGN) ra64 seq;
 	/* line 2: count-window counters (on change of a slot's outcome), the
@@ -88,8 +87,7 @@ struct resil_breaker_state {
 	/* line 3: half-open results, CAS by probers */
 	alignas(RESIL_HOT_ALIGN) ra64 ho;
 	/* lines 4-5: transitions by (from, to), fetch_add (relaxed) by the
-	 * CAS winner of each transition (resil_breaker_moves); 0 in blocks of
-	 * writers that predate them */
+	 * CAS winner of each transition (resil_breaker_moves) */
 	alignas(RESIL_HOT_ALIGN) ra32 moves[RESIL_BK_MOVES];
 	/* then: nprobe x struct resil_breaker_probe at probe_off;
 	 *       count: size x ra32 slots, time: size x struct resil_breaker_bucket
@@ -100,7 +98,7 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, word) == 0, "breaker wo
 RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, base_ns) == 8, "breaker base");
 RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, bucket_ns) == 16, "breaker bucket_ns");
 RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, kind) == 24, "breaker kind");
-RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, fastmod) == 48, "breaker fastmod");
+RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, win_off) == 40, "breaker win_off");
 RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, seq) == 128, "breaker seq line");
 RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, counters) == 256, "breaker counters");
 RESIL_STATIC_ASSERT(offsetof(struct resil_breaker_state, consec) == 264, "breaker consec");

@@ -47,7 +47,7 @@
  *   all inherit their parent's last slot), and so do threads of one
  *   process (mp/bulkhead2000.threads). The stride is a constant in each
  *   copy of the helpers (SPREAD, PACKED): resil_bulkhead_acquire and
- *   release test bulkhead.max once, as they tested the regime before.
+ *   release test bulkhead.max once.
  *   The lean paths' scan functions and the global scope take spread
  *   pools only; a lean bulkhead of packed slots decides through
  *   resil_bulkhead_acquire and _release (resil/bulkhead2000.*).
@@ -77,31 +77,14 @@
  * too: a fail-fast permit's release (the lean paths') reads no waiter
  * count, so a block waiters sleep on is never one such permits are
  * released into (bulkhead.wait from 0 to 200ms: a fresh block). The
- * geometry (slot count, stride, offset, and the regime word, SCAN) is
- * written into the block's geometry line at init (before publication)
- * for someone reading a dump of the segment, but every reader in the
+ * geometry (slot count, stride, offset) is written into the block's
+ * geometry line at init (before publication) for someone reading a dump
+ * of the segment, but every reader in the
  * code (the hot path, the release, the daemon's maintain/reclaim, the
  * observers' resil_bulkhead_held) takes it from the configuration (the
  * read-only segment): a client that scribbles on the geometry words
  * cannot send anyone out of bounds. The daemon's tick rewrites them from
  * the configuration (layout_repair).
- *
- * Upgrades. An older resild counted some pools: above 1024 permits (their
- * slots packed, as here), and before that a partition, a waiting
- * bulkhead and pools of 129 to 1024 permits (one slot per line, as
- * here). Such a block is adopted across a restart as it is
- * (resil_bulkhead_layout_ok: the same slot count and stride; the regime
- * word COUNTED is accepted and the tick rewrites it) and scanned, which
- * is sound because both lay the slots out alike and the slots bound the
- * total. Its count word goes unread. A process of an older library
- * counts such a pool still, on the count word only its own holders add
- * to (a unit it leaks in a crash window stays: its own callers reject
- * earlier until it restarts), never clears the full hint (the recheck
- * and the tick repair it: the others pay at most a stale hint's spurious
- * rejections), and under a partition its normal callers may take a
- * reserved slot when the shared part is full. Its releases still load
- * the waiter count after a seq_cst RMW, so its waiters and ours keep
- * their wakeups. The slots still bound the total.
  *
  * Shared words (state block, see bulkhead.h):
  *   slots[i]   writers: the claimer (CAS 0 -> id, acq_rel: pairs with the
@@ -114,25 +97,23 @@
  *              or for an id that names no live row: stray claims). Readers: claimers
  *              (relaxed pre-check and walks), the daemon and observers
  *              (scan, acquire; geometry from the configuration).
- *   full       line 0 (nothing else there is written by this build).
- *              Writers: a walk that found no slot free
+ *   full       line 0. Writers: a walk that found no slot free
  *              (store 1, relaxed, only if it read 0), releasers and a walk
  *              that found the hint stale (store 0, relaxed, only if they
  *              read 1), the daemon (tick, reclaim: store 0 when a slot is
  *              free). Readers: acquirers whose own slot was taken, every
  *              releaser (relaxed: a hint, it orders nothing; a read-mostly
  *              line, written only when the pool fills or drains).
- *   inflight   an older library's count ("Upgrades"): no code of this
- *              build reads or writes it. (The counted pool's `count`
- *              word: writers every acquirer (fetch_add, seq_cst) and
- *              releaser (fetch_sub, seq_cst), the daemon (repair,
- *              reclaim: fetch_sub); readers acquirers (relaxed pre-check),
- *              the daemon (repair).)
+ *              (A counted pool's `count` word, the waiters' and the
+ *              adaptive limit's: writers every acquirer (fetch_add,
+ *              seq_cst) and releaser (fetch_sub, seq_cst), the daemon
+ *              (repair, reclaim: fetch_sub); readers acquirers (relaxed
+ *              pre-check), the daemon (repair).)
  *   wake_seq   futex word; writers: releasers when nwait != 0 (fetch_add,
  *              release); readers: waiters (acquire) before they sleep.
  *   nwait      count word of the waiter pool (a counted pool: `count`).
  *   wslots[]   a waiter's claim, so a dead waiter is taken off exactly.
- *   geometry   nslots, shift, slots_off, regime: init, then the daemon's
+ *   geometry   nslots, shift, slots_off: init, then the daemon's
  *              tick when they differ; read by no code (dumps).
  *
  * Linearization points: an admission takes effect at the slot CAS, a
@@ -155,8 +136,7 @@
  * ALL only; a walk never lowers ALL to SHARED; a release clears it, but
  * of a reserved slot's only ALL, to SHARED (the shared part is as full as
  * it was); the tick clears SHARED when a shared slot is free, ALL when
- * any is. Without a partition only ALL is written (the value 1 older
- * libraries wrote and read). Bounded and repaired:
+ * any is. Without a partition only ALL is written. Bounded and repaired:
  * the next release of any permit clears it; a thread that rejects on the
  * hint walks anyway every resil_bulkhead_recheck(n)-th time (16 per 128
  * slots) and clears it when it finds a slot, so no release and no daemon
@@ -240,8 +220,7 @@
  * waiter, and only when nwait != 0: a release nobody waits for makes no
  * syscall. Lost wakeups are excluded by a Dekker pair: the waiter's
  * nwait fetch_add (seq_cst) + fence before it looks at the slots, the
- * releaser's seq_cst RMW (the slot CAS itself; an older library's
- * fetch_sub on its count) before its seq_cst load of nwait: if the
+ * releaser's seq_cst RMW (the slot CAS itself) before its seq_cst load of nwait: if the
  * waiter's load of the slot missed the CAS, its fence
  * precedes the CAS in the single order of seq_cst operations, so the
  * nwait load, after the CAS, sees the waiter's fetch_add; either way one
@@ -557,8 +536,6 @@ static void layout_repair(struct resil_bulkhead_state *s, const struct resil_bul
 		s->shift = shift;
 	if (s->slots_off != sizeof(*s))
 		s->slots_off = sizeof(*s);
-	if (s->regime != RESIL_BULKHEAD_SCAN)
-		s->regime = RESIL_BULKHEAD_SCAN;
 }
 
 bool resil_bulkhead_layout_ok(const struct resil_bulkhead_conf *c, const void *st)
@@ -566,11 +543,7 @@ bool resil_bulkhead_layout_ok(const struct resil_bulkhead_conf *c, const void *s
 	const struct resil_bulkhead_state *s = st;
 	uint32_t n = resil_bulkhead_max_of(c);
 
-	/* A block an older resild counted (see "Upgrades" at the top) is laid
-	 * out alike: its slots are read as they are, and the tick rewrites
-	 * the regime word. */
-	return s->nslots == n && s->shift == resil_pool_shift(n) && s->slots_off == sizeof(*s) &&
-	       (s->regime == RESIL_BULKHEAD_SCAN || s->regime == RESIL_BULKHEAD_COUNTED);
+	return s->nslots == n && s->shift == resil_pool_shift(n) && s->slots_off == sizeof(*s);
 }
 
 void resil_bulkhead_state_init(void *st, const struct resil_bulkhead_conf *c, int64_t now)
@@ -605,15 +578,15 @@ void resil_bulkhead_carry(void *nst, const struct resil_bulkhead_conf *nc, const
 }
 
 /* The pool, from the configuration (never from the block's geometry
- * words, which clients can write). Its count word is an older library's:
- * only resil_pool_claimed, _sweep (uncounted) and _holders read the
- * pool. */
+ * words, which clients can write). Uncounted (no count word): only
+ * resil_pool_claimed, _sweep and _reclaim (uncounted) and _holders read
+ * the pool. */
 static inline struct resil_pool conf_pool(struct resil_bulkhead_state *s,
 					  const struct resil_bulkhead_conf *c)
 {
 	uint32_t n = resil_bulkhead_max_of(c);
 	struct resil_pool p = {
-	    .count = &s->inflight,
+	    .count = NULL,
 	    .slots = (ra32 *)(s + 1),
 	    .n = n,
 	    .shift = resil_pool_shift(n),

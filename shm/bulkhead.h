@@ -39,15 +39,10 @@
  * (and, with bulkhead.wait, one load of the waiter count); a partition
  * (bulkhead.critical) is a bound on the slots a caller may claim. Up to
  * RESIL_POOL_SPREAD_MAX permits the slots are spread one per 128-byte
- * line, above they are packed (resil_pool_shift). The geometry line's
- * regime word says SCAN; COUNTED is what an older resild wrote for a pool
- * it counted (above 1024 permits, or with a partition, a wait or above
- * 128 permits before that): laid out alike, adopted and scanned.
+ * line, above they are packed (resil_pool_shift).
  * Whether callers wait is part of the state's shape: a change publishes
  * a fresh block.
  */
-#define RESIL_BULKHEAD_COUNTED 0u
-#define RESIL_BULKHEAD_SCAN    1u
 /* A thread that rejects on the full hint walks the slots anyway every
  * this many times per 128 slots (resil_bulkhead_recheck): the repair of a
  * stale hint that needs no release and no daemon. */
@@ -152,8 +147,7 @@ static inline bool resil_bulkhead_fail_fast(const struct resil_bulkhead_conf *c)
  * State block. Lines:
  *   0  full, the read-mostly "every slot taken" (or "every slot of the
  *      shared part") hint, set by a walk that found no slot, cleared by
- *      releasers; inflight, the count an older library kept (read and
- *      written by no code of this build);
+ *      releasers;
  *   1  waiting (bulkhead.wait > 0): wake_seq (futex word:
  *      releasers bump it and wake one, only when nwait != 0), nwait
  *      (waiters' hint, the count word of the waiter pool), read by every
@@ -167,8 +161,7 @@ static inline bool resil_bulkhead_fail_fast(const struct resil_bulkhead_conf *c)
  *      RESIL_POOL_SPREAD_MAX, packed above).
  */
 struct resil_bulkhead_state {
-	alignas(RESIL_HOT_ALIGN) ra32 inflight; /* an older library's count */
-	ra32 full;				/* RESIL_BULKHEAD_FULL_* (bulkhead.c) */
+	alignas(RESIL_HOT_ALIGN) ra32 full; /* RESIL_BULKHEAD_FULL_* (bulkhead.c) */
 
 	alignas(RESIL_HOT_ALIGN) ra32 wake_seq;
 	ra32 nwait;
@@ -178,7 +171,6 @@ struct resil_bulkhead_state {
 	uint32_t slots_off;	 /* from the start of this block */
 	int32_t prev_excess;	 /* daemon only: hint excess seen at the last tick */
 	int32_t prev_wexcess;	 /* same for nwait */
-	uint32_t regime;	 /* RESIL_BULKHEAD_SCAN (_COUNTED: an older resild's) */
 	RESIL_A8 ra64 reclaimed; /* permits taken back from dead clients (daemon) */
 	RESIL_A8 ra64 repaired;	 /* hint corrections applied (daemon) */
 	RESIL_A8 ra64 waits;	 /* waits entered (waiters) */
@@ -193,11 +185,9 @@ struct resil_bulkhead_state {
 
 	alignas(RESIL_HOT_ALIGN) ra32 wslots[RESIL_BULKHEAD_WAITERS];
 };
-RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, inflight) == 0, "bulkhead line 0");
-RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, full) == 4, "bulkhead full hint");
+RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, full) == 0, "bulkhead full hint");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, wake_seq) == 128, "bulkhead line 1");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, nslots) == 256, "bulkhead line 2");
-RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, regime) == 276, "bulkhead regime");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, reclaimed) == 280, "bulkhead stats");
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, lease_expiry_ns) == 304,
 		    "bulkhead lease");
@@ -214,10 +204,12 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, fleet_hosts) == 340,
 RESIL_STATIC_ASSERT(offsetof(struct resil_bulkhead_state, wslots) == 384, "bulkhead waiters");
 RESIL_STATIC_ASSERT(sizeof(struct resil_bulkhead_state) == 640, "bulkhead state size");
 
+/* The permit slots as a pool, by the geometry words of the block (dumps,
+ * tests); uncounted: no count word. */
 static inline struct resil_pool resil_bulkhead_pool(struct resil_bulkhead_state *s)
 {
 	struct resil_pool p = {
-	    .count = &s->inflight,
+	    .count = NULL,
 	    .slots = (ra32 *)((char *)s + s->slots_off),
 	    .n = s->nslots,
 	    .shift = s->shift,

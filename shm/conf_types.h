@@ -93,17 +93,8 @@ struct resil_limit_conf {
 	 * keyed table then counts each key's admissions for the cluster
 	 * exchange (limit_global.c) */
 	uint32_t global;
-	/* which fingerprint bits pick a key's first bucket (limit_priv.h,
-	 * chain_init): RESIL_LIMIT_KEY_MAP_FULL (every bucket: what
-	 * limit.keys sets), or 0, the map of tables laid out before it
-	 * existed (bits 32..62: the first half of the buckets only), and of
-	 * unkeyed limiters. A keyed record keeps the map of the keyed record
-	 * it replaces (seg.c, inherit_key_map), so a table is never
-	 * read with a map it was not filled with. */
-	uint32_t key_map;
 	RESIL_A8 uint64_t reserved[7];
 };
-#define RESIL_LIMIT_KEY_MAP_FULL 1
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, dry_run) == 3, "limit dry_run");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, burst) == 4, "limit burst");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, global) == 40, "limit global");

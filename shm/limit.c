@@ -58,11 +58,8 @@
  *   an overflow chain, below; filling the less loaded of the two would put
  *   27% in b2, a second line waited for on every fourth decision, to make
  *   chains rarer still).
- *   b1 comes from fingerprint bits 31..62 (limit_priv.h chain_init). A
- *   table an older build laid out, key map 0 in its record, takes bits
- *   32..62, which reach the first half of the buckets only: there 18% of
- *   keys sit in b2 and 2% are evicted or further at full load. seg.c
- *   keeps each table's map.
+ *   b1 comes from fingerprint bits 31..62 (limit_priv.h chain_init), so
+ *   every bucket is some key's first.
  *   Lookups are lock-free; a bucket's four fingerprints are compared at
  *   once into a mask (which entry holds a key is as random as the keys: a
  *   branch per entry mispredicted on nearly every lookup), b1's first, so
@@ -1162,26 +1159,6 @@ void resil_limit_release(struct resil_ctx *x, const struct resil_limit_conf *c, 
 }
 
 /*
- * Is entry i what a client of key map 0 finds for fp, in a table of this
- * build's map? A library older than the field reads every table with map
- * 0 (conf_types.h, key_map): a worker that kept it through an upgrade
- * puts its keys where that map says. Its entries are its keys, not twins
- * to fold: folding one would hand it a fresh state at every tick. They
- * live (a key then has one state per map while both builds decide it)
- * until idle, and are swept like any other once that worker is gone.
- */
-static bool older_map_holder(struct resil_limit_state *s, const struct resil_limit_conf *c,
-			     uint64_t fp, uint64_t i)
-{
-	struct chain ch;
-
-	if (c->key_map != RESIL_LIMIT_KEY_MAP_FULL)
-		return false;
-	chain_init_map(&ch, fp, nbuckets(c), 0);
-	return resil_limit_priv_key_find_bounded(table_of(s), &ch, fp) == (int64_t)i;
-}
-
-/*
  * Daemon tick, keyed tables only: folds twins (crash window of an insert:
  * a writer killed between its claim and its re-read can leave the same key
  * in two entries if the other inserter missed its claim), frees keys idle
@@ -1219,7 +1196,7 @@ void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c,
 		 * no lookup can reach): fold it into the entry lookups find */
 		chain_init(&ch, fp_key(f), c);
 		first = resil_limit_priv_key_find_bounded(table_of(s), &ch, fp_key(f));
-		if (first != (int64_t)i && first != -2 && !older_map_holder(s, c, fp_key(f), i)) {
+		if (first != (int64_t)i && first != -2) {
 			if (first >= 0) {
 				uint64_t m = ld_relaxed(&table_of(s)[first].st);
 
@@ -1468,8 +1445,6 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 			return resil_errf(err, errlen, -EINVAL, "limit.keys: '%s' is not a count",
 					  value);
 		n.keys = u;
-		/* this build's map; a record keeps its own (seg.c) */
-		n.key_map = u ? RESIL_LIMIT_KEY_MAP_FULL : 0;
 	} else if (strcmp(key, "limit.when_full") == 0) {
 		if (word_is(value, "reject"))
 			n.when_full_admit = 0;

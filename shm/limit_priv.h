@@ -95,28 +95,26 @@ struct chain {
 	uint32_t b1, b2, nb;
 };
 
-/* b1: 32 bits of fp (< 2^63: bit 63 is FP_OVF's) scaled to the buckets,
- * bits 31..62 (every bucket) or, in a table of key map 0, bits 32..62
- * (the first half only: the map of tables laid out before the field).
- * b2 != b1 (when nb > 1): b1 + 1 + [0, nb - 2] wraps at most once, so a
- * subtraction replaces the modulo (the one division left is fp's). */
-static inline void chain_init_map(struct chain *ch, uint64_t fp, uint32_t nb, uint32_t key_map)
+/* b1: bits 31..62 of fp (< 2^63: bit 63 is FP_OVF's) scaled to the
+ * buckets, so every bucket is some key's first. b2 != b1 (when nb > 1):
+ * b1 + 1 + [0, nb - 2] wraps at most once, so a subtraction replaces the
+ * modulo (the one division left is fp's). */
+static inline void chain_init_nb(struct chain *ch, uint64_t fp, uint32_t nb)
 {
 	uint32_t b2;
-	unsigned shift = key_map == RESIL_LIMIT_KEY_MAP_FULL ? 31 : 32;
 
 	ch->nb = nb;
-	ch->b1 = (uint32_t)((((fp >> shift) & 0xffffffffu) * (uint64_t)nb) >> 32);
+	ch->b1 = (uint32_t)((((fp >> 31) & 0xffffffffu) * (uint64_t)nb) >> 32);
 	b2 = nb > 1 ? ch->b1 + 1 + (uint32_t)fp % (nb - 1) : ch->b1;
 	/* the wrap by a mask: taken for half the keys, a branch would miss
 	 * at every other lookup */
 	ch->b2 = b2 - (nb & -(uint32_t)(b2 >= nb));
 }
 
-/* A key's chain in the table of c, under the table's own map. */
+/* A key's chain in the table of c. */
 static inline void chain_init(struct chain *ch, uint64_t fp, const struct resil_limit_conf *c)
 {
-	chain_init_map(ch, fp, nbuckets(c), c->key_map);
+	chain_init_nb(ch, fp, nbuckets(c));
 }
 
 /* The k-th bucket of the chain, k <= nb: b2 + k - 1 < 2 nb wraps at most

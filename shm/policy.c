@@ -16,14 +16,11 @@
  * the retry budget are observations and a shared budget, kept once per
  * policy in the main block and added to by every process (one add per
  * word on the CPU's stripe, relaxed: stats.c), with the writers, readers
- * and memory orders they have under fleet scope. The copies used to be
- * whole blocks (the counters and a 28 KiB histogram that nothing read,
- * times --clients); blocks an older build laid out that way are still
- * accepted (resil_policy_layout_ok), as every reader goes by comp_off[] and
- * proc_stride. Crash window of the shared counters: each update is one add
- * on one word, so a process SIGKILLed within a release loses at most the
- * counts it had not added yet (its histogram sample, one call); nothing
- * decides on them and nothing repairs them.
+ * and memory orders they have under fleet scope. Crash window of the
+ * shared counters: each update is one add on one word, so a process
+ * SIGKILLed within a release loses at most the counts it had not added
+ * yet (its histogram sample, one call); nothing decides on them and
+ * nothing repairs them.
  *
  * Acquire order (see policy.h): the breaker's read-only check first, so an
  * OPEN breaker costs a load and spends nothing; then the shedder; then what
@@ -82,15 +79,8 @@ static const enum resil_comp layout_order[] = {
     RESIL_C_BREAKER, RESIL_C_LIMIT, RESIL_C_BULKHEAD, RESIL_C_ADAPTIVE,
     RESIL_C_SHED,    RESIL_C_STATS, RESIL_C_BUDGET,
 };
-/* Blocks written by builds before that: the counters first, and a
- * process's copy as large as the whole block. */
-static const enum resil_comp layout_order_whole[] = {
-    RESIL_C_STATS,    RESIL_C_BREAKER, RESIL_C_LIMIT,  RESIL_C_BULKHEAD,
-    RESIL_C_ADAPTIVE, RESIL_C_SHED,    RESIL_C_BUDGET,
-};
-
-static uint64_t lay(const struct resil_conf *conf, const enum resil_comp *order,
-		    uint32_t comp_off[RESIL_C_MAX], uint32_t *components, uint64_t *copy)
+static uint64_t lay(const struct resil_conf *conf, uint32_t comp_off[RESIL_C_MAX],
+		    uint32_t *components, uint64_t *copy)
 {
 	uint64_t off = 0;
 	uint32_t comps = 0;
@@ -98,7 +88,7 @@ static uint64_t lay(const struct resil_conf *conf, const enum resil_comp *order,
 	memset(comp_off, 0, sizeof(uint32_t) * RESIL_C_MAX);
 	*copy = 0;
 	for (size_t i = 0; i < RESIL_ARRAY_SIZE(layout_order); i++) {
-		enum resil_comp comp = order[i];
+		enum resil_comp comp = layout_order[i];
 		uint64_t size = comp_size(conf, comp);
 
 		if (comp == RESIL_C_STATS && !*copy)
@@ -117,7 +107,7 @@ static uint64_t lay(const struct resil_conf *conf, const enum resil_comp *order,
 		bool known = false;
 
 		for (size_t i = 0; i < RESIL_ARRAY_SIZE(layout_order); i++)
-			known |= order[i] == comp;
+			known |= layout_order[i] == comp;
 		if (known || !size)
 			continue;
 		comp_off[comp] = (uint32_t)off;
@@ -135,7 +125,7 @@ uint64_t resil_policy_state_layout(const struct resil_conf *conf, uint32_t comp_
 {
 	uint64_t copy;
 
-	return lay(conf, layout_order, comp_off, components, &copy);
+	return lay(conf, comp_off, components, &copy);
 }
 
 uint64_t resil_policy_copy_size(const struct resil_conf *conf)
@@ -143,7 +133,7 @@ uint64_t resil_policy_copy_size(const struct resil_conf *conf)
 	uint32_t off[RESIL_C_MAX], comps;
 	uint64_t copy;
 
-	(void)lay(conf, layout_order, off, &comps, &copy);
+	(void)lay(conf, off, &comps, &copy);
 	return conf->scope == RESIL_SCOPE_PROCESS ? copy : 0;
 }
 
@@ -153,14 +143,10 @@ bool resil_policy_layout_ok(const struct resil_rec *rec)
 	uint64_t size, copy;
 	bool proc = rec->conf.scope == RESIL_SCOPE_PROCESS;
 
-	size = lay(&rec->conf, layout_order, off, &comps, &copy);
-	if (comps == rec->components && size == rec->state_size &&
-	    memcmp(off, rec->comp_off, sizeof(off)) == 0 && rec->proc_stride == (proc ? copy : 0))
-		return true;
-	size = lay(&rec->conf, layout_order_whole, off, &comps, &copy);
+	size = lay(&rec->conf, off, &comps, &copy);
 	return comps == rec->components && size == rec->state_size &&
 	       memcmp(off, rec->comp_off, sizeof(off)) == 0 &&
-	       rec->proc_stride == (proc ? size : 0);
+	       rec->proc_stride == (proc ? copy : 0);
 }
 
 /* A component's state in the block at base (the main block, or one
@@ -387,8 +373,8 @@ void resil_policy_maintain(struct resil_ctx *c, const struct resil_rec *rec)
 /*
  * Adoption. A component block carries copies of its layout, written at
  * init from the configuration (the breaker's window kind, size, bucket
- * span, probe count, fastmod and offsets; the bulkhead's and the adaptive
- * pool's slot count, stride, offset and regime; the shedder's bucket
+ * span, probe count and offsets; the bulkhead's and the adaptive pool's
+ * slot count, stride and offset; the shedder's bucket
  * width). Nothing addresses memory through them, and on a live block the
  * tick rewrites them (a client scribbled on words it cannot steer anyone
  * with). A block handed over by the fd store whose copies are not its

@@ -192,12 +192,6 @@ static bool geo_valid(const struct resil_state_geo *g, uint64_t st_size)
 	       g->client_off % 64 == 0 && g->event_off % 64 == 0 && g->arena_off % 128 == 0;
 }
 
-/* ABI 1.1 keeps the geometry in the config header too; 1.0 has zeros. */
-static bool cfg_has_geo(const struct resil_cfg_hdr *c)
-{
-	return c->abi_minor >= 1 && c->st_arena_off != 0;
-}
-
 static void geo_of_cfg(const struct resil_cfg_hdr *c, struct resil_state_geo *g)
 {
 	g->client_cap = c->st_client_cap;
@@ -372,12 +366,13 @@ int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t 
 		if (st_size < RESIL_HDR_SIZE)
 			return resil_errf(err, errlen, -EBADMSG,
 					  "state segment too small (%zu bytes)", st_size);
-		/* A 1.1 pair is described by its config header alone: the state
+		/* A pair is described by its config header alone: the state
 		 * header's identity and geometry words are client-writable
 		 * copies the daemon repairs each tick (resil_seg_repair_header),
 		 * so a store into one between that tick and a restart must not
-		 * keep the restarted daemon from adopting the pair. */
-		bool described = cfg && cfg_has_geo(c);
+		 * keep the restarted daemon from adopting the pair. A state
+		 * segment validated alone is read by its own header. */
+		bool described = cfg != NULL;
 		struct resil_state_geo g;
 
 		if (!described && s->magic != RESIL_STATE_MAGIC)
@@ -397,9 +392,6 @@ int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t 
 					  "state segment: inconsistent header");
 	}
 	if (cfg && st) {
-		if (!cfg_has_geo(c) && c->epoch != s->epoch)
-			return resil_errf(err, errlen, -EBADMSG,
-					  "config and state segments do not belong together");
 		if (c->state_size != st_size)
 			return resil_errf(err, errlen, -EBADMSG, "state segment size mismatch");
 	}
@@ -460,21 +452,7 @@ int resil_seg_take_geo(struct resil_seg *s, char *err, size_t errlen)
 {
 	/* taken once and validated as taken (a client may rewrite the state
 	 * header between two reads); never read from the headers again */
-	if (cfg_has_geo(s->cfg)) {
-		geo_of_cfg(s->cfg, &s->geo);
-	} else {
-		geo_of_state(s->st, &s->geo);
-		if (s->cfg_writable) {
-			/* a daemon adopting a 1.0 pair upgrades it to 1.1 */
-			s->cfg->st_client_cap = s->geo.client_cap;
-			s->cfg->st_event_cap = s->geo.event_cap;
-			s->cfg->st_client_off = s->geo.client_off;
-			s->cfg->st_event_off = s->geo.event_off;
-			s->cfg->st_arena_size = s->geo.arena_size;
-			s->cfg->st_arena_off = s->geo.arena_off;
-			s->cfg->abi_minor = RESIL_ABI_MINOR;
-		}
-	}
+	geo_of_cfg(s->cfg, &s->geo);
 	if (!geo_valid(&s->geo, s->st_size))
 		return resil_errf(err, errlen, -EBADMSG, "state segment: inconsistent header");
 	return 0;
@@ -551,9 +529,6 @@ static bool conf_round_trips(const struct resil_conf *c)
 	resil_conf_init(&back);
 	if (resil_conf_parse(&back, text, 1, NULL, 0) < 0)
 		return false;
-	/* not text: the record's own (0 in a record of an older build) */
-	if (c->limit.key_map <= RESIL_LIMIT_KEY_MAP_FULL)
-		back.limit.key_map = c->limit.key_map;
 	return memcmp(&back, c, sizeof(back)) == 0;
 }
 
@@ -772,34 +747,13 @@ static uint64_t alloc_size_of(const struct resil_seg *s, const struct resil_conf
 	return *main_size + *copy * s->geo.client_cap;
 }
 
-/*
- * conf as it replaces orec (NULL: a new policy), in *tmp: with a keyed
- * orec's keyed-table map (conf_types.h, key_map), which no text sets.
- * Clients of every build that read the policy meanwhile (a worker started
- * before an upgrade keeps its library) find a key where the table's first
- * writers put it: a table of map 0, laid out by an older build, keeps it
- * when it moves (its keys are carried with it). Only a new table takes
- * this build's map.
- */
-static const struct resil_conf *
-inherit_key_map(const struct resil_rec *orec, const struct resil_conf *conf, struct resil_conf *tmp)
-{
-	*tmp = *conf;
-	if (orec && orec->conf.limit.keys && conf->limit.keys)
-		tmp->limit.key_map = orec->conf.limit.key_map;
-	return tmp;
-}
-
 bool resil_seg_conf_same(const struct resil_rec *orec, const struct resil_conf *conf)
 {
-	struct resil_conf tmp;
-
-	return memcmp(&orec->conf, inherit_key_map(orec, conf, &tmp), sizeof(tmp)) == 0;
+	return memcmp(&orec->conf, conf, sizeof(*conf)) == 0;
 }
 
 /* A change of configuration that keeps orec's block as it is: the same
- * shape, laid out as this build lays it out (a block an older build laid
- * out otherwise moves at its first change: a new block, carried over). */
+ * shape, the same layout. */
 static bool keeps_block(const struct resil_rec *orec, const struct resil_conf *conf)
 {
 	uint32_t off[RESIL_C_MAX], comps;
@@ -1425,7 +1379,6 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	uint64_t old_w = 0, state_off = 0, state_size;
 	int64_t free_pos = -1;
 	struct resil_rec *orec = NULL, *rec;
-	struct resil_conf inherited;
 	uint32_t ri, gen;
 	bool exists, reuse_state;
 	int r;
@@ -1444,7 +1397,6 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	exists = r == 0;
 	if (exists) {
 		orec = resil_seg_rec_of(s, old_w);
-		conf = inherit_key_map(orec, conf, &inherited);
 		if (memcmp(&orec->conf, conf, sizeof(*conf)) == 0 &&
 		    (orec->flags & RESIL_REC_FROM_FILE) == (flags & RESIL_REC_FROM_FILE))
 			return RESIL_DEFINE_UNCHANGED;

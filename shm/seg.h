@@ -43,7 +43,7 @@
 #define RESIL_CFG_MAGIC   0x4746434c49534552ULL /* "RESILCFG" */
 #define RESIL_STATE_MAGIC 0x5453434c49534552ULL /* "RESILSTA" with a twist */
 #define RESIL_ABI_MAJOR   1
-#define RESIL_ABI_MINOR	  1 /* 1: the state geometry in the cfg header */
+#define RESIL_ABI_MINOR	  0
 
 #define RESIL_HDR_SIZE      4096
 #define RESIL_NAME_MAX      64 /* including the NUL */
@@ -78,12 +78,11 @@ struct resil_cfg_hdr {
 	RESIL_A8 uint64_t hash_k1;
 	ra32 rec_used;    /* records handed out (bump); writer: daemon */
 	ra32 generation;  /* bumped on every directory change; observers re-list */
-	/* ABI 1.1: the state segment's geometry, written once by the daemon
-	 * that created the pair (or upgraded it at adoption). The state
-	 * header keeps a copy for older readers, but every client writes
-	 * there: a process of 1.1 or later addresses the state segment with
-	 * these words only (0 in a 1.0 segment: the state header's copy,
-	 * validated once at map time). */
+	/* The state segment's geometry, written once by the daemon that
+	 * created the pair. The state header keeps a copy (a self-describing
+	 * segment, for dumps and a state segment validated alone), but every
+	 * client writes there: every process addresses the state segment
+	 * with these words only, validated once at map time. */
 	uint32_t st_client_cap;
 	uint32_t st_event_cap;
 	RESIL_A8 uint64_t st_client_off;
@@ -92,8 +91,7 @@ struct resil_cfg_hdr {
 	RESIL_A8 uint64_t st_arena_size;
 	/* What the daemon's reuse holds (seg.c, "Reuse"), for metrics and
 	 * observers: the daemon stores them relaxed after every change and
-	 * tick, readers load them relaxed and only display them (0 from a
-	 * daemon that predates them). */
+	 * tick, readers load them relaxed and only display them. */
 	ra32 rec_free;		 /* records free for reuse (rec_used counts them) */
 	ra32 rec_waiting;	 /* records retired, waiting out the grace period */
 	ra64 arena_live;	 /* arena bytes in use: live blocks and waiting ones */
@@ -154,9 +152,9 @@ struct resil_rec {
 	/* policy.scope = process: one copy of the decision components per
 	 * client row at proc_off + (client_id - 1) * proc_stride (absolute
 	 * offsets in the state segment), each component at comp_off[] in it;
-	 * the copy is the block's prefix of decision components (policy.c),
-	 * or the whole block in records of older builds. The counters, the
-	 * histogram and the retry budget stay fleet-wide in the main block.
+	 * the copy is the block's prefix of decision components (policy.c).
+	 * The counters, the histogram and the retry budget stay fleet-wide in
+	 * the main block.
 	 * 0 for fleet scope. */
 	RESIL_A8 uint64_t proc_off;
 	RESIL_A8 uint64_t proc_stride;
@@ -275,7 +273,7 @@ struct resil_state_hdr {
 	ra64 daemon_beat_ns; /* CLOCK_MONOTONIC of the daemon's last tick, 0: stopped or
 			      * never ran; daemon stores relaxed, clients load relaxed (a
 			      * hint: stale means "ask the socket who serves now") */
-	ra64 state_repairs;  /* ABI 1.1: state words the daemon found out of range and
+	ra64 state_repairs;  /* state words the daemon found out of range and
 			      * repaired since it started; a copy of its private count,
 			      * stored relaxed each tick, for metrics (display only) */
 
@@ -389,8 +387,8 @@ int resil_seg_map(struct resil_seg *s, int cfg_fd, int st_fd, bool writable_cfg,
 int resil_seg_validate(const void *cfg, size_t cfg_size, const void *st, size_t st_size,
 		       char *err, size_t errlen);
 void resil_seg_unmap(struct resil_seg *s); /* closes fds too */
-/* Take the state geometry into s->geo from validated headers (the config
- * header's from ABI 1.1 on); resil_seg_map does it. -EBADMSG if invalid. */
+/* Take the state geometry into s->geo from the validated config header;
+ * resil_seg_map does it. -EBADMSG if invalid. */
 int resil_seg_take_geo(struct resil_seg *s, char *err, size_t errlen);
 /* Deep validation of an adopted pair (a restarted daemon, the fuzzer):
  * every directory entry, slot word and live record points inside the
@@ -440,9 +438,10 @@ void resil_seg_usage(const struct resil_seg *s, struct resil_seg_usage *u);
  * A define that answered -EAGAIN may be tried again then. */
 int64_t resil_seg_next_free_ns(const struct resil_seg *s, bool records);
 
-/* The daemon's tick: rewrite the state header's geometry words (read by
- * 1.0 clients and observers) from the private copy. Returns the number
- * of words repaired (enum resil_word RESIL_W_HEADER). */
+/* The daemon's tick: rewrite the state header's identity and geometry
+ * copy (for dumps; nothing addresses memory through it) from the private
+ * copy. Returns the number of words repaired (enum resil_word
+ * RESIL_W_HEADER). */
 uint32_t resil_seg_repair_header(struct resil_seg *s);
 /* One record, as resil_seg_check sees it (the daemon checks before use). */
 bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec);
@@ -483,8 +482,7 @@ int resil_seg_lookup(const struct resil_seg *s, const char *name, uint32_t *ret_
 /* The record a slot word points at, NULL if it is free or corrupt. */
 struct resil_rec *resil_seg_rec_of(const struct resil_seg *s, uint64_t slot_word);
 /* Would resil_seg_define find conf identical to orec's? The comparison
- * a define makes, with what conf takes from orec (a keyed table's map,
- * which no text sets). */
+ * a define makes. */
 bool resil_seg_conf_same(const struct resil_rec *orec, const struct resil_conf *conf);
 
 /*

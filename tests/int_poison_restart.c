@@ -10,8 +10,8 @@
  * its ordinary read-write mapping of the state segment, poisons blocks:
  *   - shed.width_ns = 0 (once the tick's divisor: SIGFPE, and the fd store
  *     handed the same block to every restart: status 136 five times);
- *   - the breaker's layout copies (win_off outside the segment, fastmod 0,
- *     the window kind), the bulkhead's slot count and regime, the adaptive
+ *   - the breaker's layout copies (win_off outside the segment, the
+ *     window kind), the bulkhead's slot count, the adaptive
  *     pool's slot offset: blocks no word of which can be read as their
  *     configuration's;
  *   - a breaker state code of 7 (outside the enum: rejected for ever),
@@ -158,11 +158,9 @@ static void poison(const struct resil_seg *s, const struct resil_rec *rec[NPOL])
 	st_relaxed(&sh->epoch, UINT64_MAX);
 	b->win_off = 0xfffffff0u;
 	b->probe_off = 0x7fffffffu;
-	b->fastmod = 0;
 	b->kind = 77;
 	st_relaxed(&b->word, (ld_relaxed(&b->word) & ~7ULL) | 7);
 	h->nslots = 0;
-	h->regime = 9;
 	a->slots_off = 12;
 	st_relaxed(&a->phase, 9);
 	st_relaxed(&bu->tokens_milli, INT64_MAX);

@@ -128,12 +128,6 @@ static void give(struct bh *b, uint32_t client, struct resil_permit_priv *pm)
 	resil_bulkhead_release(&x, &b->conf, b->st, pm, RESIL_SUCCESS);
 }
 
-/* The count word an older library kept: nothing of this build writes it. */
-static int32_t hint(struct bh *b)
-{
-	return (int32_t)atomic_load(&b->st->inflight);
-}
-
 /* Permits held, the filler's left out. */
 static uint32_t bh_held(struct bh *b)
 {
@@ -167,7 +161,6 @@ static void bh_wait_r(struct bh *b, const char *max, const char *wait, void **st
 	else
 		bh_new(b, max, wait, r->critical);
 	assert_int_equal(resil_bulkhead_spread(&b->conf), !r->packed);
-	assert_int_equal(b->st->regime, RESIL_BULKHEAD_SCAN);
 }
 
 static void bh_new_r(struct bh *b, const char *max, void **state)
@@ -178,12 +171,6 @@ static void bh_new_r(struct bh *b, const char *max, void **state)
 static bool packed(struct bh *b)
 {
 	return !resil_bulkhead_spread(&b->conf);
-}
-
-/* Nothing counts: the count word stays 0 whatever happens. */
-static void check_uncounted(struct bh *b)
-{
-	assert_int_equal(hint(b), 0);
 }
 
 /* The slot words of a pool, to compare before and after. */
@@ -350,7 +337,6 @@ static void test_fresh_block_on_regime_change(void **state)
 	assert_int_equal(resil_seg_create(&s, &p), 0);
 	r0 = seg_define(&s, "bulkhead.max = 2");
 	b0 = resil_comp_state(&s, r0, RESIL_C_BULKHEAD);
-	assert_int_equal(b0->regime, RESIL_BULKHEAD_SCAN);
 	memset(&pm, 0, sizeof(pm));
 	assert_int_equal(resil_policy_acquire(&x, r0, &pm, NULL, 0), 0);
 	assert_int_equal(resil_bulkhead_held(&r0->conf.bulkhead, b0), 1);
@@ -360,7 +346,6 @@ static void test_fresh_block_on_regime_change(void **state)
 	assert_true(r1 != r0);
 	assert_true(r1->state_off != r0->state_off);
 	b1 = resil_comp_state(&s, r1, RESIL_C_BULKHEAD);
-	assert_int_equal(b1->regime, RESIL_BULKHEAD_SCAN);
 	assert_int_equal(resil_bulkhead_held(&r1->conf.bulkhead, b1), 0);
 	/* a longer wait keeps the block */
 	r2 = seg_define(&s, "bulkhead.max = 2; bulkhead.wait = 300ms");
@@ -374,13 +359,11 @@ static void test_fresh_block_on_regime_change(void **state)
 	r1 = seg_define(&s, "bulkhead.max = 1100; bulkhead.wait = 300ms");
 	assert_true(r1->state_off != r2->state_off);
 	b1 = resil_comp_state(&s, r1, RESIL_C_BULKHEAD);
-	assert_int_equal(b1->regime, RESIL_BULKHEAD_SCAN);
 	assert_int_equal(b1->shift, 0);
 	assert_int_equal(resil_bulkhead_held(&r1->conf.bulkhead, b1), 0);
 	memset(&pm1, 0, sizeof(pm1));
 	assert_int_equal(resil_policy_acquire(&x, r1, &pm1, NULL, 0), 0);
 	assert_int_equal(resil_bulkhead_held(&r1->conf.bulkhead, b1), 1);
-	assert_int_equal(atomic_load(&b1->inflight), 0);
 	x.now = 0;
 	resil_policy_release(&x, r1, &pm1, RESIL_SUCCESS);
 	assert_int_equal(resil_bulkhead_held(&r1->conf.bulkhead, b1), 0);
@@ -389,8 +372,6 @@ static void test_fresh_block_on_regime_change(void **state)
 	x.now = 0;
 	resil_policy_release(&x, r0, &pm, RESIL_SUCCESS);
 	assert_int_equal(resil_bulkhead_held(&r0->conf.bulkhead, b0), 0);
-	assert_int_equal(atomic_load(&b1->inflight), 0);
-	assert_int_equal(atomic_load(&b0->inflight), 0);
 
 	/* a longer wait and a partition keep the packed block */
 	r2 = seg_define(&s, "bulkhead.max = 1100; bulkhead.wait = 400ms; bulkhead.critical = 1%");
@@ -398,9 +379,6 @@ static void test_fresh_block_on_regime_change(void **state)
 	/* and back to fail-fast: a fresh scan block again */
 	r2 = seg_define(&s, "bulkhead.max = 2");
 	assert_true(r2->state_off != r1->state_off);
-	assert_int_equal(
-	    ((struct resil_bulkhead_state *)resil_comp_state(&s, r2, RESIL_C_BULKHEAD))->regime,
-	    RESIL_BULKHEAD_SCAN);
 	resil_seg_unmap(&s);
 }
 
@@ -421,7 +399,6 @@ static void test_limit(void **state)
 	assert_int_equal(pm[25].bulkhead_idx, 0);
 	assert_false(pm[25].flags & RESIL_PERMIT_BULKHEAD);
 	assert_int_equal(bh_held(&b), 25);
-	check_uncounted(&b);
 	assert_int_equal(atomic_load(&b.st->full), 1); /* the walk said so */
 
 	/* every slot is distinct */
@@ -433,7 +410,6 @@ static void test_limit(void **state)
 	assert_int_equal(pm[7].bulkhead_idx, 0);
 	give(&b, 1, &pm[7]); /* a second release of the same permit is a no-op */
 	assert_int_equal(bh_held(&b), 24);
-	check_uncounted(&b);
 	assert_int_equal(atomic_load(&b.st->full), 0); /* the release cleared it */
 	assert_int_equal(take(&b, 3, RESIL_PRIO_NORMAL, &pm[25]), 0);
 	assert_int_equal(take(&b, 3, RESIL_PRIO_NORMAL, &pm[7]), RESIL_REJECT_FULL);
@@ -442,7 +418,6 @@ static void test_limit(void **state)
 		if (i != 7)
 			give(&b, 1, &pm[i]);
 	assert_int_equal(bh_held(&b), 0);
-	check_uncounted(&b);
 	bh_free(&b);
 }
 
@@ -470,7 +445,6 @@ static void test_scan_reject_never_claims(void **state)
 	slot_words(&b, after);
 	assert_memory_equal(before, after, sizeof(before));
 	assert_int_equal(bh_held(&b), 25);
-	assert_int_equal(hint(&b), 0); /* nothing counts in this regime */
 	for (i = 0; i < 25; i++)
 		give(&b, 1 + (uint32_t)i, &pm[i]);
 	assert_int_equal(bh_held(&b), 0);
@@ -610,7 +584,6 @@ static void test_geometry_scribbled(void **state)
 	b.st->nslots = 60000;
 	b.st->slots_off = 1u << 30;
 	b.st->shift = 31;
-	b.st->regime = 7;
 	/* the geometry comes from the configuration: garbage is not walked */
 	assert_int_equal(bh_held(&b), 2);
 	assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &pm[2]), 0);
@@ -627,7 +600,6 @@ static void test_geometry_scribbled(void **state)
 	assert_int_equal(b.st->nslots, resil_bulkhead_max_of(&b.conf));
 	assert_int_equal(b.st->slots_off, sizeof(struct resil_bulkhead_state));
 	assert_int_equal(b.st->shift, resil_pool_shift(resil_bulkhead_max_of(&b.conf)));
-	assert_int_equal(b.st->regime, RESIL_BULKHEAD_SCAN);
 	assert_int_equal(bh_held(&b), 0);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(take(&b, 9, RESIL_PRIO_NORMAL, &pm[i]), 0);
@@ -636,7 +608,6 @@ static void test_geometry_scribbled(void **state)
 		give(&b, 9, &pm[i]);
 	maintain(&b);
 	maintain(&b);
-	check_uncounted(&b);
 	bh_free(&b);
 }
 
@@ -832,7 +803,6 @@ static void test_reclaim(void **state)
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 8, &counts);
 	assert_int_equal(counts.permits, 3);
 	assert_int_equal(bh_held(&b), 7);
-	check_uncounted(&b);
 	assert_int_equal(atomic_load(&b.st->reclaimed), 3);
 	/* exactly once */
 	resil_bulkhead_reclaim(&x, &b.conf, b.st, 8, &counts);
@@ -853,7 +823,6 @@ static void test_reclaim(void **state)
 	for (i = 0; i < 3; i++)
 		give(&b, 12, &more[i]);
 	assert_int_equal(bh_held(&b), 0);
-	check_uncounted(&b);
 	bh_free(&b);
 }
 
@@ -1081,7 +1050,6 @@ static void test_wait_one_per_release(void **state)
 		give(&b, w[i].client, &w[i].pm);
 	}
 	assert_int_equal(bh_held(&b), 0);
-	assert_int_equal(hint(&b), 0);
 	bh_free(&b);
 }
 
@@ -1284,7 +1252,6 @@ static void test_threads(void **state)
 	assert_true(atomic_load(&worst) <= 3);
 	assert_true(total > 0);
 	assert_int_equal(bh_held(&b), 0);
-	check_uncounted(&b);
 	bh_free(&b);
 }
 
@@ -1322,46 +1289,7 @@ static void test_wait_threads(void **state)
 	assert_true(atomic_load(&b.st->waits) > 0); /* they did wait */
 	assert_int_equal(atomic_load(&b.st->nwait), 0);
 	assert_int_equal(bh_held(&b), 0);
-	check_uncounted(&b);
 	bh_free(&b);
-}
-
-/* An older resild counted a waiting bulkhead, and a pool above 1024
- * permits, which this build scans: the block is adopted as it is (its
- * permits stay held) and the tick rewrites its regime word. A block of
- * another size is not adopted: it is reset. */
-static void adopt_counted(const char *max)
-{
-	struct resil_bulkhead_conf cc;
-	struct resil_permit_priv pm[2];
-	struct bh b;
-
-	bh_new(&b, max, "1s", NULL);
-	for (int i = 0; i < 2; i++)
-		assert_int_equal(take(&b, 8, RESIL_PRIO_NORMAL, &pm[i]), 0);
-	b.st->regime = RESIL_BULKHEAD_COUNTED; /* as the older resild laid it out */
-	atomic_store(&b.st->inflight, 2);
-	assert_true(resil_bulkhead_layout_ok(&b.conf, b.st));
-	maintain(&b);
-	assert_int_equal(b.st->regime, RESIL_BULKHEAD_SCAN);
-	assert_int_equal(bh_held(&b), 2);
-	/* a partition is scanned too: the same block */
-	cc = b.conf;
-	cc.critical_bp = 100;
-	assert_true(resil_bulkhead_layout_ok(&cc, b.st));
-	cc.max++;
-	assert_false(resil_bulkhead_layout_ok(&cc, b.st));
-	for (int i = 0; i < 2; i++)
-		give(&b, 8, &pm[i]);
-	assert_int_equal(bh_held(&b), 0);
-	assert_int_equal(hint(&b), 2); /* an older library's word: unread */
-	bh_free(&b);
-}
-
-static void test_adopt_counted_as_scan(void **state)
-{
-	adopt_counted("3");
-	adopt_counted("1100");
 }
 
 /* ---- the fail-fast path makes no syscall ---- */
@@ -1624,7 +1552,6 @@ int main(void)
 	    cmocka_unit_test_prestate(test_dead_waiter, &packed_r),
 	    cmocka_unit_test_prestate(test_wait_threads, &scan_r),
 	    cmocka_unit_test_prestate(test_wait_threads, &packed_r),
-	    cmocka_unit_test(test_adopt_counted_as_scan),
 	    cmocka_unit_test(test_packed_fork_lines),
 	    cmocka_unit_test(test_packed_thread_lines),
 	    cmocka_unit_test_prestate(test_threads, &scan_r),

@@ -692,10 +692,9 @@ static void race_run(struct fx *f, struct race r[2])
 	pthread_barrier_destroy(&bar);
 }
 
-/* A key's first bucket under either map: map 0 (tables of older builds)
- * is the formula they use, bits 32..62, so it never leaves the first
- * half of the buckets; RESIL_LIMIT_KEY_MAP_FULL reaches every bucket. */
-static void test_key_map_buckets(void **unused)
+/* A key's first bucket: bits 31..62 of its fingerprint, scaled, reach
+ * every bucket; its second is another bucket. */
+static void test_key_buckets(void **unused)
 {
 	struct resil_limit_conf c;
 	static bool hit[500];
@@ -704,18 +703,11 @@ static void test_key_map_buckets(void **unused)
 
 	(void)unused;
 	assert_int_equal(conf_text(&c, "limit.rate = 10/s; limit.keys = 1000"), 0);
-	assert_int_equal(c.key_map, RESIL_LIMIT_KEY_MAP_FULL);
 	nb = nbuckets(&c);
 	rng_state = 7;
 	for (int i = 0; i < 20000; i++) {
 		uint64_t fp = (rnd() >> 1) | 2;
 
-		c.key_map = 0;
-		chain_init(&ch, fp, &c);
-		assert_int_equal(ch.b1, (uint32_t)(((fp >> 32) * nb) >> 32));
-		assert_true(ch.b1 <= nb / 2);
-		assert_true(ch.b2 < nb && ch.b2 != ch.b1);
-		c.key_map = RESIL_LIMIT_KEY_MAP_FULL;
 		chain_init(&ch, fp, &c);
 		assert_int_equal(ch.b1, (uint32_t)(((fp >> 31) * nb) >> 32));
 		assert_true(ch.b2 < nb && ch.b2 != ch.b1);
@@ -728,8 +720,7 @@ static void test_key_map_buckets(void **unused)
 /* A table filled to its capacity with keys nobody is limited on: the keys
  * go to their own two buckets, next to no key is evicted to make room
  * (an idle key is the victim of choice when both buckets are full), and
- * every key is found again without one. With the first buckets in half of
- * the table (map 0), 43 of these 1000 keys evicted another. */
+ * every key is found again without one. */
 static void test_keyed_fill_spread(void **unused)
 {
 	struct fx f;
@@ -755,85 +746,54 @@ static void test_keyed_fill_spread(void **unused)
 	fx_fini(&f);
 }
 
-/* Where a bucket of the chain of fp under the given map lies: its index
- * among the first n, or -1. */
-static int on_chain(const struct resil_limit_conf *c, uint32_t map, uint64_t fp, uint32_t bucket,
-		    uint32_t n)
+/* Where a bucket of the chain of fp lies: its index among the first n,
+ * or -1. */
+static int on_chain(const struct resil_limit_conf *c, uint64_t fp, uint32_t bucket, uint32_t n)
 {
 	struct chain ch;
 
-	chain_init_map(&ch, fp, nbuckets(c), map);
+	chain_init(&ch, fp, c);
 	for (uint32_t k = 0; k < n && k <= ch.nb; k++)
 		if (chain_bucket(&ch, k) == bucket)
 			return (int)k;
 	return -1;
 }
 
-/* A worker that kept a library older than the key map (it reads every
- * table with map 0) put its key where map 0 says, in a table of this
- * build's map. The daemon's tick keeps that entry (folding it would give
- * the worker a fresh state at every tick); this build's clients, which
- * do not find it, decide the key on an entry of their own. An entry no
- * chain of either map reaches is still folded away. */
-static void test_keyed_older_map(void **unused)
+/* A copy of a key in neither of its two buckets (no bucket is marked
+ * FP_OVF: no chain goes further) is what no lookup reaches: the daemon's
+ * tick folds it away and keeps the entry lookups find. */
+static void test_keyed_stray_folded(void **unused)
 {
 	struct resil_limit_entry *t;
+	struct chain ch;
 	struct fx f;
-	char key[16];
-	uint64_t fp = 0;
-	uint32_t b0 = 0, stray = 0, nb;
-	int i, n = 0;
+	const char *key = "198.51.100.7";
+	uint64_t fp;
+	uint32_t b1, stray, nb;
 
 	(void)unused;
 	fx_init(&f, "limit.rate = 1/s; limit.keys = 64", 100 * S);
 	t = (struct resil_limit_entry *)(void *)f.st->data;
 	nb = nbuckets(&f.c);
-	/* a key whose map-0 first bucket is on none of its 16 first buckets
-	 * under this build's map */
-	for (i = 0; i < 1000; i++) {
-		struct chain ch;
-
-		snprintf(key, sizeof(key), "198.51.100.%d", i);
-		fp = resil_limit_priv_key_fp(NULL, key, strlen(key));
-		chain_init_map(&ch, fp, nb, 0);
-		b0 = ch.b1;
-		if (on_chain(&f.c, RESIL_LIMIT_KEY_MAP_FULL, fp, b0, 16) < 0)
-			break;
-	}
-	assert_true(i < 1000);
-	/* the older client's insert: its b1, a state that limits */
-	atomic_store(&t[b0 * RESIL_LIMIT_BUCKET].fp, fp);
-	atomic_store(&t[b0 * RESIL_LIMIT_BUCKET].st, (uint64_t)(f.now + S));
-	atomic_store(&f.st->used, 1);
-	f.x.now = 0;
-	resil_limit_maintain(&f.x, &f.c, f.st);
-	assert_int_equal(atomic_load(&t[b0 * RESIL_LIMIT_BUCKET].fp), fp);
-	assert_int_equal(atomic_load(&t[b0 * RESIL_LIMIT_BUCKET].st), f.now + S);
-	assert_int_equal(atomic_load(&f.st->merges), 0);
-	/* this build's client: its own entry, its own state */
+	fp = resil_limit_priv_key_fp(NULL, key, strlen(key));
+	chain_init(&ch, fp, &f.c);
+	b1 = ch.b1;
 	assert_int_equal(acq(&f, key, NULL), RESIL_ADMIT);
-	assert_int_equal(acq(&f, key, NULL), RESIL_REJECT_LIMITED);
-	for (uint32_t e = 0; e < nb * RESIL_LIMIT_BUCKET; e++)
-		n += atomic_load(&t[e].fp) == fp;
-	assert_int_equal(n, 2);
-	resil_limit_maintain(&f.x, &f.c, f.st);
-	assert_int_equal(atomic_load(&t[b0 * RESIL_LIMIT_BUCKET].fp), fp);
-	assert_int_equal(atomic_load(&f.st->merges), 0);
-
-	/* a copy of the key in neither map's two buckets (no bucket is
-	 * marked FP_OVF: no chain goes further): folded */
+	assert_int_equal(atomic_load(&t[b1 * RESIL_LIMIT_BUCKET].fp), fp);
 	for (stray = 0; stray < nb; stray++)
-		if (on_chain(&f.c, 0, fp, stray, 2) < 0 &&
-		    on_chain(&f.c, RESIL_LIMIT_KEY_MAP_FULL, fp, stray, 2) < 0)
+		if (on_chain(&f.c, fp, stray, 2) < 0)
 			break;
 	assert_true(stray < nb);
 	atomic_store(&t[stray * RESIL_LIMIT_BUCKET + 3].fp, fp);
 	atomic_store(&t[stray * RESIL_LIMIT_BUCKET + 3].st, (uint64_t)f.now);
 	atomic_fetch_add(&f.st->used, 1);
+	f.x.now = 0;
 	resil_limit_maintain(&f.x, &f.c, f.st);
 	assert_int_not_equal(atomic_load(&t[stray * RESIL_LIMIT_BUCKET + 3].fp), fp);
 	assert_int_equal(atomic_load(&f.st->merges), 1);
-	assert_int_equal(atomic_load(&t[b0 * RESIL_LIMIT_BUCKET].fp), fp);
+	assert_int_equal(atomic_load(&t[b1 * RESIL_LIMIT_BUCKET].fp), fp);
+	/* the key still limits: its entry kept the admission */
+	assert_int_equal(acq(&f, key, NULL), RESIL_REJECT_LIMITED);
 	fx_fini(&f);
 }
 
@@ -1635,9 +1595,9 @@ int main(void)
 	    cmocka_unit_test(test_keyed_independent),
 	    cmocka_unit_test(test_keyed_fill_evict),
 	    cmocka_unit_test(test_keyed_same_key_race),
-	    cmocka_unit_test(test_key_map_buckets),
+	    cmocka_unit_test(test_key_buckets),
 	    cmocka_unit_test(test_keyed_fill_spread),
-	    cmocka_unit_test(test_keyed_older_map),
+	    cmocka_unit_test(test_keyed_stray_folded),
 	    cmocka_unit_test(test_approx_bound),
 	    cmocka_unit_test(test_dry_run_gcra),
 	    cmocka_unit_test(test_lean_gcra_twin),

@@ -2,7 +2,7 @@
 /*
  * unit_repair.c - hostile words in the blocks unit_trust.c does not cover
  * (adaptive limit, retry budget, counters and histogram, keyed limiter
- * tables, the breaker's fastmod), and adoption: on a real segment pair
+ * tables, the breaker's window size copy), and adoption: on a real segment pair
  * (resil_seg_create) and a manual clock, a caller's acquire and release
  * and the daemon's maintain neither crash nor overflow (UBSan in the
  * sanitizer pass), the maintain pass repairs and counts what it acts on,
@@ -20,8 +20,9 @@
  *     all ones;
  *   - keyed limiter: `used` above limit.keys, every bucket marked
  *     overflowing, fingerprints and key states at the ends of their range;
- *   - breaker: fastmod at 0 (every record landed in one slot: a count
- *     window never opened);
+ *   - breaker: the window size copy at 0, 1 and all ones (had the callers
+ *     taken their slot from it: a division by zero, or every record in
+ *     one slot and a count window that never opens);
  *   - adoption: blocks whose layout copies are not the configuration's
  *     are reset and counted, a block with only a repairable word is not.
  */
@@ -338,27 +339,27 @@ static void test_limit_keyed(void **state)
 	resil_seg_unmap(&s);
 }
 
-/* ---- breaker fastmod ---- */
+/* ---- breaker window size copy ---- */
 
-static void test_breaker_fastmod(void **state)
+static void test_breaker_size_copy(void **state)
 {
 	struct resil_seg s;
 	const struct resil_rec *rec;
 	struct resil_breaker_state *b;
-	const uint64_t mods[] = {0, 1, UINT64_MAX};
+	const uint32_t sizes[] = {0, 1, UINT32_MAX};
 
 	assert_int_equal(resil_seg_create(&s, NULL), 0);
 	rec = define(&s, "fm",
 		     "breaker.window = count:10; breaker.min_calls = 10; "
 		     "breaker.failure_rate = 50%; breaker.wait = 1h");
 	b = resil_comp_state(&s, rec, RESIL_C_BREAKER);
-	for (size_t i = 0; i < sizeof(mods) / sizeof(mods[0]); i++) {
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		struct resil_ctx x;
 
 		ctx_init(&x, &s);
 		assert_int_equal(resil_policy_force(&x, rec, RESIL_STATE_CLOSED), 0);
 		/* between two ticks: the callers' slot choice alone */
-		b->fastmod = mods[i];
+		b->size = sizes[i];
 		for (int k = 0; k < 10; k++)
 			call(&s, rec, RESIL_FAILURE, NULL);
 		assert_int_equal(resil_breaker_state(b), RESIL_STATE_OPEN);
@@ -418,9 +419,7 @@ static void test_adopt(void **state)
 		assert_int_equal(resil_policy_force(&x, rec, RESIL_STATE_FORCED_OPEN), 0);
 	}
 	b->win_off = 0xfffffff0u;
-	b->fastmod = 0;
 	h->nslots = 0;
-	h->regime = 9;
 	a->slots_off = 12;
 	sh->width_ns = 0;
 	assert_false(resil_breaker_layout_ok(&rec->conf.breaker, b));
@@ -474,9 +473,12 @@ static void test_adopt(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_adaptive),	    cmocka_unit_test(test_budget),
-	    cmocka_unit_test(test_stats),	    cmocka_unit_test(test_limit_keyed),
-	    cmocka_unit_test(test_breaker_fastmod), cmocka_unit_test(test_adopt),
+	    cmocka_unit_test(test_adaptive),
+	    cmocka_unit_test(test_budget),
+	    cmocka_unit_test(test_stats),
+	    cmocka_unit_test(test_limit_keyed),
+	    cmocka_unit_test(test_breaker_size_copy),
+	    cmocka_unit_test(test_adopt),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

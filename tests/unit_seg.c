@@ -189,59 +189,6 @@ static void test_directory(void **state)
 	resil_seg_unmap(&s);
 }
 
-/* A keyed table keeps the key map it was filled with: a record of map 0
- * (as a build before the field laid it out) stays map 0 through an
- * identical definition from this build (unchanged), a change of rate
- * (the same block) and a change of capacity (a new block, keys carried);
- * a new table takes this build's map. */
-static void test_key_map_inherited(void **state)
-{
-	struct resil_seg s;
-	struct resil_seg_params p = {.slots = 8};
-	struct resil_conf c;
-	char err[256];
-	uint32_t slot;
-	uint64_t w, w2;
-
-	(void)state;
-	assert_int_equal(resil_seg_create(&s, &p), 0);
-	resil_conf_init(&c);
-	assert_int_equal(
-	    resil_conf_parse(&c, "limit.rate = 10/s; limit.keys = 64", 1, err, sizeof(err)), 0);
-	assert_int_equal(c.limit.key_map, RESIL_LIMIT_KEY_MAP_FULL);
-	c.limit.key_map = 0;
-	assert_int_equal(resil_seg_define(&s, "ip", &c, 1000, 0, 1, err, sizeof(err)),
-			 RESIL_DEFINE_CREATED);
-	assert_int_equal(resil_seg_lookup(&s, "ip", &slot, &w), 0);
-
-	define_ok(&s, "ip", "limit.rate = 10/s; limit.keys = 64", RESIL_DEFINE_UNCHANGED);
-	define_ok(&s, "ip", "limit.rate = 20/s; limit.keys = 64", RESIL_DEFINE_CHANGED);
-	assert_int_equal(resil_seg_lookup(&s, "ip", &slot, &w2), 0);
-	assert_int_equal(resil_seg_rec_of(&s, w2)->state_off, resil_seg_rec_of(&s, w)->state_off);
-	assert_int_equal(resil_seg_rec_of(&s, w2)->conf.limit.key_map, 0);
-	define_ok(&s, "ip", "limit.rate = 20/s; limit.keys = 128", RESIL_DEFINE_CHANGED);
-	assert_int_equal(resil_seg_lookup(&s, "ip", &slot, &w), 0);
-	assert_int_not_equal(resil_seg_rec_of(&s, w)->state_off,
-			     resil_seg_rec_of(&s, w2)->state_off);
-	assert_int_equal(resil_seg_rec_of(&s, w)->conf.limit.key_map, 0);
-
-	define_ok(&s, "api-key", "limit.rate = 10/s; limit.keys = 64", RESIL_DEFINE_CREATED);
-	assert_int_equal(resil_seg_lookup(&s, "api-key", &slot, &w), 0);
-	assert_int_equal(resil_seg_rec_of(&s, w)->conf.limit.key_map, RESIL_LIMIT_KEY_MAP_FULL);
-
-	/* an unkeyed limiter has no map (its record reads as an older
-	 * build's); made keyed, its new table takes this build's */
-	define_ok(&s, "plain", "limit.rate = 10/s", RESIL_DEFINE_CREATED);
-	assert_int_equal(resil_seg_lookup(&s, "plain", &slot, &w), 0);
-	assert_int_equal(resil_seg_rec_of(&s, w)->conf.limit.key_map, 0);
-	define_ok(&s, "plain", "limit.rate = 10/s; limit.keys = 64", RESIL_DEFINE_CHANGED);
-	assert_int_equal(resil_seg_lookup(&s, "plain", &slot, &w), 0);
-	assert_int_equal(resil_seg_rec_of(&s, w)->conf.limit.key_map, RESIL_LIMIT_KEY_MAP_FULL);
-	if (resil_seg_check(&s, err, sizeof(err)) != 0)
-		fail_msg("%s", err);
-	resil_seg_unmap(&s);
-}
-
 static void test_bad_names_and_full(void **state)
 {
 	struct resil_seg s;
@@ -367,7 +314,6 @@ int main(void)
 	    cmocka_unit_test(test_state_full),
 	    cmocka_unit_test(test_clients),
 	    cmocka_unit_test(test_events),
-	    cmocka_unit_test(test_key_map_inherited),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,7 +92,7 @@ static void test_breaker_words(void **state)
 		for (size_t i = 0; i < sizeof(bases) / sizeof(bases[0]); i++) {
 			b->win_off = 0xfffffff0u;
 			b->probe_off = 0x7fffffffu;
-			b->fastmod = 0;
+			b->size = 0;
 			b->base_ns = bases[i];
 			assert_true(exercise(&s, rec[k]) >= 1);
 			assert_true(b->win_off < rec[k]->state_size);
@@ -162,7 +162,7 @@ static void test_bulkhead_counts(void **state)
 	rec = define(&s, "bulk", "bulkhead.max = 2000");
 	bh = resil_comp_state(&s, rec, RESIL_C_BULKHEAD);
 	for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
-		st_relaxed(&bh->inflight, counts[i]);
+		st_relaxed(&bh->full, counts[i]);
 		st_relaxed(&bh->nwait, counts[i]);
 		bh->prev_excess = i % 2 ? INT32_MAX : INT32_MIN;
 		bh->prev_wexcess = i % 2 ? INT32_MAX : INT32_MIN;
