@@ -31,8 +31,18 @@ extern "C" {
 #define RESIL_API
 #endif
 
-#define RESIL_VERSION_MAJOR 0
-#define RESIL_VERSION_MINOR 1
+/* The library's version: the one place it is written (CMakeLists.txt
+ * reads it from here for the project, the soname libresil.so.MAJOR, the
+ * symbol node RESIL_MAJOR.MINOR, resil.pc and the packages;
+ * tests/sh_version.sh checks that they agree). */
+#define RESIL_VERSION_MAJOR 1
+#define RESIL_VERSION_MINOR 0
+#define RESIL_VERSION_PATCH 0
+#define RESIL_PRIV_XSTR(x)  #x
+#define RESIL_PRIV_STR(x)   RESIL_PRIV_XSTR(x)
+#define RESIL_VERSION_STRING                                                                       \
+	RESIL_PRIV_STR(RESIL_VERSION_MAJOR)                                                        \
+	"." RESIL_PRIV_STR(RESIL_VERSION_MINOR) "." RESIL_PRIV_STR(RESIL_VERSION_PATCH)
 
 typedef struct resil resil_t;
 typedef struct resil_policy resil_policy_t;

@@ -15,9 +15,10 @@
 #include <sys/types.h>
 
 #include "cfgfile.h"
+#include "resil.h"
 #include "seg.h"
 
-#define RESILD_VERSION	       RESIL_VERSION_STRING /* project(VERSION) in CMakeLists.txt */
+#define RESILD_VERSION	       RESIL_VERSION_STRING /* resil.h */
 #define RESILD_PROTO_VERSION   1	   /* the highest control protocol version spoken */
 #define RESILD_PROTO_MIN       1	   /* the lowest */
 #define RESILD_EXIT_CONFIG     78	   /* EX_CONFIG: RestartPreventExitStatus= in the units */

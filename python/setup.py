@@ -69,8 +69,7 @@ if tree:
     ext = Extension("resil._resil", ["src/_resil.c"],
                     include_dirs=[os.path.join(source_of(tree), "client")],
                     extra_objects=[os.path.join(tree, LIB)],
-                    libraries=["protobuf-c", "pthread", "m"],
-                    define_macros=[("RESIL_PY_VERSION", '"0.1.0"')])
+                    libraries=["protobuf-c", "pthread", "m"])
 else:
     cflags, libs = pkgconfig("--cflags"), pkgconfig("--libs")
     if cflags is None or libs is None:
@@ -81,6 +80,6 @@ else:
              "build tree with RESIL_BUILD_DIR=DIR, or install libresil (cmake --install "
              "build: pkg-config resil)" + hint)
     ext = Extension("resil._resil", ["src/_resil.c"], extra_compile_args=cflags,
-                    extra_link_args=libs, define_macros=[("RESIL_PY_VERSION", '"0.1.0"')])
+                    extra_link_args=libs)
 
 setup(ext_modules=[ext])

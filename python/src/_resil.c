@@ -55,10 +55,6 @@
 
 #include "resil.h"
 
-#ifndef RESIL_PY_VERSION
-#define RESIL_PY_VERSION "0.1.0"
-#endif
-
 static PyObject *Error, *Rejected, *CircuitOpen, *RateLimited, *BulkheadFull, *Shed,
     *BudgetExhausted;
 
@@ -1233,7 +1229,7 @@ PyMODINIT_FUNC PyInit__resil(void)
 	    PyModule_AddObject(m, "Permit", (PyObject *)&PermitType) < 0 ||
 	    PyModule_AddObject(m, "Retry", (PyObject *)&RetryType) < 0)
 		goto fail;
-	if (PyModule_AddStringConstant(m, "__version__", RESIL_PY_VERSION) < 0)
+	if (PyModule_AddStringConstant(m, "__version__", RESIL_VERSION_STRING) < 0)
 		goto fail;
 #define C(n) PyModule_AddIntConstant(m, #n, RESIL_##n)
 	if (C(ADMIT) || C(REJECT_OPEN) || C(REJECT_FULL) || C(REJECT_LIMITED) || C(REJECT_SHED) ||

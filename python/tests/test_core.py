@@ -28,7 +28,7 @@ def pol(r, name, config, **kw):
 
 
 def test_version():
-    assert resil.__version__ == "0.1.0"
+    assert resil.__version__ == "1.0.0"
     assert resil._resil.__version__ == resil.__version__
 
 

@@ -40,7 +40,7 @@ def test_pip_install(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     words = out.stdout.split()
-    assert words[:2] == ["full", "0.1.0"]
+    assert words[:2] == ["full", "1.0.0"]
     assert words[2].startswith(str(venv))
 
 
