@@ -212,8 +212,11 @@
  *   lowered by the daemon is applied before any expiry that follows it.
  *   A client past the expiry falls back on its own: a stopped or dead
  *   daemon cannot leave its host on a share Redis has handed to others.
- *   The GCRA runs on the same TAT with T (and tau = T * burst) replaced:
- *   a changed share changes the rate from the next permit on. A TAT ahead
+ *   The GCRA runs on the same TAT with T replaced, and tau kept (burst x
+ *   the configured interval, at least the share's T): limit.burst is the
+ *   fleet's, each host's share of it its share of the rate (the hosts
+ *   together burst at most limit.burst + one permit each). A changed
+ *   share changes the rate from the next permit on. A TAT ahead
  *   of now by more than tau + limit.wait (debt run up under a smaller
  *   share, whose T was longer) is cut to now + tau by the heal path with
  *   no slack: the host is then full and goes on at its new share. Cost: two
@@ -907,18 +910,26 @@ void resil_limit_fallback_end_set(void *st, int64_t until_ns, int64_t after_ns)
 }
 
 /* Past the lease: the fallback's interval, or after its end the after
- * tier's (0: the configured rate, RESIL_LIMIT_FALLBACK_REJECT: none). */
+ * tier's (0: the configured rate, RESIL_LIMIT_FALLBACK_REJECT: none). A
+ * fallback of the configured rate (--cluster-fallback local, or no daemon
+ * has leased: embedded mode, no cluster) has no end: its words are read
+ * no further. The end is loaded before what it covers (acquire, pairs
+ * with resil_limit_fallback_end_set): a fallback_ns read after it is at
+ * least as new; one read before a daemon's switch of tier is the older
+ * tier's, which holds until the older end. */
 static inline int64_t fallback_T(const struct resil_limit_state *s, int64_t now)
 {
-	int64_t until =
-	    (int64_t)atomic_load_explicit((ra64 *)&s->fallback_until_ns, memory_order_acquire);
+	int64_t fb = (int64_t)ld_relaxed((ra64 *)&s->fallback_ns), until;
 
+	if (fb == 0)
+		return 0;
+	until = (int64_t)atomic_load_explicit((ra64 *)&s->fallback_until_ns, memory_order_acquire);
 	if (until && now >= until) {
 		int64_t a = (int64_t)ld_relaxed((ra64 *)&s->after_ns);
 
 		return a ? a : RESIL_LIMIT_FALLBACK_REJECT;
 	}
-	return (int64_t)ld_relaxed((ra64 *)&s->fallback_ns);
+	return fb;
 }
 
 int64_t resil_limit_lease_T(const struct resil_limit_conf *c, const void *st, int64_t now,
@@ -962,11 +973,14 @@ static inline bool lease_apply(struct resil_ctx *x, const struct resil_limit_con
 	if ((uint64_t)T - 1 >= (uint64_t)86400 * RESIL_NS_PER_S)
 		return false;
 	T = T < c->interval_ns ? c->interval_ns : T;
-	/* the configured interval (no lease, fallback "local"): lp_init's
-	 * tau already is this T's, no second multiply */
+	/* limit.burst is the fleet's: tau stays lp_init's (burst x the
+	 * configured interval), so a share s of the rate bursts s / rate of
+	 * it, and the hosts together the configured burst (each at least
+	 * one permit: tau never below the share's T) */
 	if (T != p->T) {
 		p->T = T;
-		p->tau = T * (int64_t)(c->burst ? c->burst : 1);
+		if (p->tau < T)
+			p->tau = T;
 	}
 	/* a TAT run ahead under a smaller share (a longer T) is a debt in the
 	 * old T's units: past tau + wait it is cut to now + tau (full now,
