@@ -1521,6 +1521,8 @@ struct tick_ctx {
 	bool grant;    /* and it asks for a lease (else: an acknowledgement only) */
 	bool limiters; /* a global limiter was seen: sample its demand */
 	uint32_t fleet_seen; /* the largest fleet size a policy's state holds */
+	uint32_t hosts_known; /* the fleet's size: --cluster-hosts, else the most of what
+			       * the states hold and the daemons live now */
 };
 
 /*
@@ -1829,7 +1831,8 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	}
 	if (bh)
 		resild_cbh_tick(c, s, rec, &cs->bh, &a.bh, &q.bh, t->now, &t->fleet_seen, t->post);
-	resild_cb_tick(s, rec, &cs->cb, &a.cb, &q.cb, t->now, c->interval_ns, t->post);
+	resild_cb_tick(s, rec, &cs->cb, &a.cb, &q.cb, t->now, c->interval_ns, t->hosts_known,
+		       t->post);
 	if (a.gen != rec->gen)
 		resild_ck_free_ans(&a.ck);
 	if (keyed)
@@ -1870,6 +1873,9 @@ static void cluster_tick(struct resild *d, bool may_post)
 	t.post = may_post && t.now - c->last_post_ns >= c->interval_ns - c->interval_ns / 4;
 	pthread_mutex_lock(&c->lock);
 	c->loop_connected = c->connected;
+	t.hosts_known = c->hosts_expected		 ? c->hosts_expected
+			: c->hosts_live > c->fleet_known ? c->hosts_live
+							 : c->fleet_known;
 	if (t.post) {
 		c->last_post_ns = t.now;
 		for (uint32_t i = 0; i < c->cap; i++)

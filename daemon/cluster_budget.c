@@ -79,11 +79,12 @@
 
 /*
  * KEYS[1] "<cluster>:{<policy>}:budget". ARGV: host, run, kind, then
- *   tokens: max (milli), sum (milli), acked (milli);
+ *   tokens: max (milli), sum (milli), acked (milli), live (ms);
  *   ratio:  requests, retries, live (ms).
  * Fields: "t" the fleet's tokens (milli), "h:<host>" = "run sum now"
  * (tokens) or "requests retries now" (ratio).
- * Returns tokens: {fleet tokens, 0}; ratio: {others' requests, retries}.
+ * Returns tokens: {fleet tokens, hosts that reported within live};
+ * ratio: {others' requests, retries}.
  */
 const char resild_cb_budget_lua[] =
     "local t = redis.call('TIME')\n"
@@ -110,7 +111,19 @@ const char resild_cb_budget_lua[] =
     "  redis.call('HSET', KEYS[1], 't', string.format('%d', tok), hk,\n"
     "             run .. ' ' .. ARGV[5] .. ' ' .. string.format('%d', now))\n"
     "  redis.call('PEXPIRE', KEYS[1], 86400000)\n"
-    "  return {tok, 0}\n"
+    "  local live, n = tonumber(ARGV[7]) or 0, 0\n"
+    "  local raw = redis.call('HGETALL', KEYS[1])\n"
+    "  for i = 1, #raw, 2 do\n"
+    "    if string.sub(raw[i], 1, 2) == 'h:' then\n"
+    "      local w = tonumber(string.match(raw[i + 1], ' (%d+)$'))\n"
+    "      if w and w > now - live then\n"
+    "        n = n + 1\n"
+    "      elseif not w or w <= now - 100 * live then\n"
+    "        redis.call('HDEL', KEYS[1], raw[i])\n"
+    "      end\n"
+    "    end\n"
+    "  end\n"
+    "  return {tok, math.max(n, 1)}\n"
     "elseif kind == 'ratio' then\n"
     "  if a < 0 or b < 0 or c <= 0 then\n"
     "    return redis.error_reply('ERR resil budget: bad arguments')\n"
@@ -229,8 +242,35 @@ static void conf_answer(const struct resil_seg *s, const struct resil_rec *rec,
 	snprintf(cs->other_host, sizeof(cs->other_host), "%s", a->conflicts ? a->other_host : "");
 }
 
+/*
+ * What a host's workers may spend of the fleet's tokens before its next
+ * report: the level below which no retry passes (grpc: half the bucket;
+ * aws: none), plus the rest shared by the hosts the fleet counts, and at
+ * least one retry's worth (so a fleet with a retry left is never stuck
+ * between slices too thin to pay it). The hosts together spend at most
+ * the fleet's tokens plus one retry each per exchange.
+ */
+static int64_t slice_of(const struct resil_retry_conf *bc, int64_t fleet, uint32_t hosts)
+{
+	int64_t thr, one, part;
+
+	if (bc->budget_kind == RESIL_BUDGET_GRPC) {
+		thr = (int64_t)bc->budget_max * CB_MILLI / 2;
+		one = CB_MILLI; /* a failure's cost: one more failure passes */
+	} else {
+		thr = 0;
+		one = (int64_t)RESIL_AWS_COST_TRANSIENT * CB_MILLI;
+	}
+	if (fleet <= thr || hosts <= 1)
+		return fleet;
+	part = (fleet - thr) / hosts;
+	if (part < one)
+		part = one;
+	return resil_min64(fleet, thr + part);
+}
+
 static void budget_answer(const struct resil_rec *rec, void *st, struct resild_cb_slot *cs,
-			  const struct resild_cb_ans *a)
+			  const struct resild_cb_ans *a, uint32_t known)
 {
 	const struct resil_retry_conf *bc = &rec->conf.retry;
 	int64_t was, n;
@@ -245,7 +285,11 @@ static void budget_answer(const struct resil_rec *rec, void *st, struct resild_c
 	/* only the answer to the report out (a late one was given up) */
 	if (!cs->inflight || a->seq != cs->seq)
 		return;
-	n = resil_budget_mirror_tokens(st, bc, a->tokens_milli, a->seen_milli, &was);
+	/* the hosts Redis counts, or the fleet's size this host knows when
+	 * more (hosts that have not reported yet spend their slice too) */
+	cs->hosts = a->hosts > known ? a->hosts : known;
+	n = resil_budget_mirror_tokens(st, bc, slice_of(bc, a->tokens_milli, cs->hosts),
+				       a->seen_milli, &was);
 	/* what clients changed since the report stays unreported */
 	cs->base_milli = n - (was - a->seen_milli);
 	cs->acked_milli = a->sum_milli;
@@ -256,7 +300,8 @@ static void budget_answer(const struct resil_rec *rec, void *st, struct resild_c
 
 void resild_cb_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		    struct resild_cb_slot *cs, const struct resild_cb_ans *a,
-		    struct resild_cb_req *q, int64_t now, int64_t interval_ns, bool post)
+		    struct resild_cb_req *q, int64_t now, int64_t interval_ns, uint32_t hosts,
+		    bool post)
 {
 	bool bud = resild_cb_wants_budget(rec);
 	const struct resil_retry_conf *bc = &rec->conf.retry;
@@ -268,7 +313,23 @@ void resild_cb_tick(const struct resil_seg *s, const struct resil_rec *rec,
 	if (a->conf_fresh)
 		conf_answer(s, rec, cs, a, now);
 	if (bud && a->fresh)
-		budget_answer(rec, st, cs, a);
+		budget_answer(rec, st, cs, a, hosts);
+	if (bud && tokens_kind(bc) && !cs->started) {
+		/* no answer yet: the slice of a full bucket over the fleet's
+		 * size this host knows (none known: nothing past the level no
+		 * retry passes), what clients did meanwhile kept on top; from
+		 * the policy's first tick (its definition's) */
+		int64_t was, n, v = resil_budget_tokens_milli(st, bc, now),
+				max = (int64_t)bc->budget_max * CB_MILLI;
+
+		n = resil_budget_mirror_tokens(st, bc,
+					       hosts ? slice_of(bc, max, hosts)
+					       : bc->budget_kind == RESIL_BUDGET_GRPC ? max / 2
+										      : 0,
+					       v, &was);
+		cs->started = true;
+		cs->base_milli = n - (was - v);
+	}
 	if (!post)
 		return;
 
@@ -292,10 +353,6 @@ void resild_cb_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		return; /* one report out at a time */
 	int64_t v = resil_budget_tokens_milli(st, bc, now);
 
-	if (!cs->started) {
-		cs->started = true;
-		cs->base_milli = v;
-	}
 	cs->sum_milli += v - cs->base_milli;
 	cs->base_milli = v;
 	cs->seq++;
@@ -303,6 +360,7 @@ void resild_cb_tick(const struct resil_seg *s, const struct resil_rec *rec,
 	cs->posted_ns = now;
 	q->budget = true;
 	q->tokens = true;
+	q->live_ms = 3 * iv_ms;
 	q->seq = cs->seq;
 	q->max_milli = (int64_t)bc->budget_max * CB_MILLI;
 	q->sum_milli = cs->sum_milli;
@@ -345,6 +403,7 @@ int resild_cb_commands(const struct resild_cb_req *q, const char *name, const ch
 			put(c, "%" PRId64, q->max_milli);
 			put(c, "%" PRId64, q->sum_milli);
 			put(c, "%" PRId64, q->acked_milli);
+			put(c, "%" PRId64, q->live_ms);
 		} else {
 			put(c, "ratio");
 			put(c, "%" PRIu64, q->req);
@@ -379,6 +438,8 @@ bool resild_cb_parse_budget(const struct redisReply *r, const struct resild_cb_r
 		if (r->element[0]->integer > q->max_milli)
 			return false;
 		a->tokens_milli = r->element[0]->integer;
+		a->hosts =
+		    (uint32_t)resil_min64(resil_max64(r->element[1]->integer, 1), UINT32_MAX);
 		a->seq = q->seq;
 		a->seen_milli = q->seen_milli;
 		a->sum_milli = q->sum_milli;

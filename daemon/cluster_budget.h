@@ -52,6 +52,7 @@ struct resild_cb_ans {
 	uint64_t seq;	 /* echoed from the request */
 	int64_t seen_milli, sum_milli;
 	int64_t tokens_milli;
+	uint32_t hosts; /* tokens: hosts that reported lately (the slices) */
 	uint64_t others_req, others_rty;
 	uint32_t conflicts; /* live hosts with another configuration */
 	char other_host[RESILD_CB_HOST_MAX];
@@ -67,6 +68,7 @@ struct resild_cb_slot {
 	int64_t sum_milli;
 	int64_t acked_milli;
 	int64_t fleet_milli; /* the last fleet value mirrored */
+	uint32_t hosts;	     /* among which it was sliced */
 	uint64_t others_req, others_rty;
 	uint64_t syncs; /* answers mirrored */
 	uint64_t fp;
@@ -76,10 +78,13 @@ struct resild_cb_slot {
 };
 
 /* The loop, for a global policy at each tick: apply the answers in a,
- * then (post) fill q. interval_ns: --cluster-interval. */
+ * then (post) fill q. interval_ns: --cluster-interval; hosts: the fleet's
+ * size this host knows (0: none), for the slice it spends before its
+ * first answer. */
 void resild_cb_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		    struct resild_cb_slot *cs, const struct resild_cb_ans *a,
-		    struct resild_cb_req *q, int64_t now, int64_t interval_ns, bool post);
+		    struct resild_cb_req *q, int64_t now, int64_t interval_ns, uint32_t hosts,
+		    bool post);
 
 /* True when rec has a retry budget of its own to share. */
 bool resild_cb_wants_budget(const struct resil_rec *rec);
