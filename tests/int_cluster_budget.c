@@ -14,6 +14,13 @@
  * Ratio (ratio:10%): 100 requests begun on host A let host B, which began
  * none, make 10 retries and refuse the 11th.
  *
+ * A budget worth 5 retries fleet-wide (aws:70, 14 a retry after a
+ * transient error), every host retrying failed calls at once for two
+ * seconds: each host spends only its slice of the fleet's tokens between
+ * two reports, so the fleet makes at least 5 retries and at most 5 + 3
+ * (one each past the fleet's tokens: a slice is never thinner than one
+ * retry).
+ *
  * Host D runs policy "g" with another budget under the same cluster
  * name: D and the others report the conflict (log, event text, a line
  * per conflicting policy in `resilctl status` and its --json).
@@ -35,6 +42,8 @@
 #define GCONF "policy.scope = global; retry.budget = grpc:10:1; retry.max_attempts = 5"
 #define RCONF "policy.scope = global; retry.budget = ratio:10%; retry.max_attempts = 50"
 #define DCONF "policy.scope = global; retry.budget = grpc:20:1; retry.max_attempts = 5"
+/* 5 retries fleet-wide: a retry after a transient error costs 14 */
+#define ACONF "policy.scope = global; retry.budget = aws:70; retry.max_attempts = 255"
 
 static char cname[64];
 static struct test_redis rd;
@@ -83,12 +92,25 @@ static int request(int h, const char *name, int cls)
 	return strstr(resil_retry_reason(&rt), "budget") ? 0 : -1;
 }
 
-static bool all_at(const char *key, long long fleet, long long local)
+/* What a host of three may spend of the fleet's grpc:10 bucket at fleet
+ * (milli): the half no retry passes below, plus a third of the rest, at
+ * least a token (cluster_budget.c, slice_of). */
+static long long slice3(long long fleet)
+{
+	long long part = (fleet - 5000) / HOSTS;
+
+	if (fleet <= 5000)
+		return fleet;
+	return 5000 + (part < 1000 ? 1000 : part) < fleet ? 5000 + (part < 1000 ? 1000 : part)
+							  : fleet;
+}
+
+static bool all_at(const char *key, long long fleet)
 {
 	if (test_redis_num(&rd, "HGET", key, "t") != fleet)
 		return false;
 	for (int h = 0; h < HOSTS; h++)
-		if (tokens(h, "g") != local)
+		if (tokens(h, "g") != slice3(fleet))
 			return false;
 	return true;
 }
@@ -154,7 +176,8 @@ int main(void)
 		CHECK(resil_define(cl[h], "q", RCONF) == 0, "host %d defines q", h);
 	}
 	snprintf(key, sizeof(key), "%s:{g}:budget", cname);
-	CHECK(TEST_EVENTUALLY(all_at(key, 10000, 10000)), "the fleet's bucket starts full");
+	CHECK(TEST_EVENTUALLY(all_at(key, 10000)),
+	      "the fleet's bucket starts full, each host spends a third of its upper half");
 
 	/* gRPC: failures on A drain it for B and C */
 	for (int i = 0; i < 6; i++)
@@ -182,8 +205,8 @@ int main(void)
 	       (double)(test_mono_ns() - t0) / 1e8);
 	v = request(0, "g", RESIL_ERR_TRANSIENT);
 	CHECK(v == 1, "a retry on A is allowed again (%d)", v);
-	CHECK(TEST_EVENTUALLY(all_at(key, 8000, 8000)),
-	      "fleet and hosts agree on 4 + 5 - 1 = 8 (Redis %lld; A %lld B %lld C %lld)",
+	CHECK(TEST_EVENTUALLY(all_at(key, 8000)),
+	      "fleet 4 + 5 - 1 = 8, each host its slice (Redis %lld; A %lld B %lld C %lld)",
 	      test_redis_num(&rd, "HGET", key, "t"), tokens(0, "g"), tokens(1, "g"),
 	      tokens(2, "g"));
 
@@ -210,6 +233,49 @@ int main(void)
 		      allowed);
 		CHECK(strstr(resil_retry_reason(&rt), "budget") != NULL,
 		      "B stopped on the budget: %s", resil_retry_reason(&rt));
+	}
+
+	/* a budget worth 5 retries fleet-wide, a storm on every host */
+	{
+		char akey[128];
+		resil_policy_t *p[HOSTS];
+		resil_retry_t rt[HOSTS];
+		int allowed[HOSTS] = {0}, total = 0;
+		int64_t end;
+
+		snprintf(akey, sizeof(akey), "%s:{a}:budget", cname);
+		for (int h = 0; h < HOSTS; h++)
+			CHECK(resil_define(cl[h], "a", ACONF) == 0 &&
+				  resil_policy(cl[h], "a", &p[h]) == 0,
+			      "host %d defines a", h);
+		/* every host has its slice: a third of the fleet's 70 */
+		CHECK(TEST_EVENTUALLY(tokens(0, "a") == 70000 / HOSTS &&
+				      tokens(1, "a") == 70000 / HOSTS &&
+				      tokens(2, "a") == 70000 / HOSTS),
+		      "each host spends a third of the fleet's 70 (%lld %lld %lld)", tokens(0, "a"),
+		      tokens(1, "a"), tokens(2, "a"));
+		for (int h = 0; h < HOSTS; h++)
+			resil_retry_begin(p[h], &rt[h], 0);
+		end = test_mono_ns() + 2 * RESIL_NS_PER_S;
+		while (test_mono_ns() < end) {
+			for (int h = 0; h < HOSTS; h++) {
+				if (resil_retry_next(&rt[h], RESIL_ERR_TRANSIENT, 0) >= 0)
+					allowed[h]++;
+				else /* refused: the next call, failing too */
+					resil_retry_begin(p[h], &rt[h], 0);
+			}
+			usleep(1000);
+		}
+		for (int h = 0; h < HOSTS; h++)
+			total += allowed[h];
+		printf("aws:70 (5 retries fleet-wide), every host retrying for 2 s: %d retries "
+		       "(A %d, B %d, C %d; bound 5 + %d), %lld tokens left in the fleet\n",
+		       total, allowed[0], allowed[1], allowed[2], HOSTS,
+		       test_redis_num(&rd, "HGET", akey, "t"));
+		CHECK(total >= 5 && total <= 5 + HOSTS,
+		      "a budget of 5 retries: %d retries fleet-wide (5 to %d)", total, 5 + HOSTS);
+		CHECK(test_redis_num(&rd, "HGET", akey, "t") < 14000,
+		      "the fleet has not a retry's worth left");
 	}
 
 	/* another configuration under the same cluster name */

@@ -1349,8 +1349,10 @@ static int take_global(struct bh *b, uint32_t client, struct resil_permit_priv *
  * 2. Below sure_slots (2) a thread's slot is claimed again without the
  * clock; under the lease 6 are admitted; past it 2, whatever slot the
  * thread held last; with a fallback of none, nothing, and the clock
- * decides every claim. In a thread of its own: the thread's last slot
- * (bulkhead.c, next_of) starts at none. */
+ * decides every claim; a fallback with an end gives its slots until the
+ * end, the after tier's past it, and sure_slots no more than those. In a
+ * thread of its own: the thread's last slot (bulkhead.c, next_of) starts
+ * at none. */
 /* a failed check in the thread: its line, for the test's thread to report */
 #define GCHECK(c)                                                                                  \
 	do {                                                                                       \
@@ -1410,6 +1412,23 @@ static void *global_lease_body(void *arg)
 	clock_reads = 0;
 	GCHECK(take_global(b, 7, &pm[0]) == RESIL_REJECT_FULL);
 	GCHECK(clock_reads == 1);
+
+	/* a fallback with an end: 4 slots until it, 1 past it; no claim
+	 * without the clock beyond what the end allows (sure_slots 1) */
+	resil_bulkhead_fallback_end_set(b->st, manual_now + RESIL_NS_PER_S, 1);
+	resil_bulkhead_lease_set(b->st, manual_now - 1, 6, 4);
+	GCHECK(atomic_load(&b->st->sure_slots) == 1);
+	for (n = 0; n < 12 && take_global(b, 7, &pm[n]) == 0; n++)
+		GCHECK((pm[n].bulkhead_idx) >= 1 && (pm[n].bulkhead_idx) <= 4);
+	GCHECK(n == 4);
+	for (int i = 0; i < n; i++)
+		give(b, 7, &pm[i]);
+	manual_now += 2 * RESIL_NS_PER_S;
+	for (n = 0; n < 12 && take_global(b, 7, &pm[n]) == 0; n++)
+		GCHECK(pm[n].bulkhead_idx == 1);
+	GCHECK(n == 1);
+	give(b, 7, &pm[0]);
+	resil_bulkhead_fallback_end_set(b->st, 0, 0);
 
 	/* a client's sure_slots past the configuration claims nothing more */
 	resil_bulkhead_lease_set(b->st, manual_now + RESIL_NS_PER_S, 10, 10);

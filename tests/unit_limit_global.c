@@ -253,6 +253,79 @@ static void test_charge_keeps_reservations(void **unused)
 	free(f.st);
 }
 
+/*
+ * An unkeyed global limiter's lease words: limit.burst is the fleet's
+ * (a share of a tenth of the rate bursts a tenth of it), and the
+ * fallback's end (past it, the after tier: another interval, or none).
+ */
+static void test_lease_burst_and_fallback_end(void **unused)
+{
+	struct resil_limit_conf c;
+	struct resil_limit_state *st;
+	struct resil_rec rec;
+	struct resil_ctx x = {0};
+	int64_t now = 1000 * S;
+	char err[256];
+	int n;
+
+	(void)unused;
+	resil_limit_conf_defaults(&c);
+	assert_int_equal(resil_limit_conf_set(&c, "limit.rate", "1000/s", err, sizeof(err)), 0);
+	assert_int_equal(resil_limit_conf_set(&c, "limit.burst", "100", err, sizeof(err)), 0);
+	assert_int_equal(resil_limit_conf_check(&c, err, sizeof(err)), 0);
+	st = aligned_alloc(RESIL_HOT_ALIGN,
+			   resil_align_up(resil_limit_state_size(&c), RESIL_HOT_ALIGN));
+	assert_non_null(st);
+	resil_limit_state_init(st, &c, 0);
+	memset(&rec, 0, sizeof(rec));
+	rec.conf.scope = RESIL_SCOPE_GLOBAL;
+	x.rec = &rec;
+	x.clock.fn = clk_fn;
+	x.clock.ctx = &now;
+
+#define ACQ()                                                                                      \
+	({                                                                                         \
+		struct resil_permit_priv pm_ = {0};                                                \
+		pm_.limit_permits = 1;                                                             \
+		x.now = 0;                                                                         \
+		resil_limit_acquire(&x, &c, st, &pm_);                                             \
+	})
+	/* a share of 100/s of the fleet's 1000/s: 10 of the burst of 100 */
+	resil_limit_lease_set(st, 10 * RESIL_NS_PER_MS, now + 10 * S, RESIL_LIMIT_FALLBACK_REJECT);
+	for (n = 0; n < 200 && ACQ() == 0; n++)
+		;
+	assert_int_equal(n, 10);
+	/* a share of 1/s: one permit at once (never none) */
+	now += 10 * S;
+	resil_limit_lease_set(st, 1 * S, now + 10 * S, RESIL_LIMIT_FALLBACK_REJECT);
+	for (n = 0; n < 200 && ACQ() == 0; n++)
+		;
+	assert_int_equal(n, 1);
+
+	/* past the lease: the fallback (100/s) until its end, then the after
+	 * tier: 10/s, or nothing */
+	now += 20 * S;
+	resil_limit_lease_set(st, 10 * RESIL_NS_PER_MS, now - 1, 10 * RESIL_NS_PER_MS);
+	resil_limit_fallback_end_set(st, now + 5 * S, 100 * RESIL_NS_PER_MS);
+	for (n = 0; n < 200 && ACQ() == 0; n++)
+		;
+	assert_int_equal(n, 10);
+	now += 10 * S;
+	for (n = 0; n < 200 && ACQ() == 0; n++)
+		;
+	assert_int_equal(n, 1); /* tau 100 ms at 100 ms apart: one */
+	resil_limit_fallback_end_set(st, now - 1, 0);
+	now += 10 * S;
+	assert_int_equal(ACQ(), RESIL_REJECT_LIMITED);
+	resil_limit_fallback_end_set(st, now - 1, RESIL_LIMIT_FALLBACK_REJECT);
+	assert_int_equal(ACQ(), RESIL_REJECT_LIMITED);
+	/* no end: the fallback for good */
+	resil_limit_fallback_end_set(st, 0, 0);
+	assert_int_equal(ACQ(), 0);
+#undef ACQ
+	free(st);
+}
+
 /* ---------------------------------------------------------- a fleet */
 
 #define HOSTS	3
@@ -540,9 +613,13 @@ static void test_fleet_10(void **unused)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_collect),   cmocka_unit_test(test_host_scope_counts_nothing),
-	    cmocka_unit_test(test_charge),    cmocka_unit_test(test_charge_keeps_reservations),
-	    cmocka_unit_test(test_debt_paid), cmocka_unit_test(test_fleet_100),
+	    cmocka_unit_test(test_collect),
+	    cmocka_unit_test(test_host_scope_counts_nothing),
+	    cmocka_unit_test(test_charge),
+	    cmocka_unit_test(test_charge_keeps_reservations),
+	    cmocka_unit_test(test_lease_burst_and_fallback_end),
+	    cmocka_unit_test(test_debt_paid),
+	    cmocka_unit_test(test_fleet_100),
 	    cmocka_unit_test(test_fleet_10),
 	};
 
