@@ -400,3 +400,15 @@ pid_t test_delay_proxy_start(const char *listen_path, const char *target, int de
 		way_start(b, a, (int64_t)delay_ms * 1000000);
 	}
 }
+
+long long test_budget_slice(bool grpc, long long max_milli, long long fleet, int hosts)
+{
+	long long level = grpc ? max_milli / 2 : 0, one = grpc ? 1000 : 14000, part;
+
+	if (fleet <= level || hosts <= 1)
+		return fleet;
+	part = (fleet - level) / hosts;
+	if (part < one)
+		part = one;
+	return level + part < fleet ? level + part : fleet;
+}

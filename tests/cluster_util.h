@@ -86,6 +86,12 @@ int test_cluster_pwfile(const struct test_redis *r, const char *name, const char
  * with SIGKILL and reap it), or -1. */
 pid_t test_delay_proxy_start(const char *listen_path, const char *target, int delay_ms);
 
+/* What each of `hosts` hosts may spend of a global budget whose fleet holds
+ * fleet (milli), max_milli full: the level no retry passes below (grpc:
+ * half the bucket; aws: none) plus the rest over the hosts, at least one
+ * retry's worth (daemon/cluster_budget.c, slice_of). */
+long long test_budget_slice(bool grpc, long long max_milli, long long fleet, int hosts);
+
 /* Start d (initialised here) as host 'A' + h of cluster cname through url:
  * --state-size 16M --cluster-redis url --cluster-host host<A+h>
  * --cluster-name cname, then the NULL-ended more (may be NULL). 0 or -1. */
