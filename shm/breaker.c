@@ -1678,6 +1678,14 @@ void resil_breaker_host_window(struct resil_ctx *x, const struct resil_breaker_c
 		return;
 	now = rel_ns(b, resil_ctx_now(x)) + b->base_ns;
 	time_sum(b, c, (uint64_t)(now < 0 ? 0 : now) / (uint64_t)bucket_ns_of(c) + 1, k);
+	/* what leaves the host is what its window can hold: any client can
+	 * write the buckets, and a count past that would break the fleet's
+	 * sums (every host's, in Redis). A bucket's calls to 32 bits, like
+	 * its failures and slow calls; failures and slow calls no more than
+	 * calls. The window's own decisions read the words as they are. */
+	k->calls = resil_min64(k->calls, (int64_t)wsize_of(c) * UINT32_MAX);
+	k->failures = resil_min64(k->failures, k->calls);
+	k->slow = resil_min64(k->slow, k->calls);
 }
 
 /* The fleet's evidence opens the host's breaker as its own would (the same

@@ -238,7 +238,9 @@ int64_t resil_breaker_moves(const void *st, int from, int to);
 int resil_breaker_window(const struct resil_breaker_conf *c, const void *st, int64_t now,
 			 struct resil_breaker_counts *out);
 /* policy.scope = global (daemon/cluster.c). The host's time window now
- * (zero for other windows), and CLOSED -> OPEN because the fleet crossed a
+ * (zero for other windows; calls at most the window's buckets x 2^32 - 1,
+ * failures and slow calls at most calls: the counts a host reports), and
+ * CLOSED -> OPEN because the fleet crossed a
  * threshold (why, value as for a local open): true if this call moved it. */
 void resil_breaker_host_window(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
 			       struct resil_breaker_counts *k);
