@@ -820,6 +820,14 @@ static void status_cluster_json(const Resil__ClusterStatus *c)
 			printf(",\"slots\":%u,\"slots_max\":%u,\"slots_lease_ms\":%" PRId64
 			       ",\"parked\":%u",
 			       p->slots, p->slots_max, p->slots_lease_ms, p->parked);
+		if (p->keyed)
+			printf(",\"keyed\":{\"published\":%" PRIu64 ",\"charged\":%" PRIu64
+			       ",\"owing\":%" PRIu64 "}",
+			       p->keyed_published, p->keyed_charged, p->keyed_owing);
+		printf(",\"fallback\":");
+		json_str(stdout, p->fallback_text);
+		printf(",\"script_errors\":%" PRIu64 ",\"error\":", p->script_errors);
+		json_str(stdout, p->error);
 		printf("}");
 	}
 	printf("]}");
@@ -878,6 +886,16 @@ static void status_cluster_text(const Resil__ClusterStatus *c)
 			       p->slots_lease_ms > 0 ? "for" : "EXPIRED",
 			       p->slots_lease_ms > 0 ? p->slots_lease_ms : -p->slots_lease_ms,
 			       p->parked);
+		if (p->keyed)
+			printf("  %-16s keyed: each host the whole per-key limit, %" PRIu64
+			       " key counts sent, %" PRIu64
+			       " admissions of other hosts charged, %" PRIu64 " keys owing\n",
+			       p->name, p->keyed_published, p->keyed_charged, p->keyed_owing);
+		if ((p->limit || p->bulkhead) && *p->fallback_text)
+			printf("  %-16s past its lease: %s\n", p->name, p->fallback_text);
+		if (*p->error)
+			printf("  %-16s ERROR: %s (%" PRIu64 " so far)\n", p->name, p->error,
+			       p->script_errors);
 	}
 }
 

@@ -309,6 +309,11 @@ const char LEASE_LUA[] =
  * result of its round (gen, round, 1 closed / 2 failed / 0 none), the
  * prober's claim (ms).
  *
+ * Counts are clamped where they enter: a host's at 2^48 calls, failures
+ * and slow calls at most its calls, so no sum of any number of hosts
+ * leaves the integers a reply can carry (another client of Redis can
+ * write an entry too).
+ *
  * One open per outage: no new open while the fleet is open, and after a
  * close only the windows of hosts that have seen that close count (a host
  * that has not applied it yet still reports the outage's failures). The
@@ -334,6 +339,12 @@ const char BREAKER_LUA[] =
     "rg and rr and res and plen) or win <= 0 then\n"
     "  return redis.error_reply('ERR resil breaker: bad arguments')\n"
     "end\n"
+    "local most = 2 ^ 48\n"
+    "if c < 0 or f < 0 or sl < 0 then\n"
+    "  return redis.error_reply('ERR resil breaker: bad arguments')\n"
+    "end\n"
+    "c = math.min(c, most)\n"
+    "f, sl = math.min(f, c), math.min(sl, c)\n"
     "redis.call('HSET', KEYS[1], 'h:' .. me, cjson.encode({c, f, sl, now, sync}))\n"
     "local raw = redis.call('HGETALL', KEYS[1])\n"
     "local m = {}\n"
@@ -347,9 +358,12 @@ const char BREAKER_LUA[] =
     "    local ok, x = pcall(cjson.decode, v)\n"
     "    if ok and type(x) == 'table' and tonumber(x[1]) and tonumber(x[2]) and\n"
     "       tonumber(x[3]) and tonumber(x[4]) then\n"
+    "      local xc = math.max(math.min(tonumber(x[1]), most), 0)\n"
+    "      local xf = math.max(math.min(tonumber(x[2]), xc), 0)\n"
+    "      local xs = math.max(math.min(tonumber(x[3]), xc), 0)\n"
     "      if tonumber(x[4]) > now - win then\n"
-    "        N = N + x[1]\n"
-    "        if (tonumber(x[5]) or 0) >= gen then C, F, S = C + x[1], F + x[2], S + x[3] end\n"
+    "        N = N + xc\n"
+    "        if (tonumber(x[5]) or 0) >= gen then C, F, S = C + xc, F + xf, S + xs end\n"
     "      elseif tonumber(x[4]) <= now - 2 * win then\n"
     "        redis.call('HDEL', KEYS[1], k)\n"
     "      end\n"
@@ -390,7 +404,8 @@ const char BREAKER_LUA[] =
     "  redis.call('HDEL', KEYS[1], 'prober', 'pexp')\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], 2 * win + wait + 60000)\n"
-    "return {open and 1 or 0, gen, N, rate, (open and prober == me) and 1 or 0, round}\n";
+    "return {open and 1 or 0, gen, math.min(N, 2 ^ 53), rate, (open and prober == me) and 1 or 0,\n"
+    "        round}\n";
 
 int resild_cluster_parse_fallback(const char *s, int *ret)
 {
@@ -1401,7 +1416,8 @@ int resild_cluster_init(struct resild *d)
 	c->ans = calloc(c->cap, sizeof(*c->ans));
 	c->work = calloc(c->cap, sizeof(*c->work));
 	c->ck_thr = calloc(c->cap, sizeof(*c->ck_thr));
-	if (!c->slots || !c->req || !c->ereq || !c->ans || !c->work || !c->ck_thr)
+	c->perr = calloc(c->cap, sizeof(*c->perr));
+	if (!c->slots || !c->req || !c->ereq || !c->ans || !c->work || !c->ck_thr || !c->perr)
 		return log_error_errno(-ENOMEM, "cluster: out of memory");
 	r = -pthread_create(&c->thread, NULL, cluster_main, c);
 	if (r < 0)
@@ -1443,6 +1459,7 @@ void resild_cluster_fini(struct resild *d)
 	free(c->ans);
 	free(c->work);
 	free(c->ck_thr);
+	free(c->perr);
 	free(c->pend);
 	explicit_bzero(c->password, sizeof(c->password));
 	if (c->ssl)
@@ -1668,7 +1685,10 @@ static void tick_limit(struct tick_ctx *t, const struct resil_seg *s, const stru
 	tick_early(t, cs, a, calls, v[RESIL_STAT_REJ_LIMITED]);
 	q->limit = true;
 	q->rate = rate;
-	q->demand = cs->demand;
+	/* what the fleet gets from this host is bounded by what its
+	 * configuration allows: a demand past the rate asks no more (the
+	 * counters it comes from are any client's to write) */
+	q->demand = cs->demand < 0 ? 0 : cs->demand > rate ? rate : cs->demand;
 	q->applied = cs->applied;
 	/* what the fleet holds for this host while it is silent: the share
 	 * its clients fall back on (share only: local gives up the bound,
@@ -1807,6 +1827,9 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 		cs->gen = rec->gen;
 		cs->fb_tier = -1; /* none said yet */
 		cs->bh.fb_tier = -1;
+		pthread_mutex_lock(&c->lock);
+		memset(&c->perr[slot], 0, sizeof(c->perr[slot]));
+		pthread_mutex_unlock(&c->lock);
 	}
 	/* the answer of the last exchange, if it is for this policy */
 	pthread_mutex_lock(&c->lock);
@@ -1973,6 +1996,10 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 	       RESIL_MT_COUNTER, resil_mv_uint(calls));
 	cl_one(k, "resil_cluster_errors_total", "Failed connections and exchanges.",
 	       RESIL_MT_COUNTER, resil_mv_uint(errors));
+	k->family(k, "resil_cluster_script_errors_total",
+		  "Script calls that failed or answered garbage for one policy (the others "
+		  "untouched).",
+		  RESIL_MT_COUNTER);
 	cl_one(k, "resil_cluster_duplicate_runs",
 	       "Other daemons running now under this host id (--cluster-host): each counts as a "
 	       "host of its own.",
@@ -2024,12 +2051,17 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 		const struct resil_rec *rec = resil_seg_rec_of(&d->seg, sw);
 		char name[RESIL_NAME_MAX + 1];
 		struct resil_mlabel l = {"policy", name};
+		uint64_t perrs;
 
 		if (!cs->active || !rec || rec->gen != cs->gen)
 			continue;
 		/* the name as it is (the text sink escapes it) */
 		memcpy(name, rec->name, RESIL_NAME_MAX);
 		name[RESIL_NAME_MAX] = '\0';
+		pthread_mutex_lock(&c->lock);
+		perrs = c->perr[i].count;
+		pthread_mutex_unlock(&c->lock);
+		k->sample(k, "resil_cluster_script_errors_total", "", &l, 1, resil_mv_uint(perrs));
 		resild_cb_metrics(rec, &cs->cb, name, k);
 		if (resild_cbh_wants(rec)) {
 			resild_cbh_metrics(&cs->bh, name, now, k);
@@ -2134,7 +2166,51 @@ int resild_cluster_policy_info(struct resild *d, uint32_t slot, uint32_t gen,
 	out->parked = cs->bh.parked;
 	out->slots_lease_ns = cs->bh.expiry_ns ? cs->bh.expiry_ns - mono_ns() : 0;
 	out->slots_hosts = cs->bh.hosts;
+	out->keyed = resild_ck_wants(rec);
+	out->keyed_published = cs->ck.published;
+	out->keyed_charged = cs->ck.charged;
+	out->keyed_owing = cs->ck.debt_n;
+	out->fallback = out->limit ? cs->fb_tier : cs->bh.fb_tier;
+	out->fallback_share = cs->fb_share;
+	out->fallback_slots = cs->bh.fb_slots;
+	pthread_mutex_lock(&c->lock);
+	snprintf(out->error, sizeof(out->error), "%s", c->perr[slot].text);
+	out->errors = c->perr[slot].count;
+	pthread_mutex_unlock(&c->lock);
 	return 0;
+}
+
+void resild_cluster_fallback_text(const struct resild_cluster_policy *p, char *buf, size_t len)
+{
+	bool bh = !p->limit && p->bulkhead;
+
+	switch (p->fallback) {
+	case FB_HELD:
+		if (bh)
+			snprintf(buf, len, "its last share, %u slots, held by the fleet",
+				 p->fallback_slots);
+		else
+			snprintf(buf, len, "its last share, %.1f/s, held by the fleet",
+				 p->fallback_share);
+		break;
+	case FB_BASE:
+		if (bh)
+			snprintf(buf, len, "the fleet's max / its size: %u slots",
+				 p->fallback_slots);
+		else
+			snprintf(buf, len, "the fleet's rate / its size: %.1f/s",
+				 p->fallback_share);
+		break;
+	case FB_LOCAL:
+		snprintf(buf, len, "the whole %s here (local)", bh ? "bulkhead" : "rate");
+		break;
+	case FB_NONE:
+		snprintf(buf, len, "nothing: REJECT");
+		break;
+	default:
+		snprintf(buf, len, "%s", "");
+		break;
+	}
 }
 
 const char *resild_cluster_lease_lua(void)

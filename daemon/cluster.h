@@ -88,7 +88,17 @@ struct resild_cluster_policy {
 	uint32_t parked;	 /* slots parked here (not this host's to use) */
 	int64_t slots_lease_ns;	 /* until that lease expires (<= 0: expired) */
 	uint32_t slots_hosts;
+	char error[160]; /* its scripts' last error ("": they answered) */
+	uint64_t errors; /* its scripts' errors so far */
+	bool keyed;	 /* a global keyed limiter (cluster_keyed.c) */
+	uint64_t keyed_published, keyed_charged, keyed_owing;
+	int fallback;		 /* FB_* of cluster_priv.h: what its clients fall back on */
+	double fallback_share;	 /* per second (limit) */
+	uint32_t fallback_slots; /* (bulkhead) */
 };
+/* What a global policy's clients fall back on, in words ("held share
+ * 100.0/s until ...", "REJECT: no fleet size known", ...). */
+void resild_cluster_fallback_text(const struct resild_cluster_policy *p, char *buf, size_t len);
 /* 0, or -ENOENT when the daemon runs without --cluster-redis. */
 int resild_cluster_info(struct resild *d, struct resild_cluster_info *out);
 /* 0, or -ENOENT when the policy in slot (of that generation) is not a

@@ -346,6 +346,10 @@ void resild_cb_tick(const struct resil_seg *s, const struct resil_rec *rec,
 	if (!tokens_kind(bc)) {
 		q->budget = true;
 		resil_budget_window(st, now, &q->req, &q->rty);
+		/* counters any client can write: no host reports more than
+		 * 2^40 (a trillion calls in a window) */
+		q->req = q->req > (1ULL << 40) ? 1ULL << 40 : q->req;
+		q->rty = q->rty > (1ULL << 40) ? 1ULL << 40 : q->rty;
 		q->live_ms = 3 * iv_ms;
 		return;
 	}

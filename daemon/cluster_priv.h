@@ -94,6 +94,13 @@ struct cl_node {
 	redisContext *rc; /* NULL: not connected yet */
 };
 
+/* A policy's script that failed (cluster_rc.c, parsed_for): the thread
+ * writes it under the lock, status reads it. */
+struct cl_perr {
+	char text[160]; /* "": its scripts answered at the last round */
+	uint64_t count;
+};
+
 /* A command sent in this round, kept formatted until its reply is read:
  * a redirection sends it again to the node Redis names. */
 struct cl_pend {
@@ -200,6 +207,9 @@ struct resild_cluster {
 	uint64_t errors;
 	uint32_t dup_runs;   /* other daemons running under this host id (cluster_host.c) */
 	uint32_t hosts_live; /* runs that reported within three intervals */
+	struct cl_perr *perr; /* per slot: its scripts' last error */
+	char hosts_err[160];  /* the HOSTS call's last error ("": none) */
+	uint64_t script_errors;
 	int64_t rtt_ns;	     /* the longest round trip of the last RTT_WINDOW rounds */
 	bool rtt_too_long;   /* leases cannot cover it within --cluster-fallback-for */
 	_Atomic int64_t lease_len_ns; /* a lease's length now (the thread sets it) */

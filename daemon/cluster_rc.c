@@ -310,8 +310,92 @@ static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
 	return send_argv(c, 19, argv, NULL);
 }
 
+/* Errors that are the connection's, not a script's: the scripts gone
+ * (NOSCRIPT: reloaded at the reconnection), a replica, a node loading or
+ * cut off, a login refused. */
+static bool conn_error(const char *s)
+{
+	static const char *const words[] = {"NOSCRIPT",	  "READONLY",	 "LOADING",
+					    "MASTERDOWN", "CLUSTERDOWN", "NOAUTH",
+					    "WRONGPASS",  "NOPERM",	 "TRYAGAIN"};
+
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		if (strncmp(s, words[i], strlen(words[i])) == 0)
+			return true;
+	return false;
+}
+
+/* What failed on a connection, in words: a socket timeout says it. */
+static const char *io_error(const redisContext *rc, char *buf, size_t len)
+{
+	if (rc->err == REDIS_ERR_IO &&
+	    (rc->errstr[0] == '\0' || strstr(rc->errstr, "temporarily"))) {
+		snprintf(buf, len, "no answer within the timeout (Redis stalled or too slow)");
+		return buf;
+	}
+	return rc->errstr[0] ? rc->errstr : "connection lost";
+}
+
+/* r (freed), one script's reply for the policy name in slot (UINT32_MAX:
+ * none, the round's HOSTS call), parsed (ok) or not: an error reply or
+ * garbage is logged once per policy and text, counted, and kept for
+ * `resilctl status`; the connection stays. Returns ok. */
+static bool parsed_for(struct resild_cluster *c, redisReply *r, bool ok, const char *script,
+		       uint32_t slot, const char *name)
+{
+	char text[160];
+	bool said = false;
+
+	if (!ok) {
+		if (r->type == REDIS_REPLY_ERROR)
+			snprintf(text, sizeof(text), "the %s script failed: %.110s", script,
+				 r->str);
+		else
+			snprintf(text, sizeof(text),
+				 "the %s script answered what cannot be read (reply type %d)",
+				 script, r->type);
+		pthread_mutex_lock(&c->lock);
+		c->script_errors++;
+		if (slot < c->cap) {
+			struct cl_perr *e = &c->perr[slot];
+
+			said = strcmp(e->text, text) == 0;
+			snprintf(e->text, sizeof(e->text), "%s", text);
+			e->count++;
+		} else {
+			said = strcmp(c->hosts_err, text) == 0;
+			snprintf(c->hosts_err, sizeof(c->hosts_err), "%s", text);
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (!said && name)
+			log_error("cluster: policy %s: %s; this policy runs on its last answer, "
+				  "then its fallback, until it answers again; the others are "
+				  "untouched",
+				  name, text);
+		else if (!said)
+			log_error("cluster: the fleet's hosts: %s; the hosts' count and the check "
+				  "for a duplicate host id wait",
+				  text);
+	}
+	freeReplyObject(r);
+	return ok;
+}
+
+/* A policy whose every script answered: a past error is over. */
+static void policy_answered(struct resild_cluster *c, uint32_t slot, const char *name)
+{
+	bool was;
+
+	pthread_mutex_lock(&c->lock);
+	was = c->perr[slot].text[0] != '\0';
+	c->perr[slot].text[0] = '\0';
+	pthread_mutex_unlock(&c->lock);
+	if (was)
+		log_notice("cluster: policy %s: its scripts answer again", name);
+}
+
 /* The next reply of this round's commands, redirections followed; NULL:
- * logged, disconnected. */
+ * the connection failed (logged, disconnected). */
 static redisReply *next_reply(struct resild_cluster *c, const char *name, const char *what)
 {
 	redisReply *r = NULL;
@@ -327,7 +411,7 @@ static redisReply *next_reply(struct resild_cluster *c, const char *name, const 
 	if (redisGetReply(p.rc, (void **)&r) != REDIS_OK || !r) {
 		set_error(c, "Redis at %s: %s",
 			  p.rc == c->rc ? where(c, w, sizeof(w)) : "a cluster node",
-			  p.rc->errstr[0] ? p.rc->errstr : "connection lost");
+			  io_error(p.rc, w, sizeof(w)));
 		redisFreeCommand(p.cmd);
 		disconnect(c);
 		return NULL;
@@ -341,13 +425,14 @@ static redisReply *next_reply(struct resild_cluster *c, const char *name, const 
 		disconnect(c);
 		return NULL;
 	}
-	if (r->type == REDIS_REPLY_ERROR) {
-		set_error(c, "Redis at %s: the %s script failed for %s: %s", where(c, w, sizeof(w)),
-			  what, name, r->str);
+	if (r->type == REDIS_REPLY_ERROR && conn_error(r->str)) {
+		set_error(c, "Redis at %s: the %s script for %s: %s", where(c, w, sizeof(w)), what,
+			  name, r->str);
 		freeReplyObject(r);
-		disconnect(c); /* NOSCRIPT included: reconnecting reloads it */
+		disconnect(c); /* NOSCRIPT: reconnecting reloads the scripts */
 		return NULL;
 	}
+	/* any other error is this script's for this policy: parsed_for() */
 	return r;
 }
 
@@ -385,22 +470,10 @@ static bool append_ck(struct resild_cluster *c, const struct xreq *q, uint32_t s
 
 /* A script's reply r, parsed (ok), is freed; one that was garbage closes
  * the connection with an error naming the script. false: logged, closed. */
-static bool parsed(struct resild_cluster *c, redisReply *r, bool ok, const char *script)
-{
-	char w[URL_MAX + 16];
-
-	if (!ok)
-		set_error(c, "Redis at %s answered the %s script with garbage (reply type %d)",
-			  where(c, w, sizeof(w)), script, r->type);
-	freeReplyObject(r);
-	if (!ok)
-		disconnect(c);
-	return ok;
-}
-
-/* The reply of append_ck's command into a; false: logged, closed. */
+/* The reply of append_ck's command into a; false: the connection is
+ * gone (a reply this policy's script got wrong leaves a not fresh). */
 static bool read_ck(struct resild_cluster *c, const struct xreq *q, uint32_t slot,
-		    struct resild_ck_ans *a)
+		    struct resild_ck_ans *a, bool *bad)
 {
 	redisReply *r;
 
@@ -408,23 +481,32 @@ static bool read_ck(struct resild_cluster *c, const struct xreq *q, uint32_t slo
 		return true;
 	if (!(r = next_reply(c, q->name, "keyed")))
 		return false;
-	return parsed(c, r, resild_ck_parse(r, &c->ck_thr[slot], a), "keyed");
+	*bad |= !parsed_for(c, r,
+			    r->type != REDIS_REPLY_ERROR && resild_ck_parse(r, &c->ck_thr[slot], a),
+			    "keyed", slot, q->name);
+	return true;
 }
 
-/* The replies of append_cb's commands into a; false: logged, closed. */
-static bool read_cb(struct resild_cluster *c, const struct xreq *q, struct resild_cb_ans *a)
+/* The replies of append_cb's commands into a; false: the connection is
+ * gone. */
+static bool read_cb(struct resild_cluster *c, const struct xreq *q, uint32_t slot,
+		    struct resild_cb_ans *a, bool *bad)
 {
 	redisReply *r;
 
 	if (q->cb.budget) {
-		if (!(r = next_reply(c, q->name, "budget")) ||
-		    !parsed(c, r, resild_cb_parse_budget(r, &q->cb, a), "budget"))
+		if (!(r = next_reply(c, q->name, "budget")))
 			return false;
+		*bad |= !parsed_for(
+		    c, r, r->type != REDIS_REPLY_ERROR && resild_cb_parse_budget(r, &q->cb, a),
+		    "budget", slot, q->name);
 	}
 	if (q->cb.conf) {
-		if (!(r = next_reply(c, q->name, "conf")) ||
-		    !parsed(c, r, resild_cb_parse_conf(r, a), "configuration"))
+		if (!(r = next_reply(c, q->name, "conf")))
 			return false;
+		*bad |=
+		    !parsed_for(c, r, r->type != REDIS_REPLY_ERROR && resild_cb_parse_conf(r, a),
+				"configuration", slot, q->name);
 	}
 	return true;
 }
@@ -484,12 +566,20 @@ static void exchange(struct resild_cluster *c, bool early)
 	if (hello) {
 		redisReply *r = next_reply(c, "the fleet's hosts", "hosts");
 
-		if (!r || !parsed(c, r, cl_hosts_parse(c, r), "hosts"))
+		if (!r)
 			return;
+		parsed_for(c, r, r->type != REDIS_REPLY_ERROR && cl_hosts_parse(c, r), "hosts",
+			   UINT32_MAX, NULL);
 	}
+	/* Every reply is read, in order, whatever the one before it said: a
+	 * script that fails or answers garbage for one policy leaves that
+	 * part of that policy's answer not fresh (it runs on what it has,
+	 * then its fallback), logged and counted, and touches no other
+	 * policy; only a connection that fails ends the round. */
 	for (uint32_t i = 0; i < last; i++) {
 		struct xreq *q = &c->work[i];
 		struct xans a = {.gen = q->gen};
+		bool bad = false;
 		redisReply *r;
 
 		if (!q->active)
@@ -497,32 +587,45 @@ static void exchange(struct resild_cluster *c, bool early)
 		if (q->limit) {
 			if (!(r = next_reply(c, q->name, "lease")))
 				return;
-			if (!parsed(c, r, parse_answer(r, &a), "lease"))
-				return;
-			a.fresh = !q->ack; /* an acknowledgement grants nothing */
-			a.expiry_ns = t0 + lease_ns(c);
-			a.sent_ns = t0;
+			if (parsed_for(c, r, r->type != REDIS_REPLY_ERROR && parse_answer(r, &a),
+				       "lease", i, q->name)) {
+				a.fresh = !q->ack; /* an acknowledgement grants nothing */
+				a.expiry_ns = t0 + lease_ns(c);
+				a.sent_ns = t0;
+			} else {
+				bad = true;
+			}
 		}
 		if (q->breaker) {
 			if (!(r = next_reply(c, q->name, "breaker")))
 				return;
-			if (!parsed(c, r, parse_breaker(r, &a), "breaker"))
-				return;
-			a.bk_until_ns = t0 + hold_ns(c);
+			if (parsed_for(c, r, r->type != REDIS_REPLY_ERROR && parse_breaker(r, &a),
+				       "breaker", i, q->name))
+				a.bk_until_ns = t0 + hold_ns(c);
+			else
+				bad = true;
+			if (bad)
+				a.bk_fresh = false;
 		}
-		if (!read_cb(c, q, &a.cb) || !read_ck(c, q, i, &a.ck))
+		if (!read_cb(c, q, i, &a.cb, &bad) || !read_ck(c, q, i, &a.ck, &bad))
 			return;
 		if (q->bh.on) {
 			if (!(r = next_reply(c, q->name, "bulkhead")))
 				return;
-			if (!parsed(c, r, resild_cbh_parse(r, &a.bh), "bulkhead"))
-				return;
-			a.bh.fresh = true;
-			/* an interval before Redis' end: a call shorter than an
-			 * interval is over before the slots go elsewhere */
-			a.bh.expiry_ns = t0 + lease_ns(c) - c->interval_ns;
-			a.bh.sent_ns = t0;
+			if (parsed_for(c, r,
+				       r->type != REDIS_REPLY_ERROR && resild_cbh_parse(r, &a.bh),
+				       "bulkhead", i, q->name)) {
+				a.bh.fresh = true;
+				/* an interval before Redis' end: a call shorter than
+				 * an interval is over before the slots go elsewhere */
+				a.bh.expiry_ns = t0 + lease_ns(c) - c->interval_ns;
+				a.bh.sent_ns = t0;
+			} else {
+				bad = true;
+			}
 		}
+		if (!bad)
+			policy_answered(c, i, q->name);
 		resild_ck_free_req(&q->ck);
 		pthread_mutex_lock(&c->lock);
 		if (!early) {
@@ -550,7 +653,7 @@ static void exchange(struct resild_cluster *c, bool early)
 				   (uint64_t)q->cb.budget + (uint64_t)q->cb.conf +
 				   (uint64_t)q->bh.on + (uint64_t)q->ck.on;
 		pthread_mutex_unlock(&c->lock);
-		ok++;
+		ok += !bad;
 	}
 	if (ok == n)
 		cl_rtt_note(c, mono_ns() - t0);

@@ -1465,6 +1465,10 @@ struct cluster_status {
 	struct resild_cluster_info ci;
 	uint32_t n;
 	char (*hosts)[sizeof(((struct resild_cluster_policy *)0)->conflict_host)];
+	struct {
+		char error[160];
+		char fallback[96];
+	} * texts;
 	Resil__ClusterPolicy *pp[];
 };
 
@@ -1503,6 +1507,16 @@ static int cluster_policy_one(const struct resil_seg *s, uint32_t slot, const st
 	p->slots_max = cp.max;
 	p->slots_lease_ms = cp.slots_lease_ns / RESIL_NS_PER_MS;
 	p->parked = cp.parked;
+	p->keyed = cp.keyed;
+	p->keyed_published = cp.keyed_published;
+	p->keyed_charged = cp.keyed_charged;
+	p->keyed_owing = cp.keyed_owing;
+	p->script_errors = cp.errors;
+	/* the copies outlive this call: cs is freed after packing */
+	snprintf(cs->texts[cs->n].error, sizeof(cs->texts[0].error), "%s", cp.error);
+	p->error = cs->texts[cs->n].error;
+	resild_cluster_fallback_text(&cp, cs->texts[cs->n].fallback, sizeof(cs->texts[0].fallback));
+	p->fallback_text = cs->texts[cs->n].fallback;
 	cs->pp[cs->n++] = p;
 	return 0;
 }
@@ -1518,11 +1532,13 @@ static struct cluster_status *cluster_status(struct resild *d)
 
 	if (!d->cluster)
 		return NULL;
-	cs = calloc(1, sizeof(*cs) + cap * (sizeof(Resil__ClusterPolicy *) +
-					    sizeof(Resil__ClusterPolicy) + sizeof(cs->hosts[0])));
+	cs = calloc(1, sizeof(*cs) +
+			   cap * (sizeof(Resil__ClusterPolicy *) + sizeof(Resil__ClusterPolicy) +
+				  sizeof(cs->hosts[0]) + sizeof(cs->texts[0])));
 	if (!cs)
 		return NULL;
 	cs->hosts = (void *)((Resil__ClusterPolicy *)(cs->pp + cap) + cap);
+	cs->texts = (void *)(cs->hosts + cap);
 	if (resild_cluster_info(d, &cs->ci) < 0) {
 		free(cs);
 		return NULL;
