@@ -283,7 +283,7 @@ int main(void)
 	CHECK(TEST_EVENTUALLY(conflict_seen()), "host D and host A report the conflict");
 	CHECK(TEST_EVENTUALLY(status_conflict()),
 	      "resilctl status on D and A: a conflict line for g, and its fields in --json");
-	CHECK(status_has(1, true, "{\"name\":\"q\",\"conflicts\":0}"),
+	CHECK(status_has(1, true, "{\"name\":\"q\",\"conflicts\":0,"),
 	      "no conflict for q: every host runs the same ratio budget");
 
 	for (int h = 0; h <= HOSTS; h++) {
