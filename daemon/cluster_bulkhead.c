@@ -38,7 +38,8 @@
  * slots, parked or free, chosen as cluster.c's "The fallback" says: with
  * --cluster-fallback share the host's last share, which the script holds
  * for a silent host (the fallback it reports, f) for --cluster-fallback-for
- * after its last report, and the fallback ends then on the host too; then
+ * after its last report, and the fallback ends on the host an interval
+ * before (as the lease: calls shorter than that are over by then); then
  * max / N (--cluster-hosts: the script reserves that for every host it
  * does not see), else none. A claim below sure_slots reads no clock, so
  * sure_slots is at most what is still allowed past the fallback's end
@@ -192,6 +193,11 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 	if (known > *fleet_seen)
 		*fleet_seen = known;
 	cl_fallback_of(c, cs->ok_ns, known, now, &f);
+	/* an interval before the fleet lets the share go, as the lease's
+	 * end: a call shorter than an interval, admitted before it, is over
+	 * before the slots are granted elsewhere */
+	if (f.tier == FB_HELD)
+		f.until_ns -= c->interval_ns;
 	base = f.hosts ? max / f.hosts : 0;
 	switch (f.tier) {
 	case FB_LOCAL:
