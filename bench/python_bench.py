@@ -381,7 +381,7 @@ def gunicorn_rps():
         end = time.monotonic() + 10
         while True:
             try:
-                resil.open(sock).close()
+                resil.open(sock, pending=False).close()
                 break
             except resil.Error:
                 if time.monotonic() > end:

@@ -503,8 +503,9 @@ class Resil(_resil.Handle):
     survives fork (children claim their own client row)."""
 
     def policy(self, name: str, **options: Any) -> Policy:
-        """A handle to the policy `name` (resil.Error ENOENT if unknown);
-        options: see `Policy`."""
+        """A handle to the policy `name` (resil.Error ENOENT if unknown to
+        an attached handle; a pending handle admits on a name it was not
+        given until it attaches); options: see `Policy`."""
         return Policy(self, name, **options)
 
     def set_clock(self, now: Optional[float]) -> None:
@@ -553,11 +554,24 @@ class Resil(_resil.Handle):
         self.close()
 
 
-def open(socket: Optional[str] = None) -> Resil:  # noqa: A001 (the API's name)
-    """Connect to resild: `socket`, else $RESIL_SOCKET, else
-    /run/resild/control.sock. resil.Error (ECONNREFUSED, ENOENT, ETIMEDOUT)
-    with the reason when the daemon is not there."""
-    return Resil(socket)
+def open(socket: Optional[str] = None, *,  # noqa: A001 (the API's name)
+         pending: bool = True) -> Resil:
+    """A handle on resild at `socket`, else $RESIL_SOCKET, else
+    /run/resild/control.sock.
+
+    pending=True (the default): succeeds whether resild runs or not, so a
+    worker that starts while the daemon is away starts. Until the process
+    reaches resild, `define` is remembered and each policy decides by its
+    `policy.fallback` (local: the process's own copy of the declared
+    policy; admit; reject); the library finds resild in the background of
+    a decision (a connect attempt at most once a second), then declares
+    what was remembered and every policy moves to the fleet's shared state
+    by itself. `Resil.attached` says which. resil.Error only for what
+    waiting cannot mend (EACCES: the socket's group).
+
+    pending=False: resil.Error (ECONNREFUSED, ENOENT, ETIMEDOUT) with the
+    reason when the daemon is not there."""
+    return Resil(socket, pending=pending)
 
 
 def open_embedded(*, slots: int = 0, clients: int = 0, state_size: int = 0) -> Resil:

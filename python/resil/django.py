@@ -79,10 +79,13 @@ _policies: Dict[str, resil.Policy] = {}
 def handle() -> resil.Resil:
     """This process's resil handle, opened from settings.RESIL on first use
     ({"socket": PATH} or {"embedded": True}; default: $RESIL_SOCKET, then
-    /run/resild/control.sock). Opened before a fork (gunicorn --preload),
-    it serves the workers too. A test facility: {"clock_file": PATH} puts
-    the handle on the manual clock in that file (Resil.set_clock_file), so
-    the test moves the time of every worker."""
+    /run/resild/control.sock). The handle is pending (resil.open): a
+    worker booting while resild is away boots, and its policies decide by
+    their policy.fallback until it attaches; {"pending": False} makes the
+    boot fail instead. Opened before a fork (gunicorn --preload), it serves
+    the workers too. A test facility: {"clock_file": PATH} puts the handle
+    on the manual clock in that file (Resil.set_clock_file), so the test
+    moves the time of every worker."""
     global _handle
     with _lock:
         if _handle is None:
@@ -90,7 +93,7 @@ def handle() -> resil.Resil:
             if conf.get("embedded"):
                 h = resil.open_embedded()
             else:
-                h = resil.open(conf.get("socket"))
+                h = resil.open(conf.get("socket"), pending=conf.get("pending", True))
             if conf.get("clock_file"):
                 h.set_clock_file(conf["clock_file"])
             _handle = h

@@ -175,16 +175,17 @@ fail:
 
 static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"socket", "embedded", "slots", "clients", "state_size", NULL};
+	static char *kwlist[] = {"socket",  "embedded",	  "pending", "slots",
+				 "clients", "state_size", NULL};
 	const char *socket = NULL;
-	int embedded = 0;
+	int embedded = 0, pending = 0;
 	unsigned int slots = 0, clients = 0;
 	unsigned long long state_size = 0;
 	HandleObject *h;
 	int err;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|z$pIIK", kwlist, &socket, &embedded, &slots,
-					 &clients, &state_size))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|z$ppIIK", kwlist, &socket, &embedded, &pending,
+					 &slots, &clients, &state_size))
 		return NULL;
 	h = (HandleObject *)type->tp_alloc(type, 0);
 	if (!h)
@@ -198,9 +199,15 @@ static PyObject *Handle_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		err = resil_open_embedded(&h->r, &o);
 		Py_END_ALLOW_THREADS
 	} else {
+		/* pending: succeeds whether resild runs or not, deciding by
+		 * each policy's fallback until it attaches */
+		struct resil_open_opts o = {.size = sizeof(o),
+					    .socket_path = socket,
+					    .flags = pending ? RESIL_OPEN_PENDING : 0};
+
 		/* bounded (-ETIMEDOUT), but a connect and a handshake: no GIL */
 		Py_BEGIN_ALLOW_THREADS
-		err = resil_open(&h->r, socket);
+		err = resil_open_ex(&h->r, &o);
 		Py_END_ALLOW_THREADS
 	}
 	if (err < 0) {
@@ -273,13 +280,6 @@ static PyObject *Handle_define(HandleObject *h, PyObject *args)
 
 	if (!PyArg_ParseTuple(args, "ss:define", &name, &config))
 		return NULL;
-	/* a declaration that says nothing is a mistake (a variable that was
-	 * never set), not a request for every default */
-	if (!config[strspn(config, " \t\r\n;")])
-		return raise_words(
-		    EINVAL, PyUnicode_FromFormat("%s: an empty configuration (say at least one "
-						 "key = value)",
-						 name));
 	HANDLE_OPEN(h);
 	r = handle_enter(h);
 	Py_BEGIN_ALLOW_THREADS
@@ -443,6 +443,13 @@ static PyObject *Handle_manual_clock(HandleObject *h, void *unused)
 	return PyBool_FromLong(h->manual != NULL && HANDLE_LIVE(h));
 }
 
+/* attached: decisions are made in resild's segments (False: pending,
+ * embedded, or closed). */
+static PyObject *Handle_attached(HandleObject *h, void *unused)
+{
+	return PyBool_FromLong(HANDLE_LIVE(h) && resil_attached(h->r) == 1);
+}
+
 /* set_random(u64): every draw returns it (exact jitter in tests);
  * set_random(None): the library's generator again. */
 static PyObject *Handle_set_random(HandleObject *h, PyObject *arg)
@@ -490,6 +497,8 @@ static PyMethodDef Handle_methods[] = {
 
 static PyGetSetDef Handle_getset[] = {
     {"manual_clock", (getter)Handle_manual_clock, NULL, "True under a manual clock.", NULL},
+    {"attached", (getter)Handle_attached, NULL,
+     "True when decisions are made in resild's segments (False: pending, embedded, closed).", NULL},
     {NULL}};
 
 static PyMemberDef Handle_members[] = {
@@ -568,13 +577,8 @@ static PyObject *Policy_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return NULL;
 	HANDLE_OPEN(h);
 	err = resil_policy(h->r, name, &p);
-	if (err == -ENOENT && !*resil_last_error())
-		return raise_words(ENOENT, PyUnicode_FromFormat(
-					       "policy '%s' does not exist (define() it first, or "
-					       "resilctl create)",
-					       name));
-	if (err < 0)
-		return raise_errno(err, name);
+	if (err < 0) /* the library's words name the policy */
+		return raise_errno(err, *resil_last_error() ? NULL : name);
 	po = (PolicyObject *)type->tp_alloc(type, 0);
 	if (!po)
 		return NULL;
@@ -766,6 +770,21 @@ static PyObject *Policy_state(PolicyObject *po, PyObject *unused)
 	return PyLong_FromLong(s);
 }
 
+/* pending_stats() -> (admitted, rejected): the calls this process decided
+ * on the policy by its fallback while it was pending. */
+static PyObject *Policy_pending_stats(PolicyObject *po, PyObject *unused)
+{
+	struct resil_pending_stats st;
+	int err;
+
+	HANDLE_OPEN(po->h);
+	err = resil_policy_pending_stats(po->p, &st);
+	if (err < 0)
+		return raise_errno(err, resil_policy_name(po->p));
+	return Py_BuildValue("(KK)", (unsigned long long)st.admitted,
+			     (unsigned long long)st.rejected);
+}
+
 static PyObject *Policy_may_wait(PolicyObject *po, PyObject *unused)
 {
 	int w;
@@ -885,6 +904,8 @@ static PyMethodDef Policy_methods[] = {
      "acquire(key=None, *, critical=False) -> Permit: admit one call or raise a "
      "resil.Rejected subclass. Use it in a with block, or call permit.release()."},
     {"state", (PyCFunction)Policy_state, METH_NOARGS, "The breaker's state (STATE_*)."},
+    {"pending_stats", (PyCFunction)Policy_pending_stats, METH_NOARGS,
+     "(admitted, rejected): calls decided by the policy's fallback while pending."},
     {"may_wait", (PyCFunction)Policy_may_wait, METH_NOARGS,
      "True if an acquire may sleep (bulkhead.wait, limit.wait)."},
     {"outcome_http", (PyCFunction)Policy_outcome_http, METH_O,

@@ -129,7 +129,7 @@ class Resild:
 
         def up():
             try:
-                resil.open(self.sock).close()
+                resil.open(self.sock, pending=False).close()
                 return True
             except resil.Error:
                 assert self.proc.poll() is None, open(self.d / "resild.log").read()

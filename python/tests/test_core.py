@@ -35,17 +35,42 @@ def test_version():
 # ---- bad input: a clear resil.Error, never a crash ----
 
 def test_daemon_not_running(tmp_path):
+    """pending=False keeps the error; the default, a pending handle,
+    decides by each policy's fallback instead (local: the process's own
+    copy of what it declared)."""
+    sock = str(tmp_path / "no-such.sock")
     with pytest.raises(resil.Error) as e:
-        resil.open(str(tmp_path / "no-such.sock"))
+        resil.open(sock, pending=False)
     assert e.value.errno in (errno.ENOENT, errno.ECONNREFUSED)
     assert e.value.strerror
+    h = resil.open(sock)
+    assert not h.attached
+    h.define("away", "limit.rate = 1/1h; limit.burst = 2")
+    p = h.policy("away")
+    p.acquire().release()
+    with p.acquire():
+        pass
+    with pytest.raises(resil.RateLimited) as e:
+        p.acquire()
+    assert e.value.retry_after > 0
+    assert p.pending_stats() == (2, 1)
+
+    @h.policy("away-too").guard   # declared nowhere: admitted until attached
+    def work(x):
+        return x * 2
+    assert work(21) == 42
+    with pytest.raises(resil.Error) as e:
+        h.define("away", "")
+    assert e.value.errno == errno.EINVAL
+    h.close()
+    assert not h.attached
 
 
 def test_unknown_policy(r):
     with pytest.raises(resil.Error) as e:
         r.policy("nope")
     assert e.value.errno == errno.ENOENT
-    assert "policy 'nope' does not exist" in str(e.value)
+    assert "no policy named nope" in str(e.value)   # the library's words
     assert "No such file" not in str(e.value)
 
 

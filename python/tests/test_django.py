@@ -50,7 +50,7 @@ def fleet(request, tmp_path_factory):
     dep = Dependency()
     clock = None
     try:
-        clock = resil.open(daemon.sock)
+        clock = resil.open(daemon.sock, pending=False)
         clock.set_clock_file(str(d / "clock"), time.monotonic() + 3600)
         env = djapp_env(daemon, d, DJAPP_DEP_URL=dep.url, DJAPP_CLOCK_FILE=str(d / "clock"))
         cmd = [sys.executable, "-m", "gunicorn", "-w", str(WORKERS), "-k", "sync",
@@ -140,7 +140,7 @@ class Events:
                                       *names], stdout=subprocess.PIPE, text=True)
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
-        self.h = resil.open(sock)
+        self.h = resil.open(sock, pending=False)
 
     def _read(self):
         for line in self.proc.stdout:

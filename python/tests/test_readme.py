@@ -46,7 +46,7 @@ def daemon(tmp_path_factory):
     end = time.monotonic() + 10
     while True:
         try:
-            resil.open(sock).close()
+            resil.open(sock, pending=False).close()
             break
         except resil.Error:
             assert time.monotonic() < end, "resild does not answer"

@@ -33,7 +33,7 @@ def fleet(request, tmp_path):
     daemon = Resild(tmp_path)
     clock = None
     try:
-        clock = resil.open(daemon.sock)
+        clock = resil.open(daemon.sock, pending=False)
         clock.set_clock_file(str(tmp_path / "clock"), time.monotonic() + 3600)
         env = djapp_env(daemon, tmp_path, DJAPP_CLOCK_FILE=str(tmp_path / "clock"))
         cmd = [exe, "--plugin", "python3", "--master", "--processes", str(WORKERS),
