@@ -33,7 +33,8 @@ def whoami(request):
     # a request takes a little while, as real ones do: concurrent clients
     # then find the other workers accepting (sync workers serve one at a time)
     time.sleep(0.005)
-    return JsonResponse({"pid": os.getpid(), "ip": resil.django.client_ip(request)})
+    return JsonResponse({"pid": os.getpid(), "ip": resil.django.client_ip(request),
+                         "attached": resil.django.handle().attached})
 
 
 def ping(request):
