@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * permit.c - Resil\Policy::acquire and Resil\Permit: the decision from
+ * PHP. One C call into libresil per decision, one small object per
+ * admitted call; nothing else is allocated, nothing is looked up by name.
+ *
+ * The outcome of a permit nobody reported. A Permit released by neither
+ * success() nor failure() reports, when PHP destroys it:
+ *   - a failure if an exception is unwinding the frame that held it
+ *     (EG(exception) is set while a throwing function's variables are
+ *     destroyed), or if the script died: an uncaught exception (reported
+ *     as a fatal error before the globals are destroyed) or a fatal error
+ *     (PHP then skips destructors: free_obj releases what is still held);
+ *   - a success otherwise (the scope that held it ended normally).
+ * So a permit is never leaked: a bulkhead slot comes back with the
+ * request that took it, whatever way the request ends, and a worker
+ * killed while holding one is resild's to reclaim (its client row).
+ */
+#include <php.h>
+#include <zend_exceptions.h>
+
+#include "php_resil.h"
+
+typedef struct {
+	resil_policy_t *p; /* while held; NULL once released (or never admitted) */
+	resil_permit_t permit;
+	zend_object std;
+} php_resil_permit;
+
+static zend_object_handlers permit_handlers;
+
+static inline php_resil_permit *permit_of(zend_object *o)
+{
+	return (php_resil_permit *)((char *)o - XtOffsetOf(php_resil_permit, std));
+}
+
+static zend_object *permit_create(zend_class_entry *ce)
+{
+	php_resil_permit *pm = zend_object_alloc(sizeof(*pm), ce);
+
+	zend_object_std_init(&pm->std, ce);
+	pm->std.handlers = &permit_handlers;
+	return &pm->std;
+}
+
+/* Is the permit being destroyed because the code that held it failed? */
+static bool dying(void)
+{
+	if (EG(exception) || CG(unclean_shutdown))
+		return true;
+	/* an uncaught exception or a fatal error was reported in this
+	 * request: the script is over, its globals are being destroyed */
+	return (PG(last_error_type) & (E_ERROR | E_CORE_ERROR | E_COMPILE_ERROR | E_USER_ERROR |
+				       E_RECOVERABLE_ERROR | E_PARSE)) != 0;
+}
+
+static void permit_give_back(php_resil_permit *pm, int outcome)
+{
+	resil_policy_t *p = pm->p;
+
+	pm->p = NULL;
+	resil_release(p, &pm->permit, outcome);
+}
+
+static void permit_dtor(zend_object *o)
+{
+	php_resil_permit *pm = permit_of(o);
+
+	if (pm->p)
+		permit_give_back(pm, dying() ? RESIL_FAILURE : RESIL_SUCCESS);
+}
+
+static void permit_free(zend_object *o)
+{
+	php_resil_permit *pm = permit_of(o);
+
+	/* destructors were skipped (a fatal error): the request died */
+	if (pm->p)
+		permit_give_back(pm, RESIL_FAILURE);
+	zend_object_std_dtor(o);
+}
+
+ZEND_METHOD(Resil_Policy, acquire)
+{
+	zend_string *key = NULL;
+	resil_policy_t *p;
+	php_resil_permit *pm;
+	zend_object *o;
+	int v;
+
+	ZEND_PARSE_PARAMETERS_START(0, 1)
+	Z_PARAM_OPTIONAL
+	Z_PARAM_STR_OR_NULL(key)
+	ZEND_PARSE_PARAMETERS_END();
+	p = php_resil_policy_of(Z_OBJ_P(ZEND_THIS))->p;
+	o = permit_create(resil_permit_ce);
+	pm = permit_of(o);
+	/* the decision is made into the object's own permit: no copy */
+	if (key)
+		v = resil_acquire_key(p, ZSTR_VAL(key), ZSTR_LEN(key), &pm->permit);
+	else
+		v = resil_acquire(p, &pm->permit);
+	if (EXPECTED(v == RESIL_ADMIT)) {
+		pm->p = p;
+		RETURN_OBJ(o);
+	}
+	if (v > 0)
+		php_resil_throw_rejected(p, v, &pm->permit, NULL);
+	else
+		php_resil_throw_errno(v, resil_policy_name(p));
+	OBJ_RELEASE(o);
+	RETURN_THROWS();
+}
+
+ZEND_METHOD(Resil_Permit, __construct)
+{
+	ZEND_PARSE_PARAMETERS_NONE();
+}
+
+static void permit_report(zend_execute_data *execute_data, int outcome)
+{
+	php_resil_permit *pm = permit_of(Z_OBJ_P(ZEND_THIS));
+
+	if (UNEXPECTED(!pm->p)) {
+		zend_throw_error(NULL, "Resil\\Permit: already released");
+		return;
+	}
+	permit_give_back(pm, outcome);
+}
+
+ZEND_METHOD(Resil_Permit, success)
+{
+	ZEND_PARSE_PARAMETERS_NONE();
+	permit_report(execute_data, RESIL_SUCCESS);
+}
+
+ZEND_METHOD(Resil_Permit, failure)
+{
+	ZEND_PARSE_PARAMETERS_NONE();
+	permit_report(execute_data, RESIL_FAILURE);
+}
+
+ZEND_METHOD(Resil_Permit, ignore)
+{
+	ZEND_PARSE_PARAMETERS_NONE();
+	permit_report(execute_data, RESIL_IGNORED);
+}
+
+ZEND_METHOD(Resil_Permit, release)
+{
+	zend_long outcome;
+
+	ZEND_PARSE_PARAMETERS_START(1, 1)
+	Z_PARAM_LONG(outcome)
+	ZEND_PARSE_PARAMETERS_END();
+	if (outcome != RESIL_SUCCESS && outcome != RESIL_FAILURE && outcome != RESIL_IGNORED) {
+		zend_argument_value_error(1, "must be Resil\\Permit::SUCCESS, "
+					     "Resil\\Permit::FAILURE or Resil\\Permit::IGNORED");
+		RETURN_THROWS();
+	}
+	permit_report(execute_data, (int)outcome);
+}
+
+ZEND_METHOD(Resil_Permit, releaseHttp)
+{
+	php_resil_permit *pm = permit_of(Z_OBJ_P(ZEND_THIS));
+	zend_long status;
+
+	ZEND_PARSE_PARAMETERS_START(1, 1)
+	Z_PARAM_LONG(status)
+	ZEND_PARSE_PARAMETERS_END();
+	if (status < 100 || status > 999) {
+		zend_argument_value_error(1, "must be an HTTP status (100 to 999)");
+		RETURN_THROWS();
+	}
+	if (!pm->p) {
+		zend_throw_error(NULL, "Resil\\Permit: already released");
+		RETURN_THROWS();
+	}
+	permit_give_back(pm, resil_outcome_http(pm->p, (int)status));
+}
+
+void php_resil_permit_minit(void)
+{
+	resil_permit_ce->create_object = permit_create;
+	memcpy(&permit_handlers, zend_get_std_object_handlers(), sizeof(permit_handlers));
+	permit_handlers.offset = XtOffsetOf(php_resil_permit, std);
+	permit_handlers.dtor_obj = permit_dtor;
+	permit_handlers.free_obj = permit_free;
+	permit_handlers.clone_obj = NULL;
+}
