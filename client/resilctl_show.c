@@ -105,17 +105,29 @@ static void show_cluster_json(const Resil__PolicyInfo *p)
 		put_stat(p, "cluster_fleet_open", "fleet_open");
 		put_stat(p, "cluster_fleet_calls", "fleet_calls");
 	}
+	put_stat(p, "cluster_keyed_charged", "keyed_charged");
+	put_stat(p, "cluster_keyed_owing", "keyed_owing");
+	put_stat(p, "cluster_conflicts", "conflicts");
+	put_stat(p, "cluster_script_errors", "script_errors");
 	printf("}");
 }
 
 static void show_cluster_text(const Resil__PolicyInfo *p)
 {
 	int64_t v, conn, last = -1, lease = 0, demand = 0, hosts = 0, gen = 0, calls = 0;
+	int64_t conflicts = 0, failing = 0;
 
 	if (!stat_of(p, "cluster_connected", &conn))
 		return;
 	stat_of(p, "cluster_last_exchange_ms", &last);
-	printf("cluster     %s", conn ? "in sync" : "NOT CONNECTED to Redis");
+	stat_of(p, "cluster_conflicts", &conflicts);
+	stat_of(p, "cluster_failing", &failing);
+	/* in sync only when nothing says otherwise */
+	printf("cluster     %s", !conn ? "NOT CONNECTED to Redis"
+				 : conflicts
+				     ? "CONFLICT: another configuration runs under this name"
+				 : failing ? "SCRIPT FAILING for this policy (resilctl status)"
+					   : "in sync");
 	if (last >= 0)
 		printf(", last exchange %" PRId64 " ms ago\n", last);
 	else
@@ -147,6 +159,14 @@ static void show_cluster_text(const Resil__PolicyInfo *p)
 		printf("  fleet     breaker %s%s (opens %" PRId64 "), %" PRId64
 		       " calls in the fleet's window\n",
 		       fleet_word(v), v == 2 ? ": this host probes for the fleet" : "", gen, calls);
+	}
+	if (stat_of(p, "cluster_keyed_charged", &v)) {
+		int64_t owing = 0;
+
+		stat_of(p, "cluster_keyed_owing", &owing);
+		printf("  keyed     each host the whole per-key limit, %" PRId64
+		       " admissions of other hosts charged here, %" PRId64 " keys owing\n",
+		       v, owing);
 	}
 }
 

@@ -322,8 +322,10 @@ const char LEASE_LUA[] =
  * own breaker's half-open spends them); the others hold. Its probes
  * passed: the fleet closes and every host closes on its next answer; they
  * failed, or it went silent past its claim: the next round after another
- * wait. Returns {open (0/1), gen, fleet calls, the rate that opened it
- * (bp), role (1: this host probes for the fleet), round}.
+ * wait. Returns {open (0/1), gen, fleet calls, while open the rate that
+ * opened it (bp, kept as "orate": the window's own rate leaves out what
+ * came before the open), else the window's, role (1: this host probes for
+ * the fleet), round}.
  */
 const char BREAKER_LUA[] =
     "local t = redis.call('TIME')\n"
@@ -400,10 +402,12 @@ const char BREAKER_LUA[] =
     "   (F * 10000 >= fbp * C or (sbp > 0 and S * 10000 >= sbp * C)) then\n"
     "  gen, open, round = gen + 1, true, 0\n"
     "  redis.call('HSET', KEYS[1], 'gen', gen, 'opened', now, 'st', 'o', 'round', 0,\n"
-    "             'ready', now + wait)\n"
+    "             'ready', now + wait, 'orate', rate)\n"
+    "  m.orate = rate\n"
     "  redis.call('HDEL', KEYS[1], 'prober', 'pexp')\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], 2 * win + wait + 60000)\n"
+    "if open then rate = tonumber(m.orate) or rate end\n"
     "return {open and 1 or 0, gen, math.min(N, 2 ^ 53), rate, (open and prober == me) and 1 or 0,\n"
     "        round}\n";
 
@@ -606,6 +610,16 @@ uint64_t rnd_next(struct resild_cluster *c)
 	c->rnd ^= c->rnd << 25;
 	c->rnd ^= c->rnd >> 27;
 	return c->rnd * 0x2545F4914F6CDD1DULL;
+}
+
+const char *io_error(const redisContext *rc, char *buf, size_t len)
+{
+	if (rc->err == REDIS_ERR_IO &&
+	    (rc->errstr[0] == '\0' || strstr(rc->errstr, "temporarily unavailable"))) {
+		snprintf(buf, len, "no answer within the timeout (Redis stalled or too slow)");
+		return buf;
+	}
+	return rc->errstr[0] ? rc->errstr : "connection lost";
 }
 
 /* Log an error once per distinct text (a Redis that stays away would
@@ -889,9 +903,15 @@ static redisContext *tls_connect(struct resild_cluster *c, const char *host, int
 					 v == X509_V_ERR_IP_ADDRESS_MISMATCH
 				     ? "--cluster-tls-server-name"
 				     : "--cluster-tls-ca");
-		else if (ERR_peek_error())
-			snprintf(err, elen, "TLS handshake: %s", ssl_why());
-		else
+		else if (ERR_peek_error()) {
+			const char *why = ssl_why();
+
+			/* a plain Redis answers a ClientHello with RESP */
+			snprintf(err, elen, "TLS handshake: %s%s", why,
+				 strstr(why, "wrong version number") || strstr(why, "packet length")
+				     ? " (a plain port? redis:// without --cluster-tls-*)"
+				     : "");
+		} else
 			snprintf(err, elen, "TLS handshake: %s",
 				 errno ? strerror(errno) : "the server closed the connection");
 		goto fail;
@@ -1061,11 +1081,15 @@ static bool simple(struct resild_cluster *c, const char *what, redisReply **out,
 		   const char **argv)
 {
 	redisReply *r = redisCommandArgv(c->rc, argc, argv, NULL);
-	char w[URL_MAX + 16];
+	char w[URL_MAX + 16], e[96];
 
 	if (!r) {
-		set_error(c, "Redis at %s: %s: %s", where(c, w, sizeof(w)), what,
-			  c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+		/* a connection that fails at its first words: a TLS port
+		 * spoken to in plain drops it */
+		set_error(c, "Redis at %s: %s: %s%s", where(c, w, sizeof(w)), what,
+			  io_error(c->rc, e, sizeof(e)),
+			  c->tls || c->unix_sock ? ""
+						 : " (a TLS port? rediss:// or --cluster-tls-ca)");
 		disconnect(c);
 		return false;
 	}
@@ -1113,6 +1137,7 @@ bool connect_redis(struct resild_cluster *c)
 	struct timeval tv = {.tv_sec = to / RESIL_NS_PER_S,
 			     .tv_usec = (to % RESIL_NS_PER_S) / 1000};
 	char w[URL_MAX + 16], db[16], err[256], e2[256];
+	const struct cl_node *via = NULL; /* the node reached when the seed is not */
 	int64_t t0;
 
 	if (c->sentinel && !sentinel_discover(c, tv, err, sizeof(err))) {
@@ -1135,7 +1160,9 @@ bool connect_redis(struct resild_cluster *c)
 	}
 	/* a Redis Cluster whose seed node is gone: the nodes it named */
 	for (uint32_t i = 0; !c->rc && i < c->nnodes; i++)
-		c->rc = tcp_connect(c, c->nodes[i].addr, c->nodes[i].port, tv, e2, sizeof(e2));
+		if ((c->rc =
+			 tcp_connect(c, c->nodes[i].addr, c->nodes[i].port, tv, e2, sizeof(e2))))
+			via = &c->nodes[i];
 	if (!c->rc) {
 		set_error(c, "cannot connect to Redis at %s: %s", where(c, w, sizeof(w)), err);
 		disconnect(c);
@@ -1172,7 +1199,11 @@ bool connect_redis(struct resild_cluster *c)
 	c->connected = true;
 	c->last_error[0] = '\0';
 	pthread_mutex_unlock(&c->lock);
-	if (was)
+	if (via)
+		log_notice("cluster: connected to Redis Cluster node %s:%d (the seed %s is out of "
+			   "reach: %s)",
+			   via->addr, via->port, where(c, w, sizeof(w)), err);
+	else if (was)
 		log_notice("cluster: connected to Redis at %s again", where(c, w, sizeof(w)));
 	else
 		log_info("cluster: connected to Redis at %s as host %s (run %s)",
@@ -1507,25 +1538,32 @@ void cl_fallback_said(struct resild_cluster *c, const char *name, const char *wh
 }
 
 /* A lease that ran out unrenewed: while connected, a round trip longer
- * than the lease (counted, said with the figures); else the outage
- * already said. */
+ * than the lease or a script failing (counted, said with the figures);
+ * else the outage already said. A policy's limiter and bulkhead leases
+ * come from one exchange and run out together: one line. */
 void cl_lease_ran_out(struct resild_cluster *c, const char *name, const char *what)
 {
-	int64_t rtt;
+	int64_t rtt, now = mono_ns();
 
+	(void)what;
+	if (now - c->ranout_ns < c->interval_ns && !strcmp(c->ranout_name, name))
+		return;
+	c->ranout_ns = now;
+	snprintf(c->ranout_name, sizeof(c->ranout_name), "%s", name);
 	if (!c->loop_connected) {
-		log_warning("cluster: policy %s: %s lease ran out unrenewed (Redis out of reach): "
-			    "its clients fall back",
-			    name, what);
+		log_warning("cluster: policy %s: lease ran out unrenewed (Redis out of reach): its "
+			    "clients fall back",
+			    name);
 		return;
 	}
 	c->expired_connected++;
 	pthread_mutex_lock(&c->lock);
 	rtt = c->rtt_ns;
 	pthread_mutex_unlock(&c->lock);
-	log_warning("cluster: policy %s: %s lease ran out while connected to Redis (round trip "
-		    "%lld ms, leases %lld ms): its clients fall back until the next answer",
-		    name, what, (long long)(rtt / RESIL_NS_PER_MS),
+	log_warning("cluster: policy %s: lease ran out while connected to Redis (round trip "
+		    "%lld ms, leases %lld ms; a script failing says so above): its clients fall "
+		    "back until the next answer",
+		    name, (long long)(rtt / RESIL_NS_PER_MS),
 		    (long long)(lease_ns(c) / RESIL_NS_PER_MS));
 }
 

@@ -186,6 +186,8 @@ struct resild_cluster {
 	int64_t last_post_ns;
 	bool loop_connected;	    /* c->connected at this tick */
 	uint64_t expired_connected; /* leases that ran out while connected */
+	int64_t ranout_ns;	    /* the last lease ran out said, and its policy */
+	char ranout_name[RESIL_NAME_MAX];
 	uint32_t fleet_known; /* the largest fleet size a policy's state holds */
 
 	/* shared, under lock */
@@ -285,6 +287,8 @@ uint64_t rnd_next(struct resild_cluster *c);
 void set_error(struct resild_cluster *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void disconnect(struct resild_cluster *c);
+/* What failed on a connection, in words (a socket timeout says it). */
+const char *io_error(const redisContext *rc, char *buf, size_t len);
 const char *where(const struct resild_cluster *c, char *buf, size_t len);
 redisContext *tcp_connect(struct resild_cluster *c, const char *host, int port, struct timeval tv,
 			  char *err, size_t elen);

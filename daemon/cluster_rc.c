@@ -325,17 +325,6 @@ static bool conn_error(const char *s)
 	return false;
 }
 
-/* What failed on a connection, in words: a socket timeout says it. */
-static const char *io_error(const redisContext *rc, char *buf, size_t len)
-{
-	if (rc->err == REDIS_ERR_IO &&
-	    (rc->errstr[0] == '\0' || strstr(rc->errstr, "temporarily"))) {
-		snprintf(buf, len, "no answer within the timeout (Redis stalled or too slow)");
-		return buf;
-	}
-	return rc->errstr[0] ? rc->errstr : "connection lost";
-}
-
 /* r (freed), one script's reply for the policy name in slot (UINT32_MAX:
  * none, the round's HOSTS call), parsed (ok) or not: an error reply or
  * garbage is logged once per policy and text, counted, and kept for

@@ -85,7 +85,7 @@
 /* the why_* stats of add_why_stats */
 #define WHY_MAX 24
 /* the cluster_* stats of add_cluster_stats */
-#define CLUSTER_MAX 10
+#define CLUSTER_MAX 20
 
 const char *resild_state_name(int state)
 {
@@ -502,6 +502,13 @@ static void add_cluster_stats(struct resild *d, const struct resil_rec *rec, str
 		add_stat(in, n, "cluster_fleet_open", (int64_t)cp.fleet_open);
 		add_stat(in, n, "cluster_fleet_calls", cp.fleet_calls);
 	}
+	if (cp.keyed) {
+		add_stat(in, n, "cluster_keyed_charged", (int64_t)cp.keyed_charged);
+		add_stat(in, n, "cluster_keyed_owing", (int64_t)cp.keyed_owing);
+	}
+	add_stat(in, n, "cluster_conflicts", cp.conflicts);
+	add_stat(in, n, "cluster_script_errors", (int64_t)cp.errors);
+	add_stat(in, n, "cluster_failing", cp.error[0] != '\0');
 }
 
 static void add_why_stats(struct resild *d, const struct resil_rec *rec, struct info *in, size_t *n)
