@@ -245,6 +245,11 @@ int main(void)
 		CHECK(fail_calls(h, 15) == 0, "host %d: 15 failures do not open it alone", h);
 	t0 = test_mono_ns();
 	CHECK(TEST_EVENTUALLY(all_open()), "every host's breaker opens on the fleet's evidence");
+	/* each host logs the rate that opened the fleet, not the window's now */
+	for (int h = 0; h < HOSTS; h++)
+		CHECK(TEST_EVENTUALLY(test_log_count(&hd[h], "the fleet's breaker opened") == 1) &&
+			  test_log_count(&hd[h], "100.0% bad") == 1,
+		      "host %d logs the fleet's open with the rate that opened it", h);
 	printf("fleet open mirrored on every host %.1f intervals after the last failure\n",
 	       (double)(test_mono_ns() - t0) / 1e8);
 	snprintf(key, sizeof(key), "%s:{b}:breaker", cname);

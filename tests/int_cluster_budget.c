@@ -283,6 +283,15 @@ int main(void)
 	CHECK(TEST_EVENTUALLY(conflict_seen()), "host D and host A report the conflict");
 	CHECK(TEST_EVENTUALLY(status_conflict()),
 	      "resilctl status on D and A: a conflict line for g, and its fields in --json");
+	{
+		const char *argv[] = {RESILCTL_PATH, "--socket", hd[0].sock, "show", "g", NULL};
+		static char out[65536];
+
+		CHECK(test_run(argv, NULL, out, sizeof(out)) == 0 &&
+			  strstr(out, "cluster     CONFLICT: another configuration") &&
+			  !strstr(out, "in sync"),
+		      "resilctl show g on A: the conflict, not in sync:\n%s", out);
+	}
 	CHECK(status_has(1, true, "{\"name\":\"q\",\"conflicts\":0,"),
 	      "no conflict for q: every host runs the same ratio budget");
 

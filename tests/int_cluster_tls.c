@@ -247,6 +247,20 @@ int main(void)
 	CHECK(TEST_EVENTUALLY(test_log_count(&hd[3], "--cluster-tls-server-name") > 0),
 	      "host D logs the name mismatch");
 
+	/* the TLS port spoken to in plain: the error says what it may be */
+	resil_close(cl[3]);
+	cl[3] = NULL;
+	test_daemon_fini(&hd[3]);
+	{
+		char plain[64];
+
+		snprintf(plain, sizeof(plain), "redis://127.0.0.1:%d", port);
+		CHECK(test_cluster_host(&hd[3], plain, cname, 3, NULL) == 0,
+		      "host D starts in plain");
+		CHECK(TEST_EVENTUALLY(test_log_count(&hd[3], "a TLS port? rediss://") > 0),
+		      "host D: plain to a TLS port, the hint in the log");
+	}
+
 	/* A and B still in sync */
 	fail_on(1, 5);
 	want = 85000;
