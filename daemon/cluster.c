@@ -206,7 +206,10 @@
  * once); 0, nothing to hurry.
  *
  * A host holds the largest of its live leases and, until it has been
- * silent for the hold, the fallback it reported. Hosts that reported
+ * silent for the hold, the fallback it reported. An applied id above any
+ * this hash granted (Redis restarted empty) is not believed: otherwise
+ * the leases granted since, with lower ids, would count as replaced and
+ * the host as holding nothing until the ids caught up. Hosts that reported
  * within a lease length share what the silent hosts and, with a fleet's
  * size, the hosts not seen (rate / N each) leave.
  */
@@ -235,7 +238,7 @@ const char LEASE_LUA[] =
     "end\n"
     "local r = hosts[me] or {d = 0, s = now, a = 0, id = 0, l = {}}\n"
     "r.d, r.s, r.f = demand, now, fb\n"
-    "if applied > r.a then r.a = applied end\n"
+    "if applied > r.a and applied <= r.id then r.a = applied end\n"
     "hosts[me] = r\n"
     "local live, other, held, wanted, silent, present = {}, 0, 0, false, 0, 0\n"
     "for h, x in pairs(hosts) do\n"

@@ -103,7 +103,7 @@ const char resild_cbh_lua[] =
     "end\n"
     "local r = hosts[me] or {d = 0, s = now, a = 0, id = 0, u = 0, l = {}}\n"
     "r.d, r.s, r.u, r.f = demand, now, math.min(used, max), math.min(fb, max)\n"
-    "if applied > r.a then r.a = applied end\n"
+    "if applied > r.a and applied <= r.id then r.a = applied end\n"
     "hosts[me] = r\n"
     "local live, other, silent, present = {}, 0, 0, 0\n"
     "for h, x in pairs(hosts) do\n"
