@@ -203,19 +203,22 @@ static void check_bound(int from, int to, const char *phase)
 	 * the bucket taken before the decision (a worker preempted between
 	 * the two can put an admission decided in the next span in this one) */
 	uint64_t bound = RATE + BURST + HOSTS + HOSTS, worst = 0;
+	int at = from;
 
 	for (int a = from; a + 10 <= to; a++) {
 		uint64_t n = 0;
 
 		for (int h = 0; h < HOSTS; h++)
 			n += adm_span(h, a, a + 10);
-		if (n > worst)
+		if (n > worst) {
 			worst = n;
+			at = a;
+		}
 		CHECK(n <= bound, "%s: %llu admitted in the 1 s span from bucket %d (bound %llu)",
 		      phase, (unsigned long long)n, a, (unsigned long long)bound);
 	}
-	printf("%s: worst 1 s span %llu (bound %llu)\n", phase, (unsigned long long)worst,
-	       (unsigned long long)bound);
+	printf("%s: worst 1 s span %llu from bucket %d (bound %llu)\n", phase,
+	       (unsigned long long)worst, at, (unsigned long long)bound);
 }
 
 static void wait_buckets(int n)
@@ -573,6 +576,9 @@ int main(void)
 	b7 = bucket_now();
 	CHECK(adm_span(0, b7 - 5, b7) > 0, "A admits again");
 
+	printf("phases at buckets: D joined %d, B left %d, Redis killed %d, back %d, A stopped "
+	       "%d\n",
+	       b2, b3, b4, b5, b6);
 	check_bound(0, b7, "fleet");
 	(void)b5;
 	for (int h = 0; h < HOSTS; h++)
