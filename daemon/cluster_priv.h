@@ -265,7 +265,7 @@ void cl_fallback_of(struct resild_cluster *c, int64_t ok_ns, uint32_t policy_hos
 void cl_fallback_said(struct resild_cluster *c, const char *name, const char *what, int *said,
 		      int64_t ok_ns, const struct cl_fallback *f);
 
-/* The scripts (cluster.c, cluster_host.c). */
+/* The scripts (cluster_lease.c, cluster_breaker.c, cluster_host.c). */
 extern const char LEASE_LUA[];
 extern const char BREAKER_LUA[];
 extern const char HOSTS_LUA[];
@@ -281,7 +281,8 @@ struct cl_hosts_cmd {
 bool cl_hosts_append(struct resild_cluster *c, struct cl_hosts_cmd *cmd);
 bool cl_hosts_parse(struct resild_cluster *c, const redisReply *r);
 
-/* cluster.c: the clock, the jitter, errors, connections, replies. */
+/* cluster_conn.c: the clock, the jitter, errors, connections; the
+ * answers' parsers: cluster_lease.c, cluster_breaker.c. */
 int64_t mono_ns(void);
 uint64_t rnd_next(struct resild_cluster *c);
 void set_error(struct resild_cluster *c, const char *fmt, ...)
@@ -303,6 +304,36 @@ int64_t lease_ns(const struct resild_cluster *c);
 void cl_rtt_note(struct resild_cluster *c, int64_t rtt);
 /* The loop: a lease of policy name ran out unrenewed (logged, counted). */
 void cl_lease_ran_out(struct resild_cluster *c, const char *name, const char *what);
+
+/* What the loop's tick carries from one policy to the next (cluster.c). */
+struct tick_ctx {
+	struct resild *d;
+	struct resild_cluster *c;
+	int64_t now;
+	bool post;
+	bool early;	      /* this policy posts an early lease call (tick_limit says) */
+	bool grant;	      /* and it asks for a lease (else: an acknowledgement only) */
+	bool limiters;	      /* a global limiter was seen: sample its demand */
+	uint32_t fleet_seen;  /* the largest fleet size a policy's state holds */
+	uint32_t hosts_known; /* the fleet's size: --cluster-hosts, else the most of what
+			       * the states hold and the daemons live now */
+};
+
+/* cluster_conn.c: the URL, the TLS settings, a file's first line (init);
+ * 0 or -errno, logged. */
+struct resild_opts;
+int cl_parse_url(struct resild_cluster *c, const char *url);
+int cl_tls_init(struct resild_cluster *c, const struct resild_opts *o);
+int cl_read_line_file(const char *path, char *buf, size_t len, const char *what);
+
+/* cluster_lease.c, cluster_breaker.c: a global limiter's and breaker's
+ * tick (the last answer applied, the next request filled). */
+struct resil_seg;
+struct resil_rec;
+void cl_tick_limit(struct tick_ctx *t, const struct resil_seg *s, const struct resil_rec *rec,
+		   struct cl_slot *cs, const struct xans *a, struct xreq *q);
+void cl_tick_breaker(struct tick_ctx *t, const struct resil_seg *s, const struct resil_rec *rec,
+		     struct cl_slot *cs, const struct xans *a, struct xreq *q);
 
 /* cluster_rc.c: the exchange thread's body (pthread_create's start). */
 void *cluster_main(void *arg);
