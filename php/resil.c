@@ -150,6 +150,16 @@ static int name_check(const zend_string *name, uint32_t arg)
 		zend_argument_value_error(arg, "must be at most 63 bytes long");
 		return -1;
 	}
+	for (size_t i = 0; i < ZSTR_LEN(name); i++) {
+		char c = ZSTR_VAL(name)[i];
+
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		    c == '_' || (i > 0 && (c == '.' || c == ':' || c == '-')) || (i == 0 && c == '@'))
+			continue;
+		zend_argument_value_error(arg, "must hold only letters, digits, '_', and after the "
+					       "first '.', ':' or '-' (a budget's name: a leading '@')");
+		return -1;
+	}
 	return 0;
 }
 
