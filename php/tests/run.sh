@@ -37,6 +37,7 @@ for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 # beside each test
 cp "$here"/*.phpt "$here"/*.inc "$tmp/t/"
 export RESIL_SOCKET=$sock RESILCTL RESIL_PHP_EXT TEST_PHP_EXECUTABLE=$php NO_INTERACTION=1
+export RESIL_PHP_SRC=$SRC/php/src
 "$php" -n "$rt" -q --no-color -n -p "$php" -d "extension=$RESIL_PHP_EXT" -d "resil.socket=$sock" \
 	--show-diff "$tmp/t" >"$tmp/out" 2>&1
 rc=$?
