@@ -15,6 +15,20 @@
  * So a permit is never leaked: a bulkhead slot comes back with the
  * request that took it, whatever way the request ends, and a worker
  * killed while holding one is resild's to reclaim (its client row).
+ *
+ * The objects are recycled. A decision makes one Permit and the previous
+ * one dies (`$permit = $policy->acquire()` in a loop, a request's next
+ * call): allocating, registering, unregistering and freeing it cost more
+ * than the decision. So a dead Permit is kept: its dtor_obj takes a
+ * reference back (PHP frees an object only if nothing referenced it
+ * again during its destructor) and puts it in a small per-request pool,
+ * from which acquire() hands it out again as a new object (its
+ * destructor armed again). Permits hold no properties and reference
+ * nothing, so they cannot be part of a cycle (GC_NOT_COLLECTABLE: the
+ * engine never considers them as garbage roots). Not pooled: a permit
+ * something holds a WeakReference to (its holder must see it die), and
+ * any permit once the request is shutting down; RSHUTDOWN frees the pool
+ * while the request's object store still exists.
  */
 #include <php.h>
 #include <zend_exceptions.h>
@@ -40,7 +54,44 @@ static zend_object *permit_create(zend_class_entry *ce)
 
 	zend_object_std_init(&pm->std, ce);
 	pm->std.handlers = &permit_handlers;
+	GC_ADD_FLAGS(&pm->std, GC_NOT_COLLECTABLE);
 	return &pm->std;
+}
+
+/* Dead permits of this request, ready to be handed out again: each holds
+ * one reference (ours), its destructor already called. */
+#define PERMIT_POOL 8
+ZEND_TLS zend_object *pool[PERMIT_POOL];
+ZEND_TLS int npool;
+
+static zend_object *permit_new(void)
+{
+	zend_object *o;
+
+	if (EXPECTED(npool > 0)) {
+		o = pool[--npool];
+		/* a new life: its destructor is armed again */
+		GC_DEL_FLAGS(o, IS_OBJ_DESTRUCTOR_CALLED);
+		return o;
+	}
+	return permit_create(resil_permit_ce);
+}
+
+/* Keep a dying permit for the next acquire (see above); called from its
+ * dtor_obj, where the engine holds it at refcount 1. */
+static void permit_keep(zend_object *o)
+{
+	if (npool < PERMIT_POOL && !(EG(flags) & EG_FLAGS_IN_SHUTDOWN) &&
+	    !(GC_FLAGS(o) & IS_OBJ_WEAKLY_REFERENCED)) {
+		GC_ADDREF(o);
+		pool[npool++] = o;
+	}
+}
+
+void php_resil_permit_rshutdown(void)
+{
+	while (npool > 0)
+		OBJ_RELEASE(pool[--npool]);
 }
 
 /* Is the permit being destroyed because the code that held it failed? */
@@ -68,6 +119,7 @@ static void permit_dtor(zend_object *o)
 
 	if (pm->p)
 		permit_give_back(pm, dying() ? RESIL_FAILURE : RESIL_SUCCESS);
+	permit_keep(o);
 }
 
 static void permit_free(zend_object *o)
@@ -88,12 +140,14 @@ ZEND_METHOD(Resil_Policy, acquire)
 	zend_object *o;
 	int v;
 
-	ZEND_PARSE_PARAMETERS_START(0, 1)
-	Z_PARAM_OPTIONAL
-	Z_PARAM_STR_OR_NULL(key)
-	ZEND_PARSE_PARAMETERS_END();
+	if (ZEND_NUM_ARGS() > 0) {
+		ZEND_PARSE_PARAMETERS_START(0, 1)
+		Z_PARAM_OPTIONAL
+		Z_PARAM_STR_OR_NULL(key)
+		ZEND_PARSE_PARAMETERS_END();
+	}
 	p = php_resil_policy_of(Z_OBJ_P(ZEND_THIS))->p;
-	o = permit_create(resil_permit_ce);
+	o = permit_new();
 	pm = permit_of(o);
 	/* the decision is made into the object's own permit: no copy */
 	if (key)

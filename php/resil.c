@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include <php.h>
 #include <php_ini.h>
@@ -242,6 +243,8 @@ static zend_object *policy_create(zend_class_entry *ce)
 	zend_object_std_init(&po->std, ce);
 	object_properties_init(&po->std, ce);
 	po->std.handlers = &policy_handlers;
+	/* its one property is a string: no cycle can go through it */
+	GC_ADD_FLAGS(&po->std, GC_NOT_COLLECTABLE);
 	return &po->std;
 }
 
@@ -402,6 +405,29 @@ ZEND_FUNCTION(Resil_noop)
 	ZEND_PARSE_PARAMETERS_NONE();
 }
 
+ZEND_FUNCTION(Resil_bench_c)
+{
+	zend_object *po;
+	zend_long n;
+	resil_permit_t permit;
+	struct timespec a, b;
+
+	ZEND_PARSE_PARAMETERS_START(2, 2)
+	Z_PARAM_OBJ_OF_CLASS(po, resil_policy_ce)
+	Z_PARAM_LONG(n)
+	ZEND_PARSE_PARAMETERS_END();
+	if (n < 1) {
+		zend_argument_value_error(2, "must be greater than 0");
+		RETURN_THROWS();
+	}
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (zend_long i = 0; i < n; i++)
+		if (resil_acquire(php_resil_policy_of(po)->p, &permit) == RESIL_ADMIT)
+			resil_release(php_resil_policy_of(po)->p, &permit, RESIL_SUCCESS);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	RETURN_DOUBLE(((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)n);
+}
+
 /* ---- the module ---- */
 
 static PHP_MINIT_FUNCTION(resil)
@@ -444,6 +470,12 @@ static PHP_MSHUTDOWN_FUNCTION(resil)
 	return SUCCESS;
 }
 
+static PHP_RSHUTDOWN_FUNCTION(resil)
+{
+	php_resil_permit_rshutdown();
+	return SUCCESS;
+}
+
 static PHP_MINFO_FUNCTION(resil)
 {
 	php_info_print_table_start();
@@ -464,7 +496,7 @@ zend_module_entry resil_module_entry = {
     PHP_MINIT(resil),
     PHP_MSHUTDOWN(resil),
     NULL,
-    NULL,
+    PHP_RSHUTDOWN(resil),
     PHP_MINFO(resil),
     PHP_RESIL_VERSION,
     STANDARD_MODULE_PROPERTIES,

@@ -186,4 +186,10 @@ namespace Resil {
 
     /** An empty function: the floor the benchmark sets a decision against. */
     function noop(): void {}
+
+    /**
+     * ns per acquire + success made $iterations times in C on $policy (the
+     * same decision, without PHP): the other floor of the benchmark.
+     */
+    function bench_c(Policy $policy, int $iterations): float {}
 }

@@ -1,10 +1,15 @@
 /* This is a generated file, edit the .stub.php file instead.
- * Stub hash: 419510d960311e5d7736a1b93db3a1b55c579844 */
+ * Stub hash: ef2081bcd75137f411b9083937a53ea53c42c23c */
 
 ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_Resil_attached, 0, 0, _IS_BOOL, 0)
 ZEND_END_ARG_INFO()
 
 ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_Resil_noop, 0, 0, IS_VOID, 0)
+ZEND_END_ARG_INFO()
+
+ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_Resil_bench_c, 0, 2, IS_DOUBLE, 0)
+	ZEND_ARG_OBJ_INFO(0, policy, Resil\\Policy, 0)
+	ZEND_ARG_TYPE_INFO(0, iterations, IS_LONG, 0)
 ZEND_END_ARG_INFO()
 
 ZEND_BEGIN_ARG_INFO_EX(arginfo_class_Resil_Policy___construct, 0, 0, 0)
@@ -72,6 +77,7 @@ ZEND_END_ARG_INFO()
 
 ZEND_FUNCTION(Resil_attached);
 ZEND_FUNCTION(Resil_noop);
+ZEND_FUNCTION(Resil_bench_c);
 ZEND_METHOD(Resil_Policy, __construct);
 ZEND_METHOD(Resil_Policy, declare);
 ZEND_METHOD(Resil_Policy, get);
@@ -96,6 +102,7 @@ ZEND_METHOD(Resil_Retry, reason);
 static const zend_function_entry ext_functions[] = {
 	ZEND_NS_FALIAS("Resil", attached, Resil_attached, arginfo_Resil_attached)
 	ZEND_NS_FALIAS("Resil", noop, Resil_noop, arginfo_Resil_noop)
+	ZEND_NS_FALIAS("Resil", bench_c, Resil_bench_c, arginfo_Resil_bench_c)
 	ZEND_FE_END
 };
 

@@ -36,7 +36,7 @@ foreach (['retryAfter', 'policy'] as $p) {
     $rp = new ReflectionProperty('Resil\Rejected', $p);
     echo "Rejected::\$$p: ", $rp->isReadOnly() ? 'readonly ' : '', $rp->getType(), "\n";
 }
-foreach (['Resil\attached', 'Resil\noop'] as $f) {
+foreach (['Resil\attached', 'Resil\noop', 'Resil\bench_c'] as $f) {
     $r = new ReflectionFunction($f);
     echo "$f(): ", $r->getReturnType(), "\n";
 }
@@ -84,6 +84,7 @@ Rejected::$retryAfter: readonly ?float
 Rejected::$policy: readonly string
 Resil\attached(): bool
 Resil\noop(): void
+Resil\bench_c(): float
 NULL
 bool(true)
 bool(true)
