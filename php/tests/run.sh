@@ -33,6 +33,11 @@ dpid=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || { cat "$tmp/resild.log"; echo "FAIL: resild did not start"; exit 1; }
 
+# the examples users copy from at least parse
+for f in "$SRC"/examples/php/*.php; do
+	"$php" -n -l "$f" >/dev/null || { echo "FAIL: $f does not parse"; exit 1; }
+done
+
 # the tests are copied: run-tests.php writes its .php/.out/.diff files
 # beside each test
 cp "$here"/*.phpt "$here"/*.inc "$tmp/t/"
