@@ -22,7 +22,7 @@ packages=(build-essential cmake pkg-config liburing-dev libprotobuf-c-dev protob
 	systemd-container
 	python3-dev python3-django gunicorn python3-httpx python3-pytest python3-limits python3-redis
 	python3-setuptools python3-pip uwsgi-core uwsgi-plugin-python3 python3-uvicorn mypy
-	php8.2-dev php8.2-cli php8.2-fpm php-parser php-guzzlehttp-guzzle php-psr-http-message
+	php-dev php8.2-dev php8.2-cli php8.2-fpm php-parser php-guzzlehttp-guzzle php-psr-http-message
 	php8.2-apcu php8.2-redis nginx)
 # for the tests only: building the Debian packages (dpkg-buildpackage with
 # debhelper, dh-php for php-resil) and checking them (lintian)
