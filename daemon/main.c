@@ -242,7 +242,8 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 			/* a restart to apply new sizes: the live state moves
 			 * into segments of those sizes, or (too small) stays
 			 * where it is, said in the log */
-			if (resild_seg_sizes_differ(d) && resild_seg_move(d) < 0)
+			if (!d->options_error[0] && resild_seg_sizes_differ(d) &&
+			    resild_seg_move(d) < 0)
 				return -ENOMEM; /* logged */
 		} else {
 			log_warning("segments kept by systemd not adopted (%s): starting fresh",
@@ -450,7 +451,21 @@ int main(int argc, char **argv)
 	r = segments_open(&d, &passed);
 	if (r < 0)
 		goto out;
+	if (d.options_error[0] && !d.adopted) {
+		/* left out for stored segments that did not validate: a fresh
+		 * start on a bad settings file, logged by options.c */
+		exit_code = RESILD_EXIT_CONFIG;
+		r = -EINVAL;
+		goto out;
+	}
 	r = resild_config_load(&d, true);
+	if (d.options_error[0]) {
+		/* the settings file's error first (status, resilctl reload) */
+		snprintf(d.reload_msg, sizeof(d.reload_msg), "%s", d.options_error);
+		d.reload_ok = false;
+		if (r >= 0)
+			r = -EINVAL;
+	}
 	if (r < 0 && d.adopted) {
 		/* a restart on memory that already holds every policy and its
 		 * live state: the files' error must not throw that away (under

@@ -456,20 +456,20 @@ static void options_path(const struct resild *d, const char *config_flag, char *
 			 config_flag ? config_flag : RESILD_DEFAULT_CONFIG);
 }
 
-/*
- * Options: the settings file first, then the flags over it. 0, or the
- * exit status: 2 for a bad flag, 78 (EX_CONFIG) for a bad settings file.
- */
-int resild_options_parse(struct resild *d, int argc, char **argv)
+/* Does systemd hand this process back stored segments? (a restart: the
+ * settings file's error must not cost them, main.c) */
+static bool segments_passed(void)
 {
-	static struct option opts[RESIL_ARRAY_SIZE(settings) + 1];
-	const char *env = getenv("RESIL_SOCKET");
-	const char *config_flag = NULL;
-	struct origin org = {0};
-	char path[4096], err[1024] = "", why[256];
-	int c, r;
+	const char *pid = getenv("LISTEN_PID"), *names = getenv("LISTEN_FDNAMES");
 
-	settings_init(opts);
+	return pid && names && strtol(pid, NULL, 10) == (long)getpid() && strstr(names, "config") &&
+	       strstr(names, "state");
+}
+
+static void opts_defaults(struct resild *d)
+{
+	const char *env = getenv("RESIL_SOCKET");
+
 	d->opts.socket_path = env && *env ? env : RESILD_DEFAULT_SOCKET;
 	d->opts.config_dir = RESILD_DEFAULT_CONFIG;
 	d->opts.state_size = RESIL_STATE_SIZE_DEFAULT;
@@ -477,6 +477,42 @@ int resild_options_parse(struct resild *d, int argc, char **argv)
 	d->opts.clients = RESIL_CLIENTS_DEFAULT;
 	d->opts.max_conns = RESILD_CONNS_DEFAULT;
 	d->opts.idle_timeout_ns = RESILD_IDLE_DEFAULT_NS;
+}
+
+/* A bad settings file. On a fresh start: 78. On a restart that is handed
+ * stored segments: the file is left out (defaults and flags only, the
+ * adopted segments keep their sizes), the error kept for main.c to show
+ * as a failed reload; 0. */
+static int optfile_failed(struct resild *d, const char *err, struct origin *org)
+{
+	const char *options_file = d->opts.options_file;
+
+	log_error("%s", err);
+	if (!segments_passed())
+		return RESILD_EXIT_CONFIG;
+	snprintf(d->options_error, sizeof(d->options_error), "%s", err);
+	resild_optfile_clear(&d->optfile);
+	opts_defaults(d);
+	d->opts.options_file = options_file;
+	memset(org, 0, sizeof(*org));
+	return 0;
+}
+
+/*
+ * Options: the settings file first, then the flags over it. 0, or the
+ * exit status: 2 for a bad flag, 78 (EX_CONFIG) for a bad settings file
+ * (but on a restart handed stored segments: optfile_failed).
+ */
+int resild_options_parse(struct resild *d, int argc, char **argv)
+{
+	static struct option opts[RESIL_ARRAY_SIZE(settings) + 1];
+	const char *config_flag = NULL;
+	struct origin org = {0};
+	char path[4096], err[1024] = "", why[256];
+	int c, r;
+
+	settings_init(opts);
+	opts_defaults(d);
 
 	/* first pass: what decides which file to read, and the flags that
 	 * answer at once */
@@ -514,19 +550,19 @@ int resild_options_parse(struct resild *d, int argc, char **argv)
 	options_path(d, config_flag, path, sizeof(path));
 	r = resild_optfile_load(&d->optfile, path, d->opts.options_file != NULL, setting_keys, err,
 				sizeof(err));
-	if (r < 0) {
-		log_error("%s", err);
+	if (r < 0 && optfile_failed(d, err, &org))
 		return RESILD_EXIT_CONFIG;
-	}
 	for (size_t i = 0; i < d->optfile.n; i++) {
 		const struct resild_optent *e = &d->optfile.ent[i];
 		const struct setting *st = setting_of_key(e->key);
 
 		why[0] = '\0';
 		if (setting_apply(d, st->code, e->value, why, sizeof(why)) < 0) {
-			log_error("%s:%d: %s = %s: %s", d->optfile.path, e->line, e->key, e->value,
-				  why);
-			return RESILD_EXIT_CONFIG;
+			snprintf(err, sizeof(err), "%s:%d: %s = %s: %s", d->optfile.path, e->line,
+				 e->key, e->value, why);
+			if (optfile_failed(d, err, &org))
+				return RESILD_EXIT_CONFIG;
+			break;
 		}
 		org.line[st->code] = e->line;
 		org.from_file[st->code] = true;

@@ -100,6 +100,7 @@ struct resild {
 
 	struct resild_cfgset *files; /* the configuration applied last */
 	struct resild_optfile optfile; /* the settings read at start */
+	char options_error[512];       /* a restart left a bad settings file out */
 	bool options_changed;	       /* a reload found the settings file changed */
 	struct resild_clients *clients;
 	struct resild_loop *loop;

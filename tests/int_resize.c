@@ -19,8 +19,9 @@
  *       segments keep running, and the log says what fits;
  *   (c) a broken policy file at a restart: the adopted policies keep
  *       running (the breaker stays forced open), the error is FILE:LINE
- *       in the log and a failed reload in the metrics; the same files on
- *       a fresh start (an empty store) exit 78.
+ *       in the log and a failed reload in the metrics; so does a bad
+ *       settings file, which is left out (the segments keep their sizes);
+ *       the broken files on a fresh start (an empty store) exit 78.
  * Every wait is "eventually, within 10 s". Skips (77) when not root, as
  * int_restart.c.
  */
@@ -268,6 +269,7 @@ static void test_new_sizes(void **state)
 static void test_broken_files(void **state)
 {
 	char path[PATH_MAX + 16];
+	long long recs;
 	resil_permit_t pm;
 	resil_policy_t *brk;
 	resil_t *r;
@@ -290,6 +292,20 @@ static void test_broken_files(void **state)
 	assert_int_equal(resil_acquire(brk, &pm), RESIL_REJECT_OPEN);
 	assert_int_equal(resil_policy_state(brk), RESIL_STATE_FORCED_OPEN);
 	assert_int_equal(test_metric(r, "resil_reloads_total{result=\"failed\"}"), 1);
+
+	/* a bad settings file too: left out, the adopted segments keep their
+	 * sizes (not the defaults a start without the file would take) */
+	recs = test_metric(r, "resil_records");
+	write_file(unit.d.confdir, "resild.conf", "[daemon]\nstate_size = 16M\npolicies = 0\n");
+	restart();
+	snprintf(path, sizeof(path), "%s/resild.conf:3", unit.d.confdir);
+	assert_true(log_has(path));
+	assert_int_equal(resil_acquire(brk, &pm), RESIL_REJECT_OPEN);
+	assert_int_equal(test_metric(r, "resil_records"), recs);
+	assert_int_equal(test_metric(r, "resil_reloads_total{result=\"failed\"}"), 1);
+	snprintf(path, sizeof(path), "%s/resild.conf", unit.d.confdir);
+	assert_int_equal(unlink(path), 0);
+	snprintf(path, sizeof(path), "%s/p.conf:3", unit.d.confdir);
 	resil_close(r);
 
 	/* the same files, fresh: exit 78 */
