@@ -35,10 +35,11 @@
  * parks their slots): their old holders are counted by nobody.
  *
  * Crash windows: killed before the new pair is in the fd store, the next
- * start adopts the old pair again (retired: refused, started fresh: the
- * state is lost, as after a stop); killed after, it adopts the new pair,
- * whose parked slots nobody unparks: lost capacity of those bulkheads
- * until the next change of their shape or a restart that starts fresh.
+ * start finds the old pair retired and starts fresh (the state is lost,
+ * as after a stop); killed after, it adopts the new pair and no move is
+ * under way: the stray sweep (clients.c) frees the parked slots, and a
+ * bulkhead may then admit beside permits still held in the old memory
+ * until those are released (at most its max more, once).
  */
 #include <errno.h>
 #include <signal.h>
