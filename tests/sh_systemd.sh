@@ -31,6 +31,7 @@
 #     binary, the state stays, the worker saw 0 errors, the socket stays
 #     disabled;
 #   - a configuration error at a fresh start exits 78, not restarted;
+#     resilctl on the stopped socket says what to run;
 #   - apt-get remove stops every tenant; the library package stays, and
 #     the worker linked to it still runs;
 #   - apt-get purge leaves nothing the package made (but the system user
@@ -358,6 +359,13 @@ sleep 2 # RestartSec=100ms: a restart would have happened by now
 nr=$(c systemctl show -p NRestarts --value resild.service)
 [ "$nr" = 0 ] || fail "a configuration error was restarted $nr times"
 echo "a configuration error at a fresh start exits 78 and is not restarted"
+# a socket that is stopped (or failed): resilctl says what to run
+c systemctl stop resild.socket
+out=$(c resilctl list 2>&1)
+grep -q 'nothing listens on /run/resild/control.sock: resild.socket is stopped or failed' <<<"$out" &&
+	grep -q 'systemctl reset-failed resild.socket resild.service; systemctl start resild.socket' <<<"$out" ||
+	fail "resilctl on a stopped socket does not say what to run: $out"
+echo "resilctl on a stopped socket names the commands that start it again"
 # what the test made as the administrator goes; the rest is the package's
 c rm -r /etc/resild/10-filed.conf /etc/resild/20-up.conf /etc/resild/tenants/t1/a.conf \
 	/etc/systemd/system/resild-metrics.socket.d
