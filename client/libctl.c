@@ -332,8 +332,9 @@ static int ctl_open(struct resil *r, int64_t deadline)
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__Hello hello = RESIL__HELLO__INIT;
 	Resil__Response *resp = NULL;
-	int fd, ret;
+	int fd, ret, tries = 0;
 
+again:
 	fd = ctl_connect(r->socket_path, deadline);
 	if (fd < 0)
 		return fd;
@@ -347,6 +348,12 @@ static int ctl_open(struct resil *r, int64_t deadline)
 	ret = ctl_roundtrip(fd, &req, &resp, NULL, NULL, deadline);
 	if (ret < 0) {
 		close(fd);
+		/* closed unanswered: a daemon that accepted us and stopped
+		 * (systemctl stop or restart); the socket stays systemd's and
+		 * the next daemon answers a new connection. Once: a daemon
+		 * that refuses us closes that one too */
+		if ((ret == -ECONNRESET || ret == -EPIPE || ret == -ENOTCONN) && tries++ == 0)
+			goto again;
 		if (ret == -ETIMEDOUT)
 			resil_priv_seterr("resild on %s did not answer within %d ms",
 					  r->socket_path, resil_priv_timeout_ms());

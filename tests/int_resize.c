@@ -21,7 +21,10 @@
  *       running (the breaker stays forced open), the error is FILE:LINE
  *       in the log and a failed reload in the metrics; so does a bad
  *       settings file, which is left out (the segments keep their sizes);
- *       the broken files on a fresh start (an empty store) exit 78.
+ *       the broken files on a fresh start (an empty store) exit 78;
+ *   (d) a client that connects while the daemon stops (the daemon
+ *       accepted and went away unanswered; the socket is systemd's)
+ *       connects again and is served by the next daemon.
  * Every wait is "eventually, within 10 s". Skips (77) when not root, as
  * int_restart.c.
  */
@@ -35,6 +38,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -320,11 +325,67 @@ static void test_broken_files(void **state)
 	}
 }
 
+/* (d) A client connecting while the daemon stops: the listening socket
+ * is systemd's (socket activation), the old daemon accepted the
+ * connection and stopped without answering it. resil_open connects once
+ * more and the next daemon, started on the same socket, answers. */
+static void test_accepted_then_stopped(void **state)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int lfd, cfd, st;
+	pid_t client, daemon;
+
+	(void)state;
+	assert_int_equal(test_unit_init(&unit), 0);
+	assert_true(strlen(unit.d.sock) < sizeof(sa.sun_path));
+	memcpy(sa.sun_path, unit.d.sock, strlen(unit.d.sock) + 1);
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 16), 0);
+	client = fork();
+	assert_true(client >= 0);
+	if (client == 0) {
+		resil_t *r;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		_exit(resil_open(&r, unit.d.sock) == 0 ? 0 : 1);
+	}
+	/* the stopping daemon: accepts, then goes away unanswered */
+	cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	assert_true(cfd >= 0);
+	close(cfd);
+	/* the next daemon, handed the socket as systemd would */
+	daemon = fork();
+	assert_true(daemon >= 0);
+	if (daemon == 0) {
+		char pid[32];
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (dup2(lfd, 3) != 3)
+			_exit(126);
+		snprintf(pid, sizeof(pid), "%d", (int)getpid());
+		setenv("LISTEN_PID", pid, 1);
+		setenv("LISTEN_FDS", "1", 1);
+		setenv("LISTEN_FDNAMES", "control", 1);
+		execl(RESILD_PATH, RESILD_PATH, "--foreground", "--config", unit.d.confdir,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(lfd);
+	st = test_wait_pid(client, TEST_EVENTUALLY_MS);
+	kill(daemon, SIGTERM);
+	test_wait_pid(daemon, TEST_EVENTUALLY_MS);
+	assert_true(st >= 0 && WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_teardown(test_new_sizes, teardown),
 	    cmocka_unit_test_teardown(test_broken_files, teardown),
+	    cmocka_unit_test_teardown(test_accepted_then_stopped, teardown),
 	};
 
 	if (geteuid() != 0) {
