@@ -588,13 +588,12 @@ static void exchange(struct resild_cluster *c, bool early)
 		if (q->breaker) {
 			if (!(r = next_reply(c, q->name, "breaker")))
 				return;
+			/* parse_breaker marks the answer fresh only when it is whole */
 			if (parsed_for(c, r, r->type != REDIS_REPLY_ERROR && parse_breaker(r, &a),
 				       "breaker", i, q->name))
 				a.bk_until_ns = t0 + hold_ns(c);
 			else
 				bad = true;
-			if (bad)
-				a.bk_fresh = false;
 		}
 		if (!read_cb(c, q, i, &a.cb, &bad) || !read_ck(c, q, i, &a.ck, &bad))
 			return;
