@@ -338,6 +338,17 @@ int main(void)
 	xlen = test_redis_num(&rd, "XLEN", key, NULL);
 	printf("  Redis stream %s: %lld reports kept\n", key, xlen);
 	CHECK(xlen >= 1 && xlen <= HOSTS * 15, "the stream keeps a second of reports (%lld)", xlen);
+	/* resilctl status lists the keyed global policies, with what was
+	 * charged across hosts */
+	{
+		const char *argv[] = {RESILCTL_PATH, "--socket", hd[0].sock, "status", NULL};
+		static char out[65536];
+
+		CHECK(test_run(argv, NULL, out, sizeof(out)) == 0 &&
+			  strstr(out, "api              keyed: each host the whole per-key limit") &&
+			  strstr(out, "ip               keyed: ") && !strstr(out, " 0 admissions of other"),
+		      "status lists the keyed global policies with their charges:\n%s", out);
+	}
 
 	/* the same load on host-scope keyed limiters: the bound's teeth */
 	CHECK(run("iplocal", ladm, lsent, &lspan) == 0, "the host-scope run");
