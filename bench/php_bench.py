@@ -91,6 +91,26 @@ try:
             name, ns = line.split("\t")
             per.setdefault(name, []).append(float(ns))
         results[jit] = per
+    # instructions per iteration (callgrind; the stable figure on a shared
+    # machine): each loop run for N and 2N iterations, the difference / N,
+    # so that PHP's startup and the declaration cancel out
+    instr = collections.OrderedDict()
+    if shutil.which("valgrind"):
+        decl = "$p = Resil\\Policy::declare('php_bench_breaker', 'breaker.window = count:100');"
+        loops = [("two calls of an empty internal function", "Resil\\noop(); Resil\\noop();"),
+                 ("$permit = $p->acquire(); $permit->success()",
+                  "$permit = $p->acquire(); $permit->success();"),
+                 ("$p->acquire()->success()", "$p->acquire()->success();")]
+        cn = 2000 if args.quick else 20000
+        for name, body in loops:
+            ir = []
+            for k in (cn, 2 * cn):
+                code = "%s for ($i = 0; $i < %d; $i++) { %s }" % (decl, k, body)
+                r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "php",
+                                    *ini(False), "-r", code], capture_output=True, text=True)
+                refs = [ln for ln in r.stderr.splitlines() if "refs:" in ln]
+                ir.append(int(refs[-1].split("refs:")[1].replace(",", "")) if refs else 0)
+            instr[name] = (ir[1] - ir[0]) / cn
     load = open("/proc/loadavg").read().split()[0]
     phpv = subprocess.run(["php", "-n", "-r", "echo PHP_VERSION;"], capture_output=True,
                           text=True).stdout
@@ -141,6 +161,16 @@ def table():
                          floor - loop, (raw - loop) / max(0.1, floor - loop), chained))
         w("  Against 1.5 x (the two calls + the same decision in C, %.1f ns) = %.1f ns, as the Python "
           "binding is judged: %s." % (cfloor, 1.5 * (floor + cfloor), verdict2))
+    if instr:
+        w("")
+        w("Instructions per iteration (callgrind, no JIT, the loop included alike; the library's "
+          "own part of a decision is in \"The library's own cost per decision\"):")
+        w("")
+        w("| loop body | instructions |")
+        w("|---|---:|")
+        for name, v in instr.items():
+            w("| `%s` | %.0f |" % (name, v))
+        w("")
     r = results[False]
     for name in r:
         if name.startswith("ganesha"):

@@ -932,10 +932,12 @@ def report(outdir, path):
     # layout), the hot paths before and after the
     # untrusted-state work (callgrind), the global scope through Redis
     # (bench/cluster runs), the decision clock before and after
-    # (bench/clock_compare.sh), Python (bench/python_bench.py --write), the
-    # figures the design comments name by bench case (design.md)
+    # (bench/clock_compare.sh), Python (bench/python_bench.py --write), PHP
+    # (bench/php_bench.py --write), the figures the design comments name by
+    # bench case (design.md)
     here = os.path.dirname(os.path.abspath(__file__))
-    for kept in ("sizes.md", "untrusted.md", "global.md", "clock.md", "python.md", "design.md"):
+    for kept in ("sizes.md", "untrusted.md", "global.md", "clock.md", "python.md", "php.md",
+                 "design.md"):
         kp = os.path.join(here, kept)
         if os.path.exists(kp):
             with open(kp) as f:
