@@ -155,10 +155,12 @@ static int name_check(const zend_string *name, uint32_t arg)
 		char c = ZSTR_VAL(name)[i];
 
 		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		    c == '_' || (i > 0 && (c == '.' || c == ':' || c == '-')) || (i == 0 && c == '@'))
+		    c == '_' || (i > 0 && (c == '.' || c == ':' || c == '-')) ||
+		    (i == 0 && c == '@'))
 			continue;
-		zend_argument_value_error(arg, "must hold only letters, digits, '_', and after the "
-					       "first '.', ':' or '-' (a budget's name: a leading '@')");
+		zend_argument_value_error(arg,
+					  "must hold only letters, digits, '_', and after the "
+					  "first '.', ':' or '-' (a budget's name: a leading '@')");
 		return -1;
 	}
 	return 0;
@@ -489,18 +491,14 @@ static PHP_MINFO_FUNCTION(resil)
 	DISPLAY_INI_ENTRIES();
 }
 
+/* clang-format off: one field a line, as the structure declares them */
 zend_module_entry resil_module_entry = {
-    STANDARD_MODULE_HEADER,
-    PHP_RESIL_EXTNAME,
-    ext_functions,
-    PHP_MINIT(resil),
-    PHP_MSHUTDOWN(resil),
-    NULL,
-    PHP_RSHUTDOWN(resil),
-    PHP_MINFO(resil),
-    PHP_RESIL_VERSION,
+    STANDARD_MODULE_HEADER,	PHP_RESIL_EXTNAME,    ext_functions,
+    PHP_MINIT(resil),		PHP_MSHUTDOWN(resil), NULL,
+    PHP_RSHUTDOWN(resil),	PHP_MINFO(resil),     PHP_RESIL_VERSION,
     STANDARD_MODULE_PROPERTIES,
 };
+/* clang-format on */
 
 #ifdef COMPILE_DL_RESIL
 ZEND_GET_MODULE(resil)
