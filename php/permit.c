@@ -28,7 +28,8 @@
  * engine never considers them as garbage roots). Not pooled: a permit
  * something holds a WeakReference to (its holder must see it die), and
  * any permit once the request is shutting down; RSHUTDOWN frees the pool
- * while the request's object store still exists.
+ * while the request's object store still exists, and nothing is pooled
+ * after it (the engine frees what is left of the request later).
  */
 #include <php.h>
 #include <zend_exceptions.h>
@@ -63,6 +64,10 @@ static zend_object *permit_create(zend_class_entry *ce)
 #define PERMIT_POOL 8
 ZEND_TLS zend_object *pool[PERMIT_POOL];
 ZEND_TLS int npool;
+/* between RINIT and RSHUTDOWN: a permit that dies later (the engine frees
+ * what is left after the modules' RSHUTDOWN) must not outlive its
+ * request's object store in the pool */
+ZEND_TLS bool pool_open;
 
 static zend_object *permit_new(void)
 {
@@ -81,15 +86,21 @@ static zend_object *permit_new(void)
  * dtor_obj, where the engine holds it at refcount 1. */
 static void permit_keep(zend_object *o)
 {
-	if (npool < PERMIT_POOL && !(EG(flags) & EG_FLAGS_IN_SHUTDOWN) &&
+	if (pool_open && npool < PERMIT_POOL && !(EG(flags) & EG_FLAGS_IN_SHUTDOWN) &&
 	    !(GC_FLAGS(o) & IS_OBJ_WEAKLY_REFERENCED)) {
 		GC_ADDREF(o);
 		pool[npool++] = o;
 	}
 }
 
+void php_resil_permit_rinit(void)
+{
+	pool_open = true;
+}
+
 void php_resil_permit_rshutdown(void)
 {
+	pool_open = false;
 	while (npool > 0)
 		OBJ_RELEASE(pool[--npool]);
 }

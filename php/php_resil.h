@@ -57,6 +57,7 @@ void php_resil_throw_errno(int err, const char *what);
 
 /* permit.c, retry.c: their classes and handlers (MINIT). */
 void php_resil_permit_minit(void);
+void php_resil_permit_rinit(void);
 void php_resil_permit_rshutdown(void);
 void php_resil_retry_minit(void);
 

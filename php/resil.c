@@ -16,7 +16,12 @@
  * script declares its policies at the top of every request, and the
  * second identical declaration of a process is no round trip to resild.
  * A different text is declared again (the owners' rule decides: files and
- * operators win, among declarations the newest process's).
+ * operators win, among declarations the newest process's). While the
+ * handle is pending, an identical declaration is made again at most once
+ * a second: libresil looks for resild when a policy is declared, so a
+ * worker attaches at its next request once resild is there, whatever its
+ * traffic (between declarations, the library looks in the background of
+ * its decisions).
  *
  * Threads: PHP-FPM and the CLI are one thread per process; a ZTS build's
  * threads share the handle and the registry, so both are taken under one
@@ -82,6 +87,21 @@ struct reg {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static resil_t *handle;	   /* under lock until set; never changed after */
 static HashTable registry; /* name -> struct reg *, persistent, under lock */
+static int64_t next_look;  /* pending: when a declaration looks for resild again, under lock */
+
+/* Pending, and time to look for resild again (see above)? Under lock. */
+static bool look_again(resil_t *r)
+{
+	int64_t now;
+
+	if (resil_attached(r) != 0)
+		return false;
+	now = resil_now(r);
+	if (now < next_look)
+		return false;
+	next_look = now + 1000000000LL;
+	return true;
+}
 
 static void reg_free(zval *zv)
 {
@@ -188,7 +208,8 @@ static struct reg *reg_get(zend_string *name, zend_string *config)
 
 	if (!r)
 		return NULL;
-	if (config && !(g && g->declared && zend_string_equals(g->declared, config))) {
+	if (config &&
+	    (!(g && g->declared && zend_string_equals(g->declared, config)) || look_again(r))) {
 		zend_string *text = declared_text(config);
 
 		err = resil_define(r, ZSTR_VAL(name), ZSTR_VAL(text));
@@ -472,6 +493,12 @@ static PHP_MSHUTDOWN_FUNCTION(resil)
 	return SUCCESS;
 }
 
+static PHP_RINIT_FUNCTION(resil)
+{
+	php_resil_permit_rinit();
+	return SUCCESS;
+}
+
 static PHP_RSHUTDOWN_FUNCTION(resil)
 {
 	php_resil_permit_rshutdown();
@@ -492,12 +519,21 @@ static PHP_MINFO_FUNCTION(resil)
 }
 
 /* clang-format off: one field a line, as the structure declares them */
+/* one field a line, in the order the structure has them */
+/* clang-format off */
 zend_module_entry resil_module_entry = {
-    STANDARD_MODULE_HEADER,	PHP_RESIL_EXTNAME,    ext_functions,
-    PHP_MINIT(resil),		PHP_MSHUTDOWN(resil), NULL,
-    PHP_RSHUTDOWN(resil),	PHP_MINFO(resil),     PHP_RESIL_VERSION,
+    STANDARD_MODULE_HEADER,
+    PHP_RESIL_EXTNAME,
+    ext_functions,
+    PHP_MINIT(resil),
+    PHP_MSHUTDOWN(resil),
+    PHP_RINIT(resil),
+    PHP_RSHUTDOWN(resil),
+    PHP_MINFO(resil),
+    PHP_RESIL_VERSION,
     STANDARD_MODULE_PROPERTIES,
 };
+/* clang-format on */
 /* clang-format on */
 
 #ifdef COMPILE_DL_RESIL
