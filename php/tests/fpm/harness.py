@@ -111,19 +111,23 @@ class Harness:
         self.procs = {}
         self.env = env or {}
         self.checks = 0
+        # php-fpm as nobody (opcache.preload then runs in the master
+        # itself: as root PHP preloads in a child of its own)
+        self.unprivileged = False
         os.mkdir(os.path.join(self.tmp, "conf"))
 
     # -- processes --
 
     def start_resild(self):
         log = open(os.path.join(self.tmp, "resild.log"), "ab")
+        group = ["--socket-group", "nogroup"] if self.unprivileged else []
         self.procs["resild"] = subprocess.Popen(
             [os.environ["RESILD"], "--foreground", "--socket", self.sock, "--config",
              os.path.join(self.tmp, "conf"), "--state-size", "16M", "--policies", "256",
-             "--clients", "64"], stdout=log, stderr=log)
+             "--clients", "64", *group], stdout=log, stderr=log)
         eventually("resild's socket", lambda: os.path.exists(self.sock))
 
-    def start_fpm(self):
+    def start_fpm(self, preload=None):
         conf = os.path.join(self.tmp, "fpm.conf")
         env_lines = "".join('env[%s] = "%s"\n' % kv for kv in self.env.items())
         with open(conf, "w") as f:
@@ -146,10 +150,16 @@ env[RESIL_PHP_SRC] = {os.environ["SRC"]}/php/src
 env[RESIL_TEST_TMP] = {self.tmp}
 {env_lines}""")
         log = open(os.path.join(self.tmp, "fpm.out"), "ab")
+        drop = []
+        if self.unprivileged:
+            os.chmod(self.tmp, 0o777)
+            drop = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
         self.procs["fpm"] = subprocess.Popen(
-            [PHP_FPM, "-n", "-R", "-F", "-y", conf, "-d", "extension=" + os.environ["RESIL_PHP_EXT"],
+            [*drop, PHP_FPM, "-n", "-R", "-F", "-y", conf, "-d", "extension=" + os.environ["RESIL_PHP_EXT"],
              "-d", "zend_extension=opcache", "-d", "opcache.enable=1", "-d", "display_errors=stderr",
-             "-d", "log_errors=1"], stdout=log, stderr=log)
+             "-d", "log_errors=1", "-d", "resil.socket=" + self.sock,
+             *(["-d", "opcache.preload=" + preload] if preload else [])],
+            stdout=log, stderr=log)
         eventually("php-fpm's socket", lambda: os.path.exists(os.path.join(self.tmp, "fpm.sock")))
         eventually("4 workers", lambda: len(self.workers()) == 4)
 
@@ -262,14 +272,16 @@ http {{
         print("ok:", what)
 
 
-def run(block, body, env=None, resild=True):
-    """Start everything (resild unless told not to), run body(h), stop
-    everything; exit 0 with a passed line, 1 with the logs."""
+def run(block, body, env=None, resild=True, preload=None):
+    """Start everything (resild unless told not to; php-fpm with an
+    opcache.preload script if given), run body(h), stop everything; exit
+    0 with a passed line, 1 with the logs."""
     h = Harness(block, env)
+    h.unprivileged = preload is not None
     try:
         if resild:
             h.start_resild()
-        h.start_fpm()
+        h.start_fpm(preload)
         h.start_nginx()
         body(h)
     except AssertionError as e:
