@@ -409,7 +409,7 @@ def gunicorn_rps():
                 finally:
                     c.close()
             try:
-                end = time.monotonic() + 30
+                end = time.monotonic() + 90   # 4 workers import Django
                 while True:
                     try:
                         if get(0) == 200:
