@@ -2428,23 +2428,7 @@ RESIL_API int64_t resil_now(const resil_t *r)
 
 RESIL_API const char *resil_strverdict(int verdict)
 {
-	switch (verdict) {
-	case RESIL_ADMIT:
-		return "admitted";
-	case RESIL_REJECT_OPEN:
-		return "rejected: circuit open";
-	case RESIL_REJECT_FULL:
-		return "rejected: full";
-	case RESIL_REJECT_LIMITED:
-		return "rejected: rate limited";
-	case RESIL_REJECT_SHED:
-		return "rejected: shed";
-	case RESIL_REJECT_BUDGET:
-		return "rejected: retry budget exhausted";
-	}
-	if (verdict < 0)
-		return "error";
-	return "unknown verdict";
+	return resil_verdict_name(verdict);
 }
 
 RESIL_API const char *resil_strstate(int state)

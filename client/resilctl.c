@@ -53,6 +53,9 @@
 #include "resilctl_top.h"
 #include "seg.h"
 
+/* the protocol's enums are names.h's lists (resilctl turns them into words) */
+RESIL_NAMES_PROTO_CHECK
+
 #define EXIT_USAGE 2
 
 static const char usage_text[] =
@@ -377,32 +380,20 @@ const char *state_word(Resil__BreakerState s)
 						       : resil_breaker_state_name((int)s - 1);
 }
 
+/* Outcome: RESIL_DEFINE_* plus one, 0 for no define */
 static const char *outcome_word(Resil__Outcome r)
 {
-	switch (r) {
-	case RESIL__OUTCOME__OUTCOME_CREATED:
-		return "created";
-	case RESIL__OUTCOME__OUTCOME_CHANGED:
-		return "changed";
-	case RESIL__OUTCOME__OUTCOME_UNCHANGED:
-		return "unchanged";
-	default:
-		return "";
-	}
+	return r == RESIL__OUTCOME__OUTCOME_NONE ? "" : resil_define_name((uint32_t)r - 1);
 }
 
 static const char *metrics_state_word(Resil__MetricsState m)
 {
-	return m == RESIL__METRICS_STATE__METRICS_LISTENING ? "listening"
-	       : m == RESIL__METRICS_STATE__METRICS_FAILED  ? "failed"
-							    : "off";
+	return resil_listener_name((uint32_t)m);
 }
 
 static const char *fallback_word(Resil__ClusterFallback f)
 {
-	return f == RESIL__CLUSTER_FALLBACK__FALLBACK_LOCAL    ? "local"
-	       : f == RESIL__CLUSTER_FALLBACK__FALLBACK_REJECT ? "reject"
-							       : "share";
+	return resil_fallback_name((uint32_t)f);
 }
 
 /* ---- commands ---- */
@@ -605,7 +596,6 @@ static void put_escaped(const char *s, bool quote)
  * (what resild's HTTP endpoint serves). */
 static void print_metrics_text(const Resil__MetricsReply *m)
 {
-	static const char *const types[] = {"untyped", "counter", "gauge", "histogram", "summary"};
 
 	for (size_t i = 0; i < m->n_families; i++) {
 		const Resil__MetricFamily *f = m->families[i];
@@ -615,8 +605,8 @@ static void print_metrics_text(const Resil__MetricsReply *m)
 			put_escaped(f->help, false);
 			putchar('\n');
 		}
-		if ((unsigned)f->type < RESIL_ARRAY_SIZE(types))
-			printf("# TYPE %s %s\n", f->name, types[f->type]);
+		if ((unsigned)f->type <= RESIL_MT_SUMMARY)
+			printf("# TYPE %s %s\n", f->name, resil_mtype_name((uint32_t)f->type));
 		for (size_t j = 0; j < f->n_samples; j++) {
 			const Resil__Sample *x = f->samples[j];
 			char v[40];

@@ -74,7 +74,7 @@ static bool stat_in_section(const char *name)
 
 const char *fleet_word(int64_t v)
 {
-	return v == 2 ? "probing" : v == 1 ? "open" : "closed";
+	return resil_fleet_name(v >= 0 && v <= RESIL_FLEET_PROBING ? (uint32_t)v : 0);
 }
 
 static void show_cluster_json(const Resil__PolicyInfo *p)

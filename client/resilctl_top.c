@@ -180,24 +180,10 @@ static int map_segments(const char *socket, struct resil_seg *seg)
 
 /* ---- one refresh ---- */
 
+/* the table's column: the short words; "-" for no breaker */
 static const char *state_word(int st)
 {
-	switch (st) {
-	case RESIL_STATE_CLOSED:
-		return "closed";
-	case RESIL_STATE_OPEN:
-		return "open";
-	case RESIL_STATE_HALF_OPEN:
-		return "half-open";
-	case RESIL_STATE_DISABLED:
-		return "disabled";
-	case RESIL_STATE_FORCED_OPEN:
-		return "forced";
-	case RESIL_STATE_METRICS_ONLY:
-		return "metrics";
-	default:
-		return "-";
-	}
+	return st < 0 ? "-" : resil_breaker_state_short(st);
 }
 
 static uint64_t rejections(const uint64_t *v)

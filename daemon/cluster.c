@@ -83,14 +83,11 @@
 
 int resild_cluster_parse_fallback(const char *s, int *ret)
 {
-	if (strcmp(s, "share") == 0)
-		*ret = RESILD_FALLBACK_SHARE;
-	else if (strcmp(s, "local") == 0)
-		*ret = RESILD_FALLBACK_LOCAL;
-	else if (strcmp(s, "reject") == 0)
-		*ret = RESILD_FALLBACK_REJECT;
-	else
-		return -EINVAL;
+	int v = resil_fallback_parse(s);
+
+	if (v < 0)
+		return v;
+	*ret = v;
 	return 0;
 }
 
@@ -527,9 +524,7 @@ int resild_cluster_info(struct resild *d, struct resild_cluster_info *out)
 	out->redis = c->url;
 	out->name = c->prefix;
 	out->host = c->host;
-	out->fallback = c->fallback == RESILD_FALLBACK_SHARE   ? "share"
-			: c->fallback == RESILD_FALLBACK_LOCAL ? "local"
-							       : "reject";
+	out->fallback = resil_fallback_name((uint32_t)c->fallback);
 	out->interval_ns = c->interval_ns;
 	pthread_mutex_lock(&c->lock);
 	out->connected = c->connected;

@@ -77,7 +77,7 @@ struct resild_cluster_policy {
 	double demand;
 	uint32_t hosts;
 	bool breaker;
-	int fleet; /* 0 closed, 1 open, 2 this host probes for the fleet */
+	int fleet; /* RESIL_FLEET_*: closed, open, this host probes for the fleet */
 	uint64_t fleet_open;
 	int64_t fleet_calls;
 	uint32_t conflicts;	 /* live hosts with another configuration */

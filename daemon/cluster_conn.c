@@ -274,9 +274,7 @@ void set_error(struct resild_cluster *c, const char *fmt, ...)
 	pthread_mutex_unlock(&c->lock);
 	if (!same)
 		log_error("cluster: %s; leases run out into --cluster-fallback %s", msg,
-			  c->fallback == RESILD_FALLBACK_SHARE	 ? "share"
-			  : c->fallback == RESILD_FALLBACK_LOCAL ? "local"
-								 : "reject");
+			  resil_fallback_name((uint32_t)c->fallback));
 }
 
 static void drop_pending(struct resild_cluster *c)

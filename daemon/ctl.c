@@ -87,10 +87,10 @@
 /* the cluster_* stats of add_cluster_stats */
 #define CLUSTER_MAX 20
 
-const char *resild_state_name(int state)
-{
-	return resil_breaker_state_name(state);
-}
+/* Every enum this file and events.c cast into the protocol is its
+ * list's (names.h), and so are the daemon's own. */
+RESIL_NAMES_PROTO_CHECK
+RESIL_NAMES_DAEMON_CHECK
 
 /* A reply under construction: the error (if any) and the body. */
 struct reply {
@@ -996,8 +996,8 @@ static int force_state(struct resild *d, const struct resild_peer *p, const char
 		return reply_error(rp, -EINVAL, "policy %s has no circuit breaker", name);
 	if (r < 0)
 		return reply_error(rp, r, "cannot force policy %s: %s", name, strerror(-r));
-	log_notice("policy %s: %s (%s) by uid %u (pid %d)", name, verb, resild_state_name(state),
-		   (unsigned)p->uid, (int)p->pid);
+	log_notice("policy %s: %s (%s) by uid %u (pid %d)", name, verb,
+		   resil_breaker_state_name(state), (unsigned)p->uid, (int)p->pid);
 	fill_info(d, rec, in);
 	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
 	rp->resp.policy = &in->h.pi;
@@ -1500,9 +1500,7 @@ static int cluster_policy_one(const struct resil_seg *s, uint32_t slot, const st
 	p->demand = cp.demand;
 	p->hosts = cp.hosts;
 	p->breaker = cp.breaker;
-	p->fleet_state = cp.fleet == 2 ? RESIL__FLEET_STATE__FLEET_PROBING
-			 : cp.fleet    ? RESIL__FLEET_STATE__FLEET_OPEN
-				       : RESIL__FLEET_STATE__FLEET_CLOSED;
+	p->fleet_state = (Resil__FleetState)cp.fleet; /* RESIL_FLEET_* (names.h) */
 	p->fleet_open = cp.fleet_open;
 	p->fleet_calls = cp.fleet_calls < 0 ? 0 : (uint64_t)cp.fleet_calls;
 	p->conflicts = cp.conflicts;

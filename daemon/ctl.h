@@ -49,9 +49,6 @@ void resild_peer_gone(struct resild *d, struct resild_peer *peer);
  * member of the admin group)? */
 bool resild_peer_exempt(const struct resild *d, const struct resild_peer *p);
 
-/* Words for RESIL_STATE_* values. */
-const char *resild_state_name(int state);
-
 /* The loop's numbers as of now, for the HTTP thread (every tick). */
 void resild_metrics_publish(struct resild *d);
 /* The same families for the HTTP thread: the numbers last published and

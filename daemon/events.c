@@ -118,10 +118,8 @@ static int why_text(struct resild *d, const struct resil_event *e, char *buf, si
 				    ? rec->conf.breaker.failure_rate_bp
 				    : rec->conf.breaker.slow_rate_bp,
 				t, sizeof(t));
-		return snprintf(buf, len, " (%s %s%s%s)",
-				e->reason == RESIL_WHY_FAILURE_RATE ? "failure rate"
-								    : "slow-call rate",
-				v, t[0] ? " >= " : "", t);
+		return snprintf(buf, len, " (%s %s%s%s)", resil_breaker_why(e->reason), v,
+				t[0] ? " >= " : "", t);
 	case RESIL_WHY_CONSECUTIVE:
 		return snprintf(buf, len, " (%llu consecutive failures)",
 				(unsigned long long)e->value);
@@ -152,8 +150,9 @@ size_t resild_event_format(struct resild *d, const struct resil_event *e, char *
 	}
 	switch (e->type) {
 	case RESIL_EV_TRANSITION:
-		n = snprintf(buf, len, "policy %s: %s -> %s", pol, resild_state_name((int)e->a),
-			     resild_state_name((int)e->b));
+		n = snprintf(buf, len, "policy %s: %s -> %s", pol,
+			     resil_breaker_state_name((int)e->a),
+			     resil_breaker_state_name((int)e->b));
 		break;
 	case RESIL_EV_RECLAIMED:
 		n = snprintf(buf, len,
@@ -262,7 +261,9 @@ static void deliver(struct resild *d, const struct resil_event *e)
 		ev.code = e->reason;
 	}
 	if (e->type == RESIL_EV_CONFIG)
-		ev.change = (Resil__ConfigChange)(e->a < 3 ? e->a : 3);
+		ev.change =
+		    (Resil__ConfigChange)(e->a < RESIL_CHANGE_REDEFINED ? e->a
+									: RESIL_CHANGE_REDEFINED);
 	else if (e->type == RESIL_EV_REPAIRED)
 		ev.word = e->a;
 	resp.id = 0;

@@ -12,24 +12,7 @@
 
 #include "policy.h"
 
-/* Why a transition happened (event field reason). */
-enum resil_breaker_why {
-	RESIL_WHY_NONE = 0,
-	RESIL_WHY_FAILURE_RATE = 1,  /* failure rate at or over its threshold (value: bp) */
-	RESIL_WHY_SLOW_RATE = 2,     /* slow-call rate at or over its threshold (value: bp) */
-	RESIL_WHY_CONSECUTIVE = 3,   /* consecutive failures reached N (value: failures) */
-	RESIL_WHY_WAIT_OVER = 4,     /* OPEN wait over: HALF_OPEN (value: the wait in ns) */
-	RESIL_WHY_PROBES_PASSED = 5, /* every probe answered, rates under thresholds */
-	RESIL_WHY_PROBE_FAILED = 6,  /* consecutive window: one probe failed */
-	RESIL_WHY_PROBE_TIMEOUT = 7, /* a probe held longer than half_open_max_wait (value: ns) */
-	RESIL_WHY_FORCED = 8,	     /* resil_breaker_force to a forced state */
-	RESIL_WHY_RESET = 9,	     /* resil_breaker_force(CLOSED): fresh closed breaker */
-	/* scope = global: the fleet's window crossed a threshold (value: bp) */
-	RESIL_WHY_FLEET = 10,
-	/* scope = global: another host's probes passed for the fleet */
-	RESIL_WHY_FLEET_CLOSED = 11,
-	RESIL_WHY_MAX,
-};
+/* Why a transition happened (an event's reason): RESIL_WHY_* of names.h. */
 
 /* Outcome codes stored in a count-window slot and accumulated in the
  * packed counters: bit 0 present, bit 1 failure, bit 2 slow. */
@@ -290,8 +273,6 @@ struct resil_breaker_info {
 void resil_breaker_info(const struct resil_breaker_conf *c, const void *st, int64_t now,
 			struct resil_breaker_info *out);
 
-/* Words for a reason and a state. Never NULL. */
-const char *resil_breaker_why(uint32_t reason);
-const char *resil_breaker_state_name(int state);
+/* Words for a reason and a state: names.h. */
 
 #endif

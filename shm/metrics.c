@@ -141,8 +141,6 @@ static void tput_escaped(struct resil_mtext *t, const char *s, bool quoted)
 	}
 }
 
-static const char *const type_words[] = {"untyped", "counter", "gauge", "histogram", "summary"};
-
 static void text_family(struct resil_msink *k, const char *name, const char *help,
 			enum resil_mtype type)
 {
@@ -151,7 +149,7 @@ static void text_family(struct resil_msink *k, const char *name, const char *hel
 	tput(t, "# HELP %s ", name);
 	tput_escaped(t, help, false);
 	tput(t, "\n# TYPE %s %s\n", name,
-	     (unsigned)type < RESIL_ARRAY_SIZE(type_words) ? type_words[type] : "untyped");
+	     (unsigned)type <= RESIL_MT_SUMMARY ? resil_mtype_name(type) : "untyped");
 }
 
 static void text_sample(struct resil_msink *k, const char *family, const char *suffix,
@@ -366,9 +364,6 @@ static const struct {
 		    "Duration of timed calls that succeeded or failed."},
 };
 
-static const char *const state_names[] = {"closed",   "open",	     "half_open",
-					  "disabled", "forced_open", "metrics_only"};
-
 static const enum resil_stat call_stats[] = {
     RESIL_STAT_SUCCESS,	 RESIL_STAT_FAILURE,	 RESIL_STAT_IGNORED,  RESIL_STAT_REJ_OPEN,
     RESIL_STAT_REJ_FULL, RESIL_STAT_REJ_LIMITED, RESIL_STAT_REJ_SHED, RESIL_STAT_REJ_BUDGET,
@@ -502,8 +497,8 @@ static void put_decision(struct resil_msink *k, enum family f, const struct plab
 		/* the enum convention: every state always present, 1 for the
 		 * current one (a state out of range, before its repair: all 0) */
 		state = resil_breaker_state(cs);
-		for (int i = 0; i < (int)RESIL_ARRAY_SIZE(state_names); i++)
-			smp(k, f, "", p, "state", state_names[i], NULL, NULL,
+		for (int i = 0; i < RESIL_STATE_COUNT; i++)
+			smp(k, f, "", p, "state", resil_breaker_state_label(i), NULL, NULL,
 			    resil_mv_uint(i == state));
 		break;
 	case F_TRANSITIONS:
@@ -513,8 +508,8 @@ static void put_decision(struct resil_msink *k, enum family f, const struct plab
 			break;
 		/* the natural cycle always (a series that appears loses its
 		 * first increment to rate()); forced ones once they happened */
-		for (int from = 0; from < (int)RESIL_ARRAY_SIZE(state_names); from++)
-			for (int to = 0; to < (int)RESIL_ARRAY_SIZE(state_names); to++) {
+		for (int from = 0; from < RESIL_STATE_COUNT; from++)
+			for (int to = 0; to < RESIL_STATE_COUNT; to++) {
 				int64_t n = resil_breaker_moves(cs, from, to);
 				bool cycle =
 				    (from == RESIL_STATE_CLOSED && to == RESIL_STATE_OPEN) ||
@@ -524,8 +519,8 @@ static void put_decision(struct resil_msink *k, enum family f, const struct plab
 
 				if (n < 0 || (!n && !cycle))
 					continue;
-				smp(k, f, "", p, "from", state_names[from], "to", state_names[to],
-				    resil_mv_int(n));
+				smp(k, f, "", p, "from", resil_breaker_state_label(from), "to",
+				    resil_breaker_state_label(to), resil_mv_int(n));
 			}
 		break;
 	case F_BREAKER_FAILURE_RATE:

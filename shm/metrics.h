@@ -57,14 +57,7 @@ size_t resil_metrics_text(const struct resil_seg *s, char *buf, size_t len);
  * recording keeps them for later. Label
  * values and help are given raw; the text sink escapes them.
  */
-/* Numbered as proto/resil.proto's MetricType. */
-enum resil_mtype {
-	RESIL_MT_UNTYPED = 0,
-	RESIL_MT_COUNTER = 1,
-	RESIL_MT_GAUGE = 2,
-	RESIL_MT_HISTOGRAM = 3,
-	RESIL_MT_SUMMARY = 4,
-};
+/* enum resil_mtype (RESIL_MT_*): names.h, tied to proto's MetricType. */
 
 /* A value with the form the exposition writes it in. */
 enum resil_mvkind {

@@ -1210,57 +1210,6 @@ void resil_seg_own_arena(struct resil_seg *s)
 	st_release(&s->st->arena_used, s->arena_used);
 }
 
-const char *resil_word_name(uint32_t w)
-{
-	static const char *const names[RESIL_W_MAX] = {
-	    [RESIL_W_NONE] = "none",
-	    [RESIL_W_HEADER] = "state header",
-	    [RESIL_W_EVENTS] = "event ring position",
-	    [RESIL_W_BREAKER_LAYOUT] = "breaker layout",
-	    [RESIL_W_BREAKER_BASE] = "breaker.base_ns",
-	    [RESIL_W_BREAKER_STATE] = "breaker state",
-	    [RESIL_W_SHED_WIDTH] = "shed.width_ns",
-	    [RESIL_W_SHED_EPOCH] = "shed.epoch",
-	    [RESIL_W_LIMIT_TAT] = "limit tat",
-	    [RESIL_W_BLOCK_RESET] = "state block (reset)",
-	    [RESIL_W_ADAPTIVE_LAYOUT] = "adaptive layout",
-	    [RESIL_W_ADAPTIVE_PHASE] = "adaptive.phase",
-	    [RESIL_W_ADAPTIVE_EPOCH] = "adaptive.epoch",
-	    [RESIL_W_ADAPTIVE_PROBE] = "adaptive.probe_at",
-	    [RESIL_W_ADAPTIVE_LIMIT] = "adaptive limit",
-	    [RESIL_W_BUDGET_TOKENS] = "budget.tokens_milli",
-	    [RESIL_W_BUDGET_FLAG] = "budget.exhausted",
-	    [RESIL_W_STATS_P95] = "stats p95 cache",
-	    [RESIL_W_LIMIT_USED] = "limit.used",
-	    [RESIL_W_BUDGET_MIRROR] = "budget.g_req/g_rty",
-	};
-
-	return w < RESIL_W_MAX && names[w] ? names[w] : "unknown";
-}
-
-const char *resil_event_name(uint32_t type)
-{
-	static const char *const names[] = {
-	    [RESIL_EV_TRANSITION] = "transition",
-	    [RESIL_EV_BUDGET_EXHAUSTED] = "budget-exhausted",
-	    [RESIL_EV_KEYS_FULL] = "keys-full",
-	    [RESIL_EV_RECLAIMED] = "reclaimed",
-	    [RESIL_EV_CLIENTS_FULL] = "clients-full",
-	    [RESIL_EV_CONFIG] = "config",
-	    [RESIL_EV_REPAIRED] = "repaired",
-	    [RESIL_EV_CLUSTER] = "cluster",
-	};
-
-	return type < RESIL_ARRAY_SIZE(names) && names[type] ? names[type] : "unknown";
-}
-
-const char *resil_config_change_name(uint32_t a)
-{
-	static const char *const names[] = {"created", "changed", "deleted"};
-
-	return a < RESIL_ARRAY_SIZE(names) ? names[a] : "redefined";
-}
-
 uint32_t resil_seg_repair_header(struct resil_seg *s)
 {
 	struct resil_state_hdr *h = s->st;
@@ -1523,7 +1472,9 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 		retire_rec(s, resil_slotw_rec(old_w), t);
 	}
 	reuse_publish(s);
-	resil_event_push(s, RESIL_EV_CONFIG, slot, gen, exists ? 1 : 0, reuse_state, 0, 0, now);
+	resil_event_push(s, RESIL_EV_CONFIG, slot, gen,
+			 exists ? RESIL_CHANGE_CHANGED : RESIL_CHANGE_CREATED, reuse_state, 0, 0,
+			 now);
 	return exists ? RESIL_DEFINE_CHANGED : RESIL_DEFINE_CREATED;
 }
 
@@ -1606,7 +1557,8 @@ int resil_seg_delete(struct resil_seg *s, const char *name)
 	}
 	uint32_t gen = ld_relaxed(&s->cfg->generation) + 1;
 	st_release(&s->cfg->generation, gen);
-	resil_event_push(s, RESIL_EV_CONFIG, slot, resil_slotw_gen(w), 2, 0, 0, 0, 0);
+	resil_event_push(s, RESIL_EV_CONFIG, slot, resil_slotw_gen(w), RESIL_CHANGE_DELETED, 0, 0,
+			 0, 0);
 	return 0;
 }
 

@@ -39,6 +39,7 @@
 
 #include "common.h"
 #include "conf_types.h"
+#include "names.h"
 
 #define RESIL_CFG_MAGIC   0x4746434c49534552ULL /* "RESILCFG" */
 #define RESIL_STATE_MAGIC 0x5453434c49534552ULL /* "RESILSTA" with a twist */
@@ -181,17 +182,8 @@ struct resil_client_row {
 #define RESIL_ROW_LIVE    0x1u
 #define RESIL_ROW_DEAD    0x2u /* daemon saw it die; reclaim in progress */
 
-/* An event in the ring; 64 bytes. seq = index + 1 once the entry is whole. */
-enum resil_event_type {
-	RESIL_EV_TRANSITION = 1, /* breaker state change: a = from, b = to */
-	RESIL_EV_BUDGET_EXHAUSTED,
-	RESIL_EV_KEYS_FULL, /* keyed table full: a = 1 admitted (limit.when_full), value = keys */
-	RESIL_EV_RECLAIMED, /* a = permits, b = probes, taken back from a dead client */
-	RESIL_EV_CLIENTS_FULL,
-	RESIL_EV_CONFIG,   /* created, changed, deleted */
-	RESIL_EV_REPAIRED, /* a = enum resil_word of the last word, b = words repaired */
-	RESIL_EV_CLUSTER,  /* scope = global: a = enum resil_cluster_event, value below */
-};
+/* An event in the ring; 64 bytes. seq = index + 1 once the entry is whole.
+ * Its types (RESIL_EV_*) and what a, b and value mean: names.h. */
 
 /* RESIL_EV_CLUSTER's a (pushed by the daemon's cluster exchange). */
 enum resil_cluster_event {
@@ -200,38 +192,6 @@ enum resil_cluster_event {
 	RESIL_CL_CONFLICT = 8, /* hosts with another configuration of the policy: value = hosts */
 };
 
-/* State words the daemon checks and repairs (event RESIL_EV_REPAIRED). */
-enum resil_word {
-	RESIL_W_NONE = 0,
-	RESIL_W_HEADER, /* the state header's geometry copy (slot: none) */
-	RESIL_W_EVENTS, /* event ring head behind the daemon's position */
-	RESIL_W_BREAKER_LAYOUT,
-	RESIL_W_BREAKER_BASE,
-	RESIL_W_BREAKER_STATE,
-	RESIL_W_SHED_WIDTH,
-	RESIL_W_SHED_EPOCH,
-	RESIL_W_LIMIT_TAT,
-	RESIL_W_BLOCK_RESET, /* a block that could not be repaired: reset (b = blocks) */
-	RESIL_W_ADAPTIVE_LAYOUT,
-	RESIL_W_ADAPTIVE_PHASE,
-	RESIL_W_ADAPTIVE_EPOCH,
-	RESIL_W_ADAPTIVE_PROBE,
-	RESIL_W_ADAPTIVE_LIMIT,
-	RESIL_W_BUDGET_TOKENS,
-	RESIL_W_BUDGET_FLAG,
-	RESIL_W_STATS_P95,
-	RESIL_W_LIMIT_USED,
-	RESIL_W_BUDGET_MIRROR,
-	RESIL_W_MAX,
-};
-/* "breaker.state": the word's name for events and logs. Never NULL. */
-const char *resil_word_name(uint32_t w);
-/* An event type's name ("transition", "repaired"...; "unknown" past the
- * enum): the one table the journal, subscribers and resilctl print. */
-const char *resil_event_name(uint32_t type);
-/* RESIL_EV_CONFIG's a in words: "created", "changed", "deleted", else
- * "redefined". */
-const char *resil_config_change_name(uint32_t a);
 struct resil_event {
 	ra64 seq;
 	RESIL_A8 int64_t time_ns;
@@ -510,10 +470,7 @@ int resil_seg_define_cost(const struct resil_seg *s, const char *name,
 			  struct resil_define_cost *c);
 void resil_seg_room(const struct resil_seg *s, struct resil_define_cost *room);
 
-/* resil_seg_define's positive results. */
-#define RESIL_DEFINE_CREATED   0
-#define RESIL_DEFINE_CHANGED   1
-#define RESIL_DEFINE_UNCHANGED 2
+/* resil_seg_define's positive results: RESIL_DEFINE_* (names.h). */
 /* A valid policy name: 1..63 of [A-Za-z0-9_.:@-], not starting with '.' or
  * '-', '@' only first (budgets). The one rule, for every way in. */
 bool resil_name_valid(const char *name);

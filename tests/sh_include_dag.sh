@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# label: unit
+# label: unit build
 # The includes of shm/, client/, daemon/ and proto/ follow the arrows of
 # ARCHITECTURE.md. The rule, checked here:
 #   1. files: the graph "file -> header it includes" is a DAG (tsort);
@@ -24,7 +24,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 # layer  files of shm/
 layers='
-0 common.h common.c clock.c pcpu.h parse.h parse.c conf_types.h
+0 common.h common.c clock.c pcpu.h parse.h parse.c conf_types.h names.h names.c
 1 seg.h policy.h comp.h
 2 stats.h stats.c breaker.h breaker.c breaker_conf.c limit.h limit.c limit_priv.h limit_keyed.c
 2 limit_global.h limit_global.c
