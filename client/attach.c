@@ -29,35 +29,6 @@
 
 /* ---- identity ---- */
 
-/* /proc/self/stat field 22: start time in clock ticks since boot. */
-static uint64_t self_start_time(void)
-{
-	char buf[1024], *p;
-	unsigned long long v = 0;
-	ssize_t n;
-	int fd, field;
-
-	fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
-	if (!p)
-		return 0;
-	p++;
-	/* after ")" comes field 3 */
-	for (field = 3; field < 22 && p; field++) {
-		p = strchr(p + 1, ' ');
-	}
-	if (p)
-		v = strtoull(p + 1, NULL, 10);
-	return v;
-}
-
 /* policy.scope = process: our copy of each policy starts fresh on a row
  * we just got (a previous process on the row may have left its breaker
  * OPEN; resil_policy_reset_copy). A walk over the directory: cold. */
@@ -83,7 +54,8 @@ void resil_priv_claim_row(struct resil *r, struct resil_map *m, uint32_t bound_i
 	 * changes, that is in a forked child, before any other thread exists */
 	if (r->pid != pid || !r->start_time) {
 		r->pid = pid;
-		r->start_time = self_start_time();
+		if (resil_proc_stat(0, &r->start_time, NULL) < 0)
+			r->start_time = 0;
 		r->uid = (uint32_t)getuid();
 	}
 	if (bound_id && bound_id <= m->seg->geo.client_cap &&

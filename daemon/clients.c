@@ -140,53 +140,6 @@ struct resild_clients {
 	struct watch w[];
 };
 
-int resild_proc_stat(uint32_t pid, uint64_t *start_time, uint32_t *ppid)
-{
-	char path[64], buf[1024];
-	unsigned long long v;
-	const char *p;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT ? -ESRCH : -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return n < 0 ? -errno : -ESRCH;
-	buf[n] = '\0';
-	/* comm (field 2) may hold spaces and parentheses: start after the last ')' */
-	p = strrchr(buf, ')');
-	if (!p)
-		return -EIO;
-	p++;
-	/* fields 3..21, then 22; field 4 is the parent's pid */
-	for (int f = 3; f <= 22; f++) {
-		while (*p == ' ')
-			p++;
-		if (f == 4 && ppid) {
-			if (sscanf(p, "%llu", &v) != 1)
-				return -EIO;
-			*ppid = (uint32_t)v;
-		}
-		if (f == 22)
-			break;
-		while (*p && *p != ' ')
-			p++;
-	}
-	if (sscanf(p, "%llu", &v) != 1)
-		return -EIO;
-	*start_time = v;
-	return 0;
-}
-
-int resild_proc_start_time(uint32_t pid, uint64_t *ret)
-{
-	return resild_proc_stat(pid, ret, NULL);
-}
-
 /* The inode of a process's pid namespace, 0 when it cannot be read. */
 static ino_t pidns_of(const char *proc)
 {
@@ -437,7 +390,7 @@ static int judge(struct resild *d, uint32_t i, uint64_t owner, bool adopting)
 		log_warning_errno(fd, "client row %u: pidfd_open(%u): %m", i, pid);
 		return 0; /* try again next tick */
 	}
-	r = fd >= 0 ? resild_proc_stat(pid, &st, &ppid) : -ESRCH;
+	r = fd >= 0 ? resil_proc_stat(pid, &st, &ppid) : -ESRCH;
 	if (r < 0 && r != -ESRCH) {
 		/* /proc unreadable (hidepid, EACCES): cannot judge, no guess */
 		close(fd);
@@ -506,7 +459,7 @@ static int judge(struct resild *d, uint32_t i, uint64_t owner, bool adopting)
 			watch(d, i, owner, fd, pid, W_CHILD, uid, exempt);
 			return 0;
 		}
-		if (resild_proc_stat(ppid, &pst, &ppid) < 0)
+		if (resil_proc_stat(ppid, &pst, &ppid) < 0)
 			break;
 	}
 	close(fd);
@@ -531,7 +484,7 @@ int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid, bool exempt
 	/* after pidfd_open: the start time is that of the process the pidfd
 	 * refers to (a pid reused since the connection was made would be
 	 * another process: the connection's peer is then gone anyway) */
-	r = resild_proc_start_time((uint32_t)peer_pid, &st);
+	r = resil_proc_stat((uint32_t)peer_pid, &st, NULL);
 	if (r < 0) {
 		close(fd);
 		return r;

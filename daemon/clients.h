@@ -53,10 +53,4 @@ struct resild_clients_stats {
 };
 void resild_clients_stats(const struct resild *d, struct resild_clients_stats *out);
 
-/* /proc/PID/stat field 22 (start time in clock ticks since boot);
- * 0 or -errno (-ESRCH: no such process). */
-int resild_proc_start_time(uint32_t pid, uint64_t *ret);
-/* The same, and field 4 (the parent's pid) when ppid is not NULL. */
-int resild_proc_stat(uint32_t pid, uint64_t *start_time, uint32_t *ppid);
-
 #endif

@@ -17,11 +17,14 @@
  * parent's sequence would jitter in lockstep.
  */
 #include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -175,4 +178,49 @@ int resil_errf(char *err, size_t errlen, int r, const char *fmt, ...)
 		va_end(ap);
 	}
 	return r;
+}
+
+int resil_proc_stat(uint32_t pid, uint64_t *start_time, uint32_t *ppid)
+{
+	char path[64], buf[1024];
+	unsigned long long v;
+	const char *p;
+	ssize_t n;
+	int fd;
+
+	if (pid)
+		snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	else
+		snprintf(path, sizeof(path), "/proc/self/stat");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return n < 0 ? -errno : -ESRCH;
+	buf[n] = '\0';
+	/* comm (field 2) may hold spaces and parentheses: start after the last ')' */
+	p = strrchr(buf, ')');
+	if (!p)
+		return -EIO;
+	p++;
+	/* fields 3..21, then 22; field 4 is the parent's pid */
+	for (int f = 3; f <= 22; f++) {
+		while (*p == ' ')
+			p++;
+		if (f == 4 && ppid) {
+			if (sscanf(p, "%llu", &v) != 1)
+				return -EIO;
+			*ppid = (uint32_t)v;
+		}
+		if (f == 22)
+			break;
+		while (*p && *p != ' ')
+			p++;
+	}
+	if (sscanf(p, "%llu", &v) != 1)
+		return -EIO;
+	*start_time = v;
+	return 0;
 }

@@ -207,6 +207,12 @@ static inline uint64_t resil_random_next(const struct resil_random *r)
 
 uint64_t resil_hash64(const void *data, size_t len, uint64_t k0, uint64_t k1);
 
+/* /proc/PID/stat (pid 0: /proc/self/stat): field 22, the start time in
+ * clock ticks since boot, and field 4, the parent's pid, when ppid is not
+ * NULL. 0 or -errno (-ESRCH: no such process, -EIO: a line not of that
+ * form). The one parser of it: a client row's identity and the daemon's
+ * check of it. */
+int resil_proc_stat(uint32_t pid, uint64_t *start_time, uint32_t *ppid);
 /* Words for an error: formats into err (when err and errlen are given) and
  * returns r, so a caller reports and fails in one step. */
 int resil_errf(char *err, size_t errlen, int r, const char *fmt, ...)

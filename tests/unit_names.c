@@ -7,7 +7,8 @@
  * --cluster-fallback's words parse back to their values, and the public
  * API's resil_strverdict and resil_strstate are the same words. The
  * protocol's enums are tied to the lists at compile time
- * (RESIL_NAMES_PROTO_CHECK, expanded here too).
+ * (RESIL_NAMES_PROTO_CHECK, expanded here too). Also common.c's
+ * /proc/PID/stat parser, the one both the library and the daemon use.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "resil.h"
@@ -114,12 +116,31 @@ static void test_fallback_parse(void **state)
 	assert_int_equal(resil_fallback_parse(""), -EINVAL);
 }
 
+static void test_proc_stat(void **state)
+{
+	uint64_t self = 0, again = 0, parent = 0;
+	uint32_t ppid = 0;
+
+	(void)state;
+	assert_int_equal(resil_proc_stat(0, &self, NULL), 0);
+	assert_true(self > 0);
+	assert_int_equal(resil_proc_stat((uint32_t)getpid(), &again, &ppid), 0);
+	assert_true(again == self);
+	assert_int_equal(ppid, (uint32_t)getppid());
+	/* a parent started before its child */
+	assert_int_equal(resil_proc_stat(ppid, &parent, NULL), 0);
+	assert_true(parent <= self);
+	/* pid_max is at most 2^22: this pid is no process's */
+	assert_int_equal(resil_proc_stat(1u << 23, &again, NULL), -ESRCH);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_words),
 	    cmocka_unit_test(test_columns),
 	    cmocka_unit_test(test_fallback_parse),
+	    cmocka_unit_test(test_proc_stat),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
