@@ -60,25 +60,25 @@ typedef struct resil_retry {
 	uint64_t opaque[16];
 } resil_retry_t;
 
-/* Verdicts of resil_acquire*. */
-enum {
+/* Verdicts of resil_acquire*: 0 admitted, or a positive rejection. */
+enum resil_verdict {
 	RESIL_ADMIT = 0,
-	RESIL_REJECT_OPEN = 1,    /* circuit breaker open (or its probes taken) */
-	RESIL_REJECT_FULL = 2,    /* bulkhead or adaptive limit full */
+	RESIL_REJECT_OPEN = 1,	  /* circuit breaker open (or its probes taken) */
+	RESIL_REJECT_FULL = 2,	  /* bulkhead or adaptive limit full */
 	RESIL_REJECT_LIMITED = 3, /* rate limited: resil_permit_wait_ns() says for how long */
-	RESIL_REJECT_SHED = 4,    /* load shedder */
+	RESIL_REJECT_SHED = 4,	  /* load shedder */
 	RESIL_REJECT_BUDGET = 5,  /* retry budget exhausted */
 };
 
 /* Outcomes for resil_release. */
-enum {
+enum resil_outcome {
 	RESIL_SUCCESS = 0,
 	RESIL_FAILURE = 1,
 	RESIL_IGNORED = 2, /* neither: frees what the call held, counts nothing */
 };
 
 /* Error classes for retries (resil_retry_next, resil_call). */
-enum {
+enum resil_err_class {
 	RESIL_ERR_NONE = 0,
 	RESIL_ERR_TRANSIENT = 1,
 	RESIL_ERR_THROTTLED = 2,
@@ -88,7 +88,7 @@ enum {
 };
 
 /* Breaker states, as reported by resil_policy_state(). */
-enum {
+enum resil_state {
 	RESIL_STATE_CLOSED = 0,
 	RESIL_STATE_OPEN = 1,
 	RESIL_STATE_HALF_OPEN = 2,
@@ -98,7 +98,7 @@ enum {
 };
 
 /* Priorities for resil_acquire_ex. */
-enum { RESIL_PRIO_NORMAL = 0, RESIL_PRIO_CRITICAL = 1 };
+enum resil_prio { RESIL_PRIO_NORMAL = 0, RESIL_PRIO_CRITICAL = 1 };
 
 struct resil_req {
 	const void *key; /* keyed limiter: an IP, an API key; NULL: unkeyed */
@@ -178,7 +178,15 @@ RESIL_API int resil_policy(resil_t *r, const char *name, resil_policy_t **ret);
 RESIL_API int resil_set_clock(resil_t *r, resil_clock_fn fn, void *ctx);
 RESIL_API int resil_set_random(resil_t *r, uint64_t (*fn)(void *ctx), void *ctx);
 
-/* The hot path: no syscall, no lock, no allocation. */
+/* The hot path: no syscall, no lock, no allocation. Returns RESIL_ADMIT
+ * (0: the call may go ahead; release the permit after it), a positive
+ * enum resil_verdict (rejected: nothing to release), or a negative errno,
+ * a bug of the caller's or a policy that is gone, never a verdict:
+ *   -EINVAL  p or permit NULL; resil_acquire_key with len but no key;
+ *            resil_acquire_ex with key_len but no key, permits < 0, or a
+ *            priority that is not a RESIL_PRIO_*;
+ *   -ENOENT  the policy was deleted since the handle was taken (the
+ *            handle decides again once the name is defined again). */
 RESIL_API int resil_acquire(resil_policy_t *p, resil_permit_t *permit);
 RESIL_API int resil_acquire_key(resil_policy_t *p, const void *key, size_t len,
 				resil_permit_t *permit);
