@@ -84,8 +84,10 @@
  * Hedging (hedge.delay, hedge.max, idempotent = yes). The first attempt
  * runs in the calling thread. Each hedge k (1..hedge.max) is a job handed
  * to a small pool of worker threads, created lazily and reused (at most
- * HEDGE_THREADS): the worker waits until start + k * delay (or until the
- * round is over), pays the retry budget (refused: no hedge), acquires its
+ * HEDGE_THREADS): the worker waits until start + k * delay on the
+ * policy's clock (or until the round is over; a clock resil_set_clock
+ * replaced is read every HEDGE_POLL_NS, so a simulation's manual clock
+ * decides which calls are hedged, exactly), pays the retry budget (refused: no hedge), acquires its
  * own permit and runs fn in parallel. The first success wins; the others
  * see resil_attempt_cancelled(). The round (its lock, condition and
  * counters) lives on the caller's stack, and resil_call returns only when
@@ -431,6 +433,7 @@ static bool wd_disarm(int i)
 
 #define HEDGE_THREADS 16
 #define HEDGE_QUEUE   64
+#define HEDGE_POLL_NS (1 * RESIL_NS_PER_MS) /* a replaced clock's reading, while waiting */
 
 struct hround {
 	pthread_mutex_t lock;
@@ -439,7 +442,8 @@ struct hround {
 	int closed;	     /* the primary ended: hedges not started yet never start */
 	int jobs;	     /* jobs that still hold a pointer to this round */
 	int ok;		     /* a hedge succeeded */
-	int64_t start_mono;
+	struct resil_clock clock; /* the policy's: start and delay are on it */
+	int64_t start_ns;
 	int64_t delay_ns;
 	/* what a hedge needs */
 	resil_policy_t *p;
@@ -483,15 +487,20 @@ static void run_hedge(struct hround *h, int k)
 	uint32_t cost, rgen;
 	bool first = false, cur;
 	int err = 0, cls, slot = -1;
-	struct timespec until;
-	int64_t at = h->start_mono + (int64_t)k * h->delay_ns;
+	int64_t at = h->start_ns + (int64_t)k * h->delay_ns;
 
-	until.tv_sec = at / RESIL_NS_PER_S;
-	until.tv_nsec = at % RESIL_NS_PER_S;
 	pthread_mutex_lock(&h->lock);
-	while (!h->closed && !ld_acquire(&h->won) && mono_now() < at)
-		if (pthread_cond_timedwait(&h->cond, &h->lock, &until) == ETIMEDOUT)
+	while (!h->closed && !ld_acquire(&h->won)) {
+		/* CLOCK_MONOTONIC: until the start; a replaced clock: read again
+		 * every HEDGE_POLL_NS of CLOCK_MONOTONIC */
+		int64_t now = h->clock.fn ? resil_clock_now(&h->clock) : mono_now();
+		int64_t wake = h->clock.fn ? mono_now() + HEDGE_POLL_NS : at;
+		struct timespec until = {wake / RESIL_NS_PER_S, wake % RESIL_NS_PER_S};
+
+		if (now >= at)
 			break;
+		pthread_cond_timedwait(&h->cond, &h->lock, &until);
+	}
 	if (h->closed || ld_acquire(&h->won)) {
 		pthread_mutex_unlock(&h->lock);
 		return;
@@ -752,7 +761,8 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 			pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 			pthread_cond_init(&h.cond, &ca);
 			pthread_condattr_destroy(&ca);
-			h.start_mono = x.clock.fn ? mono_now() : now;
+			h.clock = x.clock;
+			h.start_ns = now;
 			h.delay_ns = hd;
 			h.p = p;
 			h.fn = fn;

@@ -605,36 +605,70 @@ static void test_watchdog_no_stray_signal(void **state)
 /* ---- hedging ---- */
 
 static _Atomic uint64_t invocations;
-static _Atomic uint64_t slow_ones;
 
-/* 2 ms, or 150 ms for about 1 invocation in 20 (seeded by its index) */
-static int long_tail(void *arg, resil_attempt_t *a)
+/*
+ * The tail, exactly, on the manual clock (the hedge's delay is measured on
+ * the policy's clock): a seeded 1 call in 20 is slow, 150 ms of the
+ * manual clock, the others 2 ms. Without hedging the slow ones end 150 ms
+ * later, one invocation each. With hedge.delay = 20ms, a fast primary ends
+ * before the clock reaches its delay (no hedge, ever); a slow one moves
+ * the clock past it and then waits for its hedge (attempt 2), which
+ * answers at once: the primary sees itself cancelled, and the call
+ * succeeds. So exactly one extra invocation per slow call, none for the
+ * others, and every call succeeds.
+ */
+static _Atomic int tail_hedges, tail_cancelled;
+
+static bool tail_slow(uint64_t call)
 {
-	uint64_t i = atomic_fetch_add(&invocations, 1), s = i * 7919 + 13;
-	bool slow = resil_splitmix64(&s) % 20 == 0;
-	int64_t until = mono() + (slow ? 150 : 2) * MS;
-	struct timespec ts = {0, 1 * MS};
+	uint64_t s = call * 7919 + 13;
 
-	(void)arg;
-	if (slow)
-		atomic_fetch_add(&slow_ones, 1);
-	while (mono() < until) {
-		if (resil_attempt_cancelled(a))
+	return resil_splitmix64(&s) % 20 == 0;
+}
+
+struct tail_call {
+	uint64_t call;
+	bool hedged; /* the policy hedges: a slow primary waits for its hedge */
+};
+
+static int manual_tail(void *arg, resil_attempt_t *a)
+{
+	const struct tail_call *t = arg;
+
+	atomic_fetch_add(&invocations, 1);
+	if (resil_attempt_number(a) > 1) {
+		atomic_fetch_add(&tail_hedges, 1);
+		return 0;
+	}
+	if (!tail_slow(t->call)) {
+		atomic_fetch_add(&mclock, 2 * MS);
+		return 0;
+	}
+	atomic_fetch_add(&mclock, 150 * MS);
+	/* the hedged policy's primary: until its hedge won (10 s at most) */
+	for (int i = 0; i < 10000 && t->hedged; i++) {
+		struct timespec ts = {0, 1 * MS};
+
+		if (resil_attempt_cancelled(a)) {
+			atomic_fetch_add(&tail_cancelled, 1);
 			return RESIL_ERR_TRANSIENT;
+		}
 		nanosleep(&ts, NULL);
 	}
 	return 0;
 }
 
-static int run_tail(resil_policy_t *p, int n)
+/* n calls; how many took 100 ms or more of the manual clock */
+static int manual_run(resil_policy_t *p, int n, bool hedged)
 {
 	int over = 0;
 
-	for (int i = 0; i < n; i++) {
-		int64_t t = mono();
+	for (uint64_t call = 0; call < (uint64_t)n; call++) {
+		struct tail_call tc = {call, hedged};
+		int64_t t = atomic_load(&mclock);
 
-		assert_int_equal(resil_call(p, long_tail, NULL), 0);
-		if (mono() - t >= 100 * MS)
+		assert_int_equal(resil_call(p, manual_tail, &tc), 0);
+		if (atomic_load(&mclock) - t >= 100 * MS)
 			over++;
 	}
 	return over;
@@ -642,27 +676,29 @@ static int run_tail(resil_policy_t *p, int n)
 
 static void test_hedging_tail(void **state)
 {
-	resil_t *r = open_real();
+	resil_t *r = open_manual();
 	resil_policy_t *plain = define(r, "plain", "retry.max_attempts = 1");
 	resil_policy_t *hedged = define(r, "hedged",
 					"retry.max_attempts = 1; hedge.delay = 20ms; "
 					"hedge.max = 1; idempotent = yes");
-	int n = 200, over_plain, over_hedged;
-	uint64_t inv0;
+	int n = 200, slow = 0;
 
 	(void)state;
+	for (uint64_t call = 0; call < (uint64_t)n; call++)
+		slow += tail_slow(call);
+	assert_true(slow >= 3); /* the seed gives a tail */
 	atomic_store(&invocations, 0);
-	over_plain = run_tail(plain, n);
+	atomic_store(&tail_hedges, 0);
+	atomic_store(&tail_cancelled, 0);
+	assert_int_equal(manual_run(plain, n, false), slow);
 	assert_int_equal(atomic_load(&invocations), (uint64_t)n);
-	inv0 = atomic_load(&invocations);
-	over_hedged = run_tail(hedged, n);
-	/* the slow primaries were answered by their hedge */
-	assert_true(over_plain >= 3);
-	assert_true(over_hedged * 3 <= over_plain);
-	/* extra attempts: the calls that went past the delay, a few per cent
-	 * (a loaded machine makes some fast calls late too: an upper bound) */
-	assert_true(atomic_load(&invocations) - inv0 >= (uint64_t)n);
-	assert_true(atomic_load(&invocations) - inv0 - (uint64_t)n <= (uint64_t)n / 4);
+	assert_int_equal(atomic_load(&tail_hedges), 0);
+
+	atomic_store(&invocations, 0);
+	manual_run(hedged, n, true);
+	assert_int_equal(atomic_load(&tail_hedges), slow);
+	assert_int_equal(atomic_load(&tail_cancelled), slow);
+	assert_int_equal(atomic_load(&invocations), (uint64_t)(n + slow));
 	resil_close(r);
 }
 
