@@ -290,6 +290,20 @@ static int conf_set(struct resil_conf *c, const char *key, const char *value, ch
 	return r;
 }
 
+bool resil_conf_text_empty(const char *text)
+{
+	for (const char *p = text; *p; p++) {
+		if (*p == '#') {
+			while (p[1] && p[1] != '\n' && p[1] != ';')
+				p++;
+			continue;
+		}
+		if (!isspace((unsigned char)*p) && *p != ';')
+			return false;
+	}
+	return true;
+}
+
 /* Trim blanks on both ends of [s, e) into out. */
 static int copy_trim(const char *s, const char *e, char *out, size_t outlen)
 {

@@ -27,6 +27,9 @@ void resil_conf_init(struct resil_conf *c);
  */
 int resil_conf_parse(struct resil_conf *c, const char *text, int first_line, char *err,
 		     size_t errlen);
+/* A text without a single pair (blanks, separators, comments): a policy
+ * of nothing, which every way in refuses as a mistake. */
+bool resil_conf_text_empty(const char *text);
 /* One pair. -EINVAL with a message in err: an unknown key names the
  * nearest known one ("did you mean breaker.window?"), a bare number where a
  * duration is wanted says to add a unit. */
