@@ -1347,7 +1347,7 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 	if (exists) {
 		orec = resil_seg_rec_of(s, old_w);
 		if (memcmp(&orec->conf, conf, sizeof(*conf)) == 0 &&
-		    (orec->flags & RESIL_REC_FROM_FILE) == (flags & RESIL_REC_FROM_FILE))
+		    !((orec->flags ^ flags) & (RESIL_REC_FROM_FILE | RESIL_REC_RUNTIME)))
 			return RESIL_DEFINE_UNCHANGED;
 	} else if (free_pos < 0) {
 		return resil_errf(err, errlen, -ENOSPC, "policy directory full: raise --policies");
@@ -1492,7 +1492,7 @@ int resil_seg_define_cost(const struct resil_seg *s, const char *name,
 	if (resil_seg_lookup(s, name, &slot, &w) == 0) {
 		orec = resil_seg_rec_of(s, w);
 		if (resil_seg_conf_same(orec, conf) &&
-		    (orec->flags & RESIL_REC_FROM_FILE) == (flags & RESIL_REC_FROM_FILE))
+		    !((orec->flags ^ flags) & (RESIL_REC_FROM_FILE | RESIL_REC_RUNTIME)))
 			return 0;
 	} else {
 		c->slots = 1;

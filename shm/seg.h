@@ -135,6 +135,9 @@ enum resil_comp {
 /* rec->flags */
 #define RESIL_REC_FROM_FILE 0x1u /* defined by a configuration file */
 #define RESIL_REC_BUDGET    0x2u /* a named budget (@NAME), not a callable policy */
+/* an operator's change (resilctl create, apply, update) holds the
+ * configuration: declarations from code do not change it (daemon/owners.c) */
+#define RESIL_REC_RUNTIME 0x4u
 
 /* One policy's configuration: immutable once published. */
 struct resil_rec {
