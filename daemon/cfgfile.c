@@ -50,6 +50,7 @@
 #include "cfgfile.h"
 #include "cluster.h"
 #include "log.h"
+#include "owners.h"
 #include "resild.h"
 
 #define CFG_MAX_LINE  4096
@@ -654,8 +655,13 @@ int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 
 		if (resil_seg_lookup(&d->seg, e->name, &slot, &word) == 0)
 			rec = resil_seg_rec_of(&d->seg, word);
-		if (rec && (rec->flags & RESIL_REC_FROM_FILE) && resil_seg_conf_same(rec, &e->conf))
-			continue; /* unchanged: live state untouched */
+		/* unchanged: live state untouched; a runtime change over it
+		 * goes (the file wins at a reload) */
+		if (rec &&
+		    (rec->flags & (RESIL_REC_FROM_FILE | RESIL_REC_RUNTIME)) ==
+			RESIL_REC_FROM_FILE &&
+		    resil_seg_conf_same(rec, &e->conf))
+			continue;
 		r = resil_seg_define(&d->seg, e->name, &e->conf, (uint32_t)d->uid,
 				     RESIL_REC_FROM_FILE, now, err, sizeof(err));
 		if (r < 0) {
@@ -678,13 +684,28 @@ int resild_cfgset_apply(struct resild *d, const struct resild_cfgset *set)
 		return log_error_errno(-ENOMEM, "cannot apply configuration: %m");
 	resil_seg_foreach(&d->seg, collect_gone, &g);
 	for (size_t i = 0; i < g.n; i++) {
-		int r = resil_seg_delete(&d->seg, g.names[i]);
+		struct resil_conf c;
+		char err[512] = "";
+		int r;
 
-		if (r < 0 && r != -ENOENT)
+		/* a policy processes declared goes back to their declaration
+		 * (owners.c), else away */
+		if (resild_owners_declaration(d, g.names[i], &c) &&
+		    resil_seg_define(&d->seg, g.names[i], &c, (uint32_t)d->uid, 0, now, err,
+				     sizeof(err)) >= 0) {
+			log_info("policy %s: no longer in the configuration files: back to its "
+				 "declaration",
+				 g.names[i]);
+			continue;
+		}
+		r = resil_seg_delete(&d->seg, g.names[i]);
+		if (r < 0 && r != -ENOENT) {
 			log_error_errno(r, "policy %s: cannot delete: %m", g.names[i]);
-		else
+		} else {
+			resild_owners_forget(d, g.names[i]);
 			log_info("policy %s: deleted (no longer in the configuration files)",
 				 g.names[i]);
+		}
 	}
 	free(g.names);
 	return failed;

@@ -67,6 +67,7 @@
 #include "cluster.h"
 #include "ctl.h"
 #include "log.h"
+#include "owners.h"
 #include "limit.h"
 #include "loop.h"
 #include "metrics.h"
@@ -159,13 +160,18 @@ bool resild_peer_exempt(const struct resild *d, const struct resild_peer *p)
 	return d->has_admin_gid && peer_in_group(p, d->admin_gid);
 }
 
+static bool may_change_ok(struct resild *d, const struct resild_peer *p,
+			  const struct resil_rec *rec)
+{
+	return p->uid == 0 || p->uid == rec->owner_uid ||
+	       (d->has_admin_gid && peer_in_group(p, d->admin_gid));
+}
+
 /* May this peer change or delete rec? 0 or -EPERM with the rule in words. */
 static int may_change(struct resild *d, const struct resild_peer *p, const struct resil_rec *rec,
 		      const char *verb, struct reply *rp)
 {
-	if (p->uid == 0 || p->uid == rec->owner_uid)
-		return 0;
-	if (d->has_admin_gid && peer_in_group(p, d->admin_gid))
+	if (may_change_ok(d, p, rec))
 		return 0;
 	if (d->has_admin_gid)
 		return reply_error(rp, -EPERM, "%s policy %s needs root, group %s or uid %u", verb,
@@ -336,12 +342,14 @@ static int handle_segments(struct resild *d, const struct resild_peer *p,
 	return 0;
 }
 
-/* A PolicyInfo; config and stats only when full (get), not in a list. */
+/* A PolicyInfo; config, origin and stats only when full (get), not in a
+ * list. */
 struct info_head {
 	Resil__PolicyInfo pi;
 };
 struct info {
 	struct info_head h;
+	struct resild_origin_buf origin;
 	char config[CONF_TEXT_MAX];
 	Resil__Stat st[STATS_MAX];
 	Resil__Stat *stp[STATS_MAX];
@@ -651,6 +659,8 @@ static void fill_info(struct resild *d, const struct resil_rec *rec, struct info
 	in->config[0] = '\0';
 	resil_conf_format(&rec->conf, in->config, sizeof(in->config));
 	pi->config = in->config;
+	resild_owners_origin(d, rec, &in->origin);
+	pi->origin = &in->origin.o;
 	/* the counters the state has, summed over stripes */
 	{
 		const void *st = resil_stats_state_of(&d->seg, rec);
@@ -851,6 +861,10 @@ static int parse_conf(struct resil_conf *c, const char *text, struct reply *rp)
 		text = "";
 	if (strlen(text) > CONF_TEXT_MAX)
 		return reply_error(rp, -E2BIG, "configuration longer than %d bytes", CONF_TEXT_MAX);
+	if (resil_conf_text_empty(text))
+		return reply_error(rp, -EINVAL,
+				   "empty configuration: give at least one key (e.g. "
+				   "breaker.failure_rate = 50, limit.rate = 100/s)");
 	if (resil_conf_parse(c, text, 1, err, sizeof(err)) < 0)
 		return reply_error(rp, -EINVAL, "%s", err[0] ? err : "invalid configuration");
 	if (resil_conf_check(c, err, sizeof(err)) < 0)
@@ -917,26 +931,35 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 	r = parse_conf(&c, text, rp);
 	if (r < 0)
 		return r;
-	if (rec && resil_seg_conf_same(rec, &c)) {
+	/* identical: anyone who can connect; it makes the configuration the
+	 * operator's (owners.c) only for who may change it */
+	if (rec && resil_seg_conf_same(rec, &c) &&
+	    ((rec->flags & RESIL_REC_RUNTIME) || !may_change_ok(d, p, rec))) {
 		result = RESIL__OUTCOME__OUTCOME_UNCHANGED;
-		goto done; /* identical: anyone who can connect */
+		goto done;
 	}
-	result = rec ? RESIL__OUTCOME__OUTCOME_CHANGED : RESIL__OUTCOME__OUTCOME_CREATED;
+	if (rec && resil_seg_conf_same(rec, &c))
+		result = RESIL__OUTCOME__OUTCOME_UNCHANGED;
+	else
+		result = rec ? RESIL__OUTCOME__OUTCOME_CHANGED : RESIL__OUTCOME__OUTCOME_CREATED;
+	/* a runtime change: it holds until resilctl revert (or a reload of
+	 * the policy's file) */
 	if (rec) {
 		r = may_change(d, p, rec, "changing", rp);
 		if (r < 0)
 			return r;
-		r = define(d, name, &c, rec->owner_uid, rec->flags, rp);
+		r = define(d, name, &c, rec->owner_uid, rec->flags | RESIL_REC_RUNTIME, rp);
 	} else {
 		r = may_create(d, p, name, rp);
 		if (r < 0)
 			return r;
-		r = define(d, name, &c, (uint32_t)p->uid, 0, rp);
+		r = define(d, name, &c, (uint32_t)p->uid, RESIL_REC_RUNTIME, rp);
 	}
 	if (r < 0)
 		return r;
-	log_info("policy %s: %s by uid %u (pid %d)", name, rec ? "changed" : "created",
-		 (unsigned)p->uid, (int)p->pid);
+	resild_owners_runtime(d, p, name);
+	log_info("policy %s: %s by uid %u (pid %d): a runtime change, until resilctl revert", name,
+		 rec ? "changed" : "created", (unsigned)p->uid, (int)p->pid);
 	rec = find(d, name, NULL);
 	if (!rec)
 		return reply_error(rp, -EIO, "policy %s vanished after its definition", name);
@@ -962,7 +985,117 @@ static int handle_delete(struct resild *d, const struct resild_peer *p, const ch
 	r = resil_seg_delete(&d->seg, name);
 	if (r < 0)
 		return reply_error(rp, r, "cannot delete policy %s: %s", name, strerror(-r));
+	resild_owners_forget(d, name);
 	log_info("policy %s: deleted by uid %u (pid %d)", name, (unsigned)p->uid, (int)p->pid);
+	return 0;
+}
+
+/*
+ * A declaration from code (resil_define): it defines the policy only when
+ * no file and no runtime change holds it and no newer process declared it
+ * (owners.c); otherwise it is kept beneath (or, from an older process,
+ * changes nothing) and the reply says so (OUTCOME_KEPT). Either way the
+ * declaring worker gets no error: that is what lets a worker start while
+ * an operator's change holds.
+ */
+static int handle_declare(struct resild *d, const struct resild_peer *p, const Resil__Define *df,
+			  struct reply *rp, struct info *in)
+{
+	const struct resil_rec *rec;
+	Resil__Outcome result;
+	struct resil_conf c;
+	enum resild_decl v;
+	uint64_t start;
+	int r;
+
+	if (check_name(df->name, rp) < 0)
+		return -EINVAL;
+	resil_conf_init(&c);
+	r = parse_conf(&c, df->config, rp);
+	if (r < 0)
+		return r;
+	rec = find(d, df->name, NULL);
+	v = resild_owners_judge(d, p, df->name, rec, &start);
+	if (v != RESILD_DECL_APPLY) {
+		/* kept beneath a file or a runtime change, if p may change it
+		 * (Revert may make it live); from an older process: nothing */
+		if (v == RESILD_DECL_KEEP &&
+		    (resil_seg_conf_same(rec, &c) || may_change_ok(d, p, rec)))
+			resild_owners_declared(d, p, df->name, &c, start);
+		result = resil_seg_conf_same(rec, &c) ? RESIL__OUTCOME__OUTCOME_UNCHANGED
+						      : RESIL__OUTCOME__OUTCOME_KEPT;
+		if (result == RESIL__OUTCOME__OUTCOME_KEPT)
+			log_info("policy %s: the declaration of pid %d %s", df->name, (int)p->pid,
+				 v == RESILD_DECL_KEEP
+				     ? "is kept beneath the configuration in force (a file's "
+				       "or a runtime change)"
+				     : "changes nothing: a newer process declared it");
+	} else if (rec && resil_seg_conf_same(rec, &c)) {
+		result = RESIL__OUTCOME__OUTCOME_UNCHANGED;
+		resild_owners_declared(d, p, df->name, &c, start);
+	} else {
+		if (rec)
+			r = may_change(d, p, rec, "changing", rp);
+		else
+			r = may_create(d, p, df->name, rp);
+		if (r == 0)
+			r = define(d, df->name, &c, rec ? rec->owner_uid : (uint32_t)p->uid, 0, rp);
+		if (r < 0)
+			return r;
+		log_info("policy %s: %s by the declaration of pid %d (uid %u)", df->name,
+			 rec ? "changed" : "created", (int)p->pid, (unsigned)p->uid);
+		result = rec ? RESIL__OUTCOME__OUTCOME_CHANGED : RESIL__OUTCOME__OUTCOME_CREATED;
+		resild_owners_declared(d, p, df->name, &c, start);
+	}
+	rec = find(d, df->name, NULL);
+	if (!rec)
+		return reply_error(rp, -EIO, "policy %s vanished after its definition", df->name);
+	resild_owners_pending(d, df->name, df->pending_admitted, df->pending_rejected);
+	fill_info(d, rec, in);
+	in->h.pi.result = result;
+	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
+	rp->resp.policy = &in->h.pi;
+	return 0;
+}
+
+/* Revert: the runtime change of NAME goes, the configuration beneath it
+ * (its file's, else the newest declaration) comes back. */
+static int handle_revert(struct resild *d, const struct resild_peer *p, const Resil__Revert *rv,
+			 struct reply *rp, struct info *in)
+{
+	const struct resil_rec *rec = find_or_fail(d, rv->name, rp);
+	struct resil_conf c;
+	uint32_t flags;
+	char why[512];
+	int r;
+
+	if (!rec)
+		return -ENOENT;
+	r = may_change(d, p, rec, "reverting", rp);
+	if (r < 0)
+		return r;
+	if (!(rec->flags & RESIL_REC_RUNTIME))
+		return reply_error(rp, -ENODATA,
+				   "policy %s has no runtime change to revert (its configuration "
+				   "comes from %s)",
+				   rec->name,
+				   (rec->flags & RESIL_REC_FROM_FILE) ? "a configuration file"
+								      : "a declaration");
+	r = resild_owners_beneath(d, rec, &c, &flags, why, sizeof(why));
+	if (r < 0)
+		return reply_error(rp, r, "%s", why);
+	r = define(d, rec->name, &c, rec->owner_uid, flags, rp);
+	if (r < 0)
+		return r;
+	log_notice("policy %s: runtime change reverted by uid %u (pid %d): back to %s", rv->name,
+		   (unsigned)p->uid, (int)p->pid,
+		   flags & RESIL_REC_FROM_FILE ? "its file's configuration" : "its declaration");
+	rec = find(d, rv->name, NULL);
+	if (!rec)
+		return reply_error(rp, -EIO, "policy %s vanished after its revert", rv->name);
+	fill_info(d, rec, in);
+	rp->resp.body_case = RESIL__RESPONSE__BODY_POLICY;
+	rp->resp.policy = &in->h.pi;
 	return 0;
 }
 
@@ -1684,8 +1817,14 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		handle_get(d, req->get, &rp, in);
 		break;
 	case RESIL__REQUEST__BODY_DEFINE:
-		handle_define(d, peer, req->define->name, req->define->config, req->define->merge,
-			      req->define->must_not_exist, &rp, in);
+		if (req->define->declare)
+			handle_declare(d, peer, req->define, &rp, in);
+		else
+			handle_define(d, peer, req->define->name, req->define->config,
+				      req->define->merge, req->define->must_not_exist, &rp, in);
+		break;
+	case RESIL__REQUEST__BODY_REVERT:
+		handle_revert(d, peer, req->revert, &rp, in);
 		break;
 	case RESIL__REQUEST__BODY_DELETE:
 		handle_delete(d, peer, req->delete_->name, &rp);

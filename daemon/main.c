@@ -50,6 +50,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "options.h"
+#include "owners.h"
 #include "policy.h"
 #include "resild.h"
 #include "segmove.h"
@@ -568,6 +569,7 @@ out:
 	resild_loop_fini(&d);
 	resild_clients_fini(&d);
 	resild_seg_move_fini(&d);
+	resild_owners_fini(&d);
 	if (d.listen_fd >= 0 && !d.socket_activated)
 		close(d.listen_fd);
 	if (d.socket_created)

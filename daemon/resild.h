@@ -42,6 +42,7 @@ struct resild_clients;
 struct resild_cluster;
 struct resild_loop;
 struct resild_moved;
+struct resild_owners;
 
 struct resild_opts {
 	const char *socket_path;
@@ -105,6 +106,7 @@ struct resild {
 	struct resild_clients *clients;
 	struct resild_loop *loop;
 	struct resild_cluster *cluster; /* NULL: no --cluster-redis */
+	struct resild_owners *owners;	/* who owns each configuration (owners.c) */
 
 	uint32_t nsubscribers;
 	uint32_t nconns;
