@@ -242,11 +242,11 @@ static void send_def(struct resil *r, struct resil_def *d)
 {
 	int err = resil_priv_send_define(r, d->name, d->text, d);
 
-	if (d->state == RESIL_DEF_UNSENT && !resil_priv_unreachable(err))
+	if (d->state == RESIL_DEF_UNSENT && !resil_priv_unreachable(r, err))
 		r->unsent--;
 	if (err == 0)
 		d->state = RESIL_DEF_SENT;
-	else if (!resil_priv_unreachable(err))
+	else if (!resil_priv_unreachable(r, err))
 		d->state = RESIL_DEF_REFUSED; /* that daemon's call: decided here */
 }
 

@@ -210,6 +210,7 @@ struct resil {
 	uint32_t version;   /* protocol version the daemon chose */
 	uint32_t abi_major; /* what the daemon's hello said */
 	uint32_t abi_minor;
+	bool replied;		 /* the last request got an answer (an error too), or not */
 	bool mapped;		 /* seg holds a mapping (false for a control-only handle) */
 	bool table_full;	 /* no client row could be claimed: decisions are counted */
 	struct resil *next_open; /* every open handle of the process, for pthread_atfork */
@@ -315,8 +316,9 @@ void resil_priv_retired_slow(struct resil *r);
  * (libresil.c; a re-attach sends every definition again). */
 int resil_priv_send_define(struct resil *r, const char *name, const char *config,
 			   struct resil_def *d);
-/* An error that says no daemon answered (rather than its refusal). */
-bool resil_priv_unreachable(int err);
+/* Did the last request fail for want of a daemon (rather than by its
+ * refusal)? Under r->lock, right after it. */
+bool resil_priv_unreachable(const struct resil *r, int err);
 
 /* Pending handles (pending.c). Each under r->lock. */
 /* Make r->local (and, pending, r->cur) a fresh pair of this process's own

@@ -402,6 +402,7 @@ int resil_priv_request(struct resil *r, struct Resil__Request *req, struct Resil
 
 	if (nfds)
 		*nfds = 0;
+	r->replied = false;
 	/* a forked child's copy of the parent's connection is never used */
 	if (r->ctl_fd >= 0 && r->ctl_pid != getpid())
 		ctl_drop(r);
@@ -440,6 +441,7 @@ int resil_priv_request(struct resil *r, struct Resil__Request *req, struct Resil
 			return ret;
 		}
 	}
+	r->replied = true;
 	if (m->error) {
 		int e = m->error->errno_value > 0 ? m->error->errno_value : EIO;
 

@@ -639,28 +639,9 @@ static void remember(struct resil *r, const char *name, const char *config,
 		r->unsent++;
 }
 
-/* An error that says no daemon answered (as opposed to its refusal). */
-bool resil_priv_unreachable(int err)
+bool resil_priv_unreachable(const struct resil *r, int err)
 {
-	return err == -ENOENT || err == -ECONNREFUSED || err == -ETIMEDOUT || err == -ECONNRESET ||
-	       err == -EPIPE || err == -ENOTCONN || err == -EAGAIN;
-}
-
-/* Nothing but blanks, separators and comments: no key at all. */
-static bool conf_empty(const char *config)
-{
-	for (const char *p = config; *p; p++) {
-		if (*p == '#') {
-			while (*p && *p != '\n' && *p != ';')
-				p++;
-			if (!*p)
-				break;
-			continue;
-		}
-		if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != ';')
-			return false;
-	}
-	return true;
+	return err < 0 && !r->replied;
 }
 
 /* resil_define while no daemon takes it (pending_ok): decided here
@@ -685,7 +666,7 @@ RESIL_API int resil_define(resil_t *r, const char *name, const char *config)
 	errmsg[0] = 0;
 	if (!r || !valid_name(name) || !config)
 		return -EINVAL;
-	if (conf_empty(config)) {
+	if (resil_conf_text_empty(config)) {
 		/* a policy of nothing is a mistake (a setting that was not
 		 * set), not a request for the counters alone */
 		resil_priv_seterr("policy %s: empty configuration: give at least one key "
@@ -755,7 +736,7 @@ RESIL_API int resil_define(resil_t *r, const char *name, const char *config)
 		 * than ours (a restart without the fd store): follow it, so a
 		 * resil_policy() after this finds the name */
 		(void)resil_priv_follow(r);
-	} else if (r->pending_ok && resil_priv_unreachable(err)) {
+	} else if (r->pending_ok && resil_priv_unreachable(r, err)) {
 		/* attached, and resild is away now: as pending, for this name */
 		err = define_local(r, name, config);
 	}
@@ -794,7 +775,7 @@ RESIL_API int resil_delete(resil_t *r, const char *name)
 		}
 		/* a definition this process made without resild: forgotten
 		 * and gone from its own pair */
-		if (r->local && (err == 0 || err == -ENOENT || resil_priv_unreachable(err))) {
+		if (r->local && (err == 0 || err == -ENOENT || resil_priv_unreachable(r, err))) {
 			struct resil_def *d = resil_priv_def_find(r, name);
 
 			if (d && d->state != RESIL_DEF_SENT && err != 0 &&
