@@ -68,6 +68,10 @@ static const char usage_text[] =
     "  create NAME 'k = v; ...'   define a new policy (refused if NAME exists)\n"
     "  apply NAME 'k = v; ...'    create NAME, or re-define it (state kept where it can)\n"
     "  update NAME 'k = v; ...'   change a policy's configuration (state is kept)\n"
+    "                             create, apply, update: a runtime change, which\n"
+    "                             declarations from code do not undo\n"
+    "  revert NAME                drop the runtime change: back to the policy's file,\n"
+    "                             else to the newest declaration from code\n"
     "  delete NAME                remove a policy\n"
     "  force-open NAME            hold the breaker open\n"
     "  force-closed NAME          back to normal operation (a closed breaker)\n"
@@ -538,6 +542,27 @@ static int cmd_delete(const char *name)
 		return 1;
 	resil__response__free_unpacked(resp, NULL);
 	return done("deleted", name);
+}
+
+/* revert: the runtime change goes, the configuration beneath comes back */
+static int cmd_revert(const char *name)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__Revert rv = RESIL__REVERT__INIT;
+	Resil__Response *resp = NULL;
+	const char *what = "reverted";
+
+	rv.name = (char *)name;
+	req.body_case = RESIL__REQUEST__BODY_REVERT;
+	req.revert = &rv;
+	if (request(&req, &resp, name))
+		return 1;
+	if (resp->body_case == RESIL__RESPONSE__BODY_POLICY && resp->policy->origin)
+		what = resp->policy->origin->kind == RESIL__ORIGIN_KIND__ORIGIN_FILE
+			   ? "reverted to its file"
+			   : "reverted to its declaration";
+	resil__response__free_unpacked(resp, NULL);
+	return done(what, name);
 }
 
 /* state: RESIL_STATE_*; reset: closed, and the permits held unregistered freed */
@@ -1259,7 +1284,7 @@ int main(int argc, char **argv)
 			return ret;
 	} else if (!strcmp(cmd, "show") || !strcmp(cmd, "delete") || !strcmp(cmd, "force-open") ||
 		   !strcmp(cmd, "force-closed") || !strcmp(cmd, "disable") ||
-		   !strcmp(cmd, "reset")) {
+		   !strcmp(cmd, "reset") || !strcmp(cmd, "revert")) {
 		if ((ret = need(1, cmd)))
 			return ret;
 	} else if (!strcmp(cmd, "create") || !strcmp(cmd, "apply") || !strcmp(cmd, "update")) {
@@ -1293,6 +1318,8 @@ int main(int argc, char **argv)
 		ret = cmd_define(cmd, o.pos[1], o.pos[2]);
 	else if (!strcmp(cmd, "delete"))
 		ret = cmd_delete(o.pos[1]);
+	else if (!strcmp(cmd, "revert"))
+		ret = cmd_revert(o.pos[1]);
 	else if (!strcmp(cmd, "force-open"))
 		ret = cmd_force(o.pos[1], RESIL_STATE_FORCED_OPEN, false, "forced open");
 	else if (!strcmp(cmd, "force-closed"))

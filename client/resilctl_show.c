@@ -499,6 +499,121 @@ static void show_why_text(const Resil__PolicyInfo *p)
 #undef WHY_HEAD
 }
 
+/* ---- show: where the configuration came from (daemon/owners.c) ---- */
+
+static const char *origin_word(Resil__OriginKind k)
+{
+	switch (k) {
+	case RESIL__ORIGIN_KIND__ORIGIN_FILE:
+		return "file";
+	case RESIL__ORIGIN_KIND__ORIGIN_RUNTIME:
+		return "runtime";
+	case RESIL__ORIGIN_KIND__ORIGIN_DECLARED:
+		return "declared";
+	default:
+		return "unknown";
+	}
+}
+
+static void show_origin_json(const Resil__PolicyInfo *p)
+{
+	const Resil__Origin *g = p->origin;
+
+	if (!g)
+		return;
+	printf(",\"origin\":{\"kind\":\"%s\"", origin_word(g->kind));
+	if (g->file && *g->file) {
+		printf(",\"file\":");
+		json_str(stdout, g->file);
+		printf(",\"line\":%u", g->line);
+	}
+	if (g->kind == RESIL__ORIGIN_KIND__ORIGIN_RUNTIME ||
+	    g->kind == RESIL__ORIGIN_KIND__ORIGIN_DECLARED) {
+		printf(",\"uid\":%u,\"pid\":%u,\"time\":%" PRId64, g->uid, g->pid, g->time);
+		if (g->exe && *g->exe) {
+			printf(",\"exe\":");
+			json_str(stdout, g->exe);
+		}
+	}
+	if (g->declared_beneath) {
+		printf(",\"declared_beneath\":{\"pid\":%u,\"time\":%" PRId64 ",\"differs\":%s",
+		       g->declared_pid, g->declared_time, g->declared_differs ? "true" : "false");
+		if (g->declared_exe && *g->declared_exe) {
+			printf(",\"exe\":");
+			json_str(stdout, g->declared_exe);
+		}
+		putchar('}');
+	}
+	printf(",\"pending_admitted\":%" PRIu64 ",\"pending_rejected\":%" PRIu64
+	       ",\"pending_reports\":%u,\"declarations_superseded\":%" PRIu64 "}",
+	       g->pending_admitted, g->pending_rejected, g->pending_processes,
+	       g->declarations_superseded);
+}
+
+/* "pid N (EXE), uid U, at TIME" */
+static void who(uint32_t pid, const char *exe, int uid, int64_t t)
+{
+	char when[48];
+
+	printf("pid %u", pid);
+	if (exe && *exe)
+		printf(" (%s)", exe);
+	if (uid >= 0)
+		printf(", uid %d", uid);
+	if (t) {
+		fmt_utc(t * 1000000000LL, when, sizeof(when));
+		printf(", at %s", when);
+	}
+}
+
+static void show_origin_text(const Resil__PolicyInfo *p)
+{
+	const Resil__Origin *g = p->origin;
+
+	if (!g)
+		return;
+	printf("configured  ");
+	switch (g->kind) {
+	case RESIL__ORIGIN_KIND__ORIGIN_FILE:
+		printf("by %s:%u\n", g->file, g->line);
+		break;
+	case RESIL__ORIGIN_KIND__ORIGIN_RUNTIME:
+		printf("by a runtime change");
+		if (g->pid) {
+			printf(" of ");
+			who(g->pid, NULL, (int)g->uid, g->time);
+		} else {
+			printf(" made before resild started");
+		}
+		printf("\n            (it holds until resilctl revert %s", p->name);
+		if (g->file && *g->file)
+			printf(", or a reload of %s:%u", g->file, g->line);
+		printf(")\n");
+		break;
+	case RESIL__ORIGIN_KIND__ORIGIN_DECLARED:
+		printf("by the declaration of ");
+		who(g->pid, g->exe, (int)g->uid, g->time);
+		printf("\n");
+		break;
+	default:
+		printf("before resild started (who is not known)\n");
+		break;
+	}
+	if (g->declared_beneath) {
+		printf("beneath     the declaration of ");
+		who(g->declared_pid, g->declared_exe, -1, g->declared_time);
+		printf(", %s\n", g->declared_differs ? "which differs" : "the same");
+	}
+	if (g->declarations_superseded)
+		printf("            %" PRIu64
+		       " declarations from older processes changed nothing\n",
+		       g->declarations_superseded);
+	if (g->pending_admitted || g->pending_rejected)
+		printf("pending     %" PRIu64 " admitted, %" PRIu64 " rejected by policy.fallback "
+		       "before resild was reached (%u reports)\n",
+		       g->pending_admitted, g->pending_rejected, g->pending_processes);
+}
+
 int cmd_show(const char *name)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;
@@ -530,6 +645,7 @@ int cmd_show(const char *name)
 	p = resp->policy;
 	if (o.json) {
 		print_policy_fields(p, true);
+		show_origin_json(p);
 		show_limit_json(p);
 		show_why_json(p);
 		show_cluster_json(p);
@@ -549,6 +665,7 @@ int cmd_show(const char *name)
 			       pwp ? pwp->pw_name : "", pwp ? ")" : "",
 			       p->from_file ? " (configuration file)" : "");
 		}
+		show_origin_text(p);
 		printf("config\n");
 		for (const char *s = p->config; s && *s;) {
 			const char *e = strchr(s, '\n');

@@ -119,7 +119,8 @@
 #define RESIL_DEFINE_LIST(X)                                                                       \
 	X(CREATED, 0, "created")                                                                   \
 	X(CHANGED, 1, "changed")                                                                   \
-	X(UNCHANGED, 2, "unchanged")
+	X(UNCHANGED, 2, "unchanged")                                                               \
+	X(KEPT, 3, "kept") /* a declaration kept beneath (daemon/owners.c), not a define's */
 
 /* Metric types (metrics.h RESIL_MT_ID): X(ID, VALUE, WORD); protocol
  * MetricType METRIC_ID; WORD is the exposition's # TYPE. */
