@@ -13,7 +13,8 @@
  *       within 10 s of deciding, its declarations are there, every policy
  *       now decides in the shared limiter (exactly 5 of 10 again, fresh,
  *       and another process gets none of them), the undeclared name is
- *       -ENOENT, and resild shows the pending decisions it was told;
+ *       -ENOENT, and resild shows the pending decisions it was told
+ *       (and that the worker's declaration holds each policy);
  *   (b) a permit taken pending (bulkhead.max = 2, both held) and released
  *       after the attach goes back to the process's own pair: the
  *       daemon's bulkhead is untouched by it (2 admitted, a third full,
@@ -143,24 +144,6 @@ static void pending_counts(resil_policy_t *p, uint64_t adm, uint64_t rej)
 	assert_int_equal(st.rejected, rej);
 }
 
-/* resild's view of NAME (a Get on a connection of r's). */
-static __attribute__((unused)) Resil__PolicyInfo *get_info(resil_t *r, const char *name, Resil__Response **keep)
-{
-	Resil__Request req = RESIL__REQUEST__INIT;
-	Resil__Get g = RESIL__GET__INIT;
-	int err;
-
-	g.name = (char *)name;
-	req.body_case = RESIL__REQUEST__BODY_GET;
-	req.get = &g;
-	pthread_mutex_lock(&r->lock);
-	err = resil_priv_request(r, &req, keep, NULL, NULL);
-	pthread_mutex_unlock(&r->lock);
-	assert_int_equal(err, 0);
-	assert_int_equal((*keep)->body_case, RESIL__RESPONSE__BODY_POLICY);
-	return (*keep)->policy;
-}
-
 static void test_fallbacks(void **state)
 {
 	resil_t *r, *plain = NULL, *other;
@@ -224,6 +207,20 @@ static void test_fallbacks(void **state)
 	assert_int_equal(resil_open(&other, dmn.sock), 0);
 	p = pol(other, "pl");
 	assert_int_equal(decide(p, 3, NULL), 0);
+	/* resild was told what the worker decided while pending */
+	{
+		Resil__Response *resp = NULL;
+		Resil__PolicyInfo *pi = test_policy_info(other, "pl", &resp);
+
+		assert_non_null(pi);
+		assert_non_null(pi->origin);
+		assert_int_equal(pi->origin->kind, RESIL__ORIGIN_KIND__ORIGIN_DECLARED);
+		assert_int_equal(pi->origin->pid, (uint32_t)getpid());
+		assert_int_equal(pi->origin->pending_admitted, 5);
+		assert_int_equal(pi->origin->pending_rejected, 5);
+		assert_int_equal(pi->origin->pending_processes, 1);
+		resil__response__free_unpacked(resp, NULL);
+	}
 	/* a name nobody knows says so */
 	assert_int_equal(resil_policy(other, "nope", &p), -ENOENT);
 	assert_non_null(strstr(resil_last_error(), "no policy named nope"));

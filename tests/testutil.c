@@ -525,6 +525,28 @@ uint32_t test_bulkhead_fill(void *st, uint32_t free_slots)
 	return held;
 }
 
+Resil__PolicyInfo *test_policy_info(resil_t *r, const char *name, Resil__Response **resp)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__Get g = RESIL__GET__INIT;
+	int err;
+
+	g.name = (char *)name;
+	req.body_case = RESIL__REQUEST__BODY_GET;
+	req.get = &g;
+	*resp = NULL;
+	pthread_mutex_lock(&r->lock);
+	err = resil_priv_request(r, &req, resp, NULL, NULL);
+	pthread_mutex_unlock(&r->lock);
+	if (err < 0 || (*resp)->body_case != RESIL__RESPONSE__BODY_POLICY) {
+		if (err == 0)
+			resil__response__free_unpacked(*resp, NULL);
+		*resp = NULL;
+		return NULL;
+	}
+	return (*resp)->policy;
+}
+
 long long test_metric(resil_t *r, const char *name)
 {
 	Resil__Request req = RESIL__REQUEST__INIT;

@@ -69,6 +69,15 @@ int test_daemon_open(struct test_daemon *d, resil_t **r);
  * there is none. */
 long long test_metric(resil_t *r, const char *name);
 
+/* resild's answer to a Get of NAME on r's connection: the PolicyInfo
+ * (configuration, origin, stats) inside *resp, which the caller frees
+ * (resil__response__free_unpacked); NULL (and *resp NULL) when the
+ * request failed. */
+struct Resil__PolicyInfo;
+struct Resil__Response;
+struct Resil__PolicyInfo *test_policy_info(resil_t *r, const char *name,
+					   struct Resil__Response **resp);
+
 /* ---- scale ---- */
 /* $RESIL_TEST_SCALE as a positive integer (default 1). */
 int resil_test_scale(void);
