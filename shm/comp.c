@@ -136,6 +136,9 @@ COMP_LAYOUT_OK(shed)
 
 static int limit_check(const struct resil_conf *c, char *err, size_t errlen)
 {
+	if (c->limit.on && c->limit.default_key_len && !c->limit.keys)
+		return resil_errf(err, errlen, -EINVAL,
+				  "limit.default_key: for a keyed limiter only (limit.keys = N)");
 	return resil_limit_conf_check(&c->limit, err, errlen) < 0 ? -EINVAL : 0;
 }
 

@@ -88,6 +88,7 @@ static const char *const known_keys[] = {
     "limit.when_full",
     "limit.wait",
     "limit.dry_run",
+    "limit.default_key",
     "bulkhead.max",
     "bulkhead.wait",
     "bulkhead.critical",

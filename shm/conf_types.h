@@ -93,11 +93,16 @@ struct resil_limit_conf {
 	 * keyed table then counts each key's admissions for the cluster
 	 * exchange (limit_global.c) */
 	uint32_t global;
-	RESIL_A8 uint64_t reserved[7];
+	/* limit.default_key: the key of a call that gives none (keyed
+	 * limiters only; length 0: none, such a call is -EINVAL) */
+	uint32_t default_key_len;
+	char default_key[48];
+	RESIL_A8 uint64_t reserved[1];
 };
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, dry_run) == 3, "limit dry_run");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, burst) == 4, "limit burst");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, global) == 40, "limit global");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, default_key) == 48, "limit default_key");
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_conf) == 104, "limit conf size");
 
 struct resil_bulkhead_conf {

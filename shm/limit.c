@@ -1021,11 +1021,21 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 		return -EINVAL;
 	/* keyed: the key's buckets are asked of memory before the clock is
 	 * read, so that the two waits overlap (bench case limit.keyed_1m) */
+keyed:
 	if (c->keys && x->key) {
 		uint64_t k[2];
 
 		resil_limit_key_seeds(x->seg, k);
 		fp = resil_limit_priv_key_ask(k, s, c, x->key, x->key_len, &ch);
+	} else if (RESIL_UNLIKELY(c->keys)) {
+		/* a call without a key: the configured one (limit.default_key),
+		 * else a mistake: pooling every such caller in one bucket would
+		 * limit them all together */
+		if (!c->default_key_len)
+			return -EINVAL;
+		x->key = c->default_key;
+		x->key_len = c->default_key_len;
+		goto keyed;
 	}
 	lp_init(&p, c, limit_now(x, c), pm->limit_permits);
 	p.heals = &s->heals;
@@ -1477,6 +1487,16 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 		if (resil_parse_bool(value, &n.dry_run) < 0)
 			return resil_errf(err, errlen, -EINVAL,
 					  "limit.dry_run: '%s' is not yes or no", value);
+	} else if (strcmp(key, "limit.default_key") == 0) {
+		/* a word: the text's blanks and separators cannot be in it */
+		if (!*value || strlen(value) >= sizeof(n.default_key) || strpbrk(value, " \t;#"))
+			return resil_errf(err, errlen, -EINVAL,
+					  "limit.default_key: '%s' is not a key of 1 to %zu "
+					  "characters without blanks",
+					  value, sizeof(n.default_key) - 1);
+		memset(n.default_key, 0, sizeof(n.default_key));
+		n.default_key_len = (uint32_t)strlen(value);
+		memcpy(n.default_key, value, n.default_key_len);
 	} else {
 		if (err && errlen)
 			snprintf(err, errlen, "unknown key '%s'", key);
@@ -1537,6 +1557,8 @@ size_t resil_limit_conf_format(const struct resil_limit_conf *c, char *buf, size
 	}
 	if (c->dry_run)
 		PUTF("limit.dry_run = yes\n");
+	if (c->default_key_len)
+		PUTF("limit.default_key = %.*s\n", (int)c->default_key_len, c->default_key);
 #undef PUTF
 	return n;
 }
