@@ -1169,6 +1169,14 @@ void resil_breaker_carry(void *nst, const struct resil_breaker_conf *nc, const v
 	st_release(&nb->word, nw);
 }
 
+/* OPEN before its wait is over: rejected, with the time to the next
+ * probe as the permit's wait (resil_permit_wait_ns: a Retry-After). */
+static int open_reject(int64_t wait, int64_t elapsed, struct resil_permit_priv *pm)
+{
+	pm->wait_ns = elapsed < 0 ? wait : wait - elapsed;
+	return RESIL_REJECT_OPEN;
+}
+
 /* OPEN: reject until the wait is over, then a probe is needed. Out of
  * line so the CLOSED path saves no registers. */
 static __attribute__((noinline)) int check_open(struct resil_ctx *x,
@@ -1176,9 +1184,10 @@ static __attribute__((noinline)) int check_open(struct resil_ctx *x,
 						uint64_t w, struct resil_permit_priv *pm)
 {
 	int64_t wait = w_streak(w) ? open_wait(c, w_streak(w)) : first_wait(c);
+	int64_t e = elapsed_ns(b, w, wait_clock(x, wait));
 
-	if (elapsed_ns(b, w, wait_clock(x, wait)) < wait)
-		return RESIL_REJECT_OPEN;
+	if (e < wait)
+		return open_reject(wait, e, pm);
 	pm->flags |= RESIL_PERMIT_PROBE;
 	return 0;
 }
@@ -1194,9 +1203,10 @@ static BK_COLD int check_slow(struct resil_ctx *x, const struct resil_breaker_co
 		return 0;
 	case RESIL_STATE_OPEN: {
 		int64_t wait = open_wait(c, w_streak(w));
+		int64_t e = elapsed_ns(b, w, wait_clock(x, wait));
 
-		if (elapsed_ns(b, w, wait_clock(x, wait)) < wait)
-			return RESIL_REJECT_OPEN;
+		if (e < wait)
+			return open_reject(wait, e, pm);
 		pm->flags |= RESIL_PERMIT_PROBE;
 		return 0;
 	}
@@ -1305,6 +1315,7 @@ int resil_breaker_acquire(struct resil_ctx *x, const struct resil_breaker_conf *
 reject:
 	pm->flags &= ~RESIL_PERMIT_PROBE;
 	pm->probe_idx = 0;
+	pm->wait_ns = 0; /* a probe's race lost: when the next is free is not known */
 	return RESIL_REJECT_OPEN;
 }
 

@@ -315,6 +315,10 @@ undo_shed:
 	if (sst)
 		resil_shed_undo(c, &cf->shed, sst, pm);
 rejected:
+	/* a Retry-After only from who knows one (the limiter, an OPEN
+	 * breaker): not a reservation an undone limiter made */
+	if (v != RESIL_REJECT_LIMITED && v != RESIL_REJECT_OPEN)
+		pm->wait_ns = 0;
 	resil_stats_rejected(c, resil_comp_state(s, rec, RESIL_C_STATS), v);
 	return v;
 }
