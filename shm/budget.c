@@ -66,6 +66,19 @@ void resil_budget_state_init(void *st, const struct resil_retry_conf *c, int64_t
 	st_relaxed(&b->tokens_milli, max_milli(c));
 }
 
+void resil_budget_reset(void *st, const struct resil_retry_conf *c)
+{
+	struct resil_budget_state *b = st;
+
+	for (int i = 0; i < RESIL_BUDGET_BUCKETS; i++) {
+		st_relaxed(&b->req[i], 0);
+		st_relaxed(&b->rty[i], 0);
+	}
+	st_relaxed(&b->tokens_milli, max_milli(c));
+	/* release: whoever sees the flag cleared sees the tokens back */
+	st_release(&b->exhausted, 0);
+}
+
 bool resil_budget_same_shape(const struct resil_retry_conf *a, const struct resil_retry_conf *b)
 {
 	return a->budget_kind == b->budget_kind;

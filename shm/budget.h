@@ -207,6 +207,12 @@ void resil_budget_carry(void *nst, const struct resil_retry_conf *nc, const void
  * (budget.c). */
 void resil_budget_maintain(struct resil_ctx *x, const struct resil_retry_conf *c, void *st);
 
+/* An operator's reset (resilctl reset): the bucket full again, the ratio's
+ * window empty, not exhausted; the counters stay. Relaxed stores: a
+ * retry paid at the same moment may be forgotten (a reset is a fresh
+ * start, not an account). */
+void resil_budget_reset(void *st, const struct resil_retry_conf *c);
+
 /* True when c itself holds budget state (grpc, aws, ratio). */
 static inline bool resil_budget_has_state(const struct resil_retry_conf *c)
 {
