@@ -85,6 +85,7 @@
 #include <unistd.h>
 
 #include "breaker.h"
+#include "budget.h"
 #include "conf.h"
 #include "internal.h"
 #include "bulkhead.h"
@@ -1589,6 +1590,8 @@ acquire_general(resil_policy_t *p, const struct resil_req *req, struct resil_per
 	if (RESIL_UNLIKELY(!rec))
 		return err;
 	if (req) {
+		if (RESIL_UNLIKELY(key && !rec->conf.limit.keys))
+			return -EINVAL; /* see resil_acquire_ex */
 		pm->priority = (uint32_t)req->priority;
 		pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
 	} else {
@@ -1610,11 +1613,13 @@ acquire_general(resil_policy_t *p, const struct resil_req *req, struct resil_per
 /* A lean rejection that makes no permit whole: what the API reads of a
  * rejected permit, its flags (resil_release: nothing held) and wait_ns
  * (resil_permit_wait_ns), and the count, as the general path counts it. */
-static inline __attribute__((always_inline)) int
-lean_reject(struct resil *r, const struct resil_binding *b, struct resil_permit_priv *pm, int v)
+static inline __attribute__((always_inline)) int lean_reject(struct resil *r,
+							     const struct resil_binding *b,
+							     struct resil_permit_priv *pm, int v,
+							     int64_t wait_ns)
 {
 	pm->flags = 0;
-	pm->wait_ns = 0;
+	pm->wait_ns = wait_ns;
 	resil_stats_rejected(NULL, b->stats_st, v);
 	return clockless_return(r, v);
 }
@@ -1638,13 +1643,18 @@ static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
 	struct resil_bk_lean_open o =
 	    resil_breaker_reject_lean(&b->rec->conf.breaker, b->lean_st, b->bk_wait, b->bk_streaks);
 
+	int64_t now;
+
 	if (RESIL_UNLIKELY(!o.verdict))
 		return acquire_general(p, req, pm, b, true);
+	if (o.verdict != RESIL_BK_LEAN_UNTIL)
+		return lean_reject(p->r, b, pm, RESIL_REJECT_OPEN, 0); /* FORCED_OPEN */
 	/* acquire: pairs with the release in resil_set_clock */
-	if (o.verdict == RESIL_BK_LEAN_UNTIL &&
-	    RESIL_UNLIKELY(resil_clock_now_coarse(ld_acquire(&p->r->clock)) >= o.until))
+	now = resil_clock_now_coarse(ld_acquire(&p->r->clock));
+	if (RESIL_UNLIKELY(now >= o.until))
 		return acquire_general(p, req, pm, b, true);
-	return lean_reject(p->r, b, pm, RESIL_REJECT_OPEN);
+	/* the Retry-After: until the next probe */
+	return lean_reject(p->r, b, pm, RESIL_REJECT_OPEN, o.until - now);
 }
 
 /* An admission of the counters alone, or of a CLOSED lean breaker (gen:
@@ -1671,7 +1681,7 @@ lean_admit(struct resil *r, const struct resil_req *req, struct resil_permit_pri
 static __attribute__((noinline)) int rejected_full(struct resil *r, const struct resil_binding *b,
 						   struct resil_permit_priv *pm)
 {
-	return lean_reject(r, b, pm, RESIL_REJECT_FULL);
+	return lean_reject(r, b, pm, RESIL_REJECT_FULL, 0);
 }
 
 /* A lean stack's end: lean_done after a clock reading (clk: the limiter's),
@@ -1751,6 +1761,31 @@ static __attribute__((noinline, flatten)) int acquire_lean_stack(resil_policy_t 
 	return stack_done(p, b, clk, now, pm, 0);
 }
 
+/*
+ * A call with a key: a keyed limiter decides it, lean when it can
+ * (acquire_lean_keyed); a policy without one refuses it (-EINVAL): a key
+ * given to a policy that would not look at it is a mistake, not a key to
+ * ignore. So resil_acquire_ex's own paths never test for a key.
+ */
+static __attribute__((noinline, flatten)) int
+acquire_keyed(resil_policy_t *p, const struct resil_req *req, resil_permit_t *permit)
+{
+	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
+	const struct resil_binding *b;
+
+	fork_check(p->r);
+	if (RESIL_UNLIKELY(!good_binding(p, &b)))
+		return acquire_general(p, req, pm, b, false);
+	if (RESIL_UNLIKELY(!b->rec->conf.limit.keys))
+		return -EINVAL;
+	if (LEAN_KIND(b->lean) == RESIL_LEAN_LIMIT) {
+		if (LEAN_LIMIT_WAY(b->lean) == LEAN_KEYED)
+			return acquire_lean_keyed(p, b, req, pm);
+		return acquire_lean_limit(p, b, req, pm);
+	}
+	return acquire_general(p, req, pm, b, true);
+}
+
 /* The first decision of a forked child: its own identity first
  * (fork_check), then the decision. Out of line, as every call the hot
  * functions make: a call they made inline would cost each of their paths
@@ -1778,6 +1813,9 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 		if (req->permits < 0 ||
 		    (req->priority != RESIL_PRIO_NORMAL && req->priority != RESIL_PRIO_CRITICAL))
 			return -EINVAL;
+		/* a call with a key: the keyed limiter's own way */
+		if (RESIL_LIKELY(req->key != NULL))
+			return acquire_keyed(p, req, permit);
 	}
 	r = p->r;
 	if (forked(r))
@@ -1829,10 +1867,9 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	if (kind == RESIL_LEAN_LIMIT) {
 		uint32_t way = LEAN_LIMIT_WAY(b->lean);
 
+		/* a call with a key went to acquire_keyed */
 		if (way == LEAN_GCRA)
 			return acquire_lean_gcra(p, b, req, pm);
-		if (way == LEAN_KEYED && req && req->key)
-			return acquire_lean_keyed(p, b, req, pm);
 		return acquire_lean_limit(p, b, req, pm);
 	}
 	if (kind == RESIL_LEAN_STACK)
@@ -2198,8 +2235,9 @@ static const char *force_word(int state)
 	return NULL;
 }
 
-/* Embedded: apply directly to the current state block. */
-static int embedded_force(struct resil *r, const char *name, int state)
+/* Embedded: apply directly to the current state block (reset: a
+ * resil_reset, which fills a retry budget again too). */
+static int embedded_force(struct resil *r, const char *name, int state, bool reset)
 {
 	const struct resil_rec *rec;
 	struct resil_ctx x;
@@ -2213,6 +2251,13 @@ static int embedded_force(struct resil *r, const char *name, int state)
 	rec = resil_seg_rec_of(&r->seg, word);
 	if (!rec)
 		return -ENOENT;
+	/* a reset fills a retry budget of its own again, as resild's */
+	if (reset && resil_has(rec, RESIL_C_BUDGET)) {
+		resil_budget_reset(resil_comp_state(&r->seg, rec, RESIL_C_BUDGET),
+				   &rec->conf.retry);
+		if (!resil_has(rec, RESIL_C_BREAKER))
+			return 0;
+	}
 	if (!resil_has(rec, RESIL_C_BREAKER)) {
 		resil_priv_seterr("policy %s has no breaker", name);
 		return -EOPNOTSUPP;
@@ -2236,7 +2281,7 @@ RESIL_API int resil_force_state(resil_t *r, const char *name, int state)
 	fork_check(r);
 	pthread_mutex_lock(&r->lock);
 	if (r->embedded) {
-		err = embedded_force(r, name, state);
+		err = embedded_force(r, name, state, false);
 	} else {
 		Resil__Request req = RESIL__REQUEST__INIT;
 		Resil__ForceState fs = RESIL__FORCE_STATE__INIT;
@@ -2264,7 +2309,7 @@ RESIL_API int resil_reset(resil_t *r, const char *name)
 	fork_check(r);
 	pthread_mutex_lock(&r->lock);
 	if (r->embedded) {
-		err = embedded_force(r, name, RESIL_STATE_CLOSED);
+		err = embedded_force(r, name, RESIL_STATE_CLOSED, true);
 	} else {
 		Resil__Request req = RESIL__REQUEST__INIT;
 		Resil__ForceState fs = RESIL__FORCE_STATE__INIT;

@@ -184,7 +184,9 @@ RESIL_API int resil_set_random(resil_t *r, uint64_t (*fn)(void *ctx), void *ctx)
  * a bug of the caller's or a policy that is gone, never a verdict:
  *   -EINVAL  p or permit NULL; resil_acquire_key with len but no key;
  *            resil_acquire_ex with key_len but no key, permits < 0, or a
- *            priority that is not a RESIL_PRIO_*;
+ *            priority that is not a RESIL_PRIO_*; a key on a policy
+ *            without a keyed limiter (limit.keys), or no key on one
+ *            without limit.default_key (resil_policy_keyed says which);
  *   -ENOENT  the policy was deleted since the handle was taken (the
  *            handle decides again once the name is defined again). */
 RESIL_API int resil_acquire(resil_policy_t *p, resil_permit_t *permit);
@@ -193,7 +195,10 @@ RESIL_API int resil_acquire_key(resil_policy_t *p, const void *key, size_t len,
 RESIL_API int resil_acquire_ex(resil_policy_t *p, const struct resil_req *req,
 			       resil_permit_t *permit);
 RESIL_API void resil_release(resil_policy_t *p, resil_permit_t *permit, int outcome);
-/* After RESIL_REJECT_LIMITED: how long until a permit frees (Retry-After). */
+/* After a rejection, its Retry-After where the policy knows one, else 0:
+ * RESIL_REJECT_LIMITED, until a permit frees; RESIL_REJECT_OPEN, until
+ * the breaker lets its next probe through (0 when forced open or while
+ * its probes are out); RESIL_REJECT_FULL and the others, 0. */
 RESIL_API int64_t resil_permit_wait_ns(const resil_permit_t *permit);
 
 /* Map an errno (negative or positive) or an HTTP status to an outcome, the
