@@ -1122,11 +1122,21 @@ static int force_state(struct resild *d, const struct resild_peer *p, const char
 				   n, (unsigned)p->uid);
 	}
 	r = resil_policy_force(&x, rec, state);
+	if (!strcmp(verb, "resetting") && resil_has(rec, RESIL_C_BUDGET)) {
+		/* a retry budget of its own: full again */
+		resil_budget_reset(resil_comp_state(&d->seg, rec, RESIL_C_BUDGET),
+				   &rec->conf.retry);
+		if (r == -ENODATA)
+			r = 0;
+	}
 	if (r == -ENODATA && !strcmp(verb, "resetting") &&
 	    (resil_has(rec, RESIL_C_BULKHEAD) || resil_has(rec, RESIL_C_ADAPTIVE)))
 		r = 0; /* nothing to close: the reset was the permits' */
 	if (r == -ENODATA)
-		return reply_error(rp, -EINVAL, "policy %s has no circuit breaker", name);
+		return reply_error(rp, -EINVAL, "policy %s has no circuit breaker%s", name,
+				   !strcmp(verb, "resetting")
+				       ? ", retry budget of its own, bulkhead or adaptive limit"
+				       : "");
 	if (r < 0)
 		return reply_error(rp, r, "cannot force policy %s: %s", name, strerror(-r));
 	log_notice("policy %s: %s (%s) by uid %u (pid %d)", name, verb,
