@@ -112,7 +112,7 @@ static void test_lean_only_when_alone(void **state)
 	static const char *const general[] = {
 	    "bulkhead.max = 2; shed.k = 2",
 	    "bulkhead.max = 2; breaker.window = count:10; histogram = on",
-	    "bulkhead.max = 2; limit.rate = 10/s; limit.keys = 100",
+	    "bulkhead.max = 2; limit.rate = 10/s; limit.keys = 100; limit.default_key = any",
 	    "bulkhead.max = 2; limit.rate = 10/s; limit.algorithm = sliding",
 	    "breaker.window = count:10; limit.rate = 10/s; limit.wait = 1s",
 	    "breaker.window = count:10; bulkhead.max = 2; bulkhead.wait = 10ms",
@@ -408,13 +408,13 @@ static void test_lean_limit(void **state)
 	assert_int_equal(resil_acquire_ex(p, &req, &a), -E2BIG);
 	assert_int_equal(count(rec, RESIL_STAT_FAILURE), 1);
 	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 2);
-	/* a key means nothing to an unkeyed limiter, here as on the general
-	 * path: the limiter's own word decides */
+	/* a key is a mistake on an unkeyed limiter, here as on the general
+	 * path: refused, nothing taken, nothing counted */
 	manual_ns += 100 * 1000000LL;
-	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_ADMIT);
+	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), -EINVAL);
+	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 2);
+	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	resil_release(p, &a, RESIL_SUCCESS);
-	assert_int_equal(resil_acquire_key(p, "10.0.0.2", 8, &a), RESIL_REJECT_LIMITED);
-	assert_int_equal(count(rec, RESIL_STAT_REJ_LIMITED), 3);
 
 	/* reserving: the general path */
 	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.wait = 1s"), 0);
@@ -646,9 +646,10 @@ static void test_lean_keyed(void **state)
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(count(rec, RESIL_STAT_EVICTIONS), 1);
 	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 2);
-	/* no key: the limiter's own word, as on the general path */
-	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	resil_release(p, &a, RESIL_SUCCESS);
+	/* no key (and no limit.default_key): a mistake, as on the general
+	 * path */
+	assert_int_equal(resil_acquire(p, &a), -EINVAL);
+	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 2);
 }
 
 /* A keyed limiter decided lean (a key found in its first two buckets:
@@ -869,7 +870,8 @@ static void test_lean_open_wait(void **state)
 		assert_int_equal(resil_policy_state(p), RESIL_STATE_OPEN);
 		memset(&a, 0xa5, sizeof(a));
 		assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_OPEN);
-		assert_int_equal(resil_permit_wait_ns(&a), 0);
+		/* the Retry-After: the whole streak's wait, at its start */
+		assert_int_equal(resil_permit_wait_ns(&a), waits_ms[i] * ms);
 		resil_release(p, &a, RESIL_SUCCESS); /* holds nothing */
 		assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 0);
 		/* the streak's wait less 1 ms: still OPEN (the previous
