@@ -133,7 +133,7 @@ static const char *const TEXTS[NPOL] = {
     "breaker.window = count:10; breaker.wait = 1h; histogram = on",
     "bulkhead.max = 4; adaptive.max = 8",
     "retry.budget = grpc:10:0.1",
-    "limit.rate = 100/s; limit.keys = 64",
+    "limit.rate = 100/s; limit.keys = 64; limit.default_key = any",
 };
 /* the blocks of each policy whose layout copies the poison rewrites */
 static const int RESETS[NPOL] = {1, 1, 2, 0, 0};
