@@ -168,8 +168,9 @@ int resil_priv_get_segments(struct resil *r, struct resil_seg *s, uint32_t *boun
  *      takes the slow path below when RETIRED is set: a daemon of another
  *      ABI major retired it. A retired mapping stays usable meanwhile;
  *   2. an acquire whose clock reading (the one the policy made anyway, or
- *      a coarse one every 256th clockless acquire of a thread; resil_call
- *      and retries count as clockless) is past
+ *      a coarse one every 256th clockless acquire of a thread, every one
+ *      while pending: r->clockless_mask; resil_call and retries count as
+ *      clockless) is past
  *      r->next_check_ns runs resil_priv_check_slow: at most once per
  *      RESIL_CHECK_NS per process, with trylock (a thread never waits for
  *      another's slow path: it decides on the mapping it has). That check
@@ -304,6 +305,8 @@ static int reattach(struct resil *r)
 		old->seg->cfg_fd = old->seg->st_fd = -1;
 	}
 	st_release(&r->cur, n);
+	/* attached: decisions without a clock check every 256th call again */
+	st_relaxed(&r->clockless_mask, RESIL_CLOCKLESS_MASK);
 	faa_relaxed(&r->reattaches, 1);
 	return 1;
 }

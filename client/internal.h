@@ -204,6 +204,11 @@ struct resil {
 				* under lock, read relaxed before trylock (a hint) */
 	uint64_t daemon_epoch; /* epoch in the last hello, under lock */
 	ra32 reattaches;       /* re-attaches done (statistics, tests); relaxed */
+	/* a decision that read no clock checks every (mask + 1)th call of
+	 * its thread: RESIL_CLOCKLESS_MASK; 0 while pending (pending.c), so
+	 * that every decision looks whether a check is due. Written under
+	 * lock, read relaxed by decisions (a hint: either value is safe) */
+	ra32 clockless_mask;
 
 	/* control connection state, under lock */
 	uint64_t req_id;    /* last request id sent */
@@ -275,6 +280,7 @@ int resil_priv_ctl_probe(struct resil *r, int timeout_ms);
 /* bound on a probe made from a decision, ms */
 #define RESIL_PROBE_HOT_MS 20
 void resil_priv_check_slow(struct resil *r, int64_t now);
+#define RESIL_CLOCKLESS_MASK 255u
 static inline void resil_priv_check(struct resil *r, int64_t now)
 {
 	int64_t next;

@@ -244,6 +244,7 @@ static struct resil *resil_alloc(void)
 	atomic_store_explicit(&r->cur, &r->map0, memory_order_relaxed);
 	atomic_store_explicit(&r->row, -1, memory_order_relaxed);
 	r->next_seq = 1; /* map0's is 0 */
+	st_relaxed(&r->clockless_mask, RESIL_CLOCKLESS_MASK);
 	st_relaxed(&r->fork_gen, ld_relaxed(&resil_priv_fork_gen));
 	r->pid = (uint32_t)getpid();
 	r->uid = (uint32_t)getuid();
@@ -802,7 +803,7 @@ static inline void after_reading(struct resil *r, const struct resil_clock *clk,
 	if (r->embedded)
 		return;
 	if (!now) {
-		if (RESIL_LIKELY(++clockless & 255))
+		if (RESIL_LIKELY(++clockless & ld_relaxed(&r->clockless_mask)))
 			return;
 		now = resil_clock_now_coarse(clk);
 	}
@@ -823,7 +824,7 @@ static RESIL_COLD __attribute__((noinline)) void clockless_check(struct resil *r
 
 static inline __attribute__((always_inline)) void after_clockless(struct resil *r)
 {
-	if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
+	if (RESIL_LIKELY(r->embedded || (++clockless & ld_relaxed(&r->clockless_mask))))
 		return;
 	clockless_check(r);
 }
@@ -839,7 +840,7 @@ static RESIL_COLD __attribute__((noinline)) int clockless_then(struct resil *r, 
  * return (a hot function that returns this makes no call of its own). */
 static inline __attribute__((always_inline)) int clockless_return(struct resil *r, int v)
 {
-	if (RESIL_LIKELY(r->embedded || (++clockless & 255)))
+	if (RESIL_LIKELY(r->embedded || (++clockless & ld_relaxed(&r->clockless_mask))))
 		return v;
 	return clockless_then(r, v);
 }
@@ -1776,13 +1777,13 @@ acquire_keyed(resil_policy_t *p, const struct resil_req *req, resil_permit_t *pe
 	fork_check(p->r);
 	if (RESIL_UNLIKELY(!good_binding(p, &b)))
 		return acquire_general(p, req, pm, b, false);
+	/* the lean keyed limiter's word says keyed: one compare */
+	if (RESIL_LIKELY(b->lean == ((uint64_t)LEAN_KEYED << 32 | RESIL_LEAN_LIMIT)))
+		return acquire_lean_keyed(p, b, req, pm);
 	if (RESIL_UNLIKELY(!b->rec->conf.limit.keys))
 		return -EINVAL;
-	if (LEAN_KIND(b->lean) == RESIL_LEAN_LIMIT) {
-		if (LEAN_LIMIT_WAY(b->lean) == LEAN_KEYED)
-			return acquire_lean_keyed(p, b, req, pm);
+	if (LEAN_KIND(b->lean) == RESIL_LEAN_LIMIT)
 		return acquire_lean_limit(p, b, req, pm);
-	}
 	return acquire_general(p, req, pm, b, true);
 }
 

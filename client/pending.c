@@ -223,8 +223,12 @@ int resil_priv_local_open(struct resil *r)
 	st_release(&r->locals, m);
 	r->local = m;
 	r->mapped = true;
-	if (pending)
+	if (pending) {
+		/* every decision looks whether a look for resild is due (one
+		 * that reads no clock too: a coarse reading) */
+		st_relaxed(&r->clockless_mask, 0);
 		st_release(&r->cur, m);
+	}
 	return 0;
 }
 
