@@ -144,6 +144,13 @@ struct resil_bk_lean_open {
 struct resil_bk_lean_open resil_breaker_reject_lean(const struct resil_breaker_conf *c, void *st,
 						    int64_t wait0, uint64_t streaks);
 int64_t resil_breaker_lean_wait(const struct resil_breaker_conf *c, uint64_t *streaks);
+/* The longest OPEN wait c can have (breaker.wait_max, else breaker.wait):
+ * a bound for a Retry-After judged on a coarse reading, which may lag the
+ * reading the breaker opened at. */
+static inline int64_t resil_breaker_wait_cap(const struct resil_breaker_conf *c)
+{
+	return c->wait_max_ns > 0 ? c->wait_max_ns : (c->wait_ns > 0 ? c->wait_ns : 0);
+}
 uint32_t resil_breaker_release_lean(const struct resil_breaker_conf *c, void *st,
 				    const struct resil_permit_priv *pm, int outcome,
 				    uint32_t win_off);
