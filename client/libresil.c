@@ -1654,8 +1654,11 @@ static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
 	now = resil_clock_now_coarse(ld_acquire(&p->r->clock));
 	if (RESIL_UNLIKELY(now >= o.until))
 		return acquire_general(p, req, pm, b, true);
-	/* the Retry-After: until the next probe */
-	return lean_reject(p->r, b, pm, RESIL_REJECT_OPEN, o.until - now);
+	/* the Retry-After: until the next probe (bounded by the longest wait:
+	 * the coarse reading may lag the one the breaker opened at) */
+	return lean_reject(
+	    p->r, b, pm, RESIL_REJECT_OPEN,
+	    resil_min64(o.until - now, resil_breaker_wait_cap(&b->rec->conf.breaker)));
 }
 
 /* An admission of the counters alone, or of a CLOSED lean breaker (gen:
@@ -2373,6 +2376,20 @@ RESIL_API int resil_policy_may_wait(const resil_policy_t *p)
 		return err;
 	return (resil_has(rec, RESIL_C_BULKHEAD) && rec->conf.bulkhead.wait_ns > 0) ||
 	       (resil_has(rec, RESIL_C_LIMIT) && rec->conf.limit.wait_ns > 0);
+}
+
+RESIL_API int resil_policy_keyed(const resil_policy_t *p)
+{
+	const struct resil_rec *rec;
+	struct resil_ctx x;
+	int err = -ENOENT;
+
+	if (!p)
+		return -EINVAL;
+	rec = resil_priv_ctx((resil_policy_t *)p, &x, &err);
+	if (!rec)
+		return err;
+	return resil_has(rec, RESIL_C_LIMIT) && rec->conf.limit.keys != 0;
 }
 
 RESIL_API const char *resil_policy_name(const resil_policy_t *p)

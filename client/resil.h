@@ -214,6 +214,11 @@ RESIL_API const char *resil_policy_name(const resil_policy_t *p);
 /* 1 if an acquire on p may sleep (bulkhead.wait or limit.wait), 0 if it
  * never does, or -errno: bindings give up their own lock around it. */
 RESIL_API int resil_policy_may_wait(const resil_policy_t *p);
+/* 1 when p has a keyed limiter (limit.keys: a call gives a key, or
+ * counts against limit.default_key), 0 when a key would be -EINVAL; or
+ * -errno (-ENOENT: deleted). For bindings that hand a request's key (a
+ * client's address) to whatever policy they are given. */
+RESIL_API int resil_policy_keyed(const resil_policy_t *p);
 
 /* Retries: state on the caller's stack. begin: deadline_ns absolute on the
  * policy clock, 0 none (inside a resil_call attempt, never later than that
