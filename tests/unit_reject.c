@@ -103,6 +103,21 @@ static void test_open_retry_after(void **state)
 	test_clock_advance(e->clk, 6 * S);
 	assert_int_equal(resil_acquire(lean, &pm), RESIL_REJECT_OPEN);
 	assert_int_equal(resil_permit_wait_ns(&pm), 1 * S);
+	/* on the process's clock (a coarse reading, which may lag the one
+	 * the breaker opened at): never above the wait */
+	{
+		resil_policy_t *real;
+
+		assert_int_equal(resil_set_clock(e->r, NULL, NULL), 0);
+		real = def(e->r, "ra_real", "breaker.window = consecutive:1; breaker.wait = 30s");
+		fail_once(real);
+		for (int i = 0; i < 1000; i++) {
+			assert_int_equal(resil_acquire(real, &pm), RESIL_REJECT_OPEN);
+			assert_true(resil_permit_wait_ns(&pm) > 29 * S);
+			assert_true(resil_permit_wait_ns(&pm) <= 30 * S);
+		}
+		assert_int_equal(resil_set_clock(e->r, test_clock_fn, e->clk), 0);
+	}
 	/* forced open: no probe to wait for */
 	assert_int_equal(resil_force_state(e->r, "ra_lean", RESIL_STATE_OPEN), 0);
 	assert_int_equal(resil_acquire(lean, &pm), RESIL_REJECT_OPEN);
@@ -157,6 +172,7 @@ static void test_keys(void **state)
 	resil_policy_t *k, *kd, *ks;
 
 	k = def(e->r, "k", "limit.rate = 1/h; limit.burst = 1; limit.keys = 100");
+	assert_int_equal(resil_policy_keyed(k), 1);
 	assert_int_equal(key_call(k, NULL), -EINVAL);
 	assert_int_equal(key_call(k, "a"), RESIL_ADMIT);
 	assert_int_equal(key_call(k, "a"), RESIL_REJECT_LIMITED);
@@ -205,6 +221,7 @@ static void test_key_on_unkeyed(void **state)
 		struct resil_req req = {.key = "k", .key_len = 1, .priority = RESIL_PRIO_CRITICAL};
 		resil_permit_t pm;
 
+		assert_int_equal(resil_policy_keyed(p), 0);
 		assert_int_equal(key_call(p, "k"), -EINVAL);
 		assert_int_equal(resil_acquire_ex(p, &req, &pm), -EINVAL);
 		/* held nothing, counted nothing */
