@@ -77,6 +77,7 @@ struct resil_binding {
 	/* lean breaker: its OPEN wait and streak bits (resil_breaker_lean_wait) */
 	int64_t bk_wait;
 	uint64_t bk_streaks;
+	int64_t bk_cap; /* its longest wait: the bound of a Retry-After (resil_breaker_wait_cap) */
 	/* lean keyed limiter: the segment's hash seeds (fixed for its life),
 	 * so that a key's hash waits for no load but this line's */
 	uint64_t key_seeds[2];

@@ -1139,6 +1139,7 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 		if (lean == RESIL_LEAN_BREAKER ||
 		    (lean == RESIL_LEAN_STACK && resil_has(rec, RESIL_C_BREAKER)))
 			b->bk_wait = resil_breaker_lean_wait(&rec->conf.breaker, &b->bk_streaks);
+		b->bk_cap = resil_breaker_wait_cap(&rec->conf.breaker);
 		b->lean_st = lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL;
 		b->stats_st = lean ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL;
 		if (lean == RESIL_LEAN_STACK) {
@@ -1656,9 +1657,7 @@ static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
 		return acquire_general(p, req, pm, b, true);
 	/* the Retry-After: until the next probe (bounded by the longest wait:
 	 * the coarse reading may lag the one the breaker opened at) */
-	return lean_reject(
-	    p->r, b, pm, RESIL_REJECT_OPEN,
-	    resil_min64(o.until - now, resil_breaker_wait_cap(&b->rec->conf.breaker)));
+	return lean_reject(p->r, b, pm, RESIL_REJECT_OPEN, resil_min64(o.until - now, b->bk_cap));
 }
 
 /* An admission of the counters alone, or of a CLOSED lean breaker (gen:
