@@ -165,7 +165,7 @@ enum resild_decl resild_owners_judge(struct resild *d, const struct resild_peer 
 
 	*start = 0;
 	/* unknown (gone already): the oldest of all */
-	(void)resild_proc_start_time((uint32_t)p->pid, start);
+	(void)resil_proc_stat((uint32_t)p->pid, start, NULL);
 	if (o && o->decl && *start < o->decl_start) {
 		o->superseded++;
 		return RESILD_DECL_OLDER;

@@ -236,7 +236,7 @@ static uint64_t start_of(pid_t pid)
 {
 	uint64_t st = 0;
 
-	assert_int_equal(resild_proc_start_time((uint32_t)pid, &st), 0);
+	assert_int_equal(resil_proc_stat((uint32_t)pid, &st, NULL), 0);
 	return st;
 }
 
