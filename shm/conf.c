@@ -89,6 +89,7 @@ static const char *const known_keys[] = {
     "limit.wait",
     "limit.dry_run",
     "limit.default_key",
+    "limit.empty_key",
     "bulkhead.max",
     "bulkhead.wait",
     "bulkhead.critical",

@@ -95,13 +95,20 @@ struct resil_limit_conf {
 	uint32_t global;
 	/* limit.default_key: the key of a call that gives none (keyed
 	 * limiters only; length 0: none, such a call is -EINVAL) */
-	uint32_t default_key_len;
+	uint8_t default_key_len;
+	/* limit.empty_key = reject: a keyed call with an empty key (a key
+	 * of length 0) is refused; 0 (admit): admitted, holding nothing of
+	 * the limiter (nginx's limit_req skips an empty key) */
+	uint8_t empty_key_reject;
+	uint8_t reserved8[2];
 	char default_key[48];
 	RESIL_A8 uint64_t reserved[1];
 };
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, dry_run) == 3, "limit dry_run");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, burst) == 4, "limit burst");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, global) == 40, "limit global");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, default_key_len) == 44, "limit default_key_len");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, empty_key_reject) == 45, "limit empty key");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, default_key) == 48, "limit default_key");
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_conf) == 104, "limit conf size");
 

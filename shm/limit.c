@@ -87,6 +87,10 @@
  *   two buckets are searched for a victim; idle keys elsewhere are freed
  *   by the daemon's sweep (keys idle for SWEEP_SLACK become TOMBs at the
  *   next tick), which lowers `used`.
+ *   An empty key (a key of length 0; a NULL key is the unkeyed word) has
+ *   no entry: limit.empty_key admits it holding nothing (the default, as
+ *   nginx's limit_req) or rejects it, and empty_keys counts it
+ *   (empty_key, below).
  *   A keyed limiter called without a key limits those calls together, on
  *   the unkeyed word.
  *   One key, one entry: after a claim the inserter re-reads its chain
@@ -759,6 +763,7 @@ void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t 
 	st_relaxed(&s->heals, 0);
 	st_relaxed(&s->full_event_ns, 0);
 	st_relaxed(&s->dry_run_rejects, 0);
+	st_relaxed(&s->empty_keys, 0);
 	st_relaxed(&s->swept, 0);
 	st_relaxed(&s->repairs, 0);
 	st_relaxed(&s->ticks, 0);
@@ -884,6 +889,30 @@ static int dry_run_admit(struct resil_limit_state *s, struct resil_permit_priv *
 	pm->limit_tat = 0;
 	pm->wait_ns = 0;
 	return 0;
+}
+
+/*
+ * A keyed limiter's call with an empty key (a key of length 0: an nginx
+ * variable with no value): no entry of the table is the key of everyone
+ * without one, so limit.empty_key decides. admit: the permit holds
+ * nothing of the limiter; reject: RESIL_REJECT_LIMITED without a wait
+ * (time gives an empty key no permit), which a dry run admits. The lean
+ * keyed path (resil_limit_acquire_keyed) pays nothing for it: no entry is
+ * ever made for the empty key, so its lookup misses and asks this path.
+ * empty_keys: line 1, clients, relaxed (a statistic: it orders nothing).
+ */
+static int empty_key(struct resil_limit_state *s, const struct resil_limit_conf *c,
+		     struct resil_permit_priv *pm)
+{
+	faa_relaxed(&s->empty_keys, 1);
+	pm->key_idx = 0;
+	pm->limit_tat = 0;
+	pm->wait_ns = 0;
+	if (!c->empty_key_reject)
+		return 0;
+	if (c->dry_run)
+		return dry_run_admit(s, pm);
+	return RESIL_REJECT_LIMITED;
 }
 
 /* ------------------------------------------------------ global lease */
@@ -1019,6 +1048,8 @@ int resil_limit_acquire(struct resil_ctx *x, const struct resil_limit_conf *c, v
 
 	if (RESIL_UNLIKELY(c->interval_ns <= 0 || c->period_ns <= 0 || c->count == 0))
 		return -EINVAL;
+	if (c->keys && x->key && !x->key_len)
+		return empty_key(s, c, pm);
 	/* keyed: the key's buckets are asked of memory before the clock is
 	 * read, so that the two waits overlap (bench case limit.keyed_1m) */
 keyed:
@@ -1292,6 +1323,7 @@ void resil_limit_info(const struct resil_limit_conf *c, const void *st,
 	out->full_admits = ld_relaxed(&s->full_admits);
 	out->merges = ld_relaxed(&s->merges);
 	out->dry_run_rejects = ld_relaxed(&s->dry_run_rejects);
+	out->empty_keys = ld_relaxed(&s->empty_keys);
 	out->word = (int64_t)ld_relaxed(&s->word);
 	if (!c->keys)
 		return;
@@ -1483,6 +1515,15 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 			return resil_errf(err, errlen, -EINVAL,
 					  "limit.wait: '%s' is not a duration", value);
 		n.wait_ns = d;
+	} else if (strcmp(key, "limit.empty_key") == 0) {
+		if (word_is(value, "admit"))
+			n.empty_key_reject = 0;
+		else if (word_is(value, "reject"))
+			n.empty_key_reject = 1;
+		else
+			return resil_errf(err, errlen, -EINVAL,
+					  "limit.empty_key: '%s' is neither admit nor reject",
+					  value);
 	} else if (strcmp(key, "limit.dry_run") == 0) {
 		if (resil_parse_bool(value, &n.dry_run) < 0)
 			return resil_errf(err, errlen, -EINVAL,
@@ -1495,7 +1536,7 @@ int resil_limit_conf_set(struct resil_limit_conf *c, const char *key, const char
 					  "characters without blanks",
 					  value, sizeof(n.default_key) - 1);
 		memset(n.default_key, 0, sizeof(n.default_key));
-		n.default_key_len = (uint32_t)strlen(value);
+		n.default_key_len = (uint8_t)strlen(value);
 		memcpy(n.default_key, value, n.default_key_len);
 	} else {
 		if (err && errlen)
@@ -1550,6 +1591,8 @@ size_t resil_limit_conf_format(const struct resil_limit_conf *c, char *buf, size
 	if (c->keys) {
 		PUTF("limit.keys = %" PRIu32 "\n", c->keys);
 		PUTF("limit.when_full = %s\n", c->when_full_admit ? "admit" : "reject");
+		if (c->empty_key_reject)
+			PUTF("limit.empty_key = reject\n");
 	}
 	if (c->wait_ns) {
 		resil_format_duration(c->wait_ns, d, sizeof(d));

@@ -52,6 +52,7 @@ struct resil_limit_state {
 	ra64 heals;	      /* a state further ahead than any writer sets, repaired */
 	ra64 full_event_ns;   /* when the last RESIL_EV_KEYS_FULL was pushed (0: never) */
 	ra64 dry_run_rejects; /* limit.dry_run: calls admitted that would have been rejected */
+	ra64 empty_keys;      /* keyed: calls with an empty key (limit.empty_key decided) */
 	/* line 2: daemon only (maintenance) */
 	alignas(RESIL_HOT_ALIGN) ra64 swept; /* idle keys freed */
 	ra64 repairs;			     /* `used` recounted after a writer died mid-insert */
@@ -70,6 +71,7 @@ RESIL_STATIC_ASSERT(sizeof(struct resil_limit_entry) == 16, "limit entry size");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, word) == 0, "limit word");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, used) == 128, "limit line 1");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, dry_run_rejects) == 184, "limit dry run");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, empty_keys) == 192, "limit empty keys");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, swept) == 256, "limit line 2");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, lease_ns) == 280, "limit lease");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_state, fallback_ns) == 296, "limit fallback");
@@ -111,6 +113,7 @@ struct resil_limit_info {
 	uint64_t full_admits;
 	uint64_t merges;
 	uint64_t dry_run_rejects; /* limit.dry_run: admitted, would have been rejected */
+	uint64_t empty_keys;	  /* keyed: calls with an empty key */
 	int64_t word; /* unkeyed: the TAT (gcra), admissions so far (sliding), window word */
 };
 
