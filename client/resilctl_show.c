@@ -43,8 +43,10 @@ static void put_stat(const Resil__PolicyInfo *p, const char *stat, const char *j
 }
 
 /* The daemon's stats for a limiter (daemon/ctl.c) and their JSON names: a
- * keyed table's, then limit.dry_run's count (shown only when the policy
- * has dry_run on or the count is not 0: see dry_run_shown). */
+ * keyed table's (its empty keys shown only when there were some or the
+ * policy rejects them: empty_shown), then limit.dry_run's count (shown
+ * only when the policy has dry_run on or the count is not 0: see
+ * dry_run_shown). */
 static const struct {
 	const char *stat, *json;
 } limit_stats[] = {
@@ -53,6 +55,7 @@ static const struct {
     {.stat = "limit_evictions", .json = "evictions"},
     {.stat = "limit_full_rejected", .json = "full_rejected"},
     {.stat = "limit_full_admitted", .json = "full_admitted"},
+    {.stat = "limit_empty_keys", .json = "empty_keys"},
     {.stat = "limit_dry_run_rejects", .json = "dry_run_rejects"},
 };
 static const char *const key_stats[] = {"key_present", "key_tat_ns", "key_count", "key_wait_ns"};
@@ -250,6 +253,15 @@ static bool dry_run_shown(const Resil__PolicyInfo *p, int64_t *v)
 	return *v != 0 || config_has_line(p, "limit.dry_run = yes");
 }
 
+/* A keyed limiter's empty keys, when there is something to say: some
+ * came, or the policy rejects them. */
+static bool empty_shown(const Resil__PolicyInfo *p, int64_t *v)
+{
+	if (!stat_of(p, "limit_empty_keys", v))
+		return false;
+	return *v != 0 || config_has_line(p, "limit.empty_key = reject");
+}
+
 static void show_limit_json(const Resil__PolicyInfo *p)
 {
 	bool first = true;
@@ -259,6 +271,8 @@ static void show_limit_json(const Resil__PolicyInfo *p)
 		if (!stat_of(p, limit_stats[i].stat, &v))
 			continue;
 		if (!strcmp(limit_stats[i].stat, "limit_dry_run_rejects") && !dry_run_shown(p, &v))
+			continue;
+		if (!strcmp(limit_stats[i].stat, "limit_empty_keys") && !empty_shown(p, &v))
 			continue;
 		printf("%s\"%s\":%" PRId64, first ? ",\"limiter\":{" : ",", limit_stats[i].json, v);
 		first = false;
@@ -278,7 +292,7 @@ static void show_limit_json(const Resil__PolicyInfo *p)
 
 static void show_limit_text(const Resil__PolicyInfo *p)
 {
-	int64_t used, cap, ev = 0, rej = 0, adm = 0, present, wait = 0, count, dry = 0;
+	int64_t used, cap, ev = 0, rej = 0, adm = 0, empty = 0, present, wait = 0, count, dry = 0;
 	bool keyed =
 	    stat_of(p, "limit_keys_used", &used) && stat_of(p, "limit_keys_capacity", &cap);
 	char w[64];
@@ -292,6 +306,8 @@ static void show_limit_text(const Resil__PolicyInfo *p)
 		printf("  evictions                    %" PRId64 "\n", ev);
 		printf("  table full, new key refused  %" PRId64 "\n", rej);
 		printf("  table full, new key admitted %" PRId64 "\n", adm);
+		if (empty_shown(p, &empty))
+			printf("  empty keys                   %" PRId64 "\n", empty);
 	}
 	if (dry_run_shown(p, &dry)) {
 		if (!keyed)

@@ -426,6 +426,7 @@ static void add_limit_stats(struct resild *d, const struct resil_rec *rec, struc
 		add_stat(in, n, "limit_evictions", (int64_t)li.evictions);
 		add_stat(in, n, "limit_full_rejected", (int64_t)li.full_rejects);
 		add_stat(in, n, "limit_full_admitted", (int64_t)li.full_admits);
+		add_stat(in, n, "limit_empty_keys", (int64_t)li.empty_keys);
 	}
 	add_stat(in, n, "limit_dry_run_rejects", (int64_t)li.dry_run_rejects);
 }
