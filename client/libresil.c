@@ -661,6 +661,69 @@ static int define_local(struct resil *r, const char *name, const char *config)
 	return 0;
 }
 
+/* A policy of nothing is a mistake (a setting that was not set), not a
+ * request for the counters alone. */
+static int conf_not_empty(const char *name, const char *config)
+{
+	if (!resil_conf_text_empty(config))
+		return 0;
+	resil_priv_seterr("policy %s: empty configuration: give at least one key "
+			  "(e.g. breaker.failure_rate = 50, limit.rate = 100/s)",
+			  name);
+	return -EINVAL;
+}
+
+/* config parsed and checked into c as resil_define takes it; the reason
+ * in resil_last_error() when it is not. */
+static int conf_of(struct resil_conf *c, const char *config)
+{
+	char why[256] = "";
+	int err;
+
+	resil_conf_init(c);
+	err = resil_conf_parse(c, config, 1, why, sizeof(why));
+	if (err == 0)
+		err = resil_conf_check(c, why, sizeof(why));
+	if (err < 0)
+		resil_priv_seterr("%s", why);
+	return err;
+}
+
+RESIL_API int resil_config_check(const char *name, const char *config, unsigned flags)
+{
+	struct resil_conf c;
+	int err;
+
+	errmsg[0] = 0;
+	if (!valid_name(name)) {
+		resil_priv_seterr("a policy name is 1 to %d bytes", RESIL_NAME_MAX - 1);
+		return -EINVAL;
+	}
+	if (flags & ~RESIL_CHECK_NO_WAIT)
+		return -EINVAL;
+	if (!config)
+		return 0; /* the name alone */
+	err = conf_not_empty(name, config);
+	if (err == 0)
+		err = conf_of(&c, config);
+	if (err < 0)
+		return err;
+	if ((flags & RESIL_CHECK_NO_WAIT) && c.bulkhead.on && c.bulkhead.wait_ns > 0) {
+		resil_priv_seterr("policy %s: bulkhead.wait makes an acquire sleep, which this "
+				  "caller never does: leave it 0 (a full bulkhead rejects at once)",
+				  name);
+		return -EINVAL;
+	}
+	if ((flags & RESIL_CHECK_NO_WAIT) && c.limit.on && c.limit.wait_ns > 0) {
+		resil_priv_seterr("policy %s: limit.wait makes an acquire sleep, which this "
+				  "caller never does: leave it 0 (a limited call is rejected at "
+				  "once, with its Retry-After)",
+				  name);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 RESIL_API int resil_define(resil_t *r, const char *name, const char *config)
 {
 	int err;
@@ -668,26 +731,16 @@ RESIL_API int resil_define(resil_t *r, const char *name, const char *config)
 	errmsg[0] = 0;
 	if (!r || !valid_name(name) || !config)
 		return -EINVAL;
-	if (resil_conf_text_empty(config)) {
-		/* a policy of nothing is a mistake (a setting that was not
-		 * set), not a request for the counters alone */
-		resil_priv_seterr("policy %s: empty configuration: give at least one key "
-				  "(e.g. breaker.failure_rate = 50, limit.rate = 100/s)",
-				  name);
-		return -EINVAL;
-	}
+	err = conf_not_empty(name, config);
+	if (err < 0)
+		return err;
 	if (r->embedded) {
 		struct resil_conf c;
 		char why[256] = "";
 
-		resil_conf_init(&c);
-		err = resil_conf_parse(&c, config, 1, why, sizeof(why));
-		if (err == 0)
-			err = resil_conf_check(&c, why, sizeof(why));
-		if (err < 0) {
-			resil_priv_seterr("%s", why);
+		err = conf_of(&c, config);
+		if (err < 0)
 			return err;
-		}
 		pthread_mutex_lock(&r->lock);
 		for (int64_t until = 0;;) {
 			int64_t ready = INT64_MAX, mono;

@@ -165,6 +165,15 @@ RESIL_API void resil_close(resil_t *r);
  * configuration without a key. resild creates it or re-defines it; a
  * pending handle remembers it (and decides it by its policy.fallback). */
 RESIL_API int resil_define(resil_t *r, const char *name, const char *config);
+/* Check a declaration as resil_define takes it, without a handle or a
+ * daemon (a server's configuration test): 0, or -EINVAL with
+ * resil_last_error() saying why (a bad name, "line 2: ..."); a NULL
+ * config checks the name alone (as resil_policy takes it). A caller
+ * that must never sleep (an event loop) passes RESIL_CHECK_NO_WAIT: a
+ * configuration whose acquire may sleep (bulkhead.wait, limit.wait) is
+ * then refused too. */
+#define RESIL_CHECK_NO_WAIT (1u << 0)
+RESIL_API int resil_config_check(const char *name, const char *config, unsigned flags);
 /* Delete a policy: handles to it give -ENOENT / RESIL_REJECT_OPEN after. */
 RESIL_API int resil_delete(resil_t *r, const char *name);
 /* A handle to NAME, valid until resil_close; -ENOENT if unknown. A
