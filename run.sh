@@ -25,8 +25,10 @@ packages=(build-essential cmake pkg-config liburing-dev libprotobuf-c-dev protob
 	php-dev php8.2-dev php8.2-cli php8.2-fpm php-parser php-guzzlehttp-guzzle php-psr-http-message
 	php8.2-apcu php8.2-redis nginx)
 # for the tests only: building the Debian packages (dpkg-buildpackage with
-# debhelper, dh-php for php-resil) and checking them (lintian)
-test_packages=(debhelper lintian dh-php)
+# debhelper, dh-php for php-resil) and checking them (lintian); nginx's
+# module sources (nginx-dev: the module is built when they are there), the
+# nginx it is tested in (nginx-core) and the benchmark's client (wrk)
+test_packages=(debhelper lintian dh-php nginx-core nginx-dev wrk)
 
 install_deps() {
 	[ "${RESIL_SKIP_APT:-0}" = 1 ] && return 0
