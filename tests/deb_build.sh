@@ -19,7 +19,7 @@ exec 8>"$out/.lock"
 flock 8
 stamp=$out/.stamp
 if [ -f "$stamp" ] && ls "$out"/resild_*.deb >/dev/null 2>&1 &&
-	[ -z "$(find "$SRC/CMakeLists.txt" "$SRC/client" "$SRC/shm" "$SRC/daemon" "$SRC/proto" "$SRC/php" \
+	[ -z "$(find "$SRC/CMakeLists.txt" "$SRC/client" "$SRC/shm" "$SRC/daemon" "$SRC/proto" "$SRC/php" "$SRC/nginx" \
 		"$SRC/systemd" "$SRC/debian" "$SRC/docs/man" -newer "$stamp" -print -quit)" ]; then
 	echo "$out"
 	exit 0

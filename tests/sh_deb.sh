@@ -13,7 +13,12 @@
 #     binaries; compressed manual pages;
 #   - resild depends on the library package only through what it links
 #     (resild and resilctl link libresil statically: no dependency);
-#   - the maintainer scripts pass sh -n.
+#   - the maintainer scripts pass sh -n;
+#   - libnginx-mod-http-resil: the module where Debian's nginx loads
+#     modules, its mod-http-resil.conf (load_module), enabled by its
+#     postinst, a dependency on the nginx ABI it was built for and on the
+#     library package, and nothing of its own that nginx would not load
+#     (nginx -t with its load_module line, when nginx is installed).
 # Installing, upgrading, removing and purging them under a real systemd is
 # tests/sh_systemd.sh's. Skipped (77) without dpkg-buildpackage and
 # debhelper, and in sanitized builds.
@@ -63,6 +68,25 @@ has "$lib" "usr/lib/$ma/$so" usr/share/doc/"$lib"/copyright
 has libresil-dev usr/include/resil.h "usr/lib/$ma/libresil.so" "usr/lib/$ma/libresil.a" \
 	"usr/lib/$ma/pkgconfig/resil.pc" usr/share/man/man3/libresil.3.gz
 [ -n "$(deb resild-dbgsym)" ] && [ -n "$(deb "$lib"-dbgsym)" ] || fail "no -dbgsym packages"
+has libnginx-mod-http-resil usr/lib/nginx/modules/ngx_http_resil_module.so \
+	usr/share/nginx/modules-available/mod-http-resil.conf
+mkdir "$tmp/n" "$tmp/nx"
+dpkg-deb -e "$(deb libnginx-mod-http-resil)" "$tmp/n"
+dpkg-deb -x "$(deb libnginx-mod-http-resil)" "$tmp/nx"
+grep -qx 'load_module modules/ngx_http_resil_module.so;' \
+	"$tmp/nx/usr/share/nginx/modules-available/mod-http-resil.conf" || fail "mod-http-resil.conf"
+grep -q 'modules-enabled' "$tmp/n/postinst" || fail "libnginx-mod-http-resil's postinst enables nothing"
+dep=$(dpkg-deb -f "$(deb libnginx-mod-http-resil)" Depends)
+grep -q "nginx-abi-" <<<"$dep" && grep -q "$lib" <<<"$dep" ||
+	fail "libnginx-mod-http-resil depends on $dep"
+for s in postinst prerm postrm; do sh -n "$tmp/n/$s" || fail "libnginx-mod-http-resil's $s"; done
+if [ -x /usr/sbin/nginx ]; then
+	# the packaged module against this tree's library, as nginx loads it
+	printf 'load_module %s;\nevents {}\n' "$tmp/nx/usr/lib/nginx/modules/ngx_http_resil_module.so" \
+		>"$tmp/nx/nginx.conf"
+	LD_LIBRARY_PATH=$BIN/client /usr/sbin/nginx -t -q -p "$tmp/nx" -c "$tmp/nx/nginx.conf" \
+		-g "error_log stderr; pid $tmp/nx/nginx.pid;" || fail "nginx does not load the packaged module"
+fi
 
 # control data: conffile, shlibs, ldconfig trigger, dependencies
 mkdir "$tmp/r" "$tmp/l"
@@ -78,11 +102,12 @@ grep -q 'deb-systemd-invoke try-restart' "$tmp/r/postinst" || fail "postinst res
 # stripped, with the debug symbols in -dbgsym
 dpkg-deb -x "$(deb resild)" "$tmp/x"
 dpkg-deb -x "$(deb "$lib")" "$tmp/x"
-for f in "$tmp/x/usr/sbin/resild" "$tmp/x/usr/bin/resilctl" "$tmp/x/usr/lib/$ma/$so".*; do
+for f in "$tmp/x/usr/sbin/resild" "$tmp/x/usr/bin/resilctl" "$tmp/x/usr/lib/$ma/$so".* \
+	"$tmp/nx/usr/lib/nginx/modules/ngx_http_resil_module.so"; do
 	readelf -S "$f" | grep -q '\.symtab' && fail "$f is not stripped"
 	readelf -S "$f" | grep -q '\.debug_info' && fail "$f carries debug info"
 done
 id=$(readelf -n "$tmp/x/usr/sbin/resild" | sed -n 's/.*Build ID: //p')
 dpkg-deb -c "$(deb resild-dbgsym)" | grep -q "usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug" ||
 	fail "resild's debug symbols are not in resild-dbgsym"
-echo "packages: resild, $lib, libresil-dev and their -dbgsym as Debian splits them"
+echo "packages: resild, $lib, libresil-dev, libnginx-mod-http-resil and their -dbgsym as Debian splits them"
