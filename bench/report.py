@@ -933,10 +933,11 @@ def report(outdir, path):
     # untrusted-state work (callgrind), the global scope through Redis
     # (bench/cluster runs), the decision clock before and after
     # (bench/clock_compare.sh), Python (bench/python_bench.py --write), PHP
-    # (bench/php_bench.py --write), the figures the design comments name by
-    # bench case (design.md)
+    # (bench/php_bench.py --write), nginx (bench/nginx_bench.py --write), the
+    # figures the design comments name by bench case (design.md)
     here = os.path.dirname(os.path.abspath(__file__))
     for kept in ("sizes.md", "untrusted.md", "global.md", "clock.md", "python.md", "php.md",
+                 "nginx.md",
                  "design.md"):
         kp = os.path.join(here, kept)
         if os.path.exists(kp):
