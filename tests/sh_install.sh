@@ -42,6 +42,15 @@ done
 exe=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$sd/systemd/system/resild.service")
 [ -x "$root$exe" ] || { echo "FAIL: the unit's ExecStart=$exe is not the installed resild"; exit 1; }
 echo "units in $sd/systemd/system start $exe, which is installed"
+# the nginx module, where the build made one: where nginx looks (Debian:
+# PREFIX/lib/nginx/modules) and its load_module snippet
+if [ -e "$BIN/nginx/build/ngx_http_resil_module.so" ]; then
+	for f in lib/nginx/modules/ngx_http_resil_module.so \
+		share/nginx/modules-available/mod-http-resil.conf; do
+		[ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
+	done
+	echo "the nginx module in $prefix/lib/nginx/modules, its snippet in share/nginx/modules-available"
+fi
 # the soname's major is the build's (libresil.so.N), and so is the
 # symbol node's (RESIL_N.M)
 so=$(find "$prefix" -name 'libresil.so.[0-9]*' -type f | head -n1)
