@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# label: unit
+# label: unit bench
 # The benchmarks keep building and running: bench/run.sh --smoke runs every
 # part (floors, every hot path, the socket and Redis peers when they are
 # there, several processes, the fleet scenarios, callgrind, plots, the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# label: unit
+# label: unit build
 # libresil and resilctl build with the client's dependencies alone
 # (-DRESIL_DAEMON=OFF): pkg-config is shown protobuf-c and nothing else, so
 # a configure or a link that still wanted liburing, libsystemd, inih,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# label: unit
+# label: unit build
 # A component outside the product's list is its own files and one row of
 # the component table (ARCHITECTURE.md, "Components"). The test-only
 # counter (shm/counter.c, counter.h) is named in shm/ by its own two files

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# label: integration
+# label: integration build
 # resil's Debian packages, built the Debian way (tests/deb_build.sh:
 # dpkg-buildpackage -b with debhelper on a copy of the tree), and what
 # Debian asks of them:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# label: unit
+# label: unit build
 # The segment layout is an ABI between processes of different builds: its
 # static_asserts must hold on i386 (-m32) as on x86_64, with the same
 # offsets. The public header compiles as C11 -pedantic and as C++.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# label: integration
+# label: integration build
 # Link the library the usual way: `cmake --install` into a fresh prefix
 # puts resil.h, libresil.so (versioned soname, symbol versions), libresil.a,
 # resil.pc, resild, resilctl and the systemd units in place, and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# label: unit
+# label: unit build
 # The man pages (docs/man/*.scd, rendered by the build with scdoc) render
 # with `man -l` without a single warning, and say what the programs do:
 # every option of `resild --help` is in resild(8), every command and option of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# label: integration
+# label: integration build
 # The package php-resil, built with the others (tests/deb_build.sh:
 # dpkg-buildpackage with debhelper and dh-php): lintian finds no error in
 # it; it holds the extension in PHP's extension directory, its resil.ini

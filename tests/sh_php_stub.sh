@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# label: unit
+# label: unit build
 # The PHP extension's arginfo (php/resil_arginfo.h) is what PHP's own
 # generator (build/gen_stub.php of php-dev, with Debian's php-parser) makes
 # of php/resil.stub.php today: a changed stub without a regenerated header

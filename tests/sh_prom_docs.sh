@@ -1,5 +1,5 @@
 #!/bin/bash
-# label: unit
+# label: unit build
 #
 # sh_prom_docs.sh - the monitoring files in docs/ are usable as shipped:
 #   - docs/prometheus/resil.rules.yml passes `promtool check rules`, and its

@@ -1,5 +1,5 @@
 #!/bin/bash
-# label: unit
+# label: unit nosan
 #
 # resil_call's success path makes no syscall: N calls run between two
 # getppid() markers under strace, and nothing else may appear between the

@@ -1,5 +1,5 @@
 #!/bin/bash
-# label: unit
+# label: unit build
 #
 # The systemd units as the build generates them for its prefix
 # (ExecStart= names the installed resild; a configuration error, exit 78,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# label: unit
+# label: unit build
 #
 # sh_version.sh - one version everywhere. client/resil.h's
 # RESIL_VERSION_MAJOR.MINOR.PATCH is the one written; this checks that the
