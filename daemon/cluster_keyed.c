@@ -35,7 +35,7 @@
  * never mix; an attacker could only crowd buckets, as with any known
  * hash).
  *
- * Overshoot bound (README: per key, span S, rate r = 1/T, burst b, H
+ * Overshoot bound (docs/global.md: per key, span S, rate r = 1/T, burst b, H
  * hosts). Let D = 2 x interval + one round trip + the loop's wake: an
  * admission at t is in its host's next report (<= interval), read by every
  * other host's next exchange after that (<= interval + the round trip) and

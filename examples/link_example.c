@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * link_example.c - the README's short program: one policy, one call.
+ * link_example.c - a short program to copy: one policy, one call.
  * Build: cc link_example.c -lresil. It asks resild ($RESIL_SOCKET, then
  * /run/resild/control.sock); with --embedded it runs without a daemon.
  */

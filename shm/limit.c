@@ -19,7 +19,7 @@
  *   otherwise the call is rejected WITHOUT writing anything and wait is the
  *   exact Retry-After. From idle (tat <= now) exactly `burst` single
  *   permits pass at once, then one every T.
- *   Translations (the README's table):
+ *   Translations (docs/configuration.md's tables):
  *     token bucket, capacity C, refill R per second -> rate = R/s, burst = C
  *     limit L per period P (Resilience4j)           -> rate = L/P, burst = L
  *   Both admit up to 2L - 1 inside the first period from idle (L at once,

@@ -8,7 +8,7 @@
  * over the last shed.window, so that a fleet whose dependency refuses work
  * sends it about K times what it accepts instead of everything.
  *
- * Counting (decided here, documented in the README):
+ * Counting (decided here, documented in docs/configuration.md):
  *   requests  every call that reaches the shedder, including the ones it
  *             rejects itself (as in the SRE book); a call that a later
  *             component of the policy rejects (undo) or that is released

@@ -7,7 +7,7 @@
  * Three IPs, their requests paced at RATE per second each, fleet-wide,
  * for RUN_S seconds: IP 1 round-robin over the hosts, IP 2 skewed
  * 50/30/20, IP 3 skewed 20/20/60. Each worker sends its host's share at
- * the scheduled times and counts what its host admits. The README's
+ * the scheduled times and counts what its host admits. docs/global.md's
  * bound for one key over a span S (rate r, burst b, exchange delay D):
  *     r x S + b + the admissions the other hosts make within D
  * and the others' admissions within D are at most RATE x D here (every

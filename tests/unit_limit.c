@@ -274,7 +274,7 @@ static void test_gcra_translations(void **unused)
 		assert_int_equal(acq(&f, NULL, NULL), 0);
 	assert_int_equal(acq(&f, NULL, &w), RESIL_REJECT_LIMITED);
 	assert_int_equal(w, 24 * S);
-	/* ... and, the README's warning, up to 2 x 5 in the first period */
+	/* ... and, docs/configuration.md's warning, up to 2 x 5 in the first period */
 	for (n = 5, t0 = 0; t0 < 2 * 60 * S; t0 += S) {
 		f.now = t0;
 		n += acq(&f, NULL, NULL) == 0;

@@ -1,4 +1,4 @@
-"""`pip install ./python` with Debian's Python, as the README says: into a
+"""`pip install ./python` with Debian's Python, as docs/python.md says: into a
 venv that sees the system's packages (PEP 668 keeps pip out of the system
 site), without build isolation and without an index (setuptools is
 Debian's), linked against this build tree's libresil.a. The installed
