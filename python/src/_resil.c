@@ -748,6 +748,16 @@ static PyObject *Policy_acquire(PolicyObject *po, PyObject *const *args, Py_ssiz
 	if (v != RESIL_ADMIT) {
 		if (v > 0)
 			raise_rejected(po, v, &pm->permit);
+		else if (v == -EINVAL)
+			/* the hot path says no words: the call's mistake is
+			 * its key, which this call knows */
+			raise_words(EINVAL,
+				    PyUnicode_FromFormat(
+					key ? "%s: a key, but the policy has no keyed limiter "
+					      "(limit.keys)"
+					    : "%s: no key, but the policy's limiter is keyed (give "
+					      "a key, or set limit.default_key)",
+					resil_policy_name(po->p)));
 		else
 			raise_errno(v, resil_policy_name(po->p));
 		Py_DECREF(pm);
