@@ -217,6 +217,47 @@ def test_keyed_limit(r):
     p.acquire(b"10.0.0.2").release()
 
 
+def test_circuit_open_retry_after(r):
+    """An open breaker's refusal says when its next probe is due."""
+    p = pol(r, "cra", "breaker.window = consecutive:2; breaker.wait = 10s")
+    for _ in range(2):
+        with pytest.raises(ZeroDivisionError):
+            with p.acquire():
+                1 / 0
+    with pytest.raises(resil.CircuitOpen) as e:
+        p.acquire()
+    assert e.value.retry_after == pytest.approx(10.0)
+    r.advance(4)
+    with pytest.raises(resil.CircuitOpen) as e:
+        p.acquire()
+    assert e.value.retry_after == pytest.approx(6.0)
+
+
+def test_key_rules(r):
+    """A keyed limiter called without a key refuses (pooling every such
+    caller in one bucket would limit them together) unless it names a
+    default key; a key given to a policy without a keyed limiter is a
+    mistake, not a key to ignore."""
+    k = pol(r, "kr", "limit.rate = 1/1h; limit.burst = 1; limit.keys = 16")
+    with pytest.raises(resil.Error) as e:
+        k.acquire()
+    assert e.value.errno == errno.EINVAL
+    assert "limit.default_key" in str(e.value)
+    k.acquire("10.0.0.1").release()
+    d = pol(r, "kd", "limit.rate = 1/1h; limit.burst = 1; limit.keys = 16;"
+            "limit.default_key = anonymous")
+    d.acquire().release()
+    with pytest.raises(resil.RateLimited):
+        d.acquire()                      # the default key's bucket
+    d.acquire("10.0.0.1").release()      # another key's
+    u = pol(r, "ku", "limit.rate = 1/1h; limit.burst = 5")
+    with pytest.raises(resil.Error) as e:
+        u.acquire("10.0.0.1")
+    assert e.value.errno == errno.EINVAL
+    assert "no keyed limiter" in str(e.value)
+    u.acquire().release()
+
+
 def test_circuit_open_and_probe(r):
     p = pol(r, "c", "breaker.window = consecutive:3; breaker.wait = 10s;"
             "breaker.half_open_calls = 1")

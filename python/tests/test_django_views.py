@@ -57,9 +57,9 @@ async def v_aok(request):
 
 
 def rejected(kind):
-    if kind == "open":
+    if kind == "open":   # one failure opens it for 30 s (the clock stands still)
         p = rd.policy("v-down", "breaker.window = consecutive:1; breaker.wait = 30s")
-        rd.handle().force_state("v-down", resil.STATE_FORCED_OPEN)
+        p.acquire().release(resil.FAILURE)
     else:
         p = rd.policy("v-lim", "limit.rate = 1/10s; limit.burst = 1")
     while True:
@@ -207,6 +207,7 @@ def test_sync_chain_and_rejection_escaping_a_view():
     assert r.status_code == 200 and r.json() == {"limited": False}
     r = c.get("/raise/open", HTTP_X_API_KEY="sync-2")
     assert r.status_code == 503 and r.json()["error"] == "circuit open"
+    assert r["Retry-After"] == "30"   # the open breaker's next probe
     r = c.get("/raise/limit", HTTP_X_API_KEY="sync-3")
     assert r.status_code == 429 and r["Retry-After"] == "10"
     assert r.json() == {"error": "rate limited", "retry_after": 10}
@@ -228,6 +229,7 @@ def test_async_chain_runs_on_the_loop():
         assert r.json() == {"limited": False, "loop": id(asyncio.get_running_loop())}
         r = await c.get("/araise/open", **key("async-2"))
         assert r.status_code == 503 and r.json()["error"] == "circuit open"
+        assert r["Retry-After"] == "30"
         r = await c.get("/araise/limit", **key("async-3"))
         assert r.status_code == 429 and r["Retry-After"] == "10"
         for _ in range(2):
