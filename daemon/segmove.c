@@ -30,9 +30,8 @@
  * again at the next tick, and a claim there in between takes a slot
  * freed since the previous count), so old plus new never exceed
  * bulkhead.max. Once no old holder is left, the old pair is unmapped.
- * Not bridged: bulkheads of more than 1024 permits (packed slots, which
- * parking does not cover) and policy.scope = global ones (the cluster
- * parks their slots): their old holders are counted by nobody.
+ * Not bridged: policy.scope = global bulkheads (the cluster parks their
+ * slots): their old holders are counted by nobody.
  *
  * Crash windows: killed before the new pair is in the fd store, the next
  * start finds the old pair retired and starts fresh (the state is lost,
@@ -124,8 +123,7 @@ static int move_one(const struct resil_seg *s, uint32_t slot, const struct resil
 
 static bool bridged(const struct resil_rec *rec)
 {
-	return rec->conf.bulkhead.on && rec->conf.scope != RESIL_SCOPE_GLOBAL &&
-	       resil_bulkhead_spread(&rec->conf.bulkhead);
+	return rec->conf.bulkhead.on && rec->conf.scope != RESIL_SCOPE_GLOBAL;
 }
 
 /* holders whose process lives (resil_holder_fn) */

@@ -1056,13 +1056,12 @@ uint32_t resil_bulkhead_park(const struct resil_bulkhead_conf *c, void *st, uint
 {
 	struct resil_bulkhead_state *s = st;
 	uint32_t n = resil_bulkhead_max_of(c), parked = 0, held = 0;
+	/* spread or packed alike (a global pool is spread: conf.c; a move's
+	 * bridge parks either, daemon/segmove.c) */
+	uint32_t sh = resil_bulkhead_spread(c) ? SPREAD : PACKED;
 
-	if (!resil_bulkhead_spread(c)) { /* never global: conf.c */
-		*busy = 0;
-		return 0;
-	}
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t v = ld_acquire(scan_slot(s, i, SPREAD));
+		uint32_t v = ld_acquire(scan_slot(s, i, sh));
 
 		parked += v == RESIL_BULKHEAD_PARKED;
 		held += v != 0 && v != RESIL_BULKHEAD_PARKED;
@@ -1075,15 +1074,15 @@ uint32_t resil_bulkhead_park(const struct resil_bulkhead_conf *c, void *st, uint
 	for (uint32_t i = n; i-- > n - target;) {
 		uint32_t exp = 0;
 
-		if (ld_relaxed(scan_slot(s, i, SPREAD)) == 0 &&
-		    cas_acq_rel(scan_slot(s, i, SPREAD), &exp, RESIL_BULKHEAD_PARKED))
+		if (ld_relaxed(scan_slot(s, i, sh)) == 0 &&
+		    cas_acq_rel(scan_slot(s, i, sh), &exp, RESIL_BULKHEAD_PARKED))
 			parked++;
 	}
 	for (uint32_t i = 0; i < n - target; i++) {
 		uint32_t exp = RESIL_BULKHEAD_PARKED;
 
-		if (ld_relaxed(scan_slot(s, i, SPREAD)) == RESIL_BULKHEAD_PARKED &&
-		    cas_acq_rel(scan_slot(s, i, SPREAD), &exp, 0)) {
+		if (ld_relaxed(scan_slot(s, i, sh)) == RESIL_BULKHEAD_PARKED &&
+		    cas_acq_rel(scan_slot(s, i, sh), &exp, 0)) {
 			parked--;
 			if (ld_relaxed(&s->full))
 				st_relaxed(&s->full, 0); /* a slot is free now */

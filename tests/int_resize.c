@@ -13,7 +13,8 @@
  *       bulkhead.max = 3 across the restart re-attaches at its next
  *       decision; while it holds them the new pool admits 1 (never 3 + 2
  *       in flight), and once it releases them (into the old memory) the
- *       new pool admits 3 again. A worker process decides all along with
+ *       new pool admits 3 again; the same for a pool of more than
+ *       1024 permits, whose slots are packed. A worker process decides all along with
  *       no error;
  *   (b) sizes too small for the live policies: nothing moves, the adopted
  *       segments keep running, and the log says what fits;
@@ -184,6 +185,11 @@ static int admit_all(resil_policy_t *bh, resil_permit_t *pm, int max)
 	return n;
 }
 
+/* bulkhead.max of the packed pool (above 1024 permits its slots are
+ * packed, not one per line: bulkhead.h) */
+#define BIG 1100
+static resil_permit_t big_held[BIG], big_pm[BIG];
+
 struct refill {
 	resil_policy_t *bh;
 	int want;
@@ -192,8 +198,8 @@ struct refill {
 static bool admits(void *ctx)
 {
 	struct refill *f = ctx;
-	resil_permit_t pm[8];
-	int n = admit_all(f->bh, pm, 8);
+	resil_permit_t *pm = big_pm;
+	int n = admit_all(f->bh, pm, f->want + 1);
 
 	for (int i = 0; i < n; i++)
 		resil_release(f->bh, &pm[i], RESIL_SUCCESS);
@@ -206,7 +212,7 @@ static void test_new_sizes(void **state)
 	    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	_Atomic long *calls = &shm[0], *errors = &shm[1];
 	resil_permit_t held[2], pm[8];
-	resil_policy_t *brk, *keys, *bh;
+	resil_policy_t *brk, *keys, *bh, *big;
 	struct refill f;
 	resil_t *r;
 	long long arena0, recs0;
@@ -219,6 +225,7 @@ static void test_new_sizes(void **state)
 		   "[policy brk]\nbreaker.window = count:10\n"
 		   "[policy keys]\nlimit.rate = 1/m\nlimit.burst = 1\nlimit.keys = 64\n"
 		   "[policy bh]\nbulkhead.max = 3\n"
+		   "[policy big]\nbulkhead.max = 1100\n"
 		   "[policy work]\nlimit.rate = 1000000/s\nbulkhead.max = 8\n");
 	assert_int_equal(test_unit_start(&unit, false), 0);
 	worker = start_worker(calls, errors);
@@ -226,6 +233,7 @@ static void test_new_sizes(void **state)
 	assert_int_equal(resil_policy(r, "brk", &brk), 0);
 	assert_int_equal(resil_policy(r, "keys", &keys), 0);
 	assert_int_equal(resil_policy(r, "bh", &bh), 0);
+	assert_int_equal(resil_policy(r, "big", &big), 0);
 	assert_int_equal(resil_force_state(r, "brk", RESIL_STATE_FORCED_OPEN), 0);
 	for (int i = 0; i < 10 && resil_acquire_key(keys, "k1", 2, &pm[0]) == RESIL_ADMIT; i++)
 		resil_release(keys, &pm[0], RESIL_SUCCESS); /* spend k1's burst */
@@ -233,6 +241,7 @@ static void test_new_sizes(void **state)
 	assert_int_equal(resil_acquire_key(keys, "k2", 2, &pm[0]), RESIL_ADMIT);
 	resil_release(keys, &pm[0], RESIL_SUCCESS);
 	assert_int_equal(admit_all(bh, held, 2), 2);
+	assert_int_equal(admit_all(big, big_held, BIG - 1), BIG - 1);
 	arena0 = test_metric(r, "resil_arena_bytes");
 	recs0 = test_metric(r, "resil_records");
 	assert_true(arena0 > 0 && recs0 == 64 * 4);
@@ -240,7 +249,7 @@ static void test_new_sizes(void **state)
 	/* (a) larger: everything moves, state and all */
 	write_file(unit.d.confdir, "resild.conf", "[daemon]\nstate_size = 32M\npolicies = 256\n");
 	restart();
-	assert_true(test_log_count(&unit.d, "moved 4 policies and their state") == 1);
+	assert_true(test_log_count(&unit.d, "moved 5 policies and their state") == 1);
 	assert_int_equal(resil_policy_state(brk), RESIL_STATE_FORCED_OPEN);
 	assert_int_equal(resil_acquire(brk, &pm[0]), RESIL_REJECT_OPEN);
 	assert_int_equal(resil_acquire_key(keys, "k1", 2, &pm[0]), RESIL_REJECT_LIMITED);
@@ -257,13 +266,24 @@ static void test_new_sizes(void **state)
 	assert_true(test_wait_until(
 	    log_has_ctx, (void *)"policy bh: no permit held in the old segments any more",
 	    TEST_EVENTUALLY_MS));
+	/* the same for a packed pool: BIG - 1 held in the old memory */
+	assert_int_equal(admit_all(big, big_pm, BIG), 1);
+	resil_release(big, &big_pm[0], RESIL_SUCCESS);
+	for (int i = 0; i < BIG - 1; i++)
+		resil_release(big, &big_held[i], RESIL_SUCCESS);
+	f.bh = big;
+	f.want = BIG;
+	assert_true(test_wait_until(admits, &f, TEST_EVENTUALLY_MS));
+	assert_true(test_wait_until(
+	    log_has_ctx, (void *)"policy big: no permit held in the old segments any more",
+	    TEST_EVENTUALLY_MS));
 	worker_decides(calls, errors);
 
 	/* (b) too small for what lives: nothing moves, the log says what fits */
 	write_file(unit.d.confdir, "resild.conf", "[daemon]\nstate_size = 8M\npolicies = 2\n");
 	restart();
-	assert_true(log_has("the 4 live policies do not fit --policies 2"));
-	assert_true(log_has("they need --policies 4 or more"));
+	assert_true(log_has("the 5 live policies do not fit --policies 2"));
+	assert_true(log_has("they need --policies 5 or more"));
 	assert_int_equal(test_metric(r, "resil_records"), 256 * 4);
 	assert_int_equal(resil_acquire(brk, &pm[0]), RESIL_REJECT_OPEN);
 	worker_decides(calls, errors);
