@@ -366,6 +366,12 @@ ZEND_METHOD(Resil_Policy, outcomeHttp)
 	RETURN_LONG(resil_outcome_http(php_resil_policy_of(Z_OBJ_P(ZEND_THIS))->p, (int)status));
 }
 
+ZEND_METHOD(Resil_Policy, keyed)
+{
+	ZEND_PARSE_PARAMETERS_NONE();
+	RETURN_BOOL(resil_policy_keyed(php_resil_policy_of(Z_OBJ_P(ZEND_THIS))->p) == 1);
+}
+
 ZEND_METHOD(Resil_Policy, pendingStats)
 {
 	resil_policy_t *p = php_resil_policy_of(Z_OBJ_P(ZEND_THIS))->p;

@@ -39,6 +39,9 @@ namespace Resil {
         /** Admit one call, or throw a Resil\Rejected. */
         public function acquire(?string $key = null): Permit {}
 
+        /** Whether acquire() takes a key: the policy has a keyed limiter (limit.keys); a key given to any other policy is refused. */
+        public function keyed(): bool {}
+
         /** $fn(...$args) under the policy, retried by its retry.* rules and budget. */
         public function call(callable $fn, mixed ...$args): mixed {}
 

@@ -1,5 +1,5 @@
 /* This is a generated file, edit the .stub.php file instead.
- * Stub hash: ef2081bcd75137f411b9083937a53ea53c42c23c */
+ * Stub hash: cd2086dc38392381a167613430d20a9afe3c38fa */
 
 ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_Resil_attached, 0, 0, _IS_BOOL, 0)
 ZEND_END_ARG_INFO()
@@ -27,6 +27,8 @@ ZEND_END_ARG_INFO()
 ZEND_BEGIN_ARG_WITH_RETURN_OBJ_INFO_EX(arginfo_class_Resil_Policy_acquire, 0, 0, Resil\\Permit, 0)
 	ZEND_ARG_TYPE_INFO_WITH_DEFAULT_VALUE(0, key, IS_STRING, 1, "null")
 ZEND_END_ARG_INFO()
+
+#define arginfo_class_Resil_Policy_keyed arginfo_Resil_attached
 
 ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_class_Resil_Policy_call, 0, 1, IS_MIXED, 0)
 	ZEND_ARG_TYPE_INFO(0, fn, IS_CALLABLE, 0)
@@ -82,6 +84,7 @@ ZEND_METHOD(Resil_Policy, __construct);
 ZEND_METHOD(Resil_Policy, declare);
 ZEND_METHOD(Resil_Policy, get);
 ZEND_METHOD(Resil_Policy, acquire);
+ZEND_METHOD(Resil_Policy, keyed);
 ZEND_METHOD(Resil_Policy, call);
 ZEND_METHOD(Resil_Policy, retry);
 ZEND_METHOD(Resil_Policy, state);
@@ -112,6 +115,7 @@ static const zend_function_entry class_Resil_Policy_methods[] = {
 	ZEND_ME(Resil_Policy, declare, arginfo_class_Resil_Policy_declare, ZEND_ACC_PUBLIC|ZEND_ACC_STATIC)
 	ZEND_ME(Resil_Policy, get, arginfo_class_Resil_Policy_get, ZEND_ACC_PUBLIC|ZEND_ACC_STATIC)
 	ZEND_ME(Resil_Policy, acquire, arginfo_class_Resil_Policy_acquire, ZEND_ACC_PUBLIC)
+	ZEND_ME(Resil_Policy, keyed, arginfo_class_Resil_Policy_keyed, ZEND_ACC_PUBLIC)
 	ZEND_ME(Resil_Policy, call, arginfo_class_Resil_Policy_call, ZEND_ACC_PUBLIC)
 	ZEND_ME(Resil_Policy, retry, arginfo_class_Resil_Policy_retry, ZEND_ACC_PUBLIC)
 	ZEND_ME(Resil_Policy, state, arginfo_class_Resil_Policy_state, ZEND_ACC_PUBLIC)

@@ -49,6 +49,7 @@ final class Resil\Policy
   static declare(string $name, string $config): Resil\Policy
   static get(string $name): Resil\Policy
   acquire(?string $key = NULL): Resil\Permit
+  keyed(): bool
   call(callable $fn, mixed ...$args): mixed
   retry(?float $timeout = NULL): Resil\Retry
   state(): string

@@ -30,6 +30,10 @@ t(fn() => Resil\Policy::get(''));
 t(fn() => Resil\Policy::get('phpt_never_declared'));
 t(fn() => $p->acquire([]));
 t(fn() => $p->acquire(new stdClass));
+$k = Resil\Policy::declare('phpt_errors_keyed', 'limit.rate = 10/s; limit.keys = 8');
+echo "keyed: ", var_export($p->keyed(), true), " ", var_export($k->keyed(), true), "\n";
+t(fn() => $p->acquire('10.0.0.1'));
+t(fn() => $k->acquire());
 t(fn() => $p->outcomeHttp(42));
 t(fn() => $p->retry(0.0));
 t(fn() => $p->retry(-1.0));
@@ -74,6 +78,9 @@ ValueError: Resil\Policy::get(): Argument #1 ($name) must not be empty
 Resil\ResilException: phpt_never_declared: no policy named phpt_never_declared in resild on %s: resil_define declares it, resilctl list shows what exists
 TypeError: Resil\Policy::acquire(): Argument #1 ($key) must be of type ?string, array given
 TypeError: Resil\Policy::acquire(): Argument #1 ($key) must be of type ?string, stdClass given
+keyed: false true
+Resil\ResilException: phpt_errors: a key, but the policy has no keyed limiter (limit.keys; Policy::keyed() says which)
+Resil\ResilException: phpt_errors_keyed: no key, but the policy's limiter is keyed (give a key, or set limit.default_key)
 ValueError: Resil\Policy::outcomeHttp(): Argument #1 ($status) must be an HTTP status (100 to 999)
 ValueError: Resil\Policy::retry(): Argument #1 ($timeout) must be greater than 0 (seconds)
 ValueError: Resil\Policy::retry(): Argument #1 ($timeout) must be greater than 0 (seconds)

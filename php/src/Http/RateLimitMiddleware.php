@@ -65,7 +65,8 @@ final class RateLimitMiddleware implements MiddlewareInterface
     public function process(ServerRequestInterface $request, RequestHandlerInterface $handler): ResponseInterface
     {
         try {
-            $permit = $this->policy->acquire($this->keyOf($request));
+            // a key for a keyed limiter only: any other policy refuses one
+            $permit = $this->policy->acquire($this->policy->keyed() ? $this->keyOf($request) : null);
         } catch (Rejected $e) {
             $status = $e instanceof RateLimited ? $this->limitedStatus : $this->rejectedStatus;
             $response = $this->responses->createResponse($status);
