@@ -500,11 +500,6 @@ static void test_lean_stack(void **state)
 	assert_int_equal(resil_set_clock(r, NULL, NULL), 0);
 }
 
-/* A lean stack decides as the general path does: each shape run twice on
- * one manual clock, lean and general (the same configuration with a
- * histogram, which changes no decision), by one seeded random walk of
- * acquires, releases of each outcome and clock steps; every verdict, every
- * state, the slots held and every count agree. */
 /* The twins of a walk: the lean policy ln and the general one gn, the
  * same configuration with a histogram (which changes no decision and
  * takes the policy off the lean paths). */
@@ -550,15 +545,37 @@ static void twin_release_all(resil_policy_t *l, resil_policy_t *g, resil_permit_
 	}
 }
 
-static void test_lean_stack_twin(void **state)
+/* Every lean decision decides as the general path does: each shape run
+ * twice on one manual clock, lean and general (the same configuration
+ * with a histogram, which changes no decision), by one seeded random walk
+ * of acquires, releases of each outcome and clock steps; every verdict,
+ * Retry-After, state, the slots held and every count agree. */
+static void test_lean_twin(void **state)
 {
-	static const char *const shape[] = {
-	    "breaker.window = count:8; breaker.min_calls = 4; breaker.wait = 300ms;"
-	    " limit.rate = 20/s; limit.burst = 4; bulkhead.max = 3",
-	    "breaker.window = consecutive:3; breaker.wait = 200ms; limit.rate = 50/s",
-	    "breaker.window = count:6; breaker.min_calls = 3; breaker.wait = 150ms;"
-	    " breaker.half_open_calls = 2; bulkhead.max = 2",
-	    "limit.rate = 30/s; limit.burst = 2; bulkhead.max = 2; limit.dry_run = on",
+	/* every lean kind but the keyed limiter (test_lean_keyed_twin): the
+	 * kind the binding must hold (libresil.c's RESIL_LEAN_*), the shape */
+	static const struct {
+		uint32_t lean;
+		const char *shape;
+	} twin[] = {
+	    {5, "breaker.window = count:8; breaker.min_calls = 4; breaker.wait = 300ms;"
+		" limit.rate = 20/s; limit.burst = 4; bulkhead.max = 3"},
+	    {5, "breaker.window = consecutive:3; breaker.wait = 200ms; limit.rate = 50/s"},
+	    {5, "breaker.window = count:6; breaker.min_calls = 3; breaker.wait = 150ms;"
+		" breaker.half_open_calls = 2; bulkhead.max = 2"},
+	    {5, "limit.rate = 30/s; limit.burst = 2; bulkhead.max = 2; limit.dry_run = on"},
+	    /* one component each */
+	    {1, "bulkhead.max = 3"},
+	    {1, "bulkhead.max = 4; bulkhead.critical = 50"},
+	    {2, "limit.rate = 20/s; limit.burst = 3"},
+	    {2, "limit.algorithm = sliding; limit.rate = 25/s"},
+	    {2, "limit.algorithm = sliding-approx; limit.rate = 25/s"},
+	    {2, "limit.rate = 20/s; limit.burst = 2; limit.dry_run = on"},
+	    {3, "policy.scope = fleet"},
+	    {4, "breaker.window = count:8; breaker.min_calls = 4; breaker.wait = 300ms"},
+	    {4, "breaker.window = consecutive:3; breaker.wait = 200ms"},
+	    {4, "breaker.window = count:6; breaker.failure_rate = 30; breaker.min_calls = 3;"
+		" breaker.wait = 150ms; breaker.half_open_calls = 2"},
 	};
 	static const enum resil_stat stats[] = {
 	    RESIL_STAT_SUCCESS,	    RESIL_STAT_FAILURE,	    RESIL_STAT_IGNORED,
@@ -569,14 +586,14 @@ static void test_lean_stack_twin(void **state)
 
 	(void)state;
 	assert_int_equal(resil_set_clock(r, manual, NULL), 0);
-	for (size_t k = 0; k < RESIL_ARRAY_SIZE(shape); k++) {
+	for (size_t k = 0; k < RESIL_ARRAY_SIZE(twin); k++) {
 		resil_permit_t pl[HOLD], pg[HOLD];
 		const struct resil_rec *rl, *rg;
 		resil_policy_t *l, *g;
 		uint64_t seed = 0x9e3779b97f4a7c15ULL * (k + 1);
 		int n = 0;
 
-		twin_define(shape[k], "twl", "twg", &l, &g, &rl, &rg);
+		twin_define(twin[k].shape, "twl", "twg", &l, &g, &rl, &rg);
 		for (int step = 0; step < 4000; step++) {
 			uint64_t z = resil_splitmix64(&seed);
 			uint32_t op = (uint32_t)(z % 8);
@@ -588,7 +605,8 @@ static void test_lean_stack_twin(void **state)
 				assert_int_equal(resil_permit_wait_ns(&pl[n]),
 						 resil_permit_wait_ns(&pg[n]));
 				if (step > 0)
-					assert_int_equal((uint32_t)atomic_load(&l->b)->lean, 5);
+					assert_int_equal((uint32_t)atomic_load(&l->b)->lean,
+							 twin[k].lean);
 				n += vl == RESIL_ADMIT;
 			} else if (op < 6 && n > 0) {
 				twin_release(l, g, pl, pg, &n, z);
@@ -993,7 +1011,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lean_permit_outlives_rebind, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_stack, open_emb, close_emb),
-	    cmocka_unit_test_setup_teardown(test_lean_stack_twin, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_twin, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_keyed, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_keyed_twin, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_breaker, open_emb, close_emb),
