@@ -85,14 +85,12 @@ void emit(const char *group, const char *name, const char *metric, double med, d
 	fflush(opt.out);
 }
 
-bool selected(const char *group, const char *name)
+static bool matches(const char *full)
 {
 	const char *o = opt.only;
-	char full[256];
 
 	if (!o)
 		return true;
-	snprintf(full, sizeof(full), "%s/%s", group, name);
 	/* --only A,B: any of the comma-separated parts */
 	for (;;) {
 		size_t len = strcspn(o, ",");
@@ -108,6 +106,35 @@ bool selected(const char *group, const char *name)
 			return false;
 		o += len + 1;
 	}
+}
+
+/* --list: each selected case named once, in the order the run meets it */
+static bool listed(const char *full)
+{
+	static char seen[512][96];
+	static size_t n;
+
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(seen[i], full) == 0)
+			return true;
+	if (n < sizeof(seen) / sizeof(seen[0]))
+		snprintf(seen[n++], sizeof(seen[0]), "%.95s", full);
+	return false;
+}
+
+bool selected(const char *group, const char *name)
+{
+	char full[256];
+
+	snprintf(full, sizeof(full), "%s/%s", group, name);
+	if (!matches(full))
+		return false;
+	if (opt.list) {
+		if (!listed(full))
+			printf("%s\n", full);
+		return false;
+	}
+	return true;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -272,8 +299,11 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: resil_bench [--smoke] [--callgrind] [--only GROUP/NAME-PART[,...]]\n"
 		   "                   [--socket PATH] [--redis PATH] [--out FILE] [--runs N]\n"
-		   "                   [--target-ms MS] [--cg-iters N]\n"
-		   "       resil_bench --which-clock\n");
+		   "                   [--target-ms MS] [--cg-iters N] [--list]\n"
+		   "       resil_bench --which-clock\n"
+		   "--list names every case the other options select (GROUP/NAME, one a\n"
+		   "line) and runs none; --socket and --redis add the cases of a daemon and\n"
+		   "of Redis. --callgrind runs the resil groups only.\n");
 }
 
 /* --which-clock: the decision clock this process chose (shm/clock.c), after
@@ -306,15 +336,19 @@ int main(int argc, char **argv)
 	    {"redis", required_argument, NULL, 'R'},	{"out", required_argument, NULL, 'O'},
 	    {"runs", required_argument, NULL, 'n'},	{"target-ms", required_argument, NULL, 't'},
 	    {"cg-iters", required_argument, NULL, 'i'}, {"which-clock", no_argument, NULL, 'W'},
-	    {"help", no_argument, NULL, 'h'},		{0},
+	    {"list", no_argument, NULL, 'L'},		{"help", no_argument, NULL, 'h'},
+	    {0},
 	};
 	resil_t *emb = NULL, *dmn = NULL;
 	const char *outpath = NULL;
 	int c, ret;
 
 	opt.out = stdout;
-	while ((c = getopt_long(argc, argv, "SCo:s:R:O:n:t:i:Wh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "SCo:s:R:O:n:t:i:WLh", opts, NULL)) != -1) {
 		switch (c) {
+		case 'L':
+			opt.list = true;
+			break;
 		case 'W':
 			return which_clock();
 		case 'S':
@@ -370,7 +404,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	fprintf(opt.out, "#group\tname\tmetric\tmedian\tmin\tmax\tunit\tnote\n");
+	if (!opt.list)
+		fprintf(opt.out, "#group\tname\tmetric\tmedian\tmin\tmax\tunit\tnote\n");
 	if (floors_init() < 0)
 		return 1;
 	batch_begin();
