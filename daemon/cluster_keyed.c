@@ -455,8 +455,9 @@ bool resild_ck_parse(const struct redisReply *r, struct resild_ck_thr *th, struc
 	for (size_t i = 1; i < r->elements; i++) {
 		const struct redisReply *e = r->element[i];
 
-		/* a report another client of Redis mangled: skipped whole */
-		if (e->type != REDIS_REPLY_STRING || e->len % RESILD_CK_REC)
+		/* a report another client of Redis mangled: skipped whole; an
+		 * empty one adds nothing (and blob may be NULL then) */
+		if (e->type != REDIS_REPLY_STRING || e->len == 0 || e->len % RESILD_CK_REC)
 			continue;
 		memcpy(a->blob + a->len, e->str, e->len);
 		a->len += e->len;

@@ -40,6 +40,7 @@
 #include "ctl.h"
 #include "events.h"
 #include "log.h"
+#include "owners.h"
 #include "policy.h"
 #include "resil.pb-c.h"
 #include "resild.h"
@@ -247,6 +248,7 @@ static size_t live_recs(void)
 
 static void daemon_fini(void)
 {
+	resild_owners_fini(&d);
 	resild_clients_fini(&d);
 	resil_seg_unmap(&d.seg);
 	memset(&d, 0, sizeof(d));
