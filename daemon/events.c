@@ -32,7 +32,6 @@
 #include "breaker.h"
 #include "bulkhead.h"
 #include "clients.h"
-#include "ctl.h"
 #include "events.h"
 #include "journal.h"
 #include "log.h"

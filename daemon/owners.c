@@ -50,7 +50,6 @@
 #include <unistd.h>
 
 #include "cfgfile.h"
-#include "clients.h"
 #include "owners.h"
 #include "seg.h"
 

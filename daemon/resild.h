@@ -163,7 +163,7 @@ struct resild_peer {
  * at start (fail on error) and on SIGHUP (keep the old one on error). */
 int resild_config_load(struct resild *d, bool initial);
 
-/* Read the settings file again (main.c) and check every value as a start
+/* Read the settings file again (options.c) and check every value as a start
  * would; the settings themselves apply at the next start. 0, or -errno
  * with "FILE:LINE: ..." in err. Sets d->options_changed on a change. */
 int resild_options_reread(struct resild *d, char *err, size_t errlen);
