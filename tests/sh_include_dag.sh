@@ -12,11 +12,21 @@
 #      sit under every component, the dispatcher (conf.c) and the
 #      composition (policy.c, metrics.c) over them, so a component can
 #      never include the dispatcher that includes it;
-#   4. every .c of shm/, client/ and daemon/ is named in a CMakeLists.txt
+#   4. layers inside daemon: each file has a layer (the second table, the
+#      same as ARCHITECTURE.md's) and includes daemon headers of its own
+#      layer or below: base (log, notify, http, journal, procfs) knows no
+#      daemon state; the contracts (resild.h, cfgfile.h, loop.h: the state
+#      object and the loop's submissions) sit under everything that works
+#      on it; the segment move and the cluster reach only those; the
+#      services (clients, events, owners, ctl, the files) over them; the
+#      loop's driver (loop.c), which calls into the services, over them;
+#      main.c on top;
+#   5. every .c of shm/, client/ and daemon/ is named in a CMakeLists.txt
 #      (sources are listed, never globbed).
-# A file new to shm/ must be given a layer here. The script checks its own
-# teeth first: trees with a cycle, a layer inverted and a forbidden folder
-# arrow must fail.
+# A file new to shm/ or daemon/ must be given a layer here (a file listed
+# that does not exist yet is no error). The script checks its own teeth
+# first: trees with a cycle, a layer inverted in shm/ and in daemon/, a
+# daemon file without a layer and a forbidden folder arrow must fail.
 set -euo pipefail
 src=${SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 tmp=$(mktemp -d)
@@ -31,6 +41,20 @@ layers='
 2 bulkhead.h bulkhead.c adaptive.h adaptive.c shed.h shed.c
 2 budget.h retry.c budget.c counter.h counter.c
 3 comp.c conf.h conf.c policy.c seg.c metrics.h metrics.c
+'
+
+# layer  files of daemon/
+dlayers='
+0 log.h log.c notify.h notify.c http.h http.c journal.h journal.c procfs.h procfs.c
+1 resild.h cfgfile.h loop.h
+2 segmove.h segmove.c
+2 cluster.h cluster_priv.h cluster_budget.h cluster_bulkhead.h cluster_keyed.h
+2 cluster.c cluster_conn.c cluster_lease.c cluster_breaker.c cluster_bulkhead.c
+2 cluster_budget.c cluster_keyed.c cluster_host.c cluster_rc.c
+3 clients.h clients.c events.h events.c owners.h owners.c ctl.h ctl.c
+3 cfgfile.c options.h options.c
+4 loop.c
+5 main.c
 '
 
 # The folder of the file an include names: its own folder first, then the
@@ -54,9 +78,14 @@ resolve() { # root dir name: sets to
 declare -A layer
 while read -r n files; do
 	for f in $files; do
-		layer[$f]=$n
+		layer[shm/$f]=$n
 	done
 done <<<"$layers"
+while read -r n files; do
+	for f in $files; do
+		layer[daemon/$f]=$n
+	done
+done <<<"$dlayers"
 
 check() { # root: prints each broken rule, fails if any
 	local root=$1 bad=0 f dir inc to from_dir to_dir
@@ -91,21 +120,28 @@ check() { # root: prints each broken rule, fails if any
 			bad=1
 			;;
 		esac
-		# 3. layers inside shm
-		if [ "$from_dir" = shm ] && [ "$to_dir" = shm ]; then
+		# 3, 4. layers inside shm and inside daemon (every file has one:
+		# checked below)
+		if [ "$from_dir" = "$to_dir" ] && { [ "$from_dir" = shm ] || [ "$from_dir" = daemon ]; }; then
 			local lf lt
-			lf=${layer[${f#shm/}]:-}
-			lt=${layer[${to#shm/}]:-}
-			if [ -z "$lf" ] || [ -z "$lt" ]; then
-				echo "$f or $to has no layer in tests/sh_include_dag.sh: give it one"
-				bad=1
-			elif [ "$lt" -gt "$lf" ]; then
+			lf=${layer[$f]:-}
+			lt=${layer[$to]:-}
+			if [ -n "$lf" ] && [ -n "$lt" ] && [ "$lt" -gt "$lf" ]; then
 				echo "$f (layer $lf) includes $to (layer $lt): an arrow up"
 				bad=1
 			fi
 		fi
 	done <"$tmp/edges"
-	# 4. sources are listed
+	local table
+	while IFS= read -r f; do
+		if [ -z "${layer[$f]:-}" ]; then
+			table=layers
+			[ "${f%%/*}" = daemon ] && table=dlayers
+			echo "$f has no layer: give it one in the table $table= of tests/sh_include_dag.sh (and ARCHITECTURE.md's)"
+			bad=1
+		fi
+	done < <(cd "$root" && find shm daemon -name '*.[ch]' 2>/dev/null | sort)
+	# 5. sources are listed
 	while IFS= read -r f; do
 		if ! grep -qswF "${f##*/}" "$root/CMakeLists.txt" "$root/${f%%/*}/CMakeLists.txt"; then
 			echo "$f is in no CMakeLists.txt"
@@ -126,11 +162,17 @@ mini() { # dir
 	printf '#include "breaker.h"\n#include "parse.h"\n' >"$1/shm/breaker.c"
 	printf '#include "common.h"\n' >"$1/shm/conf.h"
 	printf '#include "conf.h"\n#include "breaker.h"\n' >"$1/shm/conf.c"
-	printf '#include "breaker.h"\n#include "resil.h"\n' >"$1/daemon/ctl.c"
+	printf '#include "breaker.h"\n#include "resil.h"\n#include "ctl.h"\n#include "loop.h"\n' \
+		>"$1/daemon/ctl.c"
+	printf '\n' >"$1/daemon/log.h"
+	printf '#include "log.h"\n' >"$1/daemon/log.c"
+	printf '\n' >"$1/daemon/loop.h"
+	printf '#include "log.h"\n' >"$1/daemon/ctl.h"
+	printf '#include "ctl.h"\n#include "loop.h"\n' >"$1/daemon/loop.c"
 	printf '#include "policy.h"\n' >"$1/client/internal.h"
 	printf '\n' >"$1/client/resil.h"
 	printf 'x parse.c breaker.c conf.c\n' >"$1/CMakeLists.txt"
-	printf 'x ctl.c\n' >"$1/daemon/CMakeLists.txt"
+	printf 'x ctl.c log.c loop.c\n' >"$1/daemon/CMakeLists.txt"
 }
 
 fails_with() { # what dir
@@ -159,6 +201,16 @@ fails_with "include cycle" "$tmp/cycle"
 mini "$tmp/up"
 printf '#include "conf.h"\n' >>"$tmp/up/shm/breaker.c"
 fails_with "an arrow up" "$tmp/up"
+mini "$tmp/dup"
+printf '#include "ctl.h"\n' >>"$tmp/dup/daemon/log.c"
+fails_with "daemon/log.c (layer 0) includes daemon/ctl.h (layer 3): an arrow up" "$tmp/dup"
+mini "$tmp/dnew"
+printf '#include "log.h"\n' >"$tmp/dnew/daemon/newcomer.c"
+printf 'x ctl.c log.c loop.c newcomer.c\n' >"$tmp/dnew/daemon/CMakeLists.txt"
+fails_with "daemon/newcomer.c has no layer: give it one in the table dlayers=" "$tmp/dnew"
+mini "$tmp/snew"
+printf '#include "common.h"\n' >"$tmp/snew/shm/newcomer.h"
+fails_with "shm/newcomer.h has no layer: give it one in the table layers=" "$tmp/snew"
 mini "$tmp/folder"
 printf '#include "internal.h"\n' >>"$tmp/folder/daemon/ctl.c"
 fails_with "daemon/ may not include" "$tmp/folder"
