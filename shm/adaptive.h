@@ -2,12 +2,12 @@
 /*
  * adaptive.h - adaptive concurrency limit: Vegas, Gradient2, AIMD over crash-exact permits.
  *
- * The component interface is described in policy.h.
+ * The component interface is described in decision.h.
  */
 #ifndef RESIL_SHM_ADAPTIVE_H
 #define RESIL_SHM_ADAPTIVE_H
 
-#include "policy.h"
+#include "decision.h"
 #include "bulkhead.h" /* the permit pool */
 
 /* A window with fewer RTT samples carries no decision (as Netflix's

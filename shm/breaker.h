@@ -3,14 +3,14 @@
  * breaker.h - circuit breaker: count, time and consecutive windows,
  * half-open probes, forced states.
  *
- * The component interface is described in policy.h; the algorithm, the
+ * The component interface is described in decision.h; the algorithm, the
  * layout and every crash window in breaker.c; its keys, outcome rules and
  * names in breaker_conf.c.
  */
 #ifndef RESIL_SHM_BREAKER_H
 #define RESIL_SHM_BREAKER_H
 
-#include "policy.h"
+#include "decision.h"
 
 /* Why a transition happened (an event's reason): RESIL_WHY_* of names.h. */
 

@@ -10,7 +10,7 @@
  * a policy handle; the unit tests feed it a manual clock and a seeded
  * random source, so every delay is exact.
  *
- * The budget follows the component interface of policy.h (state size,
+ * The budget follows the component interface of decision.h (state size,
  * init, same shape, carry) and adds what a retry loop needs: start of a
  * request, try to pay for a retry (or a hedge), outcome of an attempt.
  * Fixed-point tokens: 1 token = 1000 milli-tokens.
@@ -18,7 +18,7 @@
 #ifndef RESIL_SHM_BUDGET_H
 #define RESIL_SHM_BUDGET_H
 
-#include "policy.h"
+#include "decision.h"
 #include "resil.h"
 
 /* retry.on.all: a rule matching every error class. */

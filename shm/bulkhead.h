@@ -2,14 +2,14 @@
 /*
  * bulkhead.h - bulkhead: crash-exact permits claimed by CAS of the client id, futex waits.
  *
- * The component interface is described in policy.h. The permit pool below
+ * The component interface is described in decision.h. The permit pool below
  * (resil_pool_*) is shared with the adaptive limit (adaptive.c): the same
  * crash-exact slots against a limit that changes.
  */
 #ifndef RESIL_SHM_BULKHEAD_H
 #define RESIL_SHM_BULKHEAD_H
 
-#include "policy.h"
+#include "decision.h"
 
 /* The claim value of a process without a client row (the table was full,
  * or it never registered). Such permits are counted, never reclaimed:

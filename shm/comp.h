@@ -27,7 +27,7 @@
 #ifndef RESIL_SHM_COMP_H
 #define RESIL_SHM_COMP_H
 
-#include "policy.h"
+#include "decision.h"
 
 struct resil_comp_ops {
 	const char *name;   /* its name in messages */

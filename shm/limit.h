@@ -2,7 +2,7 @@
 /*
  * limit.h - rate limiter: GCRA in one word, exact sliding window, keyed tables.
  *
- * The component interface is described in policy.h; limit.c opens with the
+ * The component interface is described in decision.h; limit.c opens with the
  * design (algorithms, who writes which word, crash windows, error bounds).
  *
  * State block (128-byte aligned, in the state segment):
@@ -19,7 +19,7 @@
 #ifndef RESIL_SHM_LIMIT_H
 #define RESIL_SHM_LIMIT_H
 
-#include "policy.h"
+#include "decision.h"
 
 /* Most admissions a sliding ring or a sliding-approx counter holds. */
 #define RESIL_LIMIT_SLIDING_MAX (1u << 20)

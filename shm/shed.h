@@ -2,12 +2,12 @@
 /*
  * shed.h - load shedder: SRE client-side adaptive throttling.
  *
- * The component interface is described in policy.h.
+ * The component interface is described in decision.h.
  */
 #ifndef RESIL_SHM_SHED_H
 #define RESIL_SHM_SHED_H
 
-#include "policy.h"
+#include "decision.h"
 
 /* Ring of time buckets: the window is RESIL_SHED_BUCKETS buckets, plus one
  * slot that is zeroed ahead of use. */

@@ -17,7 +17,7 @@
 #ifndef RESIL_SHM_STATS_H
 #define RESIL_SHM_STATS_H
 
-#include "policy.h"
+#include "decision.h"
 
 enum resil_stat {
 	RESIL_STAT_SUCCESS,
@@ -66,7 +66,7 @@ static inline unsigned resil_hist_index(int64_t ns)
 int64_t resil_hist_lower_ns(unsigned bucket);
 int64_t resil_hist_upper_ns(unsigned bucket);
 
-/* ---- component interface (policy.h) ---- */
+/* ---- component interface (decision.h) ---- */
 
 /* Bytes of state: counters always, the histogram if c->histogram. */
 uint64_t resil_stats_state_size(const struct resil_conf *c);

@@ -35,12 +35,12 @@ trap 'rm -rf "$tmp"' EXIT
 # layer  files of shm/
 layers='
 0 common.h common.c clock.c pcpu.h parse.h parse.c conf_types.h names.h names.c
-1 seg.h policy.h comp.h
+1 seg.h decision.h comp.h
 2 stats.h stats.c breaker.h breaker.c breaker_conf.c limit.h limit.c limit_priv.h limit_keyed.c
 2 limit_global.h limit_global.c
 2 bulkhead.h bulkhead.c adaptive.h adaptive.c shed.h shed.c
 2 budget.h retry.c budget.c counter.h counter.c
-3 comp.c conf.h conf.c policy.c seg.c metrics.h metrics.c
+3 comp.c conf.h conf.c policy.h policy.c seg.c metrics.h metrics.c
 '
 
 # layer  files of daemon/
@@ -157,8 +157,8 @@ mini() { # dir
 	printf '#include <stdint.h>\n' >"$1/shm/common.h"
 	printf '#include "common.h"\n' >"$1/shm/parse.h"
 	printf '#include "parse.h"\n' >"$1/shm/parse.c"
-	printf '#include "common.h"\n' >"$1/shm/policy.h"
-	printf '#include "policy.h"\n' >"$1/shm/breaker.h"
+	printf '#include "common.h"\n' >"$1/shm/decision.h"
+	printf '#include "decision.h"\n' >"$1/shm/breaker.h"
 	printf '#include "breaker.h"\n#include "parse.h"\n' >"$1/shm/breaker.c"
 	printf '#include "common.h"\n' >"$1/shm/conf.h"
 	printf '#include "conf.h"\n#include "breaker.h"\n' >"$1/shm/conf.c"
@@ -169,7 +169,7 @@ mini() { # dir
 	printf '\n' >"$1/daemon/loop.h"
 	printf '#include "log.h"\n' >"$1/daemon/ctl.h"
 	printf '#include "ctl.h"\n#include "loop.h"\n' >"$1/daemon/loop.c"
-	printf '#include "policy.h"\n' >"$1/client/internal.h"
+	printf '#include "decision.h"\n' >"$1/client/internal.h"
 	printf '\n' >"$1/client/resil.h"
 	printf 'x parse.c breaker.c conf.c\n' >"$1/CMakeLists.txt"
 	printf 'x ctl.c log.c loop.c\n' >"$1/daemon/CMakeLists.txt"
@@ -196,7 +196,7 @@ if ! out=$(check "$tmp/good"); then
 	exit 1
 fi
 mini "$tmp/cycle"
-printf '#include "breaker.h"\n' >>"$tmp/cycle/shm/policy.h"
+printf '#include "breaker.h"\n' >>"$tmp/cycle/shm/decision.h"
 fails_with "include cycle" "$tmp/cycle"
 mini "$tmp/up"
 printf '#include "conf.h"\n' >>"$tmp/up/shm/breaker.c"

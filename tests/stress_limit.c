@@ -30,6 +30,7 @@
 
 #include "conf.h"
 #include "limit.h"
+#include "policy.h"
 #include "resil.h"
 
 #define NPROC	4

@@ -40,6 +40,7 @@
 #include "conf.h"
 #include "resil.h"
 #include "adaptive.h"
+#include "policy.h"
 
 static int64_t now_ns;
 static uint64_t seed;
