@@ -37,8 +37,7 @@ uint64_t resil_policy_state_layout(const struct resil_conf *conf, uint32_t comp_
  * 0 for any other scope. */
 uint64_t resil_policy_copy_size(const struct resil_conf *conf);
 /* rec's components, offsets, size and copy stride are the ones this build
- * computes for rec->conf, or the ones builds before the prefix copies did
- * (counters first, copies of the whole block). */
+ * computes for rec->conf (an adopted record is checked by it). */
 bool resil_policy_layout_ok(const struct resil_rec *rec);
 void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, int64_t now);
 bool resil_policy_same_shape(const struct resil_conf *a, const struct resil_conf *b);
