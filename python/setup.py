@@ -62,12 +62,20 @@ def source_of(tree):
     fail("cannot find resil.h for the build tree " + tree)
 
 
+# the extension's files (src/_resil.h lists what each holds); hidden
+# visibility: what they share stays inside the module, PyInit__resil alone
+# is exported
+SOURCES = [f"src/{f}.c" for f in ("_resil", "handle", "policy", "permit", "retry")]
+DEPENDS = ["src/_resil.h"]
+HIDDEN = ["-fvisibility=hidden"]
+
 tree = static_tree()
 if tree:
     # libresil.a carries the shm and protobuf objects; protobuf-c and
     # pthread come from the system
-    ext = Extension("resil._resil", ["src/_resil.c"],
+    ext = Extension("resil._resil", SOURCES, depends=DEPENDS,
                     include_dirs=[os.path.join(source_of(tree), "client")],
+                    extra_compile_args=HIDDEN,
                     extra_objects=[os.path.join(tree, LIB)],
                     libraries=["protobuf-c", "pthread", "m"])
 else:
@@ -79,7 +87,7 @@ else:
              "--target resil_static) and install from the repository, or name another "
              "build tree with RESIL_BUILD_DIR=DIR, or install libresil (cmake --install "
              "build: pkg-config resil)" + hint)
-    ext = Extension("resil._resil", ["src/_resil.c"], extra_compile_args=cflags,
-                    extra_link_args=libs)
+    ext = Extension("resil._resil", SOURCES, depends=DEPENDS,
+                    extra_compile_args=cflags + HIDDEN, extra_link_args=libs)
 
 setup(ext_modules=[ext])

@@ -1,4 +1,4 @@
-"""Type stubs of resil._resil, the C extension (see python/src/_resil.c)."""
+"""Type stubs of resil._resil, the C extension (see python/src/_resil.h)."""
 
 import os
 from types import TracebackType

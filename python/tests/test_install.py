@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -81,3 +82,22 @@ def test_no_libresil_is_a_clear_error(tmp_path, where):
     else:
         assert "resil: no libresil to link" in text, text
         assert f"RESIL_BUILD_DIR={repo / 'build-rel'}" in text, text
+
+
+def test_sdist_holds_the_extension(tmp_path):
+    """The source distribution carries every file of the extension, its
+    private header too (MANIFEST.in), so that a wheel built from the sdist
+    alone finds every file setup.py compiles."""
+    if not SRC or not BIN:
+        pytest.skip("SRC and BIN (set by ctest) are needed")
+    pkg = tmp_path / "python"
+    shutil.copytree(os.path.join(SRC, "python"), pkg,
+                    ignore=shutil.ignore_patterns("tests", "build", "*.egg-info", "__pycache__"))
+    env = dict(os.environ, RESIL_BUILD_DIR=BIN)
+    out = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d",
+                          str(tmp_path / "dist")], cwd=pkg, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (sdist,) = (tmp_path / "dist").glob("resil-*.tar.gz")
+    with tarfile.open(sdist) as t:
+        held = {os.path.basename(n) for n in t.getnames() if "/src/" in n}
+    assert held == {f for f in os.listdir(pkg / "src") if f.endswith((".c", ".h"))}, held
