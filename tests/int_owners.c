@@ -290,7 +290,10 @@ static void test_newest_wins(void **state)
 	pi = test_policy_info(r, "roll", &resp);
 	assert_non_null(pi);
 	assert_int_equal(pi->generation, gen);
-	assert_int_equal(pi->origin->declarations_superseded, superseded + ROUNDS);
+	/* each of the old generation's declarations was superseded; a
+	 * worker that re-attaches sends its declarations again, and those
+	 * are superseded too: at least ROUNDS more */
+	assert_true(pi->origin->declarations_superseded >= superseded + ROUNDS);
 	assert_int_equal(pi->origin->kind, RESIL__ORIGIN_KIND__ORIGIN_DECLARED);
 	resil__response__free_unpacked(resp, NULL);
 	resil_close(r);

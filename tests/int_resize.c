@@ -188,7 +188,7 @@ static int admit_all(resil_policy_t *bh, resil_permit_t *pm, int max)
 /* bulkhead.max of the packed pool (above 1024 permits its slots are
  * packed, not one per line: bulkhead.h) */
 #define BIG 1100
-static resil_permit_t big_held[BIG], big_pm[BIG];
+static resil_permit_t big_held[BIG], big_pm[BIG + 1]; /* admits() asks for one more */
 
 struct refill {
 	resil_policy_t *bh;
