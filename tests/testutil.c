@@ -24,6 +24,7 @@
 #include "resil.pb-c.h"
 #include "resil.h"
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/socket.h>
@@ -40,11 +41,173 @@
 #define RESILD_PATH "resild"
 #endif
 
+void test_daemons_kill(void);
+
 void test_fail(const char *file, int line, const char *what)
 {
 	fprintf(stderr, "%s:%d: check failed: %s (pid %d)\n", file, line, what, (int)getpid());
 	fflush(stderr);
+	test_daemons_kill();
+	test_accounts_remove();
 	_exit(1);
+}
+
+/* The daemons this process started and has not stopped: a failing check
+ * kills them, so a failed test leaves no resild behind. */
+#define DAEMONS_MAX 16
+static pid_t daemons[DAEMONS_MAX];
+static pid_t daemons_owner;
+
+static void daemon_note(pid_t pid, bool on)
+{
+	if (on && daemons_owner != getpid()) {
+		memset(daemons, 0, sizeof(daemons));
+		daemons_owner = getpid();
+	}
+	if (daemons_owner != getpid())
+		return;
+	for (int i = 0; i < DAEMONS_MAX; i++)
+		if (daemons[i] == (on ? 0 : pid)) {
+			daemons[i] = on ? pid : 0;
+			return;
+		}
+}
+
+void test_daemons_kill(void)
+{
+	if (daemons_owner != getpid())
+		return;
+	for (int i = 0; i < DAEMONS_MAX; i++)
+		if (daemons[i] > 0) {
+			kill(daemons[i], SIGKILL);
+			waitpid(daemons[i], NULL, 0);
+			daemons[i] = 0;
+		}
+}
+
+/* ---- accounts ---- */
+
+#define ACCOUNTS_MAX 16
+static struct {
+	char name[33];
+	bool group;
+} accounts[ACCOUNTS_MAX];
+static int naccounts;
+static pid_t accounts_owner;
+
+static int argc_last(const char *const *argv)
+{
+	int n = 0;
+
+	while (argv[n + 1])
+		n++;
+	return n;
+}
+
+static int run_quiet(const char *const *argv)
+{
+	char out[1024];
+	int r = test_run(argv, NULL, out, sizeof(out));
+
+	if (r != 0)
+		fprintf(stderr, "%s %s: exit %d: %s\n", argv[0], argv[argc_last(argv)], r, out);
+	return r;
+}
+
+void test_accounts_remove(void)
+{
+	if (getpid() != accounts_owner)
+		return;
+	/* users first: a group that is a user's primary group stays */
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = naccounts - 1; i >= 0; i--) {
+			const char *del[] = {accounts[i].group ? "/usr/sbin/groupdel"
+							       : "/usr/sbin/userdel",
+					     accounts[i].name, NULL};
+			char out[256];
+
+			if (accounts[i].name[0] && accounts[i].group == (pass == 1)) {
+				(void)test_run(del, NULL, out, sizeof(out));
+				accounts[i].name[0] = '\0';
+			}
+		}
+	naccounts = 0;
+}
+
+static int account_note(const char *name, bool group)
+{
+	if (naccounts == ACCOUNTS_MAX || strlen(name) > 32)
+		return -E2BIG;
+	if (!accounts_owner) {
+		accounts_owner = getpid();
+		atexit(test_accounts_remove);
+	}
+	snprintf(accounts[naccounts].name, sizeof(accounts[0].name), "%s", name);
+	accounts[naccounts++].group = group;
+	return 0;
+}
+
+int test_group_make(const char *name, gid_t *gid)
+{
+	const char *del[] = {"/usr/sbin/groupdel", name, NULL};
+	const char *add[] = {"/usr/sbin/groupadd", "--system", name, NULL};
+	char out[256];
+	struct group *g;
+	int r;
+
+	if (geteuid() != 0)
+		return -EPERM;
+	if (getgrnam(name))
+		(void)test_run(del, NULL, out, sizeof(out)); /* a killed run's */
+	r = run_quiet(add);
+	if (r != 0)
+		return r < 0 ? r : -EIO;
+	r = account_note(name, true);
+	g = getgrnam(name);
+	if (r < 0 || !g)
+		return r < 0 ? r : -ENOENT;
+	*gid = g->gr_gid;
+	return 0;
+}
+
+int test_user_make(const char *name, gid_t group, uid_t *uid)
+{
+	const char *del[] = {"/usr/sbin/userdel", name, NULL};
+	char gs[16], out[256];
+	const char *add[] = {"/usr/sbin/useradd",
+			     "--system",
+			     "--no-create-home",
+			     "--no-user-group",
+			     "--gid",
+			     gs,
+			     "--shell",
+			     "/usr/sbin/nologin",
+			     name,
+			     NULL};
+	struct passwd *pw;
+	int r;
+
+	if (geteuid() != 0)
+		return -EPERM;
+	snprintf(gs, sizeof(gs), "%u", (unsigned)group);
+	if (getpwnam(name))
+		(void)test_run(del, NULL, out, sizeof(out));
+	r = run_quiet(add);
+	if (r != 0)
+		return r < 0 ? r : -EIO;
+	r = account_note(name, false);
+	pw = getpwnam(name);
+	if (r < 0 || !pw)
+		return r < 0 ? r : -ENOENT;
+	*uid = pw->pw_uid;
+	return 0;
+}
+
+void test_become(uid_t uid, gid_t gid)
+{
+	TEST_CHECK(setgroups(1, &gid) == 0);
+	TEST_CHECK(setresgid(gid, gid, gid) == 0);
+	TEST_CHECK(setresuid(uid, uid, uid) == 0);
 }
 
 int64_t test_mono_ns(void)
@@ -349,12 +512,19 @@ int test_daemon_start(struct test_daemon *d, const char *const *extra)
 		unsetenv("NOTIFY_SOCKET");
 		unsetenv("LISTEN_FDS");
 		unsetenv("LISTEN_PID");
+		if (d->nofile) {
+			struct rlimit rl = {d->nofile, d->nofile};
+
+			if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+				_exit(126);
+		}
 		execv(argv[0], (char *const *)argv);
 		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
 	}
 	close(logfd);
 	d->pid = pid;
+	daemon_note(pid, true);
 	end = test_mono_ns() + (int64_t)TEST_EVENTUALLY_MS * 1000000LL;
 	for (;;) {
 		if (test_daemon_answers(d))
@@ -397,6 +567,7 @@ int test_daemon_stop(struct test_daemon *d)
 		kill(d->pid, SIGKILL);
 		waitpid(d->pid, NULL, 0);
 	}
+	daemon_note(d->pid, false);
 	d->pid = 0;
 	return st;
 }
@@ -407,6 +578,7 @@ void test_daemon_kill(struct test_daemon *d)
 		return;
 	kill(d->pid, SIGKILL);
 	waitpid(d->pid, NULL, 0);
+	daemon_note(d->pid, false);
 	d->pid = 0;
 }
 

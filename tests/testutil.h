@@ -37,6 +37,7 @@ struct test_daemon {
 	char sock[PATH_MAX];	/* dir/control.sock */
 	char confdir[PATH_MAX]; /* dir/conf.d: configuration files, empty at start */
 	char log[PATH_MAX];	/* dir/resild.log: the daemon's stdout and stderr */
+	unsigned nofile;	/* != 0: the daemon's RLIMIT_NOFILE, soft and hard */
 };
 
 /* Create the directory (mode 0755) and fill the paths; does not start. */
@@ -54,6 +55,9 @@ bool test_daemon_answers(const struct test_daemon *d);
 int test_daemon_stop(struct test_daemon *d);
 /* SIGKILL and reap. */
 void test_daemon_kill(struct test_daemon *d);
+/* SIGKILL every daemon this process started and has not stopped (a
+ * failing check does it). */
+void test_daemons_kill(void);
 /* Stop if running and remove the directory. */
 void test_daemon_fini(struct test_daemon *d);
 /* How many times the daemon's log holds what, over the whole file (a long
@@ -127,6 +131,19 @@ int test_wait_pid(pid_t pid, int timeout_ms);
 int test_drop_to_nobody(void);
 uid_t test_nobody_uid(void);
 gid_t test_nobody_gid(void);
+
+/* ---- accounts ---- */
+/* A group and users made for the test (groupadd/useradd as root: system
+ * accounts, no home, no login shell), removed at exit and when a check
+ * fails in the process that made them. A leftover of a killed run with
+ * the same name is removed first. Names: short, the test's own. 0, -EPERM
+ * when not root, or -errno (the tools' failure printed). */
+int test_group_make(const char *name, gid_t *gid);
+int test_user_make(const char *name, gid_t group, uid_t *uid);
+void test_accounts_remove(void);
+/* Become uid with gid as its only group (a forked child: setgroups,
+ * setresgid, setresuid). Fails the test on error. */
+void test_become(uid_t uid, gid_t gid);
 
 /* From now on, any syscall but write, exit and exit_group kills the
  * calling process (a seccomp filter; no_new_privs first). 0 or -1.
