@@ -64,6 +64,7 @@
 #include <string.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -85,6 +86,11 @@
 #define OQ_MAX	     64	 /* queued replies before we stop reading a connection */
 #define SUB_OQ_MAX   256 /* queued events per subscriber */
 #define GROUPS_MAX   1024
+/* Descriptors kept free for the control path (a request's reopened
+ * segments, a client's pidfd, a reload's files, the journal): a
+ * connection accepted into them closes the longest idle connection of
+ * the uid that holds the most. */
+#define FD_RESERVE 32
 
 enum op {
 	OP_ACCEPT = 1,
@@ -162,12 +168,21 @@ struct resild_loop {
 	uint64_t wake;
 	bool multishot;
 	bool accept_armed;
+	bool signal_armed; /* a read on sigfd is in flight */
+	bool tick_armed;   /* the tick's timeout is in flight */
+	bool wake_armed;   /* a read on wakefd is in flight */
+	/* RESILD_TEST_ARM_FAIL=KIND:FROM:N (KIND tick, signal or accept): the
+	 * FROM-th arm of KIND and the N - 1 after it fail as a full ring would
+	 * (tests/int_loop_rearm.c), read once at init */
+	char fail_kind[8];
+	unsigned fail_from, fail_n, arms[3];
 	struct conn *conns;
 	uint32_t cap;
 	uint32_t nconns;
 	uint8_t *obuf; /* scratch for one packed reply */
 	uint64_t watchdog_ns;
 	int64_t last_watchdog;
+	int fd_max; /* RLIMIT_NOFILE's soft limit, raised to the hard one at init */
 	char status[128];
 };
 
@@ -182,10 +197,31 @@ static struct io_uring_sqe *get_sqe(struct resild_loop *l)
 	return sqe;
 }
 
+/* A test's injected failure of the arm of kind k (0 accept, 1 signal,
+ * 2 tick): see fail_kind. */
+static bool arm_fails(struct resild_loop *l, unsigned k)
+{
+	static const char *const kinds[] = {"accept", "signal", "tick"};
+	unsigned n = ++l->arms[k];
+
+	return l->fail_n && strcmp(l->fail_kind, kinds[k]) == 0 && n >= l->fail_from &&
+	       n < l->fail_from + l->fail_n;
+}
+
+/*
+ * Re-arming. Every operation that completes once (the tick's timeout, the
+ * signalfd and eventfd reads, a plain accept) is queued again by its
+ * handler; a queue that fails (no submission entry: the ring is full of
+ * replies and pidfd polls even after a submit) would stop maintenance,
+ * shutdown or accepting for good. So each keeps an armed flag, and a
+ * failed arm is tried again at the next tick (on_tick) and, for the tick
+ * itself, before each wait of the loop, which then waits at most a tick
+ * and runs on_tick itself when nothing else wakes it.
+ */
 static int arm_accept(struct resild *d)
 {
 	struct resild_loop *l = d->loop;
-	struct io_uring_sqe *sqe = get_sqe(l);
+	struct io_uring_sqe *sqe = arm_fails(l, 0) ? NULL : get_sqe(l);
 
 	if (!sqe)
 		return -EBUSY;
@@ -200,25 +236,32 @@ static int arm_accept(struct resild *d)
 
 static int arm_signal(struct resild_loop *l)
 {
-	struct io_uring_sqe *sqe = get_sqe(l);
+	struct io_uring_sqe *sqe = arm_fails(l, 1) ? NULL : get_sqe(l);
 
-	if (!sqe)
+	if (!sqe) {
+		log_warning(
+		    "cannot queue the signal read (ring full): tried again at the next tick");
 		return -EBUSY;
+	}
 	io_uring_prep_read(sqe, l->sigfd, &l->sig, sizeof(l->sig), 0);
 	io_uring_sqe_set_data64(sqe, ud(OP_SIGNAL, 0, 0));
+	l->signal_armed = true;
 	return 0;
 }
 
 static int arm_tick(struct resild_loop *l)
 {
-	struct io_uring_sqe *sqe = get_sqe(l);
+	struct io_uring_sqe *sqe = arm_fails(l, 2) ? NULL : get_sqe(l);
 
-	if (!sqe)
+	if (!sqe) {
+		log_warning("cannot queue the tick (ring full): the loop ticks by its own wait");
 		return -EBUSY;
+	}
 	l->tick.tv_sec = RESILD_TICK_NS / RESIL_NS_PER_S;
 	l->tick.tv_nsec = RESILD_TICK_NS % RESIL_NS_PER_S;
 	io_uring_prep_timeout(sqe, &l->tick, 0, 0);
 	io_uring_sqe_set_data64(sqe, ud(OP_TICK, 0, 0));
+	l->tick_armed = true;
 	return 0;
 }
 
@@ -230,6 +273,7 @@ static int arm_wake(struct resild_loop *l)
 		return -EBUSY;
 	io_uring_prep_read(sqe, l->wakefd, &l->wake, sizeof(l->wake), 0);
 	io_uring_sqe_set_data64(sqe, ud(OP_WAKE, 0, 0));
+	l->wake_armed = true;
 	return 0;
 }
 
@@ -243,6 +287,7 @@ int resild_loop_watch_wake(struct resild *d, int fd)
  * fails leaves them to the tick (logged once). */
 static void on_wake(struct resild *d, int res)
 {
+	d->loop->wake_armed = false;
 	if (res == -EINTR || res == -EAGAIN || res > 0) {
 		if (res > 0)
 			resild_cluster_woken(d);
@@ -312,6 +357,9 @@ static void conn_free(struct resild *d, struct conn *c)
 	c->gen++;
 	d->loop->nconns--;
 	d->nconns = d->loop->nconns;
+	/* a descriptor came free: an accept that stopped on EMFILE goes on */
+	if (!d->loop->accept_armed && !d->stopping)
+		(void)arm_accept(d);
 }
 
 static void conn_close(struct resild *d, struct conn *c)
@@ -466,6 +514,39 @@ static int peer_groups(int fd, gid_t **ret)
 	return (int)(len / sizeof(gid_t));
 }
 
+/* Make room in the descriptor table: close the longest idle connection
+ * (not a subscriber, nothing in flight but its read, no request kept for
+ * later) of the uid that holds the most connections, except keep. true
+ * when one was closed. */
+static bool evict_idle(struct resild *d, const struct conn *keep)
+{
+	struct resild_loop *l = d->loop;
+	struct conn *victim = NULL;
+	uint32_t vn = 0;
+
+	for (uint32_t i = 0; i < l->cap; i++) {
+		struct conn *c = &l->conns[i];
+		uint32_t n;
+
+		if (c->fd < 0 || c == keep || c->closing || c->held || c->peer.subscriber ||
+		    c->send_armed || c->oq_len || c->later_len)
+			continue;
+		n = conns_of_uid(l, c->peer.uid);
+		if (!victim || n > vn || (n == vn && c->active_ns < victim->active_ns)) {
+			victim = c;
+			vn = n;
+		}
+	}
+	if (!victim)
+		return false;
+	log_info("descriptors near the limit (%d): closed the idle connection of pid %d uid %u "
+		 "(uid holds %u)",
+		 l->fd_max, (int)victim->peer.pid, (unsigned)victim->peer.uid, vn);
+	d->conns_idle++;
+	conn_cut(d, victim);
+	return true;
+}
+
 static void on_accept(struct resild *d, int res, unsigned flags)
 {
 	struct resild_loop *l = d->loop;
@@ -482,7 +563,12 @@ static void on_accept(struct resild *d, int res, unsigned flags)
 	} else if (res < 0) {
 		if (res != -ECANCELED)
 			log_warning_errno(res, "accept: %m");
-		/* EMFILE and friends would fail again at once: retry at the next tick */
+		/* out of descriptors: an idle connection makes room, and the
+		 * accept is queued again once its descriptor is closed
+		 * (conn_free); else (and for other errors, which would fail
+		 * again at once) at the next tick */
+		if (res == -EMFILE || res == -ENFILE)
+			(void)evict_idle(d, NULL);
 		if (!l->accept_armed)
 			return;
 	} else {
@@ -495,6 +581,13 @@ static void on_accept(struct resild *d, int res, unsigned flags)
 			snprintf(why, sizeof(why),
 				 "too many connections to resild (at most %u, --max-connections)",
 				 d->opts.max_conns);
+			refuse(res, why);
+		} else if (l->fd_max > 0 && res >= l->fd_max - FD_RESERVE && !evict_idle(d, NULL)) {
+			snprintf(why, sizeof(why),
+				 "resild is at its descriptor limit (%d, RLIMIT_NOFILE) and every "
+				 "connection is busy: try again",
+				 l->fd_max);
+			d->conns_refused++;
 			refuse(res, why);
 		} else if (getsockopt(res, SOL_SOCKET, SO_PEERCRED, &cred, &sl) < 0) {
 			log_warning_errno(-errno, "SO_PEERCRED: %m");
@@ -830,8 +923,12 @@ static void on_tick(struct resild *d)
 	struct resild_loop *l = d->loop;
 	int64_t now;
 
+	l->tick_armed = false;
+	/* what failed to re-arm since the last tick (see "Re-arming") */
 	if (!l->accept_armed && !d->stopping)
 		arm_accept(d);
+	if (!l->signal_armed && !d->stopping)
+		arm_signal(l);
 	/* the heartbeat clients read on their periodic check (seg.h): a
 	 * relaxed store, it orders nothing; stale means "daemon gone" */
 	st_relaxed(&d->seg.st->daemon_beat_ns, (uint64_t)resil_clock_monotonic(NULL));
@@ -861,7 +958,7 @@ static void on_tick(struct resild *d)
 			l->last_watchdog = now;
 		}
 	}
-	if (!d->stopping)
+	if (!d->stopping && !l->tick_armed)
 		arm_tick(l);
 }
 
@@ -900,6 +997,7 @@ int resild_reload(struct resild *d)
 
 static void on_signal(struct resild *d, int res)
 {
+	d->loop->signal_armed = false;
 	if (res == (int)sizeof(d->loop->sig)) {
 		switch (d->loop->sig.ssi_signo) {
 		case SIGHUP:
@@ -935,6 +1033,26 @@ int resild_loop_init(struct resild *d)
 	l->sigfd = -1;
 	l->wakefd = -1;
 	l->cap = d->opts.max_conns ? d->opts.max_conns : RESILD_CONNS_DEFAULT;
+	{
+		/* as many descriptors as we may have: connections, pidfds and
+		 * replies in flight all take some */
+		struct rlimit rl;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+			if (rl.rlim_cur < rl.rlim_max) {
+				rlim_t was = rl.rlim_cur;
+
+				rl.rlim_cur = rl.rlim_max;
+				if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+					log_debug("RLIMIT_NOFILE raised from %llu to %llu",
+						  (unsigned long long)was,
+						  (unsigned long long)rl.rlim_max);
+				else
+					rl.rlim_cur = was;
+			}
+			l->fd_max = rl.rlim_cur > INT32_MAX ? INT32_MAX : (int)rl.rlim_cur;
+		}
+	}
 	l->conns = calloc(l->cap, sizeof(*l->conns));
 	l->obuf = malloc(RESILD_MSG_MAX);
 	if (!l->conns || !l->obuf)
@@ -958,6 +1076,12 @@ int resild_loop_init(struct resild *d)
 	signal(SIGPIPE, SIG_IGN);
 
 	l->multishot = true;
+	{
+		const char *e = getenv("RESILD_TEST_ARM_FAIL");
+
+		if (e && sscanf(e, "%7[a-z]:%u:%u", l->fail_kind, &l->fail_from, &l->fail_n) != 3)
+			l->fail_n = 0;
+	}
 	l->watchdog_ns = resild_notify_watchdog_ns();
 	l->last_watchdog = resil_clock_monotonic(NULL);
 	if (arm_accept(d) < 0 || arm_signal(l) < 0 || arm_tick(l) < 0)
@@ -980,8 +1104,21 @@ int resild_loop_run(struct resild *d)
 		unsigned head, n = 0;
 		int r;
 
-		r = io_uring_submit_and_wait(&l->ring, 1);
-		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+		if (!l->tick_armed)
+			(void)arm_tick(l);
+		if (l->tick_armed) {
+			r = io_uring_submit_and_wait(&l->ring, 1);
+		} else {
+			/* no tick queued: wait a tick at most, and tick */
+			struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = RESILD_TICK_NS};
+
+			r = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
+			if (r == -ETIME) {
+				on_tick(d);
+				continue;
+			}
+		}
+		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && r != -ETIME)
 			return log_error_errno(r, "io_uring_submit_and_wait: %m");
 		io_uring_for_each_cqe(&l->ring, head, cqe)
 		{
@@ -1034,6 +1171,7 @@ void resild_loop_fini(struct resild *d)
 
 	if (!l)
 		return;
+	d->stopping = true; /* conn_free queues nothing more */
 	if (l->ring.ring_fd > 0)
 		io_uring_queue_exit(&l->ring);
 	if (l->conns)
