@@ -329,8 +329,12 @@ int resil_priv_liveness(struct resil *r, int timeout_ms)
 	    (ld_acquire(&m->seg->cfg->flags) | ld_acquire(&m->seg->st->flags)) & RESIL_SEG_RETIRED;
 	/* a local pair's beat is 0: a pending handle always looks */
 	if (!retired && !r->unsent) {
+		/* any client's to write: compared without arithmetic that can
+		 * overflow, and a beat from the future is not fresh (a dead
+		 * daemon's word set ahead would say fresh for ever) */
 		beat = ld_relaxed(&m->seg->st->daemon_beat_ns);
-		if (beat && mono - (int64_t)beat < RESIL_BEAT_STALE_NS)
+		if (beat && mono > 0 && beat <= (uint64_t)mono &&
+		    (uint64_t)mono - beat < (uint64_t)RESIL_BEAT_STALE_NS)
 			return 0;
 	}
 	if (mono < (int64_t)ld_relaxed(&r->next_probe_ns))

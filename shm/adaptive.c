@@ -321,7 +321,7 @@ void resil_adaptive_state_init(void *st, const struct resil_adaptive_conf *c, in
 	/* the first probe after one interval: the no-load RTT is learned from
 	 * the lowest windows until then */
 	if (c->probe_ns > 0)
-		st_relaxed(&s->probe_at, (uint64_t)(now + c->probe_ns));
+		st_relaxed(&s->probe_at, (uint64_t)resil_add_sat(now, c->probe_ns));
 }
 
 bool resil_adaptive_same_shape(const struct resil_adaptive_conf *a,
@@ -480,7 +480,8 @@ static void schedule_probe(struct resil_ctx *x, const struct resil_adaptive_conf
 	/* +-15%: processes of a fleet of policies do not probe in step */
 	j = ((double)(resil_random_next(&x->random) >> 11) / 9007199254740992.0 * 2 - 1) *
 	    PROBE_JITTER;
-	st_relaxed(&s->probe_at, (uint64_t)(now + (int64_t)((double)c->probe_ns * (1 + j))));
+	st_relaxed(&s->probe_at,
+		   (uint64_t)resil_add_sat(now, (int64_t)((double)c->probe_ns * (1 + j))));
 }
 
 /* The owner of the odd epoch decides the window that just ended. */

@@ -325,15 +325,29 @@ int64_t resil_budget_tokens_milli(const void *st, const struct resil_retry_conf 
 	struct resil_budget_state *b = (struct resil_budget_state *)st;
 	uint32_t e;
 
+	uint64_t req, rty, allowed;
+
+	/* every word is any client's to write: the value is the budget's
+	 * range, its arithmetic saturating (the daemon's cluster exchange
+	 * adds and subtracts what this returns) */
 	switch (bc->budget_kind) {
 	case RESIL_BUDGET_GRPC:
 	case RESIL_BUDGET_AWS:
-		return ld_relaxed(&b->tokens_milli);
+		return resil_max64(
+		    0, resil_min64((int64_t)ld_relaxed(&b->tokens_milli), max_milli(bc)));
 	case RESIL_BUDGET_RATIO:
 		e = epoch_of(now);
-		return (int64_t)((uint64_t)bc->budget_ratio_milli *
-				 (window_sum(b->req, e) + ld_relaxed(&b->g_req)) / MILLI) -
-		       (int64_t)(window_sum(b->rty, e) + ld_relaxed(&b->g_rty));
+		if (__builtin_add_overflow(window_sum(b->req, e), ld_relaxed(&b->g_req), &req))
+			req = UINT64_MAX;
+		if (__builtin_add_overflow(window_sum(b->rty, e), ld_relaxed(&b->g_rty), &rty))
+			rty = UINT64_MAX;
+		if (__builtin_mul_overflow((uint64_t)bc->budget_ratio_milli, req, &allowed))
+			allowed = UINT64_MAX;
+		allowed /= MILLI;
+		if (allowed >= rty)
+			return allowed - rty > (uint64_t)INT64_MAX ? INT64_MAX
+								   : (int64_t)(allowed - rty);
+		return rty - allowed > (uint64_t)INT64_MAX ? -INT64_MAX : -(int64_t)(rty - allowed);
 	default:
 		return 0;
 	}
@@ -352,7 +366,8 @@ int64_t resil_budget_mirror_tokens(void *st, const struct resil_retry_conf *bc, 
 			n = v > seen_milli ? max : 0;
 		n = resil_max64(0, resil_min64(n, max));
 	} while (n != v && !cas_relaxed(&b->tokens_milli, &v, n));
-	*was_milli = v;
+	/* what the word held, as a value of the budget's range */
+	*was_milli = resil_max64(0, resil_min64(v, max));
 	return n;
 }
 

@@ -90,6 +90,16 @@ static inline int64_t resil_min64(int64_t a, int64_t b)
 {
 	return a < b ? a : b;
 }
+/* a + b, saturating at INT64_MIN and INT64_MAX: time arithmetic on values
+ * a client can reach (a clock of its own, a word of the state segment). */
+static inline int64_t resil_add_sat(int64_t a, int64_t b)
+{
+	int64_t r;
+
+	if (__builtin_add_overflow(a, b, &r))
+		return b > 0 ? INT64_MAX : INT64_MIN;
+	return r;
+}
 
 /* The clock every decision uses: CLOCK_MONOTONIC nanoseconds, one time base
  * for the host. A process may replace it (embedded mode, tests). */

@@ -455,8 +455,89 @@ static int global_check(const struct resil_conf *c, char *err, size_t errlen)
 	return 0;
 }
 
+/* The durations a configuration states, with their maxima (conf_types.h:
+ * RESIL_WAIT_MAX_NS unless a reason says otherwise). */
+static const struct {
+	const char *key;
+	size_t off; /* of an int64_t in struct resil_conf */
+	int64_t max;
+} dur_max[] = {
+#define D(key, field, max)                                                                         \
+	{                                                                                          \
+		key, offsetof(struct resil_conf, field), max                                       \
+	}
+    D("breaker.slow_call", breaker.slow_call_ns, RESIL_WAIT_MAX_NS),
+    D("breaker.wait", breaker.wait_ns, RESIL_WAIT_MAX_NS),
+    D("breaker.wait_max", breaker.wait_max_ns, RESIL_WAIT_MAX_NS),
+    D("breaker.half_open_max_wait", breaker.half_open_max_wait_ns, RESIL_WAIT_MAX_NS),
+    D("breaker.window", breaker.window_ns, RESIL_BK_TIME_MAX_NS),
+    D("limit.rate", limit.period_ns, RESIL_RATE_PERIOD_MAX_NS),
+    D("limit.wait", limit.wait_ns, RESIL_WAIT_MAX_NS),
+    D("bulkhead.wait", bulkhead.wait_ns, RESIL_WAIT_MAX_NS),
+    D("adaptive.window", adaptive.window_ns, RESIL_WAIT_MAX_NS),
+    D("adaptive.probe", adaptive.probe_ns, RESIL_WAIT_MAX_NS),
+    D("shed.window", shed.window_ns, RESIL_WAIT_MAX_NS),
+    D("retry.base", retry.base_ns, RESIL_WAIT_MAX_NS),
+    D("retry.max_delay", retry.max_delay_ns, RESIL_WAIT_MAX_NS),
+    D("timeout", retry.timeout_ns, RESIL_WAIT_MAX_NS),
+    D("hedge.delay", retry.hedge_delay_ns, RESIL_WAIT_MAX_NS),
+#undef D
+};
+
+static int too_long(const char *key, int64_t v, int64_t max, char *err, size_t errlen)
+{
+	char a[32], b[32];
+
+	resil_format_duration(v, a, sizeof(a));
+	resil_format_duration(max, b, sizeof(b));
+	return resil_errf(err, errlen, -ERANGE, "%s: %s is longer than the maximum, %s", key, a, b);
+}
+
+/* Every duration and count within its stated maximum (conf_types.h). */
+static int bounds_check(const struct resil_conf *c, char *err, size_t errlen)
+{
+	const struct resil_breaker_conf *b = &c->breaker;
+
+	for (size_t i = 0; i < RESIL_ARRAY_SIZE(dur_max); i++) {
+		int64_t v;
+
+		memcpy(&v, (const char *)c + dur_max[i].off, sizeof(v));
+		if (v > dur_max[i].max)
+			return too_long(dur_max[i].key, v, dur_max[i].max, err, errlen);
+	}
+	for (uint32_t i = 0; i < c->retry.nrules && i < RESIL_RETRY_RULES; i++) {
+		const struct resil_retry_rule *r = &c->retry.rules[i];
+
+		if (r->base_ns > RESIL_WAIT_MAX_NS)
+			return too_long("retry.on.*: base", r->base_ns, RESIL_WAIT_MAX_NS, err,
+					errlen);
+		if (r->max_delay_ns > RESIL_WAIT_MAX_NS)
+			return too_long("retry.on.*: max_delay", r->max_delay_ns, RESIL_WAIT_MAX_NS,
+					err, errlen);
+		if (r->multiplier_milli > RESIL_MULTIPLIER_MAX * 1000u)
+			return resil_errf(err, errlen, -ERANGE,
+					  "retry.on.*: multiplier: at most %u",
+					  RESIL_MULTIPLIER_MAX);
+	}
+	if (b->window_kind != RESIL_WINDOW_TIME && b->window_size > RESIL_COUNT_MAX)
+		return resil_errf(err, errlen, -ERANGE, "breaker.window: at most %u calls",
+				  RESIL_COUNT_MAX);
+	if (b->min_calls > RESIL_COUNT_MAX)
+		return resil_errf(err, errlen, -ERANGE, "breaker.min_calls: at most %u",
+				  RESIL_COUNT_MAX);
+	if (b->wait_multiplier_milli > RESIL_MULTIPLIER_MAX * 1000u)
+		return resil_errf(err, errlen, -ERANGE, "breaker.wait_multiplier: at most %u",
+				  RESIL_MULTIPLIER_MAX);
+	if (c->retry.multiplier_milli > RESIL_MULTIPLIER_MAX * 1000u)
+		return resil_errf(err, errlen, -ERANGE, "retry.multiplier: at most %u",
+				  RESIL_MULTIPLIER_MAX);
+	return 0;
+}
+
 int resil_conf_check(const struct resil_conf *c, char *err, size_t errlen)
 {
+	if (bounds_check(c, err, errlen) < 0)
+		return -EINVAL;
 	if (c->scope == RESIL_SCOPE_GLOBAL && global_check(c, err, errlen) < 0)
 		return -EINVAL;
 	resil_comp_foreach (op) {

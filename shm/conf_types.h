@@ -239,4 +239,21 @@ RESIL_STATIC_ASSERT(offsetof(struct resil_conf, ext) == 1072, "conf ext offset")
 RESIL_STATIC_ASSERT(offsetof(struct resil_conf, reserved) == 1072 + 8 * RESIL_CONF_EXT_WORDS,
 		    "conf reserved offset");
 
+/*
+ * The stated maxima of what a configuration may say (conf.c refuses more,
+ * naming the key and the maximum), so that no time arithmetic on them can
+ * overflow and no client can make a space wait long for everyone:
+ *   - every wait and duration: RESIL_WAIT_MAX_NS, a week (a breaker's
+ *     time window: a day, RESIL_BK_TIME_MAX_NS; a rate's period: a year,
+ *     RESIL_RATE_PERIOD_MAX_NS, for quotas per day, week or month);
+ *   - counts: breaker.window count and consecutive, breaker.min_calls:
+ *     RESIL_COUNT_MAX; multipliers (breaker.wait_multiplier,
+ *     retry.multiplier, a rule's multiplier): RESIL_MULTIPLIER_MAX;
+ *     every other count has its own bound where it is parsed.
+ */
+#define RESIL_WAIT_MAX_NS	 (7LL * 24 * 3600 * 1000 * 1000 * 1000)
+#define RESIL_RATE_PERIOD_MAX_NS (366LL * 24 * 3600 * 1000 * 1000 * 1000)
+#define RESIL_COUNT_MAX		 1000000u
+#define RESIL_MULTIPLIER_MAX	 100u
+
 #endif

@@ -781,11 +781,6 @@ static int64_t grace_of(const struct resil_conf *conf)
 	return RESIL_REUSE_GRACE_NS + w;
 }
 
-static int64_t add_sat(int64_t a, int64_t b)
-{
-	return b > 0 && a > INT64_MAX - b ? INT64_MAX : a + b;
-}
-
 static void retire_rec(struct resil_seg *s, uint32_t idx, int64_t now)
 {
 	struct resil_reuse *u = s->reuse;
@@ -799,7 +794,7 @@ static void retire_rec(struct resil_seg *s, uint32_t idx, int64_t now)
 	st_relaxed(&rec->retired_ns, (uint64_t)now);
 	if (!u || u->rp_n >= s->cfg->rec_cap)
 		return;
-	u->rpend[u->rp_n++] = (struct reuse_rec){idx, add_sat(now, grace_of(&rec->conf))};
+	u->rpend[u->rp_n++] = (struct reuse_rec){idx, resil_add_sat(now, grace_of(&rec->conf))};
 }
 
 static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int64_t until)
@@ -827,7 +822,7 @@ static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int6
 static int64_t block_until(const struct resil_seg *s, const struct resil_rec *rec, int64_t now)
 {
 	const struct resil_reuse *u = s->reuse;
-	int64_t until = add_sat(now, grace_of(&rec->conf));
+	int64_t until = resil_add_sat(now, grace_of(&rec->conf));
 
 	for (uint32_t i = 0; u && i < u->rp_n; i++)
 		if (resil_seg_rec(s, u->rpend[i].idx)->state_off == rec->state_off &&
@@ -980,8 +975,8 @@ int64_t resil_seg_next_free_ns(const struct resil_seg *s, bool records)
 			const struct resil_rec *rec = resil_seg_rec(s, i);
 			uint64_t at = ld_relaxed(&rec->retired_ns);
 
-			if (at && add_sat((int64_t)at, grace_of(&rec->conf)) < t)
-				t = add_sat((int64_t)at, grace_of(&rec->conf));
+			if (at && resil_add_sat((int64_t)at, grace_of(&rec->conf)) < t)
+				t = resil_add_sat((int64_t)at, grace_of(&rec->conf));
 		}
 		return t;
 	}
@@ -1077,7 +1072,7 @@ int resil_seg_reuse_init(struct resil_seg *s, int64_t now)
 	qsort(gone, ngone, sizeof(*gone), cmp_off_until);
 	for (size_t i = 0; i <= nlive; i++) {
 		uint64_t end = i < nlive ? live[i].off : s->arena_used;
-		int64_t until = add_sat(now, RESIL_REUSE_GRACE_NS);
+		int64_t until = resil_add_sat(now, RESIL_REUSE_GRACE_NS);
 
 		for (; g < ngone && gone[g].off < end; g++)
 			if (gone[g].off >= at && gone[g].until > until)
@@ -1267,7 +1262,7 @@ static int take_rec_embedded(struct resil_seg *s, uint32_t *ri, int64_t now)
 
 		if (named[i])
 			continue;
-		if (at && now < add_sat((int64_t)at, grace_of(&rec->conf))) {
+		if (at && now < resil_add_sat((int64_t)at, grace_of(&rec->conf))) {
 			waiting = true;
 			continue;
 		}

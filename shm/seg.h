@@ -393,9 +393,6 @@ void resil_seg_usage(const struct resil_seg *s, struct resil_seg_usage *u);
  * the slot word stopped naming it, plus its own policy's bulkhead.wait
  * (seg.c, "Reuse"), or later. */
 #define RESIL_REUSE_GRACE_NS (1000LL * 1000 * 1000)
-/* The longest wait a configuration may state (bulkhead.wait, limit.wait,
- * breaker.wait, ...: conf.c refuses more): a week. */
-#define RESIL_WAIT_MAX_NS (7LL * 24 * 3600 * 1000 * 1000 * 1000)
 /* When the first record (records) or arena block (else) waiting out its
  * grace period comes free (CLOCK_MONOTONIC), INT64_MAX when none waits.
  * A define that answered -EAGAIN may be tried again then. */
