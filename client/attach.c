@@ -75,6 +75,7 @@ void resil_priv_claim_row(struct resil *r, struct resil_map *m, uint32_t bound_i
 		(void)resil_seg_foreach(m->seg, reset_copy, &id);
 	}
 	atomic_store_explicit(&m->row, row, memory_order_relaxed);
+	st_relaxed(&m->claim_id, resil_client_claim_id(row, r->pid));
 	atomic_store_explicit(&r->row, row, memory_order_relaxed);
 }
 
@@ -279,6 +280,7 @@ static int reattach(struct resil *r)
 	n->seq = r->next_seq++;
 	n->older = old;
 	atomic_store_explicit(&n->row, -1, memory_order_relaxed);
+	st_relaxed(&n->claim_id, resil_client_claim_id(-1, r->pid));
 	/* our definitions first, so the handles re-resolve into them; one
 	 * that fails (the new daemon refuses) is that daemon's call: it is
 	 * decided in this process's own pair, if it has one */

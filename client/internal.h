@@ -118,6 +118,10 @@ struct resil_map {
 	uint64_t tag;		 /* the segments' epoch: random per pair */
 	uint32_t seq;		 /* 0, 1, 2... in attach order; permits carry seq % 32 */
 	_Atomic int row;	 /* this process's row in these segments, -1 none */
+	/* what decisions claim with here: resil_client_claim_id(row, pid);
+	 * stored relaxed with row (under r->lock, or in a child before it
+	 * holds anything), loaded relaxed by every decision */
+	ra32 claim_id;
 	struct resil_map *older; /* the mapping it replaced, NULL for map0 */
 	/* a pair of this process's own, no daemon's: what a pending handle
 	 * decides on (pending.c); on r->locals, never on another's chain */

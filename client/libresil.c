@@ -191,10 +191,16 @@ RESIL_COLD void resil_priv_after_fork(struct resil *r)
 			/* rows in older mappings are the parent's: this process
 			 * decides there unregistered (permits it still holds
 			 * from the parent's grants are the parent's too) */
-			for (struct resil_map *m = cur->older; m; m = m->older)
+			for (struct resil_map *m = cur->older; m; m = m->older) {
 				atomic_store_explicit(&m->row, -1, memory_order_relaxed);
-			for (struct resil_map *m = ld_relaxed(&r->locals); m; m = m->next_local)
+				st_relaxed(&m->claim_id,
+					   resil_client_claim_id(-1, (uint32_t)getpid()));
+			}
+			for (struct resil_map *m = ld_relaxed(&r->locals); m; m = m->next_local) {
 				atomic_store_explicit(&m->row, -1, memory_order_relaxed);
+				st_relaxed(&m->claim_id,
+					   resil_client_claim_id(-1, (uint32_t)getpid()));
+			}
 			/* a local pair is the parent's own: the child makes its
 			 * own (pending.c), which becomes r->cur while pending;
 			 * without memory for it, it decides in the parent's,
@@ -241,6 +247,7 @@ static struct resil *resil_alloc(void)
 	r->map0.seg = &r->seg;
 	r->map0.own.cfg_fd = r->map0.own.st_fd = -1;
 	atomic_store_explicit(&r->map0.row, -1, memory_order_relaxed);
+	st_relaxed(&r->map0.claim_id, resil_client_claim_id(-1, (uint32_t)getpid()));
 	atomic_store_explicit(&r->cur, &r->map0, memory_order_relaxed);
 	atomic_store_explicit(&r->row, -1, memory_order_relaxed);
 	r->next_seq = 1; /* map0's is 0 */
@@ -1272,9 +1279,6 @@ out:
 static inline __attribute__((always_inline)) void fill_ctx(struct resil *r, struct resil_map *m,
 							   struct resil_ctx *x)
 {
-	int row;
-
-	row = atomic_load_explicit(&m->row, memory_order_relaxed);
 	x->seg = m->seg;
 	x->rec = NULL;
 	x->key = NULL;
@@ -1283,7 +1287,7 @@ static inline __attribute__((always_inline)) void fill_ctx(struct resil *r, stru
 	 * the pair is whole; fn and ctx come from one pair */
 	x->clock = *ld_acquire(&r->clock);
 	x->random = *ld_acquire(&r->random); /* fn never NULL */
-	x->client_id = resil_client_id(row);
+	x->client_id = ld_relaxed(&m->claim_id);
 	x->pid = r->pid;
 	x->now = 0;
 	x->bk_conf = NULL;
@@ -1511,7 +1515,7 @@ static __attribute__((noinline, flatten)) int acquire_lean_bulkhead(resil_policy
 	 * no wait, no clock), so only that is written; the rest of x stays
 	 * unread, as the counters' rejection and the clockless check read
 	 * no context. */
-	x.client_id = resil_client_id(ld_relaxed(&b->m->row));
+	x.client_id = ld_relaxed(&b->m->claim_id);
 	memset(pm, 0, sizeof(*pm));
 	pm->limit_permits = 1;
 	if (RESIL_UNLIKELY(b->rec->conf.scope == RESIL_SCOPE_GLOBAL)) {
@@ -1540,7 +1544,7 @@ acquire_lean_bulkhead_wait(resil_policy_t *p, const struct resil_binding *b,
 	struct resil_ctx x;
 	int v;
 
-	x.client_id = resil_client_id(ld_relaxed(&b->m->row));
+	x.client_id = ld_relaxed(&b->m->claim_id);
 	x.rec = NULL;
 	x.now = 0;
 	memset(pm, 0, sizeof(*pm));
@@ -1809,7 +1813,7 @@ static __attribute__((noinline, flatten)) int acquire_lean_stack(resil_policy_t 
 	}
 	if (b->bh_st) {
 		/* a fail-fast bulkhead reads the client id alone */
-		x.client_id = resil_client_id(ld_relaxed(&b->m->row));
+		x.client_id = ld_relaxed(&b->m->claim_id);
 		v = resil_bulkhead_acquire_scan(&x, &b->rec->conf.bulkhead, b->bh_st, pm);
 		if (RESIL_UNLIKELY(v))
 			return stack_full(p, b, clk, now, pm, v);
@@ -1896,7 +1900,7 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 				return acquire_lean_bulkhead_wait(p, b, req, pm);
 			return acquire_lean_bulkhead(p, b, pm, false);
 		}
-		id = resil_client_id(ld_relaxed(&b->m->row));
+		id = ld_relaxed(&b->m->claim_id);
 		idx = resil_bulkhead_claim_last(b->lean_st, n, id);
 		if (RESIL_UNLIKELY(idx - 1 >= n)) {
 			if (idx == 0)

@@ -176,7 +176,7 @@ static void show_cluster_text(const Resil__PolicyInfo *p)
 /* Held permits (bulkhead and adaptive) and who holds them, as daemon/ctl.c
  * sends them: permits_held, permits_unregistered, held_row_R_pid_P (P 0:
  * a row nobody holds, a stray claim the daemon frees at its next tick),
- * held_by_other_rows. */
+ * held_norow_pid_P, held_by_nobody, held_by_other_rows. */
 static void show_permits_text(const Resil__PolicyInfo *p)
 {
 	int64_t held, unreg = 0;
@@ -192,11 +192,18 @@ static void show_permits_text(const Resil__PolicyInfo *p)
 		if (nm && sscanf(nm, "held_row_%u_pid_%u", &row, &pid) == 2)
 			printf("  row %-5u pid %-8u %" PRId64 "%s\n", row, pid, p->stats[i]->value,
 			       pid ? "" : " (stray: no live client)");
+		else if (nm && sscanf(nm, "held_norow_pid_%u", &pid) == 1)
+			printf("  no row    pid %-8u %" PRId64 "\n", pid, p->stats[i]->value);
+		else if (nm && strcmp(nm, "held_by_nobody") == 0)
+			printf("  nobody               %" PRId64 " (a word naming no client: freed "
+			       "at the next tick)\n",
+			       p->stats[i]->value);
 	}
 	if (stat_of(p, "held_by_other_rows", &held))
 		printf("  other rows           %" PRId64 "\n", held);
 	if (unreg)
-		printf("  unregistered         %" PRId64 " (freed only by `resilctl reset`)\n",
+		printf("  without a row        %" PRId64 " (freed when their process is gone, or "
+		       "by `resilctl reset`)\n",
 		       unreg);
 }
 

@@ -55,16 +55,23 @@
  * row is marked and the tick reclaims it under the same budget. So at
  * most 2 x RESILD_RECLAIM_PER_TICK reclaims run between two ticks.
  *
- * Stray claims: a permit slot (bulkhead or adaptive, fleet block) naming
- * an id whose row is free, or an id past the table, is freed by the sweep
- * (CAS that id -> 0: a slot re-claimed since the load is left alone).
- * Order: the slot is loaded before the row (stray_id): a live client
- * claims its row before any permit, so a slot whose row reads free was
- * not claimed by the row's current owner. Slots held by
- * RESIL_CLIENT_UNREGISTERED (processes that found the table full) cannot
- * be told apart, live from dead: they are never freed by the tick; they
- * are counted and shown (`resilctl show`), and an operator's reset
- * frees them (resild_clients_free_unregistered).
+ * Stray claims: a permit slot (bulkhead or adaptive) or a half-open
+ * probe (fleet block) naming an id whose row is free, an id that names
+ * nobody (past the table below the pid tag, or past the tag's pids: a
+ * word of all ones), or the pid tag of a process that is gone, is freed
+ * by the sweep (CAS that id -> 0: a slot re-claimed since the load is
+ * left alone). Order: the slot is loaded before the row (stray_id): a
+ * live client claims its row before any permit, so a slot whose row
+ * reads free was not claimed by the row's current owner. A process
+ * without a row (the table was full, or its row was refused) claims
+ * with RESIL_CLIENT_PID_TAG | its pid (seg.h): such a claim stays while
+ * that pid lives, and goes once it is gone (kill(pid, 0): ESRCH; at most
+ * RESILD_PID_CHECKS pids looked up per tick, the rest at the next pass),
+ * unless some client lives in another pid namespace, where the pid may
+ * be a live process we cannot see: then it is kept, as an UNKNOWN row
+ * is. They are counted and shown (`resilctl show`), and an operator's
+ * reset frees every claim no live row holds
+ * (resild_clients_free_unregistered).
  *
  * Reclaim of a dead client (row i, client id i + 1):
  *   1. row->flags = DEAD (release): observers, and a daemon that restarts
@@ -84,6 +91,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +113,7 @@
 #define RESILD_ANCESTRY		16	   /* parents looked up for a forked child */
 #define RESILD_UNKNOWN_RECHECK	50	   /* ticks between looks at an UNKNOWN row */
 #define RESILD_PID_MAX		(1u << 22) /* PID_MAX_LIMIT */
+#define RESILD_PID_CHECKS	1024	   /* rowless holders' pids looked up per tick */
 
 enum watch_kind {
 	W_NONE = 0,
@@ -516,8 +525,29 @@ struct sweep_ctx {
 	uint32_t last; /* the slot visited last */
 	uint32_t freed;
 	bool stopped;
-	bool global; /* the policy swept is policy.scope = global */
+	bool global;  /* the policy swept is policy.scope = global */
+	bool foreign; /* some client lives in another pid namespace */
+	uint32_t pid_checks;
+	/* this pass's answers for rowless holders' pids (a holder of many
+	 * permits is looked up once): pid << 1 | gone */
+	uint32_t seen[64];
 };
+
+/* Is the rowless holder pid gone? (see "Stray claims") */
+static bool pid_gone(struct sweep_ctx *sc, uint32_t pid)
+{
+	uint32_t *e = &sc->seen[(pid * 0x9e3779b1u) >> 26];
+	bool gone;
+
+	if (*e >> 1 == pid)
+		return *e & 1;
+	if (sc->foreign || sc->pid_checks >= RESILD_PID_CHECKS)
+		return false; /* cannot tell, or not this tick */
+	sc->pid_checks++;
+	gone = kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+	*e = pid << 1 | gone;
+	return gone;
+}
 
 /* Frees a stray claim? (resil_stray_fn; ctx: the sweep_ctx) */
 static bool stray_id(uint32_t id, void *ctx)
@@ -525,14 +555,20 @@ static bool stray_id(uint32_t id, void *ctx)
 	struct sweep_ctx *sc = ctx;
 	struct resild *d = sc->d;
 
-	if (id == RESIL_CLIENT_UNREGISTERED) {
-		d->clients->stats.unregistered_held++;
-		return false;
-	}
 	/* a slot the cluster parked (a global bulkhead's share): kept while
 	 * the policy is global, given back once it is not */
 	if (id == RESIL_BULKHEAD_PARKED)
 		return !sc->global;
+	if (id >= RESIL_CLIENT_PID_TAG) {
+		uint32_t pid = id - RESIL_CLIENT_PID_TAG;
+
+		if (pid == 0 || pid >= RESIL_CLIENT_PID_MAX)
+			return true; /* names nobody */
+		if (pid_gone(sc, pid))
+			return true;
+		d->clients->stats.unregistered_held++;
+		return false;
+	}
 	/* the slot was loaded before this row: see "Stray claims" */
 	return id > d->clients->cap || ld_acquire(&resil_seg_client(&d->seg, id - 1)->owner) == 0;
 }
@@ -570,7 +606,7 @@ static int sweep_one(const struct resil_seg *s, uint32_t slot, const struct resi
 static void sweep(struct resild *d)
 {
 	struct resild_clients *c = d->clients;
-	struct sweep_ctx sc = {.d = d, .budget = RESILD_SWEEP_SLOTS};
+	struct sweep_ctx sc = {.d = d, .budget = RESILD_SWEEP_SLOTS, .foreign = any_foreign(c)};
 
 	if (c->sweep_slot == 0)
 		c->stats.unregistered_held = 0; /* counted again over this pass */
@@ -701,15 +737,23 @@ uint32_t resild_clients_pid_of(const struct resild *d, uint32_t row)
 	return c->w[row].pid;
 }
 
-static bool unregistered_id(uint32_t id, void *ctx)
+/* An operator's reset: every claim no live row holds is freed (rowless
+ * holders, live or not, and whatever names nobody); a parked slot stays
+ * while the policy is global. */
+static bool unaccounted_id(uint32_t id, void *ctx)
 {
-	(void)ctx;
-	return id == RESIL_CLIENT_UNREGISTERED;
+	struct sweep_ctx *sc = ctx;
+
+	if (id == RESIL_BULKHEAD_PARKED)
+		return !sc->global;
+	return id > sc->d->clients->cap ||
+	       ld_acquire(&resil_seg_client(&sc->d->seg, id - 1)->owner) == 0;
 }
 
 uint32_t resild_clients_free_unregistered(struct resild *d, const struct resil_rec *rec)
 {
 	struct resil_ctx x = {.seg = &d->seg, .pid = (uint32_t)getpid()};
+	struct sweep_ctx sc = {.d = d, .global = rec->conf.scope == RESIL_SCOPE_GLOBAL};
 
-	return resil_policy_sweep(&x, rec, unregistered_id, NULL);
+	return resil_policy_sweep(&x, rec, unaccounted_id, &sc);
 }

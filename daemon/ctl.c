@@ -608,10 +608,8 @@ static void count_holder(uint32_t id, void *ctx)
 	uint32_t i;
 
 	h->held++;
-	if (id == RESIL_CLIENT_UNREGISTERED) {
-		h->unregistered++;
-		return;
-	}
+	if (id >= RESIL_CLIENT_PID_TAG)
+		h->unregistered++; /* a process without a row: its pid tag */
 	for (i = 0; i < h->n && h->id[i] != id; i++)
 		;
 	if (i == h->n) {
@@ -628,7 +626,9 @@ static void count_holder(uint32_t id, void *ctx)
 /* permits_held, permits_unregistered, and one stat per holder:
  * "held_row_R_pid_P" (P: our pid for the row's process, the row's owner
  * word when we did not identify it, 0 for a free row: a stray claim the
- * next sweep frees). */
+ * next sweep frees), "held_norow_pid_P" (a process without a row, by the
+ * pid its claims carry), "held_by_nobody" (an id that names no one: the
+ * next sweep frees it). */
 static void add_holder_stats(struct resild *d, const struct resil_rec *rec, struct info *in,
 			     size_t *n)
 {
@@ -641,11 +641,21 @@ static void add_holder_stats(struct resild *d, const struct resil_rec *rec, stru
 	add_stat(in, n, "permits_held", h.held);
 	add_stat(in, n, "permits_unregistered", h.unregistered);
 	for (uint32_t i = 0; i < h.n; i++) {
-		uint32_t row = h.id[i] - 1, pid = resild_clients_pid_of(d, row);
+		int row = resil_client_row_of(h.id[i], d->seg.geo.client_cap);
+		uint32_t pid = row >= 0 ? resild_clients_pid_of(d, (uint32_t)row) : 0;
 
-		if (!pid && row < d->seg.geo.client_cap)
-			pid = (uint32_t)(ld_relaxed(&resil_seg_client(&d->seg, row)->owner) >> 32);
-		snprintf(nm, sizeof(nm), "held_row_%u_pid_%u", row, pid);
+		if (row >= 0 && !pid)
+			pid = (uint32_t)(ld_relaxed(
+					     &resil_seg_client(&d->seg, (uint32_t)row)->owner) >>
+					 32);
+		if (row >= 0)
+			snprintf(nm, sizeof(nm), "held_row_%d_pid_%u", row, pid);
+		else if (h.id[i] >= RESIL_CLIENT_PID_TAG &&
+			 h.id[i] - RESIL_CLIENT_PID_TAG < RESIL_CLIENT_PID_MAX)
+			snprintf(nm, sizeof(nm), "held_norow_pid_%u",
+				 h.id[i] - RESIL_CLIENT_PID_TAG);
+		else
+			snprintf(nm, sizeof(nm), "held_by_nobody");
 		add_stat(in, n, nm, h.count[i]);
 	}
 	if (h.others)
@@ -1114,13 +1124,14 @@ static int force_state(struct resild *d, const struct resild_peer *p, const char
 		return r;
 	x.rec = rec;
 	if (state == RESIL_STATE_CLOSED && !strcmp(verb, "resetting")) {
-		/* permits held unregistered: the tick cannot tell live holders
-		 * from dead ones, an operator's reset may (clients.c) */
+		/* every claim no live row holds: a live rowless holder the
+		 * tick leaves alone, an operator's reset may free (clients.c) */
 		uint32_t n = resild_clients_free_unregistered(d, rec);
 
 		if (n)
-			log_notice("policy %s: %u permits held unregistered freed by uid %u", name,
-				   n, (unsigned)p->uid);
+			log_notice("policy %s: %u permits and probes no live client row holds "
+				   "freed by uid %u",
+				   name, n, (unsigned)p->uid);
 	}
 	r = resil_policy_force(&x, rec, state);
 	if (!strcmp(verb, "resetting") && resil_has(rec, RESIL_C_BUDGET)) {

@@ -293,6 +293,13 @@ static inline uint32_t probe_client(uint64_t v)
 {
 	return (uint32_t)v;
 }
+/* The client id a probe carries: the caller's row + 1, or 0 without a
+ * row (a pid-tagged claim id, seg.h, does not fit a permit's probe index;
+ * such a probe ends by half_open_max_wait, as before) */
+static inline uint32_t probe_id(const struct resil_ctx *x)
+{
+	return x->client_id < (1u << 21) ? x->client_id : 0;
+}
 
 /* ---- configuration-derived values ------------------------------------ */
 
@@ -904,7 +911,7 @@ static int probe_claim(struct resil_ctx *x, bk_t *b, const struct resil_breaker_
 	uint32_t gen = w_gen(w);
 	struct resil_breaker_probe *p = probes(b);
 	uint32_t np = nprobe_of(c), calls = ho_calls(c);
-	uint64_t tag = probe_tag(gen, x->client_id);
+	uint64_t tag = probe_tag(gen, probe_id(x));
 
 	if (answered(b, gen) >= calls)
 		return -1;
@@ -1307,7 +1314,7 @@ int resil_breaker_acquire(struct resil_ctx *x, const struct resil_breaker_conf *
 		half_open_repair(x, b, c, w, false);
 		goto reject;
 	}
-	pm->probe_idx = RESIL_BK_PROBE_IDX(x->client_id, (uint32_t)i);
+	pm->probe_idx = RESIL_BK_PROBE_IDX(probe_id(x), (uint32_t)i);
 	pm->breaker_gen = w_gen(w);
 	if (slow_on(c))
 		stamp(x, pm);

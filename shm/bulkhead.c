@@ -1259,8 +1259,14 @@ uint32_t resil_bulkhead_sweep(struct resil_ctx *x, const struct resil_bulkhead_c
 {
 	struct resil_bulkhead_state *s = st;
 	struct resil_pool p = conf_pool(s, c);
+	struct resil_pool wp = {
+	    .count = &s->nwait, .slots = s->wslots, .n = RESIL_BULKHEAD_WAITERS, .shift = 0};
 	uint32_t n = resil_pool_sweep(&p, false, stray, ctx);
 
+	/* waiter claims too: a stray one would keep every release paying a
+	 * wake (the count is repaired by maintain, the claim only here) */
+	if (c->wait_ns > 0)
+		(void)resil_pool_sweep(&wp, true, stray, ctx);
 	if (n) {
 		faa_relaxed(&s->reclaimed, n);
 		if (ld_relaxed(&s->full))

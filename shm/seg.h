@@ -502,5 +502,25 @@ static inline uint32_t resil_client_id(int row)
 {
 	return row < 0 ? 0 : (uint32_t)row + 1;
 }
+/* The id a process claims permits with (a decision's x->client_id): its
+ * row + 1, or without a row (the table was full, or resild refused the
+ * row) RESIL_CLIENT_PID_TAG | its pid (pids stay below PID_MAX_LIMIT,
+ * 2^22). So a rowless holder is named too: resild frees its claims once
+ * that pid is gone (daemon/clients.c, "Stray claims"). Ids above the
+ * table and below the tag, and above the tag's pids, name nobody: any
+ * claim that carries one is freed by the next sweep (a word of all ones
+ * among them). */
+#define RESIL_CLIENT_PID_TAG 0x80000000u
+#define RESIL_CLIENT_PID_MAX (1u << 22)
+static inline uint32_t resil_client_claim_id(int row, uint32_t pid)
+{
+	return row >= 0 ? (uint32_t)row + 1
+			: RESIL_CLIENT_PID_TAG | (pid & (RESIL_CLIENT_PID_MAX - 1));
+}
+/* The row of a claim id, or -1 when it names none (a pid tag, nobody). */
+static inline int resil_client_row_of(uint32_t id, uint32_t client_cap)
+{
+	return id >= 1 && id <= client_cap ? (int)(id - 1) : -1;
+}
 
 #endif

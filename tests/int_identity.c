@@ -16,9 +16,12 @@
  *             worker that dies holding 8 permits of a bulkhead.max = 8 gets
  *             them reclaimed and a newcomer is admitted.
  *   stray     eight slot claims of an id naming no live row free
- *             themselves at the next ticks; eight claims by
- *             RESIL_CLIENT_UNREGISTERED are shown by `resilctl show` and
- *             freed by `resilctl reset`.
+ *             themselves at the next ticks, and so do eight words of all
+ *             ones (an id naming nobody); eight claims with the pid tag
+ *             of a live process without a row (seg.h) are kept over many
+ *             ticks, shown by `resilctl show` and freed by `resilctl
+ *             reset`, and eight more are freed at the next ticks once
+ *             that process is gone.
  *   bounded   rows planted every 50 ms for pids that do not exist, with
  *             1,000 policies: every `list` is answered within a second (a
  *             bound, not a timing claim) and resild uses well under a core.
@@ -311,6 +314,7 @@ static void test_stray(void)
 	resil_policy_t *p;
 	char out[8192];
 	uint32_t free_row = UINT32_MAX;
+	pid_t holder;
 	resil_t *r;
 
 	TEST_CHECK(test_daemon_open(&d, &r) == 0);
@@ -326,22 +330,40 @@ static void test_stray(void)
 	TEST_CHECK(TEST_EVENTUALLY(try_acquire(p) == RESIL_ADMIT));
 	printf("stray: 8 claims by an id naming no live row freed\n");
 
-	claim_all(r, "s8", RESIL_CLIENT_UNREGISTERED);
+	claim_all(r, "s8", 0xffffffffu);
+	TEST_CHECK(TEST_EVENTUALLY(try_acquire(p) == RESIL_ADMIT));
+	printf("stray: 8 words of all ones freed\n");
+
+	holder = fork();
+	TEST_CHECK(holder >= 0);
+	if (holder == 0) {
+		pause();
+		_exit(0);
+	}
+	claim_all(r, "s8", RESIL_CLIENT_PID_TAG | (uint32_t)holder);
 	TEST_CHECK(try_acquire(p) == RESIL_REJECT_FULL);
 	ticks(r, 3);
-	TEST_CHECK(try_acquire(p) == RESIL_REJECT_FULL); /* never freed on a guess */
+	TEST_CHECK(try_acquire(p) == RESIL_REJECT_FULL); /* its process lives */
 	{
 		const char *show[] = {RESILCTL_PATH, "--socket", d.sock, "show", "s8", NULL};
 		const char *reset[] = {RESILCTL_PATH, "--socket", d.sock, "reset", "s8", NULL};
+		char line[64];
 
 		TEST_CHECK(test_run(show, NULL, out, sizeof(out)) == 0);
 		printf("%s", out);
+		snprintf(line, sizeof(line), "no row    pid %-8d 8", (int)holder);
 		TEST_CHECK(strstr(out, "permits held 8") != NULL);
-		TEST_CHECK(strstr(out, "unregistered         8") != NULL);
+		TEST_CHECK(strstr(out, line) != NULL);
+		TEST_CHECK(strstr(out, "without a row        8") != NULL);
 		TEST_CHECK(test_run(reset, NULL, out, sizeof(out)) == 0);
 	}
 	TEST_CHECK(try_acquire(p) == RESIL_ADMIT);
-	printf("stray: 8 unregistered claims shown, freed by reset\n");
+	printf("stray: 8 claims of a live process without a row shown, freed by reset\n");
+	claim_all(r, "s8", RESIL_CLIENT_PID_TAG | (uint32_t)holder);
+	kill(holder, SIGKILL);
+	waitpid(holder, NULL, 0);
+	TEST_CHECK(TEST_EVENTUALLY(try_acquire(p) == RESIL_ADMIT));
+	printf("stray: 8 claims of a process without a row freed once it is gone\n");
 	resil_close(r);
 	test_daemon_fini(&d);
 }
