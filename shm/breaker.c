@@ -1638,6 +1638,31 @@ void resil_breaker_reclaim(struct resil_ctx *x, const struct resil_breaker_conf 
 		counts->repaired++;
 }
 
+uint32_t resil_breaker_sweep(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			     resil_stray_fn stray, void *ctx)
+{
+	bk_t *b = st;
+	struct resil_breaker_probe *p = probes(b);
+	uint32_t np = nprobe_of(c), n = 0;
+
+	(void)x;
+	for (uint32_t i = 0; i < np; i++) {
+		uint64_t v = ld_acquire(&p[i].owner);
+
+		/* a probe of no live client (stray(), as the permits'
+		 * sweep: a free row, an id past the table): freed as a dead
+		 * client's is (reclaim); a slot claimed again since the load
+		 * is left alone by the CAS. Id 0 (unregistered) is never
+		 * guessed about: half_open_max_wait ends it */
+		if (!v || probe_client(v) == 0 || !stray(probe_client(v), ctx))
+			continue;
+		st_relaxed(&p[i].claimed_at, INT64_MAX);
+		if (cas_acq_rel(&p[i].owner, &v, 0))
+			n++;
+	}
+	return n;
+}
+
 int resil_breaker_state(const void *st)
 {
 	return w_state(ld_acquire(&((bk_t *)st)->word));

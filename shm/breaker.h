@@ -207,6 +207,10 @@ int resil_breaker_check(struct resil_ctx *x, const struct resil_breaker_conf *c,
 			struct resil_permit_priv *pm);
 /* RESIL_STATE_* of resil.h. */
 int resil_breaker_state(const void *st);
+/* Daemon tick: free the probes whose client id stray() says no live
+ * client holds (as resil_policy_sweep frees permits); how many. */
+uint32_t resil_breaker_sweep(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
+			     resil_stray_fn stray, void *ctx);
 /* The state, once what a decision would settle first is settled: in
  * HALF_OPEN, a probe held past half_open_max_wait sends it back to OPEN
  * (as check_slow and the daemon's tick do). A state read, not a decision:

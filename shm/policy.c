@@ -457,6 +457,13 @@ uint32_t resil_policy_sweep(struct resil_ctx *c, const struct resil_rec *rec, re
 	uint32_t n = 0;
 
 	c->rec = rec;
+	/* probes are swept like permits: a probe held by no live client
+	 * would hold HALF_OPEN as long as half_open_max_wait (for good with
+	 * 0). The fleet block's; a process-scope copy belongs to one row,
+	 * and is started fresh for the row's next process */
+	if (resil_has(rec, RESIL_C_BREAKER))
+		n += resil_breaker_sweep(c, &rec->conf.breaker,
+					 blk(s, rec, rec->state_off, RESIL_C_BREAKER), stray, ctx);
 	if (resil_has(rec, RESIL_C_BULKHEAD))
 		n +=
 		    resil_bulkhead_sweep(c, &rec->conf.bulkhead,
@@ -472,6 +479,13 @@ uint32_t resil_policy_pool_slots(const struct resil_rec *rec)
 {
 	uint32_t n = 1; /* a policy without pools still costs its visit */
 
+	if (resil_has(rec, RESIL_C_BREAKER)) {
+		const struct resil_breaker_conf *b = &rec->conf.breaker;
+		uint32_t np =
+		    b->half_open_concurrent ? b->half_open_concurrent : b->half_open_calls;
+
+		n += np < RESIL_BK_PROBES_MAX ? np : RESIL_BK_PROBES_MAX;
+	}
 	if (resil_has(rec, RESIL_C_BULKHEAD))
 		n += resil_bulkhead_max_of(&rec->conf.bulkhead);
 	if (resil_has(rec, RESIL_C_ADAPTIVE))
