@@ -160,10 +160,15 @@ static void *blk(const struct resil_seg *s, const struct resil_rec *rec, uint64_
 /* The block holding the decision components for this caller. */
 static uint64_t decision_base(const struct resil_ctx *c, const struct resil_rec *rec)
 {
-	if (RESIL_LIKELY(!rec->proc_stride) || c->client_id == 0 ||
-	    c->client_id > c->seg->geo.client_cap)
+	uint32_t row;
+
+	if (RESIL_LIKELY(!rec->proc_stride))
 		return rec->state_off;
-	return rec->proc_off + (uint64_t)(c->client_id - 1) * rec->proc_stride;
+	/* no row (0) and an id past the table (a pid tag, seg.h) wrap */
+	row = c->client_id - 1;
+	if (row >= c->seg->geo.client_cap)
+		return rec->state_off;
+	return rec->proc_off + (uint64_t)row * rec->proc_stride;
 }
 
 static void init_decisions(const struct resil_seg *s, const struct resil_rec *rec, uint64_t base,
