@@ -1084,6 +1084,11 @@ static void print_event(const Resil__Event *e)
 		printf(",\"reason\":");
 		json_str(stdout, w.reason);
 		printf(",\"pid\":%u", e->pid);
+		/* who wrote it: resild, or a client's report (daemon/events.c) */
+		printf(",\"source\":\"%s\"",
+		       e->source == RESIL__EVENT_SOURCE__SOURCE_CLIENT ? "client" : "resild");
+		if (e->source == RESIL__EVENT_SOURCE__SOURCE_CLIENT && e->identified)
+			printf(",\"uid\":%u", e->uid);
 		if (*unit)
 			printf(",\"value\":%.3f,\"unit\":\"%s\"", v, unit);
 		else
@@ -1101,7 +1106,11 @@ static void print_event(const Resil__Event *e)
 			printf(" (%s)", w.reason);
 		else if (*unit)
 			printf(" (%.0f %s)", v, unit);
-		if (e->pid)
+		if (e->source == RESIL__EVENT_SOURCE__SOURCE_CLIENT && e->identified)
+			printf(" [reported by client pid %u uid %u]", e->pid, e->uid);
+		else if (e->source == RESIL__EVENT_SOURCE__SOURCE_CLIENT)
+			printf(" [reported by an unidentified client, says pid %u]", e->pid);
+		else if (e->pid)
 			printf(" pid %u", e->pid);
 		printf(" seq %" PRIu64 "\n", e->seq);
 	}

@@ -728,6 +728,21 @@ void resild_clients_stats(const struct resild *d, struct resild_clients_stats *o
 		*out = d->clients->stats;
 }
 
+bool resild_clients_who(const struct resild *d, uint32_t row, uint32_t *pid, uint32_t *uid)
+{
+	const struct resild_clients *c = d->clients;
+	const struct watch *w;
+
+	if (!c || row >= c->cap)
+		return false;
+	w = &c->w[row];
+	if (w->pidfd < 0 || !(w->kind == W_BOUND || w->kind == W_CHILD || w->kind == W_ADOPTED))
+		return false;
+	*pid = w->pid;
+	*uid = w->uid;
+	return w->uid != UINT32_MAX;
+}
+
 uint32_t resild_clients_pid_of(const struct resild *d, uint32_t row)
 {
 	const struct resild_clients *c = d->clients;

@@ -38,6 +38,10 @@ int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid, bool exempt
 uint32_t resild_clients_of_uid(const struct resild *d, uint32_t uid);
 /* Our pid for row's process (0: not one we identified). */
 uint32_t resild_clients_pid_of(const struct resild *d, uint32_t row);
+/* The process of row as resild identified it (its connection's
+ * SO_PEERCRED, or a forked child's /proc entry, and a pidfd): its pid in
+ * our namespace and its uid. false when the row is not one we vouch for. */
+bool resild_clients_who(const struct resild *d, uint32_t row, uint32_t *pid, uint32_t *uid);
 /* Free the permits of policy rec held by RESIL_CLIENT_UNREGISTERED (an
  * operator's reset: the tick never guesses about them). How many. */
 uint32_t resild_clients_free_unregistered(struct resild *d, const struct resil_rec *rec);

@@ -19,6 +19,15 @@
  *   - -ESTALE: writers lapped us and overwrote the entry: skipped, counted.
  *   - more than event_cap entries behind: the oldest are gone, counted.
  *
+ * The daemon's own events never pass through the ring: seg.c queues what
+ * this process pushes in private memory (resil_seg_own_events), and the
+ * drain takes that queue first. So an event of the ring is always a
+ * client's report (a breaker a worker moved, a keyed table a worker found
+ * full), shown as such with the pid and uid resild knows for the pusher's
+ * row when it identified it (its connection or its pidfd), else with the
+ * pid the pusher wrote and no uid; one a client forges ("config deleted",
+ * "reclaimed") is shown as that client's report, never as resild's.
+ *
  * Each event is logged through journal.c (a structured entry under
  * journald, a "<N>" line otherwise) and packed once as a Response with
  * id 0 for every subscriber that wants it.
@@ -211,43 +220,74 @@ size_t resild_event_format(struct resild *d, const struct resil_event *e, char *
 	return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
 }
 
-/*
- * The process an event names: for a row we identified (SO_PEERCRED, a
- * pidfd), the pid we know, in our pid namespace; else the pid the pusher
- * wrote, which nothing checks (display only); a reclaim names the dead
- * process in its value.
- */
-static uint32_t event_pid(struct resild *d, const struct resil_event *e)
-{
-	uint32_t pid = 0;
+/* Who an event comes from (see the top): the daemon, or a client of the
+ * ring, identified or not. */
+struct source {
+	bool own;
+	bool identified;
+	uint32_t pid, uid;
+};
 
-	if (e->type == RESIL_EV_RECLAIMED)
-		return e->pid ? e->pid : (uint32_t)e->value;
-	if (e->client_id && e->client_id != RESIL_CLIENT_UNREGISTERED)
-		pid = resild_clients_pid_of(d, e->client_id - 1);
-	return pid ? pid : e->pid;
+/*
+ * The process an event names: ours, a reclaim's dead process (in its
+ * value); for a client's report, the pid we know for its row if we
+ * identified it (SO_PEERCRED, a pidfd), in our pid namespace, else the
+ * pid the pusher wrote, which nothing checks (display only).
+ */
+static struct source source_of(struct resild *d, const struct resil_event *e, bool own)
+{
+	struct source src = {.own = own, .pid = e->pid};
+	int row = resil_client_row_of(e->client_id, d->seg.geo.client_cap);
+
+	if (own) {
+		if (e->type == RESIL_EV_RECLAIMED)
+			src.pid = e->pid ? e->pid : (uint32_t)e->value;
+		return src;
+	}
+	if (row >= 0)
+		src.identified = resild_clients_who(d, (uint32_t)row, &src.pid, &src.uid);
+	if (!src.identified)
+		src.pid = e->pid;
+	return src;
 }
 
-static void deliver(struct resild *d, const struct resil_event *e)
+static void deliver(struct resild *d, const struct resil_event *e, bool own)
 {
 	Resil__Response resp = RESIL__RESPONSE__INIT;
 	Resil__Event ev = RESIL__EVENT__INIT;
 	char name[RESIL_NAME_MAX + 16], text[512];
 	const char *pol = policy_of(d, e, name, sizeof(name));
+	struct source src = source_of(d, e, own);
 	uint8_t buf[1024];
-	size_t n;
+	size_t n = 0;
 
-	resild_event_format(d, e, text, sizeof(text));
+	if (!own) {
+		/* a report: said as one in every line that shows it */
+		if (src.identified)
+			n = (size_t)snprintf(text, sizeof(text),
+					     "client-reported by pid %u uid %u: ", src.pid,
+					     src.uid);
+		else
+			n = (size_t)snprintf(
+			    text, sizeof(text),
+			    "client-reported (unidentified, says pid %u): ", src.pid);
+	}
+	resild_event_format(d, e, text + n, sizeof(text) - n);
 	/* journald entry with fields, or a "<N>" line; a configuration change
 	 * was logged where the daemon made it, so only with --verbose */
-	if (e->type != RESIL_EV_CONFIG || log_get_max_level() >= LOG_DEBUG)
-		resild_journal_event(&d->seg, e, pol, text);
+	if (e->type != RESIL_EV_CONFIG || !own || log_get_max_level() >= LOG_DEBUG)
+		resild_journal_event_from(&d->seg, e, pol, text, own,
+					  src.identified ? (int64_t)src.uid : -1, src.pid);
 
-	ev.seq = ld_relaxed(&e->seq);
+	/* one sequence for everything delivered, ours and the ring's */
+	ev.seq = ++d->events_delivered;
 	ev.time_ns = e->time_ns;
 	ev.policy = (char *)(pol ? pol : "");
-	ev.pid = event_pid(d, e);
+	ev.pid = src.pid;
 	ev.value = e->value;
+	ev.source = own ? RESIL__EVENT_SOURCE__SOURCE_DAEMON : RESIL__EVENT_SOURCE__SOURCE_CLIENT;
+	ev.identified = src.identified;
+	ev.uid = src.identified ? src.uid : 0;
 	/* one datagram for every subscriber; the words are the reader's
 	 * (resilctl watch) */
 	ev.kind = e->type <= RESIL_EV_CLUSTER ? (Resil__EventKind)e->type
@@ -279,7 +319,7 @@ void resild_events_drain(struct resild *d)
 {
 	struct resil_state_hdr *st = d->seg.st;
 	uint64_t head = ld_acquire(&st->event_head);
-	uint64_t cap = d->seg.geo.event_cap;
+	uint64_t cap = d->seg.geo.event_cap, dropped;
 	unsigned budget = EVENTS_PER_TICK;
 
 	/* more than a ring behind (writers lapped us), or a head behind our
@@ -293,11 +333,26 @@ void resild_events_drain(struct resild *d)
 			log_warning("event ring overrun: %llu events lost",
 				    (unsigned long long)lost);
 			rd = head - cap;
+			/* holes noted before stay noted: writers that keep
+			 * the head a ring ahead of unwritten entries (a head
+			 * moved far ahead) would otherwise restart their grace
+			 * at every tick, and nothing would ever be read */
+			if (rd >= hole_mark)
+				hole_ticks = 0;
 		} else {
 			resild_state_repaired(d, UINT32_MAX, 0, RESIL_W_EVENTS, 1);
 			rd = head;
+			hole_ticks = 0;
 		}
-		hole_ticks = 0;
+	}
+	/* ours first: what we did, then what clients report */
+	for (struct resil_event e; budget && resil_seg_own_event_take(&d->seg, &e, &dropped) == 0;
+	     budget--) {
+		if (dropped)
+			log_warning("%llu events of resild's own dropped (queue full)",
+				    (unsigned long long)dropped);
+		d->events_seen++;
+		deliver(d, &e, true);
 	}
 	if (hole_ticks && ++hole_ticks <= EVENT_GRACE + 1 && rd < hole_mark)
 		goto out; /* holes noted, grace not over */
@@ -325,7 +380,7 @@ void resild_events_drain(struct resild *d)
 			continue;
 		}
 		d->events_seen++;
-		deliver(d, &e);
+		deliver(d, &e, false);
 		rd++;
 	}
 	if (rd >= hole_mark)

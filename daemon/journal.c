@@ -144,11 +144,12 @@ static void to_stderr(int prio, const char *msg)
 		;
 }
 
-void resild_journal_event(const struct resil_seg *s, const struct resil_event *e,
-			  const char *policy_name, const char *text)
+void resild_journal_event_from(const struct resil_seg *s, const struct resil_event *e,
+			       const char *policy_name, const char *text, bool own, int64_t uid,
+			       uint32_t pid)
 {
 	const char *from, *to, *reason, *pol = policy_name && *policy_name ? policy_name : "";
-	char msg[512];
+	char msg[512], uids[24];
 	int prio;
 
 	(void)s;
@@ -164,12 +165,23 @@ void resild_journal_event(const struct resil_seg *s, const struct resil_event *e
 		compose(e, *pol ? pol : slot, from, to, reason, msg, sizeof(msg));
 		text = msg;
 	}
+	/* RESIL_SOURCE: daemon (what resild did or saw) or client (what a
+	 * process pushed into the ring: a report, events.c); a client's uid
+	 * only when resild identified its row */
+	snprintf(uids, sizeof(uids), "%lld", (long long)uid);
 	if (resild_journal_connected() &&
 	    sd_journal_send("MESSAGE=%s", text, "PRIORITY=%d", prio, "POLICY=%s", pol, "FROM=%s",
 			    from, "TO=%s", to, "REASON=%s", reason, "RESIL_EVENT=%s",
 			    resil_event_name(e->type), "RESIL_VALUE=%llu",
-			    (unsigned long long)e->value, "RESIL_PID=%u", e->pid,
-			    "SYSLOG_IDENTIFIER=resild", NULL) >= 0)
+			    (unsigned long long)e->value, "RESIL_PID=%u", own ? e->pid : pid,
+			    "RESIL_SOURCE=%s", own ? "daemon" : "client", "RESIL_CLIENT_UID=%s",
+			    own || uid < 0 ? "" : uids, "SYSLOG_IDENTIFIER=resild", NULL) >= 0)
 		return;
 	to_stderr(prio, text);
+}
+
+void resild_journal_event(const struct resil_seg *s, const struct resil_event *e,
+			  const char *policy_name, const char *text)
+{
+	resild_journal_event_from(s, e, policy_name, text, true, -1, 0);
 }

@@ -8,6 +8,7 @@
 #define RESILD_JOURNAL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct resil_seg;
 struct resil_event;
@@ -22,6 +23,12 @@ struct resil_event;
  */
 void resild_journal_event(const struct resil_seg *s, const struct resil_event *e,
 			  const char *policy_name, const char *text);
+/* The same for an event of a given source (daemon/events.c): own, resild's;
+ * else a client's report, uid (-1: unidentified) and pid as resild knows
+ * them (RESIL_SOURCE=daemon|client, RESIL_CLIENT_UID=). */
+void resild_journal_event_from(const struct resil_seg *s, const struct resil_event *e,
+			       const char *policy_name, const char *text, bool own, int64_t uid,
+			       uint32_t pid);
 
 /* Decide (again) where events go: journald when $JOURNAL_STREAM names the
  * device and inode of fd 2, as systemd documents; stderr otherwise. Done

@@ -281,6 +281,11 @@ static int segments_open(struct resild *d, struct resild_passed *p)
 	/* the metrics show the daemon's count of repairs, not the shared copy */
 	d->seg.repairs_own = true;
 	st_relaxed(&d->seg.repairs, d->state_repairs);
+	/* and its events are its own, never in the ring clients write
+	 * (events.c): what the ring holds is shown as a client's report */
+	r = resil_seg_own_events(&d->seg, RESILD_OWN_EVENTS);
+	if (r < 0)
+		return log_error_errno(r, "cannot set up the daemon's event queue: %m");
 	/* and so are the free lists: rebuilt from the slot words (what no
 	 * live record names waits out a grace period, as after a delete) */
 	r = resil_seg_reuse_init(&d->seg, resil_clock_monotonic(NULL));

@@ -30,6 +30,7 @@
 #define RESILD_SUBSCRIBERS_MAX 64
 #define RESILD_LIST_MAX	       256 /* policies in one list page */
 #define RESILD_TICK_NS	       (100 * RESIL_NS_PER_MS)
+#define RESILD_OWN_EVENTS	     4096 /* the daemon's own events queued between drains */
 /* How long a reload, a create or an update waits for configuration
  * records or state space that earlier changes left in their grace period
  * (shm/seg.c, "Reuse") before it fails. */
@@ -111,6 +112,7 @@ struct resild {
 	uint32_t nsubscribers;
 	uint32_t nconns;
 	uint64_t events_seen; /* events drained since start */
+	uint64_t events_delivered; /* the seq of the last event delivered (events.c) */
 	uint64_t reloads;
 	uint64_t reload_errors;
 	int64_t reload_ok_time; /* wall clock (s) of the last load that applied */

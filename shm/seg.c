@@ -103,6 +103,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,15 @@
 #include "seg.h"
 #include "conf.h"
 #include "policy.h"
+
+/* The daemon's own events: a ring in private memory under a mutex (the
+ * loop and the cluster exchange push; the loop takes). */
+struct resil_evq {
+	pthread_mutex_t lock;
+	uint32_t cap, head, n;
+	uint64_t dropped;
+	struct resil_event ev[];
+};
 
 struct resil_reuse;
 static void reuse_free(struct resil_reuse *u);
@@ -462,6 +472,11 @@ void resil_seg_unmap(struct resil_seg *s)
 {
 	if (!s)
 		return;
+	if (s->own_events) {
+		pthread_mutex_destroy(&s->own_events->lock);
+		free(s->own_events);
+		s->own_events = NULL;
+	}
 	if (s->cfg)
 		munmap(s->cfg, s->cfg_size);
 	if (s->st)
@@ -1584,6 +1599,51 @@ void resil_event_push(const struct resil_seg *s, uint32_t type, uint32_t slot, u
 	resil_event_push_by(s, 0, 0, type, slot, gen, a, b, reason, value, now);
 }
 
+int resil_seg_own_events(struct resil_seg *s, uint32_t cap)
+{
+	struct resil_evq *q = calloc(1, sizeof(*q) + (size_t)cap * sizeof(q->ev[0]));
+
+	if (!q || !cap) {
+		free(q);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&q->lock, NULL);
+	q->cap = cap;
+	s->own_events = q;
+	return 0;
+}
+
+static void own_push(struct resil_evq *q, const struct resil_event *e)
+{
+	pthread_mutex_lock(&q->lock);
+	if (q->n == q->cap)
+		q->dropped++;
+	else
+		memcpy(&q->ev[(q->head + q->n++) % q->cap], e, sizeof(*e));
+	pthread_mutex_unlock(&q->lock);
+}
+
+int resil_seg_own_event_take(const struct resil_seg *s, struct resil_event *out, uint64_t *dropped)
+{
+	struct resil_evq *q = s->own_events;
+	int r = -EAGAIN;
+
+	*dropped = 0;
+	if (!q)
+		return r;
+	pthread_mutex_lock(&q->lock);
+	if (q->n) {
+		memcpy(out, &q->ev[q->head], sizeof(*out));
+		q->head = (q->head + 1) % q->cap;
+		q->n--;
+		r = 0;
+	}
+	*dropped = q->dropped;
+	q->dropped = 0;
+	pthread_mutex_unlock(&q->lock);
+	return r;
+}
+
 void resil_event_push_by(const struct resil_seg *s, uint32_t client_id, uint32_t pid, uint32_t type,
 			 uint32_t slot, uint32_t gen, uint32_t a, uint32_t b, uint32_t reason,
 			 uint64_t value, int64_t now)
@@ -1591,6 +1651,21 @@ void resil_event_push_by(const struct resil_seg *s, uint32_t client_id, uint32_t
 	struct resil_event *e;
 	uint64_t idx;
 
+	if (s && s->own_events) {
+		struct resil_event own = {.time_ns = now,
+					  .type = type,
+					  .slot = slot,
+					  .gen = gen,
+					  .a = a,
+					  .b = b,
+					  .reason = reason,
+					  .pid = pid,
+					  .client_id = client_id,
+					  .value = value};
+
+		own_push(s->own_events, &own);
+		return;
+	}
 	if (!s || !s->st || !s->geo.event_cap)
 		return;
 	idx = faa_relaxed(&s->st->event_head, 1);

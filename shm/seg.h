@@ -301,6 +301,7 @@ struct resil_state_geo {
 };
 
 struct resil_reuse; /* the daemon's free lists (seg.c); private memory */
+struct resil_evq;   /* the daemon's own events (seg.c); private memory */
 
 /* A mapped segment pair, as one process sees it. */
 struct resil_seg {
@@ -329,6 +330,11 @@ struct resil_seg {
 	 * unused (repairs_own false) in clients and embedded mode. */
 	bool repairs_own;
 	ra64 repairs;
+	/* The daemon's own events (resil_seg_own_events): what this process
+	 * pushes goes there, never into the ring every client writes, so an
+	 * event read from the ring is a client's report and one from here is
+	 * the daemon's. NULL elsewhere. */
+	struct resil_evq *own_events;
 };
 
 /* Sizes of a new segment pair. */
@@ -486,6 +492,14 @@ void resil_event_push_by(const struct resil_seg *s, uint32_t client_id, uint32_t
 			 uint64_t value, int64_t now);
 void resil_event_push(const struct resil_seg *s, uint32_t type, uint32_t slot, uint32_t gen,
 		      uint32_t a, uint32_t b, uint32_t reason, uint64_t value, int64_t now);
+
+/* The daemon: from now on this process's pushes on s go to a private
+ * queue of cap entries (a full queue drops the newest and counts it),
+ * thread-safe; resil_seg_own_event_take takes the oldest (0, or -EAGAIN
+ * when empty) and says how many were dropped since the last take. 0 or
+ * -ENOMEM. resil_seg_unmap frees it. */
+int resil_seg_own_events(struct resil_seg *s, uint32_t cap);
+int resil_seg_own_event_take(const struct resil_seg *s, struct resil_event *out, uint64_t *dropped);
 
 /* Consumer side (the daemon, observers): read entry idx into out.
  * 0: read; -EAGAIN: not written yet (or its writer died: skip it after a

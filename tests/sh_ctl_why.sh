@@ -244,15 +244,17 @@ assert "next_probe" not in b, b
 assert d["why"]["budget"] == {"tokens": 500.0}, d["why"]
 assert d["config"]["retry.budget"] == "aws:500", d["config"]' 
 
-# ---- watch: UTC time, %, the pid of the process that opened the breaker ----
+# ---- watch: UTC time, %, the pid of the process that opened the breaker
+# (a client's report: its pid and uid as resild knows them) ----
 line=$(grep " pay transition closed -> open" "$tmp/watch.txt" || true)
 [ -n "$line" ] || fail "watch: no transition: $(cat "$tmp/watch.txt")"
-grep -qE "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z pay transition closed -> open \(failure rate 100\.00%\) pid $dpid seq [0-9]+$" <<<"$line" ||
+grep -qE "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z pay transition closed -> open \(failure rate 100\.00%\) \[reported by client pid $dpid uid $(id -u)\] seq [0-9]+$" <<<"$line" ||
 	fail "watch line (pid $dpid): $line"
 eventually grep -q '"to":"open"' "$tmp/watch.json" || fail "watch --json: no transition"
 grep '"to":"open"' "$tmp/watch.json" | head -1 >"$tmp/event.json"
 jcheck "$tmp/event.json" "
 assert d['pid'] == $dpid and d['policy'] == 'pay' and d['type'] == 'transition', d
+assert d['source'] == 'client' and d['uid'] == $(id -u), d
 assert d['value'] == 100 and d['unit'] == '%' and d['reason'] == 'failure rate', d
 assert d['time'].endswith('Z') and abs(d['time_unix_ms'] - now) < 120000, d"
 

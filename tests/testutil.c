@@ -121,9 +121,9 @@ void test_accounts_remove(void)
 	/* users first: a group that is a user's primary group stays */
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = naccounts - 1; i >= 0; i--) {
-			const char *del[] = {accounts[i].group ? "/usr/sbin/groupdel"
-							       : "/usr/sbin/userdel",
-					     accounts[i].name, NULL};
+			const char *gdel[] = {"/usr/sbin/groupdel", accounts[i].name, NULL};
+			const char *udel[] = {"/usr/sbin/userdel", "-f", accounts[i].name, NULL};
+			const char *const *del = accounts[i].group ? gdel : udel;
 			char out[256];
 
 			if (accounts[i].name[0] && accounts[i].group == (pass == 1)) {
@@ -157,8 +157,22 @@ int test_group_make(const char *name, gid_t *gid)
 
 	if (geteuid() != 0)
 		return -EPERM;
-	if (getgrnam(name))
-		(void)test_run(del, NULL, out, sizeof(out)); /* a killed run's */
+	if ((g = getgrnam(name)) != NULL) {
+		/* a killed run's, and its users (a group stays while it is a
+		 * user's primary one) */
+		gid_t old = g->gr_gid;
+		struct passwd *pw;
+
+		setpwent();
+		while ((pw = getpwent()) != NULL)
+			if (pw->pw_gid == old) {
+				const char *udel[] = {"/usr/sbin/userdel", "-f", pw->pw_name, NULL};
+
+				(void)test_run(udel, NULL, out, sizeof(out));
+			}
+		endpwent();
+		(void)test_run(del, NULL, out, sizeof(out));
+	}
 	r = run_quiet(add);
 	if (r != 0)
 		return r < 0 ? r : -EIO;
@@ -172,7 +186,7 @@ int test_group_make(const char *name, gid_t *gid)
 
 int test_user_make(const char *name, gid_t group, uid_t *uid)
 {
-	const char *del[] = {"/usr/sbin/userdel", name, NULL};
+	const char *del[] = {"/usr/sbin/userdel", "-f", name, NULL};
 	char gs[16], out[256];
 	const char *add[] = {"/usr/sbin/useradd",
 			     "--system",
@@ -205,6 +219,9 @@ int test_user_make(const char *name, gid_t group, uid_t *uid)
 
 void test_become(uid_t uid, gid_t gid)
 {
+	/* a child of the test ends with it (a failed check leaves no
+	 * process of a test account behind) */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	TEST_CHECK(setgroups(1, &gid) == 0);
 	TEST_CHECK(setresgid(gid, gid, gid) == 0);
 	TEST_CHECK(setresuid(uid, uid, uid) == 0);

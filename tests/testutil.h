@@ -142,7 +142,8 @@ int test_group_make(const char *name, gid_t *gid);
 int test_user_make(const char *name, gid_t group, uid_t *uid);
 void test_accounts_remove(void);
 /* Become uid with gid as its only group (a forked child: setgroups,
- * setresgid, setresuid). Fails the test on error. */
+ * setresgid, setresuid), and end with the parent (PR_SET_PDEATHSIG).
+ * Fails the test on error. */
 void test_become(uid_t uid, gid_t gid);
 
 /* From now on, any syscall but write, exit and exit_group kills the
