@@ -153,7 +153,27 @@ static int adaptive_check(const struct resil_conf *c, char *err, size_t errlen)
 
 static const struct resil_comp_ops breaker_ops =
     COMP_ROW(breaker, RESIL_C_BREAKER, NULL, breaker_layout_ok);
-static const struct resil_comp_ops limit_ops = COMP_ROW(limit, RESIL_C_LIMIT, limit_check, NULL);
+static void limit_init_zeroed(void *st, const struct resil_conf *c, int64_t now)
+{
+	resil_limit_state_init_zeroed(st, &c->limit, now);
+}
+/* COMP_ROW's, with the keyed table's init on a zeroed block */
+static const struct resil_comp_ops limit_ops = {
+    .name = "limit",
+    .id = RESIL_C_LIMIT,
+    .decision = true,
+    .conf_defaults = limit_defaults,
+    .conf_set = limit_set,
+    .conf_check = limit_check,
+    .conf_format = limit_format,
+    .state_size = limit_size,
+    .state_init = limit_init,
+    .state_init_zeroed = limit_init_zeroed,
+    .same_shape = limit_same,
+    .carry = limit_carry,
+    .maintain = limit_maintain,
+    .reclaim = limit_reclaim,
+};
 static const struct resil_comp_ops bulkhead_ops =
     COMP_ROW(bulkhead, RESIL_C_BULKHEAD, NULL, bulkhead_layout_ok);
 static const struct resil_comp_ops adaptive_ops =

@@ -51,6 +51,10 @@ struct resil_comp_ops {
 	/* state: bytes in the block, 0 when the configuration has none */
 	uint64_t (*state_size)(const struct resil_conf *c);
 	void (*state_init)(void *st, const struct resil_conf *c, int64_t now);
+	/* the same on a block known to be zero (a new block: policy.c), which
+	 * writes nothing that is zero already, so a large table's pages stay
+	 * untouched until decisions use them; NULL: state_init */
+	void (*state_init_zeroed)(void *st, const struct resil_conf *c, int64_t now);
 	/* the state of a can serve b as is (both have the component) */
 	bool (*same_shape)(const struct resil_conf *a, const struct resil_conf *b);
 	void (*carry)(void *nst, const struct resil_conf *nc, const void *ost,

@@ -256,6 +256,8 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "limit.h"
 #include "limit_global.h"
@@ -753,7 +755,34 @@ void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t 
 	struct resil_limit_state *s = lstate(st);
 	uint64_t i, n;
 
+	resil_limit_state_init_zeroed(st, c, now);
+	if (c->keys) {
+		struct resil_limit_entry *t = table_of(s);
+
+		n = (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET;
+		for (i = 0; i < n; i++) {
+			st_relaxed(&t[i].fp, RESIL_LIMIT_FP_EMPTY);
+			st_relaxed(&t[i].st, 0);
+		}
+		if (c->global)
+			for (i = 0; i < n; i++)
+				st_relaxed(&resil_limit_global_counts(c, s)[i], 0);
+	} else if (c->algorithm == RESIL_LIMIT_SLIDING) {
+		for (i = 0; i < c->count; i++)
+			st_relaxed(&ring_of(s)[i], 0); /* biased: "never" */
+	}
+}
+
+/* resil_limit_state_init's header words; the table, its global counts
+ * and the sliding ring are what a zeroed block holds already (an empty
+ * entry is RESIL_LIMIT_FP_EMPTY, 0; the ring is biased: 0 is "never") */
+void resil_limit_state_init_zeroed(void *st, const struct resil_limit_conf *c, int64_t now)
+{
+	struct resil_limit_state *s = lstate(st);
+
 	(void)now;
+	(void)c;
+	RESIL_STATIC_ASSERT(RESIL_LIMIT_FP_EMPTY == 0, "an empty entry is a zero one");
 	st_relaxed(&s->word, 0);
 	st_relaxed(&s->used, 0);
 	st_relaxed(&s->evictions, 0);
@@ -772,21 +801,6 @@ void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t 
 	resil_limit_lease_set(st, 0, 0, 0);
 	resil_limit_fallback_end_set(st, 0, 0);
 	st_relaxed(&s->fleet_hosts, 0);
-	if (c->keys) {
-		struct resil_limit_entry *t = table_of(s);
-
-		n = (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET;
-		for (i = 0; i < n; i++) {
-			st_relaxed(&t[i].fp, RESIL_LIMIT_FP_EMPTY);
-			st_relaxed(&t[i].st, 0);
-		}
-		if (c->global)
-			for (i = 0; i < n; i++)
-				st_relaxed(&resil_limit_global_counts(c, s)[i], 0);
-	} else if (c->algorithm == RESIL_LIMIT_SLIDING) {
-		for (i = 0; i < c->count; i++)
-			st_relaxed(&ring_of(s)[i], 0); /* biased: "never" */
-	}
 }
 
 bool resil_limit_same_shape(const struct resil_limit_conf *a, const struct resil_limit_conf *b)
@@ -1224,10 +1238,80 @@ void resil_limit_release(struct resil_ctx *x, const struct resil_limit_conf *c, 
  * clock's future (clients on a manual clock that runs ahead) is kept.
  * Nothing is healed here (see the top).
  */
+/*
+ * Pages of the table that were never written (a new block's are holes of
+ * the memfd: resil_seg_zero) hold only empty entries, and reading one
+ * would give it memory: the sweep asks the kernel which pages hold
+ * something (mincore, RES_PAGES at a time) and skips the others. A page
+ * it skipped may hold entries after all (swapped out): when the entries
+ * counted disagree with `used`, all pages are counted before `used` is
+ * repaired (count_keys).
+ */
+#define RES_PAGES 1024
+struct resident {
+	const struct resil_limit_entry *t;
+	uintptr_t from; /* the first page of vec */
+	size_t page;
+	bool ok; /* mincore answered for [from, from + RES_PAGES pages) */
+	unsigned char vec[RES_PAGES];
+};
+
+/* Entry i's page holds something (or the kernel cannot say); asked at
+ * the first entry of each page only (else true). */
+static bool entry_resident(struct resident *r, uint64_t i, uint64_t n)
+{
+	uintptr_t e = (uintptr_t)&r->t[i], a = e & ~(uintptr_t)(r->page - 1);
+	uintptr_t end = ((uintptr_t)&r->t[n] + r->page - 1) & ~(uintptr_t)(r->page - 1);
+
+	if (i && e - a >= sizeof(r->t[0]))
+		return true;
+	if (!r->from || a < r->from || a >= r->from + RES_PAGES * r->page) {
+		size_t len = end - a < RES_PAGES * r->page ? end - a : RES_PAGES * r->page;
+
+		r->from = a;
+		r->ok = mincore((void *)a, len, r->vec) == 0;
+	}
+	return !r->ok || (r->vec[(a - r->from) / r->page] & 1);
+}
+
+static void resident_init(struct resident *r, const struct resil_limit_entry *t)
+{
+	r->t = t;
+	r->from = 0;
+	r->page = (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* The last entry on entry i's page (the loop goes on with the next). */
+static uint64_t page_last(const struct resident *r, uint64_t i)
+{
+	return i + r->page / sizeof(r->t[0]) - 1 -
+	       ((uintptr_t)&r->t[i] & (r->page - 1)) / sizeof(r->t[0]);
+}
+
+/* The entries holding a key: on the pages that hold something, or on
+ * every page (a repair's count: this reads them all). */
+static uint64_t count_keys(const struct resil_limit_entry *t, uint64_t n, bool every_page)
+{
+	struct resident res;
+	uint64_t live = 0;
+
+	resident_init(&res, t);
+	for (uint64_t i = 0; i < n; i++) {
+		if (!every_page && !entry_resident(&res, i, n)) {
+			i = page_last(&res, i);
+			continue;
+		}
+		live += fp_key(ld_relaxed(&t[i].fp)) > RESIL_LIMIT_FP_TOMB;
+	}
+	return live;
+}
+
 void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c, void *st)
 {
 	struct resil_limit_state *s = lstate(st);
 	uint64_t i, n, live = 0, u1, u2;
+	struct resident res;
+	bool skipped = false;
 	struct chain ch;
 	int64_t first;
 	struct lp p;
@@ -1240,10 +1324,18 @@ void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c,
 	lp_init(&p, c, resil_clock_now(&x->clock), 1);
 	n = (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET;
 	u1 = ld_relaxed(&s->used);
+	resident_init(&res, table_of(s));
 	for (i = 0; i < n; i++) {
 		struct resil_limit_entry *e = &table_of(s)[i];
-		uint64_t f = ld_sc(&e->fp), v;
+		uint64_t f, v;
 
+		if (!entry_resident(&res, i, n)) {
+			/* a page never written: on to the next one */
+			skipped = true;
+			i = page_last(&res, i);
+			continue;
+		}
+		f = ld_sc(&e->fp);
 		if (fp_key(f) <= RESIL_LIMIT_FP_TOMB)
 			continue;
 		v = ld_relaxed(&e->st);
@@ -1288,6 +1380,8 @@ void resil_limit_maintain(struct resil_ctx *x, const struct resil_limit_conf *c,
 	 * range (inserters give back what they take over it; a client wrote
 	 * it): a state repair too, for the daemon's count and event. */
 	u2 = ld_relaxed(&s->used);
+	if (u1 == u2 && live < u2 && skipped)
+		live = count_keys(table_of(s), n, true);
 	if (u1 == u2 && live != u2 && cas_relaxed(&s->used, &u2, live)) {
 		faa_relaxed(&s->repairs, 1);
 		if (u2 > c->keys)
@@ -1312,7 +1406,6 @@ void resil_limit_info(const struct resil_limit_conf *c, const void *st,
 		      struct resil_limit_info *out)
 {
 	struct resil_limit_state *s = lstate((void *)(uintptr_t)st);
-	uint64_t i, n;
 
 	memset(out, 0, sizeof(*out));
 	out->algorithm = resil_limit_algo(c);
@@ -1327,10 +1420,8 @@ void resil_limit_info(const struct resil_limit_conf *c, const void *st,
 	out->word = (int64_t)ld_relaxed(&s->word);
 	if (!c->keys)
 		return;
-	n = (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET;
-	for (i = 0; i < n; i++)
-		if (fp_key(ld_relaxed(&table_of(s)[i].fp)) > RESIL_LIMIT_FP_TOMB)
-			out->size++;
+	/* the pages that hold something (a page swapped out is not counted) */
+	out->size = count_keys(table_of(s), (uint64_t)nbuckets(c) * RESIL_LIMIT_BUCKET, false);
 }
 
 uint64_t resil_limit_dry_run_rejects(const void *st)

@@ -119,6 +119,10 @@ struct resil_limit_info {
 
 uint64_t resil_limit_state_size(const struct resil_limit_conf *c);
 void resil_limit_state_init(void *st, const struct resil_limit_conf *c, int64_t now);
+/* The same on a block known to be zero: writes no word that is zero, so
+ * a keyed table's pages stay untouched (the component table's init of a
+ * new block, policy.c). */
+void resil_limit_state_init_zeroed(void *st, const struct resil_limit_conf *c, int64_t now);
 bool resil_limit_same_shape(const struct resil_limit_conf *a, const struct resil_limit_conf *b);
 void resil_limit_carry(void *nst, const struct resil_limit_conf *nc, const void *ost,
 		       const struct resil_limit_conf *oc, int64_t now);

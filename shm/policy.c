@@ -171,17 +171,23 @@ static uint64_t decision_base(const struct resil_ctx *c, const struct resil_rec 
 	return rec->proc_off + (uint64_t)row * rec->proc_stride;
 }
 
+/* The decision components of the block at base, which every caller has
+ * zeroed: each component's init for a zeroed block where it has one. */
 static void init_decisions(const struct resil_seg *s, const struct resil_rec *rec, uint64_t base,
 			   int64_t now)
 {
 	resil_comp_foreach (op)
 		if ((*op)->decision && resil_has(rec, (*op)->id))
-			(*op)->state_init(blk(s, rec, base, (*op)->id), &rec->conf, now);
+			((*op)->state_init_zeroed ? (*op)->state_init_zeroed : (*op)->state_init)(
+			    blk(s, rec, base, (*op)->id), &rec->conf, now);
 }
 
 void resil_policy_state_init(const struct resil_seg *s, struct resil_rec *rec, int64_t now)
 {
-	memset(resil_seg_state(s, rec->state_off), 0, rec->state_size);
+	/* zero without touching what stays zero: a keyed table of a million
+	 * keys costs the daemon nothing until clients use it; the components'
+	 * inits write only what is not zero */
+	resil_seg_zero(s, rec->state_off, rec->state_size);
 	/* the fleet-wide components (the counters, the retry budget) */
 	resil_comp_foreach (op)
 		if (!(*op)->decision && resil_has(rec, (*op)->id))
@@ -409,6 +415,9 @@ static uint32_t adopt_block(struct resil_ctx *c, const struct resil_rec *rec, ui
 			continue;
 		b = blk(c->seg, rec, base, (*op)->id);
 		if (!(*op)->layout_ok(&rec->conf, b)) {
+			/* a component's init takes a zeroed block (the components
+			 * write only what is not zero) */
+			memset(b, 0, (*op)->state_size(&rec->conf));
 			(*op)->state_init(b, &rec->conf, now);
 			n++;
 		}

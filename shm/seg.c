@@ -934,6 +934,24 @@ static void punch(const struct resil_seg *s, uint64_t abs_off, uint64_t len)
 				(off_t)(e - a));
 }
 
+void resil_seg_zero(const struct resil_seg *s, uint64_t off, uint64_t len)
+{
+	uint64_t a = resil_align_up(off, 4096), e = (off + len) & ~4095ULL;
+
+	if (s->st_fd < 0 || e <= a) {
+		memset(resil_seg_state(s, off), 0, len);
+		return;
+	}
+	/* the partial pages at the ends by hand, the whole ones by giving
+	 * them back to the kernel: they read as zeros and cost nothing
+	 * until a decision writes them */
+	memset(resil_seg_state(s, off), 0, a - off);
+	memset(resil_seg_state(s, e), 0, off + len - e);
+	if (fallocate(s->st_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a,
+		      (off_t)(e - a)) < 0)
+		memset(resil_seg_state(s, a), 0, e - a);
+}
+
 void resil_seg_reclaim(struct resil_seg *s, int64_t now)
 {
 	struct resil_reuse *u = s ? s->reuse : NULL;

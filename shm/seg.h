@@ -379,6 +379,11 @@ void resil_seg_own_arena(struct resil_seg *s);
  * record names starts its grace period now. 0 or -ENOMEM.
  */
 int resil_seg_reuse_init(struct resil_seg *s, int64_t now);
+/* Zero [off, off + len) of the state segment (absolute offsets), touching
+ * only the partial pages at its ends: the whole pages between are punched
+ * out of the memfd (they read as zeros and take no memory until written),
+ * or memset where the process has no descriptor of the segment. */
+void resil_seg_zero(const struct resil_seg *s, uint64_t off, uint64_t len);
 /* The tick: records and blocks whose grace period is over become free. */
 void resil_seg_reclaim(struct resil_seg *s, int64_t now);
 /* What the configuration and the arena hold (for metrics). Without reuse
