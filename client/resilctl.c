@@ -958,7 +958,16 @@ static int cmd_status(void)
 		json_str(stdout, s->metrics_listen);
 		printf(",\"error\":");
 		json_str(stdout, s->metrics_error);
-		printf("},\"cluster\":");
+		printf("},\"per_uid\":{\"state_bytes_max\":%" PRIu64
+		       ",\"client_rows_max\":%u,\"policies_max\":%u,\"uids\":[",
+		       s->state_per_uid, s->clients_per_uid, s->policies_per_uid);
+		for (size_t i = 0; i < s->n_uids; i++)
+			printf("%s{\"uid\":%u,\"policies\":%u,\"state_bytes\":%" PRIu64
+			       ",\"waiting_bytes\":%" PRIu64 ",\"client_rows\":%u,\"exempt\":%s}",
+			       i ? "," : "", s->uids[i]->uid, s->uids[i]->policies,
+			       s->uids[i]->state_bytes, s->uids[i]->waiting_bytes, s->uids[i]->rows,
+			       s->uids[i]->exempt ? "true" : "false");
+		printf("]},\"cluster\":");
 		status_cluster_json(s->cluster);
 		printf("}\n");
 		resil__response__free_unpacked(resp, NULL);
@@ -976,6 +985,20 @@ static int cmd_status(void)
 	       s->arena_size,
 	       s->arena_size ? 100.0 * (double)s->arena_used / (double)s->arena_size : 0);
 	printf("records    %u of %u\n", s->records_used, s->records);
+	/* what each uid takes, against its share (root and resild's uid, and
+	 * the admin group's members, are exempt) */
+	printf("per uid    at most %u policies, %u client rows, %" PRIu64 " bytes of state\n",
+	       s->policies_per_uid, s->clients_per_uid, s->state_per_uid);
+	for (size_t i = 0; i < s->n_uids; i++) {
+		const Resil__UidUsage *u = s->uids[i];
+
+		printf("  uid %-8u %4u policies, %" PRIu64 " bytes of state", u->uid, u->policies,
+		       u->state_bytes);
+		if (u->waiting_bytes)
+			printf(" (%" PRIu64 " of them retired, in their grace period)",
+			       u->waiting_bytes);
+		printf(", %u client rows%s\n", u->rows, u->exempt ? " (exempt)" : "");
+	}
 	printf("config     %s%s%s\n", s->config_dir, *s->options_file ? ", settings " : "",
 	       s->options_file);
 	printf("reload     %s at %s: %s (%" PRIu64 " reloads, %" PRIu64 " failed)\n",

@@ -182,6 +182,7 @@ static int may_change(struct resild *d, const struct resild_peer *p, const struc
 
 struct owned {
 	uint32_t uid, n;
+	uint64_t bytes;
 };
 
 static int count_owned(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
@@ -189,8 +190,45 @@ static int count_owned(const struct resil_seg *s, uint32_t slot, const struct re
 {
 	struct owned *o = ctx;
 
-	o->n += rec->owner_uid == o->uid;
+	if (rec->owner_uid == o->uid) {
+		o->n++;
+		o->bytes += resil_seg_rec_bytes(s, rec);
+	}
 	return 0;
+}
+
+/* The state segment bytes uid's policies take: live, and retired ones in
+ * their grace period (their space is not back yet). */
+static uint64_t bytes_of_uid(struct resild *d, uint32_t uid)
+{
+	struct owned o = {.uid = uid};
+
+	resil_seg_foreach(&d->seg, count_owned, &o);
+	return o.bytes + resil_seg_waiting_bytes_of(&d->seg, uid);
+}
+
+/* May peer p give uid's policy name the configuration c, as far as the
+ * state segment goes? A uid's policies take at most --max-state-per-uid
+ * bytes of it (a fair share of --state-size by default), so one member
+ * cannot fill the arena with keyed tables and leave no room for the
+ * others; root, our uid and the admin group are exempt. 0 or -EDQUOT. */
+static int may_take_state(struct resild *d, const struct resild_peer *p, uint32_t uid,
+			  const char *name, const struct resil_conf *c, struct reply *rp)
+{
+	struct resil_define_cost cost;
+	uint64_t have, max = d->opts.max_state_per_uid;
+
+	if (!max || resild_peer_exempt(d, p) ||
+	    resil_seg_define_cost(&d->seg, name, c, 0, &cost) < 0 || !cost.arena)
+		return 0;
+	have = bytes_of_uid(d, uid);
+	if (have + cost.arena <= max)
+		return 0;
+	return reply_error(rp, -EDQUOT,
+			   "policy %s needs %llu bytes of state; uid %u's policies take %llu, at "
+			   "most %llu per uid (--max-state-per-uid)",
+			   name, (unsigned long long)cost.arena, uid, (unsigned long long)have,
+			   (unsigned long long)max);
 }
 
 /* May this peer create a policy named name (it does not exist)? Anyone in
@@ -957,11 +995,15 @@ static int handle_define(struct resild *d, const struct resild_peer *p, const ch
 	 * the policy's file) */
 	if (rec) {
 		r = may_change(d, p, rec, "changing", rp);
+		if (r == 0)
+			r = may_take_state(d, p, rec->owner_uid, name, &c, rp);
 		if (r < 0)
 			return r;
 		r = define(d, name, &c, rec->owner_uid, rec->flags | RESIL_REC_RUNTIME, rp);
 	} else {
 		r = may_create(d, p, name, rp);
+		if (r == 0)
+			r = may_take_state(d, p, (uint32_t)p->uid, name, &c, rp);
 		if (r < 0)
 			return r;
 		r = define(d, name, &c, (uint32_t)p->uid, RESIL_REC_RUNTIME, rp);
@@ -1050,6 +1092,9 @@ static int handle_declare(struct resild *d, const struct resild_peer *p, const R
 		else
 			r = may_create(d, p, df->name, rp);
 		if (r == 0)
+			r = may_take_state(d, p, rec ? rec->owner_uid : (uint32_t)p->uid, df->name,
+					   &c, rp);
+		if (r == 0)
 			r = define(d, df->name, &c, rec ? rec->owner_uid : (uint32_t)p->uid, 0, rp);
 		if (r < 0)
 			return r;
@@ -1095,7 +1140,11 @@ static int handle_revert(struct resild *d, const struct resild_peer *p, const Re
 	r = resild_owners_beneath(d, rec, &c, &flags, why, sizeof(why));
 	if (r < 0)
 		return reply_error(rp, r, "%s", why);
-	r = define(d, rec->name, &c, rec->owner_uid, flags, rp);
+	/* a declaration kept beneath was never weighed against the quota */
+	if (!(flags & RESIL_REC_FROM_FILE))
+		r = may_take_state(d, p, rec->owner_uid, rec->name, &c, rp);
+	if (r == 0)
+		r = define(d, rec->name, &c, rec->owner_uid, flags, rp);
 	if (r < 0)
 		return r;
 	log_notice("policy %s: runtime change reverted by uid %u (pid %d): back to %s", rv->name,
@@ -1739,9 +1788,66 @@ static struct cluster_status *cluster_status(struct resild *d)
 	return cs;
 }
 
+/* resilctl status's per-uid share of the state segment. */
+#define STATUS_UIDS 256
+struct uid_usage {
+	Resil__UidUsage u[STATUS_UIDS];
+	Resil__UidUsage *p[STATUS_UIDS];
+	size_t n;
+};
+
+static int uid_usage_one(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
+			 void *ctx)
+{
+	struct uid_usage *uu = ctx;
+	size_t i;
+
+	(void)slot;
+	for (i = 0; i < uu->n && uu->u[i].uid != rec->owner_uid; i++)
+		;
+	if (i == uu->n) {
+		if (uu->n == STATUS_UIDS)
+			return 0;
+		resil__uid_usage__init(&uu->u[i]);
+		uu->u[i].uid = rec->owner_uid;
+		uu->n++;
+	}
+	uu->u[i].policies++;
+	uu->u[i].state_bytes += resil_seg_rec_bytes(s, rec);
+	return 0;
+}
+
+static int uid_usage_cmp(const void *a, const void *b)
+{
+	const Resil__UidUsage *x = *(Resil__UidUsage *const *)a, *y = *(Resil__UidUsage *const *)b;
+
+	return x->state_bytes > y->state_bytes ? -1 : x->state_bytes < y->state_bytes;
+}
+
+static void status_uids(struct resild *d, Resil__StatusReply *sr, struct uid_usage *uu)
+{
+	resil_seg_foreach(&d->seg, uid_usage_one, uu);
+	for (size_t i = 0; i < uu->n; i++) {
+		Resil__UidUsage *u = &uu->u[i];
+
+		u->waiting_bytes = resil_seg_waiting_bytes_of(&d->seg, u->uid);
+		u->state_bytes += u->waiting_bytes;
+		u->rows = resild_clients_of_uid(d, u->uid);
+		u->exempt = u->uid == 0 || u->uid == (uint32_t)d->uid;
+		uu->p[i] = u;
+	}
+	qsort(uu->p, uu->n, sizeof(uu->p[0]), uid_usage_cmp);
+	sr->n_uids = uu->n;
+	sr->uids = uu->p;
+	sr->state_per_uid = d->opts.max_state_per_uid;
+	sr->clients_per_uid = d->opts.max_clients_per_uid;
+	sr->policies_per_uid = d->opts.max_policies_per_uid;
+}
+
 static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply *sr, void **to_free)
 {
 	struct cluster_status *cs = cluster_status(d);
+	struct uid_usage *uu = calloc(1, sizeof(*uu));
 	uint32_t n = 0;
 
 	resil_seg_foreach(&d->seg, count_one, &n);
@@ -1771,6 +1877,10 @@ static int handle_status(struct resild *d, struct reply *rp, Resil__StatusReply 
 						      : (char *)"";
 	sr->metrics_error = d->metrics_error;
 	sr->adopted = d->adopted;
+	if (uu) {
+		status_uids(d, sr, uu);
+		to_free[1] = uu;
+	}
 	if (cs) {
 		sr->cluster = &cs->st;
 		*to_free = cs;

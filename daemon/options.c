@@ -56,6 +56,9 @@ static void usage(FILE *f)
 		"                        of --policies; root and the admin group exempt)\n"
 		"  --max-clients-per-uid N  client rows one uid may hold (default half of\n"
 		"                        --clients; root and the admin group exempt)\n"
+		"  --max-state-per-uid SIZE  state segment bytes the policies of one uid\n"
+		"                        may take (default a quarter of --state-size;\n"
+		"                        root and the admin group exempt)\n"
 		"  --idle-timeout DURATION  close a connection (not a subscriber) silent\n"
 		"                        this long (default 60s; 0: never)\n"
 		"  --cluster-redis URL   share policy.scope = global policies with the\n"
@@ -189,6 +192,7 @@ enum {
 	O_IDLE,
 	O_POL_UID,
 	O_CLI_UID,
+	O_STATE_UID,
 	O_CL_REDIS,
 	O_CL_NAME,
 	O_CL_HOST,
@@ -228,6 +232,7 @@ static const struct setting {
     {"idle-timeout", "idle_timeout", required_argument, O_IDLE},
     {"max-policies-per-uid", "max_policies_per_uid", required_argument, O_POL_UID},
     {"max-clients-per-uid", "max_clients_per_uid", required_argument, O_CLI_UID},
+    {"max-state-per-uid", "max_state_per_uid", required_argument, O_STATE_UID},
     {"admin-group", "admin_group", required_argument, O_ADMIN},
     /* [cluster] KEY: the setting cluster_KEY (cfgfile.c) */
     {"cluster-redis", "cluster_redis", required_argument, O_CL_REDIS},
@@ -303,6 +308,10 @@ static int setting_apply(struct resild *d, int code, const char *val, char *why,
 		break;
 	case O_STATE:
 		if (parse_size(val, &d->opts.state_size) < 0)
+			goto bad_fmt;
+		break;
+	case O_STATE_UID:
+		if (parse_size(val, &d->opts.max_state_per_uid) < 0)
 			goto bad_fmt;
 		break;
 	case O_POLICIES:
@@ -587,6 +596,8 @@ int resild_options_parse(struct resild *d, int argc, char **argv)
 
 	if (!d->opts.max_policies_per_uid)
 		d->opts.max_policies_per_uid = d->opts.policies > 4 ? d->opts.policies / 4 : 1;
+	if (!d->opts.max_state_per_uid)
+		d->opts.max_state_per_uid = d->opts.state_size / 4;
 	if (!d->opts.max_clients_per_uid) {
 		uint32_t n = d->opts.clients ? d->opts.clients : RESIL_CLIENTS_DEFAULT;
 

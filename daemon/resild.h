@@ -54,6 +54,7 @@ struct resild_opts {
 	uint32_t max_conns;
 	uint32_t max_conns_per_uid;    /* root and the admin group exempt */
 	uint32_t max_policies_per_uid; /* policies one uid may own, 0: no limit */
+	uint64_t max_state_per_uid;    /* state segment bytes one uid's policies may take */
 	uint32_t max_clients_per_uid;  /* client rows one uid may hold (exempt as above) */
 	int64_t idle_timeout_ns;       /* non-subscribers silent this long are closed */
 	const char *admin_group; /* NULL: root and creators only */

@@ -128,7 +128,8 @@ struct resil_evq {
 struct resil_reuse;
 static void reuse_free(struct resil_reuse *u);
 static void retire_rec(struct resil_seg *s, uint32_t idx, int64_t now);
-static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int64_t until);
+static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int64_t until,
+		       uint32_t uid);
 static uint64_t rec_extent(const struct resil_seg *s, const struct resil_rec *rec);
 static void reuse_publish(struct resil_seg *s);
 
@@ -704,6 +705,7 @@ struct reuse_ext {
 	uint64_t off; /* relative to the arena */
 	uint64_t len;
 	int64_t until; /* pending queue only: free from then on */
+	uint32_t uid;  /* pending queue only: its policy's owner (UINT32_MAX: unknown) */
 };
 
 struct resil_reuse {
@@ -812,7 +814,8 @@ static void retire_rec(struct resil_seg *s, uint32_t idx, int64_t now)
 	u->rpend[u->rp_n++] = (struct reuse_rec){idx, resil_add_sat(now, grace_of(&rec->conf))};
 }
 
-static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int64_t until)
+static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int64_t until,
+		       uint32_t uid)
 {
 	struct resil_reuse *u = s->reuse;
 
@@ -827,7 +830,7 @@ static void retire_ext(struct resil_seg *s, uint64_t abs_off, uint64_t len, int6
 		u->epend = n;
 		u->ep_cap = cap;
 	}
-	u->epend[u->ep_n++] = (struct reuse_ext){abs_off - s->geo.arena_off, len, until};
+	u->epend[u->ep_n++] = (struct reuse_ext){abs_off - s->geo.arena_off, len, until, uid};
 	u->pend_bytes += len;
 }
 
@@ -1111,7 +1114,7 @@ int resil_seg_reuse_init(struct resil_seg *s, int64_t now)
 			if (gone[g].off >= at && gone[g].until > until)
 				until = gone[g].until;
 		if (end > at)
-			retire_ext(s, s->geo.arena_off + at, end - at, until);
+			retire_ext(s, s->geo.arena_off + at, end - at, until, UINT32_MAX);
 		if (i < nlive && live[i].off + live[i].len > at)
 			at = live[i].off + live[i].len;
 	}
@@ -1137,6 +1140,22 @@ static void reuse_publish(struct resil_seg *s)
 	st_relaxed(&s->cfg->arena_free, v.arena_free);
 	st_relaxed(&s->cfg->arena_largest_free, v.arena_largest_free);
 	st_relaxed(&s->cfg->arena_holes, v.arena_holes);
+}
+
+uint64_t resil_seg_rec_bytes(const struct resil_seg *s, const struct resil_rec *rec)
+{
+	return rec_extent(s, rec);
+}
+
+uint64_t resil_seg_waiting_bytes_of(const struct resil_seg *s, uint32_t uid)
+{
+	const struct resil_reuse *u = s->reuse;
+	uint64_t n = 0;
+
+	for (size_t i = 0; u && i < u->ep_n; i++)
+		if (u->epend[i].uid == uid)
+			n += u->epend[i].len;
+	return n;
 }
 
 void resil_seg_usage(const struct resil_seg *s, struct resil_seg_usage *v)
@@ -1495,8 +1514,8 @@ int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_c
 		int64_t t = resil_clock_monotonic(NULL);
 
 		if (!reuse_state)
-			retire_ext(s, orec->state_off, rec_extent(s, orec),
-				   block_until(s, orec, t));
+			retire_ext(s, orec->state_off, rec_extent(s, orec), block_until(s, orec, t),
+				   orec->owner_uid);
 		retire_rec(s, resil_slotw_rec(old_w), t);
 	}
 	reuse_publish(s);
@@ -1579,7 +1598,8 @@ int resil_seg_delete(struct resil_seg *s, const char *name)
 	st_release(&resil_seg_slots(s)[slot], 0);
 	if (rec) {
 		/* unnamed: the record and its block wait out the grace period */
-		retire_ext(s, rec->state_off, rec_extent(s, rec), block_until(s, rec, t));
+		retire_ext(s, rec->state_off, rec_extent(s, rec), block_until(s, rec, t),
+			   rec->owner_uid);
 		retire_rec(s, resil_slotw_rec(w), t);
 		reuse_publish(s);
 	}

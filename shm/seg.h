@@ -400,6 +400,12 @@ struct resil_seg_usage {
 	uint32_t arena_holes;	     /* free extents below the bump pointer */
 };
 void resil_seg_usage(const struct resil_seg *s, struct resil_seg_usage *u);
+/* The arena bytes rec's state takes (its block, and its process-scope
+ * copies), and those of uid's retired policies still waiting out their
+ * grace period (0 without reuse): what counts against the uid's share of
+ * the state segment (resild's --max-state-per-uid). */
+uint64_t resil_seg_rec_bytes(const struct resil_seg *s, const struct resil_rec *rec);
+uint64_t resil_seg_waiting_bytes_of(const struct resil_seg *s, uint32_t uid);
 /* The grace period: a retired record or block is reused this long after
  * the slot word stopped naming it, plus its own policy's bulkhead.wait
  * (seg.c, "Reuse"), or later. */
