@@ -74,9 +74,38 @@ void resil_priv_claim_row(struct resil *r, struct resil_map *m, uint32_t bound_i
 		id = resil_client_id(row);
 		(void)resil_seg_foreach(m->seg, reset_copy, &id);
 	}
+	/* the owner word as we took it: resil_priv_row_check compares */
+	m->row_owner = row >= 0 ? ld_relaxed(&resil_seg_client(m->seg, (uint32_t)row)->owner) : 0;
 	atomic_store_explicit(&m->row, row, memory_order_relaxed);
 	st_relaxed(&m->claim_id, resil_client_claim_id(row, r->pid));
 	atomic_store_explicit(&r->row, row, memory_order_relaxed);
+}
+
+/*
+ * Is our row in the current mapping still ours? resild frees a row it
+ * refused (a uid past its quota, a process it could not tie to a client
+ * when it looked) and gives an unidentifiable one to a connecting client
+ * when the table is full (daemon/clients.c); and a process that found the
+ * table full has none. Either way decisions go on (a rowless process
+ * claims with its pid, seg.h), and here, at the periodic check (at most
+ * once per RESIL_CHECK_NS, off the hot path), it claims a row again: one
+ * walk of the table, no wait, no round trip. What it claimed under the
+ * lost row's id the sweep freed; its releases of those are CASes from
+ * that id, which free nothing of another's unless the row's new owner
+ * claimed the very same slots meanwhile. Under r->lock.
+ */
+void resil_priv_row_check(struct resil *r)
+{
+	struct resil_map *m = ld_acquire(&r->cur);
+	int row = atomic_load_explicit(&m->row, memory_order_relaxed);
+
+	if (!r->mapped || m->local)
+		return;
+	if (row >= 0 && (uint32_t)row < m->seg->geo.client_cap &&
+	    ld_relaxed(&resil_seg_client(m->seg, (uint32_t)row)->owner) == m->row_owner)
+		return;
+	resil_priv_claim_row(r, m, 0);
+	faa_relaxed(&r->row_claims, 1);
 }
 
 /* Ask for the segments and map them into s. Under r->lock (or before r
@@ -374,6 +403,7 @@ RESIL_COLD void resil_priv_check_slow(struct resil *r, int64_t now)
 		return;
 	st_relaxed(&r->next_check_ns, (uint64_t)(now + RESIL_CHECK_NS));
 	(void)resil_priv_liveness(r, RESIL_PROBE_HOT_MS);
+	resil_priv_row_check(r);
 	pthread_mutex_unlock(&r->lock);
 }
 

@@ -122,6 +122,7 @@ struct resil_map {
 	 * stored relaxed with row (under r->lock, or in a child before it
 	 * holds anything), loaded relaxed by every decision */
 	ra32 claim_id;
+	uint64_t row_owner;	 /* row's owner word as we took it (under r->lock) */
 	struct resil_map *older; /* the mapping it replaced, NULL for map0 */
 	/* a pair of this process's own, no daemon's: what a pending handle
 	 * decides on (pending.c); on r->locals, never on another's chain */
@@ -214,6 +215,7 @@ struct resil {
 	 * that every decision looks whether a check is due. Written under
 	 * lock, read relaxed by decisions (a hint: either value is safe) */
 	ra32 clockless_mask;
+	ra32 row_claims; /* rows claimed again after one was lost (tests); relaxed */
 
 	/* control connection state, under lock */
 	uint64_t req_id;    /* last request id sent */
@@ -321,6 +323,9 @@ int resil_priv_liveness(struct resil *r, int timeout_ms);
 /* After a control request: re-attach if it reached a daemon with other
  * segments. */
 int resil_priv_follow(struct resil *r);
+/* Claim a row again if ours was freed or taken, or we have none (at the
+ * periodic check). */
+void resil_priv_row_check(struct resil *r);
 /* A decision found its mapping retired: look now (trylock, no wait). */
 void resil_priv_retired_slow(struct resil *r);
 /* Create NAME, or update it when it exists with another configuration
