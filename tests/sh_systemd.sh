@@ -168,6 +168,11 @@ for _ in $(seq 300); do
 done
 [ -n "$(pgrep -P "$npid")" ] || { cat "$tmp/boot.log"; skip "systemd-nspawn could not start a container here"; }
 c() { nsenter -t "$leader" -a "$@"; }
+# the unit's journal shows a line matching the pattern (eventually: journald
+# writes what the unit logged on its own time)
+journal_has() { # unit pattern
+	c journalctl -u "$1" --no-pager | grep -q -- "$2"
+}
 # the container's systemd answers (a degraded system is fine: other
 # units of this machine's tree may fail in a container), or
 # multi-user.target is active while some unit of this machine's tree is
@@ -217,7 +222,7 @@ grep -q '^policies   2 of 500 slots$' <<<"$st" || fail "the unit's resild did no
 grep -q '^config     /etc/resild, settings /etc/resild/resild.conf$' <<<"$st" || fail "status does not name the settings file"
 grep -q "^metrics    listening on unix:/run/resild/http/metrics.sock$" <<<"$st" ||
 	fail "status does not show the unit's unix metrics socket"
-c journalctl -u resild.service --no-pager | grep -q "metrics_listen 127.0.0.1:$port ignored: serving metrics on /run/resild/http/metrics.sock" ||
+eventually journal_has resild.service "metrics_listen 127.0.0.1:$port ignored: serving metrics on /run/resild/http/metrics.sock" ||
 	fail "the journal does not say metrics_listen is ignored under the unit"
 echo "the unit runs with /etc/resild/resild.conf; metrics on its unix socket, a metrics_listen the sandbox could not bind said ignored"
 
@@ -256,7 +261,7 @@ c systemctl reload resild.service || fail "systemctl reload"
 c resilctl list | grep -q filed || fail "a good reload did not apply"
 c sh -c 'printf "[policy filed]\nbulkhead.max = -3\n" >/etc/resild/10-filed.conf'
 c systemctl reload resild.service >/dev/null 2>&1 && fail "systemctl reload of a broken file succeeded"
-c journalctl -u resild.service --no-pager | grep -q 'reload failed, .*10-filed.conf:2' ||
+eventually journal_has resild.service 'reload failed, .*10-filed.conf:2' ||
 	fail "the journal does not show resilctl's FILE:LINE for the failed reload"
 out=$(c resilctl reload 2>&1)
 rc=$?
@@ -276,7 +281,7 @@ forced || fail "a restart with a broken file lost pay's forced-open state"
 c resilctl show filed | grep -q 'bulkhead.max = 3' || fail "a restart with a broken file lost filed"
 c resilctl status | grep -q '^reload     FAILED at .*10-filed.conf:2: ' || fail "status does not show the broken file"
 c resilctl metrics | grep -qE '^resil_reloads_total\{result="failed"\} [1-9]' || fail "metrics do not count the broken file"
-c journalctl -u resild.service --no-pager | grep -q 'configuration files not applied (/etc/resild/10-filed.conf:2' ||
+eventually journal_has resild.service 'configuration files not applied (/etc/resild/10-filed.conf:2' ||
 	fail "the journal does not say the files were not applied"
 c sh -c 'printf "[policy filed]\nbulkhead.max = 3\n" >/etc/resild/10-filed.conf'
 c systemctl reload resild.service || fail "a reload of the fixed file"
@@ -290,7 +295,7 @@ st=$(c resilctl status)
 grep -q '^policies   3 of 900 slots$' <<<"$st" || fail "a restart did not apply policies = 900: $st"
 grep -qE '^arena      [0-9]+ of 40[0-9]{7} bytes' <<<"$st" || fail "a restart did not apply state_size = 384M: $st"
 forced || fail "a restart with new sizes lost pay's forced-open state"
-c journalctl -u resild.service --no-pager | grep -q 'moved 3 policies and their state' ||
+eventually journal_has resild.service 'moved 3 policies and their state' ||
 	fail "the journal does not say the policies moved"
 worker_ok
 echo "a restart with policies = 900, state_size = 384M applied both and kept the state; the worker followed without an error"

@@ -28,7 +28,6 @@
 
 #include "resil.h"
 #include "budget.h"
-#include "stats.h"
 #include "internal.h"
 
 #define MS RESIL_NS_PER_MS
@@ -733,62 +732,18 @@ static int hot_loop(int n, bool interrupt)
 	return cnt == n + 100 ? 0 : 1;
 }
 
-/*
- * hedge.delay = p95, exactly, on the manual clock: a call takes 2..6 ms
- * of it (seeded), or 150 ms for about 3 in 100. The first 100 calls fill
- * the histogram (no p95 yet: nothing hedged). Then a primary reads the
- * p95 the call's hedge waits for (the same reading: nothing records in
- * between); one that would take less ends before the clock reaches it
- * (no hedge), one that would take as long or longer moves the clock to
- * the p95 and waits for its hedge, which answers at once. So the calls
- * hedged are exactly those the p95 says, none takes 100 ms any more, and
- * each costs one extra invocation.
- */
-struct p95_call {
-	uint64_t call;
-	resil_policy_t *p;
-	bool hedged; /* after the warm-up */
-};
-static _Atomic int p95_expected;
-
-static int64_t p95_planned(uint64_t call)
+/* 2..6 ms, or 150 ms for about 3 invocations in 100 */
+static int spread_tail(void *arg, resil_attempt_t *a)
 {
-	uint64_t s = call * 104729 + 7, r = resil_splitmix64(&s);
+	uint64_t i = atomic_fetch_add(&invocations, 1), s = i * 104729 + 7;
+	uint64_t r = resil_splitmix64(&s);
+	int64_t until = mono() + (r % 100 < 3 ? 150 * MS : 2 * MS + (int64_t)(r >> 32) % (4 * MS));
+	struct timespec ts = {0, 500 * RESIL_NS_PER_US};
 
-	return r % 100 < 3 ? 150 * MS : 2 * MS + (int64_t)(r >> 32) % (4 * MS);
-}
-
-static int p95_tail(void *arg, resil_attempt_t *a)
-{
-	const struct p95_call *c = arg;
-	int64_t planned = p95_planned(c->call), p95 = -1;
-
-	atomic_fetch_add(&invocations, 1);
-	if (resil_attempt_number(a) > 1) {
-		atomic_fetch_add(&tail_hedges, 1);
-		return 0;
-	}
-	if (c->hedged) {
-		struct resil_ctx x;
-		int err;
-		const struct resil_rec *rec = resil_priv_ctx(c->p, &x, &err);
-
-		assert_non_null(rec);
-		p95 = resil_stats_p95_ns(x.seg, rec);
-	}
-	if (p95 <= 0 || planned < p95) {
-		atomic_fetch_add(&mclock, planned);
-		return 0;
-	}
-	atomic_fetch_add(&p95_expected, 1);
-	atomic_fetch_add(&mclock, p95);
-	for (int i = 0; i < 10000; i++) { /* until its hedge won (10 s at most) */
-		struct timespec ts = {0, 1 * MS};
-
-		if (resil_attempt_cancelled(a)) {
-			atomic_fetch_add(&tail_cancelled, 1);
+	(void)arg;
+	while (mono() < until) {
+		if (resil_attempt_cancelled(a))
 			return RESIL_ERR_TRANSIENT;
-		}
 		nanosleep(&ts, NULL);
 	}
 	return 0;
@@ -796,41 +751,33 @@ static int p95_tail(void *arg, resil_attempt_t *a)
 
 static void test_hedging_p95(void **state)
 {
-	resil_t *r = open_manual();
+	resil_t *r = open_real();
 	resil_policy_t *p = define(r, "p95",
 				   "histogram = on; retry.max_attempts = 1; "
 				   "hedge.delay = p95; idempotent = yes");
-	int n = 300, over = 0, slow = 0;
-	uint64_t call;
+	int n = 300, over = 0;
+	uint64_t inv0;
 
 	(void)state;
+	/* no p95 yet: the first calls are not hedged; they fill the histogram */
 	atomic_store(&invocations, 0);
-	atomic_store(&tail_hedges, 0);
-	atomic_store(&tail_cancelled, 0);
-	atomic_store(&p95_expected, 0);
-	for (call = 0; call < 100; call++) {
-		struct p95_call c = {call, p, false};
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(resil_call(p, spread_tail, NULL), 0);
+	inv0 = atomic_load(&invocations);
+	for (int i = 0; i < n; i++) {
+		int64_t t = mono();
 
-		assert_int_equal(resil_call(p, p95_tail, &c), 0);
-	}
-	assert_int_equal(atomic_load(&tail_hedges), 0);
-	for (; call < 100 + (uint64_t)n; call++) {
-		struct p95_call c = {call, p, true};
-		int64_t t = atomic_load(&mclock);
-
-		slow += p95_planned(call) >= 100 * MS;
-		assert_int_equal(resil_call(p, p95_tail, &c), 0);
-		if (atomic_load(&mclock) - t >= 100 * MS)
+		assert_int_equal(resil_call(p, spread_tail, NULL), 0);
+		if (mono() - t >= 100 * MS)
 			over++;
 	}
-	assert_true(slow >= 3);	   /* the seed gives a tail ... */
-	assert_int_equal(over, 0); /* ... and the p95's hedges cut it */
-	assert_true(atomic_load(&p95_expected) >= slow);
-	assert_true(atomic_load(&p95_expected) <= n / 4);
-	assert_int_equal(atomic_load(&tail_hedges), atomic_load(&p95_expected));
-	assert_int_equal(atomic_load(&tail_cancelled), atomic_load(&p95_expected));
-	assert_int_equal(atomic_load(&invocations),
-			 (uint64_t)(100 + n + atomic_load(&p95_expected)));
+	/* about 3% of primaries are slow: 9 expected without hedging; a slow
+	 * hedge of a slow primary is 3% of those */
+	assert_true(over <= 3);
+	/* extra attempts: the calls past the p95, about 5% plus the slow ones;
+	 * a loaded machine makes more calls late: an upper bound of 25% */
+	assert_true(atomic_load(&invocations) - inv0 > (uint64_t)n);
+	assert_true(atomic_load(&invocations) - inv0 - (uint64_t)n <= (uint64_t)n / 4);
 	resil_close(r);
 }
 
