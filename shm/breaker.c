@@ -1,236 +1,66 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * breaker.c - a lock-free circuit breaker in shared memory.
+ * breaker.c - a lock-free circuit breaker in shared memory: the state
+ * word and its transitions, the windows, and the decision (check,
+ * acquire, release, the lean path).
  *
- * Size: above 900 lines on purpose: one state machine. The packed
- * words' accessors, the windows, the transitions and the probe decisions
- * are static inline helpers that acquire, release and the lean path inline
- * within this translation unit; the configuration's keys and words are
- * already breaker_conf.c.
+ * One breaker is shared by every process of the fleet. CLOSED counts
+ * outcomes in a window (last N calls, last T in B buckets, or N
+ * consecutive failures) and opens when a rate reaches its threshold; OPEN
+ * rejects until its wait is over; then HALF_OPEN lets a limited number of
+ * probes decide between OPEN again and a fresh CLOSED. The design (the
+ * hot path, the windows' bounds, half-open, every crash window) is
+ * docs/internals/breaker.md.
  *
- * What: one breaker shared by every process of the fleet. CLOSED counts
- * outcomes in a window (last N calls, last T in B buckets, or N consecutive
- * failures) and opens when a rate reaches its threshold; OPEN rejects until
- * its wait is over; the first acquire after that (or the daemon's tick)
- * moves it to HALF_OPEN, where a limited number of probes decide between
- * OPEN again and a fresh CLOSED (Resilience4j's rule). Forced states
- * (DISABLED, FORCED_OPEN, METRICS_ONLY) are more codes of the same word.
+ * The breaker's files: breaker_priv.h (the packed words' accessors, the
+ * geometry from the configuration, the time helpers, the functions each
+ * file calls in another); breaker_probe.c (probe slots, answers and the
+ * probes' decision); breaker_maint.c (the block's layout, init and carry,
+ * the daemon's maintenance, reclaim and sweep, the fleet's moves, force
+ * and the observers); breaker_conf.c (keys, outcome rules, names: nothing
+ * there touches the shared state).
  *
- * The state word (struct resil_breaker_state in breaker.h) packs
- * state:3 | streak:5 | gen:20 | since_ms:36. Every transition is one CAS of
- * that word, so it is the linearization point of the transition; exactly
- * one party wins it and that party alone pushes the event. gen grows on
- * every transition: a permit carries the gen it was granted in, and a
- * result of an older gen neither enters the fresh window nor decides the
- * probes. since_ms (ms after base_ns, rounded up) is the time the state
- * was entered, so OPEN's opened time is published by the same CAS as the
- * state itself (no second word a reader could see half-written); the
- * transition out of OPEN happens at most 1 ms after opened + wait. streak
- * counts repeated opens for the growing wait.
- *
- * Words, writers, readers, orders:
+ * Words (struct resil_breaker_state, breaker.h), writers, readers, orders:
  *   word      CAS (acq_rel) by whoever makes a transition (any client, the
- *             daemon's maintain, force); loaded (acquire) by every call.
- *             The release of the CAS publishes a window reset done before
- *             it (HALF_OPEN -> CLOSED, force CLOSED).
- *   seq       count window: fetch_add (relaxed) by recorders, of 1 to 8
- *             numbers at once (seq_take): the slots the records take.
- *             Only the index matters, no data hangs on it.
- *   slots[]   exchange (relaxed) by recorders; the value returned says
- *             which counters to adjust. Relaxed: the counters are
- *             statistics, a decision never waits on one slot.
- *   counters  fetch_add (relaxed) of a packed signed delta, only when the
- *             outcome in a slot changed (1 atomic for 3 counters).
- *             Transiently a field can be one below its slots' histogram
- *             per in-flight record (or -1); readers decode balanced and
- *             clamp at 0. At quiescence counters == histogram of slots.
- *   consec    CAS (acq_rel) by a failing recorder (+1), by a succeeding
- *             one only when non-zero (reset); tagged with gen so a fresh
- *             window needs no reset.
+ *             daemon's maintain, force): the linearization point of the
+ *             transition, and its winner alone pushes the event; loaded
+ *             (acquire) by every call. The CAS's release publishes a
+ *             window reset done before it.
+ *   seq       count window: fetch_add (relaxed) by recorders, 1 to 8
+ *             numbers at once (seq_take): only the index matters.
+ *   slots[]   exchange (relaxed) by recorders; the old value says which
+ *             counters to adjust.
+ *   counters  fetch_add (relaxed) of a packed signed delta when a slot's
+ *             outcome changed; equal to the slots' histogram at
+ *             quiescence, readers clamp at 0.
+ *   consec    CAS (acq_rel) by a failing recorder, by a succeeding one
+ *             only to reset; tagged with gen.
  *   buckets   time window: epoch CAS (acq_rel) by the first recorder of a
- *             new span, which then stores its counts to 0; calls (and
- *             failures/slow calls, when there are some) fetch_add by
- *             recorders: one atomic for a fast success. Bounded error:
- *             increments racing the rotation (between the winner's CAS
- *             and its stores) are lost, at most the records in flight at
- *             the bucket boundary; a record whose clock reading is older
- *             than the bucket's epoch is dropped.
- *   probes[]  owner CAS by a prober (claim, any free slot or one left by
- *             an older gen), CAS back to 0 by the same prober (release)
- *             or by reclaim (dead client); claimed_at stored by the owner
- *             after its claim, INT64_MAX while free.
- *   ho        CAS by probers adding a result; tagged with gen, so entering
- *             HALF_OPEN resets it implicitly.
- *   moves[]   fetch_add (relaxed) by the winner of a transition's CAS, after
- *             it; read (relaxed) by metrics. Statistics: nothing is ordered
- *             by them, a scrape may see the new state before its count.
- *   base_ns, offsets, sizes: plain, written once by state_init (or
- *             carry) before the record's slot word publishes the block
- *             (release, seg.c). Offsets and sizes are read by nobody (the
- *             configuration gives them: win_off_of, seq_slot); base_ns
- *             is read by everyone, with arithmetic that no value of it
- *             can overflow (rel_ns); the daemon's tick repairs them all
- *             (state_repair).
- * Lines (breaker.h): the word with the immutable fields (read by every
- * call, written on transitions only), seq (every count record), counters
- * and consec (on outcome changes, failures), ho (HALF_OPEN only), then the
- * probe slots and the window. The daemon writes these words only through
- * the same operations as a client (maintain, reclaim, force), rarely.
- *
- * Hot path (CLOSED, count window, a success, no slow-call threshold):
- * check = one acquire load of the word; release = one load, a record
- * number (seq_take: a fetch_add of seq every k records, else a thread-local
- * increment), the slot (seq % N, N from the configuration) exchanged
- * unless it already says success, and the
- * counters only when the outcome differs from the overwritten one; no
- * threshold evaluation when a success overwrote a present outcome (the
- * window is warm and neither a rate nor the call count rose). The
- * evaluation runs on a failure, a slow call, and while the window fills,
- * so the call that completes min_calls opens at once even if it is a
- * success. No clock unless a decision needs a duration: the slow-call
- * rate (slow_call_rate below 100%: 100% means slowness is not judged, as
- * no rate can exceed it; the permit is stamped, RESIL_PERMIT_TIMED), the
- * time window, OPEN's wait (a coarse reading when the wait is 100 ms or
- * more: at most 4 ms late) and transitions. An OPEN rejection is one load
- * and one clock reading (coarse for waits of 100 ms or more); FORCED_OPEN
- * one load.
- *
- * Windows: count (last N calls: slots + packed counters), time (last T
- * in B buckets of T/B, each tagged with the tick it counts; a record is
- * tick = now / (T/B); the first recorder of a new tick CASes the epoch and
- * zeroes the counters: increments racing that rotation are lost, at most
- * the records in flight at the boundary, and the span judged is the
- * current bucket plus B - 1 whole ones, between T - T/B and T), consecutive
- * (N failures in a row; slowness not judged). min_calls is capped at N for
- * count windows (as Resilience4j).
- *
- * Half-open (probes): the number of probes at once is the number of probe
- * slots (half_open_concurrent); the total is enforced by a claimer that
- * owns a slot counting answered (ho) + held (slots of the current gen) and
- * giving its slot back when that exceeds half_open_calls, or when the word
- * moved on meanwhile (a claim for a gen that is over would admit a call in
- * OPEN). Answers add to ho before freeing the slot and claimers scan slots
- * (after a seq_cst fence) before loading ho, so a probe is always counted
- * at least once: never more than half_open_calls probes (those given back
- * by undo or RESIL_IGNORED excepted) per HALF_OPEN. The read-only check
- * already rejects when no probe is to be had, so nothing else is spent.
- * The prober whose answer makes answered == half_open_calls (one CAS:
- * exactly one) decides: OPEN when the failure or slow rate of the probes
- * is at or over its threshold, else CLOSED with a fresh window. With a
- * consecutive window one failed probe re-opens at once and
- * half_open_calls successes close.
- *
- * half_open_max_wait (the choice): a probe of the current gen held longer
- * than that (claimed_at) sends the breaker back to OPEN (reason probe
- * timed out, streak + 1): a probe that never answers is a dependency that
- * does not answer. Seen by every call in HALF_OPEN (whether a probe is
- * free or not: embedded mode, without a tick, decides like daemon mode)
- * and by the daemon's tick. 0 turns it off (a hung live prober then holds
- * its slot).
- *
- * Crash windows (a process may be SIGKILLed between any two instructions):
- *   - transition: one CAS, nothing to repair.
- *   - decision to CLOSED: the window is reset before the CAS; killed in
- *     between (or between the last answer and the CAS), the breaker stays
- *     HALF_OPEN with every probe answered and none held. Repair: the
- *     daemon's tick redoes the decision; so does a client's check once
- *     HALF_OPEN is older than half_open_max_wait (60 s when off).
- *   - count record: killed between the slot exchange and the counters
- *     fetch_add, the counters stay skewed by one outcome for good (the
- *     slot holds the new outcome, the counters the old one). Repair:
- *     resil_breaker_reclaim recomputes the histogram of the slots and adds
- *     the difference, from a snapshot where seq and the counters did not
- *     move during the scan (a live writer preempted in the same window at
- *     that moment looks the same and would be repaired twice: the error
- *     is at most the writers in flight; a writer recording inside a batch
- *     it took earlier moves no seq, the same bound). A fresh window also
- *     clears it.
- *   - probe claim: killed after the owner CAS, the slot is owned by a
- *     dead client: reclaim frees it (and answered + held drops, so another
- *     probe can go). Killed before stamping claimed_at, the slot reads
- *     "not timed": maintain stamps it with its own time so
- *     half_open_max_wait applies from then (unregistered clients, id 0,
- *     are never reclaimed and rely on this).
- *   - probe answer: killed between the ho CAS and freeing the slot: the
- *     probe is counted twice in answered + held (conservative) until
- *     reclaim frees the slot.
- *   - time-window rotation: killed between the epoch CAS and zeroing the
- *     counters, the bucket keeps the counts of B buckets ago for one span
- *     (bounded, it rotates again).
- *   - consecutive: one CAS per step, nothing to repair.
- *
- * Keys, outcome rules and the names of states and reasons live in
- * breaker_conf.c: nothing there touches the shared state.
+ *             span, which then zeroes the counts; counts fetch_add
+ *             (relaxed) by recorders.
+ *   probes[]  owner CAS (acq_rel) by a prober (claim, release) or by
+ *             reclaim and sweep (dead client); claimed_at stored by the
+ *             owner after its claim, INT64_MAX while free
+ *             (breaker_probe.c).
+ *   ho        CAS (acq_rel) by probers adding an answer; tagged with gen.
+ *   moves[]   fetch_add (relaxed) by a transition's winner; statistics.
+ *   base_ns, layout copies: plain, written by state_init or carry before
+ *             the record's slot word publishes the block; no access is
+ *             addressed through them, base_ns is read with arithmetic no
+ *             value can overflow, and the daemon's tick repairs them
+ *             (breaker_maint.c).
+ * The daemon writes these words only through the operations a client
+ * uses (maintain, reclaim, force). Any value a client may write is
+ * survived: offsets and sizes come from the read-only configuration.
  */
 #include <errno.h>
 #include <string.h>
 
-#include "breaker.h"
-#include "resil.h"
+#include "breaker_priv.h"
 #include "stats.h"
-
-/* ---- packed words ---------------------------------------------------- */
 
 /* Rare paths out of line, so the hot ones stay small. */
 #define BK_COLD RESIL_COLD
-
-#define GEN_BITS	 20
-#define GEN_MASK	 ((1u << GEN_BITS) - 1)
-#define SINCE_BITS	 36
-#define SINCE_MASK	 ((1ULL << SINCE_BITS) - 1)
-#define STREAK_MAX	 31u
-#define ELAPSED_PLAIN_NS ((int64_t)SINCE_MASK * RESIL_NS_PER_MS - 3600 * RESIL_NS_PER_S)
-
-static inline int w_state(uint64_t w)
-{
-	return (int)(w & 7);
-}
-static inline uint32_t w_streak(uint64_t w)
-{
-	return (uint32_t)(w >> 3) & 31;
-}
-static inline uint32_t w_gen(uint64_t w)
-{
-	return (uint32_t)(w >> 8) & GEN_MASK;
-}
-static inline uint64_t w_since(uint64_t w)
-{
-	return w >> 28;
-}
-static inline uint64_t w_make(int state, uint32_t streak, uint32_t gen, uint64_t since_ms)
-{
-	return (uint64_t)(state & 7) | (uint64_t)(streak & 31) << 3 |
-	       (uint64_t)(gen & GEN_MASK) << 8 | (since_ms & SINCE_MASK) << 28;
-}
-
-/* gen a is newer than b (modulo 2^20). */
-static inline bool gen_newer(uint32_t a, uint32_t b)
-{
-	uint32_t d = (a - b) & GEN_MASK;
-
-	return d != 0 && d < (1u << (GEN_BITS - 1));
-}
-
-#define F21 21
-#define M21 ((1ULL << 21) - 1)
-
-/* Packed delta from one slot outcome to another. */
-static inline uint64_t cnt_delta(uint32_t old, uint32_t nw)
-{
-	int64_t dc = (int64_t)(nw & 1) - (int64_t)(old & 1);
-	int64_t df = (int64_t)((nw >> 1) & 1) - (int64_t)((old >> 1) & 1);
-	int64_t ds = (int64_t)((nw >> 2) & 1) - (int64_t)((old >> 2) & 1);
-
-	return (uint64_t)dc + (uint64_t)df * (1ULL << F21) + (uint64_t)ds * (1ULL << (2 * F21));
-}
-
-static inline int64_t sext(uint64_t v, int bits)
-{
-	uint64_t m = 1ULL << (bits - 1);
-
-	v &= (1ULL << bits) - 1;
-	return (int64_t)(v ^ m) - (int64_t)m;
-}
 
 void resil_breaker_unpack(uint64_t v, struct resil_breaker_counts *out)
 {
@@ -244,152 +74,6 @@ void resil_breaker_unpack(uint64_t v, struct resil_breaker_counts *out)
 	out->calls = c < 0 ? 0 : c;
 	out->failures = f < 0 ? 0 : f;
 	out->slow = s < 0 ? 0 : s;
-}
-
-/* consec: gen << 32 | count */
-static inline uint32_t cw_gen(uint64_t v)
-{
-	return (uint32_t)(v >> 32) & GEN_MASK;
-}
-static inline uint32_t cw_cnt(uint64_t v)
-{
-	return (uint32_t)v;
-}
-
-/* ho: gen:20 << 44 | answered:14 << 28 | failed:14 << 14 | slow:14 */
-#define HO_M14 0x3fffu
-static inline uint32_t ho_gen(uint64_t v)
-{
-	return (uint32_t)(v >> 44) & GEN_MASK;
-}
-static inline uint32_t ho_done(uint64_t v)
-{
-	return (uint32_t)(v >> 28) & HO_M14;
-}
-static inline uint32_t ho_fail(uint64_t v)
-{
-	return (uint32_t)(v >> 14) & HO_M14;
-}
-static inline uint32_t ho_slow(uint64_t v)
-{
-	return (uint32_t)v & HO_M14;
-}
-static inline uint64_t ho_make(uint32_t gen, uint32_t done, uint32_t fail, uint32_t slow)
-{
-	return (uint64_t)(gen & GEN_MASK) << 44 | (uint64_t)(done & HO_M14) << 28 |
-	       (uint64_t)(fail & HO_M14) << 14 | (slow & HO_M14);
-}
-
-/* probe owner: (gen | 1 << 31) << 32 | client id */
-static inline uint64_t probe_tag(uint32_t gen, uint32_t client)
-{
-	return (uint64_t)((gen & GEN_MASK) | 0x80000000u) << 32 | client;
-}
-static inline uint32_t probe_gen(uint64_t v)
-{
-	return (uint32_t)(v >> 32) & GEN_MASK;
-}
-static inline uint32_t probe_client(uint64_t v)
-{
-	return (uint32_t)v;
-}
-/* The client id a probe carries: the caller's row + 1, or 0 without a
- * row (a pid-tagged claim id, seg.h, does not fit a permit's probe index;
- * such a probe ends by half_open_max_wait, as before) */
-static inline uint32_t probe_id(const struct resil_ctx *x)
-{
-	return x->client_id < (1u << 21) ? x->client_id : 0;
-}
-
-/* ---- configuration-derived values ------------------------------------ */
-
-typedef struct resil_breaker_state bk_t;
-
-static inline bool slow_on(const struct resil_breaker_conf *c)
-{
-	return c->slow_rate_bp < 10000 && c->window_kind != RESIL_WINDOW_CONSECUTIVE;
-}
-
-static inline uint32_t ho_calls(const struct resil_breaker_conf *c)
-{
-	uint32_t n = c->half_open_calls;
-
-	if (n == 0)
-		n = 1;
-	return n > RESIL_BK_HALF_OPEN_MAX ? RESIL_BK_HALF_OPEN_MAX : n;
-}
-
-static uint32_t nprobe_of(const struct resil_breaker_conf *c)
-{
-	uint32_t n = c->half_open_concurrent ? c->half_open_concurrent : c->half_open_calls;
-
-	if (n > ho_calls(c))
-		n = ho_calls(c);
-	if (n == 0)
-		n = 1;
-	return n > RESIL_BK_PROBES_MAX ? RESIL_BK_PROBES_MAX : n;
-}
-
-static uint32_t wsize_of(const struct resil_breaker_conf *c)
-{
-	uint32_t n;
-
-	switch (c->window_kind) {
-	case RESIL_WINDOW_TIME:
-		n = c->buckets ? c->buckets : 1;
-		return n > RESIL_BK_BUCKETS_MAX ? RESIL_BK_BUCKETS_MAX : n;
-	case RESIL_WINDOW_CONSECUTIVE:
-		return 0;
-	default:
-		n = c->window_size ? c->window_size : 1;
-		return n > RESIL_BK_WINDOW_MAX ? RESIL_BK_WINDOW_MAX : n;
-	}
-}
-
-static int64_t bucket_ns_of(const struct resil_breaker_conf *c)
-{
-	int64_t b = c->window_ns / (int64_t)wsize_of(c);
-
-	return b > 0 ? b : 1;
-}
-
-/* Count windows judge from min(min_calls, N) like Resilience4j; a time
- * window from min_calls. */
-static int64_t min_calls_of(const struct resil_breaker_conf *c)
-{
-	int64_t m = c->min_calls ? c->min_calls : 1;
-
-	if (c->window_kind == RESIL_WINDOW_COUNT && m > (int64_t)wsize_of(c))
-		m = wsize_of(c);
-	return m;
-}
-
-/* The OPEN wait after `streak` repeated opens: wait * multiplier^streak,
- * capped at wait_max (0: wait). */
-static int64_t open_wait(const struct resil_breaker_conf *c, uint32_t streak)
-{
-	int64_t w = c->wait_ns < 0 ? 0 : c->wait_ns;
-	int64_t cap = c->wait_max_ns > 0 ? c->wait_max_ns : w;
-	uint32_t m = c->wait_multiplier_milli;
-
-	if (m > 1000) {
-		for (uint32_t i = 0; i < streak && w < cap; i++) {
-			if (w > INT64_MAX / m) {
-				w = cap;
-				break;
-			}
-			w = w * m / 1000;
-		}
-	}
-	return w > cap ? cap : w;
-}
-
-/* open_wait(c, 0) without a loop */
-static inline int64_t first_wait(const struct resil_breaker_conf *c)
-{
-	int64_t w = c->wait_ns < 0 ? 0 : c->wait_ns;
-
-	return c->wait_max_ns > 0 && c->wait_max_ns < w ? c->wait_max_ns : w;
 }
 
 /* The count window's slot of record number seq: seq % n, n from the
@@ -451,23 +135,7 @@ static inline uint64_t seq_take(bk_t *b, uint32_t n)
 	return s;
 }
 
-/* The block's layout, from the configuration only (the read-only config
- * segment): the one place offsets are computed. The copies in line 0
- * (probe_off, win_off, ...) are for dumps of the segment; no access is
- * ever addressed through them, since any client can write them. The
- * words read here share the conf's first line with those every call
- * reads. */
-#define PROBE_OFF ((uint32_t)sizeof(bk_t))
-static inline uint32_t win_off_of(const struct resil_breaker_conf *c)
-{
-	return (uint32_t)(sizeof(bk_t) + resil_align_up((uint64_t)nprobe_of(c) *
-							    sizeof(struct resil_breaker_probe),
-							RESIL_HOT_ALIGN));
-}
-static inline ra32 *cslots(bk_t *b, const struct resil_breaker_conf *c)
-{
-	return (ra32 *)((char *)b + win_off_of(c));
-}
+/* ---- layout ------------------------------------------------------------ */
 
 /* A success's release is a record without a clock: count window, no
  * slow-call rate. */
@@ -492,59 +160,8 @@ static inline uint32_t win_off_x(const struct resil_ctx *x, const struct resil_b
 {
 	return RESIL_LIKELY(x->bk_conf == c) ? x->bk_off : resil_breaker_win_off(c);
 }
-static inline struct resil_breaker_bucket *buckets(bk_t *b, const struct resil_breaker_conf *c)
-{
-	return (struct resil_breaker_bucket *)((char *)b + win_off_of(c));
-}
-static inline struct resil_breaker_probe *probes(bk_t *b)
-{
-	return (struct resil_breaker_probe *)((char *)b + PROBE_OFF);
-}
 
 /* ---- time --------------------------------------------------------------- */
-
-static inline int64_t rel_ns(const bk_t *b, int64_t now)
-{
-	int64_t base = b->base_ns;
-	uint64_t r;
-
-	/* time appearing to go backwards clamps; unsigned, so no value of
-	 * base_ns (a client may write any) overflows */
-	if (now <= base)
-		return 0;
-	r = (uint64_t)now - (uint64_t)base;
-	return r > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)r;
-}
-
-static inline uint64_t since_of(const bk_t *b, int64_t now)
-{
-	return ((uint64_t)rel_ns(b, now) + RESIL_NS_PER_MS - 1) / RESIL_NS_PER_MS;
-}
-
-/* ns since the word's since (0 if not yet or if the clock went back). The
- * 36-bit ms difference is taken modulo and sign-extended: exact for
- * states younger than 397 days. */
-static inline int64_t elapsed_ns(const bk_t *b, uint64_t w, int64_t now)
-{
-	int64_t rel = rel_ns(b, now), e;
-
-	if (RESIL_LIKELY(rel < ELAPSED_PLAIN_NS)) {
-		/* the first 795 days of the block, less an hour: no wrap */
-		e = rel - (int64_t)w_since(w) * RESIL_NS_PER_MS;
-	} else {
-		uint64_t now_ms = (uint64_t)rel / RESIL_NS_PER_MS;
-		int64_t d = sext((now_ms - w_since(w)) & SINCE_MASK, SINCE_BITS);
-
-		e = d * RESIL_NS_PER_MS + (rel - (int64_t)now_ms * RESIL_NS_PER_MS);
-	}
-	return e < 0 ? 0 : e;
-}
-
-/* The floor of the word's since, as an absolute time. */
-static int64_t since_abs_floor(const bk_t *b, uint64_t w, int64_t now)
-{
-	return now - elapsed_ns(b, w, now) - RESIL_NS_PER_MS;
-}
 
 /* A reading for OPEN's wait: the cached precise one if any, else coarse
  * when the wait is long enough for a 4 ms resolution. */
@@ -569,7 +186,7 @@ static inline void stamp(struct resil_ctx *x, struct resil_permit_priv *pm)
 
 /* The slot of moves[] counting from -> to (breaker.h), -1 for a pair no
  * transition takes (or a state out of range, before its repair). */
-static int move_idx(int from, int to)
+int resil_breaker_priv_move_idx(int from, int to)
 {
 	if (from < 0 || from > RESIL_STATE_METRICS_ONLY)
 		return -1;
@@ -594,8 +211,8 @@ RESIL_STATIC_ASSERT(26 < RESIL_BK_MOVES, "moves[] holds every pair");
 
 /* CAS *w -> (to, streak, gen + 1, now). The winner pushes the event. On
  * failure *w holds the current word. */
-static bool move(struct resil_ctx *x, bk_t *b, uint64_t *w, int to, uint32_t streak, uint32_t why,
-		 uint64_t value)
+bool resil_breaker_priv_move(struct resil_ctx *x, bk_t *b, uint64_t *w, int to, uint32_t streak,
+			     uint32_t why, uint64_t value)
 {
 	int64_t now = resil_ctx_now(x);
 	uint64_t nw = w_make(to, streak, w_gen(*w) + 1, since_of(b, now));
@@ -604,7 +221,7 @@ static bool move(struct resil_ctx *x, bk_t *b, uint64_t *w, int to, uint32_t str
 	if (!cas_acq_rel(&b->word, w, nw))
 		return false;
 	*w = nw;
-	idx = move_idx(from, to);
+	idx = resil_breaker_priv_move_idx(from, to);
 	if (idx >= 0)
 		faa_relaxed(&b->moves[idx], 1);
 	resil_event_push_by(x->seg, x->client_id, x->pid, RESIL_EV_TRANSITION,
@@ -616,20 +233,13 @@ static bool move(struct resil_ctx *x, bk_t *b, uint64_t *w, int to, uint32_t str
 	return true;
 }
 
-static inline uint32_t streak_up(uint64_t w)
-{
-	uint32_t s = w_streak(w);
-
-	return s < STREAK_MAX ? s + 1 : s;
-}
-
 /* CLOSED -> OPEN after a record of gen crossed a threshold. */
 static void closed_open(struct resil_ctx *x, bk_t *b, uint32_t gen, uint32_t why, uint64_t value)
 {
 	uint64_t w = ld_acquire(&b->word);
 
 	if (w_state(w) == RESIL_STATE_CLOSED && w_gen(w) == gen)
-		move(x, b, &w, RESIL_STATE_OPEN, 0, why, value);
+		resil_breaker_priv_move(x, b, &w, RESIL_STATE_OPEN, 0, why, value);
 }
 
 /* ---- windows ------------------------------------------------------------ */
@@ -642,7 +252,7 @@ static BK_COLD void count_after(struct resil_ctx *x, bk_t *b, const struct resil
 /* Empty the window: each slot exchanged to EMPTY with its counters
  * adjusted, the same steps as a record, so counters stay equal to the
  * slots' histogram even against a straggling recorder. Rare path. */
-static void window_reset(bk_t *b, const struct resil_breaker_conf *c)
+void resil_breaker_priv_window_reset(bk_t *b, const struct resil_breaker_conf *c)
 {
 	uint32_t n = wsize_of(c);
 
@@ -679,8 +289,9 @@ static uint64_t rate_bp(int64_t n, int64_t calls)
 	return r < 0 ? 0 : r > INT64_MAX ? (uint64_t)INT64_MAX : (uint64_t)r;
 }
 
-static bool over_threshold(const struct resil_breaker_conf *c, const struct resil_breaker_counts *k,
-			   int64_t min, uint32_t *why, uint64_t *value)
+bool resil_breaker_priv_over_threshold(const struct resil_breaker_conf *c,
+				       const struct resil_breaker_counts *k, int64_t min,
+				       uint32_t *why, uint64_t *value)
 {
 	if (k->calls <= 0 || k->calls < min)
 		return false;
@@ -723,8 +334,8 @@ static void time_sum_n(const struct resil_breaker_bucket *bk, uint32_t n, uint64
 	k->slow = (int64_t)slow;
 }
 
-static void time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1,
-		     struct resil_breaker_counts *k)
+void resil_breaker_priv_time_sum(bk_t *b, const struct resil_breaker_conf *c, uint64_t tick1,
+				 struct resil_breaker_counts *k)
 {
 	time_sum_n(buckets(b, c), wsize_of(c), tick1, k);
 }
@@ -798,7 +409,8 @@ static bool record(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf
 		if (!judge)
 			return false;
 		time_sum_n(win, n, tick1, &k);
-		return over_threshold(c, &k, c->min_calls ? c->min_calls : 1, why, value);
+		return resil_breaker_priv_over_threshold(c, &k, c->min_calls ? c->min_calls : 1,
+							 why, value);
 	}
 	default: {
 		uint32_t n = wsize_of(c);
@@ -833,7 +445,7 @@ static bool count_counters(bk_t *b, const struct resil_breaker_conf *c, uint32_t
 	if (!judge || (code == RESIL_BK_OK && old != RESIL_BK_EMPTY))
 		return false;
 	resil_breaker_unpack(packed, &k);
-	return over_threshold(c, &k, min_calls_of(c), why, value);
+	return resil_breaker_priv_over_threshold(c, &k, min_calls_of(c), why, value);
 }
 
 static BK_COLD void count_after(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c,
@@ -846,335 +458,7 @@ static BK_COLD void count_after(struct resil_ctx *x, bk_t *b, const struct resil
 		closed_open(x, b, gen, why, value);
 }
 
-/* ---- probes ------------------------------------------------------------- */
-
-static void probe_free(bk_t *b, uint32_t i, uint64_t tag)
-{
-	struct resil_breaker_probe *p = &probes(b)[i];
-	uint64_t v = ld_acquire(&p->owner);
-
-	if (v != tag)
-		return; /* taken over by a newer gen, or reclaimed */
-	/* INT64_MAX first: if a newer gen takes the slot over in between, it
-	 * reads "not timed" (never a false timeout); maintain stamps it. */
-	st_relaxed(&p->claimed_at, INT64_MAX);
-	cas_acq_rel(&p->owner, &v, 0);
-}
-
-/* Held probes of gen (slots scanned before ho is loaded: see top). */
-static uint32_t probes_held(bk_t *b, uint32_t np, uint32_t gen)
-{
-	struct resil_breaker_probe *p = probes(b);
-	uint32_t held = 0;
-
-	for (uint32_t i = 0; i < np; i++) {
-		uint64_t v = ld_acquire(&p[i].owner);
-
-		if (v && probe_gen(v) == gen)
-			held++;
-	}
-	return held;
-}
-
-/* probes_held, and the oldest claimed_at among them (INT64_MAX: none
- * stamped) for the half_open_max_wait check of a caller. */
-static uint32_t probes_held_since(bk_t *b, uint32_t np, uint32_t gen, int64_t *oldest)
-{
-	struct resil_breaker_probe *p = probes(b);
-	uint32_t held = 0;
-
-	*oldest = INT64_MAX;
-	for (uint32_t i = 0; i < np; i++) {
-		uint64_t v = ld_acquire(&p[i].owner);
-		int64_t t;
-
-		if (!v || probe_gen(v) != gen)
-			continue;
-		held++;
-		t = ld_relaxed(&p[i].claimed_at);
-		if (t < *oldest)
-			*oldest = t;
-	}
-	return held;
-}
-
-static uint32_t answered(bk_t *b, uint32_t gen)
-{
-	uint64_t h = ld_acquire(&b->ho);
-
-	return ho_gen(h) == gen ? ho_done(h) : 0;
-}
-
-/* Claim a probe slot for gen; its index or -1 when none may go. */
-static int probe_claim(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c, uint64_t w)
-{
-	uint32_t gen = w_gen(w);
-	struct resil_breaker_probe *p = probes(b);
-	uint32_t np = nprobe_of(c), calls = ho_calls(c);
-	uint64_t tag = probe_tag(gen, probe_id(x));
-
-	if (answered(b, gen) >= calls)
-		return -1;
-	for (uint32_t i = 0; i < np; i++) {
-		uint64_t v = ld_acquire(&p[i].owner);
-
-		if (v && !gen_newer(gen, probe_gen(v)))
-			continue; /* held in this gen */
-		if (!cas_acq_rel(&p[i].owner, &v, tag))
-			continue;
-		/* Two claimers each store their slot and load the other's:
-		 * without a total order both could miss each other. */
-		atomic_thread_fence(memory_order_seq_cst);
-		/* CRASH WINDOW: killed here, the slot is owned but not timed:
-		 * reclaim frees it, maintain stamps it. */
-		st_relaxed(&p[i].claimed_at, resil_ctx_now(x));
-		/* Over the total, or the state moved on since the caller
-		 * read it (a claim for a gen that is over would admit a call
-		 * in OPEN, and its gen's answers are no longer in ho): give
-		 * the slot back. Loaded after ho, so a ho of this gen was
-		 * read if the word still says this gen. */
-		if (probes_held(b, np, gen) + answered(b, gen) > calls ||
-		    ld_acquire(&b->word) != w) {
-			probe_free(b, i, tag);
-			return -1;
-		}
-		return (int)i;
-	}
-	return -1;
-}
-
-/* HALF_OPEN of word w: a probe of its gen held longer than max_wait sends
- * it back to OPEN; with every probe answered but no decision (the decider
- * died), decide again. */
-static void half_open_repair(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c,
-			     uint64_t w, bool daemon);
-
-/* ---- decisions on probes ------------------------------------------------ */
-
-static void probes_decide(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c,
-			  uint64_t w, uint64_t h)
-{
-	uint32_t done = ho_done(h), calls = ho_calls(c);
-	struct resil_breaker_counts k = {done, ho_fail(h), ho_slow(h)};
-	uint32_t why;
-	uint64_t value;
-
-	if (w_state(w) != RESIL_STATE_HALF_OPEN || w_gen(w) != ho_gen(h))
-		return;
-	if (c->window_kind == RESIL_WINDOW_CONSECUTIVE && k.failures > 0) {
-		move(x, b, &w, RESIL_STATE_OPEN, streak_up(w), RESIL_WHY_PROBE_FAILED,
-		     (uint64_t)k.failures);
-		return;
-	}
-	if (done < calls)
-		return;
-	if (c->window_kind != RESIL_WINDOW_CONSECUTIVE && over_threshold(c, &k, 1, &why, &value)) {
-		move(x, b, &w, RESIL_STATE_OPEN, streak_up(w), why, value);
-		return;
-	}
-	/* Fresh window first, then the CAS publishes it (release). The word
-	 * is loaded again just before: a late repairer holding an old copy
-	 * must not wipe the records of the CLOSED that followed. */
-	if (ld_acquire(&b->word) != w)
-		return;
-	window_reset(b, c);
-	move(x, b, &w, RESIL_STATE_CLOSED, 0, RESIL_WHY_PROBES_PASSED, done);
-}
-
-static void half_open_repair(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c,
-			     uint64_t w, bool daemon)
-{
-	struct resil_breaker_probe *p = probes(b);
-	uint32_t np = nprobe_of(c), gen = w_gen(w);
-	int64_t now = resil_ctx_now(x), floor = since_abs_floor(b, w, now), oldest = INT64_MAX;
-	uint64_t h;
-	uint32_t held = 0;
-
-	for (uint32_t i = 0; i < np; i++) {
-		uint64_t v = ld_acquire(&p[i].owner);
-		int64_t t;
-
-		if (!v || probe_gen(v) != gen)
-			continue;
-		held++;
-		t = ld_relaxed(&p[i].claimed_at);
-		if (t == INT64_MAX || t < floor) {
-			/* not stamped (claimer in its crash window, or a slot
-			 * taken over from an older gen not stamped yet) */
-			if (daemon)
-				atomic_compare_exchange_strong_explicit(&p[i].claimed_at, &t, now,
-									memory_order_relaxed,
-									memory_order_relaxed);
-			continue;
-		}
-		if (t < oldest)
-			oldest = t;
-	}
-	if (c->half_open_max_wait_ns > 0 && oldest != INT64_MAX &&
-	    now - oldest >= c->half_open_max_wait_ns) {
-		move(x, b, &w, RESIL_STATE_OPEN, streak_up(w), RESIL_WHY_PROBE_TIMEOUT,
-		     (uint64_t)(now - oldest));
-		return;
-	}
-	/* Every answer in, nobody holding a probe, and still HALF_OPEN: the
-	 * decider died between its answer and its CAS. The daemon redoes
-	 * the decision at once; a client only once HALF_OPEN is older than
-	 * half_open_max_wait (60 s when off), so callers do not pile onto
-	 * the decision a live decider is making right now. */
-	if (held != 0)
-		return;
-	if (!daemon &&
-	    elapsed_ns(b, w, now) <
-		(c->half_open_max_wait_ns > 0 ? c->half_open_max_wait_ns : 60 * RESIL_NS_PER_S))
-		return;
-	h = ld_acquire(&b->ho);
-	if (ho_gen(h) == gen && (ho_done(h) >= ho_calls(c) ||
-				 (c->window_kind == RESIL_WINDOW_CONSECUTIVE && ho_fail(h) > 0)))
-		probes_decide(x, b, c, w, h);
-}
-
-/* Add a probe's answer; returns the new ho word, 0 when it did not count
- * (stale gen, or every answer already in). */
-static uint64_t ho_add(bk_t *b, const struct resil_breaker_conf *c, uint32_t gen, bool fail,
-		       bool slow)
-{
-	uint64_t h = ld_acquire(&b->ho), nh;
-
-	for (;;) {
-		uint64_t base;
-
-		if (ho_gen(h) == gen)
-			base = h;
-		else if (gen_newer(gen, ho_gen(h)))
-			base = ho_make(gen, 0, 0, 0);
-		else
-			return 0;
-		if (ho_done(base) >= ho_calls(c))
-			return 0;
-		nh = ho_make(gen, ho_done(base) + 1, ho_fail(base) + fail, ho_slow(base) + slow);
-		if (cas_acq_rel(&b->ho, &h, nh))
-			return nh;
-	}
-}
-
-/* ---- the component interface -------------------------------------------- */
-
-uint64_t resil_breaker_state_size(const struct resil_breaker_conf *c)
-{
-	uint64_t sz = sizeof(bk_t);
-
-	sz += resil_align_up((uint64_t)nprobe_of(c) * sizeof(struct resil_breaker_probe),
-			     RESIL_HOT_ALIGN);
-	if (c->window_kind == RESIL_WINDOW_COUNT)
-		sz += resil_align_up((uint64_t)wsize_of(c) * sizeof(ra32), RESIL_HOT_ALIGN);
-	else if (c->window_kind == RESIL_WINDOW_TIME)
-		sz += resil_align_up((uint64_t)wsize_of(c) * sizeof(struct resil_breaker_bucket),
-				     RESIL_HOT_ALIGN);
-	return sz;
-}
-
-/*
- * The layout words of line 0 (kind, size, bucket_ns, nprobe and the
- * offsets) are all derived from the configuration, which lives in the
- * read-only config segment. Written at init for observers; nothing
- * addresses memory through them (win_off_of, PROBE_OFF): the state
- * segment is writable by every client. The daemon rewrites them from the
- * configuration in its tick and counts what it had to repair. Plain
- * stores: the values are the ones every reader already expects.
- */
-static uint32_t layout_repair(bk_t *b, const struct resil_breaker_conf *c)
-{
-	uint32_t np = nprobe_of(c), n = 0;
-	uint32_t size = c->window_kind == RESIL_WINDOW_CONSECUTIVE ? c->window_size : wsize_of(c);
-	int64_t bucket_ns = c->window_kind == RESIL_WINDOW_TIME ? bucket_ns_of(c) : 0;
-
-#define FIX(field, val)                                                                            \
-	do {                                                                                       \
-		if (b->field != (val)) {                                                           \
-			b->field = (val);                                                          \
-			n++;                                                                       \
-		}                                                                                  \
-	} while (0)
-	FIX(kind, c->window_kind);
-	FIX(size, size);
-	FIX(bucket_ns, bucket_ns);
-	FIX(nprobe, np);
-	FIX(probe_off, PROBE_OFF);
-	FIX(win_off, win_off_of(c));
-#undef FIX
-	return n;
-}
-
-bool resil_breaker_layout_ok(const struct resil_breaker_conf *c, const void *st)
-{
-	bk_t copy;
-
-	/* on a copy of the plain words of line 0 (after the state word, up to
-	 * the end of win_off): layout_repair counts what differs and writes
-	 * only the copy */
-	memcpy(&copy.base_ns, &((const bk_t *)st)->base_ns,
-	       offsetof(bk_t, win_off) + sizeof(copy.win_off) - offsetof(bk_t, base_ns));
-	return layout_repair(&copy, c) == 0;
-}
-
-void resil_breaker_state_init(void *st, const struct resil_breaker_conf *c, int64_t now)
-{
-	bk_t *b = st;
-	uint32_t np = nprobe_of(c);
-
-	memset(st, 0, resil_breaker_state_size(c));
-	b->base_ns = now;
-	(void)layout_repair(b, c);
-	for (uint32_t i = 0; i < np; i++)
-		st_relaxed(&probes(b)[i].claimed_at, INT64_MAX);
-	/* published by the record's slot word (release) in seg.c */
-	st_release(&b->word, w_make(RESIL_STATE_CLOSED, 0, 0, 0));
-}
-
-bool resil_breaker_same_shape(const struct resil_breaker_conf *a,
-			      const struct resil_breaker_conf *b)
-{
-	if (a->window_kind != b->window_kind || nprobe_of(a) != nprobe_of(b))
-		return false;
-	switch (a->window_kind) {
-	case RESIL_WINDOW_COUNT:
-		return wsize_of(a) == wsize_of(b);
-	case RESIL_WINDOW_TIME:
-		return wsize_of(a) == wsize_of(b) && bucket_ns_of(a) == bucket_ns_of(b);
-	default:
-		/* consecutive:N: a new N starts a fresh count (carry keeps
-		 * OPEN and forced states) */
-		return a->window_size == b->window_size;
-	}
-}
-
-/* A new block for a new shape: OPEN keeps its opened time and streak,
- * forced states stay; HALF_OPEN starts its probes over (from now) in the
- * new block; CLOSED starts with a fresh window. The gen continues, so
- * permits of the old block (probes included) never match the new. */
-void resil_breaker_carry(void *nst, const struct resil_breaker_conf *nc, const void *ost,
-			 const struct resil_breaker_conf *oc, int64_t now)
-{
-	bk_t *nb = nst;
-	const bk_t *ob = ost;
-	uint64_t ow = ld_acquire(&((bk_t *)ob)->word);
-	int s = w_state(ow);
-	uint32_t gen = w_gen(ow) + 1;
-	int64_t since = now - elapsed_ns(ob, ow, now);
-	uint64_t nw;
-
-	if (s == RESIL_STATE_CLOSED || s == RESIL_STATE_HALF_OPEN)
-		since = now;
-	/* the new base may be after the old since: move the base back */
-	if (since < nb->base_ns)
-		nb->base_ns = since;
-	nw = w_make(s, w_streak(ow), gen, since_of(nb, since));
-	/* the transition counters go on (before the word's release publishes
-	 * them with the rest of the block) */
-	for (unsigned i = 0; i < RESIL_BK_MOVES; i++)
-		st_relaxed(&nb->moves[i], ld_relaxed(&((bk_t *)ob)->moves[i]));
-	st_release(&nb->word, nw);
-}
+/* ---- the decision ------------------------------------------------------- */
 
 /* OPEN before its wait is over: rejected, with the time to the next
  * probe as the permit's wait (resil_permit_wait_ns: a Retry-After). */
@@ -1225,9 +509,9 @@ static BK_COLD int check_slow(struct resil_ctx *x, const struct resil_breaker_co
 		uint32_t np = nprobe_of(c), held;
 		int64_t oldest;
 
-		held = probes_held_since(b, np, w_gen(w), &oldest);
+		held = resil_breaker_priv_probes_held_since(b, np, w_gen(w), &oldest);
 		if (held >= np || held + answered(b, w_gen(w)) >= ho_calls(c)) {
-			half_open_repair(x, b, c, w, false);
+			resil_breaker_priv_half_open_repair(x, b, c, w, false);
 			return RESIL_REJECT_OPEN;
 		}
 		/* A probe is free, but one held past half_open_max_wait sends
@@ -1239,7 +523,7 @@ static BK_COLD int check_slow(struct resil_ctx *x, const struct resil_breaker_co
 		 * clock and the configuration: no overflow), never subtracted */
 		if (oldest != INT64_MAX && c->half_open_max_wait_ns > 0 &&
 		    oldest <= resil_ctx_now(x) - c->half_open_max_wait_ns) {
-			half_open_repair(x, b, c, w, false);
+			resil_breaker_priv_half_open_repair(x, b, c, w, false);
 			if (ld_acquire(&b->word) != w)
 				return RESIL_REJECT_OPEN;
 		}
@@ -1294,8 +578,8 @@ int resil_breaker_acquire(struct resil_ctx *x, const struct resil_breaker_conf *
 				goto reject;
 			/* the first acquire after the wait: HALF_OPEN, and
 			 * it goes on to claim a probe like any other */
-			move(x, b, &w, RESIL_STATE_HALF_OPEN, w_streak(w), RESIL_WHY_WAIT_OVER,
-			     (uint64_t)wait);
+			resil_breaker_priv_move(x, b, &w, RESIL_STATE_HALF_OPEN, w_streak(w),
+						RESIL_WHY_WAIT_OVER, (uint64_t)wait);
 			continue;
 		}
 		if (s == RESIL_STATE_CLOSED || s == RESIL_STATE_DISABLED ||
@@ -1309,9 +593,9 @@ int resil_breaker_acquire(struct resil_ctx *x, const struct resil_breaker_conf *
 		}
 		goto reject;
 	}
-	i = probe_claim(x, b, c, w);
+	i = resil_breaker_priv_probe_claim(x, b, c, w);
 	if (i < 0) {
-		half_open_repair(x, b, c, w, false);
+		resil_breaker_priv_half_open_repair(x, b, c, w, false);
 		goto reject;
 	}
 	pm->probe_idx = RESIL_BK_PROBE_IDX(probe_id(x), (uint32_t)i);
@@ -1333,7 +617,7 @@ void resil_breaker_undo(struct resil_ctx *x, const struct resil_breaker_conf *c,
 		uint32_t i = RESIL_BK_PROBE_SLOT(pm->probe_idx);
 
 		if (i < nprobe_of(c))
-			probe_free(
+			resil_breaker_priv_probe_free(
 			    st, i,
 			    probe_tag(pm->breaker_gen, RESIL_BK_PROBE_CLIENT(pm->probe_idx)));
 		pm->probe_idx = 0;
@@ -1366,15 +650,16 @@ static BK_COLD void release_probe(struct resil_ctx *x, const struct resil_breake
 
 	/* an answer of an older gen decides nothing */
 	if (w_state(w) == RESIL_STATE_HALF_OPEN && w_gen(w) == pm->breaker_gen)
-		h = ho_add(b, c, pm->breaker_gen, code & 2, code & RESIL_BK_SLOW);
-	/* answer counted before the slot is freed (see top) */
+		h = resil_breaker_priv_ho_add(b, c, pm->breaker_gen, code & 2,
+					      code & RESIL_BK_SLOW);
+	/* answer counted before the slot is freed (breaker_probe.c's top) */
 	if (idx < nprobe_of(c))
-		probe_free(b, idx,
-			   probe_tag(pm->breaker_gen, RESIL_BK_PROBE_CLIENT(pm->probe_idx)));
+		resil_breaker_priv_probe_free(
+		    b, idx, probe_tag(pm->breaker_gen, RESIL_BK_PROBE_CLIENT(pm->probe_idx)));
 	pm->probe_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_PROBE;
 	if (h)
-		probes_decide(x, b, c, ld_acquire(&b->word), h);
+		resil_breaker_priv_probes_decide(x, b, c, ld_acquire(&b->word), h);
 }
 
 bool resil_breaker_lean(const struct resil_breaker_conf *c)
@@ -1530,355 +815,4 @@ void resil_breaker_release(struct resil_ctx *x, const struct resil_breaker_conf 
 	if (w_gen(w) != pm->breaker_gen)
 		return; /* granted in another state: not this window's */
 	release_closed(x, c, b, w, code);
-}
-
-/*
- * The daemon's checks of the words it acts on (any client may write any
- * value into them); each bad one is repaired and counted (resil_repaired):
- *   - layout copies in line 0: rewritten from the configuration;
- *   - base_ns: the time origin of since_ms; one from the future
- *     would make every state look brand new, so
- *     it is moved to now and the state word re-stamped from now;
- *   - the state code: one outside the enum (6, 7) would reject forever;
- *     it becomes a fresh CLOSED breaker, as after a reset.
- * A client of the same fleet can still make decisions wrong (a state
- * word naming OPEN); it cannot make the daemon or a caller stick.
- */
-static void state_repair(struct resil_ctx *x, bk_t *b, const struct resil_breaker_conf *c)
-{
-	int64_t now = resil_ctx_now(x);
-	uint64_t w;
-
-	if (layout_repair(b, c))
-		resil_repaired(x, RESIL_W_BREAKER_LAYOUT);
-	if (b->base_ns > now) {
-		b->base_ns = now;
-		w = ld_acquire(&b->word);
-		cas_acq_rel(&b->word, &w, w_make(w_state(w), w_streak(w), w_gen(w), 0));
-		resil_repaired(x, RESIL_W_BREAKER_BASE);
-	}
-	w = ld_acquire(&b->word);
-	if (w_state(w) > RESIL_STATE_METRICS_ONLY) {
-		window_reset(b, c);
-		while (w_state(w) > RESIL_STATE_METRICS_ONLY &&
-		       !move(x, b, &w, RESIL_STATE_CLOSED, 0, RESIL_WHY_RESET, 0))
-			;
-		resil_repaired(x, RESIL_W_BREAKER_STATE);
-	}
-}
-
-void resil_breaker_maintain(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st)
-{
-	bk_t *b = st;
-	uint64_t w;
-
-	state_repair(x, b, c);
-	w = ld_acquire(&b->word);
-
-	if (w_state(w) == RESIL_STATE_OPEN) {
-		int64_t wait = open_wait(c, w_streak(w));
-
-		if (elapsed_ns(b, w, resil_ctx_now(x)) < wait)
-			return;
-		if (!move(x, b, &w, RESIL_STATE_HALF_OPEN, w_streak(w), RESIL_WHY_WAIT_OVER,
-			  (uint64_t)wait))
-			return;
-	}
-	if (w_state(w) == RESIL_STATE_HALF_OPEN)
-		half_open_repair(x, b, c, w, true);
-}
-
-/* Counters from the slots' histogram, from a snapshot where neither seq nor
- * the counters moved during the scan; a few tries, then give up (the next
- * reclaim or fresh window repairs). */
-static bool count_repair(bk_t *b, const struct resil_breaker_conf *c)
-{
-	uint32_t n = wsize_of(c);
-	ra32 *s = cslots(b, c);
-
-	for (int tries = 0; tries < 8; tries++) {
-		uint64_t s1 = ld_acquire(&b->seq), c1 = ld_acquire(&b->counters), hist = 0;
-		uint64_t c2, s2;
-
-		for (uint32_t i = 0; i < n; i++)
-			hist += cnt_delta(RESIL_BK_EMPTY, ld_relaxed(&s[i]) & 7);
-		c2 = ld_acquire(&b->counters);
-		s2 = ld_acquire(&b->seq);
-		if (s1 != s2 || c1 != c2)
-			continue;
-		if (hist == c1)
-			return false;
-		/* a delta, so a record that starts now composes with it */
-		faa_relaxed(&b->counters, hist - c1);
-		return true;
-	}
-	return false;
-}
-
-void resil_breaker_reclaim(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
-			   uint32_t dead_client, struct resil_reclaim_counts *counts)
-{
-	bk_t *b = st;
-	struct resil_breaker_probe *p;
-	uint32_t np = nprobe_of(c);
-
-	p = probes(b);
-	if (dead_client != 0) {
-		for (uint32_t i = 0; i < np; i++) {
-			uint64_t v = ld_acquire(&p[i].owner);
-
-			if (!v || probe_client(v) != dead_client)
-				continue;
-			st_relaxed(&p[i].claimed_at, INT64_MAX);
-			if (cas_acq_rel(&p[i].owner, &v, 0) && counts)
-				counts->probes++;
-		}
-	}
-	if (c->window_kind == RESIL_WINDOW_COUNT && count_repair(b, c) && counts)
-		counts->repaired++;
-}
-
-uint32_t resil_breaker_sweep(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
-			     resil_stray_fn stray, void *ctx)
-{
-	bk_t *b = st;
-	struct resil_breaker_probe *p = probes(b);
-	uint32_t np = nprobe_of(c), n = 0;
-
-	(void)x;
-	for (uint32_t i = 0; i < np; i++) {
-		uint64_t v = ld_acquire(&p[i].owner);
-
-		/* a probe of no live client (stray(), as the permits'
-		 * sweep: a free row, an id past the table): freed as a dead
-		 * client's is (reclaim); a slot claimed again since the load
-		 * is left alone by the CAS. Id 0 (unregistered) is never
-		 * guessed about: half_open_max_wait ends it */
-		if (!v || probe_client(v) == 0 || !stray(probe_client(v), ctx))
-			continue;
-		st_relaxed(&p[i].claimed_at, INT64_MAX);
-		if (cas_acq_rel(&p[i].owner, &v, 0))
-			n++;
-	}
-	return n;
-}
-
-int resil_breaker_state(const void *st)
-{
-	return w_state(ld_acquire(&((bk_t *)st)->word));
-}
-
-int resil_breaker_settle(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st)
-{
-	bk_t *b = st;
-	uint64_t w = ld_acquire(&b->word);
-
-	/* what a decision in HALF_OPEN would find first (check_slow): a
-	 * probe held past half_open_max_wait, or a decision whose maker
-	 * died; a read that comes before any decision says what it would
-	 * say (embedded mode has no tick to do it) */
-	if (w_state(w) == RESIL_STATE_HALF_OPEN)
-		half_open_repair(x, b, c, w, false);
-	return w_state(ld_acquire(&b->word));
-}
-
-int64_t resil_breaker_moves(const void *st, int from, int to)
-{
-	int idx = move_idx(from, to);
-
-	return idx < 0 ? -1 : (int64_t)ld_relaxed(&((bk_t *)st)->moves[idx]);
-}
-
-int resil_breaker_window(const struct resil_breaker_conf *c, const void *st, int64_t now,
-			 struct resil_breaker_counts *out)
-{
-	bk_t *b = (bk_t *)st;
-
-	switch (c->window_kind) {
-	case RESIL_WINDOW_COUNT:
-		resil_breaker_unpack(ld_relaxed(&b->counters), out);
-		return 0;
-	case RESIL_WINDOW_TIME: {
-		/* the span a record made now would be judged in (record) */
-		int64_t t = rel_ns(b, now) + b->base_ns;
-
-		time_sum(b, c, (uint64_t)(t < 0 ? 0 : t) / (uint64_t)bucket_ns_of(c) + 1, out);
-		return 0;
-	}
-	default:
-		return -ENODATA;
-	}
-}
-
-void resil_breaker_host_window(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
-			       struct resil_breaker_counts *k)
-{
-	bk_t *b = st;
-	int64_t now;
-
-	memset(k, 0, sizeof(*k));
-	if (c->window_kind != RESIL_WINDOW_TIME)
-		return;
-	now = rel_ns(b, resil_ctx_now(x)) + b->base_ns;
-	time_sum(b, c, (uint64_t)(now < 0 ? 0 : now) / (uint64_t)bucket_ns_of(c) + 1, k);
-	/* what leaves the host is what its window can hold: any client can
-	 * write the buckets, and a count past that would break the fleet's
-	 * sums (every host's, in Redis). A bucket's calls to 32 bits, like
-	 * its failures and slow calls; failures and slow calls no more than
-	 * calls. The window's own decisions read the words as they are. */
-	k->calls = resil_min64(k->calls, (int64_t)wsize_of(c) * UINT32_MAX);
-	k->failures = resil_min64(k->failures, k->calls);
-	k->slow = resil_min64(k->slow, k->calls);
-}
-
-/* The fleet's evidence opens the host's breaker as its own would (the same
- * CAS and event as closed_open); the host then runs its own OPEN wait and
- * half-open probes. */
-bool resil_breaker_trip(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
-			uint32_t why, uint64_t value)
-{
-	bk_t *b = st;
-	uint64_t w = ld_acquire(&b->word);
-
-	(void)c;
-	while (w_state(w) == RESIL_STATE_CLOSED)
-		if (move(x, b, &w, RESIL_STATE_OPEN, 0, why, value))
-			return true;
-	return false;
-}
-
-/* Push OPEN's end to `until`: since = until - wait, in one CAS of the
- * word that keeps its state, streak and gen (a permit of this gen is a
- * rejection either way). A client that read the old word and found the
- * wait over fails its CAS to HALF_OPEN, reloads and is rejected
- * (resil_breaker_acquire re-checks the wait). */
-bool resil_breaker_hold(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
-			int64_t until)
-{
-	bk_t *b = st;
-	uint64_t w = ld_acquire(&b->word), want;
-
-	(void)x;
-	while (w_state(w) == RESIL_STATE_OPEN) {
-		int64_t wait = open_wait(c, w_streak(w));
-
-		want = since_of(b, until > INT64_MIN + wait ? until - wait : until);
-		if (want <= w_since(w))
-			return false;
-		if (cas_acq_rel(&b->word, &w,
-				w_make(RESIL_STATE_OPEN, w_streak(w), w_gen(w), want)))
-			return true;
-	}
-	return false;
-}
-
-bool resil_breaker_probe_now(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st)
-{
-	bk_t *b = st;
-	uint64_t w = ld_acquire(&b->word);
-
-	while (w_state(w) == RESIL_STATE_OPEN)
-		if (move(x, b, &w, RESIL_STATE_HALF_OPEN, w_streak(w), RESIL_WHY_WAIT_OVER,
-			 (uint64_t)open_wait(c, w_streak(w))))
-			return true;
-	return false;
-}
-
-/* As the decision of passed probes: the window reset before the CAS that
- * publishes it (a caller of the old OPEN gen records nothing into it). */
-bool resil_breaker_fleet_close(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st)
-{
-	bk_t *b = st;
-	uint64_t w = ld_acquire(&b->word);
-
-	if (w_state(w) != RESIL_STATE_OPEN)
-		return false;
-	window_reset(b, c);
-	while (w_state(w) == RESIL_STATE_OPEN)
-		if (move(x, b, &w, RESIL_STATE_CLOSED, 0, RESIL_WHY_FLEET_CLOSED, 0))
-			return true;
-	return false;
-}
-
-int resil_breaker_force(struct resil_ctx *x, const struct resil_breaker_conf *c, void *st,
-			int state)
-{
-	bk_t *b = st;
-	uint64_t w;
-
-	if (state != RESIL_STATE_CLOSED && state != RESIL_STATE_DISABLED &&
-	    state != RESIL_STATE_FORCED_OPEN && state != RESIL_STATE_METRICS_ONLY)
-		return -EINVAL;
-	if (state == RESIL_STATE_CLOSED)
-		window_reset(b, c);
-	w = ld_acquire(&b->word);
-	while (!move(x, b, &w, state, 0,
-		     state == RESIL_STATE_CLOSED ? RESIL_WHY_RESET : RESIL_WHY_FORCED, 0))
-		;
-	return 0;
-}
-
-/* ---- observers ------------------------------------------------------- */
-
-/*
- * A snapshot for `resilctl show`: plain loads of words written by anyone,
- * not atomic across them (a record racing the read can be counted in the
- * window but not yet in the rates' denominator, or the reverse: off by the
- * records in flight). Reads only; every index comes from the configuration.
- */
-void resil_breaker_info(const struct resil_breaker_conf *c, const void *st, int64_t now,
-			struct resil_breaker_info *out)
-{
-	bk_t *b = (bk_t *)(uintptr_t)st;
-	uint64_t w = ld_acquire(&b->word);
-	uint32_t gen = w_gen(w);
-
-	memset(out, 0, sizeof(*out));
-	out->state = w_state(w);
-	out->streak = w_streak(w);
-	out->since_ns = now - elapsed_ns(b, w, now);
-	out->min_calls = (uint32_t)min_calls_of(c);
-	out->probes_max = ho_calls(c);
-	if (out->state == RESIL_STATE_OPEN)
-		out->wait_ns = open_wait(c, out->streak);
-	if (out->state == RESIL_STATE_HALF_OPEN) {
-		uint64_t h = ld_acquire(&b->ho);
-
-		out->probes_held = probes_held(b, nprobe_of(c), gen);
-		if (ho_gen(h) == gen) {
-			out->calls = ho_done(h);
-			out->failures = ho_fail(h);
-			out->slow = ho_slow(h);
-		}
-		return;
-	}
-	switch (c->window_kind) {
-	case RESIL_WINDOW_CONSECUTIVE: {
-		uint64_t v = ld_acquire(&b->consec);
-
-		out->failures = cw_gen(v) == gen ? cw_cnt(v) : 0;
-		out->calls = out->failures;
-		break;
-	}
-	case RESIL_WINDOW_TIME: {
-		int64_t t = rel_ns(b, now) + b->base_ns;
-		uint64_t tick1 = (uint64_t)(t < 0 ? 0 : t) / (uint64_t)bucket_ns_of(c) + 1;
-		struct resil_breaker_counts k;
-
-		time_sum(b, c, tick1, &k);
-		out->calls = k.calls;
-		out->failures = k.failures;
-		out->slow = k.slow;
-		break;
-	}
-	default: {
-		struct resil_breaker_counts k;
-
-		resil_breaker_unpack(ld_relaxed(&b->counters), &k);
-		out->calls = k.calls;
-		out->failures = k.failures;
-		out->slow = k.slow;
-		break;
-	}
-	}
 }

@@ -4,8 +4,9 @@
  * half-open probes, forced states.
  *
  * The component interface is described in decision.h; the algorithm, the
- * layout and every crash window in breaker.c; its keys, outcome rules and
- * names in breaker_conf.c.
+ * layout and every crash window in docs/internals/breaker.md; who writes
+ * which word in breaker.c; its keys, outcome rules and names in
+ * breaker_conf.c.
  */
 #ifndef RESIL_SHM_BREAKER_H
 #define RESIL_SHM_BREAKER_H

@@ -36,7 +36,8 @@ trap 'rm -rf "$tmp"' EXIT
 layers='
 0 common.h common.c clock.c pcpu.h parse.h parse.c conf_types.h names.h names.c
 1 seg.h decision.h comp.h
-2 stats.h stats.c breaker.h breaker.c breaker_conf.c limit.h limit.c limit_priv.h limit_keyed.c
+2 stats.h stats.c breaker.h breaker.c breaker_conf.c breaker_priv.h breaker_probe.c breaker_maint.c
+2 limit.h limit.c limit_priv.h limit_keyed.c
 2 limit_global.h limit_global.c
 2 bulkhead.h bulkhead.c adaptive.h adaptive.c shed.h shed.c
 2 budget.h retry.c budget.c counter.h counter.c
