@@ -2,7 +2,8 @@
 /*
  * bulkhead.h - bulkhead: crash-exact permits claimed by CAS of the client id, futex waits.
  *
- * The component interface is described in decision.h. The permit pool below
+ * The component interface is described in decision.h, the design in
+ * docs/internals/bulkhead.md. The permit pool below
  * (resil_pool_*) is shared with the adaptive limit (adaptive.c): the same
  * crash-exact slots against a limit that changes.
  */

@@ -39,7 +39,8 @@ layers='
 2 stats.h stats.c breaker.h breaker.c breaker_conf.c breaker_priv.h breaker_probe.c breaker_maint.c
 2 limit.h limit.c limit_priv.h limit_keyed.c
 2 limit_global.h limit_global.c
-2 bulkhead.h bulkhead.c adaptive.h adaptive.c shed.h shed.c
+2 bulkhead.h bulkhead.c bulkhead_priv.h bulkhead_conf.c bulkhead_maint.c
+2 adaptive.h adaptive.c shed.h shed.c
 2 budget.h retry.c budget.c counter.h counter.c
 3 comp.c conf.h conf.c policy.h policy.c seg.c metrics.h metrics.c
 '
