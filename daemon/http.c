@@ -10,7 +10,7 @@
  * slowly must not stall it. The thread only calls the text callback, which
  * reads the shared segments the same way any other process does (atomics,
  * records immutable once published) and the daemon's own numbers from the
- * copy the loop publishes at each tick (ctl.c, resild_metrics_publish:
+ * copy the loop publishes at each tick (ctl_status.c, resild_metrics_publish:
  * one short mutex around a copy), never the loop's structures; so the
  * answer has the same families as `resilctl metrics`.
  *

@@ -153,7 +153,7 @@ struct resild_peer {
 	int ngroups;
 	bool subscriber;
 	/* set by the loop for each request: a define that needs space still
-	 * in its grace period may be answered later (ctl.c), no later than
+	 * in its grace period may be answered later (ctl_policy.c), no later than
 	 * wait_until (CLOCK_MONOTONIC; 0: answer now whatever it finds);
 	 * later_ns: when the handler would try it again */
 	int64_t wait_until;

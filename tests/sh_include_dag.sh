@@ -54,6 +54,7 @@ dlayers='
 2 cluster.c cluster_conn.c cluster_lease.c cluster_breaker.c cluster_bulkhead.c
 2 cluster_budget.c cluster_keyed.c cluster_host.c cluster_rc.c
 3 clients.h clients.c events.h events.c owners.h owners.c ctl.h ctl.c
+3 ctl_priv.h ctl_info.c ctl_policy.c ctl_status.c
 3 cfgfile.c options.h options.c
 4 loop.c
 5 main.c
