@@ -31,7 +31,4 @@ int resild_loop_watch_wake(struct resild *d, int fd);
  * (counted). */
 void resild_loop_broadcast(struct resild *d, const uint8_t *msg, size_t len, const char *policy);
 
-/* Connections open now. */
-uint32_t resild_loop_conns(const struct resild *d);
-
 #endif

@@ -19,7 +19,7 @@
 #      object and the loop's submissions) sit under everything that works
 #      on it; the segment move and the cluster reach only those; the
 #      services (clients, events, owners, ctl, the files) over them; the
-#      loop's driver (loop.c), which calls into the services, over them;
+#      loop's driver (loop.c, loop_conn.c), which calls into the services, over them;
 #      main.c on top;
 #   5. every .c of shm/, client/ and daemon/ is named in a CMakeLists.txt
 #      (sources are listed, never globbed).
@@ -56,7 +56,7 @@ dlayers='
 3 clients.h clients.c events.h events.c owners.h owners.c ctl.h ctl.c
 3 ctl_priv.h ctl_info.c ctl_policy.c ctl_status.c
 3 cfgfile.c options.h options.c
-4 loop.c
+4 loop_priv.h loop.c loop_conn.c
 5 main.c
 '
 
