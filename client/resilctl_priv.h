@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * resilctl_priv.h - what resilctl.c (the command line, the helpers, the
- * other commands) and resilctl_show.c (`resilctl show`) share: the
+ * commands that change policies) shares with the files of the other
+ * commands (resilctl_show.c, resilctl_status.c, resilctl_watch.c): the
  * parsed options, the control connection, the output and error helpers.
  */
 #ifndef RESIL_RESILCTL_PRIV_H
@@ -35,6 +36,11 @@ int64_t clock_ns(clockid_t id);
 void fmt_utc(int64_t unix_ns, char *buf, size_t len);
 int say_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int fail(int err, const char *name);
+/* the control socket's path (--socket, $RESIL_SOCKET, the default) */
+const char *socket_path(void);
+/* One request (name: the policy, for the error); 0, or 1 once the error is
+ * said. */
+int request(Resil__Request *req, Resil__Response **resp, const char *name);
 const char *state_word(Resil__BreakerState s);
 void print_policy_fields(const Resil__PolicyInfo *p, bool stats);
 
@@ -42,5 +48,12 @@ void print_policy_fields(const Resil__PolicyInfo *p, bool stats);
  * fleet_word: the fleet's breaker (0 closed, 1 open, 2 probing). */
 int cmd_show(const char *name);
 const char *fleet_word(int64_t v);
+
+/* resilctl_status.c: `resilctl metrics`, `resilctl status`; the exit code. */
+int cmd_metrics(void);
+int cmd_status(void);
+
+/* resilctl_watch.c: `resilctl watch [NAME...]` (n names); the exit code. */
+int cmd_watch(int n, const char *const *names);
 
 #endif
