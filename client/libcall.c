@@ -4,53 +4,24 @@
  * classify, release, retry, hedge), the interrupting watchdog, and the
  * hedge pool.
  *
- * resil_call runs fn in the calling thread. At most one clock reading
- * before each attempt (the permit's start, the attempt's deadline) and one
- * after (the permit's end, the retry decision), and only when something
- * needs a time (a timeout, an enclosing deadline, the ratio budget, a
- * hedge, a component that measures the call, a failure to decide on): a
- * policy with a count-window breaker and no timeout decides a successful
- * call without reading the clock at all. The acquire and release of the
- * policy share those readings (resil_ctx caches it). Between attempts it
- * sleeps with clock_nanosleep: only when retrying, never on the success
- * path.
+ * resil_call runs fn in the calling thread, reads the clock only when
+ * something needs a time, and sleeps (clock_nanosleep) only when retrying,
+ * never on the success path. Each attempt reports SUCCESS, FAILURE
+ * (TRANSIENT, THROTTLED, TIMEOUT, user) or IGNORED (PERMANENT, a hedge that
+ * lost) to the breaker. Return: 0, the RESIL_REJECT_* of a refused attempt
+ * (a retry refused by the budget: RESIL_REJECT_BUDGET), RESIL_CALL_ERR +
+ * the last class when fn's errors ended the retries, or -errno (-EINVAL,
+ * -ENOENT: the policy was deleted). An attempt's deadline is
+ * min(now + timeout, the enclosing resil_call's deadline). The design (the
+ * clock readings, the outcomes, deadlines, interruption and what it can
+ * interrupt, hedging) is docs/internals/call.md.
  *
- * Outcome reported to the breaker for each attempt:
- *   RESIL_ERR_NONE                        -> RESIL_SUCCESS
- *   TRANSIENT, THROTTLED, TIMEOUT, user   -> RESIL_FAILURE (the dependency
- *                                            is failing or pushing back)
- *   PERMANENT                             -> RESIL_IGNORED (a request the
- *                                            dependency rightly refused, a
- *                                            bad argument, a missing item:
- *                                            no evidence about its health;
- *                                            it frees what the call held)
- *   a hedge that lost (cancelled)         -> RESIL_IGNORED unless it succeeded
- * Return: 0, the RESIL_REJECT_* of a refused attempt (a retry refused by
- * the budget: RESIL_REJECT_BUDGET), RESIL_CALL_ERR + the last class when
- * fn's errors ended the retries, or -errno (-EINVAL, -ENOENT: the policy
- * was deleted).
- *
- * Deadlines. An attempt's deadline is min(now + timeout, the deadline of
- * the attempt this thread is already running, if resil_call is nested
- * inside another resil_call's fn). It is handed to fn (the primary
- * mechanism: pass it to poll, SO_RCVTIMEO, io_uring link timeouts); the
- * whole call also stops retrying when the next attempt would start at or
- * after the enclosing deadline.
- *
- * Interruption (timeout.interrupt = SIGNAL, opt-in). One watchdog thread
- * per process, started at the first armed call, sweeps a fixed array of
- * slots every millisecond (no timerfd, no timer per call). A thread owns
- * one slot for its life (claimed once by CAS, freed by a thread-exit
- * destructor); arming is plain stores plus a seq_cst store of the state
- * word, never a syscall. After a second with nothing armed the watchdog
- * ticks every 10 ms instead of every 1 ms (100 wake-ups a second in a
- * quiet process that uses interruption), so the interrupt of the first
- * call after a quiet second may land up to 10 ms late.
- * At the deadline, and again every tick until the call ends (a signal that
- * lands just before a blocking syscall starts is lost: the next one gets
- * it), the watchdog sends the signal to the calling thread with tgkill.
- * The handler is a no-op installed without SA_RESTART, so a blocking
- * syscall returns EINTR and fn sees its deadline has passed.
+ * Interruption (timeout.interrupt = SIGNAL, opt-in): one watchdog thread
+ * per process sweeps a fixed array of slots; a thread owns one slot for its
+ * life (claimed once by CAS, freed by a thread-exit destructor); at the
+ * deadline, and again every tick until the call ends, the watchdog sends
+ * the signal to the calling thread with tgkill (a no-op handler without
+ * SA_RESTART: a blocking syscall returns EINTR).
  *
  * Race protocol (seed 001, 6.3), per slot state word:
  *   IDLE -> ARMED            caller, seq_cst store, before fn
@@ -60,42 +31,21 @@
  *   ARMED -> IDLE            caller CAS after fn; if it finds FIRING it
  *                            waits (yield) until the watchdog stored
  *                            ARMED again, i.e. until its tgkill returned
- * Proof that no interrupt lands after resil_call returns: the watchdog
- * sends only between its successful CAS ARMED -> FIRING and its store
- * FIRING -> ARMED. The caller's successful CAS ARMED -> IDLE is ordered
- * after that store (it read ARMED), so every tgkill for this arming has
- * returned, and a tgkill that returned has made the signal pending on the
- * thread. After the CAS no further tgkill happens (the state is IDLE, the
- * watchdog's CAS fails). If fired is set, the caller then drains the
- * pending signal with sigtimedwait(zero timeout), which dequeues it
- * whether it is blocked or not (if it was delivered on the way, the no-op
- * handler ran inside resil_call). So no signal of this arming is pending
- * when resil_call returns, and the next blocking call of the thread is not
- * disturbed. The drain is a syscall on the timed-out path only.
- * What can be interrupted: blocking syscalls that fail with EINTR on a
- * handled signal (read/write on pipes and sockets, poll, epoll_wait,
- * nanosleep, connect, futex waits that return to user space). What cannot:
- * a computation in user space, syscalls that restart regardless or are
- * not interruptible (disk I/O in D state), and code that retries on EINTR
- * (most libraries do: that defeats the interruption; such code must test
- * the deadline after EINTR). The signal is the library's: the handler
- * installed replaces the application's for that signal.
+ * So every tgkill of an arming has returned when the caller's CAS
+ * ARMED -> IDLE succeeds, and none follows it; if fired is set the caller
+ * drains the pending signal with sigtimedwait (zero timeout): no signal of
+ * this arming is pending when resil_call returns (the proof:
+ * docs/internals/call.md). The drain is a syscall on the timed-out path
+ * only.
  *
- * Hedging (hedge.delay, hedge.max, idempotent = yes). The first attempt
- * runs in the calling thread. Each hedge k (1..hedge.max) is a job handed
- * to a small pool of worker threads, created lazily and reused (at most
- * HEDGE_THREADS): the worker waits until start + k * delay on the
- * policy's clock (or until the round is over; a clock resil_set_clock
- * replaced is read every HEDGE_POLL_NS, so a simulation's manual clock
- * decides which calls are hedged, exactly), pays the retry budget (refused: no hedge), acquires its
- * own permit and runs fn in parallel. The first success wins; the others
- * see resil_attempt_cancelled(). The round (its lock, condition and
- * counters) lives on the caller's stack, and resil_call returns only when
- * every job has dropped it. If every attempt of a round fails, the retry
- * rules decide with the primary's class. hedge.delay = p95 uses the
- * policy's fleet-wide p95 (histogram = on) and hedges nothing while there
- * is none. Without hedging nothing of this is touched: no allocation, no
- * lock, no syscall on the success path.
+ * Hedging (hedge.delay, hedge.max, idempotent = yes): each hedge is a job
+ * for a small lazy pool of worker threads (at most HEDGE_THREADS) that
+ * waits until start + k * delay, pays the retry budget, acquires its own
+ * permit and runs fn in parallel; the first success wins. The round (its
+ * lock, condition and counters) lives on the caller's stack, and
+ * resil_call returns only when every job has dropped it. Without hedging
+ * nothing of this is touched: no allocation, no lock, no syscall on the
+ * success path.
  */
 #include <errno.h>
 #include <limits.h>

@@ -4,34 +4,17 @@
  * handles, the hot path, fork, breaker control (the row, the segments
  * and daemon restarts: attach.c).
  *
- * Size: above 900 lines on purpose. The hot path (resil_acquire*,
- * resil_release, the lean decisions) and the handle binding it reads
- * share static inline helpers (fork_check, after_decision, the permit's
- * where and tag) that must stay in one translation unit to be inlined
- * into each entry point even without LTO; what is not on that path
- * (attach.c, libctl.c, libcall.c, libretry.c) lives elsewhere.
- *
- * Two modes, one decision path:
- *   - daemon mode: resil_open connects to resild, receives the two memfds
- *     (config read-only, state read-write) and maps them; definitions and
- *     breaker control are requests to the daemon (libctl.c).
- *   - embedded mode: resil_open_embedded creates the segment pair itself;
- *     the process (and the children it forks afterwards, which inherit the
- *     MAP_SHARED mappings) writes definitions under st->define_lock.
- *   Either way an acquire is resil_policy_acquire on the same segments, so
- *   both modes make the same decisions.
- *
- * Hot path (resil_acquire*, resil_release): validate arguments, one load of
- * the global fork generation, one acquire load of the current mapping
- * (r->cur) and a relaxed test of its RETIRED flag, one acquire load of the
- * policy's slot word compared with the word the handle cached (XOR the
- * mapping's tag), then the composite decision of shm/policy.c, and on
- * acquire a compare of the decision's clock reading with the next
- * liveness check. No syscall, no lock, no allocation. A slot word that
- * changed (new configuration, new state block, deletion) or a mapping
- * that changed (a re-attach, attach.c, "daemon restarts") sends the
- * caller through resolve() under r->lock, which re-reads the directory by
- * name.
+ * Above 900 lines on purpose: the hot path (resil_acquire*, resil_release,
+ * the lean decisions) and the handle binding it reads share static inline
+ * helpers that must stay in one translation unit to be inlined even
+ * without LTO. Daemon mode maps the daemon's memfds; embedded mode creates
+ * the segment pair itself; either way an acquire is resil_policy_acquire
+ * on the same segments. The hot path is a few loads (fork generation,
+ * mapping, slot word against the handle's cached word) and the composite
+ * decision of shm/policy.c: no syscall, no lock, no allocation; a changed
+ * slot word or mapping sends the caller through resolve() under r->lock.
+ * The design (the modes, the hot path, fork, permits) is
+ * docs/internals/libresil.md.
  *
  * Shared-memory words this file touches:
  *   - slot words (config segment): the daemon / the embedded definer
@@ -50,27 +33,17 @@
  *     CAS acquire, released by a release store, so what the holder wrote
  *     into the directory and records is visible to the next holder.
  *
- * Fork: pthread_atfork takes every handle's lock before fork (so a child
- * never inherits a lock held by a thread that does not exist in it; a
- * fork waits for a control request in flight, at most its 5 s bound) and
- * the child handler bumps resil_priv_fork_gen. The hot path compares that
- * global with r->fork_gen (a plain load, no getpid) and the first call in
- * the child claims the child's own row, reseeds, and forgets the parent's
- * control connection before any permit is taken.
+ * Fork: pthread_atfork takes every handle's lock before fork and the child
+ * handler bumps resil_priv_fork_gen; the hot path compares it with
+ * r->fork_gen (a plain load) and the first call in the child claims the
+ * child's own row before any permit is taken.
  *
- * Permits: a permit records the record it was granted under (where =
- * mapping seq % 32 << 27 | record index + 1) and that record's tag (the
- * low 16 bits of its gen, in the top half of the permit's flags), so a
- * release after the handle re-resolved (or after a deletion, or a
- * re-attach) frees what it holds in the state block and the segments it
- * came from: mappings stay until resil_close. The daemon reuses a record
- * and its block once no slot word has named them for a grace period
- * (shm/seg.c, "Reuse"), and stores gen 0 before it rewrites the record:
- * a release that finds its record with another gen (or 0) drops, it
- * never writes into the block of whatever policy got the record since.
- * The record is read as a seqlock (gen before and after a copy). (A
- * permit held across 32 re-attaches would name the wrong mapping; each
- * re-attach takes a daemon restart.)
+ * Permits name the record they were granted under and its tag (the low 16
+ * bits of its gen), so a release after a re-resolve, a deletion or a
+ * re-attach frees what it holds in the block it came from; a release that
+ * finds its record with another gen (or 0: the daemon is rewriting it)
+ * drops, it never writes into another policy's block. The record is read
+ * as a seqlock (gen before and after a copy).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -11,53 +11,23 @@
  * KEYED_LUA); the same call returns what the other hosts sent since this
  * host's last read, which the loop charges to the keys here: a key's TAT
  * moves by n * T for n admissions elsewhere, past a full bucket too
- * (shm/limit_global.c, "The debt": what does not fit below a client's
- * heal waits here, per key, and is charged again at every tick).
-
+ * (shm/limit_global.c: what does not fit below a client's heal waits
+ * here, per key, as a debt, and is charged again at every tick).
+ *
  * Redis. Per policy one stream, "<cluster>:{<policy>}:keyed": one entry
  * per host and exchange, {h = host, d = records}, a record being a key's
  * fingerprint and its count (12 bytes, little-endian). The script trims
- * entries older than keep (ten intervals, at least a second: the memory
- * is bounded by hosts x keep / interval reports of the active keys), adds
- * this host's entry, and returns every entry of the other hosts after the
- * last one this host read (the thread keeps that id per policy): each
- * report is charged once on every other host. A host that falls further
- * behind than keep (a daemon stopped, a Redis away) misses those charges:
- * the bound below does not hold for the admissions it missed. A new host
- * (or a new policy) reads back what the stream keeps: up to keep of
- * history is charged at its first exchange.
+ * entries older than keep, adds this host's entry, and returns every entry
+ * of the other hosts after the last one this host read (the thread keeps
+ * that id per policy). Keys are named by fingerprint: the segment's
+ * SipHash key is set from the cluster's name and password
+ * (resild_ck_seg_key), so one key has one fingerprint on every host.
  *
- * Keys are named by fingerprint: the segment's SipHash key is set from the
- * cluster's name and password (resild_ck_seg_key), so one key has one
- * fingerprint on every host. With --cluster-password-file the key is the
- * fleet's secret; without one it follows from the cluster name, and
- * whoever knows the name can choose keys that share buckets (keys still
- * never mix; an attacker could only crowd buckets, as with any known
- * hash).
+ * Bound: the fleet admits at most r x S + b + (H - 1) x (r x D + b) of a
+ * key in any span S (D = 2 x interval + one round trip + the loop's wake).
+ * The design (the stream, the keys' secret, the bound's proof) is
+ * docs/internals/cluster_keyed.md; docs/global.md is the operator's view.
  *
- * Overshoot bound (docs/global.md: per key, span S, rate r = 1/T, burst b, H
- * hosts). Let D = 2 x interval + one round trip + the loop's wake: an
- * admission at t is in its host's next report (<= interval), read by every
- * other host's next exchange after that (<= interval + the round trip) and
- * charged at once. Take the fleet's last admission of the key in a span
- * [a, a + S], on host A at t. Every admission of the others before t - D
- * was charged on A by t, each as T added to a TAT at least as far as
- * max(TAT, the charge's time) (the debts keep what a full bucket has no
- * room for, so nothing is cut): after A's own admissions in [a, t) and the
- * others' in [a, t - D], k in all, A's TAT is at least a + k x T, and A
- * admitted at t only if that was at most t + tau. So k + 1 <= r x S + b.
- * What the others admitted in (t - D, t] A may not have seen: at most,
- * per host, its own GCRA's r x D + b. So the fleet admits at most
- *     r x S + b + (H - 1) x (r x D + b)
- * in any span S, and with demand d_h per second on host h, the last term
- * is at most sum over h != A of min(d_h x D, r x D + b): the admissions
- * the other hosts make within one exchange delay. Paced demand makes the
- * overshoot small; a burst of every host at once, before any exchange,
- * reaches (H - 1) x b (each host's bucket starts full), and is paid back
- * as one bucket would (the debts). tests/unit_limit_global.c runs a fleet
- * of three hosts on a manual clock with this module's charges and debts,
- * one key at 2x, 1x and 0.5x its rate on every host.
-
  * Untrusted words. Counts come from a table every client writes: cut to
  * what a GCRA can admit between two collects (resil_limit_global_cap).
  * Records from Redis (another client of it can write the stream): a

@@ -5,51 +5,15 @@
  * (Little's law: the concurrency a dependency sustains is its throughput
  * times its latency; past that, latency only grows as calls queue).
  *
- * Algorithms, as in Netflix concurrency-limits with its defaults, fed one
- * aggregated sample per window (as its WindowedLimit does: the window's
- * average RTT, the most calls in flight, whether anything was dropped):
- *   vegas      queue = ceil_any(limit * (1 - noload_rtt / rtt)); +beta when the
- *              queue is at most threshold, +log10 below alpha, -log10 above
- *              beta (alpha 3, beta 6, threshold 1, times the integer
- *              log10 of the limit, at least 1); a drop: -log10. Initial 20,
- *              max 1000.
- *   gradient2  long-term EWMA of the RTT (600 samples, 10 of warmup);
- *              gradient = clamp(tolerance * long / short, 0.5, 1);
- *              limit = limit * gradient + 4, smoothed 0.2. Initial 20,
- *              min 20, max 200, tolerance adaptive.tolerance (1.5, as
- *              Netflix's rttTolerance; 1..10, gradient2 only).
- *   aimd       a drop (FAILURE, or an RTT over 5 s): limit * 0.9; else +1
- *              when the limit is being used. Initial 20, min 20, max 200.
- * Neither vegas nor gradient2 grows the limit when the window never used
- * half of it (app-limited). A window with fewer than 10 samples decides
- * nothing.
- *
- * Gradient2 does not settle at the knee. The gradient stays 1 (and the
- * limit grows by the queue term, 4 a window) until the window's RTT is
- * over tolerance x the long-term RTT, so at 1.5 it runs the dependency at
- * up to 1.5x its latency by design; and the long-term average follows the
- * RTT it sees (600 windows), so between two min-RTT probes it catches up
- * with the queueing latency and the limit creeps on (a known behaviour of
- * Netflix concurrency-limits too). In the simulation of
- * tests/unit_adaptive.c (knee 50, probe 60s) tolerance 1.5 averages 1.7x
- * the knee with a 1s window and 2.7x with a 100ms one (600 windows are
- * then as long as the probe interval: a saw-tooth up to adaptive.max);
- * tolerance 1.0 1.09-1.15x (at knee 25: 1.18-1.31x, the queue term weighs
- * more on a small limit). adaptive.tolerance, a configuration word, is
- * read at every window: a change applies at the next one, in the same
- * state. Vegas, which compares with the no-load RTT, needs no tolerance.
- *
- * Min-RTT re-probe (Envoy's adaptive concurrency filter): every
- * adaptive.probe (60 s, jittered by +-15%) the limit drops to 3 for one
- * window (calls admitted before drain), then one window measures the RTT
- * at that concurrency: it becomes Vegas's no-load RTT and resets
- * Gradient2's long-term average, then the limit goes back to where it
- * was. Without it the no-load RTT only ever goes down, and a dependency
- * that became slower for good would be squeezed to the floor.
- *
- * Outcomes: SUCCESS gives an RTT sample (now - pm->start_ns); FAILURE is a
- * drop (the dependency refused or failed: an overload signal), no RTT;
- * IGNORED frees the permit and says nothing.
+ * Algorithms (vegas, gradient2, aimd, as in Netflix concurrency-limits with
+ * its defaults) are fed one aggregated sample per window: the window's
+ * average RTT, the most calls in flight, whether anything was dropped.
+ * Every adaptive.probe the limit drops to 3 for one window and the next
+ * measures the no-load RTT (Envoy's min-RTT re-probe). Outcomes: SUCCESS
+ * gives an RTT sample (now - pm->start_ns); FAILURE is a drop, no RTT;
+ * IGNORED frees the permit and says nothing. The design (the algorithms'
+ * rules, Gradient2's tolerance, the re-probe, the untrusted words) is
+ * docs/internals/adaptive.md.
  *
  * Shared words (see adaptive.h for the lines):
  *   inflight, slots   the permit pool of bulkhead.c (same protocol, same
@@ -71,16 +35,11 @@
  *                     epoch only (relaxed is enough: the epoch CAS/store
  *                     orders one owner after the other).
  *
- * Untrusted words: every word of the block is any client's to write.
- * The pool and the published limit's bound come from the configuration
- * (resil_adaptive_pool, publish: adaptive.max), never from the block's
- * geometry copies (nslots, shift, slots_off: for dumps); the epoch is
- * compared by unsigned difference (no value overflows it); the
- * algorithms' doubles go back into words saturated (d2u). The daemon's
- * tick (state_repair) checks the words that steer every decision and
- * repairs and counts each bad one: the geometry copies, a phase outside
- * the enum, a limit or estimate outside 1..adaptive.max, an epoch or a
- * probe time far ahead of its clock.
+ * Untrusted words: every word of the block is any client's to write. The
+ * pool and the limit's bound come from the configuration, never from the
+ * block's geometry copies; the algorithms' doubles go back into words
+ * saturated (d2u); the daemon's tick (state_repair) repairs and counts
+ * each bad word that steers a decision.
  *
  * Crash windows: the owner of an odd epoch dies before it stores the new
  * epoch: nobody recomputes until someone (a releaser or the daemon's

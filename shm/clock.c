@@ -2,99 +2,23 @@
 /*
  * clock.c - the decision clock: CLOCK_MONOTONIC extrapolated from the TSC.
  *
- * What. resil_clock_fast() returns CLOCK_MONOTONIC nanoseconds computed
- *   from one rdtsc and four words of a process-private calibration:
- *     ns0 + (rdtsc - tsc0) * mult >> 32
- *   (tsc0, ns0) is an anchor: a TSC value and the CLOCK_MONOTONIC reading
- *   taken between two TSC reads around it; mult is nanoseconds per tick in
- *   32.32 fixed point, measured between the previous anchor and this one.
- *   A reading at most `limit` ticks after the anchor is extrapolated; a
- *   later one (or one before tsc0) takes a new anchor first.
- *
- * Why. Every decision that needs the time (GCRA, the breaker's time window
- *   and slow calls, histograms) reads this clock. clock_gettime through
- *   the vDSO costs about twice a bare rdtsc (floor/clock_monotonic against
- *   floor/clock_fast), and the GCRA admit is one clock read and one CAS:
- *   the read must get cheaper.
- *   resil_clock_monotonic() stays the plain clock_gettime: futex deadlines
- *   and sleeps are kernel time and use it.
- *   Per process, not a calibration published by the daemon: each process
- *   anchors to the kernel's CLOCK_MONOTONIC itself at least every 100 ms
- *   it reads the clock, so any two agree within twice the error bound
- *   below, with no shared word to trust, and whether the daemon runs or
- *   not.
- *
- * Eligibility, decided once by the constructor: x86_64; the kernel's
- *   clocksource is the TSC (so CLOCK_MONOTONIC itself is a linear function
- *   of the TSC, which is synchronized across CPUs, or the kernel would not
- *   use it); /proc/cpuinfo has constant_tsc and nonstop_tsc (the rate does
- *   not follow the CPU frequency nor stop in idle states); and the
- *   environment variable RESIL_CLOCK is not "monotonic" (the escape hatch:
- *   RESIL_CLOCK=monotonic makes every reading a clock_gettime). Otherwise,
- *   and before the constructor ran, resil_clock_fast() is clock_gettime.
- *   RESIL_CLOCK=tsc waives the clocksource test (the CPU flags still
- *   hold): on a VM whose kernel distrusts the TSC (kvm-clock,
- *   tsc=unstable) it measures what a TSC host's readings cost. Not for
- *   production there: the kernel had its reasons, and the per-process
- *   anchors bound the error only within one process.
- *
- * The fallback. Where the TSC is not usable (kvm-clock with tsc=unstable,
- *   Xen, Hyper-V, RESIL_CLOCK=monotonic) a reading must cost no more than
- *   the clock_gettime it falls back to. The choice is made once, by the
- *   constructor, into `usable`, and every reading tests that word first:
- *   0 calls clock_gettime in line (resil_clock_kernel: the vDSO call and
- *   the conversion to ns), with no TSC read, no seqlock and no call into
- *   this file. What it adds to a bare clock_gettime is one load of a line
- *   nobody writes after the constructor and one predicted branch.
- *
- * Anchors (resil_tsc_anchor, the cold path): a = rdtsc, clock_gettime, b =
- *   rdtsc, both TSC reads behind an lfence so they bracket the TSC read
- *   inside the vDSO. When b - a > ANCHOR_MAX_TICKS (2^10; 74-90 ticks is
- *   usual here, 1 in 2000 exceeds it: the thread was interrupted in
- *   between) the reading is returned and nothing is anchored; the next
- *   reading tries again. The anchor is mid = a + (b - a) / 2, off the
- *   kernel's own TSC sample by at most (b - a) / 2 ticks. Calibration
- *   needs an earlier anchor at least CAL_MIN_NS (1 ms) before: until then
- *   the first anchor is kept (moving it at every reading would never leave
- *   1 ms between two) and readings are clock_gettime.
- *
- * Extrapolation span. limit = the ticks of min(100 ms, 16 x the interval
- *   that measured mult). The factor bounds how far an anchor's jitter is
- *   magnified: the first calibration (an interval of ~1 ms) is used for
- *   16 ms, the next (>= 16 ms) for 100 ms, and every later interval is
- *   >= 100 ms (a re-anchor happens only when the span ran out).
- *
- * Error bound. Against CLOCK_MONOTONIC, a reading S ticks after its
- *   anchor is off by at most
- *     J/2 + S * J / I  ticks,  plus  S * dR
- *   where J = ANCHOR_MAX_TICKS, I = the interval that measured mult
- *   (S <= 16 I, and S <= I once I >= 100 ms), and dR the change of the
- *   kernel's CLOCK_MONOTONIC rate against the TSC since that interval. The
- *   first term is <= 16.5 J ticks for the first 17 ms of a process, <=
- *   6.75 J up to ~120 ms, then <= 1.5 J: a few microseconds at GHz rates
- *   (BENCHMARKS.md, "Figures behind the design comments", converts them
- *   for one machine; 0.17 ms at the slowest rate accepted, 10 ns per
- *   tick, for the first 17 ms). The second is 0 without NTP (here); NTP
- *   frequency updates move dR by a few ppm (1 ppm = 0.1 us over 100 ms),
- *   and the kernel bounds the frequency at +-500 ppm (a full swing: 100 us
- *   over 100 ms); a fast slew (ADJ_TICK, or the kernel PLL with a large
- *   offset, up to 10 %) exceeds the bound for at most one span. Nothing
- *   accumulates: every anchor (<= 100 ms apart while the clock is read)
- *   resets the offset to the kernel's. The tolerance readers and tests
- *   assume is 1 ms. The error measured (tests/unit_clock.c prints it:
- *   readings across re-anchors and from 4 threads, each against a pair of
- *   clock_gettime readings around it; BENCHMARKS.md, "Figures behind the
- *   design comments", has a run) is a fraction of a microsecond, growing
- *   from an anchor to the end of its span.
- *   At a re-anchor the reading may step back by up to that error; readers
- *   tolerate it (a duration now - start is clamped at 0, GCRA takes
- *   max(tat, now), comparisons are by difference). Two processes each
- *   within the bound of CLOCK_MONOTONIC agree within twice the bound, so a
- *   GCRA TAT written by one and read by another is off by no more.
+ * resil_clock_fast() returns CLOCK_MONOTONIC nanoseconds computed from one
+ * rdtsc and four words of a process-private calibration:
+ *   ns0 + (rdtsc - tsc0) * mult >> 32
+ * (tsc0, ns0) is an anchor (a TSC value and a clock_gettime reading taken
+ * between two TSC reads around it); mult is ns per tick in 32.32 fixed
+ * point. A reading at most `limit` ticks after the anchor is extrapolated;
+ * a later one (or one before tsc0) takes a new anchor first (the cold
+ * path, resil_tsc_anchor). Where the TSC is not usable (decided once by
+ * the constructor: clocksource, CPU flags, RESIL_CLOCK) every reading is
+ * clock_gettime in line. resil_clock_monotonic() stays the plain
+ * clock_gettime: futex deadlines and sleeps are kernel time. The design
+ * (eligibility, anchors, the extrapolation span, the error bound, overflow)
+ * is docs/internals/clock.md.
  *
  * Calibration words (struct resil_tsc_cal in common.h, process-private,
- *   one 128-byte line
- *   of its own). A seqlock, seq, over tsc0, ns0, mult and limit:
+ *   one 128-byte line of its own). A seqlock, seq, over tsc0, ns0, mult and
+ *   limit:
  *   - writer (resil_tsc_anchor, any thread): CAS seq even -> odd (acq_rel: the
  *     acquire sees the previous writer's words; a failed CAS means another
  *     thread is anchoring, and the reading it took is returned), release
@@ -119,9 +43,11 @@
  *   drops the calibration and releases seq. Process-private: no crash
  *   window outlives the process.
  *
- * Overflow. (rdtsc - tsc0) * mult < limit * mult + mult <= 100 ms << 32 +
- *   mult < 2^59: the hot path multiplies in 64 bits. The calibration
- *   divides in 128 bits (an interval of seconds << 32 does not fit 64).
+ * Error: bounded against CLOCK_MONOTONIC (docs/internals/clock.md, "Error
+ * bound"; readers and tests assume 1 ms; tests/unit_clock.c measures it);
+ * at a re-anchor a reading may step back by up to that error, and readers
+ * tolerate it (durations clamped at 0, GCRA takes max(tat, now),
+ * comparisons by difference).
  *
  * No syscall, no allocation, no lock on the hot path; the cold path adds
  * one vDSO clock_gettime (no syscall with the TSC clocksource).

@@ -128,7 +128,7 @@ static inline int64_t resil_clock_kernel(void)
 }
 
 /* CLOCK_MONOTONIC extrapolated from the TSC where the host allows it
- * (clock.c: eligibility, error bound, RESIL_CLOCK=monotonic), else
+ * (docs/internals/clock.md: eligibility, error bound, RESIL_CLOCK), else
  * clock_gettime. It may step back at a re-anchor by its error bound:
  * readers clamp. resil_clock_fast_tsc(): the TSC is in use right now. */
 bool resil_clock_fast_tsc(void);

@@ -9,31 +9,14 @@
  * daemon publishes the keys its clients admitted since the last exchange,
  * with their counts, and charges what the other hosts published to the
  * same keys here: TAT = max(TAT, now) + n * T, as if its own clients had
- * taken those n permits. Every admission of the fleet then moves every
- * host's TAT of the key, its own at once, the others' one exchange later:
- * a host's TAT is never behind the TAT of one bucket fed with every
- * admission it has been told of (a charge applied late starts from a
- * later `now`: only ever further ahead), which is what the bound of
- * cluster_keyed.c rests on.
- *
- * The debt. Charges are not cut where a full bucket is: a host whose own
- * clients keep its bucket full must still be held back by what the other
- * hosts admitted, or it goes on at the whole rate and the fleet admits
- * hosts x rate. A charge moves the TAT up to AHEAD past a full bucket
- * (tau + limit.wait + RESIL_LIMIT_GLOBAL_AHEAD_NS: below a client's heal,
- * which starts at tau + limit.wait + 10 s), and returns what does not fit
- * (*left_ns); the daemon keeps it in its own memory and charges it again
- * at its next tick, as the TAT comes back toward now. While a key owes,
- * its TAT stays more than AHEAD - one tick past a full bucket, so none
- * of its clients is admitted: the same as one TAT that runs as far ahead
- * as the debt. A debt is capped at DEBT_ROOMS full buckets (a count no
- * fleet can have made: another client of Redis can write the reports).
-
- * Key identity across hosts. Entries hold SipHash fingerprints under the
- * segment's hash key; the daemon of a cluster sets that key from the
- * cluster's name and password (daemon/cluster_keyed.c), so one key has one
- * fingerprint on every host of the cluster, and the exchange names keys
- * by fingerprint (the raw key is never stored or sent).
+ * taken those n permits. A charge is not cut where a full bucket is: it
+ * moves the TAT up to AHEAD past a full bucket and returns what does not
+ * fit (*left_ns), the debt the daemon charges again at its next tick.
+ * Entries hold SipHash fingerprints under the segment's hash key, which a
+ * cluster's daemon sets from the cluster's name and password: one key has
+ * one fingerprint on every host. The design (the charge, the debt, key
+ * identity, the bounded errors, the overshoot bound) is
+ * docs/internals/cluster_keyed.md.
  *
  * The counters. After the entries of a table with limit.global, one
  * 32-bit counter per entry (limit_global.h): a client adds its permits
@@ -47,19 +30,6 @@
  * between two collects (resil_limit_global_cap) is cut to that, a word
  * that is no fingerprint is skipped, and charges saturate, so nothing a
  * client writes makes the daemon overflow or charge without bound.
- *
- * Bounded errors (counting for the fleet, not this host's decisions): an
- * undone admission (a later component rejected) stays counted (the fleet
- * is charged one permit too many); an entry that changes hands (evicted,
- * swept) between an admission and the next collect has that count
- * published under its new key (idle and least recently used keys only
- * are evicted: their count is then almost always 0); a charge that lands
- * while its entry changes hands goes to the new key (conservative). A key
- * a host has never seen is inserted by the charge like a client's first
- * call (evicting an idle or cold key if it must); with no room the charge
- * is dropped (limit.when_full then decides for the key's own calls).
- * Calls of a keyed global limiter without a key use the unkeyed word,
- * host-local.
  *
  * Who writes what. Counters: clients (fetch_add), the daemon (exchange).
  * Entries: as limit.c says; the daemon's charge is one more CAS writer of

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * limit_global.h - policy.scope = global for keyed limiters: the shm side
- * of the cluster exchange (limit_global.c opens with the design).
+ * of the cluster exchange (design: docs/internals/cluster_keyed.md).
  *
  * A global keyed table carries, after its entries, one 32-bit counter
  * per entry: the admissions made through that entry since the daemon
@@ -43,9 +43,9 @@ uint64_t resil_limit_global_collect(const struct resil_limit_conf *c, void *st, 
 				    resil_limit_global_fn fn, void *arg);
 
 /* How far a charge moves a TAT past a full bucket (tau + limit.wait): a
- * debt beyond that waits in the daemon (limit_global.c, "The debt"). Half
- * a client's heal slack, so a client's reading stale by less than that
- * never heals a charged TAT. */
+ * debt beyond that waits in the daemon (docs/internals/cluster_keyed.md,
+ * "The debt"). Half a client's heal slack, so a client's reading stale by
+ * less than that never heals a charged TAT. */
 #define RESIL_LIMIT_GLOBAL_AHEAD_NS (5 * RESIL_NS_PER_S)
 
 /* n admissions as a debt of TAT: n x T, saturated at
