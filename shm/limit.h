@@ -2,8 +2,9 @@
 /*
  * limit.h - rate limiter: GCRA in one word, exact sliding window, keyed tables.
  *
- * The component interface is described in decision.h; limit.c opens with the
- * design (algorithms, who writes which word, crash windows, error bounds).
+ * The component interface is described in decision.h; limit.c's top comment
+ * says who writes which word; the design (algorithms, crash windows, error
+ * bounds) is docs/internals/limit.md.
  *
  * State block (128-byte aligned, in the state segment):
  *
@@ -27,7 +28,8 @@
 /* Largest keyed table (keys). */
 #define RESIL_LIMIT_KEYS_MAX (1u << 24)
 /* The coarse clock is used when the emission interval is at least this
- * many times its resolution (limit.c: worst-case error). */
+ * many times its resolution (docs/internals/limit.md, "The clock": the
+ * worst-case error). */
 #define RESIL_LIMIT_COARSE_FACTOR 16
 
 /* Keyed table entry: 16 bytes, 4 per cache-line bucket. */
@@ -58,7 +60,8 @@ struct resil_limit_state {
 	ra64 repairs;			     /* `used` recounted after a writer died mid-insert */
 	ra64 ticks;
 	/* policy.scope = global (daemon/cluster.c writes, every client of a
-	 * global policy reads on each decision; limit.c's top: the lease) */
+	 * global policy reads on each decision; docs/internals/limit.md,
+	 * "Global scope") */
 	ra64 lease_ns;	      /* emission interval of the host's share; 0: no share */
 	ra64 lease_expiry_ns; /* CLOCK_MONOTONIC end of the lease; 0: none yet */
 	ra64 fallback_ns;     /* past expiry: 0 the configured rate, -1 reject, else T */

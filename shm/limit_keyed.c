@@ -5,7 +5,7 @@
  * eviction and the table-full event, and the keyed take that runs a
  * key's word through limit.c's algorithms. The design (layout, the
  * two-bucket rule, eviction order, who writes which word with which
- * memory order, the crash windows) is limit.c's top comment,
+ * memory order, the crash windows) is docs/internals/limit.md,
  * "Keyed limiters"; this file holds the code it describes.
  *
  * Nothing here allocates, locks, logs or makes a syscall on the hot path.

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * limit_priv.h - what limit.c (the limiter's words, the component) and
- * limit_keyed.c (the keyed table) share: the per-decision parameters,
- * the state's views, the probe chain of a key, and the functions each
- * calls in the other. Nothing outside the two includes it. The shared
- * words, their writers and their memory orders are limit.c's top comment.
+ * limit_priv.h - what limit.c (the limiter's words, the decision),
+ * limit_keyed.c (the keyed table) and limit_maint.c (layout, maintenance,
+ * observers) share: the per-decision parameters, the state's views, the
+ * probe chain of a key, and the functions each calls in another. Nothing
+ * outside the three includes it. The shared words, their writers and
+ * their memory orders are limit.c's top comment; the design is
+ * docs/internals/limit.md.
  */
 #ifndef RESIL_SHM_LIMIT_PRIV_H
 #define RESIL_SHM_LIMIT_PRIV_H
@@ -62,6 +64,34 @@ static inline uint32_t nbuckets(const struct resil_limit_conf *c)
 	return c->keys / 2 ? c->keys / 2 : 1;
 }
 
+/* The parameters of a decision at now for n permits of c. */
+static inline void lp_init(struct lp *p, const struct resil_limit_conf *c, int64_t now, uint32_t n)
+{
+	p->now = now;
+	p->T = c->interval_ns;
+	p->tau = c->interval_ns * (int64_t)(c->burst ? c->burst : 1);
+	p->max_wait = c->wait_ns;
+	p->grant = c->dry_run ? 0 : c->wait_ns; /* dry run reserves nothing */
+	p->P = c->period_ns;
+	p->L = c->count;
+	p->n = n ? n : 1;
+	p->slack = HEAL_SLACK;
+	p->algo = resil_limit_algo(c);
+	p->heals = NULL;
+}
+
+/* When a ring slot's admission leaves the window: raw - RING_BIAS + P,
+ * saturated. A slot is any client's to write; a value near either end
+ * of int64 reads as far ahead (and is healed), never overflows. */
+static inline int64_t ring_end(int64_t raw, const struct lp *p)
+{
+	int64_t v;
+
+	if (__builtin_sub_overflow(raw, RING_BIAS, &v) || __builtin_add_overflow(v, p->P, &v))
+		return raw < 0 ? INT64_MIN / 2 : INT64_MAX / 2;
+	return v;
+}
+
 /* ---- limit.c: one word of a limiter, by algorithm ---- */
 int resil_limit_priv_word_take(ra64 *w, const struct lp *p, int64_t *wait, int64_t *stamp);
 bool resil_limit_priv_word_idle(uint64_t v, const struct lp *p);
@@ -81,7 +111,7 @@ uint64_t resil_limit_priv_word_merge(uint64_t x, uint64_t y, const struct lp *p)
  * before anyone can see it. Marks are never cleared during a table's life
  * (they only make some lookups read one more line). At <= 50% load the
  * chance that both buckets of a key are full is small (0.4% of keys at
- * 50%, see the top) but not nil, and the chain is what makes "no key is
+ * 50%, docs/internals/limit.md) but not nil, and the chain is what makes "no key is
  * lost while the table is not full" a guarantee.
  */
 #define FP_OVF (1ULL << 63) /* in entry 0's fingerprint word: the chain goes on */
