@@ -267,6 +267,7 @@ static void on_tick(struct resild *d)
 	resild_clients_scan(d);
 	resild_events_drain(d);
 	scan_conns(d, resil_clock_monotonic(NULL));
+	(void)resild_notify_flush(); /* what a full notify queue kept */
 	update_status(d);
 	resild_metrics_publish(d);
 	if (l->watchdog_ns) {

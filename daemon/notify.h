@@ -23,6 +23,9 @@ struct resild_passed {
 };
 void resild_notify_listen_fds(struct resild_passed *p);
 
+/* These never block (notify.c): what would is kept and sent again by
+ * resild_notify_flush, which the loop calls at every tick (0, or -EAGAIN
+ * while it is still kept). */
 void resild_notify_ready(const char *status);
 void resild_notify_status(const char *status);
 void resild_notify_stopping(void);
@@ -30,6 +33,7 @@ void resild_notify_reloading(void);
 /* The watchdog interval in ns, 0 when systemd does not want pings. */
 uint64_t resild_notify_watchdog_ns(void);
 void resild_notify_watchdog(void);
+int resild_notify_flush(void);
 /* Put both memfds in the fd store (FDSTORE=1, FDNAME=config / state). */
 int resild_notify_store_fds(int cfg_fd, int st_fd);
 

@@ -28,7 +28,10 @@
  *     (received on a notify socket of the test's own), and a daemon
  *     started after a SIGKILL with those fds (LISTEN_FDNAMES=config:state)
  *     adopts them: policies and live state continue, and the stale socket
- *     file the killed daemon left is replaced.
+ *     file the killed daemon left is replaced; a supervisor that stops
+ *     reading its notify socket (queue full) while resild's status
+ *     changes: every request answered, the newest status sent once the
+ *     queue has room.
  * Every wait is "eventually, within 10 s". Skips (77) when not root.
  */
 #include <errno.h>
@@ -50,6 +53,7 @@
 
 #include <cmocka.h>
 
+#include "internal.h"
 #include "resil.h"
 #include "resil.pb-c.h"
 #include "testutil.h"
@@ -1041,6 +1045,95 @@ static void test_fdstore_adopt(void **state)
 	test_daemon_fini(&d);
 }
 
+struct beat {
+	const struct resil_state_hdr *st;
+	int64_t after;
+};
+
+/* A tick of resild started after b->after (its heartbeat, written first
+ * in the tick, before the status is sent). */
+static bool ticked_after(void *ctx)
+{
+	const struct beat *b = ctx;
+
+	return (int64_t)ld_relaxed(&b->st->daemon_beat_ns) > b->after;
+}
+
+/* Its newest status, kept while the notify socket's queue was full:
+ * "3 policies". */
+static bool notify_caught_up(void *ctx)
+{
+	struct notify_rx *n = ctx;
+
+	notify_poll(n);
+	return strstr(n->status, "3 policies") != NULL;
+}
+
+/*
+ * A supervisor that stops reading its notify socket (its queue full):
+ * resild's status changes (3 policies defined) never block it, every
+ * request is answered, and the newest status arrives once the queue has
+ * room again.
+ */
+static void test_notify_unread(void **state)
+{
+	static struct test_daemon d;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct notify_rx n = {.cfg_fd = -1, .st_fd = -1};
+	struct beat b = {0};
+	char msg[256], names[256];
+	int fd, tx, one = 1, queued = 0;
+	resil_t *r = NULL;
+
+	current = &d;
+	assert_int_equal(test_daemon_init(&d), 0);
+	assert_true(strlen(d.dir) + 8 < sizeof(sa.sun_path));
+	memcpy(sa.sun_path, d.dir, strlen(d.dir));
+	strcat(sa.sun_path, "/notify");
+	n.fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_true(n.fd >= 0);
+	assert_int_equal(bind(n.fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(n.fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
+	assert_int_equal(spawn(&d, sa.sun_path, -1, -1), 0);
+	assert_int_equal(resil_open(&r, d.sock), 0);
+	b.st = r->seg.st;
+	assert_true(TEST_EVENTUALLY(notify_has(&n, 0)));
+	assert_true(TEST_EVENTUALLY(notify_has(&n, 2)));
+	assert_null(strstr(n.status, "3 policies"));
+
+	/* the supervisor stops reading: its queue fills up (a blocking
+	 * sender now waits for the reader) */
+	tx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	assert_true(tx >= 0);
+	while (queued < 100000 &&
+	       sendto(tx, "X-FILLER=1", 10, 0, (struct sockaddr *)&sa, sizeof(sa)) == 10)
+		queued++;
+	assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+	assert_true(queued > 0);
+	close(tx);
+
+	/* each define changes the status at the next tick: every request
+	 * is still answered (within 10 s each, do_req) */
+	fd = ctl_connect(d.sock);
+	assert_true(fd >= 0);
+	assert_int_equal(do_req(fd, CREATE, "n1", "breaker.failure_rate = 50", msg, sizeof(msg)),
+			 0);
+	assert_int_equal(do_req(fd, CREATE, "n2", "bulkhead.max = 2", msg, sizeof(msg)), 0);
+	assert_int_equal(do_req(fd, CREATE, "n3", "limit.rate = 10/s", msg, sizeof(msg)), 0);
+	b.after = test_mono_ns();
+	assert_true(test_wait_until(ticked_after, &b, TEST_EVENTUALLY_MS));
+	/* that tick's new status could not be sent: still answered */
+	assert_int_equal(do_list(fd, names, sizeof(names)), 3);
+	close(fd);
+	assert_true(test_wait_until(notify_caught_up, &n, TEST_EVENTUALLY_MS));
+	resil_close(r);
+	close(n.cfg_fd);
+	close(n.st_fd);
+	close(n.fd);
+	assert_int_equal(test_daemon_stop(&d), 0);
+	test_daemon_fini(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1052,6 +1145,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_events_reclaim, teardown),
 	    cmocka_unit_test_teardown(test_bounds, teardown),
 	    cmocka_unit_test_teardown(test_fdstore_adopt, teardown),
+	    cmocka_unit_test_teardown(test_notify_unread, teardown),
 	};
 
 	if (geteuid() != 0) {
