@@ -17,25 +17,45 @@
  *            a daemon that adopts the segments after a restart finds the
  *            process in its own namespace too.
  *   CHILD    a row claimed without a connection (a forked child claims its
- *            own row by CAS, with no daemon round trip) whose pid we can
- *            see, whose start time matches, and whose parent (or an
- *            ancestor, up to RESILD_ANCESTRY levels, /proc/PID/stat field
- *            4) is the process of a BOUND, CHILD or ADOPTED row.
+ *            own row by CAS, with no daemon round trip) whose process we
+ *            find, whose start time matches, and which maps our state
+ *            segment (/proc/PID/maps): identity is the process, not its
+ *            ancestry, so a daemonizing worker's child whose parent exited
+ *            (re-parented before we looked) keeps its row while it lives,
+ *            and a child that exec'd has none. Where maps cannot be read
+ *            (resild not root, hidepid), the process must be a child (or a
+ *            descendant, up to RESILD_ANCESTRY levels, /proc/PID/stat
+ *            field 4) of the process of a BOUND, CHILD or ADOPTED row. The
+ *            pid a row names may be one of another pid namespace (a child
+ *            in a container): when no process here has it, the process of
+ *            a namespace where a client we watch lives that has that pid
+ *            there is looked for (procfs.c, NSpid). A CHILD row counts
+ *            against its process's uid (--max-clients-per-uid).
  *   ADOPTED  a row found at the first scan of adopted segments whose pid
- *            and start time match a live process: the previous daemon
- *            judged it; we keep watching it.
- *   UNKNOWN  a row we cannot identify: its pid does not exist here (or is
- *            another process) while some client lives in another pid
- *            namespace, where that pid may well be a live child of it.
- *            Never reclaimed on a guess: the row and what it holds stay,
- *            are counted (resil_client_rows_unidentified), and are looked
- *            at again every RESILD_UNKNOWN_RECHECK ticks.
+ *            and start time match a live process that maps our segment:
+ *            the previous daemon judged it; we keep watching it.
+ *   UNKNOWN  a row we cannot identify because a client connected from a
+ *            pid namespace we cannot see at all (SO_PEERCRED gave no pid):
+ *            such connections vouch for rows of their uids for
+ *            RESILD_VOUCH_TICKS, and the rows count against those uids
+ *            together (at most --max-clients-per-uid for each). Never
+ *            reclaimed on a guess: the row and what it holds stay, are
+ *            counted (resil_client_rows_unidentified), and are looked at
+ *            again every RESILD_UNKNOWN_RECHECK ticks.
  * Any other row is refused and freed within a tick: a row naming pid 1,
- * a dead pid, or a live process that is no child of a known client.
- * Refusing frees the row only (st_release of owner 0): it does not walk
- * the policies, so a client planting rows cannot make the tick expensive.
- * Whatever the refused row's id holds becomes a stray claim (an id naming
- * no live row), which the stray sweep below frees.
+ * a dead pid, a process that does not map our segments, a pid found in
+ * no client's namespace, a uid past its quota. Refusing frees the row
+ * only (st_release of owner 0): it does not walk the policies, so a
+ * client planting rows cannot make the tick expensive. Whatever the
+ * refused row's id holds becomes a stray claim (an id naming no live
+ * row), which the stray sweep below frees.
+ *
+ * Planted rows never keep a connecting client out: when the table is
+ * full, resild_clients_bind judges rows not judged yet at once (at most
+ * RESILD_EVICT_LOOKS) and takes the first nobody's row over by one CAS
+ * from the planted owner word to the newcomer's, else an UNKNOWN one
+ * (evict). A client whose row was taken or refused notices it at its
+ * library's next periodic check and claims another (client/attach.c).
  *
  * The check for a new row opens a pidfd and then reads /proc/PID/stat: a
  * pidfd opened for a pid that was reused by another process is told apart
@@ -105,13 +125,17 @@
 #include "log.h"
 #include "loop.h"
 #include "policy.h"
+#include "procfs.h"
 #include "resild.h"
 #include "segmove.h"
 
 #define RESILD_JUDGE_PER_TICK	256	   /* new rows judged per tick */
+#define RESILD_EVICT_LOOKS	64	   /* rows a bind judges to make room */
 #define RESILD_SWEEP_SLOTS	65536	   /* permit slots swept per tick */
 #define RESILD_ANCESTRY		16	   /* parents looked up for a forked child */
 #define RESILD_UNKNOWN_RECHECK	50	   /* ticks between looks at an UNKNOWN row */
+#define RESILD_VOUCH_TICKS	600	   /* an unseen connection vouches this long */
+#define RESILD_VOUCHERS		16	   /* uids vouching at once */
 #define RESILD_PID_MAX		(1u << 22) /* PID_MAX_LIMIT */
 #define RESILD_PID_CHECKS	1024	   /* rowless holders' pids looked up per tick */
 
@@ -133,6 +157,7 @@ struct watch {
 	bool foreign;	  /* lives in another pid namespace than ours */
 	bool exempt;	  /* root, our uid or the admin group: no row quota */
 	uint32_t uid;	  /* the kernel's word: SO_PEERCRED, or /proc/PID/status */
+	ino_t ns;	  /* its pid namespace (0: unknown) */
 	uint64_t recheck; /* W_UNKNOWN: the tick to look again */
 };
 
@@ -141,34 +166,39 @@ struct resild_clients {
 	uint32_t next_cookie;
 	uint32_t scan_from;  /* where the next scan starts judging */
 	uint32_t sweep_slot; /* the policy slot the next sweep starts at */
+	uint32_t evict_from; /* where the next eviction looks first */
 	uint64_t ticks;
 	uint32_t reclaimed_early; /* exits reclaimed by the loop since the last scan */
 	bool scanned;		  /* the first scan (adoption) is done */
-	ino_t pidns;  /* our pid namespace */
+	ino_t pidns;		  /* our pid namespace */
+	dev_t st_dev;		  /* the state segment's memfd, as /proc/PID/maps names it */
+	ino_t st_ino;
+	struct resild_nspid *nsx; /* other namespaces' pids (procfs.c) */
+	/* uids whose connections came from a pid namespace we cannot see
+	 * (SO_PEERCRED gave no pid), until the tick given: the rows we
+	 * cannot identify count against them */
+	uint32_t vouch_uid[RESILD_VOUCHERS];
+	uint64_t vouch_until[RESILD_VOUCHERS];
 	struct resild_clients_stats stats;
 	struct watch w[];
 };
-
-/* The inode of a process's pid namespace, 0 when it cannot be read. */
-static ino_t pidns_of(const char *proc)
-{
-	char path[64];
-	struct stat st;
-
-	snprintf(path, sizeof(path), "/proc/%s/ns/pid", proc);
-	return stat(path, &st) == 0 ? st.st_ino : 0;
-}
 
 int resild_clients_init(struct resild *d)
 {
 	uint32_t cap = d->seg.geo.client_cap;
 	struct resild_clients *c = calloc(1, sizeof(*c) + (size_t)cap * sizeof(struct watch));
+	struct stat st;
 
 	if (!c)
 		return -ENOMEM;
 	c->cap = cap;
 	c->next_cookie = 1;
-	c->pidns = pidns_of("self");
+	c->pidns = resild_proc_pidns("self");
+	if (d->seg.st_fd >= 0 && fstat(d->seg.st_fd, &st) == 0) {
+		c->st_dev = st.st_dev;
+		c->st_ino = st.st_ino;
+	}
+	c->nsx = resild_nspid_new();
 	for (uint32_t i = 0; i < cap; i++)
 		c->w[i].pidfd = -1;
 	d->clients = c;
@@ -197,6 +227,7 @@ void resild_clients_fini(struct resild *d)
 			close(d->clients->w[i].pidfd);
 			d->clients->w[i].pidfd = -1;
 		}
+	resild_nspid_free(d->clients->nsx);
 	free(d->clients);
 	d->clients = NULL;
 }
@@ -275,40 +306,14 @@ static int pidfd_open_(uint32_t pid)
  * uid and gid, supplementary groups), for the row quota. 0 or -errno. */
 static int proc_who(const struct resild *d, uint32_t pid, uint32_t *uid, bool *exempt)
 {
-	char path[64], line[4096];
 	gid_t groups[256];
 	struct resild_peer p = {.pid = (pid_t)pid, .groups = groups};
-	unsigned long long a, b;
-	int got = 0;
-	FILE *f;
+	int r;
 
-	snprintf(path, sizeof(path), "/proc/%u/status", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "Uid: %llu %llu", &a, &b) == 2) {
-			p.uid = (uid_t)b;
-			got |= 1;
-		} else if (sscanf(line, "Gid: %llu %llu", &a, &b) == 2) {
-			p.gid = (gid_t)b;
-			got |= 2;
-		} else if (strncmp(line, "Groups:", 7) == 0) {
-			char *q = line + 7, *end;
-
-			while (p.ngroups < (int)(sizeof(groups) / sizeof(groups[0]))) {
-				unsigned long v = strtoul(q, &end, 10);
-
-				if (end == q)
-					break;
-				groups[p.ngroups++] = (gid_t)v;
-				q = end;
-			}
-		}
-	}
-	fclose(f);
-	if (got != 3)
-		return -EIO;
+	p.ngroups = (int)(sizeof(groups) / sizeof(groups[0]));
+	r = resild_proc_creds(pid, &p.uid, &p.gid, groups, &p.ngroups);
+	if (r < 0)
+		return r;
 	*uid = (uint32_t)p.uid;
 	*exempt = resild_peer_exempt(d, &p);
 	return 0;
@@ -346,7 +351,8 @@ static int watch(struct resild *d, uint32_t i, uint64_t owner, int fd, uint32_t 
 	w->kind = kind;
 	w->cookie = c->next_cookie++;
 	snprintf(proc, sizeof(proc), "%u", pid);
-	w->foreign = c->pidns && pidns_of(proc) != c->pidns;
+	w->ns = resild_proc_pidns(proc);
+	w->foreign = c->pidns && w->ns != c->pidns;
 	r = resild_loop_watch_pid(d, fd, i, w->cookie);
 	if (r < 0) {
 		/* not watched: forget it, the next scan judges it again */
@@ -379,114 +385,312 @@ static bool any_foreign(const struct resild_clients *c)
 	return false;
 }
 
-/* Judge a row claimed without us (owner word owner) : watch, keep as
- * UNKNOWN, refuse, or (adoption) reclaim. 1 when it cost a reclaim. */
+/* The uids vouching for rows we cannot identify now (see vouch_uid). */
+static uint32_t vouchers(const struct resild_clients *c)
+{
+	uint32_t n = 0;
+
+	for (uint32_t k = 0; k < RESILD_VOUCHERS; k++)
+		n += c->vouch_until[k] > c->ticks;
+	return n;
+}
+
+static uint32_t unknown_rows(const struct resild_clients *c)
+{
+	uint32_t n = 0;
+
+	for (uint32_t j = 0; j < c->cap; j++)
+		n += c->w[j].kind == W_UNKNOWN;
+	return n;
+}
+
+/* What a look at a row finds (examine). */
+enum verdict {
+	V_RETRY = 0, /* cannot tell now: the next scan looks again */
+	V_WATCH,     /* a live process that maps our segments: watched */
+	V_UNKNOWN,   /* unidentifiable, and someone we cannot see vouches */
+	V_REFUSE,    /* nobody's: freed */
+	V_GONE,	     /* adoption: the previous daemon's client, gone: reclaimed */
+};
+
+struct judged {
+	enum verdict v;
+	int fd;	      /* V_WATCH: the process's pidfd (then watch() takes it) */
+	uint32_t pid; /* the process, in our pid namespace (V_WATCH, V_GONE) */
+	uint32_t uid; /* V_WATCH: its uid (UINT32_MAX: unknown) */
+	bool exempt;
+	const char *why; /* V_REFUSE: for the log */
+};
+
+/* pid's pidfd when that process is the one whose start time owner names:
+ * fd, -ESRCH when not (no such process, or another), or -errno when
+ * /proc cannot say (then: no guess). */
+static int open_owner(uint32_t pid, uint64_t owner, uint32_t *ppid)
+{
+	uint64_t st = 0;
+	int fd = pidfd_open_(pid), r;
+
+	if (fd < 0)
+		return fd;
+	/* after pidfd_open: the start time read is that of the pidfd's process */
+	r = resil_proc_stat(pid, &st, ppid);
+	if (r < 0 || (st & 0xffffffffULL) != (owner & 0xffffffffULL)) {
+		close(fd);
+		return r < 0 ? r : -ESRCH;
+	}
+	return fd;
+}
+
+/* A pid written in another pid namespace: our pid for the process of a
+ * namespace where a client we watch lives that has that pid there and
+ * the owner's start time; 0 when none. */
+static uint32_t find_foreign(struct resild *d, uint32_t nspid, uint64_t owner, int *fd,
+			     uint32_t *ppid)
+{
+	struct resild_clients *c = d->clients;
+	ino_t ns[64];
+	uint32_t n = 0;
+
+	for (uint32_t j = 0; j < c->cap && n < 64; j++) {
+		const struct watch *w = &c->w[j];
+		bool seen = false;
+
+		if (w->pidfd < 0 || !w->foreign || !w->ns || w->kind == W_EXITED)
+			continue;
+		for (uint32_t k = 0; k < n && !seen; k++)
+			seen = ns[k] == w->ns;
+		if (!seen)
+			ns[n++] = w->ns;
+	}
+	resild_nspid_index(c->nsx, ns, n, resil_clock_monotonic(NULL));
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t pid = resild_nspid_find(c->nsx, ns[k], nspid);
+
+		if (pid && (*fd = open_owner(pid, owner, ppid)) >= 0)
+			return pid;
+	}
+	return 0;
+}
+
+/*
+ * Look at a row claimed without us (owner word owner): whose is it?
+ *   - the pid the row names, or, when no process here has it and some
+ *     client lives in another pid namespace, the process of one of those
+ *     namespaces that has that pid there (procfs.c's index): its start
+ *     time must be the owner's;
+ *   - such a process is a client only if it maps our state segment
+ *     (/proc/PID/maps): a forked child does, re-parented or not (the
+ *     identity is the process, not its ancestry), and a process that
+ *     exec'd since does not. Where maps cannot be read (resild not root,
+ *     hidepid), the older rule: a child (or a descendant) of a known
+ *     client;
+ *   - it counts against its uid's rows (--max-clients-per-uid);
+ *   - found nowhere: unidentifiable only if a client we cannot see at all
+ *     (a connection without a pid) vouches, within their uids' quota;
+ *     else nobody's (adopting: the previous daemon's client, gone).
+ */
+static void examine(struct resild *d, uint64_t owner, bool adopting, struct judged *j)
+{
+	struct resild_clients *c = d->clients;
+	uint32_t pid = (uint32_t)(owner >> 32), ppid = 0, max = d->opts.max_clients_per_uid;
+	int fd, m;
+
+	memset(j, 0, sizeof(*j));
+	j->fd = -1;
+	j->uid = UINT32_MAX;
+	if (pid == 0 || pid >= RESILD_PID_MAX) {
+		j->v = V_REFUSE;
+		j->why = "an impossible owner";
+		return;
+	}
+	fd = open_owner(pid, owner, &ppid);
+	if (fd == -ESRCH && any_foreign(c)) {
+		uint32_t p = find_foreign(d, pid, owner, &fd, &ppid);
+
+		if (p)
+			pid = p;
+		else
+			fd = -ESRCH;
+	}
+	if (fd < 0 && fd != -ESRCH) {
+		j->v = V_RETRY;
+		return;
+	}
+	if (fd < 0) {
+		uint32_t v = vouchers(c);
+
+		if (v && (!max || unknown_rows(c) < max * v)) {
+			j->v = V_UNKNOWN;
+			return;
+		}
+		j->v = adopting ? V_GONE : V_REFUSE;
+		j->pid = pid;
+		j->why = v ? "no process we can see, and the unseen uids' rows are at their quota"
+			   : "no process of ours or of a client's pid namespace";
+		return;
+	}
+	j->pid = pid;
+	if (proc_who(d, pid, &j->uid, &j->exempt) < 0)
+		j->uid = UINT32_MAX; /* counted for nobody's quota, judged as any row */
+	m = c->st_ino ? resild_proc_maps(pid, c->st_dev, c->st_ino) : -ENOENT;
+	if (m == 0) {
+		/* a live process without our segments (it exec'd, or the row
+		 * names a process that never had them): nothing it could hold */
+		close(fd);
+		j->v = adopting ? V_GONE : V_REFUSE;
+		j->why = "a process that does not map the segments";
+		return;
+	}
+	if (m < 0 && !adopting) {
+		bool child = false;
+
+		for (int n = 0; n < RESILD_ANCESTRY && ppid > 1 && !child; n++) {
+			uint64_t pst;
+
+			child = known_pid(c, ppid);
+			if (!child && resil_proc_stat(ppid, &pst, &ppid) < 0)
+				break;
+		}
+		if (!child) {
+			close(fd);
+			j->v = V_REFUSE;
+			j->why = "no child of a known client";
+			return;
+		}
+	}
+	if (!adopting && max && !j->exempt && j->uid != UINT32_MAX &&
+	    resild_clients_of_uid(d, j->uid) >= max) {
+		close(fd);
+		c->stats.over_quota++;
+		j->v = V_REFUSE;
+		j->why = "its uid is at its quota of rows (--max-clients-per-uid)";
+		return;
+	}
+	j->fd = fd;
+	j->v = V_WATCH;
+}
+
+/* Judge a row claimed without us (owner word owner) and act: watch, keep
+ * as UNKNOWN, refuse, or (adoption) reclaim. 1 when it cost a reclaim. */
 static int judge(struct resild *d, uint32_t i, uint64_t owner, bool adopting)
 {
 	struct resild_clients *c = d->clients;
-	uint32_t pid = (uint32_t)(owner >> 32), ppid = 0;
-	uint64_t st = 0;
-	int fd, r;
+	struct judged j;
 
-	if (pid == 0 || pid >= RESILD_PID_MAX) {
-		log_warning("client row %u has an impossible owner %#llx: freed", i,
-			    (unsigned long long)owner);
-		refuse(d, i, owner);
-		return 0;
-	}
-	fd = pidfd_open_(pid);
-	if (fd < 0 && fd != -ESRCH) {
-		log_warning_errno(fd, "client row %u: pidfd_open(%u): %m", i, pid);
-		return 0; /* try again next tick */
-	}
-	r = fd >= 0 ? resil_proc_stat(pid, &st, &ppid) : -ESRCH;
-	if (r < 0 && r != -ESRCH) {
-		/* /proc unreadable (hidepid, EACCES): cannot judge, no guess */
-		close(fd);
+	examine(d, owner, adopting, &j);
+	switch (j.v) {
+	case V_RETRY:
+		/* /proc cannot say now (hidepid, EACCES): no guess */
 		c->w[i].owner = owner;
 		c->w[i].kind = W_UNKNOWN;
 		c->w[i].recheck = c->ticks + RESILD_UNKNOWN_RECHECK;
 		return 0;
-	}
-	if (r == -ESRCH || (st & 0xffffffffULL) != (owner & 0xffffffffULL)) {
-		/* no such process here, or the pid is another process's */
-		if (fd >= 0)
-			close(fd);
-		if (any_foreign(c)) {
-			/* it may be a live process of another pid namespace */
-			if (c->w[i].kind != W_UNKNOWN)
-				log_notice("client row %u names pid %u, not a process we can see "
-					   "while clients live in other pid namespaces: kept, "
-					   "never reclaimed on a guess",
-					   i, pid);
-			c->w[i].owner = owner;
-			c->w[i].kind = W_UNKNOWN;
-			c->w[i].recheck = c->ticks + RESILD_UNKNOWN_RECHECK;
-			return 0;
-		}
-		if (adopting) {
-			/* the previous daemon's client, dead meanwhile */
-			reclaim(d, i, owner, pid);
-			return 1;
-		}
+	case V_UNKNOWN:
+		if (c->w[i].kind != W_UNKNOWN)
+			log_notice("client row %u names pid %u, not a process we can see, while "
+				   "clients connect from a pid namespace we cannot see: kept, "
+				   "counted against their uids",
+				   i, (unsigned)(owner >> 32));
+		c->w[i].owner = owner;
+		c->w[i].kind = W_UNKNOWN;
+		c->w[i].recheck = c->ticks + RESILD_UNKNOWN_RECHECK;
+		return 0;
+	case V_WATCH:
+		watch(d, i, owner, j.fd, j.pid, adopting ? W_ADOPTED : W_CHILD, j.uid, j.exempt);
+		return 0;
+	case V_GONE:
+		/* the previous daemon's client, dead (or exec'd) meanwhile */
+		reclaim(d, i, owner, j.pid);
+		return 1;
+	case V_REFUSE:
+		if (c->stats.refused < 16 || c->stats.refused % 1024 == 0)
+			log_notice("client row %u claimed for pid %u: %s: freed", i,
+				   (unsigned)(owner >> 32), j.why);
 		refuse(d, i, owner);
 		return 0;
 	}
-	uint32_t uid = UINT32_MAX;
-	bool exempt = false;
-
-	if (proc_who(d, pid, &uid, &exempt) < 0)
-		uid = UINT32_MAX; /* counted for nobody; judged as any row */
-	if (adopting) {
-		watch(d, i, owner, fd, pid, W_ADOPTED, uid, exempt);
-		return 0;
-	}
-	/* a live process: a forked child of a client, or nobody's */
-	for (int n = 0; n < RESILD_ANCESTRY && ppid > 1; n++) {
-		uint64_t pst;
-
-		if (known_pid(c, ppid)) {
-			/* forked children count against their uid's rows too:
-			 * past the quota the row is refused (its process then
-			 * decides with no row of its own, as when the table is
-			 * full) */
-			uint32_t max = d->opts.max_clients_per_uid, have;
-
-			if (max && !exempt && (have = resild_clients_of_uid(d, uid)) >= max) {
-				close(fd);
-				d->clients->stats.over_quota++;
-				if (d->clients->stats.over_quota < 16 ||
-				    d->clients->stats.over_quota % 1024 == 0)
-					log_notice(
-					    "client row %u claimed by pid %u (uid %u): the uid "
-					    "holds %u rows, at most %u per uid "
-					    "(--max-clients-per-uid): freed",
-					    i, pid, uid, have, max);
-				refuse(d, i, owner);
-				return 0;
-			}
-			watch(d, i, owner, fd, pid, W_CHILD, uid, exempt);
-			return 0;
-		}
-		if (resil_proc_stat(ppid, &pst, &ppid) < 0)
-			break;
-	}
-	close(fd);
-	if (c->stats.refused < 16 || c->stats.refused % 1024 == 0)
-		log_notice("client row %u claimed for pid %u, no child of a known client: freed", i,
-			   pid);
-	refuse(d, i, owner);
 	return 0;
+}
+
+/* The table is full and a connection needs a row (now): take one that is
+ * nobody's, or that no one we can see holds. Rows the scan has not judged
+ * yet are judged now (at most RESILD_EVICT_LOOKS, from where the last
+ * eviction stopped), and the first refused one is taken over by one CAS
+ * from its owner word to newowner, so a client planting rows as fast as
+ * they are freed cannot slip in between; else an UNKNOWN row (what it
+ * held becomes a stray claim). The row index, or -ENOSPC. */
+static int evict(struct resild *d, uint64_t newowner)
+{
+	struct resild_clients *c = d->clients;
+	uint32_t looks = 0;
+
+	for (int pass = 0; pass < 2; pass++)
+		for (uint32_t k = 0; k < c->cap; k++) {
+			uint32_t i = (c->evict_from + k) % c->cap;
+			struct watch *w = &c->w[i];
+			ra64 *ow = &resil_seg_client(&d->seg, i)->owner;
+			uint64_t owner = ld_acquire(ow);
+			struct judged j;
+
+			if (!owner)
+				continue;
+			if (pass == 0) {
+				if (owner == w->owner || looks >= RESILD_EVICT_LOOKS)
+					continue;
+				looks++;
+				examine(d, owner, false, &j);
+				if (j.v == V_WATCH) {
+					if (w->owner || w->kind)
+						forget(d, i);
+					watch(d, i, owner, j.fd, j.pid, W_CHILD, j.uid, j.exempt);
+					continue;
+				}
+				if (j.v != V_REFUSE)
+					continue;
+			} else if (w->kind != W_UNKNOWN || owner != w->owner) {
+				continue;
+			}
+			if (!atomic_compare_exchange_strong_explicit(
+				ow, &owner, newowner, memory_order_acq_rel, memory_order_relaxed))
+				continue;
+			if (w->owner || w->kind)
+				forget(d, i);
+			c->stats.evicted++;
+			c->evict_from = i + 1;
+			if (c->stats.evicted < 16 || c->stats.evicted % 1024 == 0)
+				log_notice("client table full: row %u (pid %u, %s) given to a "
+					   "connecting client",
+					   i, (unsigned)(owner >> 32),
+					   pass ? "unidentified" : "nobody's");
+			return (int)i;
+		}
+	return -ENOSPC;
 }
 
 int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid, bool exempt)
 {
 	struct resild_clients *c = d->clients;
-	uint64_t st;
+	uint64_t st, owner;
 	int fd, r, row;
 
-	if (!c || peer_pid <= 0)
+	if (!c)
+		return -ESRCH;
+	if (peer_pid <= 0) {
+		/* a peer of a pid namespace we cannot see: its rows will be
+		 * ones we cannot identify; they count against its uid */
+		uint32_t k, free_k = RESILD_VOUCHERS;
+
+		for (k = 0; k < RESILD_VOUCHERS && c->vouch_uid[k] != (uint32_t)uid; k++)
+			if (free_k == RESILD_VOUCHERS && c->vouch_until[k] <= c->ticks)
+				free_k = k;
+		if (k == RESILD_VOUCHERS)
+			k = free_k;
+		if (k < RESILD_VOUCHERS) {
+			c->vouch_uid[k] = (uint32_t)uid;
+			c->vouch_until[k] = c->ticks + RESILD_VOUCH_TICKS;
+		}
 		return -ESRCH; /* the peer's pid is not visible from here */
+	}
 	fd = pidfd_open_((uint32_t)peer_pid);
 	if (fd < 0)
 		return fd;
@@ -498,7 +702,14 @@ int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid, bool exempt
 		close(fd);
 		return r;
 	}
+	owner = (uint64_t)(uint32_t)peer_pid << 32 | (st & 0xffffffffULL);
 	row = resil_client_claim(&d->seg, (uint32_t)peer_pid, st, (uint32_t)uid);
+	if (row == -ENOSPC) {
+		/* planted rows never keep a connecting client out */
+		row = evict(d, owner);
+		if (row >= 0)
+			resil_client_init_row(&d->seg, (uint32_t)row, st, (uint32_t)uid);
+	}
 	if (row < 0) {
 		close(fd);
 		return row;
@@ -509,8 +720,7 @@ int resild_clients_bind(struct resild *d, pid_t peer_pid, uid_t uid, bool exempt
 	}
 	if (c->w[row].owner || c->w[row].pidfd >= 0)
 		forget(d, (uint32_t)row); /* an earlier owner freed it since our scan */
-	r = watch(d, (uint32_t)row, (uint64_t)(uint32_t)peer_pid << 32 | (st & 0xffffffffULL), fd,
-		  (uint32_t)peer_pid, W_BOUND, (uint32_t)uid, exempt);
+	r = watch(d, (uint32_t)row, owner, fd, (uint32_t)peer_pid, W_BOUND, (uint32_t)uid, exempt);
 	if (r < 0) {
 		resil_client_release(&d->seg, (uint32_t)row);
 		return r;

@@ -51,6 +51,7 @@ struct resild_clients_stats {
 	uint64_t refused;	    /* rows freed: no process we can tie to a client */
 	uint64_t over_quota;	    /* rows refused or not bound: the uid's quota */
 	uint64_t stray_freed;	    /* permits freed: held by an id naming no live row */
+	uint64_t evicted; /* rows given to a connecting client: nobody's or unidentified */
 	uint32_t unknown;	    /* rows kept unidentified (another pid namespace) */
 	uint32_t unregistered_held; /* the sweep pass in progress */
 	uint32_t unregistered_last; /* permits held unregistered, the last whole pass */

@@ -111,17 +111,23 @@ static void metrics_render(const struct health *h, const struct resil_seg *seg,
 	m1(k, "resil_clients", "Client processes registered and alive.", RESIL_MT_GAUGE,
 	   resil_mv_uint(h->clients));
 	m1(k, "resil_client_rows_unidentified",
-	   "Client rows naming a process resild cannot see (another pid namespace): kept, what "
-	   "they hold stays held.",
+	   "Client rows naming a process resild cannot see while clients connect from a pid "
+	   "namespace it cannot see: kept, counted against those clients' uids.",
 	   RESIL_MT_GAUGE, resil_mv_uint(h->cs.unknown));
 	m1(k, "resil_client_rows_refused_total",
-	   "Client rows freed: claimed without a connection for no process tied to a client.",
+	   "Client rows freed: claimed without a connection for no process that maps the "
+	   "segments, or past its uid's quota.",
 	   RESIL_MT_COUNTER, resil_mv_uint(h->cs.refused));
+	m1(k, "resil_client_rows_evicted_total",
+	   "Client rows given to a connecting client while the table was full: nobody's, or "
+	   "unidentified.",
+	   RESIL_MT_COUNTER, resil_mv_uint(h->cs.evicted));
 	m1(k, "resil_permits_stray_freed_total",
 	   "Permits freed: held by an id naming no live client row.", RESIL_MT_COUNTER,
 	   resil_mv_uint(h->cs.stray_freed));
 	m1(k, "resil_permits_unregistered",
-	   "Permits held by processes without a client row (freed by an operator's reset only).",
+	   "Permits held by live processes without a client row (freed when the process is "
+	   "gone, or by an operator's reset).",
 	   RESIL_MT_GAUGE, resil_mv_uint(h->cs.unregistered_last));
 	m1(k, "resil_client_rows_over_quota_total",
 	   "Client rows refused to a uid holding --max-clients-per-uid already (segments or a "

@@ -1772,15 +1772,25 @@ int resil_client_claim(const struct resil_seg *s, uint32_t pid, uint64_t start_t
 		 * claimed by a process killed right after is still reclaimable. */
 		if (!cas_acq_rel(&row->owner, &expect, owner))
 			continue;
-		row->start_time = start_time;
-		row->uid = uid;
-		st_relaxed(&row->waiting, 0);
-		st_release(&row->flags, RESIL_ROW_LIVE);
+		resil_client_init_row(s, i, start_time, uid);
 		st_relaxed(&s->st->client_hint, i + 1);
 		return (int)i;
 	}
 	faa_relaxed(&s->st->clients_full, 1);
 	return -ENOSPC;
+}
+
+void resil_client_init_row(const struct resil_seg *s, uint32_t i, uint64_t start_time, uint32_t uid)
+{
+	struct resil_client_row *row;
+
+	if (i >= s->geo.client_cap)
+		return;
+	row = resil_seg_client(s, i);
+	row->start_time = start_time;
+	row->uid = uid;
+	st_relaxed(&row->waiting, 0);
+	st_release(&row->flags, RESIL_ROW_LIVE);
 }
 
 void resil_client_release(const struct resil_seg *s, uint32_t row)

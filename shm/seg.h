@@ -522,6 +522,11 @@ int resil_event_read(const struct resil_seg *s, uint64_t idx, struct resil_event
 int resil_client_claim(const struct resil_seg *s, uint32_t pid, uint64_t start_time,
 		       uint32_t uid);
 void resil_client_release(const struct resil_seg *s, uint32_t row);
+/* A row's fields once its owner word was taken (by the claim's CAS, or
+ * resild's taking over a row for a connection): start time, uid, no
+ * waiter, LIVE (release: after the owner word). */
+void resil_client_init_row(const struct resil_seg *s, uint32_t i, uint64_t start_time,
+			   uint32_t uid);
 /* A client's identity as stored in claims: row + 1 (0 = nobody). */
 static inline uint32_t resil_client_id(int row)
 {
