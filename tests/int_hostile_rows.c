@@ -23,6 +23,9 @@
  *             parented before resild judged its row, keeps its row and its
  *             permits over many ticks (nobody else is admitted), until it
  *             releases them.
+ *   wiped     uid A zeroes the owner word of every row but its own: a
+ *             worker of V claims a row again at its library's periodic
+ *             check (within 10 s), and resild keeps it.
  * Skips (77) when not root; the pidns case only when this kernel refuses
  * unprivileged user namespaces.
  */
@@ -304,6 +307,75 @@ static void case_orphan(void)
 	printf("  and gives them back itself\n");
 }
 
+/* uid A zeroes the owner word of every row but its own: a worker of V
+ * notices at its library's periodic check and claims a row again, and
+ * resild keeps it (it maps the segments) */
+static void case_wiped(void)
+{
+	int pfd[2], done[2];
+	char ch;
+	pid_t w, a;
+
+	printf("wiped:\n");
+	TEST_CHECK(pipe(pfd) == 0 && pipe(done) == 0);
+	w = fork();
+	TEST_CHECK(w >= 0);
+	if (w == 0) {
+		resil_t *r = NULL;
+		resil_policy_t *q;
+		int row;
+
+		test_become(uv, g);
+		TEST_CHECK(resil_open(&r, d.sock) == 0);
+		TEST_CHECK(resil_policy(r, "rows8", &q) == 0);
+		TEST_CHECK(atomic_load(&r->cur->row) >= 0);
+		TEST_CHECK(write(pfd[1], "x", 1) == 1);
+		TEST_CHECK(read(done[0], &ch, 1) == 1);
+		/* decisions: the periodic check runs from them */
+		TEST_CHECK(TEST_EVENTUALLY(try_acquire(q) >= 0 && ld_relaxed(&r->row_claims) > 0));
+		row = atomic_load(&r->cur->row);
+		TEST_CHECK(row >= 0);
+		TEST_CHECK(ld_relaxed(&resil_seg_client(&r->seg, (uint32_t)row)->owner) >> 32 ==
+			   (uint64_t)getpid());
+		/* kept by resild over a few ticks: still ours */
+		for (int i = 0; i < 3; i++) {
+			uint64_t b = ld_relaxed(&r->seg.st->daemon_beat_ns);
+
+			TEST_CHECK(TEST_EVENTUALLY(ld_relaxed(&r->seg.st->daemon_beat_ns) != b));
+		}
+		TEST_CHECK(ld_relaxed(&resil_seg_client(&r->seg, (uint32_t)row)->owner) >> 32 ==
+			   (uint64_t)getpid());
+		TEST_CHECK(try_acquire(q) == RESIL_ADMIT);
+		resil_close(r);
+		_exit(0);
+	}
+	TEST_CHECK(read(pfd[0], &ch, 1) == 1);
+	a = fork();
+	TEST_CHECK(a >= 0);
+	if (a == 0) {
+		resil_t *r = NULL;
+		int mine;
+
+		test_become(ua, g);
+		TEST_CHECK(resil_open(&r, d.sock) == 0);
+		mine = atomic_load(&r->cur->row);
+		for (uint32_t i = 0; i < r->seg.geo.client_cap; i++)
+			if ((int)i != mine)
+				atomic_store(&resil_seg_client(&r->seg, i)->owner, 0);
+		resil_close(r);
+		_exit(0);
+	}
+	TEST_CHECK(test_wait_pid(a, 30000) == 0);
+	TEST_CHECK(write(done[1], "d", 1) == 1);
+	TEST_CHECK(test_wait_pid(w, 30000) == 0);
+	printf("  a worker of uid %u whose row was wiped claimed one again, and kept it\n",
+	       (unsigned)uv);
+	close(pfd[0]);
+	close(pfd[1]);
+	close(done[0]);
+	close(done[1]);
+}
+
 int main(void)
 {
 	char gs[16], cl[16], pu[16];
@@ -331,6 +403,7 @@ int main(void)
 	case_planted();
 	skipped = case_pidns();
 	case_orphan();
+	case_wiped();
 
 	resil_close(root);
 	TEST_CHECK(test_daemon_stop(&d) == 0);
