@@ -18,8 +18,7 @@
  *     breaker and the histogram takes under 2 MiB of the arena (32.3 MiB
  *     when every process's copy held the whole block, histogram included);
  *     the copies hold the decision components only, so the histogram does
- *     not change their size; blocks laid out that older way still pass the
- *     layout check, and change to this layout at their next change.
+ *     not change their size.
  * The grace period runs on the real clock: reclaim is given a time past it.
  */
 #include <errno.h>
