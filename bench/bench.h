@@ -64,7 +64,7 @@
 struct bench_opts {
 	bool smoke;
 	bool callgrind;
-	bool list; /* --list: name the cases selected, run none */
+	bool list;	  /* --list: name the cases selected, run none */
 	const char *only; /* run only cases whose "group/name" contains this */
 	const char *socket;
 	const char *redis;

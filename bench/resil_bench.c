@@ -331,12 +331,18 @@ static int which_clock(void)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"smoke", no_argument, NULL, 'S'},		{"callgrind", no_argument, NULL, 'C'},
-	    {"only", required_argument, NULL, 'o'},	{"socket", required_argument, NULL, 's'},
-	    {"redis", required_argument, NULL, 'R'},	{"out", required_argument, NULL, 'O'},
-	    {"runs", required_argument, NULL, 'n'},	{"target-ms", required_argument, NULL, 't'},
-	    {"cg-iters", required_argument, NULL, 'i'}, {"which-clock", no_argument, NULL, 'W'},
-	    {"list", no_argument, NULL, 'L'},		{"help", no_argument, NULL, 'h'},
+	    {"smoke", no_argument, NULL, 'S'},
+	    {"callgrind", no_argument, NULL, 'C'},
+	    {"only", required_argument, NULL, 'o'},
+	    {"socket", required_argument, NULL, 's'},
+	    {"redis", required_argument, NULL, 'R'},
+	    {"out", required_argument, NULL, 'O'},
+	    {"runs", required_argument, NULL, 'n'},
+	    {"target-ms", required_argument, NULL, 't'},
+	    {"cg-iters", required_argument, NULL, 'i'},
+	    {"which-clock", no_argument, NULL, 'W'},
+	    {"list", no_argument, NULL, 'L'},
+	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
 	resil_t *emb = NULL, *dmn = NULL;

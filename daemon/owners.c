@@ -157,8 +157,7 @@ static void exe_of(uint32_t pid, char *buf, size_t len)
 }
 
 enum resild_decl resild_owners_judge(struct resild *d, const struct resild_peer *p,
-				     const char *name, const struct resil_rec *rec,
-				     uint64_t *start)
+				     const char *name, const struct resil_rec *rec, uint64_t *start)
 {
 	struct owner *o = entry(d, name, false);
 
@@ -190,8 +189,7 @@ void resild_owners_declared(struct resild *d, const struct resild_peer *p, const
 	exe_of(o->decl_pid, o->decl_exe, sizeof(o->decl_exe));
 }
 
-void resild_owners_pending(struct resild *d, const char *name, uint64_t admitted,
-			   uint64_t rejected)
+void resild_owners_pending(struct resild *d, const char *name, uint64_t admitted, uint64_t rejected)
 {
 	struct owner *o;
 
@@ -247,9 +245,8 @@ bool resild_owners_declaration(struct resild *d, const char *name, struct resil_
 int resild_owners_beneath(struct resild *d, const struct resil_rec *rec, struct resil_conf *c,
 			  uint32_t *flags, char *why, size_t len)
 {
-	const struct resild_cfgent *f = (rec->flags & RESIL_REC_FROM_FILE)
-					    ? resild_cfgset_find(d->files, rec->name)
-					    : NULL;
+	const struct resild_cfgent *f =
+	    (rec->flags & RESIL_REC_FROM_FILE) ? resild_cfgset_find(d->files, rec->name) : NULL;
 	struct owner *o = entry(d, rec->name, false);
 
 	if (f) {

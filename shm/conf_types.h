@@ -107,7 +107,8 @@ struct resil_limit_conf {
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, dry_run) == 3, "limit dry_run");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, burst) == 4, "limit burst");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, global) == 40, "limit global");
-RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, default_key_len) == 44, "limit default_key_len");
+RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, default_key_len) == 44,
+		    "limit default_key_len");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, empty_key_reject) == 45, "limit empty key");
 RESIL_STATIC_ASSERT(offsetof(struct resil_limit_conf, default_key) == 48, "limit default_key");
 RESIL_STATIC_ASSERT(sizeof(struct resil_limit_conf) == 104, "limit conf size");

@@ -44,8 +44,8 @@
 #include "clients.h"
 #include "testutil.h"
 
-#define GEN	3
-#define ROUNDS	20
+#define GEN    3
+#define ROUNDS 20
 
 static struct test_daemon dmn;
 static bool dmn_up;
@@ -130,7 +130,6 @@ static void worker_stop(struct worker *w)
 	w->pid = 0;
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
-
 
 /* Does the live configuration of name hold line? */
 static bool live_has(resil_t *r, const char *name, const char *line)

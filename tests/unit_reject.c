@@ -85,8 +85,9 @@ static void test_open_retry_after(void **state)
 	resil_permit_t pm;
 
 	lean = def(e->r, "ra_lean", "breaker.window = consecutive:1; breaker.wait = 10s");
-	gen = def(e->r, "ra_gen",
-		  "breaker.window = consecutive:1; breaker.wait = 10s; breaker.slow_call_rate = 50");
+	gen =
+	    def(e->r, "ra_gen",
+		"breaker.window = consecutive:1; breaker.wait = 10s; breaker.slow_call_rate = 50");
 	quick = def(e->r, "ra_quick", "breaker.window = consecutive:1; breaker.wait = 50ms");
 	fail_once(lean);
 	fail_once(gen);
@@ -193,8 +194,9 @@ static void test_keys(void **state)
 	assert_int_equal(resil_define(e->r, "kbad", "limit.rate = 1/s; limit.default_key = x"),
 			 -EINVAL);
 	assert_non_null(strstr(resil_last_error(), "limit.default_key"));
-	assert_int_equal(resil_define(e->r, "kbad", "limit.rate = 1/s; limit.keys = 10; "
-						    "limit.default_key = a b"),
+	assert_int_equal(resil_define(e->r, "kbad",
+				      "limit.rate = 1/s; limit.keys = 10; "
+				      "limit.default_key = a b"),
 			 -EINVAL);
 }
 
