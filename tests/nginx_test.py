@@ -54,6 +54,16 @@ def check(cond, what):
     return cond
 
 
+def counter(rd, name, which):
+    """A policy's counter, as resilctl show prints it (0 when absent)."""
+    rc, out = rd.ctl("show", name)
+    for line in out.split("\n"):
+        f = line.split()
+        if len(f) == 2 and f[0] == which and f[1].isdigit():
+            return int(f[1])
+    return 0
+
+
 def eventually(fn, what, timeout=10.0):
     """fn() until it is true, within timeout seconds."""
     end = time.monotonic() + timeout
@@ -695,11 +705,23 @@ def case_upstream(env):
     check("closed" in out.split("\n")[1], "resilctl says brk is closed: " + out[:200])
 
     # a refused connection (502) and a timeout (504) are failures too
-    s = [n.get("/gone") for _ in range(6)]
+    s = []
+    for _ in range(6):
+        s.append(n.get("/gone"))
+        fails = [x[0] for x in s].count(502)
+        eventually(lambda: counter(rd, "gone", "failure") >= fails,
+                   "the refused connection is recorded as a failure")
     check([x[0] for x in s] == [502, 502, 502, 503, 503, 503] and
           all(x[1].get("retry-after", "").isdigit() for x in s[3:]),
           "three refused connections open the breaker: %s" % [x[0] for x in s])
-    s = [n.get("/late")[0] for _ in range(4)]
+    # the log phase records a request's outcome after its answer went out:
+    # each timeout is awaited in the counters before the next request
+    s = []
+    for _ in range(4):
+        s.append(n.get("/late")[0])
+        fails = s.count(504)
+        eventually(lambda: counter(rd, "late", "failure") >= fails,
+                   "the timeout is recorded as a failure")
     check(s == [504, 504, 503, 503], "two timeouts open the breaker: %s" % s)
 
     # the bulkhead: 12 clients at once at a slow upstream
