@@ -173,12 +173,13 @@ ZEND_METHOD(Resil_Policy, acquire)
 		php_resil_throw_rejected(p, v, &pm->permit, NULL);
 	else if (v == -EINVAL)
 		/* the decision says no words: the call's mistake is its key */
-		zend_throw_exception_ex(resil_exception_ce, EINVAL,
-					key ? "%s: a key, but the policy has no keyed limiter "
-					      "(limit.keys; Policy::keyed() says which)"
-					    : "%s: no key, but the policy's limiter is keyed (give a "
-					      "key, or set limit.default_key)",
-					resil_policy_name(p));
+		zend_throw_exception_ex(
+		    resil_exception_ce, EINVAL,
+		    key ? "%s: a key, but the policy has no keyed limiter "
+			  "(limit.keys; Policy::keyed() says which)"
+			: "%s: no key, but the policy's limiter is keyed (give a "
+			  "key, or set limit.default_key)",
+		    resil_policy_name(p));
 	else
 		php_resil_throw_errno(v, resil_policy_name(p));
 	OBJ_RELEASE(o);

@@ -344,10 +344,12 @@ int main(void)
 		const char *argv[] = {RESILCTL_PATH, "--socket", hd[0].sock, "status", NULL};
 		static char out[65536];
 
-		CHECK(test_run(argv, NULL, out, sizeof(out)) == 0 &&
-			  strstr(out, "api              keyed: each host the whole per-key limit") &&
-			  strstr(out, "ip               keyed: ") && !strstr(out, " 0 admissions of other"),
-		      "status lists the keyed global policies with their charges:\n%s", out);
+		CHECK(
+		    test_run(argv, NULL, out, sizeof(out)) == 0 &&
+			strstr(out, "api              keyed: each host the whole per-key limit") &&
+			strstr(out, "ip               keyed: ") &&
+			!strstr(out, " 0 admissions of other"),
+		    "status lists the keyed global policies with their charges:\n%s", out);
 	}
 
 	/* the same load on host-scope keyed limiters: the bound's teeth */

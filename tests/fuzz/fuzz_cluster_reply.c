@@ -59,7 +59,8 @@ static void check(redisReply *r)
 	if (resild_cb_parse_conf(r, &cb) && strchr(cb.other_host, '#'))
 		abort();
 	if (resild_ck_parse(r, &th, &ck)) {
-		if (ck.len % RESILD_CK_REC || (ck.len && !ck.blob) || !memchr(th.last, 0, sizeof(th.last)))
+		if (ck.len % RESILD_CK_REC || (ck.len && !ck.blob) ||
+		    !memchr(th.last, 0, sizeof(th.last)))
 			abort();
 		resild_ck_free_ans(&ck);
 	}
