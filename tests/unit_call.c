@@ -31,6 +31,7 @@
 #include "internal.h"
 
 #define MS RESIL_NS_PER_MS
+#define US RESIL_NS_PER_US
 #define S  RESIL_NS_PER_S
 
 extern void (*resil_priv_call_sleep)(void *clock_ctx, int64_t ns);
@@ -555,11 +556,11 @@ static int64_t mono(void)
 	return (int64_t)ts.tv_sec * S + ts.tv_nsec;
 }
 
-/* spins until the deadline plus an offset in [-1 ms, +1 ms) */
+/* spins until the deadline plus an offset in [-250 us, +250 us) */
 static int spin_around(void *arg, resil_attempt_t *a)
 {
 	uint64_t *seed = arg;
-	int64_t off = (int64_t)(resil_splitmix64(seed) % (2 * MS)) - 1 * MS;
+	int64_t off = (int64_t)(resil_splitmix64(seed) % (500 * US)) - 250 * US;
 	int64_t until = resil_attempt_deadline(a) + off;
 
 	while (mono() < until)
@@ -571,7 +572,7 @@ static void test_watchdog_no_stray_signal(void **state)
 {
 	resil_t *r = open_real();
 	resil_policy_t *p = define(r, "edge",
-				   "timeout = 1ms; timeout.interrupt = SIGUSR2; "
+				   "timeout = 250us; timeout.interrupt = SIGUSR2; "
 				   "retry.max_attempts = 1");
 	sigset_t set, pend, old;
 	uint64_t seed = 99;
