@@ -130,7 +130,7 @@ static int run(const struct resil_bulkhead_conf *cf)
 	pid_t pids[PROCS];
 	/* a fail-fast round never sleeps: more of them for as long a run;
 	 * fewer where every process waits */
-	long rounds = (conf.wait_ns ? 10000L : 300000L) * resil_test_scale();
+	long rounds = (conf.wait_ns ? 5000L : 150000L) * resil_test_scale();
 	size_t size;
 	int64_t t0, t1;
 	int i, status, failed = 0;
