@@ -247,6 +247,7 @@ int resil_priv_ctl_ensure(struct resil *r);
 int resil_priv_recv_any(struct resil *r, struct Resil__Response **resp, int timeout_ms);
 
 /* The message of the last failing call in this thread (resil_last_error). */
+void resil_priv_clearerr(void);
 void resil_priv_seterr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Bumped by the pthread_atfork child handler: a hot path compares it with
