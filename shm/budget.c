@@ -123,8 +123,8 @@ void resil_budget_carry(void *nst, const struct resil_retry_conf *nc, const void
  *   - tokens outside [0, max]: clamped (a bucket above max never refuses;
  *     below 0, gRPC refuses until enough successes come back);
  *   - exhausted neither 0 nor 1: 1 (a refusal pushed its event);
- *   - g_req, g_rty not 0 on a budget that is not global (only the
- *     cluster exchange sets them, and rewrites them every interval).
+ *   - g_req, g_rty, until_ns not 0 on a budget that is not global (only
+ *     the cluster exchange sets them, and rewrites them every interval).
  * The ratio buckets need nothing: a word of any epoch and count is summed
  * only inside the window (by difference), and the first writer of its
  * bucket's next span overwrites it.
@@ -142,8 +142,9 @@ void resil_budget_maintain(struct resil_ctx *x, const struct resil_retry_conf *c
 	if (f > 1 && cas_relaxed(&b->exhausted, &f, 1))
 		resil_repaired(x, RESIL_W_BUDGET_FLAG);
 	if (x->rec && x->rec->conf.scope != RESIL_SCOPE_GLOBAL &&
-	    (ld_relaxed(&b->g_req) || ld_relaxed(&b->g_rty))) {
+	    (ld_relaxed(&b->g_req) || ld_relaxed(&b->g_rty) || ld_relaxed(&b->until_ns))) {
 		resil_budget_mirror_ratio(b, 0, 0);
+		resil_budget_lease_set(b, 0);
 		resil_repaired(x, RESIL_W_BUDGET_MIRROR);
 	}
 }
@@ -236,6 +237,14 @@ void resil_budget_begin(void *st, const struct resil_retry_conf *bc, int64_t now
 	}
 }
 
+/* policy.scope = global: past the slice's end (budget.h, until_ns) */
+static inline bool slice_over(struct resil_budget_state *b, int64_t now)
+{
+	int64_t u = ld_relaxed(&b->until_ns);
+
+	return RESIL_UNLIKELY(u != 0) && now >= u;
+}
+
 static int refuse(struct resil_budget_state *b, bool *first)
 {
 	uint32_t e = 0;
@@ -260,7 +269,7 @@ int resil_budget_try_retry(void *st, const struct resil_retry_conf *bc, uint32_t
 		/* retries and hedges only while tokens > max/2; failures paid */
 		v = ld_relaxed(&b->tokens_milli);
 		/* v <= max / 2, without doubling a word any client may set */
-		if (v <= max_milli(bc) / 2)
+		if (v <= max_milli(bc) / 2 || slice_over(b, now))
 			return refuse(b, first_refusal);
 		break;
 	case RESIL_BUDGET_AWS:
@@ -268,6 +277,8 @@ int resil_budget_try_retry(void *st, const struct resil_retry_conf *bc, uint32_t
 							    : RESIL_AWS_COST_TRANSIENT) *
 		       MILLI;
 		v = ld_relaxed(&b->tokens_milli);
+		if (slice_over(b, now))
+			return refuse(b, first_refusal);
 		do {
 			if (v < cost)
 				return refuse(b, first_refusal);
@@ -377,6 +388,18 @@ void resil_budget_mirror_ratio(void *st, uint64_t others_req, uint64_t others_rt
 
 	st_relaxed(&b->g_req, others_req);
 	st_relaxed(&b->g_rty, others_rty);
+}
+
+void resil_budget_lease_set(void *st, int64_t until_ns)
+{
+	struct resil_budget_state *b = st;
+
+	st_relaxed(&b->until_ns, until_ns);
+}
+
+int64_t resil_budget_lease_until(const void *st)
+{
+	return ld_relaxed(&((struct resil_budget_state *)st)->until_ns);
 }
 
 void resil_budget_window(const void *st, int64_t now, uint64_t *req, uint64_t *rty)

@@ -172,6 +172,19 @@ enum resil_budget_counter {
  * tokens_milli is also written by the daemon (resil_budget_mirror_tokens,
  * one CAS like a client's).
  *
+ * until_ns (grpc, aws, policy.scope = global): the end of the slice the
+ * daemon mirrored into tokens_milli (CLOCK_MONOTONIC; 0: no end, a host
+ * budget or --cluster-fallback local). Stored relaxed by the daemon only
+ * (resil_budget_lease_set), read relaxed by every retry decision: at or
+ * past it no retry passes, whatever tokens_milli holds, so the clients of
+ * a daemon that died stop spending a slice the fleet no longer keeps for
+ * them (daemon/cluster_budget.c, "Slices"). Relaxed: the word publishes
+ * nothing else; a client that reads an end a renewal has just moved
+ * refuses once, one that reads a new end beside an older tokens value
+ * spends what the older slice allowed. A client can write it (0 spends
+ * the local bucket without end, as writing tokens_milli can already); the
+ * daemon rewrites it at every answer and clears it on a host budget.
+ *
  * Crash windows: every update is a single atomic on one word, so a
  * process killed between two of them leaves each word whole; what it
  * loses is an update it had not made (a retry paid for and never run is a
@@ -182,7 +195,8 @@ struct resil_budget_state {
 	alignas(RESIL_HOT_ALIGN) rai64 tokens_milli;
 	ra32 exhausted; /* 1 from a refusal to the next retry allowed: CAS, rare */
 	uint32_t pad0a;
-	RESIL_A8 uint64_t pad0[14];
+	rai64 until_ns; /* scope = global: the slice's end (daemon), 0: none */
+	RESIL_A8 uint64_t pad0[13];
 	alignas(RESIL_HOT_ALIGN) ra64 req[RESIL_BUDGET_BUCKETS]; /* ratio: requests */
 	ra64 rty[RESIL_BUDGET_BUCKETS];				 /* ratio: retries */
 	ra64 g_req; /* ratio, scope = global: the other hosts' requests in the window */
@@ -194,6 +208,7 @@ struct resil_budget_state {
 RESIL_STATIC_ASSERT(sizeof(struct resil_budget_state) == 512, "budget state size");
 RESIL_STATIC_ASSERT(offsetof(struct resil_budget_state, tokens_milli) == 0, "tokens line");
 RESIL_STATIC_ASSERT(offsetof(struct resil_budget_state, exhausted) == 8, "exhausted offset");
+RESIL_STATIC_ASSERT(offsetof(struct resil_budget_state, until_ns) == 16, "slice end offset");
 RESIL_STATIC_ASSERT(offsetof(struct resil_budget_state, req) % RESIL_HOT_ALIGN == 0, "ratio line");
 RESIL_STATIC_ASSERT(offsetof(struct resil_budget_state, counters) % RESIL_HOT_ALIGN == 0,
 		    "counters line");
@@ -259,6 +274,10 @@ void resil_budget_record(void *st, const struct resil_retry_conf *bc, bool succe
 int64_t resil_budget_mirror_tokens(void *st, const struct resil_retry_conf *bc, int64_t fleet_milli,
 				   int64_t seen_milli, int64_t *was_milli);
 void resil_budget_mirror_ratio(void *st, uint64_t others_req, uint64_t others_rty);
+/* The slice's end (daemon only): no retry passes at or past until_ns
+ * (CLOCK_MONOTONIC; 0: no end). */
+void resil_budget_lease_set(void *st, int64_t until_ns);
+int64_t resil_budget_lease_until(const void *st);
 void resil_budget_window(const void *st, int64_t now, uint64_t *req, uint64_t *rty);
 /* Tokens now, in milli-tokens (grpc, aws); ratio: retries allowed now. */
 int64_t resil_budget_tokens_milli(const void *st, const struct resil_retry_conf *bc, int64_t now);
