@@ -274,8 +274,18 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	}
 	if (bh)
 		resild_cbh_tick(c, s, rec, &cs->bh, &a.bh, &q.bh, t->now, &t->fleet_seen, t->post);
-	resild_cb_tick(s, rec, &cs->cb, &a.cb, &q.cb, t->now, c->interval_ns, t->hosts_known,
-		       t->post);
+	{
+		struct resild_cb_env e = {.now = t->now,
+					  .interval_ns = c->interval_ns,
+					  .lease_ns = lease_ns(c),
+					  .hold_ns = hold_ns(c),
+					  .fallback_for_ns = c->fallback_for_ns,
+					  .fallback = c->fallback,
+					  .hosts = t->hosts_known,
+					  .post = t->post};
+
+		resild_cb_tick(s, rec, &cs->cb, &a.cb, &q.cb, &e);
+	}
 	if (a.gen != rec->gen)
 		resild_ck_free_ans(&a.ck);
 	if (keyed)

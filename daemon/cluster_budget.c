@@ -11,51 +11,51 @@
  * reports this host's part to Redis (BUDGET_LUA, one call per policy,
  * in cluster.c's pipelined exchange) and mirrors the fleet's result back.
  *
- * Tokens (grpc, aws). Clients move the local word as they always do. The
- * daemon keeps base, the local value already reported; at each report it
- * adds the clients' change (local - base) to sum, this host's net change
- * since its run began, and sends sum. Redis keeps per host the last sum
- * it applied ("run sum") and adds sum - that to the fleet's tokens,
- * clamped to [0, max] like a local update: so a report whose answer was
- * lost, sent again with a larger sum, is never counted twice. A new run
- * (the daemon restarted, the policy redefined) counts from the sum Redis
- * last answered it (acked), which also covers a key that expired. The
- * answer, fleet tokens F for a report taken when the local word read
- * seen, is mirrored as local = F + (local now - seen) (one CAS,
- * resil_budget_mirror_tokens): what clients did meanwhile stays on top
- * and is reported next time. One report is out at a time (a lost answer
- * is given up after ten intervals). Clamping makes the fleet's arithmetic
- * differ from one bucket's only within an interval: two hosts that each
- * spend the last tokens locally in the same interval both report it, and
- * the fleet's bucket stops at 0.
+ * Tokens (grpc, aws). The daemon keeps base, the local value already
+ * reported; each report adds the clients' change (local - base) to sum,
+ * this host's net change since its run began. Redis keeps per host the
+ * last sum it applied and adds the difference to the fleet's tokens,
+ * clamped to [0, max]: a report sent again after a lost answer counts
+ * once. A new run (restart, redefinition) counts from the sum Redis last
+ * answered (acked). A slice S answered for a report read at seen is
+ * mirrored as local = S + (local now - seen) (resil_budget_mirror_tokens):
+ * what clients did meanwhile stays on top for the next report. One
+ * report is out at a time (a lost answer is given up after ten intervals).
  *
- * Ratio. Each host reports its window's requests and retries (its own
- * buckets); Redis sums the other hosts' reports younger than three
- * intervals and the daemon stores them in g_req, g_rty, which the ratio
- * test adds to the local window: retries at most PERCENT of the fleet's
- * requests, each host seeing the others' counts an interval or two late.
+ * Slices. A host spends its slice of the fleet's tokens: the level below
+ * which no retry passes (grpc: half the bucket; aws: none) plus a part of
+ * the rest that the script grants out of what no other host holds: at
+ * most the rest over the hosts (live or holding a part, or the fleet's
+ * size the host knows), at least one retry's worth while any is free. A
+ * part is held in Redis until its host's next report replaces it, or for
+ * the hold (--cluster-fallback-for with share, a lease else); then it is
+ * counted spent (the host's sum moves by as much: a later report of the
+ * same run gets back what it did not spend). The mirror's end (budget.h,
+ * until_ns) is the report's post plus the hold, before the script's own
+ * clock starts it: a dead daemon's clients spend nothing past the instant
+ * the fleet stops keeping their slice. So the hosts spend at most the
+ * fleet's tokens plus one retry each, and one round trip's spending.
+ * Before the first answer, and past the end with the daemon alive
+ * (share), the daemon mirrors a full bucket's slice over the fleet's size
+ * it knows, its end a heartbeat ahead (the limiter's rate / N tier).
  *
- * Mirror latency. A failure on host A is in A's next report (at most an
- * interval later); host B's next exchange reads it and B's loop applies
- * it when the exchange thread wakes it: within about an interval of the
- * report, two if a wake is lost and the tick applies it.
+ * Ratio. Each host reports its window's requests and retries; Redis sums
+ * the other hosts' reports younger than three intervals into g_req,
+ * g_rty, which the ratio test adds to the local window. A change on host
+ * A reaches host B within about an interval of A's report.
  *
- * One configuration per policy (CONF_LUA). Two fleets given the same
- * --cluster-name on one Redis, or one host left on an old configuration,
- * would otherwise merge different limits, windows or budgets into one
- * fleet-wide state without a word. Every ten intervals each host writes
- * a fingerprint of the policy's configuration (FNV-1a over its text,
+ * One configuration per policy (CONF_LUA). Every ten intervals each host
+ * writes a fingerprint of the policy's configuration (FNV-1a over
  * resil_conf_format) under "<cluster>:{<policy>}:conf" and learns how
- * many live hosts (reported within thirty intervals) have another one. A
- * conflict is an error in the log (once, and a notice when it ends), a
- * RESIL_EV_CLUSTER event (RESIL_CL_CONFLICT) and the metric
- * resil_cluster_conf_conflicts; the policy keeps running (a rolling change
- * of configuration passes through a conflict on purpose).
+ * many live hosts have another one (two fleets under one --cluster-name,
+ * a host on an old configuration): an error logged once, a
+ * RESIL_EV_CLUSTER event (RESIL_CL_CONFLICT) and
+ * resil_cluster_conf_conflicts; the policy keeps running.
  *
  * Who writes what. struct resild_cb_slot: the loop only. The requests and
  * answers: cluster.c's struct xchg, under its lock. The budget words: see
- * budget.h (tokens_milli by clients and this mirror, g_req and g_rty by
- * this mirror only).
+ * budget.h (tokens_milli by clients and this mirror, g_req, g_rty and
+ * until_ns by this mirror only).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -67,6 +67,7 @@
 #include <hiredis/hiredis.h>
 
 #include "budget.h"
+#include "cluster.h"
 #include "cluster_budget.h"
 #include "conf.h"
 #include "log.h"
@@ -79,11 +80,14 @@
 
 /*
  * KEYS[1] "<cluster>:{<policy>}:budget". ARGV: host, run, kind, then
- *   tokens: max (milli), sum (milli), acked (milli), live (ms);
+ *   tokens: max, sum, acked (milli), live, hold (ms), the level no retry
+ *           passes below and a retry's cost (milli), the fleet's size the
+ *           host knows;
  *   ratio:  requests, retries, live (ms).
- * Fields: "t" the fleet's tokens (milli), "h:<host>" = "run sum now"
- * (tokens) or "requests retries now" (ratio).
- * Returns tokens: {fleet tokens, hosts that reported within live};
+ * Fields: "t" the fleet's tokens (milli), "h:<host>" = "run sum now part
+ * until" (tokens: part the slice above the level, until its end, 0 once
+ * charged) or "requests retries now" (ratio).
+ * Returns tokens: {fleet tokens, hosts holding a slice, this host's slice};
  * ratio: {others' requests, retries}.
  */
 const char resild_cb_budget_lua[] =
@@ -96,34 +100,53 @@ const char resild_cb_budget_lua[] =
     "  return redis.error_reply('ERR resil budget: bad arguments')\n"
     "end\n"
     "if kind == 'tokens' then\n"
-    "  if a <= 0 then return redis.error_reply('ERR resil budget: bad arguments') end\n"
-    "  local tok = tonumber(redis.call('HGET', KEYS[1], 't')) or a\n"
-    "  local prev = c\n"
-    "  local v = redis.call('HGET', KEYS[1], hk)\n"
-    "  if v then\n"
-    "    local r, s = string.match(v, '^(%S+) (%S+)')\n"
-    "    if r == run and tonumber(s) then prev = tonumber(s) end\n"
+    "  local live, hold, thr = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])\n"
+    "  local one, known = tonumber(ARGV[10]), tonumber(ARGV[11])\n"
+    "  if a <= 0 or not (live and hold and thr and one and known) or hold <= 0 or\n"
+    "     thr < 0 or thr > a or one <= 0 then\n"
+    "    return redis.error_reply('ERR resil budget: bad arguments')\n"
     "  end\n"
-    "  tok = tok + b - prev\n"
-    "  if tok < 0 then tok = 0 end\n"
-    "  if tok > a then tok = a end\n"
-    "  tok = math.floor(tok)\n"
-    "  redis.call('HSET', KEYS[1], 't', string.format('%d', tok), hk,\n"
-    "             run .. ' ' .. ARGV[5] .. ' ' .. string.format('%d', now))\n"
-    "  redis.call('PEXPIRE', KEYS[1], 86400000)\n"
-    "  local live, n = tonumber(ARGV[7]) or 0, 0\n"
+    "  local tok = tonumber(redis.call('HGET', KEYS[1], 't')) or a\n"
+    "  local held, n, prev = 0, 1, c\n"
     "  local raw = redis.call('HGETALL', KEYS[1])\n"
     "  for i = 1, #raw, 2 do\n"
-    "    if string.sub(raw[i], 1, 2) == 'h:' then\n"
-    "      local w = tonumber(string.match(raw[i + 1], ' (%d+)$'))\n"
-    "      if w and w > now - live then\n"
-    "        n = n + 1\n"
-    "      elseif not w or w <= now - 100 * live then\n"
-    "        redis.call('HDEL', KEYS[1], raw[i])\n"
+    "    local k = raw[i]\n"
+    "    if string.sub(k, 1, 2) == 'h:' then\n"
+    "      local r, s, w, p, u = string.match(raw[i + 1], '^(%S+) (%S+) (%d+) (%d+) (%d+)$')\n"
+    "      s, w, p, u = tonumber(s), tonumber(w), tonumber(p), tonumber(u)\n"
+    "      if not (r and s and w and p and u) then\n"
+    "        redis.call('HDEL', KEYS[1], k)\n"
+    "      else\n"
+    "        if p > 0 and u <= now then\n"
+    "          -- its host silent past the slice's end: spent, as far as the\n"
+    "          -- fleet knows; a later report of the same run gets back what\n"
+    "          -- it did not spend (its sum is counted from here)\n"
+    "          tok, s, p = math.max(tok - p, 0), s - p, 0\n"
+    "          redis.call('HSET', KEYS[1], k, string.format('%s %d %d 0 0', r, s, w))\n"
+    "        end\n"
+    "        if k == hk then\n"
+    "          if r == run then prev = s end\n"
+    "        elseif p > 0 or w > now - live then\n"
+    "          held, n = held + p, n + 1\n"
+    "        elseif w <= now - 10 * hold then\n"
+    "          redis.call('HDEL', KEYS[1], k)\n"
+    "        end\n"
     "      end\n"
     "    end\n"
     "  end\n"
-    "  return {tok, math.max(n, 1)}\n"
+    "  tok = math.floor(math.min(math.max(tok + b - prev, 0), a))\n"
+    "  local part = 0\n"
+    "  if tok > thr then\n"
+    "    local free = tok - thr - held\n"
+    "    part = math.max(math.floor((tok - thr) / math.max(n, known)), one)\n"
+    "    part = math.min(part, math.max(free, 0))\n"
+    "    if part < one and free > 0 then part = math.min(one, tok - thr) end\n"
+    "  end\n"
+    "  redis.call('HSET', KEYS[1], 't', string.format('%d', tok), hk,\n"
+    "             string.format('%s %s %d %d %d', run, ARGV[5], now, part,\n"
+    "                           part > 0 and now + hold or 0))\n"
+    "  redis.call('PEXPIRE', KEYS[1], 86400000)\n"
+    "  return {tok, n, math.min(tok, thr) + part}\n"
     "elseif kind == 'ratio' then\n"
     "  if a < 0 or b < 0 or c <= 0 then\n"
     "    return redis.error_reply('ERR resil budget: bad arguments')\n"
@@ -242,35 +265,57 @@ static void conf_answer(const struct resil_seg *s, const struct resil_rec *rec,
 	snprintf(cs->other_host, sizeof(cs->other_host), "%s", a->conflicts ? a->other_host : "");
 }
 
-/*
- * What a host's workers may spend of the fleet's tokens before its next
- * report: the level below which no retry passes (grpc: half the bucket;
- * aws: none), plus the rest shared by the hosts the fleet counts, and at
- * least one retry's worth (so a fleet with a retry left is never stuck
- * between slices too thin to pay it). The hosts together spend at most
- * the fleet's tokens plus one retry each per exchange.
- */
-static int64_t slice_of(const struct resil_retry_conf *bc, int64_t fleet, uint32_t hosts)
+/* The level below which no retry passes (grpc: half the bucket; aws:
+ * none), and a retry's cost (grpc: a failure's, one more failure passes). */
+static int64_t level_of(const struct resil_retry_conf *bc)
 {
-	int64_t thr, one, part;
+	return bc->budget_kind == RESIL_BUDGET_GRPC ? (int64_t)bc->budget_max * CB_MILLI / 2 : 0;
+}
 
-	if (bc->budget_kind == RESIL_BUDGET_GRPC) {
-		thr = (int64_t)bc->budget_max * CB_MILLI / 2;
-		one = CB_MILLI; /* a failure's cost: one more failure passes */
-	} else {
-		thr = 0;
-		one = (int64_t)RESIL_AWS_COST_TRANSIENT * CB_MILLI;
+static int64_t one_of(const struct resil_retry_conf *bc)
+{
+	return bc->budget_kind == RESIL_BUDGET_GRPC ? CB_MILLI
+						    : (int64_t)RESIL_AWS_COST_TRANSIENT * CB_MILLI;
+}
+
+/*
+ * The slice of a full bucket a host spends with no answer to go by (none
+ * yet, or past its last slice's end with its daemon alive): the level
+ * plus the rest over the fleet's size it knows, at least one retry's
+ * worth; only the level when it knows none.
+ */
+static int64_t detached_slice(const struct resil_retry_conf *bc, uint32_t hosts)
+{
+	int64_t max = (int64_t)bc->budget_max * CB_MILLI, thr = level_of(bc);
+
+	if (!hosts)
+		return thr;
+	if (hosts <= 1)
+		return max;
+	return resil_min64(max, thr + resil_max64((max - thr) / hosts, one_of(bc)));
+}
+
+/* The end of a slice answered to a report posted at posted_ns: the fleet
+ * keeps it that long after the script ran, which was later. */
+static int64_t slice_end(const struct resild_cb_env *e, int64_t posted_ns)
+{
+	switch (e->fallback) {
+	case RESILD_FALLBACK_LOCAL:
+		return 0; /* the local bucket, without end */
+	case RESILD_FALLBACK_REJECT:
+		return posted_ns + e->lease_ns;
+	default:
+		return posted_ns + e->fallback_for_ns;
 	}
-	if (fleet <= thr || hosts <= 1)
-		return fleet;
-	part = (fleet - thr) / hosts;
-	if (part < one)
-		part = one;
-	return resil_min64(fleet, thr + part);
+}
+
+static int64_t hold_of(const struct resild_cb_env *e)
+{
+	return e->fallback == RESILD_FALLBACK_SHARE ? e->fallback_for_ns : e->lease_ns;
 }
 
 static void budget_answer(const struct resil_rec *rec, void *st, struct resild_cb_slot *cs,
-			  const struct resild_cb_ans *a, uint32_t known)
+			  const struct resild_cb_ans *a, const struct resild_cb_env *e)
 {
 	const struct resil_retry_conf *bc = &rec->conf.retry;
 	int64_t was, n;
@@ -285,52 +330,72 @@ static void budget_answer(const struct resil_rec *rec, void *st, struct resild_c
 	/* only the answer to the report out (a late one was given up) */
 	if (!cs->inflight || a->seq != cs->seq)
 		return;
-	/* the hosts Redis counts, or the fleet's size this host knows when
-	 * more (hosts that have not reported yet spend their slice too) */
-	cs->hosts = a->hosts > known ? a->hosts : known;
-	n = resil_budget_mirror_tokens(st, bc, slice_of(bc, a->tokens_milli, cs->hosts),
-				       a->seen_milli, &was);
+	cs->hosts = a->hosts > e->hosts ? a->hosts : e->hosts;
+	n = resil_budget_mirror_tokens(st, bc, a->slice_milli, a->seen_milli, &was);
+	/* the slice first, its end after: a client that reads the new end
+	 * beside the old tokens spends what the old slice allowed */
+	cs->until_ns = slice_end(e, cs->posted_ns);
+	resil_budget_lease_set(st, cs->until_ns);
 	/* what clients changed since the report stays unreported */
 	cs->base_milli = n - (was - a->seen_milli);
 	cs->acked_milli = a->sum_milli;
 	cs->fleet_milli = a->tokens_milli;
+	cs->slice_milli = a->slice_milli;
 	cs->inflight = false;
+	cs->detached = false;
 	cs->syncs++;
+}
+
+/*
+ * No answer to go by: before the first, or past the last slice's end
+ * with this daemon alive (--cluster-fallback share). The slice of a full
+ * bucket over the fleet's size, what clients did meanwhile reported on
+ * top (the report out, if any, is given up: its answer would mirror over
+ * this slice), and an end one heartbeat ahead, moved every tick, so the
+ * clients of a daemon that dies stop.
+ */
+static void detach(const struct resil_retry_conf *bc, void *st, struct resild_cb_slot *cs,
+		   const struct resild_cb_env *e)
+{
+	int64_t was, n, v = resil_budget_tokens_milli(st, bc, e->now);
+
+	if (cs->started)
+		cs->sum_milli += v - cs->base_milli;
+	n = resil_budget_mirror_tokens(st, bc, detached_slice(bc, e->hosts), v, &was);
+	cs->base_milli = n - (was - v);
+	cs->started = true;
+	cs->detached = true;
+	cs->inflight = false;
+	cs->slice_milli = detached_slice(bc, e->hosts);
 }
 
 void resild_cb_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		    struct resild_cb_slot *cs, const struct resild_cb_ans *a,
-		    struct resild_cb_req *q, int64_t now, int64_t interval_ns, uint32_t hosts,
-		    bool post)
+		    struct resild_cb_req *q, const struct resild_cb_env *e)
 {
 	bool bud = resild_cb_wants_budget(rec);
 	const struct resil_retry_conf *bc = &rec->conf.retry;
 	void *st = bud ? resil_comp_state(s, rec, RESIL_C_BUDGET) : NULL;
-	int64_t iv_ms = interval_ns / RESIL_NS_PER_MS;
+	int64_t iv_ms = e->interval_ns / RESIL_NS_PER_MS, now = e->now;
 
 	if (iv_ms < 1)
 		iv_ms = 1;
 	if (a->conf_fresh)
 		conf_answer(s, rec, cs, a, now);
 	if (bud && a->fresh)
-		budget_answer(rec, st, cs, a, hosts);
-	if (bud && tokens_kind(bc) && !cs->started) {
-		/* no answer yet: the slice of a full bucket over the fleet's
-		 * size this host knows (none known: nothing past the level no
-		 * retry passes), what clients did meanwhile kept on top; from
-		 * the policy's first tick (its definition's) */
-		int64_t was, n, v = resil_budget_tokens_milli(st, bc, now),
-				max = (int64_t)bc->budget_max * CB_MILLI;
-
-		n = resil_budget_mirror_tokens(st, bc,
-					       hosts ? slice_of(bc, max, hosts)
-					       : bc->budget_kind == RESIL_BUDGET_GRPC ? max / 2
-										      : 0,
-					       v, &was);
-		cs->started = true;
-		cs->base_milli = n - (was - v);
+		budget_answer(rec, st, cs, a, e);
+	if (bud && tokens_kind(bc)) {
+		/* from the policy's first tick (its definition's); past the
+		 * last slice's end only with share (reject: none; local: no end) */
+		if (!cs->started || (!cs->detached && e->fallback == RESILD_FALLBACK_SHARE &&
+				     cs->until_ns && now >= cs->until_ns))
+			detach(bc, st, cs, e);
+		if (cs->detached) {
+			cs->until_ns = e->fallback == RESILD_FALLBACK_LOCAL ? 0 : now + e->hold_ns;
+			resil_budget_lease_set(st, cs->until_ns);
+		}
 	}
-	if (!post)
+	if (!e->post)
 		return;
 
 	if (cs->conf_round++ % CB_CONF_EVERY == 0) {
@@ -353,7 +418,7 @@ void resild_cb_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		q->live_ms = 3 * iv_ms;
 		return;
 	}
-	if (cs->inflight && now - cs->posted_ns < CB_LOST_INTERVALS * interval_ns)
+	if (cs->inflight && now - cs->posted_ns < CB_LOST_INTERVALS * e->interval_ns)
 		return; /* one report out at a time */
 	int64_t v = resil_budget_tokens_milli(st, bc, now);
 
@@ -365,6 +430,10 @@ void resild_cb_tick(const struct resil_seg *s, const struct resil_rec *rec,
 	q->budget = true;
 	q->tokens = true;
 	q->live_ms = 3 * iv_ms;
+	q->hold_ms = resil_max64(hold_of(e) / RESIL_NS_PER_MS, 1);
+	q->thr_milli = level_of(bc);
+	q->one_milli = one_of(bc);
+	q->known = e->hosts;
 	q->seq = cs->seq;
 	q->max_milli = (int64_t)bc->budget_max * CB_MILLI;
 	q->sum_milli = cs->sum_milli;
@@ -408,6 +477,10 @@ int resild_cb_commands(const struct resild_cb_req *q, const char *name, const ch
 			put(c, "%" PRId64, q->sum_milli);
 			put(c, "%" PRId64, q->acked_milli);
 			put(c, "%" PRId64, q->live_ms);
+			put(c, "%" PRId64, q->hold_ms);
+			put(c, "%" PRId64, q->thr_milli);
+			put(c, "%" PRId64, q->one_milli);
+			put(c, "%" PRIu32, q->known);
 		} else {
 			put(c, "ratio");
 			put(c, "%" PRIu64, q->req);
@@ -433,15 +506,18 @@ int resild_cb_commands(const struct resild_cb_req *q, const char *name, const ch
 bool resild_cb_parse_budget(const struct redisReply *r, const struct resild_cb_req *q,
 			    struct resild_cb_ans *a)
 {
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != (q->tokens ? 3 : 2) ||
 	    r->element[0]->type != REDIS_REPLY_INTEGER ||
 	    r->element[1]->type != REDIS_REPLY_INTEGER || r->element[0]->integer < 0 ||
 	    r->element[1]->integer < 0)
 		return false;
 	if (q->tokens) {
-		if (r->element[0]->integer > q->max_milli)
+		if (r->element[0]->integer > q->max_milli ||
+		    r->element[2]->type != REDIS_REPLY_INTEGER || r->element[2]->integer < 0 ||
+		    r->element[2]->integer > r->element[0]->integer)
 			return false;
 		a->tokens_milli = r->element[0]->integer;
+		a->slice_milli = r->element[2]->integer;
 		a->hosts =
 		    (uint32_t)resil_min64(resil_max64(r->element[1]->integer, 1), UINT32_MAX);
 		a->seq = q->seq;

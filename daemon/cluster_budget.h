@@ -39,7 +39,11 @@ struct resild_cb_req {
 	int64_t acked_milli; /* the sum Redis last answered for */
 	int64_t seen_milli;  /* the local tokens when sum_milli was taken */
 	uint64_t req, rty;   /* ratio: this host's window */
-	int64_t live_ms;     /* ratio: reports younger than this count */
+	int64_t live_ms;     /* reports younger than this count */
+	int64_t hold_ms;     /* tokens: how long the fleet keeps this host's slice */
+	int64_t thr_milli;   /* tokens: the level no retry passes below */
+	int64_t one_milli;   /* tokens: a retry's cost */
+	uint32_t known;	     /* tokens: the fleet's size this host knows (0: none) */
 	int64_t conf_live_ms;
 	char run[40]; /* this daemon's run and the policy's generation */
 	char fp[20];  /* the configuration's fingerprint, hex */
@@ -52,7 +56,8 @@ struct resild_cb_ans {
 	uint64_t seq;	 /* echoed from the request */
 	int64_t seen_milli, sum_milli;
 	int64_t tokens_milli;
-	uint32_t hosts; /* tokens: hosts that reported lately (the slices) */
+	uint32_t hosts;	     /* tokens: hosts live or holding a slice */
+	int64_t slice_milli; /* tokens: what this host may spend */
 	uint64_t others_req, others_rty;
 	uint32_t conflicts; /* live hosts with another configuration */
 	char other_host[RESILD_CB_HOST_MAX];
@@ -62,12 +67,15 @@ struct resild_cb_ans {
 struct resild_cb_slot {
 	bool started;  /* base holds a reading */
 	bool inflight; /* a token report is out, not yet answered */
+	bool detached; /* on a slice of a full bucket: no answer, or past the last one's end */
+	int64_t until_ns; /* the end of the slice in the segment (0: none) */
 	uint64_t seq;
 	int64_t posted_ns;
 	int64_t base_milli; /* local tokens already counted in sum_milli */
 	int64_t sum_milli;
 	int64_t acked_milli;
 	int64_t fleet_milli; /* the last fleet value mirrored */
+	int64_t slice_milli; /* what this host may spend of it */
 	uint32_t hosts;	     /* among which it was sliced */
 	uint64_t others_req, others_rty;
 	uint64_t syncs; /* answers mirrored */
@@ -77,14 +85,23 @@ struct resild_cb_slot {
 	char other_host[RESILD_CB_HOST_MAX];
 };
 
+/* What the exchange tells a tick (cluster.c). */
+struct resild_cb_env {
+	int64_t now;
+	int64_t interval_ns; /* --cluster-interval */
+	int64_t lease_ns;    /* a lease's length now */
+	int64_t hold_ns;     /* a heartbeat's reach: a tick moves it, a dead daemon's stops */
+	int64_t fallback_for_ns;
+	int fallback;	/* RESILD_FALLBACK_* */
+	uint32_t hosts; /* the fleet's size this host knows (0: none) */
+	bool post;	/* fill the request */
+};
+
 /* The loop, for a global policy at each tick: apply the answers in a,
- * then (post) fill q. interval_ns: --cluster-interval; hosts: the fleet's
- * size this host knows (0: none), for the slice it spends before its
- * first answer. */
+ * then (post) fill q. */
 void resild_cb_tick(const struct resil_seg *s, const struct resil_rec *rec,
 		    struct resild_cb_slot *cs, const struct resild_cb_ans *a,
-		    struct resild_cb_req *q, int64_t now, int64_t interval_ns, uint32_t hosts,
-		    bool post);
+		    struct resild_cb_req *q, const struct resild_cb_env *e);
 
 /* True when rec has a retry budget of its own to share. */
 bool resild_cb_wants_budget(const struct resil_rec *rec);
