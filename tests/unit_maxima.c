@@ -31,6 +31,7 @@
 
 #include "adaptive.h"
 #include "budget.h"
+#include "cluster.h"
 #include "cluster_budget.h"
 #include "conf.h"
 #include "policy.h"
@@ -173,7 +174,15 @@ static void test_budget_words(void **unused)
 				a.seq = cs.seq;
 				a.seen_milli = round & 1 ? 0 : 10 * 1000;
 				a.tokens_milli = ext[(i + round) % 5] < 0 ? 0 : 10 * 1000;
-				resild_cb_tick(&s, rec, &cs, &a, &q, 1 + round, 100000000, 3, true);
+				struct resild_cb_env e = {.now = 1 + round,
+							  .interval_ns = 100000000,
+							  .lease_ns = 300000000,
+							  .hold_ns = 300000000,
+							  .fallback = RESILD_FALLBACK_SHARE,
+							  .hosts = 3,
+							  .post = true};
+
+				resild_cb_tick(&s, rec, &cs, &a, &q, &e);
 				st_relaxed(&b->tokens_milli, ext[(i + round + 1) % 5]);
 			}
 			if (!kind) {
