@@ -19,7 +19,7 @@
  *   - -ESTALE: writers lapped us and overwrote the entry: skipped, counted.
  *   - more than event_cap entries behind: the oldest are gone, counted.
  *
- * The daemon's own events never pass through the ring: seg.c queues what
+ * The daemon's own events never pass through the ring: seg_event.c queues what
  * this process pushes in private memory (resil_seg_own_events), and the
  * drain takes that queue first. So an event of the ring is always a
  * client's report (a breaker a worker moved, a keyed table a worker found

@@ -33,7 +33,7 @@
 #define RESILD_OWN_EVENTS	     4096 /* the daemon's own events queued between drains */
 /* How long a reload, a create or an update waits for configuration
  * records or state space that earlier changes left in their grace period
- * (shm/seg.c, "Reuse") before it fails. */
+ * (docs/internals/seg.md, "Reuse") before it fails. */
 #define RESILD_SPACE_WAIT_NS   (2 * RESIL_REUSE_GRACE_NS + RESILD_TICK_NS)
 #define RESILD_DEFAULT_SOCKET  "/run/resild/control.sock"
 #define RESILD_DEFAULT_CONFIG  "/etc/resild"

@@ -89,7 +89,7 @@ void resil_breaker_state_init(void *st, const struct resil_breaker_conf *c, int6
 	(void)layout_repair(b, c);
 	for (uint32_t i = 0; i < np; i++)
 		st_relaxed(&probes(b)[i].claimed_at, INT64_MAX);
-	/* published by the record's slot word (release) in seg.c */
+	/* published by the record's slot word (release) in seg_records.c */
 	st_release(&b->word, w_make(RESIL_STATE_CLOSED, 0, 0, 0));
 }
 

@@ -227,7 +227,7 @@ struct resil_conf {
 	 * gets a named part above (in the reserved words below, ABI minor).
 	 * In a build without such rows the words stay zero, and a record
 	 * whose words are not zero is refused (its configuration does not
-	 * survive the format and parse round trip, seg.c). */
+	 * survive the format and parse round trip, seg_records.c). */
 	RESIL_A8 uint64_t ext[RESIL_CONF_EXT_WORDS];
 	RESIL_A8 uint64_t reserved[16 - RESIL_CONF_EXT_WORDS];
 };

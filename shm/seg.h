@@ -19,10 +19,10 @@
  *     configuration writes a new record and swaps the slot word (release),
  *     so a reader that loaded the slot word (acquire) sees a whole record.
  *     A replaced or deleted record is reused by the daemon only after a
- *     grace period (seg.c, "Reuse"): its gen is stored 0 first and the
- *     new gen last, so a permit's release tells a reused record by its
- *     gen; a handle that still holds an old record meanwhile reads a
- *     consistent, if stale, config.
+ *     grace period (docs/internals/seg.md, "Reuse"): its gen is stored 0
+ *     first and the new gen last, so a permit's release tells a reused
+ *     record by its gen; a handle that still holds an old record
+ *     meanwhile reads a consistent, if stale, config.
  *   - arena space is allocated by the daemon only: first fit among the
  *     holes retired blocks left after their grace period, else a bump
  *     pointer (embedded mode: bump only, never reused).
@@ -90,8 +90,8 @@ struct resil_cfg_hdr {
 	RESIL_A8 uint64_t st_event_off;
 	RESIL_A8 uint64_t st_arena_off;
 	RESIL_A8 uint64_t st_arena_size;
-	/* What the daemon's reuse holds (seg.c, "Reuse"), for metrics and
-	 * observers: the daemon stores them relaxed after every change and
+	/* What the daemon's reuse holds (docs/internals/seg.md, "Reuse"), for
+	 * metrics and observers: the daemon stores them relaxed after every change and
 	 * tick, readers load them relaxed and only display them. */
 	ra32 rec_free;		 /* records free for reuse (rec_used counts them) */
 	ra32 rec_waiting;	 /* records retired, waiting out the grace period */
@@ -164,9 +164,9 @@ struct resil_rec {
 	RESIL_A8 uint64_t proc_stride;
 	/* CLOCK_MONOTONIC when a define or delete stopped naming it (stored
 	 * relaxed by the writer just before the slot word moves on; 0 while
-	 * it was never unnamed): its grace period runs from then (seg.c,
-	 * "Reuse"). Read by the writer only (embedded mode's reuse, an
-	 * adopting daemon). */
+	 * it was never unnamed): its grace period runs from then
+	 * (docs/internals/seg.md, "Reuse"). Read by the writer only (embedded
+	 * mode's reuse, an adopting daemon). */
 	ra64 retired_ns;
 	RESIL_A8 uint64_t reserved[5];
 	struct resil_conf conf;
@@ -300,8 +300,8 @@ struct resil_state_geo {
 	uint32_t event_cap; /* power of two */
 };
 
-struct resil_reuse; /* the daemon's free lists (seg.c); private memory */
-struct resil_evq;   /* the daemon's own events (seg.c); private memory */
+struct resil_reuse; /* the daemon's free lists (seg_reuse.c); private memory */
+struct resil_evq;   /* the daemon's own events (seg_event.c); private memory */
 
 /* A mapped segment pair, as one process sees it. */
 struct resil_seg {
@@ -374,9 +374,10 @@ void resil_seg_own_arena(struct resil_seg *s);
 /*
  * Reuse (the daemon only, after resil_seg_own_arena): records and arena
  * blocks that no slot word names any more wait out a grace period, then
- * return to daemon-private free lists (see seg.c, "Reuse"). init rebuilds
- * the lists of an adopted pair from the slot words: whatever no live
- * record names starts its grace period now. 0 or -ENOMEM.
+ * return to daemon-private free lists (docs/internals/seg.md, "Reuse").
+ * init rebuilds the lists of an adopted pair from the slot words:
+ * whatever no live record names starts its grace period now. 0 or
+ * -ENOMEM.
  */
 int resil_seg_reuse_init(struct resil_seg *s, int64_t now);
 /* Zero [off, off + len) of the state segment (absolute offsets), touching
@@ -408,7 +409,7 @@ uint64_t resil_seg_rec_bytes(const struct resil_seg *s, const struct resil_rec *
 uint64_t resil_seg_waiting_bytes_of(const struct resil_seg *s, uint32_t uid);
 /* The grace period: a retired record or block is reused this long after
  * the slot word stopped naming it, plus its own policy's bulkhead.wait
- * (seg.c, "Reuse"), or later. */
+ * (docs/internals/seg.md, "Reuse"), or later. */
 #define RESIL_REUSE_GRACE_NS (1000LL * 1000 * 1000)
 /* When the first record (records) or arena block (else) waiting out its
  * grace period comes free (CLOCK_MONOTONIC), INT64_MAX when none waits.

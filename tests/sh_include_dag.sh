@@ -35,14 +35,14 @@ trap 'rm -rf "$tmp"' EXIT
 # layer  files of shm/
 layers='
 0 common.h common.c clock.c pcpu.h parse.h parse.c conf_types.h names.h names.c
-1 seg.h decision.h comp.h
+1 seg.h seg_priv.h seg.c seg_reuse.c seg_event.c decision.h comp.h
 2 stats.h stats.c breaker.h breaker.c breaker_conf.c breaker_priv.h breaker_probe.c breaker_maint.c
 2 limit.h limit.c limit_priv.h limit_keyed.c limit_maint.c limit_conf.c
 2 limit_global.h limit_global.c
 2 bulkhead.h bulkhead.c bulkhead_priv.h bulkhead_conf.c bulkhead_maint.c
 2 adaptive.h adaptive.c shed.h shed.c
 2 budget.h retry.c budget.c counter.h counter.c
-3 comp.c conf.h conf.c policy.h policy.c seg.c metrics.h metrics.c
+3 comp.c conf.h conf.c policy.h policy.c seg_records.c metrics.h metrics.c
 '
 
 # layer  files of daemon/

@@ -13,7 +13,7 @@
  * RESIL_TEST_SCALE > 1: 16 s instead of 0.4), i.e. stateless model
  * checking with preemption bounding. Plain memory needs no interleaving:
  * besides its own permit and stack, a caller only reads words that are
- * immutable after init (base, offsets); the event ring (seg.c, not under
+ * immutable after init (base, offsets); the event ring (seg_event.c, not under
  * test here) is pushed in one step. The runs are sequentially consistent:
  * reorderings a weaker memory model allows are not explored (the orders
  * and the fence in breaker.c are argued in its comments).

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * unit_reuse.c - the daemon's reuse of records and arena blocks (seg.c,
- * "Reuse") on a real segment pair:
+ * unit_reuse.c - the daemon's reuse of records and arena blocks (seg_reuse.c,
+ * docs/internals/seg.md "Reuse") on a real segment pair:
  *   - a deleted policy's block waits out the grace period, then a policy
  *     of the same size gets the same offset; neighbouring holes merge and
  *     a hole at the end lowers the bump pointer back to 0;
