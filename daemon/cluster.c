@@ -79,6 +79,7 @@
 #include "policy.h"
 #include "resil.h"
 #include "resild.h"
+#include "segmove.h"
 #include "stats.h"
 
 int resild_cluster_parse_fallback(const char *s, int *ret)
@@ -273,7 +274,8 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 		memset(&a.bh, 0, sizeof(a.bh));
 	}
 	if (bh)
-		resild_cbh_tick(c, s, rec, &cs->bh, &a.bh, &q.bh, t->now, &t->fleet_seen, t->post);
+		resild_cbh_tick(c, s, rec, &cs->bh, &a.bh, &q.bh, t->now, &t->fleet_seen,
+				resild_seg_move_held(t->d, rec), t->post);
 	{
 		struct resild_cb_env e = {.now = t->now,
 					  .interval_ns = c->interval_ns,

@@ -48,7 +48,14 @@
  * max in flight fleet-wide, a host killed included (calls longer than an
  * interval excepted); local gives up the fleet's bound while Redis is
  * away.
-
+ *
+ * A restart that moved the segments (daemon/segmove.c) leaves calls
+ * holding permits in the old pool until they end: the host holds them
+ * too. Each tick takes their count (held), reports it in `used` and the
+ * demand, and gives this pool's clients the share, the fallback and its
+ * after tier less it, so the host's calls, old and new, stay within what
+ * the fleet counts for it.
+ *
  * Who writes what. struct resild_cbh_slot: the loop only. The requests
  * and answers: cluster.c's struct xchg, under its lock. The state block's
  * lease words and the parking: the loop only (bulkhead.h).
@@ -163,11 +170,11 @@ bool resild_cbh_wants(const struct resil_rec *rec)
 void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 		     const struct resil_rec *rec, struct resild_cbh_slot *cs,
 		     const struct resild_cbh_ans *a, struct resild_cbh_req *q, int64_t now,
-		     uint32_t *fleet_seen, bool post)
+		     uint32_t *fleet_seen, uint32_t held, bool post)
 {
 	const struct resil_bulkhead_conf *bc = &rec->conf.bulkhead;
 	struct resil_bulkhead_state *st = resil_comp_state(s, rec, RESIL_C_BULKHEAD);
-	uint32_t max = resil_bulkhead_max_of(bc), fb, after, base, busy = 0, parked, known;
+	uint32_t max = resil_bulkhead_max_of(bc), fb, after, base, busy = 0, parked, known, share;
 	uint64_t v[RESIL_STAT__MAX], rej;
 	struct cl_fallback f;
 
@@ -215,19 +222,29 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 	}
 	after = f.after_base ? base : 0;
 	cl_fallback_said(c, rec->name, "bulkhead", &cs->fb_tier, cs->ok_ns, &f);
+	/* permits still held in segments a restart moved away from
+	 * (segmove.c): the host holds them besides this pool, so its clients
+	 * get the share, the fallback and its after tier less them */
+	if (held > max)
+		held = max;
+	share = cs->share > held ? cs->share - held : 0;
+	fb = fb > held ? fb - held : 0;
+	after = after > held ? after - held : 0;
 	cs->fb_slots = fb;
+	cs->held = held;
 	/* under a live lease: park what the share leaves; past it, the
 	 * parking stays as it was (clients decide on the fallback) */
 	if (cs->applied && now < cs->expiry_ns)
-		parked = resil_bulkhead_park(bc, st, max - cs->share, &busy);
+		parked = resil_bulkhead_park(bc, st, max - share, &busy);
 	else
 		parked = resil_bulkhead_park(bc, st, UINT32_MAX, &busy);
+	busy += held;
 	/* 1 until the first lease: past, so the fallback (0 would mean no
 	 * cluster at all: a host bulkhead) */
 	/* the end first: the slots claimed without a clock are only those
 	 * its after tier allows too (bulkhead.c, "Global scope") */
 	resil_bulkhead_fallback_end_set(st, f.until_ns, after);
-	resil_bulkhead_lease_set(st, cs->applied ? cs->expiry_ns : 1, cs->share, fb);
+	resil_bulkhead_lease_set(st, cs->applied ? cs->expiry_ns : 1, share, fb);
 	if (cs->in_lease && now >= cs->expiry_ns) {
 		cs->fallbacks++;
 		resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_FALLBACK, 0, 0,
@@ -249,7 +266,7 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 	q->demand = cs->peak + (rej < max ? (uint32_t)rej : max);
 	if (q->demand > max)
 		q->demand = max;
-	q->used = max - parked;
+	q->used = max - parked + held < max ? max - parked + held : max;
 	q->applied = cs->applied;
 	/* what the fleet holds for this host while it is silent (share only) */
 	q->fb = c->fallback == RESILD_FALLBACK_SHARE && cs->applied ? cs->share : 0;

@@ -52,7 +52,8 @@ struct resild_cbh_slot {
 	int64_t expiry_ns;
 	uint32_t hosts;
 	uint32_t parked; /* slots parked at the last tick */
-	uint32_t busy;	 /* slots held by calls at the last tick */
+	uint32_t busy;	 /* slots held by calls at the last tick (held included) */
+	uint32_t held;	 /* of which in segments a restart moved away from */
 	uint32_t peak;	 /* the most held since the last post */
 	uint32_t demand; /* the last demand sent */
 	uint64_t rej;	 /* RESIL_STAT_REJ_FULL at the last post */
@@ -70,12 +71,13 @@ bool resild_cbh_wants(const struct resil_rec *rec);
 /* The loop, for a global bulkhead at each tick: apply the answer in a
  * (park the slots the host may not use, publish the lease's end and the
  * fallback), then (post) fill q. *fleet_seen: raised to the fleet size
- * the policy's state holds. */
+ * the policy's state holds. held: the permits the host's calls still hold
+ * in segments a restart moved away from (resild_seg_move_held). */
 struct resild_cluster;
 void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 		     const struct resil_rec *rec, struct resild_cbh_slot *cs,
 		     const struct resild_cbh_ans *a, struct resild_cbh_req *q, int64_t now,
-		     uint32_t *fleet_seen, bool post);
+		     uint32_t *fleet_seen, uint32_t held, bool post);
 
 /* The thread: q's BULKHEAD call for policy name into cmd (argv in its
  * bufs). lease_ms: the lease's length; hold_ms: --cluster-fallback-for;

@@ -30,8 +30,17 @@
  * again at the next tick, and a claim there in between takes a slot
  * freed since the previous count), so old plus new never exceed
  * bulkhead.max. Once no old holder is left, the old pair is unmapped.
- * Not bridged: policy.scope = global bulkheads (the cluster parks their
- * slots): their old holders are counted by nobody.
+ *
+ * A policy.scope = global bulkhead under a cluster is bridged through
+ * the fleet's accounting instead (the cluster parks its new slots): the
+ * old pool is closed (a live lease of no slot, no fallback, every free
+ * slot parked: no claim there succeeds), and each tick's count of its
+ * live holders (resild_seg_move_held) is what the host holds besides its
+ * new pool: cluster_bulkhead.c reports it to the fleet and leaves the new
+ * pool's clients the share less it. A claim that read the old pool's
+ * words before they were closed can still land (one per thread caught
+ * between its loads and its CAS): the next tick counts it. Without a
+ * cluster a global bulkhead is a host bulkhead, bridged as the others.
  *
  * Crash windows: killed before the new pair is in the fd store, the next
  * start finds the old pair retired and starts fresh (the state is lost,
@@ -55,11 +64,20 @@
 #include "resild.h"
 #include "segmove.h"
 
+/* How the old pool's holders are honoured. */
+enum bridge_kind {
+	BR_NONE,  /* no bulkhead */
+	BR_LOCAL, /* slots parked in the new pool */
+	BR_FLEET, /* a global bulkhead's: counted in the host's holding */
+};
+
 /* A bulkhead whose old pool still has holders. */
 struct bridge {
 	char name[RESIL_NAME_MAX];
 	const struct resil_rec *orec; /* in the old pair */
-	uint32_t parked;	      /* slots parked in the new pool */
+	enum bridge_kind kind;
+	uint32_t parked; /* BR_LOCAL: slots parked in the new pool */
+	uint32_t held;	 /* live holders in the old pool at the last count */
 };
 
 struct resild_moved {
@@ -121,9 +139,13 @@ static int move_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	return 0;
 }
 
-static bool bridged(const struct resil_rec *rec)
+/* A global bulkhead's slots are the cluster's to park when there is a
+ * cluster (the options: the cluster starts after the move) */
+static enum bridge_kind bridge_kind(const struct resild *d, const struct resil_rec *rec)
 {
-	return rec->conf.bulkhead.on && rec->conf.scope != RESIL_SCOPE_GLOBAL;
+	if (!rec->conf.bulkhead.on)
+		return BR_NONE;
+	return rec->conf.scope == RESIL_SCOPE_GLOBAL && d->opts.cluster_redis ? BR_FLEET : BR_LOCAL;
 }
 
 /* holders whose process lives (resil_holder_fn) */
@@ -155,35 +177,56 @@ static uint32_t old_holders(const struct resil_seg *os, const struct resil_rec *
 	return l.n;
 }
 
-/* Park in the new pool what the old one holds, and the old pool's free
- * slots; false once nothing is held there (the bridge is done). */
-static bool bridge_step(struct resil_seg *ns, const struct resil_seg *os, struct bridge *b)
+/* Park in the new pool what the old one holds (BR_LOCAL; BR_FLEET: count
+ * it for the cluster), and close the old pool; false once nothing is held
+ * there (the bridge is done). */
+static bool bridge_step(const struct resild *d, struct resil_seg *ns, const struct resil_seg *os,
+			struct bridge *b)
 {
 	const struct resil_rec *orec = b->orec;
 	void *ost = resil_comp_state(os, orec, RESIL_C_BULKHEAD);
-	uint32_t busy, held, slot;
+	uint32_t busy, slot;
 	struct resil_rec *nrec;
 	uint64_t w;
 
+	if (b->kind == BR_FLEET) {
+		/* the words first (a claim that reads them now claims nothing:
+		 * a live lease of no slot), then the slots (a claim that read
+		 * the words before finds no free slot, but a parked one past
+		 * the old lease: counted below or at the next tick). Rewritten
+		 * each tick: the state segment is the clients' too */
+		resil_bulkhead_fallback_end_set(ost, 0, 0);
+		resil_bulkhead_lease_set(ost, INT64_MAX, 0, 0);
+	}
 	(void)resil_bulkhead_park(&orec->conf.bulkhead, ost, UINT32_MAX - 1, &busy);
-	held = old_holders(os, orec);
+	b->held = old_holders(os, orec);
 	if (resil_seg_lookup(ns, b->name, &slot, &w) < 0 || !(nrec = resil_seg_rec_of(ns, w)) ||
-	    !bridged(nrec))
+	    bridge_kind(d, nrec) != b->kind)
 		return false; /* deleted or reshaped since: its new block is not ours */
-	b->parked = resil_bulkhead_park(&nrec->conf.bulkhead,
-					resil_comp_state(ns, nrec, RESIL_C_BULKHEAD), held, &busy);
-	return held > 0;
+	if (b->kind == BR_FLEET)
+		return b->held > 0; /* the cluster parks the new pool */
+	b->parked = resil_bulkhead_park(
+	    &nrec->conf.bulkhead, resil_comp_state(ns, nrec, RESIL_C_BULKHEAD), b->held, &busy);
+	return b->held > 0;
 }
+
+struct collect_ctx {
+	const struct resild *d;
+	struct resild_moved *mv;
+};
 
 static int collect_bridges(const struct resil_seg *s, uint32_t slot, const struct resil_rec *rec,
 			   void *ctx)
 {
-	struct resild_moved *mv = ctx;
+	struct collect_ctx *cc = ctx;
+	struct resild_moved *mv = cc->mv;
+	enum bridge_kind k = bridge_kind(cc->d, rec);
 
-	if (!bridged(rec) || old_holders(s, rec) == 0)
+	if (k == BR_NONE || old_holders(s, rec) == 0)
 		return 0;
 	snprintf(mv->b[mv->n].name, sizeof(mv->b[mv->n].name), "%s", rec->name);
 	mv->b[mv->n].orec = rec;
+	mv->b[mv->n].kind = k;
 	mv->n++;
 	return 0;
 }
@@ -269,9 +312,9 @@ int resild_seg_move(struct resild *d)
 		return log_error_errno(-ENOMEM, "cannot move the policies: %m");
 	}
 	mv->old = d->seg;
-	resil_seg_foreach(&mv->old, collect_bridges, mv);
+	resil_seg_foreach(&mv->old, collect_bridges, &(struct collect_ctx){.d = d, .mv = mv});
 	for (size_t i = 0; i < mv->n; i++)
-		(void)bridge_step(&ns, &mv->old, &mv->b[i]);
+		(void)bridge_step(d, &ns, &mv->old, &mv->b[i]);
 	d->seg = ns;
 	/* workers re-attach at their next decision (client/attach.c) */
 	atomic_fetch_or_explicit(&mv->old.cfg->flags, RESIL_SEG_RETIRED, memory_order_release);
@@ -298,7 +341,7 @@ void resild_seg_move_tick(struct resild *d)
 	if (!mv)
 		return;
 	for (size_t i = 0; i < mv->n; i++)
-		if (bridge_step(&d->seg, &mv->old, &mv->b[i]))
+		if (bridge_step(d, &d->seg, &mv->old, &mv->b[i]))
 			mv->b[k++] = mv->b[i];
 		else
 			log_info("policy %s: no permit held in the old segments any more",
@@ -308,14 +351,28 @@ void resild_seg_move_tick(struct resild *d)
 		resild_seg_move_fini(d);
 }
 
-bool resild_seg_move_parks(const struct resild *d, const struct resil_rec *rec)
+static const struct bridge *bridge_of(const struct resild *d, const struct resil_rec *rec)
 {
 	const struct resild_moved *mv = d->moved;
 
 	for (size_t i = 0; mv && i < mv->n; i++)
 		if (!strcmp(mv->b[i].name, rec->name))
-			return true;
-	return false;
+			return &mv->b[i];
+	return NULL;
+}
+
+bool resild_seg_move_parks(const struct resild *d, const struct resil_rec *rec)
+{
+	const struct bridge *b = bridge_of(d, rec);
+
+	return b && b->kind == BR_LOCAL;
+}
+
+uint32_t resild_seg_move_held(const struct resild *d, const struct resil_rec *rec)
+{
+	const struct bridge *b = bridge_of(d, rec);
+
+	return b && b->kind == BR_FLEET ? b->held : 0;
 }
 
 void resild_seg_move_fini(struct resild *d)

@@ -7,6 +7,7 @@
 #define RESILD_SEGMOVE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct resild;
 
@@ -25,5 +26,10 @@ void resild_seg_move_fini(struct resild *d);
  * holders? (the stray sweep leaves them alone) */
 struct resil_rec;
 bool resild_seg_move_parks(const struct resild *d, const struct resil_rec *rec);
+/* The permits of rec's policy.scope = global bulkhead that live holders
+ * still hold in the old pair (counted at the last tick; 0: none, or no
+ * move under way): the host holds them besides its new pool's
+ * (cluster_bulkhead.c). */
+uint32_t resild_seg_move_held(const struct resild *d, const struct resil_rec *rec);
 
 #endif
