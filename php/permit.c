@@ -18,16 +18,23 @@
  *
  * The objects are recycled. A decision makes one Permit and the previous
  * one dies (`$permit = $policy->acquire()` in a loop, a request's next
- * call): allocating, registering, unregistering and freeing it cost more
- * than the decision. So a dead Permit is kept: its dtor_obj takes a
- * reference back (PHP frees an object only if nothing referenced it
- * again during its destructor) and puts it in a small per-request pool,
- * from which acquire() hands it out again as a new object (its
- * destructor armed again). Permits hold no properties and reference
- * nothing, so they cannot be part of a cycle (GC_NOT_COLLECTABLE: the
- * engine never considers them as garbage roots). Not pooled: a permit
- * something holds a WeakReference to (its holder must see it die), and
- * any permit once the request is shutting down; RSHUTDOWN frees the pool
+ * call): allocating, registering, destroying and freeing it cost more
+ * than the decision. So the extension keeps a reference to a permit once
+ * it has nothing left to do: when success(), failure(), ignore() or
+ * release() reports it (it sits in a small per-request pool while its
+ * holder still has it, and the holder letting it go is then one
+ * decrement: no destructor, no free), or when it dies unreported (its
+ * dtor_obj reports it and takes a reference back: PHP frees an object
+ * only if nothing referenced it again during its destructor). acquire()
+ * hands out again a pooled permit whose only reference is the pool's, as
+ * a new object (its destructor armed again); one still held elsewhere is
+ * never handed out, so a released permit its holder keeps stays released
+ * (its methods throw). Permits hold no properties and reference nothing,
+ * so they cannot be part of a cycle (GC_NOT_COLLECTABLE: the engine
+ * never considers them as garbage roots). Not pooled: a permit something
+ * holds a WeakReference to (its holder must see it die: one weakly
+ * referenced once pooled is let go instead of handed out), and any
+ * permit once the request is shutting down; RSHUTDOWN lets the pool go
  * while the request's object store still exists, and nothing is pooled
  * after it (the engine frees what is left of the request later).
  */
@@ -59,8 +66,9 @@ static zend_object *permit_create(zend_class_entry *ce)
 	return &pm->std;
 }
 
-/* Dead permits of this request, ready to be handed out again: each holds
- * one reference (ours), its destructor already called. */
+/* Permits of this request that acquire() may hand out again, each holding
+ * one reference (ours): released ones maybe still held elsewhere, and dead
+ * ones (destructor called). Reusable once ours is the only reference. */
 #define PERMIT_POOL 8
 ZEND_TLS zend_object *pool[PERMIT_POOL];
 ZEND_TLS int npool;
@@ -71,10 +79,21 @@ ZEND_TLS bool pool_open;
 
 static zend_object *permit_new(void)
 {
-	zend_object *o;
+	/* newest first: the permit released last is usually still in its
+	 * variable, the one before it free */
+	for (int i = npool - 1; i >= 0; i--) {
+		zend_object *o = pool[i];
 
-	if (EXPECTED(npool > 0)) {
-		o = pool[--npool];
+		if (GC_REFCOUNT(o) != 1)
+			continue;
+		/* the top moves into i: it was looked at already */
+		pool[i] = pool[--npool];
+		if (UNEXPECTED(GC_FLAGS(o) & IS_OBJ_WEAKLY_REFERENCED)) {
+			/* a WeakReference was made to it after it was pooled:
+			 * let it die, its WeakReference sees it */
+			OBJ_RELEASE(o);
+			continue;
+		}
 		/* a new life: its destructor is armed again */
 		GC_DEL_FLAGS(o, IS_OBJ_DESTRUCTOR_CALLED);
 		return o;
@@ -82,8 +101,9 @@ static zend_object *permit_new(void)
 	return permit_create(resil_permit_ce);
 }
 
-/* Keep a dying permit for the next acquire (see above); called from its
- * dtor_obj, where the engine holds it at refcount 1. */
+/* Keep a permit with nothing left to do for a later acquire (see above):
+ * one just reported by its holder, or a dying one from its dtor_obj
+ * (where the engine holds it at refcount 1). */
 static void permit_keep(zend_object *o)
 {
 	if (pool_open && npool < PERMIT_POOL && !(EG(flags) & EG_FLAGS_IN_SHUTDOWN) &&
@@ -200,6 +220,7 @@ static void permit_report(zend_execute_data *execute_data, int outcome)
 		return;
 	}
 	permit_give_back(pm, outcome);
+	permit_keep(&pm->std);
 }
 
 ZEND_METHOD(Resil_Permit, success)
@@ -252,6 +273,7 @@ ZEND_METHOD(Resil_Permit, releaseHttp)
 		RETURN_THROWS();
 	}
 	permit_give_back(pm, resil_outcome_http(pm->p, (int)status));
+	permit_keep(&pm->std);
 }
 
 void php_resil_permit_minit(void)
