@@ -59,6 +59,13 @@ case '/upstream':
         getenv($retrying ? 'RESIL_TEST_RETRY_POLICY' : 'RESIL_TEST_POLICY')));
     $client = new GuzzleHttp\Client(['handler' => $stack, 'timeout' => (float)($_GET['timeout'] ?? 5),
         'http_errors' => false]);
+    /* ?serial: the pool's workers call one at a time (a lock file), so
+     * that each acquires its permit only once the previous call's outcome
+     * is recorded: no call is ever in flight when the breaker opens */
+    $serial = isset($_GET['serial']) ? fopen(getenv('RESIL_TEST_TMP') . '/serial.lock', 'c') : null;
+    if ($serial) {
+        flock($serial, LOCK_EX);
+    }
     $t = hrtime(true);
     try {
         $r = $client->get('http://127.0.0.1:' . getenv('RESIL_TEST_UPSTREAM') . ($_GET['path'] ?? '/'));
@@ -67,6 +74,10 @@ case '/upstream':
         answer(503, ['rejected' => get_class($e), 'retryAfter' => $e->retryAfter]);
     } catch (GuzzleHttp\Exception\TransferException $e) {
         answer(502, ['error' => $e->getMessage()]);
+    } finally {
+        if ($serial) {
+            flock($serial, LOCK_UN);
+        }
     }
     break;
 
