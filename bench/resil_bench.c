@@ -302,8 +302,9 @@ static void usage(FILE *f)
 		   "                   [--target-ms MS] [--cg-iters N] [--list]\n"
 		   "       resil_bench --which-clock\n"
 		   "--list names every case the other options select (GROUP/NAME, one a\n"
-		   "line) and runs none; --socket and --redis add the cases of a daemon and\n"
-		   "of Redis. --callgrind runs the resil groups only.\n");
+		   "line) and runs none, as --help does after this text; --socket and\n"
+		   "--redis add the cases of a daemon and of Redis. --callgrind runs the\n"
+		   "resil groups only.\n");
 }
 
 /* --which-clock: the decision clock this process chose (shm/clock.c), after
@@ -384,9 +385,11 @@ int main(int argc, char **argv)
 		case 'i':
 			opt.cg_iters = strtoull(optarg, NULL, 10);
 			break;
-		case 'h':
+		case 'h': /* the usage, then every case, as --list names them */
 			usage(stdout);
-			return 0;
+			printf("cases:\n");
+			opt.list = true;
+			break;
 		default:
 			usage(stderr);
 			return 2;
