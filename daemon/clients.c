@@ -1,113 +1,48 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * clients.c - the client registry: rows of the client table, the
- * processes behind them, and reclaim when one dies.
+ * processes behind them, and reclaim when one dies. The design (the
+ * judgements, eviction, stray claims, the work bound per tick, reclaim's
+ * order) is docs/internals/clients.md; the guarantee, DESIGN.md's "Who a
+ * client is".
  *
- * Who a client is is the daemon's to decide, not the row's to claim
- * (DESIGN.md, "Who a client is"). The owner word of a row (pid << 32 |
- * low 32 bits of the start time) is client-writable, so the daemon keeps
- * its own judgement of each row here, in private memory (struct watch),
- * and a row gets one of these:
+ * Who a client is is the daemon's to decide, not the row's to claim: the
+ * owner word is client-writable, so the daemon keeps its own judgement of
+ * each row in private memory (struct watch): BOUND (claimed by the daemon
+ * for a connection, pid from SO_PEERCRED, pidfd ours), CHILD (claimed by
+ * a forked client itself; its process found, its start time matching, our
+ * segment mapped, or else a descendant of a known client), ADOPTED (found
+ * live at the first scan of adopted segments) or UNKNOWN (a client of a
+ * pid namespace we cannot see vouches for its uid's rows: never reclaimed
+ * on a guess). Any other row is refused and freed within a tick, without
+ * walking the policies.
  *
- *   BOUND    the daemon claimed the row itself for a connection asking for
- *            the segments (resild_clients_bind): the pid is the one the
- *            kernel reports for the connection (SO_PEERCRED, in our pid
- *            namespace, whatever namespace the client lives in), the
- *            pidfd ours, opened then. The owner word carries that pid, so
- *            a daemon that adopts the segments after a restart finds the
- *            process in its own namespace too.
- *   CHILD    a row claimed without a connection (a forked child claims its
- *            own row by CAS, with no daemon round trip) whose process we
- *            find, whose start time matches, and which maps our state
- *            segment (/proc/PID/maps): identity is the process, not its
- *            ancestry, so a daemonizing worker's child whose parent exited
- *            (re-parented before we looked) keeps its row while it lives,
- *            and a child that exec'd has none. Where maps cannot be read
- *            (resild not root, hidepid), the process must be a child (or a
- *            descendant, up to RESILD_ANCESTRY levels, /proc/PID/stat
- *            field 4) of the process of a BOUND, CHILD or ADOPTED row. The
- *            pid a row names may be one of another pid namespace (a child
- *            in a container): when no process here has it, the process of
- *            a namespace where a client we watch lives that has that pid
- *            there is looked for (procfs.c, NSpid). A CHILD row counts
- *            against its process's uid (--max-clients-per-uid).
- *   ADOPTED  a row found at the first scan of adopted segments whose pid
- *            and start time match a live process that maps our segment:
- *            the previous daemon judged it; we keep watching it.
- *   UNKNOWN  a row we cannot identify because a client connected from a
- *            pid namespace we cannot see at all (SO_PEERCRED gave no pid):
- *            such connections vouch for rows of their uids for
- *            RESILD_VOUCH_TICKS, and the rows count against those uids
- *            together (at most --max-clients-per-uid for each). Never
- *            reclaimed on a guess: the row and what it holds stay, are
- *            counted (resil_client_rows_unidentified), and are looked at
- *            again every RESILD_UNKNOWN_RECHECK ticks.
- * Any other row is refused and freed within a tick: a row naming pid 1,
- * a dead pid, a process that does not map our segments, a pid found in
- * no client's namespace, a uid past its quota. Refusing frees the row
- * only (st_release of owner 0): it does not walk the policies, so a
- * client planting rows cannot make the tick expensive. Whatever the
- * refused row's id holds becomes a stray claim (an id naming no live
- * row), which the stray sweep below frees.
+ * Shared words, their writers and memory orders:
+ *   - a row's owner word (pid << 32 | low 32 bits of the start time):
+ *     claimed by a client's CAS (resil_client_claim, seg.c) or by ours
+ *     for a connection (resild_clients_bind), taken over from a planted
+ *     owner by one CAS (evict); freed by a CAS from the owner judged to 0
+ *     (release; refusal: a row claimed anew since the load stays its new
+ *     claimer's) or a release store (resil_client_release after reclaim).
+ *     Loaded with acquire by the scan: a watch whose owner word changed
+ *     is cancelled and the new owner judged.
+ *   - a row's flags: DEAD stored with release before the reclaim starts,
+ *     so observers and a daemon restarting in the middle know it.
+ *   - permit slots and probes naming a client id: freed by the stray
+ *     sweep with a CAS of that id -> 0 (a slot claimed again since the
+ *     load is left alone); the slot is loaded before the row, since a
+ *     live client claims its row before any permit.
+ * Everything here is read from the state segment, so it is untrusted:
+ * ids are bounded by the private client_cap, pids by RESILD_PID_MAX, and
+ * the work of a tick by the budgets below (judged, reclaimed, swept and
+ * looked-up counts per tick), whatever clients plant.
  *
- * Planted rows never keep a connecting client out: when the table is
- * full, resild_clients_bind judges rows not judged yet at once (at most
- * RESILD_EVICT_LOOKS) and takes the first nobody's row over by one CAS
- * from the planted owner word to the newcomer's, else an UNKNOWN one
- * (evict). A client whose row was taken or refused notices it at its
- * library's next periodic check and claims another (client/attach.c).
- *
- * The check for a new row opens a pidfd and then reads /proc/PID/stat: a
- * pidfd opened for a pid that was reused by another process is told apart
- * by the start time (the check comes after pidfd_open, so the pidfd is
- * known to refer to the row's process when it passes). Watched pidfds are
- * polled by the loop; one becomes readable when its process exits.
- *
- * Bounded work per tick (DESIGN.md: "Work per daemon tick stays bounded
- * whatever clients plant"): the scan loads every owner word (client_cap
- * loads), but judges at most RESILD_JUDGE_PER_TICK new rows, reclaims at
- * most RESILD_RECLAIM_PER_TICK dead ones (a reclaim walks every policy)
- * and sweeps at most RESILD_SWEEP_SLOTS permit slots; the rest waits for
- * the next tick, where the scan starts after the row it stopped at. A
- * process exit seen by the loop is reclaimed at once while the budget of
- * the tick to come lasts (the common case, one worker dead: its permits
- * are back within the loop's turn, not up to a tick later); past it, the
- * row is marked and the tick reclaims it under the same budget. So at
- * most 2 x RESILD_RECLAIM_PER_TICK reclaims run between two ticks.
- *
- * Stray claims: a permit slot (bulkhead or adaptive) or a half-open
- * probe (fleet block) naming an id whose row is free, an id that names
- * nobody (past the table below the pid tag, or past the tag's pids: a
- * word of all ones), or the pid tag of a process that is gone, is freed
- * by the sweep (CAS that id -> 0: a slot re-claimed since the load is
- * left alone). Order: the slot is loaded before the row (stray_id): a
- * live client claims its row before any permit, so a slot whose row
- * reads free was not claimed by the row's current owner. A process
- * without a row (the table was full, or its row was refused) claims
- * with RESIL_CLIENT_PID_TAG | its pid (seg.h): such a claim stays while
- * that pid lives, and goes once it is gone (kill(pid, 0): ESRCH; at most
- * RESILD_PID_CHECKS pids looked up per tick, the rest at the next pass),
- * unless some client lives in another pid namespace, where the pid may
- * be a live process we cannot see: then it is kept, as an UNKNOWN row
- * is. They are counted and shown (`resilctl show`), and an operator's
- * reset frees every claim no live row holds
- * (resild_clients_free_unregistered).
- *
- * Reclaim of a dead client (row i, client id i + 1):
- *   1. row->flags = DEAD (release): observers, and a daemon that restarts
- *      in the middle, know the row is being reclaimed;
- *   2. resil_policy_reclaim(id) for every policy: permits, probes,
- *      waiter counts, counters repaired from window contents;
- *   3. RESIL_EV_RECLAIMED per policy that got something back;
- *   4. resil_client_release: flags 0, owner 0 (release): the row is free.
- * Crash window: the daemon killed between 1 and 4 leaves the row claimed
- * and DEAD; the next daemon adopting the segments finds the process gone
- * (no pidfd or another start time) and reclaims again. Reclaim is by
- * client id, so doing it twice gives back nothing the second time.
- *
- * A row freed by its own client (resil_close) or re-claimed by another
- * process between two scans shows a different owner word: the old watch
- * is cancelled and the new owner, if any, judged.
+ * Reclaim of row i (client id i + 1): 1. flags = DEAD (release); 2.
+ * resil_policy_reclaim(id) for every policy; 3. RESIL_EV_RECLAIMED per
+ * policy that got something back; 4. resil_client_release. Crash window:
+ * a daemon killed between 1 and 4 leaves the row claimed and DEAD; the
+ * next daemon finds the process gone and reclaims again, by client id,
+ * so the second time gives back nothing.
  */
 #include <errno.h>
 #include <fcntl.h>
