@@ -164,7 +164,7 @@ static inline uint32_t win_off_x(const struct resil_ctx *x, const struct resil_b
 /* ---- time --------------------------------------------------------------- */
 
 /* A reading for OPEN's wait: the cached precise one if any, else coarse
- * when the wait is long enough for a 4 ms resolution. */
+ * when the wait is long enough (100 ms) for a kernel tick's resolution. */
 static int64_t wait_clock(struct resil_ctx *x, int64_t wait)
 {
 	if (x->now)

@@ -121,8 +121,8 @@ uint64_t resil_hash64(const void *data, size_t len, uint64_t k0, uint64_t k1)
 	for (; in != end; in += 8) {
 		uint64_t m;
 
-		/* one load, little-endian whatever the host (a byte loop here
-		 * cost 5 instructions a byte) */
+		/* one load, little-endian whatever the host, not a loop over
+		 * the bytes */
 		memcpy(&m, in, sizeof(m));
 		m = le64toh(m);
 		v3 ^= m;

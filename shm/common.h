@@ -175,7 +175,7 @@ static inline int64_t resil_clock_fast(void)
 	return resil_clock_kernel();
 }
 #endif
-/* Resolution of CLOCK_MONOTONIC_COARSE (4 ms here), read once. */
+/* Resolution of CLOCK_MONOTONIC_COARSE (a kernel tick), read once. */
 int64_t resil_clock_coarse_resolution_ns(void);
 
 static inline int64_t resil_clock_now(const struct resil_clock *c)
@@ -183,7 +183,7 @@ static inline int64_t resil_clock_now(const struct resil_clock *c)
 	return c->fn ? c->fn(c->ctx) : resil_clock_fast();
 }
 
-/* A coarse reading (4 ms resolution on these machines, same time base):
+/* A coarse reading (a kernel tick's resolution, same time base):
  * for decisions whose precision allows it. A manual clock is exact. */
 static inline int64_t resil_clock_now_coarse(const struct resil_clock *c)
 {

@@ -39,8 +39,9 @@
  * Counters are signed: an undo that lands after its bucket was zeroed can
  * take one below zero; sums are clamped at 0.
  *
- * The clock: the coarse clock (same time base, 4 ms resolution) unless the
- * call already read the precise one: buckets are seconds wide.
+ * The clock: the coarse clock (same time base, a kernel tick's
+ * resolution) unless the call already read the precise one: buckets are
+ * seconds wide.
  *
  * Crash windows: a rotator killed after zeroing and before its CAS leaves
  * the epoch where it was (the next caller rotates again, zeroing the same
