@@ -542,7 +542,13 @@ static redisContext *tls_connect(struct resild_cluster *c, const char *host, int
 				 strstr(why, "wrong version number") || strstr(why, "packet length")
 				     ? " (a plain port? redis:// without --cluster-tls-*)"
 				     : "");
-		} else
+		} else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT)
+			/* a plain Redis reads a ClientHello as the start of an
+			 * inline command and waits for its end: no answer */
+			snprintf(err, elen,
+				 "TLS handshake: no answer within the timeout (a plain port? "
+				 "redis:// without --cluster-tls-*; or Redis stalled)");
+		else
 			snprintf(err, elen, "TLS handshake: %s",
 				 errno ? strerror(errno) : "the server closed the connection");
 		goto fail;
