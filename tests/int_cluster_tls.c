@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * int_cluster_tls.c - global policies through a Redis that speaks TLS
- * only (--port 0 --tls-port N), with certificates made here by openssl: a
+ * (--tls-port N, and a plain --port beside it that only one host is
+ * pointed at, by mistake), with certificates made here by openssl: a
  * test CA, a server certificate it signs (localhost, 127.0.0.1), and a
  * second CA that signed nothing.
  *
@@ -11,7 +12,9 @@
  * Host C trusts the other CA: the handshake fails, its log and `resilctl
  * status` say the certificate is refused, and its own budget keeps
  * deciding on its own (the fallback: nothing of A's failures reaches it).
- * Host D names a server name the certificate does not carry.
+ * Host D names a server name the certificate does not carry; then it
+ * speaks plain to the TLS port, and TLS to a plain port of the same
+ * server: each error says which (its log and `resilctl status`).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +34,7 @@
 #define GCONF "policy.scope = global; retry.budget = grpc:100:1; retry.max_attempts = 5"
 
 static char dir[PATH_MAX], url[64], cname[64], ca[PATH_MAX + 16], other[PATH_MAX + 16];
-static int port;
+static int port, plain_port; /* the TLS port, and a plain one of the same server */
 static pid_t redis_pid;
 static struct test_daemon hd[HOSTS];
 static resil_t *cl[HOSTS];
@@ -139,9 +142,10 @@ static int make_certs(void)
 
 static int start_redis(void)
 {
-	char p[16], crt[PATH_MAX + 16], key[PATH_MAX + 16], log[PATH_MAX + 16];
+	char p[16], pp[16], crt[PATH_MAX + 16], key[PATH_MAX + 16], log[PATH_MAX + 16];
 
 	snprintf(p, sizeof(p), "%d", port);
+	snprintf(pp, sizeof(pp), "%d", plain_port);
 	snprintf(crt, sizeof(crt), "%s/server.crt", dir);
 	snprintf(key, sizeof(key), "%s/server.key", dir);
 	snprintf(log, sizeof(log), "%s/redis.log", dir);
@@ -151,7 +155,7 @@ static int start_redis(void)
 
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execlp("redis-server", "redis-server", "--port", "0", "--tls-port", p, "--bind",
+		execlp("redis-server", "redis-server", "--port", pp, "--tls-port", p, "--bind",
 		       "127.0.0.1", "--tls-cert-file", crt, "--tls-key-file", key,
 		       "--tls-ca-cert-file", ca, "--tls-auth-clients", "no", "--save", "",
 		       "--appendonly", "no", "--dir", dir, (char *)NULL);
@@ -205,6 +209,7 @@ int main(void)
 	snprintf(other, sizeof(other), "%s/other.crt", dir);
 	/* a port in 19000..20999: below the other cluster tests' */
 	port = 19000 + (int)(getpid() % 2000);
+	plain_port = port + 4000; /* 23000..24999: above the Redis Cluster test's */
 	snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", port);
 	snprintf(cname, sizeof(cname), "tl%d", (int)getpid());
 
@@ -259,6 +264,25 @@ int main(void)
 		      "host D starts in plain");
 		CHECK(TEST_EVENTUALLY(test_log_count(&hd[3], "a TLS port? rediss://") > 0),
 		      "host D: plain to a TLS port, the hint in the log");
+		CHECK(TEST_EVENTUALLY(status_has(3, "NOT CONNECTED") &&
+				      status_has(3, "(a TLS port? rediss://")),
+		      "host D: plain to a TLS port, the hint in resilctl status");
+	}
+
+	/* a TLS handshake a plain port answers: the error says what it may be */
+	resil_close(cl[3]);
+	cl[3] = NULL;
+	test_daemon_fini(&hd[3]);
+	{
+		char tls[64];
+
+		snprintf(tls, sizeof(tls), "rediss://127.0.0.1:%d", plain_port);
+		CHECK(test_cluster_host(&hd[3], tls, cname, 3, good) == 0, "host D starts in TLS");
+		CHECK(TEST_EVENTUALLY(test_log_count(&hd[3], "(a plain port? redis://") > 0),
+		      "host D: TLS to a plain port, the hint in the log");
+		CHECK(TEST_EVENTUALLY(status_has(3, "NOT CONNECTED") &&
+				      status_has(3, "(a plain port? redis://")),
+		      "host D: TLS to a plain port, the hint in resilctl status");
 	}
 
 	/* A and B still in sync */
