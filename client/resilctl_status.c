@@ -220,6 +220,8 @@ static void status_cluster_json(const Resil__ClusterStatus *c)
 	json_str(stdout, fallback_word(c->fallback_mode));
 	printf(",\"connected\":%s,\"last_error\":", c->connected ? "true" : "false");
 	json_str(stdout, c->last_error);
+	printf(",\"reached\":");
+	json_str(stdout, c->reached);
 	printf(",\"last_exchange_ms\":%" PRId64 ",\"exchanges\":%" PRIu64
 	       ",\"script_calls\":%" PRIu64 ",\"errors\":%" PRIu64
 	       ",\"hosts_seen\":%u,\"hosts_live\":%u,\"hosts_expected\":%u,"
@@ -274,7 +276,10 @@ static void status_cluster_text(const Resil__ClusterStatus *c)
 		return;
 	printf("cluster    %s as host %s, name %s, every %" PRIu64 " ms, fallback %s\n", c->redis,
 	       c->host, c->name, c->interval_ms, fallback_word(c->fallback_mode));
-	if (c->connected)
+	if (c->connected && *c->reached)
+		printf("           connected through node %s (the seed is out of reach)",
+		       c->reached);
+	else if (c->connected)
 		printf("           connected");
 	else
 		printf("           NOT CONNECTED: %s", *c->last_error ? c->last_error : "not yet");

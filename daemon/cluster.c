@@ -541,6 +541,7 @@ int resild_cluster_info(struct resild *d, struct resild_cluster_info *out)
 	pthread_mutex_lock(&c->lock);
 	out->connected = c->connected;
 	snprintf(out->last_error, sizeof(out->last_error), "%s", c->last_error);
+	snprintf(out->reached, sizeof(out->reached), "%s", c->reached);
 	last_ok = c->last_ok_ns;
 	out->exchanges = c->exchanges;
 	out->script_calls = c->script_calls;

@@ -53,6 +53,8 @@ const char *resild_cluster_lease_lua(void);
 /* What `resilctl status` says of the exchange. */
 struct resild_cluster_info {
 	const char *redis, *name, *host, *fallback;
+	char reached[280]; /* Redis Cluster: the node reached, the seed out of reach ("": the seed)
+			    */
 	int64_t interval_ns;
 	bool connected;
 	char last_error[256];	  /* "" while connected */

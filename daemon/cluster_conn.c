@@ -835,6 +835,10 @@ bool connect_redis(struct resild_cluster *c)
 
 	c->connected = true;
 	c->last_error[0] = '\0';
+	if (via)
+		snprintf(c->reached, sizeof(c->reached), "%s:%d", via->addr, via->port);
+	else
+		c->reached[0] = '\0';
 	pthread_mutex_unlock(&c->lock);
 	if (via)
 		log_notice("cluster: connected to Redis Cluster node %s:%d (the seed %s is out of "

@@ -203,6 +203,8 @@ struct resild_cluster {
 	struct xans *ans;
 	bool connected;
 	char last_error[256];
+	char reached[280];  /* Redis Cluster: the node connected to, the seed out of reach ("": the
+			       seed) */
 	int64_t last_ok_ns; /* the last exchange that answered every policy */
 	uint64_t exchanges;
 	uint64_t script_calls;

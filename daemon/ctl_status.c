@@ -459,6 +459,7 @@ static struct cluster_status *cluster_status(struct resild *d)
 	}
 	cs->st.connected = cs->ci.connected;
 	cs->st.last_error = cs->ci.last_error;
+	cs->st.reached = cs->ci.reached;
 	cs->st.last_exchange_ms =
 	    cs->ci.last_exchange_ns < 0 ? -1 : cs->ci.last_exchange_ns / RESIL_NS_PER_MS;
 	cs->st.exchanges = cs->ci.exchanges;
