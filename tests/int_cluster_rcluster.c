@@ -18,7 +18,9 @@
  * holds their buckets; the cluster promotes the replica (node timeout
  * 2 s), and the daemons, whose connection to the dead node fails, learn
  * the map again (MOVED to the promoted replica) and keep syncing: the
- * bucket on the new primary lands exactly.
+ * bucket on the new primary lands exactly. Then the seed node itself is
+ * killed: each daemon connects through a node it learned, and its log
+ * and `resilctl status` name that node.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -242,6 +244,26 @@ static int host_start(int h)
 	return 0;
 }
 
+/* resilctl status (--json when json) on host h has want */
+static bool status_has(int h, bool json, const char *want_text)
+{
+	const char *argv[] = {RESILCTL_PATH,	      "--socket", hd[h].sock, "status",
+			      json ? "--json" : NULL, NULL};
+	static char out[65536];
+
+	if (test_run(argv, NULL, out, sizeof(out)) != 0)
+		return false;
+	return strstr(out, want_text) != NULL;
+}
+
+/* host h connected through a node it learned, and says which */
+static bool reached_past_seed(int h)
+{
+	return test_log_count(&hd[h], "connected to Redis Cluster node 127.0.0.1:") > 0 &&
+	       status_has(h, false, "connected through node 127.0.0.1:") &&
+	       status_has(h, true, "\"reached\":\"127.0.0.1:");
+}
+
 static void cleanup(void)
 {
 	test_cluster_hosts_stop(hd, cl, HOSTS);
@@ -438,6 +460,29 @@ int main(void)
 			want_pol = pol[next];
 			CHECK(TEST_EVENTUALLY(hosts_at()), "and the others keep syncing (%s)",
 			      pol[next]);
+		}
+	}
+
+	/* the seed itself dies: each daemon reaches the cluster through a
+	 * node it learned, and its log and status name that node, never the
+	 * dead seed as "connected again" */
+	{
+		char seed_again[64];
+		int again[HOSTS];
+
+		snprintf(seed_again, sizeof(seed_again), "Redis at 127.0.0.1:%d again", port[0]);
+		for (int h = 0; h < HOSTS; h++)
+			again[h] = test_log_count(&hd[h], seed_again);
+		kill(redis_pid[0], SIGKILL);
+		waitpid(redis_pid[0], NULL, 0);
+		redis_pid[0] = 0;
+		for (int h = 0; h < HOSTS; h++) {
+			CHECK(TEST_EVENTUALLY(reached_past_seed(h)),
+			      "host %c: the seed %d is dead, the node reached is named in its log "
+			      "and resilctl status",
+			      'A' + h, port[0]);
+			CHECK(test_log_count(&hd[h], seed_again) == again[h],
+			      "host %c never calls the dead seed connected again", 'A' + h);
 		}
 	}
 
