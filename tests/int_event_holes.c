@@ -15,7 +15,6 @@
  * Every wait is "eventually, within 10 s".
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,25 +29,13 @@
 
 static char out_path[4200];
 
-static size_t read_out(char *buf, size_t len)
-{
-	int fd = open(out_path, O_RDONLY);
-	ssize_t n;
-
-	n = fd < 0 ? 0 : read(fd, buf, len - 1);
-	if (fd >= 0)
-		close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	return n > 0 ? (size_t)n : 0;
-}
-
 static bool watcher_ready(void *ctx)
 {
 	char buf[4096];
 	resil_t *r = ctx;
 
 	resil_event_push(&r->seg, RESIL_EV_CONFIG, 0, 0, 9, 0, 0, 7, 0);
-	return read_out(buf, sizeof(buf)) > 0;
+	return test_read_file(out_path, buf, sizeof(buf)) > 0;
 }
 
 static const char *want;
@@ -56,7 +43,7 @@ static bool saw(void *ctx)
 {
 	static char buf[1 << 20];
 
-	read_out(buf, sizeof(buf));
+	test_read_file(out_path, buf, sizeof(buf));
 	return strstr(buf, want) != NULL;
 }
 
@@ -66,24 +53,12 @@ int main(void)
 	resil_t *r = NULL;
 	pid_t watcher;
 	uint64_t dropped0;
-	int fd;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (test_daemon_open(&d, &r) < 0)
 		return 1;
 	TEST_CHECK(resil_define(r, "holes", "breaker.window = count:10") == 0);
-	snprintf(out_path, sizeof(out_path), "%s/watch.out", d.dir);
-	fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	TEST_CHECK(fd >= 0);
-	watcher = fork();
-	TEST_CHECK(watcher >= 0);
-	if (watcher == 0) {
-		dup2(fd, 1);
-		execl(RESILCTL_PATH, "resilctl", "--socket", d.sock, "watch", "--json",
-		      (char *)NULL);
-		_exit(127);
-	}
-	close(fd);
+	watcher = test_watch_start(&d, out_path, sizeof(out_path));
 	TEST_CHECK(test_wait_until(watcher_ready, r, 10000));
 	/* every event so far drained */
 	TEST_CHECK(TEST_EVENTUALLY(ld_relaxed(&r->seg.st->events_read) ==
@@ -101,7 +76,7 @@ int main(void)
 	if (!test_wait_until(saw, NULL, 10000)) {
 		static char buf[1 << 20];
 
-		read_out(buf, sizeof(buf));
+		test_read_file(out_path, buf, sizeof(buf));
 		fprintf(stderr, "no event after the holes within 10 s; watch printed:\n%s\n", buf);
 		kill(watcher, SIGKILL);
 		TEST_CHECK(!"the event after the holes reached the subscriber");

@@ -11,7 +11,6 @@
  * Every wait is "eventually, within 10 s".
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,17 +27,6 @@
 static char out_path[4200];
 static pid_t watcher;
 
-static size_t read_out(char *buf, size_t len)
-{
-	int fd = open(out_path, O_RDONLY);
-	ssize_t n = fd < 0 ? 0 : read(fd, buf, len - 1);
-
-	if (fd >= 0)
-		close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	return n > 0 ? (size_t)n : 0;
-}
-
 /* Count JSON lines of our synthetic events (type config, value = mark). */
 static int marks_seen(int *last_in_order)
 {
@@ -46,7 +34,7 @@ static int marks_seen(int *last_in_order)
 	int n = 0, expect = 1;
 	const char *p = buf;
 
-	read_out(buf, sizeof(buf));
+	test_read_file(out_path, buf, sizeof(buf));
 	*last_in_order = 1;
 	while ((p = strstr(p, "\"value\":")) != NULL) {
 		long v = strtol(p + 8, NULL, 10);
@@ -79,14 +67,14 @@ static bool watcher_ready(void *ctx)
 
 	/* push a harmless event until the watcher shows one */
 	resil_event_push(&r->seg, RESIL_EV_CONFIG, 0, 0, 9, 0, 0, 7, 0);
-	return read_out(buf, sizeof(buf)) > 0;
+	return test_read_file(out_path, buf, sizeof(buf)) > 0;
 }
 
 static bool saw_open(void *ctx)
 {
 	static char buf[1 << 20];
 
-	read_out(buf, sizeof(buf));
+	test_read_file(out_path, buf, sizeof(buf));
 	return strstr(buf, "\"to\":\"open\"") != NULL &&
 	       strstr(buf, "\"policy\":\"" POLICY "\"") != NULL;
 }
@@ -104,7 +92,7 @@ int main(void)
 	struct test_daemon d;
 	resil_t *r = NULL;
 	struct want w;
-	int in_order, fd;
+	int in_order;
 	uint64_t dropped0, idx;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -113,18 +101,7 @@ int main(void)
 	TEST_CHECK(resil_define(r, POLICY, "breaker.window = consecutive:1; breaker.wait = 1h") ==
 		   0);
 
-	snprintf(out_path, sizeof(out_path), "%s/watch.out", d.dir);
-	fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	TEST_CHECK(fd >= 0);
-	watcher = fork();
-	TEST_CHECK(watcher >= 0);
-	if (watcher == 0) {
-		dup2(fd, 1);
-		execl(RESILCTL_PATH, "resilctl", "--socket", d.sock, "watch", "--json",
-		      (char *)NULL);
-		_exit(127);
-	}
-	close(fd);
+	watcher = test_watch_start(&d, out_path, sizeof(out_path));
 	TEST_CHECK(test_wait_until(watcher_ready, r, 10000));
 
 	/* 1. in order, none lost: MARKS events pushed as fast as we can */

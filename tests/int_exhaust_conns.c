@@ -30,7 +30,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,32 +54,6 @@ static void become(uid_t uid)
 	TEST_CHECK(setresgid(G_SOCK, G_SOCK, G_SOCK) == 0);
 	TEST_CHECK(setresuid(uid, uid, uid) == 0);
 	TEST_CHECK(geteuid() == uid);
-}
-
-/* A blocking connection to the socket, nothing sent: fd or -errno. */
-static int raw_connect(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -errno;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	return fd;
-}
-
-/* Has the daemon closed fd (hang-up, or an error reply then hang-up)? */
-static bool hung_up(int fd)
-{
-	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-
-	return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
 }
 
 /* A hello and its answer on a raw connection: true when answered. */
@@ -145,7 +118,7 @@ static void hog(const char *sock, int report, int go)
 
 	become(U_A);
 	for (int i = 0; i < SLOTS; i++) {
-		fds[i] = raw_connect(sock);
+		fds[i] = test_connect_raw(sock);
 		if (fds[i] >= 0)
 			n++;
 	}
@@ -154,7 +127,7 @@ static void hog(const char *sock, int report, int go)
 	TEST_CHECK(TEST_EVENTUALLY(({
 		held = 0;
 		for (int i = 0; i < SLOTS; i++)
-			held += fds[i] >= 0 && !hung_up(fds[i]);
+			held += fds[i] >= 0 && !test_hung_up(fds[i]);
 		held <= PER_UID;
 	})));
 	printf("uid %d holds %d connections of %d\n", U_A, held, SLOTS);
@@ -172,14 +145,14 @@ static void hog(const char *sock, int report, int go)
 		if (poll(&p, 1, 300) == 1)
 			break;
 		for (int i = 0; i < SLOTS; i++)
-			if (fds[i] >= 0 && !hung_up(fds[i]))
+			if (fds[i] >= 0 && !test_hung_up(fds[i]))
 				TEST_CHECK(ping(fds[i]));
 	}
 	/* case 2: silent, every one is closed by the daemon */
 	TEST_CHECK(TEST_EVENTUALLY(({
 		bool all = true;
 		for (int i = 0; i < SLOTS; i++)
-			all = all && (fds[i] < 0 || hung_up(fds[i]));
+			all = all && (fds[i] < 0 || test_hung_up(fds[i]));
 		all;
 	})));
 	for (int i = 0; i < SLOTS; i++)
@@ -240,7 +213,7 @@ static int case_limit_and_idle(void)
 		TEST_CHECK(resil_define(r, "b.svc", "bulkhead.max = 3") == 0);
 		TEST_CHECK(write(go[1], "", 1) == 1);
 		/* the daemon closes B's silent connection too */
-		TEST_CHECK(TEST_EVENTUALLY(r->ctl_fd >= 0 && hung_up(r->ctl_fd)));
+		TEST_CHECK(TEST_EVENTUALLY(r->ctl_fd >= 0 && test_hung_up(r->ctl_fd)));
 		TEST_CHECK(resil_define(r, "b.svc2", "bulkhead.max = 4") == 0);
 		TEST_CHECK(list_once(r) == 0);
 		resil_close(r);
@@ -314,7 +287,7 @@ static void flood(const char *sock, int report, int go)
 	req.body_case = RESIL__REQUEST__BODY_GET_SEGMENTS;
 	req.get_segments = &gs;
 	for (int i = 0; i < FLOOD_CONNS; i++) {
-		fds[i] = raw_connect(sock);
+		fds[i] = test_connect_raw(sock);
 		TEST_CHECK(fds[i] >= 0);
 		for (int k = 0; k < 300; k++) {
 			req.id = (uint64_t)k + 1;

@@ -24,7 +24,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,30 +33,6 @@
 
 #define HOG 60
 
-static int raw_connect(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -errno;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	return fd;
-}
-
-static bool hung_up(int fd)
-{
-	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-
-	return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
-}
-
 /* A new connection, a List on it, its answer within ms: true if answered. */
 static bool list_within(const char *sock, int ms)
 {
@@ -66,7 +41,7 @@ static bool list_within(const char *sock, int ms)
 	uint8_t buf[65536];
 	size_t len;
 	bool ok = false;
-	int fd = raw_connect(sock);
+	int fd = test_connect_raw(sock);
 	struct pollfd p = {.fd = fd, .events = POLLIN};
 
 	if (fd < 0)
@@ -96,16 +71,16 @@ static void hog(const char *sock, int report, int stop)
 	struct pollfd p = {.fd = stop, .events = POLLIN};
 
 	for (int i = 0; i < HOG; i++) {
-		fds[i] = raw_connect(sock);
+		fds[i] = test_connect_raw(sock);
 		made += fds[i] >= 0;
 	}
 	TEST_CHECK(write(report, &made, sizeof(made)) == sizeof(made));
 	while (poll(&p, 1, 10) == 0)
 		for (int i = 0; i < HOG; i++)
-			if (fds[i] < 0 || hung_up(fds[i])) {
+			if (fds[i] < 0 || test_hung_up(fds[i])) {
 				if (fds[i] >= 0)
 					close(fds[i]);
-				fds[i] = raw_connect(sock);
+				fds[i] = test_connect_raw(sock);
 			}
 	_exit(0);
 }

@@ -28,17 +28,6 @@
 
 static char out_path[4200];
 
-static size_t read_out(char *buf, size_t len)
-{
-	int fd = open(out_path, O_RDONLY);
-	ssize_t n = fd < 0 ? 0 : read(fd, buf, len - 1);
-
-	if (fd >= 0)
-		close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	return n > 0 ? (size_t)n : 0;
-}
-
 /* The first watch line holding needle and also (when not NULL), copied
  * into line; true when found. */
 static bool line_with2(const char *needle, const char *also, char *line, size_t len)
@@ -46,7 +35,7 @@ static bool line_with2(const char *needle, const char *also, char *line, size_t 
 	static char buf[1 << 20];
 	const char *p = buf, *b, *e;
 
-	read_out(buf, sizeof(buf));
+	test_read_file(out_path, buf, sizeof(buf));
 	while ((p = strstr(p, needle)) != NULL) {
 		for (b = p; b > buf && b[-1] != '\n'; b--)
 			;
@@ -70,7 +59,7 @@ static int resild_deletes(void)
 	static char buf[1 << 20];
 	int n = 0;
 
-	read_out(buf, sizeof(buf));
+	test_read_file(out_path, buf, sizeof(buf));
 	for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n"))
 		n += strstr(l, "\"to\":\"deleted\"") && strstr(l, "\"source\":\"resild\"");
 	return n;
@@ -85,7 +74,7 @@ int main(void)
 	gid_t g;
 	uid_t ua;
 	pid_t watcher, a;
-	int fd, st, pfd[2], before;
+	int st, pfd[2], before;
 	uint32_t apid = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -104,18 +93,7 @@ int main(void)
 		   0);
 	TEST_CHECK(resil_define(root, "gone", "bulkhead.max = 1") == 0);
 
-	snprintf(out_path, sizeof(out_path), "%s/watch.out", d.dir);
-	fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	TEST_CHECK(fd >= 0);
-	watcher = fork();
-	TEST_CHECK(watcher >= 0);
-	if (watcher == 0) {
-		dup2(fd, 1);
-		execl(RESILCTL_PATH, "resilctl", "--socket", d.sock, "watch", "--json",
-		      (char *)NULL);
-		_exit(127);
-	}
-	close(fd);
+	watcher = test_watch_start(&d, out_path, sizeof(out_path));
 	/* the watcher is subscribed once a change of root's shows */
 	TEST_CHECK(TEST_EVENTUALLY((resil_define(root, "ready", "bulkhead.max = 1") == 0 &&
 				    resil_delete(root, "ready") == 0 &&

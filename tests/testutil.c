@@ -36,6 +36,8 @@
 
 #include "testutil.h"
 #include "bulkhead.h"
+#include "limit.h"
+#include "stats.h"
 
 #ifndef RESILD_PATH
 #define RESILD_PATH "resild"
@@ -779,4 +781,103 @@ long long test_metric(resil_t *r, const char *name)
 	}
 	resil__response__free_unpacked(resp, NULL);
 	return v;
+}
+
+resil_t *test_emb_r;
+int64_t test_emb_ns;
+
+static int64_t test_emb_clock(void *ctx)
+{
+	(void)ctx;
+	return test_emb_ns;
+}
+
+int test_emb_open(void **state)
+{
+	(void)state;
+	test_emb_ns = 1000 * RESIL_NS_PER_S;
+	if (resil_open_embedded(&test_emb_r, NULL) < 0)
+		return -1;
+	return resil_set_clock(test_emb_r, test_emb_clock, NULL);
+}
+
+int test_emb_close(void **state)
+{
+	(void)state;
+	resil_close(test_emb_r);
+	test_emb_r = NULL;
+	return 0;
+}
+
+uint64_t test_emb_stat(const char *name, int which)
+{
+	const struct resil_rec *rec = test_rec_of(test_emb_r, name);
+
+	return resil_stats_read(resil_comp_state(&test_emb_r->seg, rec, RESIL_C_STATS),
+				(enum resil_stat)which);
+}
+
+struct resil_limit_info test_emb_limit(const char *name)
+{
+	const struct resil_rec *rec = test_rec_of(test_emb_r, name);
+	struct resil_limit_info li;
+
+	resil_limit_info(&rec->conf.limit, resil_comp_state(&test_emb_r->seg, rec, RESIL_C_LIMIT),
+			 &li);
+	return li;
+}
+
+int test_connect_raw(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+bool test_hung_up(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
+}
+
+size_t test_read_file(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? 0 : read(fd, buf, len - 1);
+
+	if (fd >= 0)
+		close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return n > 0 ? (size_t)n : 0;
+}
+
+pid_t test_watch_start(const struct test_daemon *d, char *out, size_t outlen)
+{
+	pid_t pid;
+	int fd;
+
+	snprintf(out, outlen, "%s/watch.out", d->dir);
+	fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	TEST_CHECK(fd >= 0);
+	pid = fork();
+	TEST_CHECK(pid >= 0);
+	if (pid == 0) {
+		dup2(fd, 1);
+		execl(RESILCTL_PATH, "resilctl", "--socket", d->sock, "watch", "--json",
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(fd);
+	return pid;
 }

@@ -163,6 +163,40 @@ const struct resil_rec *test_rec_of(resil_t *r, const char *name);
 #define TEST_BULKHEAD_FILLER 0xfff0u
 uint32_t test_bulkhead_fill(void *st, uint32_t free_slots);
 
+/* ---- one embedded handle on a manual clock (cmocka fixtures) ---- */
+/* test_emb_open (a cmocka setup) opens test_emb_r with
+ * resil_open_embedded on the clock test_emb_ns, 1000 s at the start,
+ * which the test sets and advances; test_emb_close (the teardown) closes
+ * it. */
+extern resil_t *test_emb_r;
+extern int64_t test_emb_ns;
+int test_emb_open(void **state);
+int test_emb_close(void **state);
+/* The statistic which (enum resil_stat) of test_emb_r's policy NAME. */
+uint64_t test_emb_stat(const char *name, int which);
+/* resil_limit_info of test_emb_r's policy NAME (limit.h's struct). */
+struct resil_limit_info;
+struct resil_limit_info test_emb_limit(const char *name);
+
+/* ---- raw control connections ---- */
+/* A blocking SOCK_SEQPACKET connection to the socket at path, nothing
+ * sent: the fd, or -errno. */
+int test_connect_raw(const char *path);
+/* Has the peer closed fd (hang-up, or an error then hang-up), now? */
+bool test_hung_up(int fd);
+
+/* ---- the event stream ---- */
+/* `resilctl watch --json` on d's socket, a child of the caller, its
+ * standard output in d->dir/watch.out (that path into out, outlen bytes):
+ * its pid. Read it with test_read_file; stop it with SIGTERM and
+ * test_wait_pid. Fails the test when it cannot start. */
+pid_t test_watch_start(const struct test_daemon *d, char *out, size_t outlen);
+
+/* ---- files ---- */
+/* Up to len - 1 bytes of the file at path into buf, NUL-terminated (an
+ * empty string when it cannot be read): the bytes read. */
+size_t test_read_file(const char *path, char *buf, size_t len);
+
 /* Plain assertion that works in forked children too (exit 1 with where). */
 #define TEST_CHECK(cond)                                                                           \
 	do {                                                                                       \

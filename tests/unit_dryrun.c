@@ -33,48 +33,6 @@
 #define MS 1000000LL
 #define S  1000000000LL
 
-static resil_t *r;
-static int64_t manual_ns;
-
-static int64_t manual(void *ctx)
-{
-	(void)ctx;
-	return manual_ns;
-}
-
-static int open_emb(void **state)
-{
-	(void)state;
-	manual_ns = 1000 * S;
-	if (resil_open_embedded(&r, NULL) < 0)
-		return -1;
-	return resil_set_clock(r, manual, NULL);
-}
-
-static int close_emb(void **state)
-{
-	(void)state;
-	resil_close(r);
-	r = NULL;
-	return 0;
-}
-
-static uint64_t count(const char *name, enum resil_stat which)
-{
-	const struct resil_rec *rec = test_rec_of(r, name);
-
-	return resil_stats_read(resil_comp_state(&r->seg, rec, RESIL_C_STATS), which);
-}
-
-static struct resil_limit_info limit_of(const char *name)
-{
-	const struct resil_rec *rec = test_rec_of(r, name);
-	struct resil_limit_info li;
-
-	resil_limit_info(&rec->conf.limit, resil_comp_state(&r->seg, rec, RESIL_C_LIMIT), &li);
-	return li;
-}
-
 /* Admitted, no Retry-After, released as a success. */
 static void admit(resil_policy_t *p, const char *key)
 {
@@ -95,39 +53,40 @@ static void test_lean_unkeyed(void **state)
 	resil_permit_t pm;
 
 	(void)state;
-	assert_int_equal(
-	    resil_define(r, "shadow", "limit.rate = 10/s; limit.burst = 2; limit.dry_run = yes"),
-	    0);
-	assert_int_equal(resil_policy(r, "shadow", &p), 0);
+	assert_int_equal(resil_define(test_emb_r, "shadow",
+				      "limit.rate = 10/s; limit.burst = 2; limit.dry_run = yes"),
+			 0);
+	assert_int_equal(resil_policy(test_emb_r, "shadow", &p), 0);
 	for (int i = 0; i < 5; i++) {
 		admit(p, NULL);
 		assert_int_equal((uint32_t)atomic_load(&p->b)->lean,
 				 2); /* bound lean: the path under test */
 		assert_int_equal(atomic_load(&p->b)->lean >> 32, 1); /* GCRA: no context */
 	}
-	assert_int_equal(limit_of("shadow").dry_run_rejects, 3);
-	assert_int_equal(limit_of("shadow").word, 1000 * S + 200 * MS); /* two admissions */
-	assert_int_equal(count("shadow", RESIL_STAT_REJ_LIMITED), 0);
-	assert_int_equal(count("shadow", RESIL_STAT_SUCCESS), 5);
+	assert_int_equal(test_emb_limit("shadow").dry_run_rejects, 3);
+	assert_int_equal(test_emb_limit("shadow").word, 1000 * S + 200 * MS); /* two admissions */
+	assert_int_equal(test_emb_stat("shadow", RESIL_STAT_REJ_LIMITED), 0);
+	assert_int_equal(test_emb_stat("shadow", RESIL_STAT_SUCCESS), 5);
 	/* more permits than the configuration can ever give: an error still */
 	assert_int_equal(resil_acquire_ex(p, &req, &pm), -E2BIG);
 
 	/* dry run off, live: the state stays, the next call is rejected as an
 	 * ordinary limiter rejects it */
-	assert_int_equal(resil_define(r, "shadow", "limit.rate = 10/s; limit.burst = 2"), 0);
+	assert_int_equal(resil_define(test_emb_r, "shadow", "limit.rate = 10/s; limit.burst = 2"),
+			 0);
 	assert_int_equal(resil_acquire(p, &pm), RESIL_REJECT_LIMITED);
 	assert_int_equal(resil_permit_wait_ns(&pm), 100 * MS);
 	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 2);
 	assert_int_equal(atomic_load(&p->b)->lean >> 32, 1);
-	assert_int_equal(count("shadow", RESIL_STAT_REJ_LIMITED), 1);
-	assert_int_equal(limit_of("shadow").dry_run_rejects, 3);
+	assert_int_equal(test_emb_stat("shadow", RESIL_STAT_REJ_LIMITED), 1);
+	assert_int_equal(test_emb_limit("shadow").dry_run_rejects, 3);
 	/* and on again */
-	assert_int_equal(
-	    resil_define(r, "shadow", "limit.rate = 10/s; limit.burst = 2; limit.dry_run = yes"),
-	    0);
+	assert_int_equal(resil_define(test_emb_r, "shadow",
+				      "limit.rate = 10/s; limit.burst = 2; limit.dry_run = yes"),
+			 0);
 	admit(p, NULL);
-	assert_int_equal(limit_of("shadow").dry_run_rejects, 4);
-	assert_int_equal(count("shadow", RESIL_STAT_REJ_LIMITED), 1);
+	assert_int_equal(test_emb_limit("shadow").dry_run_rejects, 4);
+	assert_int_equal(test_emb_stat("shadow", RESIL_STAT_REJ_LIMITED), 1);
 }
 
 static void test_lean_keyed(void **state)
@@ -136,21 +95,21 @@ static void test_lean_keyed(void **state)
 	struct resil_limit_info li;
 
 	(void)state;
-	assert_int_equal(
-	    resil_define(r, "shadow-keys", "limit.rate = 1/h; limit.keys = 1; limit.dry_run = yes"),
-	    0);
-	assert_int_equal(resil_policy(r, "shadow-keys", &p), 0);
+	assert_int_equal(resil_define(test_emb_r, "shadow-keys",
+				      "limit.rate = 1/h; limit.keys = 1; limit.dry_run = yes"),
+			 0);
+	assert_int_equal(resil_policy(test_emb_r, "shadow-keys", &p), 0);
 	admit(p, "10.0.0.1"); /* admitted, holds the one place */
 	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 2);
 	admit(p, "10.0.0.1"); /* limited for an hour: dry run */
 	admit(p, "10.0.0.2"); /* no room, the holder limited: dry run */
 	admit(p, "10.0.0.2");
-	li = limit_of("shadow-keys");
+	li = test_emb_limit("shadow-keys");
 	assert_int_equal(li.dry_run_rejects, 3);
 	assert_int_equal(li.size, 1);
 	assert_int_equal(li.full_rejects, 2); /* what the limiter decided */
-	assert_int_equal(count("shadow-keys", RESIL_STAT_REJ_LIMITED), 0);
-	assert_int_equal(count("shadow-keys", RESIL_STAT_SUCCESS), 4);
+	assert_int_equal(test_emb_stat("shadow-keys", RESIL_STAT_REJ_LIMITED), 0);
+	assert_int_equal(test_emb_stat("shadow-keys", RESIL_STAT_SUCCESS), 4);
 }
 
 static void test_wait(void **state)
@@ -159,25 +118,26 @@ static void test_wait(void **state)
 	resil_permit_t pm;
 
 	(void)state;
-	assert_int_equal(resil_define(r, "shadow-wait",
+	assert_int_equal(resil_define(test_emb_r, "shadow-wait",
 				      "limit.rate = 10/s; limit.wait = 1s; limit.dry_run = yes"),
 			 0);
-	assert_int_equal(resil_policy(r, "shadow-wait", &p), 0);
+	assert_int_equal(resil_policy(test_emb_r, "shadow-wait", &p), 0);
 	for (int i = 0; i < 3; i++) {
 		admit(p, NULL);		      /* goes at once: would have waited 100, 200 ms */
 		assert_int_equal((uint32_t)atomic_load(&p->b)->lean,
 				 0); /* a wait: the general path */
 	}
-	assert_int_equal(limit_of("shadow-wait").dry_run_rejects, 2);
-	assert_int_equal(limit_of("shadow-wait").word, manual_ns + 100 * MS);
-	assert_int_equal(count("shadow-wait", RESIL_STAT_REJ_LIMITED), 0);
+	assert_int_equal(test_emb_limit("shadow-wait").dry_run_rejects, 2);
+	assert_int_equal(test_emb_limit("shadow-wait").word, test_emb_ns + 100 * MS);
+	assert_int_equal(test_emb_stat("shadow-wait", RESIL_STAT_REJ_LIMITED), 0);
 
 	/* dry run off: the reservation, on the same state */
-	assert_int_equal(resil_define(r, "shadow-wait", "limit.rate = 10/s; limit.wait = 1s"), 0);
+	assert_int_equal(
+	    resil_define(test_emb_r, "shadow-wait", "limit.rate = 10/s; limit.wait = 1s"), 0);
 	assert_int_equal(resil_acquire(p, &pm), RESIL_ADMIT);
 	assert_int_equal(resil_permit_wait_ns(&pm), 100 * MS);
 	resil_release(p, &pm, RESIL_SUCCESS);
-	assert_int_equal(limit_of("shadow-wait").dry_run_rejects, 2);
+	assert_int_equal(test_emb_limit("shadow-wait").dry_run_rejects, 2);
 }
 
 /* The limiter admits by dry run, the bulkhead after it rejects: nothing to
@@ -189,31 +149,32 @@ static void test_later_component_rejects(void **state)
 	int64_t tat;
 
 	(void)state;
-	assert_int_equal(resil_define(r, "shadow-mix",
+	assert_int_equal(resil_define(test_emb_r, "shadow-mix",
 				      "limit.rate = 1/h; limit.dry_run = yes; bulkhead.max = 1"),
 			 0);
-	assert_int_equal(resil_policy(r, "shadow-mix", &p), 0);
+	assert_int_equal(resil_policy(test_emb_r, "shadow-mix", &p), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	tat = limit_of("shadow-mix").word;
+	tat = test_emb_limit("shadow-mix").word;
 	assert_int_equal(resil_acquire(p, &b), RESIL_REJECT_FULL);
-	assert_int_equal(limit_of("shadow-mix").word, tat);
-	assert_int_equal(limit_of("shadow-mix").dry_run_rejects, 1);
+	assert_int_equal(test_emb_limit("shadow-mix").word, tat);
+	assert_int_equal(test_emb_limit("shadow-mix").dry_run_rejects, 1);
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(resil_acquire(p, &b), RESIL_ADMIT);
 	resil_release(p, &b, RESIL_SUCCESS);
-	assert_int_equal(limit_of("shadow-mix").word, tat);
-	assert_int_equal(limit_of("shadow-mix").dry_run_rejects, 2);
-	assert_int_equal(count("shadow-mix", RESIL_STAT_REJ_FULL), 1);
-	assert_int_equal(count("shadow-mix", RESIL_STAT_REJ_LIMITED), 0);
+	assert_int_equal(test_emb_limit("shadow-mix").word, tat);
+	assert_int_equal(test_emb_limit("shadow-mix").dry_run_rejects, 2);
+	assert_int_equal(test_emb_stat("shadow-mix", RESIL_STAT_REJ_FULL), 1);
+	assert_int_equal(test_emb_stat("shadow-mix", RESIL_STAT_REJ_LIMITED), 0);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_lean_unkeyed, open_emb, close_emb),
-	    cmocka_unit_test_setup_teardown(test_lean_keyed, open_emb, close_emb),
-	    cmocka_unit_test_setup_teardown(test_wait, open_emb, close_emb),
-	    cmocka_unit_test_setup_teardown(test_later_component_rejects, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_unkeyed, test_emb_open, test_emb_close),
+	    cmocka_unit_test_setup_teardown(test_lean_keyed, test_emb_open, test_emb_close),
+	    cmocka_unit_test_setup_teardown(test_wait, test_emb_open, test_emb_close),
+	    cmocka_unit_test_setup_teardown(test_later_component_rejects, test_emb_open,
+					    test_emb_close),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -31,48 +31,6 @@
 
 #define S 1000000000LL
 
-static resil_t *r;
-static int64_t manual_ns;
-
-static int64_t manual(void *ctx)
-{
-	(void)ctx;
-	return manual_ns;
-}
-
-static int open_emb(void **state)
-{
-	(void)state;
-	manual_ns = 1000 * S;
-	if (resil_open_embedded(&r, NULL) < 0)
-		return -1;
-	return resil_set_clock(r, manual, NULL);
-}
-
-static int close_emb(void **state)
-{
-	(void)state;
-	resil_close(r);
-	r = NULL;
-	return 0;
-}
-
-static uint64_t count(const char *name, enum resil_stat which)
-{
-	const struct resil_rec *rec = test_rec_of(r, name);
-
-	return resil_stats_read(resil_comp_state(&r->seg, rec, RESIL_C_STATS), which);
-}
-
-static struct resil_limit_info limit_of(const char *name)
-{
-	const struct resil_rec *rec = test_rec_of(r, name);
-	struct resil_limit_info li;
-
-	resil_limit_info(&rec->conf.limit, resil_comp_state(&r->seg, rec, RESIL_C_LIMIT), &li);
-	return li;
-}
-
 /* An empty key: a pointer to no bytes, as nginx hands an empty variable. */
 static int empty(resil_policy_t *p, resil_permit_t *pm)
 {
@@ -85,15 +43,15 @@ static void test_admit(void **state)
 	resil_permit_t pm;
 
 	(void)state;
-	assert_int_equal(resil_define(r, "ip", "limit.rate = 1/m; limit.keys = 8"), 0);
-	assert_int_equal(resil_policy(r, "ip", &p), 0);
+	assert_int_equal(resil_define(test_emb_r, "ip", "limit.rate = 1/m; limit.keys = 8"), 0);
+	assert_int_equal(resil_policy(test_emb_r, "ip", &p), 0);
 	for (int i = 0; i < 10; i++) {
 		assert_int_equal(empty(p, &pm), RESIL_ADMIT);
 		resil_release(p, &pm, RESIL_SUCCESS);
 	}
-	assert_int_equal(limit_of("ip").empty_keys, 10);
-	assert_int_equal(limit_of("ip").size, 0); /* no place in the table */
-	assert_int_equal(count("ip", RESIL_STAT_REJ_LIMITED), 0);
+	assert_int_equal(test_emb_limit("ip").empty_keys, 10);
+	assert_int_equal(test_emb_limit("ip").size, 0); /* no place in the table */
+	assert_int_equal(test_emb_stat("ip", RESIL_STAT_REJ_LIMITED), 0);
 	/* a real key: one a minute */
 	assert_int_equal(resil_acquire_key(p, "a", 1, &pm), RESIL_ADMIT);
 	resil_release(p, &pm, RESIL_SUCCESS);
@@ -102,21 +60,22 @@ static void test_admit(void **state)
 	/* no key at all is not an empty key: a mistake without
 	 * limit.default_key, and it counts as neither */
 	assert_int_equal(resil_acquire(p, &pm), -EINVAL);
-	assert_int_equal(limit_of("ip").empty_keys, 10);
-	assert_int_equal(limit_of("ip").size, 1);
+	assert_int_equal(test_emb_limit("ip").empty_keys, 10);
+	assert_int_equal(test_emb_limit("ip").size, 1);
 
 	/* reject, live: the table keeps "a" (still limited) */
-	assert_int_equal(
-	    resil_define(r, "ip", "limit.rate = 1/m; limit.keys = 8; limit.empty_key = reject"), 0);
+	assert_int_equal(resil_define(test_emb_r, "ip",
+				      "limit.rate = 1/m; limit.keys = 8; limit.empty_key = reject"),
+			 0);
 	assert_int_equal(empty(p, &pm), RESIL_REJECT_LIMITED);
 	assert_int_equal(resil_permit_wait_ns(&pm), 0);
 	assert_int_equal(resil_acquire_key(p, "a", 1, &pm), RESIL_REJECT_LIMITED);
-	assert_int_equal(limit_of("ip").empty_keys, 11);
-	assert_int_equal(limit_of("ip").size, 1);
-	assert_int_equal(count("ip", RESIL_STAT_REJ_LIMITED), 3);
+	assert_int_equal(test_emb_limit("ip").empty_keys, 11);
+	assert_int_equal(test_emb_limit("ip").size, 1);
+	assert_int_equal(test_emb_stat("ip", RESIL_STAT_REJ_LIMITED), 3);
 
 	/* a minute later "a" has a permit again; the empty key still none */
-	manual_ns += 60 * S;
+	test_emb_ns += 60 * S;
 	assert_int_equal(resil_acquire_key(p, "a", 1, &pm), RESIL_ADMIT);
 	resil_release(p, &pm, RESIL_SUCCESS);
 	assert_int_equal(empty(p, &pm), RESIL_REJECT_LIMITED);
@@ -128,19 +87,19 @@ static void test_dry_run(void **state)
 	resil_permit_t pm;
 
 	(void)state;
-	assert_int_equal(resil_define(r, "shadow",
+	assert_int_equal(resil_define(test_emb_r, "shadow",
 				      "limit.rate = 1/m; limit.keys = 8; "
 				      "limit.empty_key = reject; limit.dry_run = yes"),
 			 0);
-	assert_int_equal(resil_policy(r, "shadow", &p), 0);
+	assert_int_equal(resil_policy(test_emb_r, "shadow", &p), 0);
 	for (int i = 0; i < 3; i++) {
 		assert_int_equal(empty(p, &pm), RESIL_ADMIT);
 		assert_int_equal(resil_permit_wait_ns(&pm), 0);
 		resil_release(p, &pm, RESIL_SUCCESS);
 	}
-	assert_int_equal(limit_of("shadow").empty_keys, 3);
-	assert_int_equal(limit_of("shadow").dry_run_rejects, 3);
-	assert_int_equal(count("shadow", RESIL_STAT_REJ_LIMITED), 0);
+	assert_int_equal(test_emb_limit("shadow").empty_keys, 3);
+	assert_int_equal(test_emb_limit("shadow").dry_run_rejects, 3);
+	assert_int_equal(test_emb_stat("shadow", RESIL_STAT_REJ_LIMITED), 0);
 }
 
 static void test_other_components(void **state)
@@ -149,17 +108,17 @@ static void test_other_components(void **state)
 	resil_permit_t a, b;
 
 	(void)state;
-	assert_int_equal(resil_define(r, "stack",
+	assert_int_equal(resil_define(test_emb_r, "stack",
 				      "limit.rate = 1/m; limit.keys = 8; "
 				      "bulkhead.max = 1"),
 			 0);
-	assert_int_equal(resil_policy(r, "stack", &p), 0);
+	assert_int_equal(resil_policy(test_emb_r, "stack", &p), 0);
 	assert_int_equal(empty(p, &a), RESIL_ADMIT);
 	assert_int_equal(empty(p, &b), RESIL_REJECT_FULL);
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(empty(p, &b), RESIL_ADMIT);
 	resil_release(p, &b, RESIL_SUCCESS);
-	assert_int_equal(limit_of("stack").empty_keys, 3);
+	assert_int_equal(test_emb_limit("stack").empty_keys, 3);
 }
 
 static void test_conf(void **state)
@@ -189,9 +148,9 @@ static void test_conf(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_admit, open_emb, close_emb),
-	    cmocka_unit_test_setup_teardown(test_dry_run, open_emb, close_emb),
-	    cmocka_unit_test_setup_teardown(test_other_components, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_admit, test_emb_open, test_emb_close),
+	    cmocka_unit_test_setup_teardown(test_dry_run, test_emb_open, test_emb_close),
+	    cmocka_unit_test_setup_teardown(test_other_components, test_emb_open, test_emb_close),
 	    cmocka_unit_test(test_conf),
 	};
 
