@@ -42,6 +42,8 @@ import sys
 import tempfile
 import time
 
+from benchdoc import put_section
+
 here = os.path.dirname(os.path.abspath(__file__))
 top = os.path.dirname(here)
 ap = argparse.ArgumentParser()
@@ -105,6 +107,44 @@ def listening(port):
         return False
 
 
+def nginx(d, what, http_conf, loc, sock, head, connections, run):
+    """An nginx in the directory d (made here) for one variant: its
+    http-level lines and its location, resil's module on sock, head (the
+    process model) and connections per worker; run(conf) starts it and
+    returns its Popen. Returns (port, Popen) once it accepts connections."""
+    os.makedirs(os.path.join(d, "tmp"))
+    port = free_port()
+    conf = os.path.join(d, "nginx.conf")
+    user = "user root;" if os.getuid() == 0 else ""
+    with open(conf, "w") as f:
+        f.write(f"""load_module {module};
+{head}
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+{user}
+events {{ worker_connections {connections}; }}
+http {{
+    access_log off;
+    keepalive_requests 1000000;
+    client_body_temp_path {d}/tmp/body;
+    proxy_temp_path {d}/tmp/proxy;
+    fastcgi_temp_path {d}/tmp/fastcgi;
+    uwsgi_temp_path {d}/tmp/uwsgi;
+    scgi_temp_path {d}/tmp/scgi;
+    resil_socket {sock};
+    {http_conf}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ {loc} }}
+    }}
+}}
+""")
+    p = run(conf)
+    procs.append(p)
+    wait_for(lambda: listening(port), what)
+    return port, p
+
+
 def start():
     sock = os.path.join(tmp, "resild.sock")
     os.makedirs(os.path.join(tmp, "conf.d"))
@@ -115,41 +155,15 @@ def start():
                                     stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL).returncode == 0, "resild")
     ports = {}
-    user = "user root;" if os.getuid() == 0 else ""
-    for i, (name, http, loc) in enumerate(VARIANTS):
+    env = dict(os.environ, LD_LIBRARY_PATH=libdir)
+    for i, (name, http_conf, loc) in enumerate(VARIANTS):
         d = os.path.join(tmp, "n%d" % i)
-        os.makedirs(os.path.join(d, "tmp"))
-        port = free_port()
-        conf = os.path.join(d, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write(f"""load_module {module};
-worker_processes 2;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-{user}
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    keepalive_requests 1000000;
-    client_body_temp_path {d}/tmp/body;
-    proxy_temp_path {d}/tmp/proxy;
-    fastcgi_temp_path {d}/tmp/fastcgi;
-    uwsgi_temp_path {d}/tmp/uwsgi;
-    scgi_temp_path {d}/tmp/scgi;
-    resil_socket {sock};
-    {http}
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{ {loc} }}
-    }}
-}}
-""")
-        env = dict(os.environ, LD_LIBRARY_PATH=libdir)
-        procs.append(subprocess.Popen([NGINX, "-p", d, "-c", conf, "-g", "daemon off;"],
-                                      env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
-        wait_for(lambda: listening(port), "nginx for " + name)
-        ports[name] = (port, procs[-1].pid)
+        port, p = nginx(d, "nginx for " + name, http_conf, loc, sock, "worker_processes 2;", 1024,
+                        lambda conf: subprocess.Popen([NGINX, "-p", d, "-c", conf,
+                                                       "-g", "daemon off;"],
+                                                      env=env, stdout=subprocess.DEVNULL,
+                                                      stderr=subprocess.DEVNULL))
+        ports[name] = (port, p.pid)
     return ports
 
 
@@ -192,41 +206,15 @@ def instructions(i, name, http_conf, loc, sock, n):
     event loop: reading, deciding, answering), over n keep-alive requests:
     what the machine's load does not change at all."""
     d = os.path.join(tmp, "cg%d" % i)
-    os.makedirs(os.path.join(d, "tmp"))
-    port = free_port()
-    conf = os.path.join(d, "nginx.conf")
-    user = "user root;" if os.getuid() == 0 else ""
-    with open(conf, "w") as f:
-        f.write(f"""load_module {module};
-master_process off;
-daemon off;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-{user}
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    keepalive_requests 1000000;
-    client_body_temp_path {d}/tmp/body;
-    proxy_temp_path {d}/tmp/proxy;
-    fastcgi_temp_path {d}/tmp/fastcgi;
-    uwsgi_temp_path {d}/tmp/uwsgi;
-    scgi_temp_path {d}/tmp/scgi;
-    resil_socket {sock};
-    {http_conf}
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{ {loc} }}
-    }}
-}}
-""")
     out = os.path.join(d, "cg.out")
     env = dict(os.environ, LD_LIBRARY_PATH=libdir)
-    p = subprocess.Popen(["valgrind", "--tool=callgrind", "--collect-atstart=no",
-                          "--toggle-collect=ngx_process_events_and_timers",
-                          "--callgrind-out-file=" + out, NGINX, "-p", d, "-c", conf],
-                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: listening(port), "nginx under callgrind for " + name)
+    port, p = nginx(d, "nginx under callgrind for " + name, http_conf, loc, sock,
+                    "master_process off;\ndaemon off;", 64,
+                    lambda conf: subprocess.Popen(
+                        ["valgrind", "--tool=callgrind", "--collect-atstart=no",
+                         "--toggle-collect=ngx_process_events_and_timers",
+                         "--callgrind-out-file=" + out, NGINX, "-p", d, "-c", conf],
+                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     for _ in range(n):
         c.request("GET", "/")
@@ -312,18 +300,7 @@ def main():
         with open(os.path.join(here, "nginx.md"), "w") as f:
             f.write(text)
         path = os.path.join(top, "BENCHMARKS.md")
-        doc = open(path).read()
-        if "\n## nginx\n" in doc:
-            head, rest = doc.split("\n## nginx\n", 1)
-            tail = rest.split("\n## ", 1)
-            doc = head + "\n" + text + ("\n## " + tail[1] if len(tail) > 1 else "")
-        elif "\n## Figures behind the design comments\n" in doc:
-            head, rest = doc.split("\n## Figures behind the design comments\n", 1)
-            doc = head + "\n" + text + "\n## Figures behind the design comments\n" + rest
-        else:
-            doc = doc.rstrip("\n") + "\n\n" + text
-        with open(path, "w") as f:
-            f.write(doc)
+        put_section(path, "nginx", text, before="Figures behind the design comments")
         print("wrote", path)
 
 

@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+from benchdoc import put_section
+
 here = os.path.dirname(os.path.abspath(__file__))
 top = os.path.dirname(here)
 
@@ -187,13 +189,5 @@ if args.write:
     with open(os.path.join(here, "php.md"), "w") as f:
         f.write(text)
     path = os.path.join(top, "BENCHMARKS.md")
-    doc = open(path).read()
-    if "\n## PHP\n" in doc:
-        head, rest = doc.split("\n## PHP\n", 1)
-        tail = rest.split("\n## ", 1)
-        doc = head + "\n" + text + ("\n## " + tail[1] if len(tail) > 1 else "")
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    with open(path, "w") as f:
-        f.write(doc)
+    put_section(path, "PHP", text)
     print("wrote", path)

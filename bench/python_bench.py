@@ -50,6 +50,7 @@ sys.path.insert(0, os.path.join(args.build, "python"))
 
 import resil  # noqa: E402
 from resil import _resil  # noqa: E402
+from benchdoc import put_section  # noqa: E402
 
 N = 20_000 if args.quick else 300_000
 N_REDIS = 500 if args.quick else 5_000
@@ -491,13 +492,5 @@ if args.write:
     # the plot, from the table just written (gnuplot; none without it)
     subprocess.run([os.path.join(here, "python_plot.sh")], check=False)
     path = os.path.join(top, "BENCHMARKS.md")
-    doc = open(path).read()
-    if "\n## Python\n" in doc:
-        head, rest = doc.split("\n## Python\n", 1)
-        tail = rest.split("\n## ", 1)
-        doc = head + "\n" + text + ("\n## " + tail[1] if len(tail) > 1 else "")
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    with open(path, "w") as f:
-        f.write(doc)
+    put_section(path, "Python", text)
     print("wrote", path)
