@@ -60,26 +60,6 @@
 
 /* ---- a minimal control client ---- */
 
-static int ctl_connect(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int r = -errno;
-
-		close(fd);
-		return r;
-	}
-	return fd;
-}
-
 /* One datagram, with fds; waits up to 10 s. Returns its length, 0 on EOF,
  * -ETIMEDOUT, or -errno. */
 static ssize_t recv_msg(int fd, uint8_t *buf, size_t len, int *fds, int *nfds)
@@ -349,12 +329,12 @@ static void test_malformed(void **state)
 	char names[256];
 
 	assert_int_equal(start(&d, "[policy one]\nbreaker.failure_rate = 50\n", NULL), 0);
-	b = ctl_connect(d.sock);
+	b = test_connect_raw(d.sock);
 	assert_true(b >= 0);
 	assert_int_equal(do_hello(b), 0);
 
 	/* random bytes: an error reply, then the connection is closed */
-	a = ctl_connect(d.sock);
+	a = test_connect_raw(d.sock);
 	assert_true(a >= 0);
 	srand(42);
 	for (size_t i = 0; i < sizeof(junk); i++)
@@ -372,7 +352,7 @@ static void test_malformed(void **state)
 	close(a);
 
 	/* oversized: over 64 KiB */
-	c = ctl_connect(d.sock);
+	c = test_connect_raw(d.sock);
 	assert_true(c >= 0);
 	setsockopt(c, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
 	big = calloc(1, 100 * 1024);
@@ -394,7 +374,7 @@ static void test_malformed(void **state)
 	assert_int_equal(do_list(b, names, sizeof(names)), 1);
 	assert_non_null(strstr(names, " one "));
 	close(b);
-	b = ctl_connect(d.sock);
+	b = test_connect_raw(d.sock);
 	assert_true(b >= 0);
 	assert_int_equal(do_list(b, NULL, 0), 1);
 	close(b);
@@ -447,7 +427,7 @@ static void test_reload(void **state)
 			       NULL),
 			 0);
 	snprintf(path, sizeof(path), "%s/10-test.conf", d.confdir);
-	fd = ctl_connect(d.sock);
+	fd = test_connect_raw(d.sock);
 	assert_true(fd >= 0);
 	assert_int_equal(do_list(fd, names, sizeof(names)), 3);
 
@@ -497,7 +477,7 @@ static void nobody_child(const char *sock)
 	int fd;
 
 	TEST_CHECK(test_drop_to_nobody() == 0);
-	fd = ctl_connect(sock);
+	fd = test_connect_raw(sock);
 	TEST_CHECK(fd >= 0);
 	TEST_CHECK(do_hello(fd) == 0);
 	TEST_CHECK(do_list(fd, NULL, 0) >= 1);
@@ -532,7 +512,7 @@ static void admin_child(const char *sock)
 	int fd;
 
 	TEST_CHECK(test_drop_to_nobody() == 0);
-	fd = ctl_connect(sock);
+	fd = test_connect_raw(sock);
 	TEST_CHECK(fd >= 0);
 	TEST_CHECK(do_req(fd, CREATE, "rootpol", "breaker.failure_rate = 20", msg, sizeof(msg)) ==
 		   EPERM);
@@ -551,7 +531,7 @@ static void admin_member_child(const char *sock)
 	TEST_CHECK(setgroups(1, &g) == 0);
 	TEST_CHECK(setresgid(nob, nob, nob) == 0);
 	TEST_CHECK(setresuid(nobu, nobu, nobu) == 0);
-	fd = ctl_connect(sock);
+	fd = test_connect_raw(sock);
 	TEST_CHECK(fd >= 0);
 	TEST_CHECK(do_req(fd, CREATE, "rootpol", "breaker.failure_rate = 20", msg, sizeof(msg)) ==
 		   0);
@@ -580,7 +560,7 @@ static void test_permissions(void **state)
 
 	snprintf(gid, sizeof(gid), "%u", (unsigned)test_nobody_gid());
 	assert_int_equal(start(&d, NULL, extra), 0);
-	fd = ctl_connect(d.sock);
+	fd = test_connect_raw(d.sock);
 	assert_true(fd >= 0);
 	assert_int_equal(
 	    do_req(fd, CREATE, "rootpol", "breaker.failure_rate = 50", msg, sizeof(msg)), 0);
@@ -601,7 +581,7 @@ static void test_permissions(void **state)
 	extra[2] = "--admin-group";
 	extra[3] = "4242";
 	assert_int_equal(start(&d, NULL, extra), 0);
-	fd = ctl_connect(d.sock);
+	fd = test_connect_raw(d.sock);
 	assert_true(fd >= 0);
 	assert_int_equal(
 	    do_req(fd, CREATE, "rootpol", "breaker.failure_rate = 50", msg, sizeof(msg)), 0);
@@ -623,7 +603,7 @@ static void test_segments(void **state)
 	int fd, fds[4], nfds;
 
 	assert_int_equal(start(&d, NULL, NULL), 0);
-	fd = ctl_connect(d.sock);
+	fd = test_connect_raw(d.sock);
 	assert_true(fd >= 0);
 	for (int observer = 0; observer <= 1; observer++) {
 		g.observer = observer;
@@ -698,8 +678,8 @@ static void test_events_reclaim(void **state)
 	pid_t child;
 
 	assert_int_equal(start(&d, NULL, NULL), 0);
-	all = ctl_connect(d.sock);
-	one = ctl_connect(d.sock);
+	all = test_connect_raw(d.sock);
+	one = test_connect_raw(d.sock);
 	assert_true(all >= 0 && one >= 0);
 	assert_int_equal(subscribe(all, NULL), 0);
 	assert_int_equal(subscribe(one, "other"), 0);
@@ -822,7 +802,7 @@ static void test_bounds(void **state)
 	assert_int_equal(start(&d, NULL, extra), 0);
 	/* 64 subscribers, the 65th refused; one leaves, another may come */
 	for (n = 0; n < 65; n++) {
-		fds[n] = ctl_connect(d.sock);
+		fds[n] = test_connect_raw(d.sock);
 		assert_true(fds[n] >= 0);
 	}
 	for (int i = 0; i < 64; i++)
@@ -835,15 +815,15 @@ static void test_bounds(void **state)
 
 	/* connections: 70 at most, the next gets EUSERS and is closed */
 	while (n < 70) {
-		fds[n] = ctl_connect(d.sock);
+		fds[n] = test_connect_raw(d.sock);
 		assert_true(fds[n] >= 0);
 		assert_int_equal(do_hello(fds[n]), 0);
 		n++;
 	}
-	fds[0] = ctl_connect(d.sock); /* replaces the one closed above: 70 */
+	fds[0] = test_connect_raw(d.sock); /* replaces the one closed above: 70 */
 	assert_true(fds[0] >= 0);
 	assert_int_equal(do_hello(fds[0]), 0);
-	extra_fd = ctl_connect(d.sock);
+	extra_fd = test_connect_raw(d.sock);
 	assert_true(extra_fd >= 0);
 	assert_int_equal(refused_errno(extra_fd), EUSERS);
 	close(extra_fd);
@@ -1018,7 +998,7 @@ static void test_fdstore_adopt(void **state)
 	assert_true(TEST_EVENTUALLY(notify_has(&n, 1)));
 	assert_true(TEST_EVENTUALLY(notify_has(&n, 2)));
 
-	fd = ctl_connect(d.sock);
+	fd = test_connect_raw(d.sock);
 	assert_true(fd >= 0);
 	assert_int_equal(do_req(fd, CREATE, "kept", "breaker.failure_rate = 50", msg, sizeof(msg)),
 			 0);
@@ -1030,7 +1010,7 @@ static void test_fdstore_adopt(void **state)
 	assert_int_equal(access(d.sock, F_OK), 0); /* stale: the new daemon replaces it */
 	assert_int_equal(spawn(&d, NULL, n.cfg_fd, n.st_fd), 0);
 	assert_true(TEST_EVENTUALLY(test_daemon_answers(&d)));
-	fd = ctl_connect(d.sock);
+	fd = test_connect_raw(d.sock);
 	assert_true(fd >= 0);
 	assert_int_equal(do_list(fd, names, sizeof(names)), 1);
 	assert_int_equal(do_get(fd, "kept", st, NULL, 0, NULL), 0);
@@ -1114,7 +1094,7 @@ static void test_notify_unread(void **state)
 
 	/* each define changes the status at the next tick: every request
 	 * is still answered (within 10 s each, do_req) */
-	fd = ctl_connect(d.sock);
+	fd = test_connect_raw(d.sock);
 	assert_true(fd >= 0);
 	assert_int_equal(do_req(fd, CREATE, "n1", "breaker.failure_rate = 50", msg, sizeof(msg)),
 			 0);
