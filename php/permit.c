@@ -79,14 +79,17 @@ ZEND_TLS bool pool_open;
 
 static zend_object *permit_new(void)
 {
-	/* newest first: the permit released last is usually still in its
-	 * variable, the one before it free */
-	for (int i = npool - 1; i >= 0; i--) {
+	/* oldest first: the permit reported last is usually still in its
+	 * variable (`$permit = $p->acquire()` replaces it after this call),
+	 * the one before it free */
+	for (int i = 0; i < npool;) {
 		zend_object *o = pool[i];
 
-		if (GC_REFCOUNT(o) != 1)
+		if (GC_REFCOUNT(o) != 1) {
+			i++;
 			continue;
-		/* the top moves into i: it was looked at already */
+		}
+		/* the top moves into i, to be looked at next */
 		pool[i] = pool[--npool];
 		if (UNEXPECTED(GC_FLAGS(o) & IS_OBJ_WEAKLY_REFERENCED)) {
 			/* a WeakReference was made to it after it was pooled:
@@ -104,7 +107,7 @@ static zend_object *permit_new(void)
 /* Keep a permit with nothing left to do for a later acquire (see above):
  * one just reported by its holder, or a dying one from its dtor_obj
  * (where the engine holds it at refcount 1). */
-static void permit_keep(zend_object *o)
+static zend_always_inline void permit_keep(zend_object *o)
 {
 	if (pool_open && npool < PERMIT_POOL && !(EG(flags) & EG_FLAGS_IN_SHUTDOWN) &&
 	    !(GC_FLAGS(o) & IS_OBJ_WEAKLY_REFERENCED)) {
@@ -163,46 +166,70 @@ static void permit_free(zend_object *o)
 	zend_object_std_dtor(o);
 }
 
-ZEND_METHOD(Resil_Policy, acquire)
+/* A refused or failed decision: throw what it says; o goes back. */
+static zend_never_inline void acquire_refused(resil_policy_t *p, zend_object *o, int v, bool keyed)
 {
-	zend_string *key = NULL;
-	resil_policy_t *p;
-	php_resil_permit *pm;
-	zend_object *o;
-	int v;
-
-	if (ZEND_NUM_ARGS() > 0) {
-		ZEND_PARSE_PARAMETERS_START(0, 1)
-		Z_PARAM_OPTIONAL
-		Z_PARAM_STR_OR_NULL(key)
-		ZEND_PARSE_PARAMETERS_END();
-	}
-	p = php_resil_policy_of(Z_OBJ_P(ZEND_THIS))->p;
-	o = permit_new();
-	pm = permit_of(o);
-	/* the decision is made into the object's own permit: no copy */
-	if (key)
-		v = resil_acquire_key(p, ZSTR_VAL(key), ZSTR_LEN(key), &pm->permit);
-	else
-		v = resil_acquire(p, &pm->permit);
-	if (EXPECTED(v == RESIL_ADMIT)) {
-		pm->p = p;
-		RETURN_OBJ(o);
-	}
 	if (v > 0)
-		php_resil_throw_rejected(p, v, &pm->permit, NULL);
+		php_resil_throw_rejected(p, v, &permit_of(o)->permit, NULL);
 	else if (v == -EINVAL)
 		/* the decision says no words: the call's mistake is its key */
 		zend_throw_exception_ex(
 		    resil_exception_ce, EINVAL,
-		    key ? "%s: a key, but the policy has no keyed limiter "
-			  "(limit.keys; Policy::keyed() says which)"
-			: "%s: no key, but the policy's limiter is keyed (give a "
-			  "key, or set limit.default_key)",
+		    keyed ? "%s: a key, but the policy has no keyed limiter "
+			    "(limit.keys; Policy::keyed() says which)"
+			  : "%s: no key, but the policy's limiter is keyed (give a "
+			    "key, or set limit.default_key)",
 		    resil_policy_name(p));
 	else
 		php_resil_throw_errno(v, resil_policy_name(p));
 	OBJ_RELEASE(o);
+}
+
+/* acquire($key): a key, or null as no argument */
+static zend_never_inline void acquire_keyed(INTERNAL_FUNCTION_PARAMETERS)
+{
+	zend_string *key = NULL;
+	resil_policy_t *p;
+	zend_object *o;
+	int v;
+
+	ZEND_PARSE_PARAMETERS_START(0, 1)
+	Z_PARAM_OPTIONAL
+	Z_PARAM_STR_OR_NULL(key)
+	ZEND_PARSE_PARAMETERS_END();
+	p = php_resil_policy_of(Z_OBJ_P(ZEND_THIS))->p;
+	o = permit_new();
+	if (key)
+		v = resil_acquire_key(p, ZSTR_VAL(key), ZSTR_LEN(key), &permit_of(o)->permit);
+	else
+		v = resil_acquire(p, &permit_of(o)->permit);
+	if (EXPECTED(v == RESIL_ADMIT)) {
+		permit_of(o)->p = p;
+		RETURN_OBJ(o);
+	}
+	acquire_refused(p, o, v, key != NULL);
+	RETURN_THROWS();
+}
+
+ZEND_METHOD(Resil_Policy, acquire)
+{
+	resil_policy_t *p;
+	zend_object *o;
+	int v;
+
+	if (ZEND_NUM_ARGS() > 0) {
+		acquire_keyed(INTERNAL_FUNCTION_PARAM_PASSTHRU);
+		return;
+	}
+	p = php_resil_policy_of(Z_OBJ_P(ZEND_THIS))->p;
+	o = permit_new();
+	/* the decision is made into the object's own permit: no copy */
+	v = resil_acquire(p, &permit_of(o)->permit);
+	if (EXPECTED(v == RESIL_ADMIT)) {
+		permit_of(o)->p = p;
+		RETURN_OBJ(o);
+	}
+	acquire_refused(p, o, v, false);
 	RETURN_THROWS();
 }
 
