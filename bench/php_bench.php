@@ -4,8 +4,10 @@
  * interleaved in one process (run by bench/php_bench.py, which starts the
  * resild and the redis-server it names, and makes the table).
  *
- *   php php_bench.php N RUNS REDIS_SOCKET|-
+ *   php php_bench.php N RUNS REDIS_SOCKET|- [resil]
  *
+ * "resil": the floors and the extension's cases only (no ganesha), for an
+ * extension built from an earlier commit measured beside this one.
  * Prints one line per case and run: "case<TAB>ns per iteration". Every
  * case's loop is the same `for` (its cost included alike; the empty loop
  * is a case of its own).
@@ -29,12 +31,12 @@
  */
 declare(strict_types=1);
 
-[$_, $n, $runs, $redisSock] = $argv + [null, '200000', '7', '-'];
+[$_, $n, $runs, $redisSock, $only] = $argv + [null, '200000', '7', '-', ''];
 $n = (int)$n;
 $runs = (int)$runs;
 
 $breaker = Resil\Policy::declare('php_bench_breaker', 'breaker.window = count:100');
-$limit = Resil\Policy::declare('php_bench_ip', 'limit.rate = 100/m; limit.burst = 100; limit.keys = 65536');
+$limit = Resil\Policy::declare('php_bench_ip', 'limit.rate = 100000/m; limit.burst = 1000; limit.keys = 65536');
 $NIPS = 60000;
 $ips = [];
 for ($i = 0; $i < $NIPS; $i++) {
@@ -147,7 +149,7 @@ $cases['resil keyed limit: $p->acquire($ip)->success() (60000 IPs)'] = function 
         $limit->acquire($ip)->success();
     }
 };
-if (function_exists('apcu_fetch') && apcu_enabled()) {
+if ($only !== 'resil' && function_exists('apcu_fetch') && apcu_enabled()) {
     $cases['ganesha Rate + APCu, storage only (3 fetch, 1 inc)'] = function (int $n) {
         for ($i = 0; $i < $n; $i++) {
             apcu_fetch('ganesha_svc.59000_failure');
@@ -165,7 +167,7 @@ if (function_exists('apcu_fetch') && apcu_enabled()) {
         }
     };
 }
-if ($redisSock !== '-' && class_exists('Redis')) {
+if ($only !== 'resil' && $redisSock !== '-' && class_exists('Redis')) {
     $r = new \Redis();
     $r->connect($redisSock);
     $g = new GaneshaRateRedis($r);
