@@ -12,8 +12,10 @@
 # tests_LABEL targets of tests/CMakeLists.txt; the fuzzers alone in the
 # fuzz tree). The sanitizer trees build while the plain pass runs its
 # tests (a test mostly waits for processes it started, so the cores the
-# build takes were idle), with `nice`, and each sanitizer pass starts as
-# soon as its tree is built. Tests labelled build (checks of the build and
+# build takes were idle), with `nice`. After the plain pass, two lanes run
+# side by side: ASan+UBSan on JOBS, and TSan then the fuzzers one at a
+# time (a fuzzer runs for a set time, so it takes what the ASan lane's
+# waiting tests leave and lengthens nothing). Tests labelled build (checks of the build and
 # the packages) and bench run in the plain pass only, nosan ones never
 # under a sanitizer, notsan ones not under TSan (tests/CMakeLists.txt
 # says why for each).
@@ -106,6 +108,35 @@ lane=$!
 
 pass plain "$build" -LE '^fuzz$'
 
+# ---- two lanes: ASan+UBSan; TSan, then the fuzzers ---------------------
+# The second lane runs in a subshell, one test at a time: its log and its
+# summary lines go to files, shown once both lanes are done.
+lane2() {
+	if tsan_on; then
+		if wait_built "$tsan"; then
+			TSAN_OPTIONS=halt_on_error=1 \
+				pass tsan "$tsan" -L '^unit$' -LE '^(build|bench|nosan|notsan)$'
+		else
+			note tsan "BUILD FAILED ($tsan.build.log)"
+			failed=1
+		fi
+	fi
+	if fuzz_on; then
+		if wait_built "$fuzz"; then
+			pass fuzz "$fuzz" -L '^fuzz$'
+			cat "$fuzz"/tests/fuzz/*.summary 2>/dev/null
+		else
+			note fuzz "BUILD FAILED ($fuzz.build.log)"
+			failed=1
+		fi
+	fi
+	: >"$build.lane2.summary"
+	[ ${#summary[@]} -gt 0 ] && printf '%s\n' "${summary[@]}" >"$build.lane2.summary"
+	return $failed
+}
+(summary=(); failed=0; jobs=1; lane2) >"$build.lane2.log" 2>&1 &
+lane2_pid=$!
+
 if san; then
 	if wait_built "$asan"; then
 		ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -115,24 +146,9 @@ if san; then
 		failed=1
 	fi
 fi
-if tsan_on; then
-	if wait_built "$tsan"; then
-		TSAN_OPTIONS=halt_on_error=1 \
-			pass tsan "$tsan" -L '^unit$' -LE '^(build|bench|nosan|notsan)$'
-	else
-		note tsan "BUILD FAILED ($tsan.build.log)"
-		failed=1
-	fi
-fi
-if fuzz_on; then
-	if wait_built "$fuzz"; then
-		pass fuzz "$fuzz" -L '^fuzz$'
-		cat "$fuzz"/tests/fuzz/*.summary 2>/dev/null
-	else
-		note fuzz "BUILD FAILED ($fuzz.build.log)"
-		failed=1
-	fi
-fi
+wait "$lane2_pid" || failed=1
+cat "$build.lane2.log"
+[ -f "$build.lane2.summary" ] && mapfile -t -O "${#summary[@]}" summary <"$build.lane2.summary"
 wait "$lane"
 
 echo "== summary (seconds since the start, result)"
