@@ -70,7 +70,8 @@ static bool stat_in_section(const char *name)
 		if (!strcmp(name, key_stats[i]))
 			return true;
 	return !strncmp(name, "permits_", 8) || !strncmp(name, "held_", 5) ||
-	       !strncmp(name, "why_", 4) || !strncmp(name, "cluster_", 8);
+	       !strncmp(name, "forged_", 7) || !strncmp(name, "why_", 4) ||
+	       !strncmp(name, "cluster_", 8);
 }
 
 /* ---- show: policy.scope = global (daemon/ctl.c add_cluster_stats) ---- */
@@ -176,6 +177,7 @@ static void show_cluster_text(const Resil__PolicyInfo *p)
 /* Held permits (bulkhead and adaptive) and who holds them, as daemon/ctl.c
  * sends them: permits_held, permits_unregistered, held_row_R_pid_P (P 0:
  * a row nobody holds, a stray claim the daemon frees at its next tick),
+ * forged_row_R (claims under row R's id its process does not hold),
  * held_norow_pid_P, held_by_nobody, held_by_other_rows. */
 static void show_permits_text(const Resil__PolicyInfo *p)
 {
@@ -192,6 +194,10 @@ static void show_permits_text(const Resil__PolicyInfo *p)
 		if (nm && sscanf(nm, "held_row_%u_pid_%u", &row, &pid) == 2)
 			printf("  row %-5u pid %-8u %" PRId64 "%s\n", row, pid, p->stats[i]->value,
 			       pid ? "" : " (stray: no live client)");
+		else if (nm && sscanf(nm, "forged_row_%u", &row) == 1)
+			printf("  row %-5u not its     %" PRId64
+			       " (claimed under its id, not held by it: freed at the next tick)\n",
+			       row, p->stats[i]->value);
 		else if (nm && sscanf(nm, "held_norow_pid_%u", &pid) == 1)
 			printf("  no row    pid %-8u %" PRId64 "\n", pid, p->stats[i]->value);
 		else if (nm && strcmp(nm, "held_by_nobody") == 0)

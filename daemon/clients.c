@@ -56,6 +56,7 @@
 
 #include "bulkhead.h"
 #include "clients.h"
+#include "counts.h"
 #include "ctl.h"
 #include "log.h"
 #include "loop.h"
@@ -149,6 +150,7 @@ static void forget(struct resild *d, uint32_t i)
 			resild_loop_unwatch_pid(d, i, w->cookie);
 		close(w->pidfd);
 	}
+	resild_counts_forget(d, i);
 	memset(w, 0, sizeof(*w));
 	w->pidfd = -1;
 }
@@ -162,6 +164,7 @@ void resild_clients_fini(struct resild *d)
 			close(d->clients->w[i].pidfd);
 			d->clients->w[i].pidfd = -1;
 		}
+	resild_counts_fini(d);
 	resild_nspid_free(d->clients->nsx);
 	free(d->clients);
 	d->clients = NULL;
@@ -736,7 +739,7 @@ static int sweep_one(const struct resil_seg *s, uint32_t slot, const struct resi
 	/* parked slots stay parked under a global policy (the cluster's)
 	 * and while a move honours permits of the old memory (segmove.c) */
 	sc->global = rec->conf.scope == RESIL_SCOPE_GLOBAL || resild_seg_move_parks(sc->d, rec);
-	n = resil_policy_sweep(&x, rec, stray_id, sc);
+	n = resil_policy_sweep(&x, rec, stray_id, sc) + resild_counts_sweep(sc->d, rec);
 	if (n) {
 		resil_event_push(s, RESIL_EV_RECLAIMED, slot, rec->gen, n, 0, 0, 0,
 				 resil_clock_monotonic(NULL));
@@ -915,5 +918,5 @@ uint32_t resild_clients_free_unregistered(struct resild *d, const struct resil_r
 	struct resil_ctx x = {.seg = &d->seg, .pid = (uint32_t)getpid()};
 	struct sweep_ctx sc = {.d = d, .global = rec->conf.scope == RESIL_SCOPE_GLOBAL};
 
-	return resil_policy_sweep(&x, rec, unaccounted_id, &sc);
+	return resil_policy_sweep(&x, rec, unaccounted_id, &sc) + resild_counts_sweep(d, rec);
 }

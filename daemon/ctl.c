@@ -41,6 +41,7 @@
 
 #include "clients.h"
 #include "cluster.h"
+#include "counts.h"
 #include "ctl.h"
 #include "log.h"
 #include "owners.h"
@@ -390,6 +391,21 @@ static int handle_reload(struct resild *d, const struct resild_peer *peer, struc
 	return 0;
 }
 
+/* A process's count table for its row (counts.c); the descriptor is
+ * ours to close either way (the mapping keeps what it needs). */
+static int handle_count_table(struct resild *d, struct resild_peer *peer, struct reply *rp)
+{
+	char err[200] = "";
+	int r = resild_counts_attach(d, peer, peer->rx_fd, err, sizeof(err));
+
+	if (peer->rx_fd >= 0)
+		close(peer->rx_fd);
+	peer->rx_fd = -1;
+	if (r < 0)
+		return reply_error(rp, r, "count table not taken: %s", err);
+	return 0;
+}
+
 int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg, size_t len,
 		  uint8_t *out, size_t *outlen, int *fds, int *nfds)
 {
@@ -457,6 +473,9 @@ int resild_handle(struct resild *d, struct resild_peer *peer, const uint8_t *msg
 		break;
 	case RESIL__REQUEST__BODY_REVERT:
 		handle_revert(d, peer, req->revert, &rp, in);
+		break;
+	case RESIL__REQUEST__BODY_COUNT_TABLE:
+		handle_count_table(d, peer, &rp);
 		break;
 	case RESIL__REQUEST__BODY_DELETE:
 		handle_delete(d, peer, req->delete_->name, &rp);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "clients.h"
+#include "counts.h"
 #include "cluster.h"
 #include "owners.h"
 #include "limit.h"
@@ -301,7 +302,9 @@ static void count_holder(uint32_t id, void *ctx)
 /* permits_held, permits_unregistered, and one stat per holder:
  * "held_row_R_pid_P" (P: our pid for the row's process, the row's owner
  * word when we did not identify it, 0 for a free row: a stray claim the
- * next sweep frees), "held_norow_pid_P" (a process without a row, by the
+ * next sweep frees), "forged_row_R" (claims under row R's id beyond what
+ * its process's count table says it holds: nobody's, the next tick frees
+ * them), "held_norow_pid_P" (a process without a row, by the
  * pid its claims carry), "held_by_nobody" (an id that names no one: the
  * next sweep frees it). */
 static void add_holder_stats(struct resild *d, const struct resil_rec *rec, struct info *in,
@@ -317,12 +320,21 @@ static void add_holder_stats(struct resild *d, const struct resil_rec *rec, stru
 	add_stat(in, n, "permits_unregistered", h.unregistered);
 	for (uint32_t i = 0; i < h.n; i++) {
 		int row = resil_client_row_of(h.id[i], d->seg.geo.client_cap);
+		uint64_t bound;
 		uint32_t pid = row >= 0 ? resild_clients_pid_of(d, (uint32_t)row) : 0;
 
 		if (row >= 0 && !pid)
 			pid = (uint32_t)(ld_relaxed(
 					     &resil_seg_client(&d->seg, (uint32_t)row)->owner) >>
 					 32);
+		if (row >= 0 && resild_counts_bound(d, (uint32_t)row, rec->slot, &bound) &&
+		    h.count[i] > bound) {
+			/* claims under its id beyond what its process holds:
+			 * not its (counts.c), the next tick frees them */
+			snprintf(nm, sizeof(nm), "forged_row_%d", row);
+			add_stat(in, n, nm, h.count[i] - bound);
+			h.count[i] = (uint32_t)bound;
+		}
 		if (row >= 0)
 			snprintf(nm, sizeof(nm), "held_row_%d_pid_%u", row, pid);
 		else if (h.id[i] >= RESIL_CLIENT_PID_TAG &&

@@ -391,16 +391,27 @@ void on_recv(struct resild *d, struct conn *c, int res)
 	size_t outlen = RESILD_MSG_MAX;
 
 	c->recv_armed = false;
-	/* fds a peer sent us: never wanted */
+	/* fds a peer sent us: the first is the request's (a CountTable's
+	 * table), the others never wanted */
+	c->peer.rx_fd = -1;
 	if (res >= 0 && c->rmh.msg_controllen > 0) {
 		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&c->rmh); cm; cm = CMSG_NXTHDR(&c->rmh, cm))
 			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
 				int *p = (int *)CMSG_DATA(cm);
 				size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 
-				for (size_t i = 0; i < n; i++)
-					close(p[i]);
+				for (size_t i = 0; i < n; i++) {
+					if (c->peer.rx_fd < 0)
+						c->peer.rx_fd = p[i];
+					else
+						close(p[i]);
+				}
 			}
+	}
+	if (c->closing || res <= 0 || c->held) {
+		if (c->peer.rx_fd >= 0)
+			close(c->peer.rx_fd);
+		c->peer.rx_fd = -1;
 	}
 	if (c->closing || res <= 0) {
 		conn_close(d, c);
@@ -418,9 +429,15 @@ void on_recv(struct resild *d, struct conn *c, int res)
 		r = r < 0 ? r : RESILD_HANDLE_CLOSE;
 		log_info("peer pid %d uid %u sent a request over 64 KiB: closed", (int)c->peer.pid,
 			 (unsigned)c->peer.uid);
+		if (c->peer.rx_fd >= 0)
+			close(c->peer.rx_fd);
+		c->peer.rx_fd = -1;
 	} else {
 		c->peer.wait_until = c->active_ns + RESILD_SPACE_WAIT_NS;
 		r = resild_handle(d, &c->peer, c->rbuf, (size_t)res, l->obuf, &outlen, fds, &nfds);
+		if (c->peer.rx_fd >= 0)
+			close(c->peer.rx_fd); /* not taken */
+		c->peer.rx_fd = -1;
 		if (r == RESILD_HANDLE_CLOSE)
 			log_info("peer pid %d uid %u sent a malformed request: closed",
 				 (int)c->peer.pid, (unsigned)c->peer.uid);

@@ -106,6 +106,7 @@ struct resild {
 	char options_error[512];       /* a restart left a bad settings file out */
 	bool options_changed;	       /* a reload found the settings file changed */
 	struct resild_clients *clients;
+	struct resild_counts *counts; /* the clients' count tables (counts.c) */
 	struct resild_loop *loop;
 	struct resild_cluster *cluster; /* NULL: no --cluster-redis */
 	struct resild_owners *owners;	/* who owns each configuration (owners.c) */
@@ -158,6 +159,9 @@ struct resild_peer {
 	 * later_ns: when the handler would try it again */
 	int64_t wait_until;
 	int64_t later_ns;
+	/* a descriptor the request carried (-1: none): a handler that keeps
+	 * it sets -1, the loop closes what is left */
+	int rx_fd;
 	uint32_t nsub_names; /* 0: every policy */
 	char sub_names[RESILD_SUB_NAMES][RESIL_NAME_MAX];
 };

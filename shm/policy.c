@@ -478,6 +478,16 @@ uint32_t resil_policy_sweep(struct resil_ctx *c, const struct resil_rec *rec, re
 	if (resil_has(rec, RESIL_C_BREAKER))
 		n += resil_breaker_sweep(c, &rec->conf.breaker,
 					 blk(s, rec, rec->state_off, RESIL_C_BREAKER), stray, ctx);
+	return n + resil_policy_sweep_pools(c, rec, stray, ctx);
+}
+
+uint32_t resil_policy_sweep_pools(struct resil_ctx *c, const struct resil_rec *rec,
+				  resil_stray_fn stray, void *ctx)
+{
+	const struct resil_seg *s = c->seg;
+	uint32_t n = 0;
+
+	c->rec = rec;
 	if (resil_has(rec, RESIL_C_BULKHEAD))
 		n +=
 		    resil_bulkhead_sweep(c, &rec->conf.bulkhead,

@@ -46,7 +46,7 @@ static void define(const char *name, const char *conf)
 	static uint8_t msg[RESILD_MSG_MAX], out[RESILD_MSG_MAX];
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__Define df = RESIL__DEFINE__INIT;
-	struct resild_peer peer = {.pid = getpid()};
+	struct resild_peer peer = {.pid = getpid(), .rx_fd = -1};
 	int fds[RESILD_HANDLE_FDS], nfds = 0, r;
 	size_t len, outlen = sizeof(out);
 

@@ -35,7 +35,7 @@ trap 'rm -rf "$tmp"' EXIT
 # layer  files of shm/
 layers='
 0 common.h common.c clock.c pcpu.h parse.h parse.c conf_types.h names.h names.c
-1 seg.h seg_priv.h seg.c seg_reuse.c seg_event.c decision.h comp.h
+1 seg.h seg_priv.h seg.c seg_reuse.c seg_event.c decision.h comp.h count_table.h
 2 stats.h stats.c breaker.h breaker.c breaker_conf.c breaker_priv.h breaker_probe.c breaker_maint.c
 2 limit.h limit.c limit_priv.h limit_keyed.c limit_maint.c limit_conf.c
 2 limit_global.h limit_global.c
@@ -53,7 +53,7 @@ dlayers='
 2 cluster.h cluster_priv.h cluster_budget.h cluster_bulkhead.h cluster_keyed.h
 2 cluster.c cluster_conn.c cluster_lease.c cluster_breaker.c cluster_bulkhead.c
 2 cluster_budget.c cluster_keyed.c cluster_host.c cluster_rc.c
-3 clients.h clients.c events.h events.c owners.h owners.c ctl.h ctl.c
+3 clients.h clients.c counts.h counts.c events.h events.c owners.h owners.c ctl.h ctl.c
 3 ctl_priv.h ctl_info.c ctl_policy.c ctl_status.c
 3 cfgfile.c options.h options.c
 4 loop_priv.h loop.c loop_conn.c

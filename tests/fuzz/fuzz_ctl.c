@@ -38,7 +38,7 @@ static void setup(void)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct resild_peer peer = { 0 };
+	struct resild_peer peer = {.rx_fd = -1};
 	gid_t groups[2] = { 100, 1000 };
 	int fds[RESILD_HANDLE_FDS], nfds = 0, r;
 	size_t outlen = sizeof(out);

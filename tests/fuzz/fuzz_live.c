@@ -82,7 +82,7 @@ static int64_t manual_clock(void *ctx)
 static int handle(Resil__Request *req)
 {
 	static uint8_t msg[RESILD_MSG_MAX];
-	struct resild_peer peer = {.pid = getpid()};
+	struct resild_peer peer = {.pid = getpid(), .rx_fd = -1};
 	int fds[RESILD_HANDLE_FDS], nfds = 0, r;
 	size_t len = resil__request__pack(req, msg), outlen = sizeof(out);
 
