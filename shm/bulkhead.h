@@ -274,10 +274,10 @@ void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_co
 /* The block's geometry copies are the configuration's (adoption: a block
  * that is not is reset, see policy.c). */
 bool resil_bulkhead_layout_ok(const struct resil_bulkhead_conf *c, const void *st);
-/* Daemon tick: free the claims stray() names (see resil_pool_sweep);
- * returns how many. */
+/* Daemon tick: free the claims stray() names (see resil_pool_sweep), the
+ * waiters' too when waiters; returns how many permits. */
 uint32_t resil_bulkhead_sweep(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
-			      resil_stray_fn stray, void *ctx);
+			      bool waiters, resil_stray_fn stray, void *ctx);
 /* Each held permit's holder id (observers). */
 void resil_bulkhead_holders(const struct resil_bulkhead_conf *c, const void *st, resil_holder_fn fn,
 			    void *ctx);

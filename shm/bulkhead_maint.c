@@ -182,7 +182,7 @@ void resil_bulkhead_maintain(struct resil_ctx *x, const struct resil_bulkhead_co
 }
 
 uint32_t resil_bulkhead_sweep(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
-			      resil_stray_fn stray, void *ctx)
+			      bool waiters, resil_stray_fn stray, void *ctx)
 {
 	struct resil_bulkhead_state *s = st;
 	struct resil_pool p = conf_pool(s, c);
@@ -192,7 +192,7 @@ uint32_t resil_bulkhead_sweep(struct resil_ctx *x, const struct resil_bulkhead_c
 
 	/* waiter claims too: a stray one would keep every release paying a
 	 * wake (the count is repaired by maintain, the claim only here) */
-	if (c->wait_ns > 0)
+	if (waiters && c->wait_ns > 0)
 		(void)resil_pool_sweep(&wp, true, stray, ctx);
 	if (n) {
 		faa_relaxed(&s->reclaimed, n);

@@ -464,6 +464,26 @@ void resil_policy_reclaim(struct resil_ctx *c, const struct resil_rec *rec, uint
 	}
 }
 
+/* The permit pools' sweep (bulkhead, adaptive), the bulkhead's waiter
+ * claims too when waiters. */
+static uint32_t sweep_pools(struct resil_ctx *c, const struct resil_rec *rec, bool waiters,
+			    resil_stray_fn stray, void *ctx)
+{
+	const struct resil_seg *s = c->seg;
+	uint32_t n = 0;
+
+	c->rec = rec;
+	if (resil_has(rec, RESIL_C_BULKHEAD))
+		n += resil_bulkhead_sweep(c, &rec->conf.bulkhead,
+					  blk(s, rec, rec->state_off, RESIL_C_BULKHEAD), waiters,
+					  stray, ctx);
+	if (resil_has(rec, RESIL_C_ADAPTIVE))
+		n +=
+		    resil_adaptive_sweep(c, &rec->conf.adaptive,
+					 blk(s, rec, rec->state_off, RESIL_C_ADAPTIVE), stray, ctx);
+	return n;
+}
+
 uint32_t resil_policy_sweep(struct resil_ctx *c, const struct resil_rec *rec, resil_stray_fn stray,
 			    void *ctx)
 {
@@ -478,25 +498,13 @@ uint32_t resil_policy_sweep(struct resil_ctx *c, const struct resil_rec *rec, re
 	if (resil_has(rec, RESIL_C_BREAKER))
 		n += resil_breaker_sweep(c, &rec->conf.breaker,
 					 blk(s, rec, rec->state_off, RESIL_C_BREAKER), stray, ctx);
-	return n + resil_policy_sweep_pools(c, rec, stray, ctx);
+	return n + sweep_pools(c, rec, true, stray, ctx);
 }
 
 uint32_t resil_policy_sweep_pools(struct resil_ctx *c, const struct resil_rec *rec,
 				  resil_stray_fn stray, void *ctx)
 {
-	const struct resil_seg *s = c->seg;
-	uint32_t n = 0;
-
-	c->rec = rec;
-	if (resil_has(rec, RESIL_C_BULKHEAD))
-		n +=
-		    resil_bulkhead_sweep(c, &rec->conf.bulkhead,
-					 blk(s, rec, rec->state_off, RESIL_C_BULKHEAD), stray, ctx);
-	if (resil_has(rec, RESIL_C_ADAPTIVE))
-		n +=
-		    resil_adaptive_sweep(c, &rec->conf.adaptive,
-					 blk(s, rec, rec->state_off, RESIL_C_ADAPTIVE), stray, ctx);
-	return n;
+	return sweep_pools(c, rec, false, stray, ctx);
 }
 
 uint32_t resil_policy_pool_slots(const struct resil_rec *rec)

@@ -66,8 +66,8 @@ void resil_policy_reclaim(struct resil_ctx *c, const struct resil_rec *rec, uint
  * id stray() says no live client holds; returns how many. */
 uint32_t resil_policy_sweep(struct resil_ctx *c, const struct resil_rec *rec, resil_stray_fn stray,
 			    void *ctx);
-/* resil_policy_sweep of the bulkhead and adaptive pools only (the claims
- * resil_policy_holders lists), not the half-open probes. */
+/* resil_policy_sweep of the permits only (the claims resil_policy_holders
+ * lists): not the half-open probes, not a bulkhead's waiter claims. */
 uint32_t resil_policy_sweep_pools(struct resil_ctx *c, const struct resil_rec *rec,
 				  resil_stray_fn stray, void *ctx);
 /* Slots resil_policy_sweep visits for rec (the daemon's tick budget). */
