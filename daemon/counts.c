@@ -80,8 +80,7 @@ int resild_counts_attach(struct resild *d, const struct resild_peer *peer, int f
 	/* the seals first: only a memfd has them, so nothing slower (a file
 	 * of a FUSE mount) is asked anything more */
 	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 ||
-	    (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW) ||
+	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW) ||
 	    fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		snprintf(err, errlen,
 			 "a count table is a memfd sealed against shrinking and growing");

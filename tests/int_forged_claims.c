@@ -30,7 +30,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,7 +77,6 @@ static uint32_t naming(resil_t *r, uint32_t id)
  * the reply's errno (0: taken). */
 static int hand_table(int fd)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	Resil__Request req = RESIL__REQUEST__INIT;
 	Resil__CountTable ct = RESIL__COUNT_TABLE__INIT;
 	union {
@@ -93,9 +91,8 @@ static int hand_table(int fd)
 	int s, e;
 	ssize_t n;
 
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%.*s", (int)sizeof(sa.sun_path) - 1, d.sock);
-	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	TEST_CHECK(s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	s = test_connect_raw(d.sock);
+	TEST_CHECK(s >= 0);
 	req.id = 7;
 	req.body_case = RESIL__REQUEST__BODY_COUNT_TABLE;
 	req.count_table = &ct;

@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -33,18 +32,6 @@
 #define BIG "limit.rate = 100/s; limit.keys = 300000"
 
 static struct test_daemon d;
-
-static int ctl_connect(void)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%.*s", (int)sizeof(sa.sun_path) - 1, d.sock);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	TEST_CHECK(fd >= 0);
-	TEST_CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-	return fd;
-}
 
 static void send_req(int fd, Resil__Request *req, uint64_t id)
 {
@@ -138,8 +125,9 @@ int main(void)
 	dreq.define = &df;
 	lreq.body_case = RESIL__REQUEST__BODY_LIST;
 	lreq.list = &ls;
-	x = ctl_connect();
-	y = ctl_connect();
+	x = test_connect_raw(d.sock);
+	y = test_connect_raw(d.sock);
+	TEST_CHECK(x >= 0 && y >= 0);
 	for (int t = 1; t <= 10 && !shown; t++) {
 		if (t > 1) {
 			TEST_CHECK(resil_delete(r, "big") == 0);
