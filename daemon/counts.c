@@ -23,6 +23,12 @@
  * row with a table holds claims there (one otherwise), at most
  * COUNT_IDS rows a policy a pass (the rest at the next).
  *
+ * Crash window: none of resild's own: each free is one CAS, and a
+ * restarted resild maps no table until its process hands it again (the
+ * rows it adopts keep today's rule meanwhile). The process's windows
+ * (killed between a count and its CAS) leave A - R too high: fewer slots
+ * freed, never one more.
+ *
  * Who may hand a table: the process of a row resild bound or judged
  * (resild_clients_who names its pid), for that row only; the memfd must
  * be sealed against shrinking and growing and have exactly the size the
