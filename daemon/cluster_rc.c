@@ -388,7 +388,7 @@ static void policy_answered(struct resild_cluster *c, uint32_t slot, const char 
 static redisReply *next_reply(struct resild_cluster *c, const char *name, const char *what)
 {
 	redisReply *r = NULL;
-	char w[URL_MAX + 16];
+	char w[URL_MAX + 16], e[96];
 	struct cl_pend p;
 
 	if (c->rpend >= c->npend) {
@@ -400,7 +400,7 @@ static redisReply *next_reply(struct resild_cluster *c, const char *name, const 
 	if (redisGetReply(p.rc, (void **)&r) != REDIS_OK || !r) {
 		set_error(c, "Redis at %s: %s",
 			  p.rc == c->rc ? where(c, w, sizeof(w)) : "a cluster node",
-			  io_error(p.rc, w, sizeof(w)));
+			  io_error(p.rc, e, sizeof(e)));
 		redisFreeCommand(p.cmd);
 		disconnect(c);
 		return NULL;
