@@ -276,6 +276,8 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 	if (bh)
 		resild_cbh_tick(c, s, rec, &cs->bh, &a.bh, &q.bh, t->now, &t->fleet_seen,
 				resild_seg_move_held(t->d, rec), t->post);
+	if ((!lim || cs->in_lease) && (!bh || cs->bh.in_lease))
+		cs->ranout_said = false;
 	{
 		struct resild_cb_env e = {.now = t->now,
 					  .interval_ns = c->interval_ns,

@@ -247,9 +247,7 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 	resil_bulkhead_lease_set(st, cs->applied ? cs->expiry_ns : 1, share, fb);
 	if (cs->in_lease && now >= cs->expiry_ns) {
 		cs->fallbacks++;
-		resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_FALLBACK, 0, 0,
-				 0, now);
-		cl_lease_ran_out(c, rec->name, "bulkhead");
+		cl_lease_ran_out(c, s, rec, now);
 	}
 	cs->in_lease = now < cs->expiry_ns;
 	cs->parked = parked;

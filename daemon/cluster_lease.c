@@ -362,16 +362,20 @@ void cl_fallback_said(struct resild_cluster *c, const char *name, const char *wh
 /* A lease that ran out unrenewed: while connected, a round trip longer
  * than the lease or a script failing (counted, said with the figures);
  * else the outage already said. A policy's limiter and bulkhead leases
- * come from one exchange and run out together: one line. */
-void cl_lease_ran_out(struct resild_cluster *c, const char *name, const char *what)
+ * come from one exchange and run out about together (the bulkhead's an
+ * interval earlier): one line and one event for the policy, until every
+ * lease it has is live again (tick_one clears ranout_said). */
+void cl_lease_ran_out(struct resild_cluster *c, const struct resil_seg *s,
+		      const struct resil_rec *rec, int64_t now)
 {
-	int64_t rtt, now = mono_ns();
+	struct cl_slot *cs = &c->slots[rec->slot];
+	const char *name = rec->name;
+	int64_t rtt;
 
-	(void)what;
-	if (now - c->ranout_ns < c->interval_ns && !strcmp(c->ranout_name, name))
+	if (cs->ranout_said)
 		return;
-	c->ranout_ns = now;
-	snprintf(c->ranout_name, sizeof(c->ranout_name), "%s", name);
+	cs->ranout_said = true;
+	resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_FALLBACK, 0, 0, 0, now);
 	if (!c->loop_connected) {
 		log_warning("cluster: policy %s: lease ran out unrenewed (Redis out of reach): its "
 			    "clients fall back",
@@ -517,9 +521,7 @@ void cl_tick_limit(struct tick_ctx *t, const struct resil_seg *s, const struct r
 				     f.after_base ? base : RESIL_LIMIT_FALLBACK_REJECT);
 	if (cs->in_lease && t->now >= cs->expiry_ns) {
 		cs->fallbacks++;
-		resil_event_push(s, RESIL_EV_CLUSTER, rec->slot, rec->gen, RESIL_CL_FALLBACK, 0, 0,
-				 0, t->now);
-		cl_lease_ran_out(c, rec->name, "limit");
+		cl_lease_ran_out(c, s, rec, t->now);
 	}
 	cs->in_lease = t->now < cs->expiry_ns;
 

@@ -124,7 +124,8 @@ struct cl_slot {
 			  * Redis holds this host's share until ok_ns + fallback_for */
 	int fb_tier;	 /* what the fallback is: FB_HELD, FB_BASE, FB_NONE */
 	double fb_share; /* its rate per second */
-	bool in_lease; /* the last tick saw a live lease */
+	bool in_lease;	 /* the last tick saw a live lease */
+	bool ranout_said; /* a lease's running out said, not every lease live since */
 	/* demand changes between posts (sampled every interval / SAMPLES) */
 	uint64_t s_calls, s_rej; /* at the last sample */
 	int64_t s_ns;
@@ -186,8 +187,6 @@ struct resild_cluster {
 	int64_t last_post_ns;
 	bool loop_connected;	    /* c->connected at this tick */
 	uint64_t expired_connected; /* leases that ran out while connected */
-	int64_t ranout_ns;	    /* the last lease ran out said, and its policy */
-	char ranout_name[RESIL_NAME_MAX];
 	uint32_t fleet_known; /* the largest fleet size a policy's state holds */
 
 	/* shared, under lock */
@@ -305,7 +304,8 @@ int64_t hold_ns(const struct resild_cluster *c);
 int64_t lease_ns(const struct resild_cluster *c);
 void cl_rtt_note(struct resild_cluster *c, int64_t rtt);
 /* The loop: a lease of policy name ran out unrenewed (logged, counted). */
-void cl_lease_ran_out(struct resild_cluster *c, const char *name, const char *what);
+void cl_lease_ran_out(struct resild_cluster *c, const struct resil_seg *s,
+		      const struct resil_rec *rec, int64_t now);
 
 /* What the loop's tick carries from one policy to the next (cluster.c). */
 struct tick_ctx {

@@ -274,8 +274,11 @@ static void deliver(struct resild *d, const struct resil_event *e, bool own)
 	}
 	resild_event_format(d, e, text + n, sizeof(text) - n);
 	/* journald entry with fields, or a "<N>" line; a configuration change
-	 * was logged where the daemon made it, so only with --verbose */
-	if (e->type != RESIL_EV_CONFIG || !own || log_get_max_level() >= LOG_DEBUG)
+	 * and a cluster lease running out were logged where the daemon made
+	 * them (with more to say), so only with --verbose */
+	if ((e->type != RESIL_EV_CONFIG &&
+	     (e->type != RESIL_EV_CLUSTER || e->a != RESIL_CL_FALLBACK)) ||
+	    !own || log_get_max_level() >= LOG_DEBUG)
 		resild_journal_event_from(&d->seg, e, pol, text, own,
 					  src.identified ? (int64_t)src.uid : -1, src.pid);
 
