@@ -40,8 +40,10 @@
  * for a silent host (the fallback it reports, f) for --cluster-fallback-for
  * after its last report, and the fallback ends on the host an interval
  * before (as the lease: calls shorter than that are over by then); then
- * max / N (--cluster-hosts: the script reserves that for every host it
- * does not see), else none. A claim below sure_slots reads no clock, so
+ * max / N, which the script reserves (--cluster-hosts: for every host it
+ * does not see; else the max / N a silent host reported, for
+ * REMEMBER_HOLDS holds, its end an interval earlier on the host). A claim
+ * below sure_slots reads no clock, so
  * sure_slots is at most what is still allowed past the fallback's end
  * (bulkhead.c): without --cluster-hosts, 0, and every claim of a global
  * bulkhead reads the coarse clock. Bounds: with share or reject, at most
@@ -83,8 +85,12 @@
  * leases {slots, expiry, id}. ARGV: host, demand, max, lease length (ms),
  * the id of the lease the host has applied, the slots its clients may
  * hold now, the slots they fall back on, how long a silent host's are
- * held (ms), the fleet's size (0: not given). Returns {slots, lease id,
- * hosts present}.
+ * held (ms), the fleet's size (0: not given), the slots they fall back
+ * on past the hold (max / N) and how long past its last report those
+ * are kept (ms; a later run of the host id ends that), "1" when its
+ * clients fall back on the last share they applied (the share granted
+ * now is held as its fallback too). Returns {slots,
+ * lease id, hosts present}.
  */
 const char resild_cbh_lua[] =
     "local t = redis.call('TIME')\n"
@@ -92,8 +98,10 @@ const char resild_cbh_lua[] =
     "local me, demand, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
     "local L, applied, used = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
     "local fb, F, N = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])\n"
+    "local base, W, keeps = tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1'\n"
     "if not demand or not max or not L or not applied or not used or not fb or not F or\n"
-    "   not N or demand < 0 or max < 1 or L <= 0 or used < 0 or fb < 0 or F < L or N < 0\n"
+    "   not N or not base or not W or demand < 0 or max < 1 or L <= 0 or used < 0 or\n"
+    "   fb < 0 or F < L or N < 0 or base < 0 or W < F\n"
     "then\n"
     "  return redis.error_reply('ERR resil bulkhead: bad arguments')\n"
     "end\n"
@@ -110,6 +118,8 @@ const char resild_cbh_lua[] =
     "end\n"
     "local r = hosts[me] or {d = 0, s = now, a = 0, id = 0, u = 0, l = {}}\n"
     "r.d, r.s, r.u, r.f = demand, now, math.min(used, max), math.min(fb, max)\n"
+    "r.b = math.min(base, max)\n"
+    "local myid = string.match(me, '^(.*)#') or me\n"
     "if applied > r.a and applied <= r.id then r.a = applied end\n"
     "hosts[me] = r\n"
     "local live, other, silent, present = {}, 0, 0, 0\n"
@@ -129,7 +139,11 @@ const char resild_cbh_lua[] =
     "  if age <= F and tonumber(x.f) and tonumber(x.f) > c then\n"
     "    c = math.min(tonumber(x.f), max)\n"
     "  end\n"
-    "  if #keep == 0 and age > F and h ~= me then\n"
+    "  local b = tonumber(x.b) or 0\n"
+    "  -- a later run of this host id speaks for it now\n"
+    "  if h ~= me and (string.match(h, '^(.*)#') or h) == myid then b = 0 end\n"
+    "  if age > F and age <= W and b > c then c = math.min(b, max) end\n"
+    "  if #keep == 0 and age > (b > 0 and W or F) and h ~= me then\n"
     "    hosts[h] = nil\n"
     "    redis.call('HDEL', KEYS[1], h)\n"
     "  else\n"
@@ -155,11 +169,14 @@ const char resild_cbh_lua[] =
     "if share < 0 then share = 0 end\n"
     "r.id = r.id + 1\n"
     "r.l[#r.l + 1] = {share, now + L + 1, r.id}\n"
+    "-- the host falls back on the share it applies last: this one, or the\n"
+    "-- one it has if the answer is lost\n"
+    "if keeps and share > r.f then r.f = share end\n"
     "dirty[me] = true\n"
     "for h, _ in pairs(dirty) do\n"
     "  if hosts[h] then redis.call('HSET', KEYS[1], h, cjson.encode(hosts[h])) end\n"
     "end\n"
-    "redis.call('PEXPIRE', KEYS[1], 10 * L + F + 1000)\n"
+    "redis.call('PEXPIRE', KEYS[1], 10 * L + W + 1000)\n"
     "return {share, r.id, present}\n";
 
 bool resild_cbh_wants(const struct resil_rec *rec)
@@ -205,6 +222,10 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 	 * before the slots are granted elsewhere */
 	if (f.tier == FB_HELD)
 		f.until_ns -= c->interval_ns;
+	/* and max / N no later than an interval before the fleet forgets it */
+	if (f.tier == FB_BASE && cs->ok_ns && !c->hosts_expected &&
+	    f.until_ns > cs->ok_ns + remember_ns(c) - c->interval_ns)
+		f.until_ns = cs->ok_ns + remember_ns(c) - c->interval_ns;
 	base = f.hosts ? max / f.hosts : 0;
 	switch (f.tier) {
 	case FB_LOCAL:
@@ -268,6 +289,11 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 	q->applied = cs->applied;
 	/* what the fleet holds for this host while it is silent (share only) */
 	q->fb = c->fallback == RESILD_FALLBACK_SHARE && cs->applied ? cs->share : 0;
+	q->keeps = c->fallback == RESILD_FALLBACK_SHARE;
+	/* and past the hold, while this daemon lives: max / N of its own N */
+	q->base = c->fallback == RESILD_FALLBACK_SHARE && cs->applied && !c->hosts_expected && known
+		      ? max / known
+		      : 0;
 	cs->demand = q->demand;
 	cs->peak = busy;
 }
@@ -287,7 +313,7 @@ static void put(struct resild_cb_cmd *c, const char *fmt, ...)
 
 void resild_cbh_command(const struct resild_cbh_req *q, const char *name, const char *prefix,
 			const char *host, const char *sha, int64_t lease_ms, int64_t hold_ms,
-			uint32_t hosts, struct resild_cb_cmd *cmd)
+			uint32_t hosts, int64_t keep_ms, struct resild_cb_cmd *cmd)
 {
 	cmd->argc = 0;
 	put(cmd, "EVALSHA");
@@ -303,6 +329,9 @@ void resild_cbh_command(const struct resild_cbh_req *q, const char *name, const 
 	put(cmd, "%u", q->fb);
 	put(cmd, "%" PRId64, hold_ms);
 	put(cmd, "%u", hosts);
+	put(cmd, "%u", q->base);
+	put(cmd, "%" PRId64, keep_ms);
+	put(cmd, "%s", q->keeps ? "1" : "0");
 }
 
 bool resild_cbh_parse(const struct redisReply *r, struct resild_cbh_ans *a)

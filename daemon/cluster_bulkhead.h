@@ -32,6 +32,8 @@ struct resild_cbh_req {
 	uint32_t demand;  /* calls in flight (the peak since the last post) + rejected */
 	uint32_t used;	  /* slots this host's clients may hold now (not parked) */
 	uint32_t fb;	  /* the slots its clients fall back on, for Redis to hold */
+	uint32_t base;	  /* ... and past the hold (max / N), for Redis to keep */
+	bool keeps;	  /* --cluster-fallback share: Redis holds the share it grants */
 	uint64_t applied; /* the lease id in the segment */
 };
 
@@ -81,10 +83,11 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 
 /* The thread: q's BULKHEAD call for policy name into cmd (argv in its
  * bufs). lease_ms: the lease's length; hold_ms: --cluster-fallback-for;
- * hosts: --cluster-hosts (0: none). */
+ * hosts: --cluster-hosts (0: none); keep_ms: how long the fleet keeps a
+ * silent host's max / N. */
 void resild_cbh_command(const struct resild_cbh_req *q, const char *name, const char *prefix,
 			const char *host, const char *sha, int64_t lease_ms, int64_t hold_ms,
-			uint32_t hosts, struct resild_cb_cmd *cmd);
+			uint32_t hosts, int64_t keep_ms, struct resild_cb_cmd *cmd);
 /* The thread: a reply into a; false: garbage. */
 bool resild_cbh_parse(const struct redisReply *r, struct resild_cbh_ans *a);
 

@@ -46,8 +46,11 @@
  * the others over the rate. Then rate / N, N the fleet's size: with
  * --cluster-hosts the script reserves rate / N for every host it does not
  * see, so that tier is in the bound too; without it, N is the fleet the
- * host last learned (kept in the state segment), and a host that knows
- * none rejects.
+ * host last learned (kept in the state segment), which it reports with
+ * every call: the script keeps that rate / N for a silent host for
+ * REMEMBER_HOLDS holds after its last report (counted among the hosts
+ * present meanwhile), and the host stops using it then. A host that
+ * knows no fleet size rejects.
  *
  * Who writes what. The limiter's lease and fallback words: the loop only
  * (resil_limit_lease_set's order, then resil_limit_fallback_end_set's).
@@ -82,14 +85,21 @@
  * larger leases go, no new one is granted, the answer is not a lease) or
  * "0", the share its clients fall back on (its last one; 0: none the fleet
  * need hold), how long a silent host's fallback is held (ms), the fleet's
- * size (--cluster-hosts; 0: not given). Returns {share per second
+ * size (--cluster-hosts; 0: not given), what its clients fall back on
+ * past the hold (rate / N; 0: nothing), how long past its last report
+ * that is kept (ms, at least the hold), and "1" when its clients fall
+ * back on the last share they applied (--cluster-fallback share: the
+ * share granted now is held as its fallback too). Returns {share per second
  * (string), lease id, hosts present, tell}: tell 2, this host got less
  * than its fair share (others still hold it: ask again soon); 1, a host
  * waits for what this host gives back (acknowledge the smaller share at
  * once); 0, nothing to hurry.
  *
  * A host holds the largest of its live leases and, until it has been
- * silent for the hold, the fallback it reported. An applied id above any
+ * silent for the hold, the fallback it reported; then, until silent for
+ * the keep, the rate / N it reported, unless another run of its host id
+ * has reported since (a restart without its state: that run speaks for
+ * the host). An applied id above any
  * this hash granted (Redis restarted empty) is not believed: otherwise
  * the leases granted since, with lower ids, would count as replaced and
  * the host as holding nothing until the ids caught up. Hosts that reported
@@ -103,11 +113,14 @@ const char LEASE_LUA[] =
     "local L, applied = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
     "local ack = ARGV[6] == '1'\n"
     "local fb, F, N = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])\n"
+    "local base, W, keeps = tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1'\n"
     "if not demand or not rate or not L or not applied or not fb or not F or not N or\n"
-    "   demand < 0 or rate <= 0 or L <= 0 or fb < 0 or F < L or N < 0 then\n"
+    "   not base or not W or demand < 0 or rate <= 0 or L <= 0 or fb < 0 or F < L or\n"
+    "   N < 0 or base < 0 or W < F then\n"
     "  return redis.error_reply('ERR resil lease: bad arguments')\n"
     "end\n"
     "if fb > rate then fb = rate end\n"
+    "if base > rate then base = rate end\n"
     "local raw = redis.call('HGETALL', KEYS[1])\n"
     "local hosts, dirty = {}, {}\n"
     "for i = 1, #raw, 2 do\n"
@@ -120,7 +133,8 @@ const char LEASE_LUA[] =
     "  end\n"
     "end\n"
     "local r = hosts[me] or {d = 0, s = now, a = 0, id = 0, l = {}}\n"
-    "r.d, r.s, r.f = demand, now, fb\n"
+    "r.d, r.s, r.f, r.b = demand, now, fb, base\n"
+    "local myid = string.match(me, '^(.*)#') or me\n"
     "if applied > r.a and applied <= r.id then r.a = applied end\n"
     "hosts[me] = r\n"
     "local live, other, held, wanted, silent, present = {}, 0, 0, false, 0, 0\n"
@@ -140,7 +154,11 @@ const char LEASE_LUA[] =
     "  if age <= F and tonumber(x.f) and tonumber(x.f) > c then\n"
     "    c = math.min(tonumber(x.f), rate)\n"
     "  end\n"
-    "  if #keep == 0 and age > F and h ~= me then\n"
+    "  local b = tonumber(x.b) or 0\n"
+    "  -- a later run of this host id speaks for it now\n"
+    "  if h ~= me and (string.match(h, '^(.*)#') or h) == myid then b = 0 end\n"
+    "  if age > F and age <= W and b > c then c = math.min(b, rate) end\n"
+    "  if #keep == 0 and age > (b > 0 and W or F) and h ~= me then\n"
     "    hosts[h] = nil\n"
     "    redis.call('HDEL', KEYS[1], h)\n"
     "  else\n"
@@ -174,11 +192,14 @@ const char LEASE_LUA[] =
     "if tell == 0 and wanted and share < held - slack then tell = 1 end\n"
     "r.id = r.id + 1\n"
     "r.l[#r.l + 1] = {share, now + L + 1, r.id}\n"
+    "-- the host falls back on the share it applies last: this one, or the\n"
+    "-- one it has if the answer is lost\n"
+    "if keeps and share > r.f then r.f = share end\n"
     "dirty[me] = true\n"
     "for h, _ in pairs(dirty) do\n"
     "  if hosts[h] then redis.call('HSET', KEYS[1], h, cjson.encode(hosts[h])) end\n"
     "end\n"
-    "redis.call('PEXPIRE', KEYS[1], 10 * L + F + 1000)\n"
+    "redis.call('PEXPIRE', KEYS[1], 10 * L + W + 1000)\n"
     "return {string.format('%.6f', share), r.id, present, tell}\n";
 
 /* The reply of one lease script call into a; false: garbage (the caller
@@ -290,7 +311,8 @@ void cl_rtt_note(struct resild_cluster *c, int64_t rtt)
  *     knows), for a host Redis holds nothing for (no exchange yet, or out
  *     of touch longer than fallback_for); the end is a heartbeat (one
  *     hold_ns ahead, moved every tick): the clients of a daemon that died
- *     stop;
+ *     stop; without --cluster-hosts, never past ok_ns + remember_ns, as
+ *     long as the script keeps the rate / N this host reported;
  *   - FB_NONE: reject (no fleet size known, or --cluster-fallback reject);
  *   - FB_LOCAL: the whole rate (--cluster-fallback local).
  * Past the end the clients apply rate / N with --cluster-hosts (the
@@ -319,6 +341,15 @@ void cl_fallback_of(struct resild_cluster *c, int64_t ok_ns, uint32_t policy_hos
 	}
 	f->tier = f->hosts ? FB_BASE : FB_NONE;
 	f->until_ns = now + hold_ns(c);
+	/* without --cluster-hosts the fleet keeps rate / N for this host
+	 * only so long after its last report: no longer here either */
+	if (ok_ns && !c->hosts_expected && f->until_ns > ok_ns + remember_ns(c))
+		f->until_ns = ok_ns + remember_ns(c);
+}
+
+int64_t remember_ns(const struct resild_cluster *c)
+{
+	return REMEMBER_HOLDS * c->fallback_for_ns;
 }
 
 /* The emission interval of a rate per second, for the lease words. */
@@ -543,6 +574,12 @@ void cl_tick_limit(struct tick_ctx *t, const struct resil_seg *s, const struct r
 	 * its clients fall back on (share only: local gives up the bound,
 	 * reject needs nothing) */
 	q->fb = c->fallback == RESILD_FALLBACK_SHARE && cs->applied ? cs->share : 0.0;
+	/* and what they fall back on past the hold, while this daemon lives
+	 * (FB_BASE): rate / N, N this host's own fleet size, never
+	 * --cluster-hosts' (the script reserves that for every host anyway) */
+	q->base = c->fallback == RESILD_FALLBACK_SHARE && cs->applied && !c->hosts_expected && known
+		      ? rate / (double)known
+		      : 0.0;
 	/* an acknowledgement alone when it is the only reason to call */
 	q->ack = t->early && !t->grant;
 	if (t->early) {

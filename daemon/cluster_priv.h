@@ -51,6 +51,7 @@ struct xreq {
 	uint64_t applied; /* the lease id in the segment */
 	bool ack;	  /* only acknowledge `applied` (an early call) */
 	double fb;	  /* the share its clients fall back on, for Redis to hold */
+	double base;	  /* ... and past the hold (rate / N), for Redis to keep */
 	/* breaker: this host's time window, the thresholds */
 	int64_t calls, failures, slow;
 	int64_t window_ms, wait_ms;
@@ -262,6 +263,10 @@ struct cl_fallback {
 };
 void cl_fallback_of(struct resild_cluster *c, int64_t ok_ns, uint32_t policy_hosts, int64_t now,
 		    struct cl_fallback *f);
+/* How long past its last report the fleet keeps rate / N for a silent
+ * host that reported one (REMEMBER_HOLDS x --cluster-fallback-for). */
+#define REMEMBER_HOLDS 5
+int64_t remember_ns(const struct resild_cluster *c);
 /* Log f's tier when it is not *said (then *said = it). */
 void cl_fallback_said(struct resild_cluster *c, const char *name, const char *what, int *said,
 		      int64_t ok_ns, const struct cl_fallback *f);

@@ -268,7 +268,7 @@ static bool send_argv(struct resild_cluster *c, int argc, const char **argv, con
 static bool append_lease(struct resild_cluster *c, const struct xreq *q)
 {
 	char key[2 * RESIL_NAME_MAX + 16], d[32], rate[32], len[32], app[32], fb[32], hold[32],
-	    n[16];
+	    n[16], base[32], keep[32];
 
 	snprintf(key, sizeof(key), "%s:{%s}:lease", c->prefix, q->name);
 	snprintf(d, sizeof(d), "%.3f", q->demand);
@@ -278,10 +278,18 @@ static bool append_lease(struct resild_cluster *c, const struct xreq *q)
 	snprintf(fb, sizeof(fb), "%.6f", q->fb);
 	snprintf(hold, sizeof(hold), "%lld", (long long)(c->fallback_for_ns / RESIL_NS_PER_MS));
 	snprintf(n, sizeof(n), "%u", c->hosts_expected);
-	const char *argv[] = {"EVALSHA",	  c->sha, "1",	key, c->ident, d, rate, len, app,
-			      q->ack ? "1" : "0", fb,	  hold, n};
+	snprintf(base, sizeof(base), "%.6f", q->base);
+	snprintf(keep, sizeof(keep), "%lld", (long long)(remember_ns(c) / RESIL_NS_PER_MS));
+	const char *argv[] = {"EVALSHA", c->sha,
+			      "1",	 key,
+			      c->ident,	 d,
+			      rate,	 len,
+			      app,	 q->ack ? "1" : "0",
+			      fb,	 hold,
+			      n,	 base,
+			      keep,	 c->fallback == RESILD_FALLBACK_SHARE ? "1" : "0"};
 
-	return send_argv(c, 13, argv, NULL);
+	return send_argv(c, 16, argv, NULL);
 }
 
 static bool append_breaker(struct resild_cluster *c, const struct xreq *q)
@@ -442,7 +450,7 @@ static bool append_bh(struct resild_cluster *c, const struct xreq *q)
 
 	resild_cbh_command(&q->bh, q->name, c->prefix, c->ident, c->bh_sha,
 			   lease_ns(c) / RESIL_NS_PER_MS, c->fallback_for_ns / RESIL_NS_PER_MS,
-			   c->hosts_expected, &cmd);
+			   c->hosts_expected, remember_ns(c) / RESIL_NS_PER_MS, &cmd);
 	return send_argv(c, cmd.argc, cmd.argv, NULL);
 }
 
