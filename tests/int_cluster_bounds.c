@@ -10,7 +10,8 @@
  * 1. C's daemon SIGKILLed while its workers go on (--cluster-fallback
  *    share, the default): they fall back on C's last share, which Redis
  *    holds for C for --cluster-fallback-for (3 s here), then they reject;
- *    A and B take C's part only once Redis has let it go. The fleet's
+ *    A and B get no more than two thirds meanwhile and after: the fleet
+ *    keeps for C the rate / 3 its daemon would fall back on if alive. The fleet's
  *    admissions in every 1 s span stay within rate + the hosts' bursts,
  *    its calls in flight within 9, all along.
  * 2. A host that never completes an exchange (a wrong password) and knows
@@ -23,7 +24,11 @@
  *    /etc/machine-id would run): both log it, their metrics and `resilctl
  *    status` say so, the fleet counts three hosts and stays within the
  *    same bounds.
- * 5. Redis 200 ms away (a relay that delays every byte 100 ms each way):
+ * 5. C cut off from Redis (its relay killed; no --cluster-hosts) past
+ *    --cluster-fallback-for, its daemon alive: C runs on rate / 3, the
+ *    fleet's size it learned, and the fleet keeps that for it (A and B
+ *    lease only two thirds); the same bounds.
+ * 6. Redis 200 ms away (a relay that delays every byte 100 ms each way):
  *    the leases grow to cover the round trip, none runs out while the
  *    hosts are connected (resil_cluster_lease_expiries_connected_total),
  *    the fleet gets its rate, within the same bounds.
@@ -247,15 +252,23 @@ static int peak_span(int h, int from, int to)
 static void check_spans(const char *what, int from, int to, int hosts)
 {
 	uint32_t worst = 0, bound = RATE + BURST + 2 * hosts;
+	int wb = from;
 
 	for (int b = from; b + 10 <= to; b++) {
 		uint32_t n = 0;
 
 		for (int h = 0; h < HOSTS; h++)
 			n += adm_span(h, b, b + 10);
-		if (n > worst)
+		if (n > worst) {
 			worst = n;
+			wb = b;
+		}
 	}
+	if (worst > bound)
+		for (int b = wb; b < wb + 10; b++)
+			fprintf(stderr, "  bucket %d: A %u B %u C %u\n", b - from,
+				adm_span(0, b, b + 1), adm_span(1, b, b + 1),
+				adm_span(2, b, b + 1));
 	printf("%s: worst 1 s span %u admitted (bound %u), at most %d calls in flight "
 	       "(bound %d)\n",
 	       what, worst, bound, atomic_load(&sh->fleet_peak), MAX);
@@ -293,14 +306,20 @@ static void phase_kill(void)
 	/* C's workers keep C's last share while the fleet holds it */
 	CHECK(adm_span(2, bk + 2, bk + 12) > 0, "C's workers fall back on its last share");
 	/* past --cluster-fallback-for (+ 1 s: a tick, an exchange): C's
-	 * fallback has ended, A and B share the whole rate */
+	 * fallback has ended; the fleet keeps the rate / 3 C's daemon
+	 * reported (what a C cut off but alive would run on) for five holds
+	 * after its last report, so A and B share two thirds meanwhile */
 	CHECK(adm_span(2, bend - 10, bend) == 0,
 	      "C's workers admit nothing once its fallback has ended");
 	CHECK(peak_span(2, bend - 10, bend) == 0,
 	      "C's workers hold no slot once its fallback has ended (%d)",
 	      peak_span(2, bend - 10, bend));
-	CHECK(adm_span(0, bend - 10, bend) + adm_span(1, bend - 10, bend) >= RATE * 85 / 100,
-	      "A and B take C's part once the fleet let it go");
+	CHECK(adm_span(0, bend - 10, bend) + adm_span(1, bend - 10, bend) >=
+		      2 * RATE / 3 * 85 / 100 &&
+		  adm_span(0, bend - 10, bend) + adm_span(1, bend - 10, bend) <=
+		      2 * RATE / 3 + 2 * BURST,
+	      "A and B share the two thirds the fleet does not keep for C (%u)",
+	      adm_span(0, bend - 10, bend) + adm_span(1, bend - 10, bend));
 	check_spans("a host killed", b0, bend, 3);
 }
 
@@ -485,6 +504,59 @@ static void phase_far(void)
 	url = NULL;
 }
 
+/* C reaches Redis through a relay, A and B straight, no --cluster-hosts;
+ * the relay killed: C's daemon lives on, cut off. */
+static void phase_cutoff(void)
+{
+	char sock[PATH_MAX + 32], u[PATH_MAX + 64];
+	int b0, bc, bend;
+	pid_t relay;
+
+	snprintf(sock, sizeof(sock), "%s/cut.sock", rd.dir);
+	snprintf(u, sizeof(u), "unix:%s", sock);
+	relay = test_delay_proxy_start(sock, rd.sock, 0);
+	CHECK(relay > 0, "the relay starts");
+	if (relay <= 0)
+		return;
+	fleet_new("fc");
+	for (int h = 0; h < 3; h++) {
+		url = h == 2 ? u : NULL;
+		CHECK(host_start(h, pw_ok, NULL, NULL) == 0, "host %c starts", 'A' + h);
+		workers_start(h);
+	}
+	url = NULL;
+	/* C cut once it holds its third (its reports carry the rate / 3
+	 * it would fall back on) */
+	for (int h = 0; h < 3; h++)
+		CHECK(
+		    TEST_EVENTUALLY(leased(h) &&
+				    test_cluster_metric(&hd[h], "resil_cluster_share", "lim") >=
+					RATE / 3 * 0.9 &&
+				    test_cluster_metric(&hd[h], "resil_cluster_hosts", "lim") == 3),
+		    "host %c holds its third of the rate, three hosts seen", 'A' + h);
+	b0 = bucket_now();
+	kill(relay, SIGKILL);
+	waitpid(relay, NULL, 0);
+	bc = bucket_now();
+	/* past --cluster-fallback-for, and a second more for the tiers to
+	 * have moved: C on rate / 3, which the fleet still keeps for it */
+	sleep_ns((HOLD_S + 3) * 1000 * 1000 * 1000LL);
+	bend = bucket_now();
+	printf("C cut off from Redis at bucket %d (no --cluster-hosts): C %u, A + B %u in the "
+	       "last second\n",
+	       bc, adm_span(2, bend - 10, bend),
+	       adm_span(0, bend - 10, bend) + adm_span(1, bend - 10, bend));
+	CHECK(TEST_EVENTUALLY(test_log_count(&hd[2], "no longer holds this host's share") > 0),
+	      "C says it fell back on the fleet's / 3");
+	CHECK(adm_span(2, bend - 10, bend) > 0 && adm_span(2, bend - 10, bend) <= RATE / 3 + BURST,
+	      "C, cut off, runs on rate / 3 (%u)", adm_span(2, bend - 10, bend));
+	CHECK(adm_span(0, bend - 10, bend) + adm_span(1, bend - 10, bend) <=
+		  2 * RATE / 3 + 2 * BURST,
+	      "A and B lease only their two thirds while the fleet keeps C's (%u)",
+	      adm_span(0, bend - 10, bend) + adm_span(1, bend - 10, bend));
+	check_spans("a host cut off past --cluster-fallback-for, no --cluster-hosts", b0, bend, 3);
+}
+
 static void phase_strict(void)
 {
 	int b0, bend;
@@ -556,6 +628,13 @@ int main(void)
 		resil_t *cl[HOSTS] = {0};
 
 		phase_samehost();
+		workers_stop();
+		test_cluster_hosts_stop(hd, cl, 3);
+	}
+	if (!test_failures) {
+		resil_t *cl[HOSTS] = {0};
+
+		phase_cutoff();
 		workers_stop();
 		test_cluster_hosts_stop(hd, cl, 3);
 	}
