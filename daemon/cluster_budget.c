@@ -35,9 +35,10 @@
  * clock starts it: a dead daemon's clients spend nothing past the instant
  * the fleet stops keeping their slice. So the hosts spend at most the
  * fleet's tokens plus one retry each, and one round trip's spending.
- * Before the first answer, and past the end with the daemon alive
- * (share), the daemon mirrors a full bucket's slice over the fleet's size
- * it knows, its end a heartbeat ahead (the limiter's rate / N tier).
+ * Before the first answer the daemon mirrors a full bucket's slice over
+ * the fleet's size it knows; past the end with the daemon alive (share)
+ * its clients go on with what is left of the last slice (and refunds);
+ * either with its end a heartbeat ahead.
  *
  * Ratio. Each host reports its window's requests and retries; Redis sums
  * the other hosts' reports younger than three intervals into g_req,
@@ -279,10 +280,9 @@ static int64_t one_of(const struct resil_retry_conf *bc)
 }
 
 /*
- * The slice of a full bucket a host spends with no answer to go by (none
- * yet, or past its last slice's end with its daemon alive): the level
- * plus the rest over the fleet's size it knows, at least one retry's
- * worth; only the level when it knows none.
+ * The slice of a full bucket a host spends before its first answer: the
+ * level plus the rest over the fleet's size it knows, at least one
+ * retry's worth; only the level when it knows none.
  */
 static int64_t detached_slice(const struct resil_retry_conf *bc, uint32_t hosts)
 {
@@ -347,24 +347,28 @@ static void budget_answer(const struct resil_rec *rec, void *st, struct resild_c
 }
 
 /*
- * No answer to go by: before the first, or past the last slice's end
- * with this daemon alive (--cluster-fallback share). The slice of a full
- * bucket over the fleet's size, what clients did meanwhile reported on
- * top (the report out, if any, is given up: its answer would mirror over
- * this slice), and an end one heartbeat ahead, moved every tick, so the
- * clients of a daemon that dies stop.
+ * No answer to go by. Before the first: the slice of a full bucket over
+ * the fleet's size, what clients did meanwhile reported on top (the
+ * report out, if any, is given up: its answer would mirror over this
+ * slice). Past the last slice's end with this daemon alive (share): the
+ * clients go on with what is left of that slice and what successes
+ * refunded into it since, never a fresh one (the fleet counted the slice
+ * spent at its end; a report of what was not gets it back). Either way
+ * the end is one heartbeat ahead, moved every tick, so the clients of a
+ * daemon that dies stop.
  */
 static void detach(const struct resil_retry_conf *bc, void *st, struct resild_cb_slot *cs,
 		   const struct resild_cb_env *e)
 {
-	int64_t was, n, v = resil_budget_tokens_milli(st, bc, e->now);
+	int64_t was, n, v;
 
+	cs->detached = true;
 	if (cs->started)
-		cs->sum_milli += v - cs->base_milli;
+		return;
+	v = resil_budget_tokens_milli(st, bc, e->now);
 	n = resil_budget_mirror_tokens(st, bc, detached_slice(bc, e->hosts), v, &was);
 	cs->base_milli = n - (was - v);
 	cs->started = true;
-	cs->detached = true;
 	cs->inflight = false;
 	cs->slice_milli = detached_slice(bc, e->hosts);
 }
