@@ -4,38 +4,9 @@
  * only: conf.c refuses the others): one open per outage fleet-wide, and
  * the fleet's half-open (cluster.c lists the parts). The script runs on
  * Redis; the loop's side (cl_tick_breaker) mirrors its answers into the
- * host's breaker; the thread's is the answer's parser.
- *
- * Breakers (BREAKER_LUA; time windows only, conf.c refuses the others).
- * Each exchange reports the host's window (calls, failures, slow calls:
- * resil_breaker_host_window) under "h:<host>"; the script adds up the reports
- * younger than the window, and when the fleet's window holds
- * breaker.min_calls and a rate at or over a threshold it opens once: a
- * generation and the time in the hash; no new open while the fleet is
- * open, and after its close only the windows of hosts that have seen the
- * close count, so one outage's failures open it once. A daemon that sees
- * a generation it has not mirrored opens its host's breaker
- * (resil_breaker_trip: the CAS a local open makes, with RESIL_WHY_FLEET).
- * The host's breaker still opens at once on its own window.
- *
- * The fleet's half-open. Probes are a fleet-wide budget of
- * breaker.half_open_calls: once the fleet's wait is over, the first host
- * whose callers the open rejected is granted the round (all of it) and
- * moves its breaker to HALF_OPEN (resil_breaker_probe_now), where its own
- * probe accounting spends at most half_open_calls; every other host holds
- * its OPEN (resil_breaker_hold pushes the end of its wait to the last
- * answer's validity, hold_ns from the request: a daemon or a Redis gone
- * longer than that leaves the host to its own wait and probes). The
- * prober reports how its half-open ended: passed, the fleet closes and
- * every daemon closes its host's breaker (resil_breaker_fleet_close, a
- * fresh window) at the tick after its next exchange: within 2 intervals of
- * the report, 3 of the probes' end; failed (or the prober silent past its
- * claim), the next round comes a wait later. Bound: while the daemons
- * answer, at most half_open_calls probes reach the dependency per round
- * fleet-wide; a host already in its own half-open when the fleet opens
- * finishes it. Reporting the whole window each time keeps the counts of
- * an outage of Redis: they are sent when it is back, bounded by the
- * window.
+ * host's breaker; the thread's is the answer's parser. The design (the
+ * fleet's open, its half-open, the probes' bound) is
+ * docs/internals/cluster.md, "Breakers".
  *
  * Who writes what. The breaker's words: the loop, through the CASes a
  * client makes (resil_breaker_trip, _probe_now, _hold, _fleet_close).

@@ -1,57 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cluster_budget.c - policy.scope = global for retry budgets, and one
- * configuration per policy across a cluster name.
- *
- * What. A global retry budget runs its token arithmetic (gRPC A6, AWS
- * quota, ratio; shm/budget.c) on the fleet's totals: a failure on one
- * host spends the tokens every host retries with, a success on another
- * refills them. The hot path is unchanged: clients still decide on the
- * budget words in their segment; every cluster interval the daemon
- * reports this host's part to Redis (BUDGET_LUA, one call per policy,
- * in cluster.c's pipelined exchange) and mirrors the fleet's result back.
- *
- * Tokens (grpc, aws). The daemon keeps base, the local value already
- * reported; each report adds the clients' change (local - base) to sum,
- * this host's net change since its run began. Redis keeps per host the
- * last sum it applied and adds the difference to the fleet's tokens,
- * clamped to [0, max]: a report sent again after a lost answer counts
- * once. A new run (restart, redefinition) counts from the sum Redis last
- * answered (acked). A slice S answered for a report read at seen is
- * mirrored as local = S + (local now - seen) (resil_budget_mirror_tokens):
- * what clients did meanwhile stays on top for the next report. One
- * report is out at a time (a lost answer is given up after ten intervals).
- *
- * Slices. A host spends its slice of the fleet's tokens: the level below
- * which no retry passes (grpc: half the bucket; aws: none) plus a part of
- * the rest that the script grants out of what no other host holds: at
- * most the rest over the hosts (live or holding a part, or the fleet's
- * size the host knows), at least one retry's worth while any is free. A
- * part is held in Redis until its host's next report replaces it, or for
- * the hold (--cluster-fallback-for with share, a lease else); then it is
- * counted spent (the host's sum moves by as much: a later report of the
- * same run gets back what it did not spend). The mirror's end (budget.h,
- * until_ns) is the report's post plus the hold, before the script's own
- * clock starts it: a dead daemon's clients spend nothing past the instant
- * the fleet stops keeping their slice. So the hosts spend at most the
- * fleet's tokens plus one retry each, and one round trip's spending.
- * Before the first answer the daemon mirrors a full bucket's slice over
- * the fleet's size it knows; past the end with the daemon alive (share)
- * its clients go on with what is left of the last slice (and refunds);
- * either with its end a heartbeat ahead.
- *
- * Ratio. Each host reports its window's requests and retries; Redis sums
- * the other hosts' reports younger than three intervals into g_req,
- * g_rty, which the ratio test adds to the local window. A change on host
- * A reaches host B within about an interval of A's report.
- *
- * One configuration per policy (CONF_LUA). Every ten intervals each host
- * writes a fingerprint of the policy's configuration (FNV-1a over
- * resil_conf_format) under "<cluster>:{<policy>}:conf" and learns how
- * many live hosts have another one (two fleets under one --cluster-name,
- * a host on an old configuration): an error logged once, a
- * RESIL_EV_CLUSTER event (RESIL_CL_CONFLICT) and
- * resil_cluster_conf_conflicts; the policy keeps running.
+ * configuration per policy across a cluster name. A global budget runs
+ * its token arithmetic (shm/budget.c) on the fleet's totals: clients
+ * decide on the budget words in their segment as ever; every interval
+ * the daemon reports this host's part to Redis (BUDGET_LUA, in
+ * cluster.c's pipelined exchange) and mirrors its slice of the fleet's
+ * tokens back, with the slice's end. The design (tokens, slices and what
+ * the fleet keeps for a silent host, ratio, the configuration check) is
+ * docs/internals/cluster.md, "Retry budgets".
  *
  * Who writes what. struct resild_cb_slot: the loop only. The requests and
  * answers: cluster.c's struct xchg, under its lock. The budget words: see

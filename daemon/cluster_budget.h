@@ -2,7 +2,7 @@
 /*
  * cluster_budget.h - policy.scope = global for retry budgets, and the
  * check that every host sharing a policy through Redis runs the same
- * configuration of it (cluster_budget.c opens with the design).
+ * configuration of it (design: docs/internals/cluster.md).
  *
  * cluster.c owns the exchange (its thread, the connection, the pipeline);
  * this module says what to send for a policy, parses what comes back and

@@ -1,62 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cluster_bulkhead.c - policy.scope = global for bulkheads: at most
- * bulkhead.max calls in flight across the fleet.
- *
- * What. The fleet's bulkhead.max is leased to hosts as slots, like a
- * global limiter's rate (cluster.c): every cluster interval each daemon
- * reports its host's demand (the most calls in flight seen since the last
- * report, plus the calls rejected meanwhile, at most max) and the slots
- * its clients may hold right now, and BULKHEAD_LUA grants it a share,
- * max-min fair by demand in whole slots (what is left once every demand is
- * met is split evenly, as headroom), never more than max minus what the
- * other hosts hold.
- *
- * The hot path is a host bulkhead's over the first `share` slots
- * (shm/bulkhead.c, "Global scope"), and the daemon parks the slots above
- * (a claim with the id RESIL_BULKHEAD_PARKED, which no client releases
- * and no reclaim or sweep frees while the policy is global). A share that
- * grows unparks slots at once; one that shrinks parks the free slots
- * above it at once and the others as their calls end (no client claims
- * above the share): a running call is never revoked.
- *
- * The invariant (sum over hosts of what each may hold <= max). What a
- * host holds, for the script, is the larger of its largest live lease and
- * `used`, the slots not parked at its last report (a call still running
- * past a smaller lease keeps its slot counted), both alive for a lease
- * length after the report. A grant fits next to what the others hold, a
- * host unparks only up to a grant it has, and nothing else raises a
- * holding: so while every daemon reports, the slots its clients can claim
- * fleet-wide are at most max, and so are the calls in flight.
- *
- * Expiry. A lease granted for L (3 intervals) to a request sent at local
- * time t0 ends on this host at t0 + L - 1 interval, in the state block
- * (the clients' coarse clock reads it): a call shorter than an interval,
- * admitted before the end, is over before Redis forgets the lease (no
- * earlier than t0 + L) and grants its slots elsewhere. Past the end (the
- * daemon stopped, dead, or Redis away) clients claim only the fallback's
- * slots, parked or free, chosen as cluster.c's "The fallback" says: with
- * --cluster-fallback share the host's last share, which the script holds
- * for a silent host (the fallback it reports, f) for --cluster-fallback-for
- * after its last report, and the fallback ends on the host an interval
- * before (as the lease: calls shorter than that are over by then); then
- * max / N, which the script reserves (--cluster-hosts: for every host it
- * does not see; else the max / N a silent host reported, for
- * REMEMBER_HOLDS holds, its end an interval earlier on the host). A claim
- * below sure_slots reads no clock, so
- * sure_slots is at most what is still allowed past the fallback's end
- * (bulkhead.c): without --cluster-hosts, 0, and every claim of a global
- * bulkhead reads the coarse clock. Bounds: with share or reject, at most
- * max in flight fleet-wide, a host killed included (calls longer than an
- * interval excepted); local gives up the fleet's bound while Redis is
- * away.
- *
- * A restart that moved the segments (daemon/segmove.c) leaves calls
- * holding permits in the old pool until they end: the host holds them
- * too. Each tick takes their count (held), reports it in `used` and the
- * demand, and gives this pool's clients the share, the fallback and its
- * after tier less it, so the host's calls, old and new, stay within what
- * the fleet counts for it.
+ * cluster_bulkhead.c - policy.scope = global for bulkheads (fail-fast
+ * only): a fleet-wide maximum of calls in flight, leased to hosts as
+ * slots (cluster.c lists the parts). BULKHEAD_LUA grants each host a
+ * share; the loop's side (resild_cbh_tick) parks the slots above it and
+ * sets the lease and fallback words its clients read. The design (the
+ * invariant, expiry, the fallback, segments a restart moved) is
+ * docs/internals/cluster.md, "Bulkheads".
  *
  * Who writes what. struct resild_cbh_slot: the loop only. The requests
  * and answers: cluster.c's struct xchg, under its lock. The state block's

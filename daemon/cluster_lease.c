@@ -5,52 +5,9 @@
  * back on past them (cluster.c lists the parts). The lease script runs on
  * Redis; the loop's side (cl_tick_limit) applies its answers to the
  * limiter's lease words and measures the demand; the thread's side is the
- * answer's parser and the round trip's note.
- *
- * The lease (LEASE_LUA). Per policy one hash, "<cluster>:{<policy>}:lease",
- * one field per host (cluster_host.c's ident): its last demand, when it
- * last reported (Redis TIME, ms), the fallback it reported and its live
- * leases {share, expiry, id}, the expiry stored as now + L + 1 ms. A call
- * drops the leases that expired and those the host has replaced (ids
- * below the one it says it applied), forgets hosts with no live lease
- * silent past --cluster-fallback-for, splits the rate max-min fair by
- * demand among the hosts that reported within a lease length, after what
- * the silent hosts hold and, with --cluster-hosts, rate / N for each host
- * not seen, and grants the caller min(its fair share, rate - what the
- * others hold - that reserve). A host holds the largest of its live
- * leases and, while silent for less than the hold, its fallback.
- * Invariant: at any Redis time, the sum of what every host holds is at
- * most the rate; each grant keeps it, nothing else raises a holding, and
- * a share freed becomes grantable only once the larger lease it replaces
- * has expired or its host has applied a newer one. So the fleet admits at
- * most rate x T + limit.burst + a permit per host in any span T while
- * every host runs on a live lease (limit.c: the burst is the fleet's).
-
- * Time. Leases are timed by Redis TIME, so daemons' clocks need not agree.
- * A lease granted for L (lease_ns below) to a request sent at local time t0
- * ends on this host at t0 + L: Redis ran the script after t0, so the host
- * stops using it no later than Redis believes it ends (clock rates being
- * equal). The loop applies a lease as soon as the thread wakes it after
- * the exchange that got it (or at the next tick, if the wake is lost):
- * a host renews every max(interval, round trip), and a lease covers two
- * renewals (lease_ns). A client past the expiry falls back on its own
- * (limit.c): --cluster-fallback share (below), local (the whole rate on
- * this host) or reject.
- *
- * The fallback (cl_fallback_of, with its tiers). A host out of
- * touch with Redis keeps its last share: the script holds a silent host's
- * fallback (reported with every call) for --cluster-fallback-for after
- * its last report, out of what the others are granted, and the host's
- * clients stop using it at that same instant (the limiter's
- * fallback_until_ns), daemon alive or dead: a host killed never sums with
- * the others over the rate. Then rate / N, N the fleet's size: with
- * --cluster-hosts the script reserves rate / N for every host it does not
- * see, so that tier is in the bound too; without it, N is the fleet the
- * host last learned (kept in the state segment), which it reports with
- * every call: the script keeps that rate / N for a silent host for
- * REMEMBER_HOLDS holds after its last report (counted among the hosts
- * present meanwhile), and the host stops using it then. A host that
- * knows no fleet size rejects.
+ * answer's parser and the round trip's note. The design (the lease, its
+ * invariant, time, the fallback's tiers and what the fleet keeps for a
+ * silent host) is docs/internals/cluster.md, "Limiter leases".
  *
  * Who writes what. The limiter's lease and fallback words: the loop only
  * (resil_limit_lease_set's order, then resil_limit_fallback_end_set's).

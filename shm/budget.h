@@ -178,7 +178,7 @@ enum resil_budget_counter {
  * (resil_budget_lease_set), read relaxed by every retry decision: at or
  * past it no retry passes, whatever tokens_milli holds, so the clients of
  * a daemon that died stop spending a slice the fleet no longer keeps for
- * them (daemon/cluster_budget.c, "Slices"). Relaxed: the word publishes
+ * them (docs/internals/cluster.md, "Slices"). Relaxed: the word publishes
  * nothing else; a client that reads an end a renewal has just moved
  * refuses once, one that reads a new end beside an older tokens value
  * spends what the older slice allowed. A client can write it (0 spends
