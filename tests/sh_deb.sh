@@ -8,9 +8,10 @@
 #   - the split: resild (daemon, resilctl, units, sysusers, tmpfiles,
 #     manual pages 1, 5, 8, the settings file as a conffile), the shared
 #     library alone in the package named after its soname, with a shlibs
-#     file and an ldconfig trigger, libresil-dev (header, .so link, .a,
-#     .pc, libresil(3)), -dbgsym packages with the debug symbols; stripped
-#     binaries; compressed manual pages;
+#     file, a symbols file (dpkg-gensymbols -c4 at the build: exactly the
+#     exported functions) and an ldconfig trigger, libresil-dev (header,
+#     .so link, .a, .pc, libresil(3)), -dbgsym packages with the debug
+#     symbols; stripped binaries; compressed manual pages;
 #   - resild depends on the library package only through what it links
 #     (resild and resilctl link libresil statically: no dependency);
 #   - the maintainer scripts pass sh -n;
@@ -95,6 +96,7 @@ dpkg-deb -e "$(deb "$lib")" "$tmp/l"
 grep -qx /etc/resild/resild.conf "$tmp/r/conffiles" || fail "/etc/resild/resild.conf is not a conffile"
 grep -q "^libresil ${so#libresil.so.} $lib " "$tmp/l/shlibs" || fail "no shlibs entry: $(cat "$tmp/l/shlibs")"
 grep -q 'activate-noawait ldconfig' "$tmp/l/triggers" || fail "no ldconfig trigger"
+grep -q "^ resil_acquire@RESIL_" "$tmp/l/symbols" || fail "no symbols file in $lib"
 dpkg-deb -f "$(deb libresil-dev)" Depends | grep -q "$lib (= " || fail "libresil-dev does not depend on $lib"
 for s in postinst prerm postrm; do sh -n "$tmp/r/$s" || fail "resild's $s"; done
 grep -q 'deb-systemd-invoke try-restart' "$tmp/r/postinst" || fail "postinst restarts nothing on upgrade"

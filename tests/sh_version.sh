@@ -8,7 +8,9 @@
 # hello print), the soname libresil.so.MAJOR, the one symbol node
 # RESIL_MAJOR.MINOR of libresil.map (every exported function in it),
 # resil.pc, the Python package's metadata and module, and, where the tree
-# has one, debian/changelog's newest entry (MAJOR.MINOR.PATCH-N).
+# has one, debian/changelog's newest entry (MAJOR.MINOR.PATCH-N) and the
+# library package's symbols file (debian/libresilMAJOR.symbols: exactly
+# the exported functions).
 # Needs $SRC, $BIN, $RESILD, $RESILCTL (tests/CMakeLists.txt sets them).
 set -euo pipefail
 
@@ -54,6 +56,18 @@ fi
 if [ -f "$SRC/debian/changelog" ]; then
 	deb=$(head -n1 "$SRC/debian/changelog" | sed -n 's/^resil (\([^)]*\)).*/\1/p')
 	[ "${deb%-*}" = "$v" ] || fail "debian/changelog's newest entry is $deb, not $v-N"
+	# the library package's symbols file: the soname's, every exported
+	# function in the node (the package build checks it with
+	# dpkg-gensymbols -c4; this says so before a package is built)
+	sym=$SRC/debian/libresil$major.symbols
+	[ -f "$sym" ] || fail "no debian/libresil$major.symbols for libresil.so.$major"
+	head=$(grep -v '^#' "$sym" | head -n1)
+	[ "$head" = "libresil.so.$major libresil$major #MINVER#" ] ||
+		fail "debian/libresil$major.symbols begins '$head'"
+	listed=$(sed -n 's/^ \([^ ]*\) .*/\1/p' "$sym" | grep -v "^$node@$node\$" | sort)
+	wanted=$(awk '{print $2 "@" $1}' <<<"$exports" | sort)
+	[ "$listed" = "$wanted" ] || fail "debian/libresil$major.symbols and the exports differ:" \
+		"$(diff <(echo "$listed") <(echo "$wanted") | grep '^[<>]' | tr '\n' ' ')"
 fi
 
 echo "sh_version: $v everywhere (soname libresil.so.$major, node $node," \
