@@ -13,9 +13,10 @@
  *       bulkhead.max = 3 across the restart re-attaches at its next
  *       decision; while it holds them the new pool admits 1 (never 3 + 2
  *       in flight), and once it releases them (into the old memory) the
- *       new pool admits 3 again; the same for a pool of more than
- *       1024 permits, whose slots are packed. A worker process decides all along with
- *       no error;
+ *       new pool admits 3 again; the same for a policy.scope = global
+ *       one on a host without a cluster, and for a pool of more than
+ *       1024 permits, whose slots are packed. A worker process decides
+ *       all along with no error;
  *   (b) sizes too small for the live policies: nothing moves, the adopted
  *       segments keep running, and the log says what fits;
  *   (c) a broken policy file at a restart: the adopted policies keep
@@ -211,8 +212,8 @@ static void test_new_sizes(void **state)
 	_Atomic long *shm =
 	    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	_Atomic long *calls = &shm[0], *errors = &shm[1];
-	resil_permit_t held[2], pm[8];
-	resil_policy_t *brk, *keys, *bh, *big;
+	resil_permit_t held[2], gheld[2], pm[8];
+	resil_policy_t *brk, *keys, *bh, *gbh, *big;
 	struct refill f;
 	resil_t *r;
 	long long arena0, recs0;
@@ -225,6 +226,7 @@ static void test_new_sizes(void **state)
 		   "[policy brk]\nbreaker.window = count:10\n"
 		   "[policy keys]\nlimit.rate = 1/m\nlimit.burst = 1\nlimit.keys = 64\n"
 		   "[policy bh]\nbulkhead.max = 3\n"
+		   "[policy gbh]\npolicy.scope = global\nbulkhead.max = 3\n"
 		   "[policy big]\nbulkhead.max = 1100\n"
 		   "[policy work]\nlimit.rate = 1000000/s\nbulkhead.max = 8\n");
 	assert_int_equal(test_unit_start(&unit, false), 0);
@@ -233,6 +235,7 @@ static void test_new_sizes(void **state)
 	assert_int_equal(resil_policy(r, "brk", &brk), 0);
 	assert_int_equal(resil_policy(r, "keys", &keys), 0);
 	assert_int_equal(resil_policy(r, "bh", &bh), 0);
+	assert_int_equal(resil_policy(r, "gbh", &gbh), 0);
 	assert_int_equal(resil_policy(r, "big", &big), 0);
 	assert_int_equal(resil_force_state(r, "brk", RESIL_STATE_FORCED_OPEN), 0);
 	for (int i = 0; i < 10 && resil_acquire_key(keys, "k1", 2, &pm[0]) == RESIL_ADMIT; i++)
@@ -241,6 +244,7 @@ static void test_new_sizes(void **state)
 	assert_int_equal(resil_acquire_key(keys, "k2", 2, &pm[0]), RESIL_ADMIT);
 	resil_release(keys, &pm[0], RESIL_SUCCESS);
 	assert_int_equal(admit_all(bh, held, 2), 2);
+	assert_int_equal(admit_all(gbh, gheld, 2), 2);
 	assert_int_equal(admit_all(big, big_held, BIG - 1), BIG - 1);
 	arena0 = test_metric(r, "resil_arena_bytes");
 	recs0 = test_metric(r, "resil_records");
@@ -249,7 +253,7 @@ static void test_new_sizes(void **state)
 	/* (a) larger: everything moves, state and all */
 	write_file(unit.d.confdir, "resild.conf", "[daemon]\nstate_size = 32M\npolicies = 256\n");
 	restart();
-	assert_true(test_log_count(&unit.d, "moved 5 policies and their state") == 1);
+	assert_true(test_log_count(&unit.d, "moved 6 policies and their state") == 1);
 	assert_int_equal(resil_policy_state(brk), RESIL_STATE_FORCED_OPEN);
 	assert_int_equal(resil_acquire(brk, &pm[0]), RESIL_REJECT_OPEN);
 	assert_int_equal(resil_acquire_key(keys, "k1", 2, &pm[0]), RESIL_REJECT_LIMITED);
@@ -266,6 +270,15 @@ static void test_new_sizes(void **state)
 	assert_true(test_wait_until(
 	    log_has_ctx, (void *)"policy bh: no permit held in the old segments any more",
 	    TEST_EVENTUALLY_MS));
+	/* the same for a policy.scope = global one on a host without a
+	 * cluster (a host bulkhead there) */
+	assert_int_equal(admit_all(gbh, pm, 8), 1);
+	resil_release(gbh, &pm[0], RESIL_SUCCESS);
+	resil_release(gbh, &gheld[0], RESIL_SUCCESS);
+	resil_release(gbh, &gheld[1], RESIL_SUCCESS);
+	f.bh = gbh;
+	f.want = 3;
+	assert_true(test_wait_until(admits, &f, TEST_EVENTUALLY_MS));
 	/* the same for a packed pool: BIG - 1 held in the old memory */
 	assert_int_equal(admit_all(big, big_pm, BIG), 1);
 	resil_release(big, &big_pm[0], RESIL_SUCCESS);
@@ -282,8 +295,8 @@ static void test_new_sizes(void **state)
 	/* (b) too small for what lives: nothing moves, the log says what fits */
 	write_file(unit.d.confdir, "resild.conf", "[daemon]\nstate_size = 8M\npolicies = 2\n");
 	restart();
-	assert_true(log_has("the 5 live policies do not fit --policies 2"));
-	assert_true(log_has("they need --policies 5 or more"));
+	assert_true(log_has("the 6 live policies do not fit --policies 2"));
+	assert_true(log_has("they need --policies 6 or more"));
 	assert_int_equal(test_metric(r, "resil_records"), 256 * 4);
 	assert_int_equal(resil_acquire(brk, &pm[0]), RESIL_REJECT_OPEN);
 	worker_decides(calls, errors);
