@@ -73,8 +73,10 @@ void resild_events_init(struct resild *d)
 	struct resil_state_hdr *st = d->seg.st;
 
 	/* adopted: go on from where the last daemon was; the word is any
-	 * client's to write, so the drain bounds it by the ring's size */
-	rd = d->adopted ? ld_relaxed(&st->events_read) : ld_acquire(&st->event_head);
+	 * client's to write, so the drain bounds it by the ring's size.
+	 * Moved to new sizes: the ring holds only what the move defined
+	 * there (no client mapped it yet), not news */
+	rd = d->adopted && !d->moved ? ld_relaxed(&st->events_read) : ld_acquire(&st->event_head);
 	st_relaxed(&st->events_read, rd);
 	hole_mark = 0;
 	hole_ticks = 0;
