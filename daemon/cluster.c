@@ -149,7 +149,7 @@ int resild_cluster_init(struct resild *d)
 			return r;
 		snprintf(c->host, sizeof(c->host), "%s", mid);
 	}
-	cl_ident_init(c, d->seg.cfg->epoch);
+	cl_ident_init(c, d->seg.cfg->run ? d->seg.cfg->run : d->seg.cfg->epoch);
 	if (o->cluster_tls_ca || o->cluster_tls_cert || o->cluster_tls_server_name)
 		c->tls = true;
 	if (c->tls && c->unix_sock)

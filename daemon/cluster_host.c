@@ -7,7 +7,8 @@
  * operator; the fleet names it by that id and its run: the random epoch
  * of its segment pair (shm/seg.c), which a daemon that adopts the
  * segments from the fd store keeps (the same workers, the same state: the
- * same run) and a fresh start draws anew. Every script's field, stream
+ * same run), and so does a move to new sizes (the pair's run word,
+ * daemon/segmove.c); a fresh start draws anew. Every script's field, stream
  * entry and hash key is "<id>#<run>" (resild_cluster's ident): two
  * daemons given one id (a cloned image with one /etc/machine-id, the
  * default id) are two hosts to every script, so each keeps the fleet's
@@ -66,9 +67,9 @@ const char HOSTS_LUA[] =
     "redis.call('PEXPIRE', KEYS[1], 100 * live + 60000)\n"
     "return {dup, n}\n";
 
-void cl_ident_init(struct resild_cluster *c, uint64_t epoch)
+void cl_ident_init(struct resild_cluster *c, uint64_t run)
 {
-	snprintf(c->run, sizeof(c->run), "%016" PRIx64, epoch);
+	snprintf(c->run, sizeof(c->run), "%016" PRIx64, run);
 	snprintf(c->ident, sizeof(c->ident), "%s#%s", c->host, c->run);
 }
 

@@ -159,7 +159,7 @@ struct resild_cluster {
 	/* settings (read-only once the thread runs) */
 	char url[URL_MAX];
 	char host[HOST_MAX];
-	char run[17];		   /* the segments' epoch, hex: this run (cluster_host.c) */
+	char run[17];		   /* the segments' run, hex: this run (cluster_host.c) */
 	char ident[HOST_MAX + 18]; /* "<host>#<run>": this host to the scripts */
 	char prefix[RESIL_NAME_MAX];
 	char password[256];
@@ -278,7 +278,7 @@ extern const char HOSTS_LUA[];
 
 /* cluster_host.c: this run's ident; the round's HOSTS call and its
  * answer (false: garbage). */
-void cl_ident_init(struct resild_cluster *c, uint64_t epoch);
+void cl_ident_init(struct resild_cluster *c, uint64_t run);
 struct cl_hosts_cmd {
 	const char *argv[7];
 	char key[RESIL_NAME_MAX + 16];

@@ -269,6 +269,10 @@ int resild_seg_move(struct resild *d)
 	 * its fingerprint (nothing is defined in the new pair yet) */
 	ns.cfg->hash_k0 = d->seg.cfg->hash_k0;
 	ns.cfg->hash_k1 = d->seg.cfg->hash_k1;
+	/* and the cluster's name for this host's state: the same run, as
+	 * after any restart that adopts (otherwise the fleet would hold the
+	 * old run's share beside the new one's) */
+	ns.cfg->run = d->seg.cfg->run ? d->seg.cfg->run : d->seg.cfg->epoch;
 	resil_seg_own_arena(&ns);
 	m.ns = &ns;
 	resil_seg_foreach(&d->seg, cost_one, &m);

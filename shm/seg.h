@@ -101,7 +101,12 @@ struct resil_cfg_hdr {
 	ra64 arena_largest_free; /* the largest hole or the tail */
 	ra32 arena_holes;	 /* number of holes (fragmentation) */
 	uint32_t reserved32;
-	RESIL_A8 uint64_t reserved[21];
+	/* The host's run in a cluster (daemon/cluster_host.c), 0: the epoch.
+	 * A move to new sizes (daemon/segmove.c) gives the new pair the run
+	 * of the one it moved from: the fleet keeps one name for the state.
+	 * Written by the daemon before the pair is served. */
+	RESIL_A8 uint64_t run;
+	RESIL_A8 uint64_t reserved[20];
 };
 
 /* A directory entry: 0 empty, else (hash32 << 32) | (slot + 1). A deleted
