@@ -4,9 +4,10 @@
  * global bulkhead within the fleet's bound while calls still hold permits
  * in the old segments.
  *
- * A real redis-server and two hosts of a bulkhead.max = 10 fleet: A, run
- * as a systemd unit with its fd store (fdstore_util.c, its cluster
- * settings in resild.conf), B a plain resild. A's holders (3 processes)
+ * A real redis-server and two hosts of a bulkhead.max = 10 fleet
+ * (--cluster-fallback share, the default): A, run as a systemd unit with
+ * its fd store (fdstore_util.c, its cluster settings in resild.conf), B a
+ * plain resild. A's holders (3 processes)
  * take 2 permits each and keep them; A's 8 workers and B's 8 decide all
  * along, holding each permit 5 ms. Every process counts its calls in
  * flight in shared memory from its admission to just before its release
@@ -14,10 +15,10 @@
  *
  *   1. A restarts (Restart=always after a crash) with a larger
  *      state_size: the policy moves into new segments while the holders'
- *      6 permits stay in the old ones. B's workers wait meanwhile (a
- *      daemon down past a lease has its long calls counted by nobody:
- *      cluster_bulkhead.c's exception, not this test's matter), then both
- *      hosts want every slot: never more than 10 in flight;
+ *      6 permits stay in the old ones. A keeps its run in the fleet (one
+ *      field of A in Redis, not the old run's share held beside the new
+ *      one's for --cluster-fallback-for). B's workers wait meanwhile,
+ *      then both hosts want every slot: never more than 10 in flight;
  *   2. at quiescence, the slots the two hosts admit, kept, plus the 6
  *      held are at most 10;
  *   3. a holder killed holds nothing (A alone gets 10 - 4 for its
@@ -216,8 +217,34 @@ static void a_settings(const char *cname, const char *state_size)
 {
 	write_file(unit.d.confdir, "resild.conf",
 		   "[daemon]\nstate_size = %s\n"
-		   "[cluster]\nredis = %s\nhost = hostA\nname = %s\nfallback = reject\n",
+		   "[cluster]\nredis = %s\nhost = hostA\nname = %s\n",
 		   state_size, rd.url, cname);
+}
+
+/* A's fields in the bulkhead's hash (one per run); *fb: the largest
+ * fallback they report (0: none) */
+static int a_runs(const char *cname, long *fb)
+{
+	redisContext *c = test_redis_conn(&rd);
+	redisReply *r = c ? redisCommand(c, "HGETALL %s:{b}:bulkhead", cname) : NULL;
+	int n = 0;
+
+	*fb = 0;
+	for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+		const char *f;
+
+		if (strncmp(r->element[i]->str, "hostA#", 6) != 0)
+			continue;
+		n++;
+		f = strstr(r->element[i + 1]->str, "\"f\":");
+		if (f && atol(f + 4) > *fb)
+			*fb = atol(f + 4);
+	}
+	if (r)
+		freeReplyObject(r);
+	if (c)
+		redisFree(c);
+	return n;
 }
 
 static double metric(int h, const char *name)
@@ -268,11 +295,11 @@ static int held_now(void)
 int main(void)
 {
 	char cname[64];
-	const char *more[] = {"--cluster-fallback", "reject", NULL};
 	resil_permit_t pa[MAX + 1], pb[MAX + 1];
 	resil_policy_t *qa, *qb;
 	resil_t *ra, *rb;
 	uint64_t b0;
+	long fb;
 	int na, nb, st;
 
 	if (geteuid() != 0) {
@@ -292,7 +319,7 @@ int main(void)
 	write_file(unit.d.confdir, "p.conf",
 		   "[policy b]\npolicy.scope = global\nbulkhead.max = %d\n", MAX);
 	if (test_unit_start(&unit, false) < 0 ||
-	    test_cluster_host(&hb, rd.url, cname, 1, more) < 0 || resil_open(&rb, hb.sock) < 0 ||
+	    test_cluster_host(&hb, rd.url, cname, 1, NULL) < 0 || resil_open(&rb, hb.sock) < 0 ||
 	    resil_define(rb, "b", "policy.scope = global; bulkhead.max = 10") < 0) {
 		fprintf(stderr, "the hosts did not start\n");
 		test_unit_fini(&unit);
@@ -315,6 +342,10 @@ int main(void)
 	want(WORKERS, 0);
 	CHECK(TEST_EVENTUALLY(atomic_load(&sh->adm[0]) > 50), "A's workers decide beside them");
 
+	/* the fleet holds A's share for it when it goes silent */
+	CHECK(TEST_EVENTUALLY(a_runs(cname, &fb) == 1 && fb >= HELD),
+	      "Redis holds a fallback of %d slots or more for A (%ld)", HELD, fb);
+
 	/* 1: the restart with new sizes, the 6 permits held across it */
 	a_settings(cname, "16M");
 	test_unit_crash(&unit);
@@ -323,6 +354,8 @@ int main(void)
 	      "A moved the policy into segments of the new size");
 	CHECK(TEST_EVENTUALLY(metric(0, "resil_cluster_bulkhead_lease_seconds") > 0),
 	      "A holds a lease again");
+	CHECK(a_runs(cname, &fb) == 1, "A keeps its run in the fleet (%d runs of A)",
+	      a_runs(cname, &fb));
 	CHECK(TEST_EVENTUALLY(metric(1, "resil_cluster_bulkhead_share") <= MAX - HELD),
 	      "B's share leaves A's %d held permits (%.0f)", HELD,
 	      metric(1, "resil_cluster_bulkhead_share"));
