@@ -319,7 +319,7 @@ void run_simple(resil_t *r, const char *group, bool keyed, struct simple_group *
 			/* one decision binds the policy (its state block) */
 			if (resil_acquire(x->p, &pm) == RESIL_ADMIT)
 				resil_release(x->p, &pm, RESIL_SUCCESS);
-			void *st = atomic_load(&x->p->b)->lean_st;
+			void *st = atomic_load(&x->p->b)->bh_st;
 
 			if (st)
 				resil_bulkhead_lease_set(st, INT64_MAX, 25, 25 / 3);

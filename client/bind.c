@@ -69,68 +69,78 @@ static int lookup(struct resil *r, const char *name, struct resil_map **ret_m, u
 	return err;
 }
 
-/* A lean stack's block of comp, NULL when it has none. */
-static void *stack_block(const struct resil_map *m, const struct resil_rec *rec,
-			 enum resil_comp comp)
-{
-	return resil_has(rec, comp) ? resil_comp_state(m->seg, rec, comp) : NULL;
-}
-
-/* A stack that is lean (see above): two or three of a lean breaker, an
- * unkeyed GCRA without reservation and a fail-fast bulkhead, the counters
- * and nothing else, host scope. */
-static bool lean_stack(const struct resil_rec *rec)
+/* Whether the components' branches of the decision path decide rec
+ * (binding.h): the counters and at most one of a breaker without a
+ * slow-call rate, a limiter that does not reserve, a bulkhead (of global
+ * scope only with spread slots: its lease takes them, conf.c); or two or
+ * three of a breaker without a slow-call rate, an unkeyed GCRA that does
+ * not reserve and a fail-fast bulkhead, of host scope. Never with a
+ * histogram or process scope (the general path's). */
+static bool by_branches(const struct resil_rec *rec)
 {
 	const struct resil_conf *c = &rec->conf;
 	const uint32_t set = 1u << RESIL_C_BREAKER | 1u << RESIL_C_LIMIT | 1u << RESIL_C_BULKHEAD;
 	uint32_t mine = rec->components & set;
 
-	if ((rec->components & ~set) != 1u << RESIL_C_STATS || !(mine & (mine - 1)) ||
-	    c->scope == RESIL_SCOPE_GLOBAL)
+	if (rec->proc_stride || c->histogram || (rec->components & ~set) != 1u << RESIL_C_STATS)
 		return false;
 	if (resil_has(rec, RESIL_C_BREAKER) && !resil_breaker_lean(&c->breaker))
 		return false;
-	if (resil_has(rec, RESIL_C_LIMIT) &&
-	    (c->limit.wait_ns || !resil_limit_lean_gcra(&c->limit, c->scope)))
+	if (resil_has(rec, RESIL_C_LIMIT) && c->limit.wait_ns)
+		return false;
+	if (!(mine & (mine - 1)))
+		return !resil_has(rec, RESIL_C_BULKHEAD) || resil_bulkhead_spread(&c->bulkhead) ||
+		       c->scope != RESIL_SCOPE_GLOBAL;
+	if (c->scope == RESIL_SCOPE_GLOBAL)
+		return false;
+	if (resil_has(rec, RESIL_C_LIMIT) && !resil_limit_lean_gcra(&c->limit, c->scope))
 		return false;
 	return !resil_has(rec, RESIL_C_BULKHEAD) || resil_bulkhead_fail_fast(&c->bulkhead);
 }
 
-static uint32_t lean_kind(const struct resil_rec *rec)
+/* rec's block of comp in m, NULL when it has none. */
+static void *block_of(const struct resil_map *m, const struct resil_rec *rec, enum resil_comp comp)
 {
-	const uint32_t stats = 1u << RESIL_C_STATS;
-
-	if (!rec || rec->proc_stride || rec->conf.histogram)
-		return RESIL_LEAN_NONE;
-	if (rec->components == stats)
-		return RESIL_LEAN_STATS;
-	if (rec->components == (stats | 1u << RESIL_C_BREAKER) &&
-	    resil_breaker_lean(&rec->conf.breaker))
-		return RESIL_LEAN_BREAKER;
-	/* a global bulkhead's lease takes spread slots (conf.c) */
-	if (rec->components == (stats | 1u << RESIL_C_BULKHEAD) &&
-	    (resil_bulkhead_spread(&rec->conf.bulkhead) || rec->conf.scope != RESIL_SCOPE_GLOBAL))
-		return RESIL_LEAN_BULKHEAD;
-	if (rec->components == (stats | 1u << RESIL_C_LIMIT) && rec->conf.limit.wait_ns == 0)
-		return RESIL_LEAN_LIMIT;
-	return lean_stack(rec) ? RESIL_LEAN_STACK : RESIL_LEAN_NONE;
+	return resil_has(rec, comp) ? resil_comp_state(m->seg, rec, comp) : NULL;
 }
 
-static enum resil_comp lean_comp(uint32_t kind)
+/* The decision path's branches for rec in m (internal.h, struct
+ * resil_binding), from the read-only configuration, once per binding. */
+static void branches_of(struct resil_binding *b, const struct resil_map *m,
+			const struct resil_rec *rec)
 {
-	switch (kind) {
-	case RESIL_LEAN_LIMIT:
-		return RESIL_C_LIMIT;
-	case RESIL_LEAN_BULKHEAD:
-		return RESIL_C_BULKHEAD;
-	case RESIL_LEAN_BREAKER:
-		return RESIL_C_BREAKER;
-	default:
-		return RESIL_C_STATS;
-	}
+	const struct resil_conf *c = &rec->conf;
+
+	b->general = !by_branches(rec);
+	b->bk_off = resil_has(rec, RESIL_C_BREAKER) ? resil_breaker_win_off(&c->breaker) : 0;
+	b->bk_cap = resil_breaker_wait_cap(&c->breaker);
+	resil_limit_key_seeds(m->seg, b->key_seeds);
+	b->keyed = resil_has(rec, RESIL_C_LIMIT) && c->limit.keys;
+	if (b->general)
+		return;
+	b->stats_st = resil_comp_state(m->seg, rec, RESIL_C_STATS);
+	b->bk_st = block_of(m, rec, RESIL_C_BREAKER);
+	b->lim_st = block_of(m, rec, RESIL_C_LIMIT);
+	b->bh_st = block_of(m, rec, RESIL_C_BULKHEAD);
+	if (b->bk_st)
+		b->bk_wait = resil_breaker_lean_wait(&c->breaker, &b->bk_streaks);
+	if (b->lim_st && resil_limit_lean_gcra(&c->limit, c->scope))
+		b->lim_way = RESIL_LIM_GCRA;
+	else if (b->lim_st && resil_limit_lean_keyed(&c->limit))
+		b->lim_way = RESIL_LIM_KEYED;
+	else
+		b->lim_way = RESIL_LIM_CTX;
+	if (b->bh_st && c->scope != RESIL_SCOPE_GLOBAL && resil_bulkhead_fail_fast(&c->bulkhead))
+		b->bh_n = resil_bulkhead_max_of(&c->bulkhead);
+	/* a block out of the segment's bounds (resil_comp_state): the
+	 * general path decides, and finds it so */
+	if (!b->stats_st || (resil_has(rec, RESIL_C_BREAKER) && !b->bk_st) ||
+	    (resil_has(rec, RESIL_C_LIMIT) && !b->lim_st) ||
+	    (resil_has(rec, RESIL_C_BULKHEAD) && !b->bh_st))
+		b->general = true;
 }
 
-const struct resil_binding resil_priv_unbound = {.held = RESIL_PERMIT_HELD};
+const struct resil_binding resil_priv_unbound = {.held = RESIL_PERMIT_HELD, .general = true};
 
 /* The handle's retired bindings whose grace is over become spares (a
  * FIFO: the one that rested longest is taken first); past
@@ -204,7 +214,6 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 	ra64 *slotp = &resil_seg_slots(m->seg)[slot];
 	struct resil_binding *b = p->last;
 	int64_t now;
-	uint32_t lean;
 
 	if (m != ld_relaxed(&r->cur) || !rec) {
 		st_release(&p->b, &resil_priv_unbound);
@@ -222,36 +231,7 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 		b->slotp = slotp;
 		b->flagsp = &m->seg->cfg->flags;
 		b->rec = rec;
-		lean = lean_kind(rec);
-		/* the breaker window's offset, from the read-only
-		 * configuration once per binding, beside the kind: the
-		 * releases that record into the window read it with no load
-		 * more */
-		b->lean = lean | (resil_has(rec, RESIL_C_BREAKER)
-				      ? (uint64_t)resil_breaker_win_off(&rec->conf.breaker) << 32
-				      : 0);
-		if (lean == RESIL_LEAN_LIMIT &&
-		    resil_limit_lean_gcra(&rec->conf.limit, rec->conf.scope))
-			b->lean |= (uint64_t)LEAN_GCRA << 32;
-		else if (lean == RESIL_LEAN_LIMIT && resil_limit_lean_keyed(&rec->conf.limit))
-			b->lean |= (uint64_t)LEAN_KEYED << 32;
-		resil_limit_key_seeds(m->seg, b->key_seeds);
-		if (lean == RESIL_LEAN_BULKHEAD && rec->conf.scope != RESIL_SCOPE_GLOBAL &&
-		    resil_bulkhead_fail_fast(&rec->conf.bulkhead))
-			b->lean |= (uint64_t)resil_bulkhead_max_of(&rec->conf.bulkhead) << 32;
-		/* the lean OPEN rejection's wait, from the same words */
-		if (lean == RESIL_LEAN_BREAKER ||
-		    (lean == RESIL_LEAN_STACK && resil_has(rec, RESIL_C_BREAKER)))
-			b->bk_wait = resil_breaker_lean_wait(&rec->conf.breaker, &b->bk_streaks);
-		b->bk_cap = resil_breaker_wait_cap(&rec->conf.breaker);
-		b->lean_st = lean ? resil_comp_state(m->seg, rec, lean_comp(lean)) : NULL;
-		b->stats_st = lean ? resil_comp_state(m->seg, rec, RESIL_C_STATS) : NULL;
-		if (lean == RESIL_LEAN_STACK) {
-			b->lean_st = stack_block(m, rec, RESIL_C_BREAKER);
-			b->lim_st = stack_block(m, rec, RESIL_C_LIMIT);
-			b->bh_st = stack_block(m, rec, RESIL_C_BULKHEAD);
-			b->bh_n = b->bh_st ? resil_bulkhead_max_of(&rec->conf.bulkhead) : 0;
-		}
+		branches_of(b, m, rec);
 		b->where = permit_where(m, rec_index(m->seg, rec));
 		b->held = permit_held(rec);
 		b->word = word;

@@ -50,71 +50,25 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
 }
 
 /*
- * Lean decisions. A policy whose only component besides the counters is
- * a bulkhead (a waiting one, one with a critical share, or one of packed
- * slots, above 1024 permits, decides in acquire_lean_bulkhead_wait,
- * through resil_bulkhead_acquire, with the request's priority) or a
- * rate limiter without reservation (limit.wait = 0; keyed or not), with no
- * histogram and fleet scope, is decided without the general context and
- * dispatch: the binding carries the two state blocks; acquire is the
- * component's own acquire with a context holding what it reads (the
- * client id; the clock), release the component's release and the
- * outcome's count. An unkeyed GCRA of host scope needs no context at all:
- * resil_limit_acquire_gcra decides it from the clock; nor does a keyed
- * limiter's call whose key is in its first two buckets:
- * resil_limit_acquire_keyed decides it from the clock, the key and the
- * segment's hash seeds, which the binding copies (any other key, a new
- * one included, goes on in acquire_lean_limit, with a context). A
- * fail-fast bulkhead of host scope claims the thread's last slot in
- * resil_acquire_ex itself (resil_bulkhead_claim_last, with the slot count
- * the binding took from the configuration) and rejects there on the full
- * hint; a taken slot without the hint, the first claim and global scope
- * go on in acquire_lean_bulkhead, a bulkhead whose callers wait (or with
- * a critical share, or of packed slots) in acquire_lean_bulkhead_wait.
- * The same component functions as resil_policy_acquire/release, on the
- * same words, and a lean permit is a complete one: either path releases
- * what the other granted (a permit outlives a re-bind).
- * Two more kinds need no context at all on their common path: the
- * counters alone (an acquire only makes the permit; the release counts
- * the outcome) and a breaker without a slow-call rate: in CLOSED, acquire
- * loads the state word; in OPEN before its wait (or FORCED_OPEN) it
- * rejects with a coarse clock reading at most; on a count window a
- * success's release records without a clock (resil_breaker_*_lean,
- * breaker.h). Any other state or outcome (the end of OPEN's wait,
- * HALF_OPEN, a failure, another window's record) takes the general path
- * from the same binding; a record that may open the breaker gets its
- * context then. After such a decision, the periodic check counts the
- * call as a clockless one (after_clockless).
- * A stack of two or three of these, of host scope: a lean breaker, an
- * unkeyed GCRA without reservation, a fail-fast bulkhead (the common
- * "breaker + rate limit + bulkhead" of one dependency), is decided the
- * same way, in resil_policy_acquire's order and with its undo: the
- * breaker's CLOSED gen (any other state: acquire_open), the GCRA from the
- * clock, the bulkhead's scan (a rejection gives the limiter's permit
- * back); its release records the breaker's success lean (anything else:
- * the general release), frees the slot and counts. The binding carries
- * the three blocks (lean_st: the breaker's; lim_st, bh_st).
+ * The decision path (acquire.c, release.c) is one acquire and one
+ * release. Each reads the binding's named branches (internal.h, struct
+ * resil_binding): a policy of other components (a shedder, an adaptive
+ * limit, a retry budget, a histogram, process scope, a breaker with a
+ * slow-call rate, a limiter that reserves) is decided by
+ * resil_policy_acquire/release with a whole context (general); any other
+ * is decided by its breaker, its limiter and its bulkhead in that order,
+ * each the component's own function, the cheapest way the binding names
+ * (the way is in docs/internals/libresil.md, "The decision path").
  */
-#define RESIL_LEAN_NONE	    0u
-#define RESIL_LEAN_BULKHEAD 1u
-#define RESIL_LEAN_LIMIT    2u
-#define RESIL_LEAN_STATS    3u /* the counters alone: nothing to decide */
-#define RESIL_LEAN_BREAKER  4u /* resil_breaker_lean (breaker.h), partly; see above */
-#define RESIL_LEAN_STACK    5u /* two or three of the above, host scope; see above */
-/* The binding's lean word: the kind in the low half; in the high half the
- * breaker's resil_breaker_win_off (0: no breaker), or for a limiter its way
- * without a context: LEAN_GCRA when resil_limit_lean_gcra accepts it,
- * LEAN_KEYED when resil_limit_lean_keyed does (for a call with a key whose
- * entry is found at once), else 0. */
-#define LEAN_KIND(l)	  ((uint32_t)(l))
-#define LEAN_BK_OFF(l)	  ((uint32_t)((l) >> 32))
-#define LEAN_LIMIT_WAY(l) ((uint32_t)((l) >> 32))
-#define LEAN_GCRA	  1u
-#define LEAN_KEYED	  2u
-/* ... or for a fail-fast bulkhead of host scope its slot count (0: global
- * scope, callers that wait, a critical share or packed slots; the
- * configuration tells which) */
-#define LEAN_BH_N(l) ((uint32_t)((l) >> 32))
+
+/* The limiter's way (lim_way): an unkeyed GCRA of host scope decides from
+ * the clock alone (resil_limit_acquire_gcra); a keyed limiter first looks
+ * for the key where most keys are (resil_limit_acquire_keyed); any other
+ * limiter, and a key not found there, decides with a whole context
+ * (resil_limit_acquire). */
+#define RESIL_LIM_CTX	0u
+#define RESIL_LIM_GCRA	1u
+#define RESIL_LIM_KEYED 2u
 
 /* define.c: a name a policy may have (1 to RESIL_NAME_MAX - 1 bytes); a
  * control request whose response only says done (keep: the response, for
@@ -129,8 +83,9 @@ int resil_priv_simple_request(struct resil *r, struct Resil__Request *req,
 const struct resil_rec *resil_priv_ctx_slow(resil_policy_t *p, struct resil_ctx *x,
 					    struct resil_map **ret_m, uint32_t *where, int *err);
 
-/* The decision context of this process in mapping m; fork_check done by
- * the caller. */
+/* The whole decision context of this process in mapping m (fork_check
+ * done by the caller): every field a component may read is written, so
+ * that none reads what an earlier decision left on the stack. */
 static inline __attribute__((always_inline)) void fill_ctx(struct resil *r, struct resil_map *m,
 							   struct resil_ctx *x)
 {
@@ -146,6 +101,21 @@ static inline __attribute__((always_inline)) void fill_ctx(struct resil *r, stru
 	x->pid = r->pid;
 	x->now = 0;
 	x->bk_conf = NULL;
+	x->bk_off = 0;
+	x->repairs = 0;
+	x->repair_word = 0;
+	x->resets = 0;
+}
+
+/* The whole context of a decision on binding b: its mapping, its record
+ * and the breaker window's offset the binding took from the record. */
+static inline __attribute__((always_inline)) void
+binding_ctx(struct resil *r, const struct resil_binding *b, struct resil_ctx *x)
+{
+	fill_ctx(r, b->m, x);
+	x->rec = b->rec;
+	x->bk_conf = &b->rec->conf.breaker;
+	x->bk_off = b->bk_off;
 }
 
 #endif

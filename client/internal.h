@@ -66,20 +66,34 @@ struct resil_binding {
 	ra64 *slotp;		     /* the slot word's address in m */
 	ra32 *flagsp;		     /* m's cfg->flags (RESIL_SEG_RETIRED) */
 	const struct resil_rec *rec; /* NULL: unbound */
-	void *lean_st;		     /* lean: the component's state (a stack: its breaker's) */
-	void *stats_st;		     /* lean: the counters' state block */
-	void *lim_st, *bh_st;	     /* lean stack: the limiter's, the bulkhead's, or NULL */
-	uint32_t bh_n;		     /* lean stack: the bulkhead's slot count */
 	uint64_t word;		     /* the slot word bound; 0: resolve first */
-	uint64_t lean;	/* RESIL_LEAN_* of rec | its breaker's resil_breaker_win_off << 32 */
-	uint32_t where; /* the permit's where for rec (permit_where) */
-	uint32_t held;	/* the permit's flags for rec: HELD | tag (permit_tag) */
-	/* lean breaker: its OPEN wait and streak bits (resil_breaker_lean_wait) */
+	uint32_t where;		     /* the permit's where for rec (permit_where) */
+	uint32_t held;		     /* the permit's flags for rec: HELD | tag (permit_held) */
+	/*
+	 * The decision path's branches (acquire.c, release.c), chosen from
+	 * rec once, here (bind.c, branches_of). general: resil_policy_acquire
+	 * and _release decide, with a whole context; else the components
+	 * below do, each NULL when the policy has none (the counters always
+	 * have a block).
+	 */
+	bool general;
+	bool keyed;	 /* a keyed limiter (limit.keys): a call may give a key */
+	uint8_t lim_way; /* the limiter's way: RESIL_LIM_* (binding.h) */
+	void *stats_st;	 /* the counters' block */
+	void *bk_st;	 /* a breaker without a slow-call rate (resil_breaker_lean) */
+	void *lim_st;	 /* a limiter without reservation (limit.wait = 0) */
+	void *bh_st;	 /* a bulkhead */
+	uint32_t bh_n;	 /* a fail-fast bulkhead of spread slots and host scope: its
+			  * slot count (the thread's last slot first); 0: the
+			  * bulkhead's own acquire and release decide */
+	uint32_t bk_off; /* the breaker's window offset (resil_breaker_win_off), any path */
+	/* the breaker's OPEN wait and streak bits (resil_breaker_lean_wait),
+	 * and its longest wait: the bound of a Retry-After (resil_breaker_wait_cap) */
 	int64_t bk_wait;
 	uint64_t bk_streaks;
-	int64_t bk_cap; /* its longest wait: the bound of a Retry-After (resil_breaker_wait_cap) */
-	/* lean keyed limiter: the segment's hash seeds (fixed for its life),
-	 * so that a key's hash waits for no load but this line's */
+	int64_t bk_cap;
+	/* the segment's hash seeds (fixed for its life), so that a key's hash
+	 * waits for no load but this line's */
 	uint64_t key_seeds[2];
 };
 
@@ -261,7 +275,6 @@ void resil_priv_after_fork(struct resil *r);
 /* Fill a decision context for handle p; returns the current record, or
  * NULL with *err = -ENOENT when the policy is gone. No syscall. */
 const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err);
-const struct resil_rec *resil_priv_ctx_rel(resil_policy_t *p, struct resil_ctx *x, int *err);
 /* Does rec still carry gen (it was not reused since: shm/seg.c "Reuse")?
  * For whoever holds a record across a call of the application's. */
 bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen);

@@ -457,7 +457,7 @@ static void run_hedge(struct hround *h, int k)
 	}
 	pthread_mutex_unlock(&h->lock);
 
-	rec = resil_priv_ctx_rel(h->p, &x, &err);
+	rec = resil_priv_ctx(h->p, &x, &err);
 	if (!rec)
 		return;
 	budget = resil_budget_state_for(x.seg, rec, &bc);
@@ -639,7 +639,7 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 
 	if (RESIL_UNLIKELY(!p || !fn))
 		return -EINVAL;
-	rec = resil_priv_ctx_rel(p, &x, &err);
+	rec = resil_priv_ctx(p, &x, &err);
 	if (RESIL_UNLIKELY(!rec))
 		return err ? err : -ENOENT;
 	outer = tl_attempt ? tl_attempt->deadline_ns : 0;
@@ -785,7 +785,7 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 							       : RESIL_CALL_ERR + cls;
 		sleep_ns(&x.clock, d);
 		/* the next attempt: current record, one clock reading */
-		rec = resil_priv_ctx_rel(p, &x, &err);
+		rec = resil_priv_ctx(p, &x, &err);
 		if (!rec)
 			return err ? err : -ENOENT;
 		now = resil_ctx_now(&x);

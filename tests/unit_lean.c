@@ -27,6 +27,21 @@
 #include "stats.h"
 #include "testutil.h"
 
+/* What the handle's binding decides by (internal.h, struct resil_binding:
+ * the decision path's branches): 0 the general path; 3 the counters
+ * alone; 4 a breaker; 1 a bulkhead; 2 a limiter; 5 two or three of them. */
+static uint32_t branch_of(const resil_policy_t *p)
+{
+	const struct resil_binding *b = atomic_load(&p->b);
+	int n = (b->bk_st != NULL) + (b->lim_st != NULL) + (b->bh_st != NULL);
+
+	if (b->general)
+		return 0;
+	if (n > 1)
+		return 5;
+	return b->bk_st ? 4 : b->bh_st ? 1 : b->lim_st ? 2 : 3;
+}
+
 static resil_t *r;
 
 static int open_emb(void **state)
@@ -75,8 +90,7 @@ static void test_lean_counts_as_general(void **state)
 	assert_int_equal(resil_define(r, "pool", "bulkhead.max = 2"), 0);
 	assert_int_equal(resil_policy(r, "pool", &p), 0);
 	rec = test_rec_of(r, "pool");
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean,
-			 1); /* bound lean: the path under test */
+	assert_int_equal(branch_of(p), 1); /* bound lean: the path under test */
 
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal(resil_acquire(p, &b), RESIL_ADMIT);
@@ -132,7 +146,7 @@ static void test_lean_only_when_alone(void **state)
 		assert_int_equal(resil_policy(r, "mixed", &p), 0);
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* binds */
 		resil_release(p, &a, RESIL_SUCCESS);
-		assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 0);
+		assert_int_equal(branch_of(p), 0);
 	}
 }
 
@@ -150,14 +164,14 @@ static void test_lean_permit_outlives_rebind(void **state)
 	assert_int_equal(resil_policy(r, "dep", &p), 0);
 	lean_rec = test_rec_of(r, "dep");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 1);
+	assert_int_equal(branch_of(p), 1);
 
 	/* a shedder joins: a new record, a new block, bound general */
 	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2; shed.k = 2"), 0);
 	gen_rec = test_rec_of(r, "dep");
 	assert_ptr_not_equal(gen_rec, lean_rec);
 	assert_int_equal(resil_acquire(p, &g), RESIL_ADMIT);
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 0);
+	assert_int_equal(branch_of(p), 0);
 	assert_int_equal(held(gen_rec), 1);
 
 	resil_release(p, &a, RESIL_SUCCESS); /* the lean permit, by the general path */
@@ -169,7 +183,7 @@ static void test_lean_permit_outlives_rebind(void **state)
 	 * still goes back to its own block */
 	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2"), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 1);
+	assert_int_equal(branch_of(p), 1);
 	resil_release(p, &g, RESIL_FAILURE);
 	assert_int_equal(held(gen_rec), 0);
 	assert_int_equal(count(gen_rec, RESIL_STAT_FAILURE), 1);
@@ -196,7 +210,8 @@ static void test_lean_bulkhead_hint(void **state)
 	pool = resil_bulkhead_pool(st);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(resil_acquire(p, &a[i]), RESIL_ADMIT);
-	assert_int_equal(atomic_load(&p->b)->lean, 1 | (uint64_t)4 << 32);
+	assert_int_equal(branch_of(p), 1);
+	assert_int_equal(atomic_load(&p->b)->bh_n, 4);
 	assert_int_equal(resil_policy_may_wait(p), 0);
 	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL); /* a walk: sets the hint */
 	assert_int_equal(atomic_load(&st->full), 1);
@@ -264,7 +279,8 @@ static void test_lean_bulkhead_wait(void **state)
 	(void)state;
 	st = bulkhead_policy("wpool", "bulkhead.max = 1; bulkhead.wait = 30s", &p, &rec);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(atomic_load(&p->b)->lean, 1); /* lean, no slot count */
+	assert_int_equal(branch_of(p), 1);
+	assert_int_equal(atomic_load(&p->b)->bh_n, 0); /* no slot count */
 	assert_int_equal(resil_policy_may_wait(p), 1); /* a binding's GIL goes */
 	w.p = p;
 	assert_int_equal(pthread_create(&th, NULL, lean_waiter_main, &w), 0);
@@ -310,7 +326,8 @@ static void test_lean_bulkhead_packed(void **state)
 	st = bulkhead_policy("packed", "bulkhead.max = 1100", &p, &rec);
 	for (int i = 0; i < 1100; i++)
 		assert_int_equal(resil_acquire(p, &a[i]), RESIL_ADMIT);
-	assert_int_equal(atomic_load(&p->b)->lean, 1); /* lean, no slot count */
+	assert_int_equal(branch_of(p), 1);
+	assert_int_equal(atomic_load(&p->b)->bh_n, 0); /* no slot count */
 	assert_int_equal(resil_policy_may_wait(p), 0);
 	assert_int_equal(held(rec), 1100);
 	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL); /* a walk: sets the hint */
@@ -330,7 +347,7 @@ static void test_lean_bulkhead_packed(void **state)
 	gen_rec = test_rec_of(r, "packed");
 	assert_ptr_not_equal(gen_rec, rec);
 	assert_int_equal(resil_acquire(p, &x), RESIL_ADMIT);
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 0);
+	assert_int_equal(branch_of(p), 0);
 	resil_release(p, &a[1099], RESIL_SUCCESS);
 	assert_int_equal(held(rec), 0);
 	resil_release(p, &x, RESIL_SUCCESS);
@@ -349,7 +366,8 @@ static void test_lean_bulkhead_partition(void **state)
 	(void)state;
 	bulkhead_policy("part", "bulkhead.max = 2; bulkhead.critical = 50%", &p, &rec);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(atomic_load(&p->b)->lean, 1); /* lean, no slot count */
+	assert_int_equal(branch_of(p), 1);
+	assert_int_equal(atomic_load(&p->b)->bh_n, 0); /* no slot count */
 	assert_int_equal(resil_policy_may_wait(p), 0);
 	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL); /* the reserve */
 	assert_int_equal(resil_acquire_ex(p, &crit, &b), RESIL_ADMIT);
@@ -388,8 +406,8 @@ static void test_lean_limit(void **state)
 	assert_int_equal(resil_policy(r, "rate", &p), 0);
 	rec = test_rec_of(r, "rate");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 2);
-	assert_int_equal(atomic_load(&p->b)->lean >> 32, 1); /* GCRA: no context */
+	assert_int_equal(branch_of(p), 2);
+	assert_int_equal(atomic_load(&p->b)->lim_way, 1); /* GCRA: no context */
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* the burst */
 	resil_release(p, &a, RESIL_SUCCESS);
@@ -419,7 +437,7 @@ static void test_lean_limit(void **state)
 	/* reserving: the general path */
 	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.wait = 1s"), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 0);
+	assert_int_equal(branch_of(p), 0);
 	resil_release(p, &a, RESIL_SUCCESS);
 }
 
@@ -446,7 +464,7 @@ static void test_lean_stack(void **state)
 	rec = test_rec_of(r, "stk");
 	ls = resil_comp_state(&r->seg, rec, RESIL_C_LIMIT);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* token 1 */
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 5);
+	assert_int_equal(branch_of(p), 5);
 	assert_int_equal(resil_acquire(p, &b), RESIL_ADMIT); /* token 2 */
 	assert_int_equal(held(rec), 2);
 	assert_int_equal(resil_acquire(p, &c), RESIL_REJECT_FULL); /* token 3, given back */
@@ -605,8 +623,7 @@ static void test_lean_twin(void **state)
 				assert_int_equal(resil_permit_wait_ns(&pl[n]),
 						 resil_permit_wait_ns(&pg[n]));
 				if (step > 0)
-					assert_int_equal((uint32_t)atomic_load(&l->b)->lean,
-							 twin[k].lean);
+					assert_int_equal(branch_of(l), twin[k].lean);
 				n += vl == RESIL_ADMIT;
 			} else if (op < 6 && n > 0) {
 				twin_release(l, g, pl, pg, &n, z);
@@ -648,9 +665,9 @@ static void test_lean_keyed(void **state)
 	assert_int_equal(resil_policy(r, "ip", &p), 0);
 	rec = test_rec_of(r, "ip");
 	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_ADMIT);
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 2);
+	assert_int_equal(branch_of(p), 2);
 	/* keyed: no context for a key found in its first two buckets */
-	assert_int_equal(atomic_load(&p->b)->lean >> 32, 2);
+	assert_int_equal(atomic_load(&p->b)->lim_way, 2);
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_REJECT_LIMITED);
 	assert_int_equal(resil_permit_wait_ns(&a), 100 * 1000000LL);
@@ -727,7 +744,7 @@ static void test_lean_keyed_twin(void **state)
 				assert_int_equal(vl, vg);
 				assert_int_equal(resil_permit_wait_ns(&pl[n]),
 						 resil_permit_wait_ns(&pg[n]));
-				assert_int_equal(atomic_load(&l->b)->lean >> 32, 2);
+				assert_int_equal(atomic_load(&l->b)->lim_way, 2);
 				admitted += vl == RESIL_ADMIT;
 				n += vl == RESIL_ADMIT;
 			} else if (op < 6 && n > 0) {
@@ -802,7 +819,7 @@ static void test_lean_breaker(void **state)
 		assert_int_equal(resil_policy(r, "lb", &p), 0);
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* binds */
 		resil_release(p, &a, RESIL_SUCCESS);
-		assert_int_equal((uint32_t)atomic_load(&p->b)->lean, i == 0 ? 3 : 4);
+		assert_int_equal(branch_of(p), i == 0 ? 3 : 4);
 	}
 	/* slow-call rates stamp a time: general */
 	assert_int_equal(
@@ -810,7 +827,7 @@ static void test_lean_breaker(void **state)
 	assert_int_equal(resil_policy(r, "slow", &p), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	resil_release(p, &a, RESIL_SUCCESS);
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 0);
+	assert_int_equal(branch_of(p), 0);
 
 	assert_int_equal(resil_define(r, "cb", lean[1]), 0);
 	assert_int_equal(resil_policy(r, "cb", &p), 0);
@@ -819,7 +836,7 @@ static void test_lean_breaker(void **state)
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 		resil_release(p, &a, RESIL_SUCCESS);
 	}
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 4);
+	assert_int_equal(branch_of(p), 4);
 	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 7);
 	/* 5 failures after 7 successes: 5 of the last 10 failed (50%) */
 	for (int i = 0; i < 5; i++) {
@@ -880,7 +897,7 @@ static void test_lean_open_wait(void **state)
 	assert_int_equal(resil_policy(r, "ow", &p), 0);
 	rec = test_rec_of(r, "ow");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 4);
+	assert_int_equal(branch_of(p), 4);
 	resil_release(p, &a, RESIL_FAILURE);
 	for (size_t i = 0; i < RESIL_ARRAY_SIZE(waits_ms); i++) {
 		int64_t opened = now_ns;
@@ -916,7 +933,7 @@ static void test_lean_open_wait(void **state)
 	rec = test_rec_of(r, "short");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	resil_release(p, &a, RESIL_FAILURE);
-	assert_int_equal((uint32_t)atomic_load(&p->b)->lean, 4);
+	assert_int_equal(branch_of(p), 4);
 	now_ns += 49 * ms;
 	assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_OPEN);
 	assert_int_equal(count(rec, RESIL_STAT_REJ_OPEN), 1);
@@ -974,8 +991,8 @@ static void test_rebind_window_offset(void **state)
 			assert_non_null(rec);
 			off = resil_breaker_win_off(&rec->conf.breaker);
 			/* the handle re-bound to the new record, its offset with it */
-			assert_int_equal((uint32_t)(atomic_load(&p->b)->lean >> 32), off);
-			assert_int_equal((uint32_t)atomic_load(&p->b)->lean, kind[k]);
+			assert_int_equal(atomic_load(&p->b)->bk_off, off);
+			assert_int_equal(branch_of(p), kind[k]);
 			if (round)
 				assert_true((off & ~1u) > (off_before & ~1u));
 			off_before = off;
