@@ -45,11 +45,11 @@ struct Resil__Response;
  * other publishes a new one, and the one it replaces is retired: a
  * thread may be deciding with it at that moment, so it is kept
  * RESIL_BINDING_GRACE_NS (a decision lasts microseconds; the grace is
- * the segments' reuse grace, shm/seg.c "Reuse", for the same reason),
+ * the segments' reuse grace, docs/internals/seg.md "Reuse", for the same reason),
  * then goes to the handle's spares, which the next binds take before
  * they allocate (the one that rested longest first). A spare keeps a
  * binding's memory: a thread stopped inside a decision for longer than
- * the grace (SIGSTOP, a debugger; the crash window seg.c's "Reuse"
+ * the grace (SIGSTOP, a debugger; the crash window docs/internals/seg.md's "Reuse"
  * accepts for records) reads a mix of two bindings' pointers into
  * mappings that stay mapped, not freed memory; only spares beyond
  * RESIL_BINDING_SPARES that rested RESIL_BINDING_REST_NS are freed. So
@@ -275,7 +275,7 @@ void resil_priv_after_fork(struct resil *r);
 /* Fill a decision context for handle p; returns the current record, or
  * NULL with *err = -ENOENT when the policy is gone. No syscall. */
 const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err);
-/* Does rec still carry gen (it was not reused since: shm/seg.c "Reuse")?
+/* Does rec still carry gen (it was not reused since: docs/internals/seg.md "Reuse")?
  * For whoever holds a record across a call of the application's. */
 bool resil_priv_rec_current(const struct resil_rec *rec, uint32_t gen);
 
@@ -315,7 +315,7 @@ static inline void resil_priv_check(struct resil *r, int64_t now)
 }
 
 /* How long an embedded define waits for configuration records earlier
- * changes left in their grace period (shm/seg.c, "Reuse"): as resild
+ * changes left in their grace period (docs/internals/seg.md, "Reuse"): as resild
  * waits for a create (RESILD_SPACE_WAIT_NS). */
 #define RESIL_DEFINE_WAIT_NS (2 * RESIL_REUSE_GRACE_NS + 100 * RESIL_NS_PER_MS)
 

@@ -493,7 +493,7 @@ static void run_hedge(struct hround *h, int k)
 	tl_attempt = a.outer;
 	x.now = 0;
 	/* the record reused while fn ran (the policy changed shape or went
-	 * away a grace period ago, shm/seg.c "Reuse"): its block is another
+	 * away a grace period ago, docs/internals/seg.md "Reuse"): its block is another
 	 * policy's now, so nothing is written there */
 	cur = resil_priv_rec_current(rec, rgen);
 	if (!cur)
@@ -765,7 +765,7 @@ RESIL_API int resil_call(resil_policy_t *p, int (*fn)(void *arg, resil_attempt_t
 			cls = RESIL_ERR_TIMEOUT;
 		if (cls < 0)
 			cls = RESIL_ERR_TRANSIENT;
-		/* the record reused while fn ran (shm/seg.c "Reuse"): its block
+		/* the record reused while fn ran (docs/internals/seg.md "Reuse"): its block
 		 * is another policy's; the attempt's result stands, unrecorded */
 		if (RESIL_UNLIKELY(!resil_priv_rec_current(rec, rgen)))
 			return cls == RESIL_ERR_NONE ? 0 : RESIL_CALL_ERR + cls;

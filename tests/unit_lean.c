@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * unit_lean.c - libresil's lean decisions (libresil.c, "Lean decisions"):
- * a policy that is only a scanned bulkhead (fail-fast, waiting or with a
- * critical share), a
- * limiter (keyed or not),
- * the counters, or a breaker without a slow-call rate, or a stack of two
- * or three of a breaker, an unkeyed GCRA and a fail-fast bulkhead, is
- * decided without the general context, on the same words and with the
- * same counts, and
- * its permits are complete ones that the general path releases after a
- * re-bind.
+ * unit_lean.c - the branches of libresil's one decision path (client/
+ * acquire.c, release.c; docs/internals/libresil.md, "The decision path"):
+ * a policy that is only a bulkhead (fail-fast, waiting, with a critical
+ * share or of packed slots), a limiter (keyed or not), the counters, or a
+ * breaker without a slow-call rate, or two or three of a breaker, an
+ * unkeyed GCRA and a fail-fast bulkhead, is decided by the binding's
+ * branches on the same words and with the same counts as the general
+ * path (the twin tests: the same shape with a histogram, which makes it
+ * general), and its permits are complete ones that the general path
+ * releases after a re-bind.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -570,8 +570,8 @@ static void twin_release_all(resil_policy_t *l, resil_policy_t *g, resil_permit_
  * Retry-After, state, the slots held and every count agree. */
 static void test_lean_twin(void **state)
 {
-	/* every lean kind but the keyed limiter (test_lean_keyed_twin): the
-	 * kind the binding must hold (libresil.c's RESIL_LEAN_*), the shape */
+	/* every branch but the keyed limiter's (test_lean_keyed_twin): the
+	 * branches the binding must hold (branch_of), the shape */
 	static const struct {
 		uint32_t lean;
 		const char *shape;
