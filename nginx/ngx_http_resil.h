@@ -46,6 +46,7 @@ typedef struct {
 typedef struct {
 	ngx_uint_t policy;		     /* index in names */
 	ngx_int_t key_index;		     /* key=$name: the variable's index; else NGX_ERROR */
+	ngx_uint_t key_addr;		     /* key=$binary_remote_addr */
 	ngx_http_complex_value_t *key_value; /* key=text$with$variables; else NULL */
 	ngx_uint_t outcome_upstream;	     /* release with the upstream's result */
 } ngx_http_resil_rule_t;
@@ -74,6 +75,7 @@ typedef struct {
 	ngx_event_t tick;	    /* once a second: the library looks for resild */
 	ngx_connection_t tick_conn; /* what nginx's timer code names an event by (fd -1) */
 	ngx_int_t attached;	    /* what the last tick saw (resil_attached) */
+	struct resil_req req;	    /* a keyed decision's: its key set, the rest 0 */
 } ngx_http_resil_worker_t;
 
 extern ngx_http_resil_worker_t ngx_http_resil_worker;

@@ -304,6 +304,11 @@ static char *ngx_http_resil_key(ngx_conf_t *cf, ngx_http_resil_rule_t *rule, ngx
 		}
 		if (i == name.len) {
 			rule->key_index = ngx_http_get_variable_index(cf, &name);
+			/* the client's address, read where nginx's own variable
+			 * reads it (after realip): the request's address itself */
+			rule->key_addr =
+			    name.len == sizeof("binary_remote_addr") - 1 &&
+			    ngx_strncmp(name.data, "binary_remote_addr", name.len) == 0;
 			return rule->key_index == NGX_ERROR ? NGX_CONF_ERROR : NGX_CONF_OK;
 		}
 	}
@@ -494,6 +499,7 @@ static ngx_int_t ngx_http_resil_init_process(ngx_cycle_t *cycle)
 	if (mcf == NULL || (mcf->names.nelts == 0 && mcf->decls.nelts == 0))
 		return NGX_OK;
 
+	ngx_memzero(&w->req, sizeof(w->req));
 	ngx_memzero(&opts, sizeof(opts));
 	opts.size = sizeof(opts);
 	opts.socket_path = mcf->socket.len ? (const char *)mcf->socket.data : NULL;

@@ -4,10 +4,12 @@
  * its location in the preaccess phase (where limit_req decides), and the
  * outcome of what it held in the log phase.
  *
- * Preaccess: each rule in order asks its policy (resil_acquire_key with
- * the key variable's own bytes, or resil_acquire): no lock or syscall
- * beyond nginx's own, and nothing allocated for a request that holds no
- * permit: its verdict goes into $resil_verdict's slot of r->variables,
+ * Preaccess: each rule in order asks its policy (resil_acquire_ex with
+ * the key variable's own bytes, read in place, or resil_acquire; a
+ * $binary_remote_addr key is the connection's address itself, where
+ * nginx's variable reads it): no lock or syscall beyond nginx's own, and
+ * nothing allocated for a request that holds no permit: its verdict
+ * goes into $resil_verdict's slot of r->variables,
  * which nginx allocated with the request (and which an internal redirect
  * keeps: the slot says the request was decided). A refusal releases what
  * the earlier rules took, as ignored (the request never reached what they
@@ -136,33 +138,66 @@ static void ngx_http_resil_set_verdict(ngx_http_variable_value_t *slot, ngx_uint
 	slot->not_found = 0;
 }
 
+/* A keyed rule's key, into the worker's request: a view of bytes nginx
+ * keeps for the request (nothing copied, except a key=text$with$variables,
+ * built in its pool), or -ENOMEM. An unset or empty value is the empty
+ * key, which limit.empty_key decides. */
+static int ngx_http_resil_key(ngx_http_request_t *r, ngx_http_resil_rule_t *rule,
+			      struct resil_req *req)
+{
+	struct sockaddr *sa = r->connection->sockaddr;
+	ngx_http_variable_value_t *vv;
+	ngx_str_t key;
+
+	/* $binary_remote_addr's bytes, as nginx's variable gives them (its
+	 * other families, AF_UNIX, through the variable) */
+	if (rule->key_addr && sa->sa_family == AF_INET) {
+		req->key = &((struct sockaddr_in *)sa)->sin_addr;
+		req->key_len = sizeof(struct in_addr);
+		return 0;
+	}
+#if (NGX_HAVE_INET6)
+	if (rule->key_addr && sa->sa_family == AF_INET6) {
+		req->key = ((struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+		req->key_len = sizeof(struct in6_addr);
+		return 0;
+	}
+#endif
+	req->key = "";
+	req->key_len = 0;
+	if (rule->key_index != NGX_ERROR) {
+		vv = ngx_http_get_indexed_variable(r, (ngx_uint_t)rule->key_index);
+		if (vv != NULL && !vv->not_found && vv->len != 0 && vv->data != NULL) {
+			req->key = vv->data;
+			req->key_len = vv->len;
+		}
+		return 0;
+	}
+	if (ngx_http_complex_value(r, rule->key_value, &key) != NGX_OK)
+		return -ENOMEM;
+	if (key.len) {
+		req->key = key.data;
+		req->key_len = key.len;
+	}
+	return 0;
+}
+
 /* One rule's decision: a verdict (>= 0) or -errno. */
 static int ngx_http_resil_decide(ngx_http_request_t *r, ngx_http_resil_rule_t *rule,
 				 ngx_http_resil_handle_t *h, resil_permit_t *permit)
 {
-	ngx_http_variable_value_t *vv;
-	ngx_str_t key;
+	struct resil_req *req = &ngx_http_resil_worker.req;
+	int rc;
 
 	/* a policy whose acquire may sleep (bulkhead.wait, limit.wait: one
 	 * resild's files define) is never asked: the event loop does not
 	 * wait (the tick keeps h->waits, ngx_http_resil_module.c) */
 	if (h->waits)
 		return -EWOULDBLOCK;
-	if (rule->key_index != NGX_ERROR) {
-		vv = ngx_http_get_indexed_variable(r, (ngx_uint_t)rule->key_index);
-		/* an unset or empty variable is an empty key: limit.empty_key
-		 * decides it */
-		if (vv == NULL || vv->not_found || vv->len == 0 || vv->data == NULL)
-			return resil_acquire_key(h->p, "", 0, permit);
-		return resil_acquire_key(h->p, vv->data, vv->len, permit);
-	}
-	if (rule->key_value != NULL) {
-		if (ngx_http_complex_value(r, rule->key_value, &key) != NGX_OK)
-			return -ENOMEM;
-		return resil_acquire_key(h->p, key.len ? (void *)key.data : (void *)"", key.len,
-					 permit);
-	}
-	return resil_acquire(h->p, permit);
+	if (rule->key_index == NGX_ERROR && rule->key_value == NULL)
+		return resil_acquire(h->p, permit);
+	rc = ngx_http_resil_key(r, rule, req);
+	return rc < 0 ? rc : resil_acquire_ex(h->p, req, permit);
 }
 
 /* Retry-After, in whole seconds rounded up, on the refusal. */

@@ -555,10 +555,13 @@ def case_limit(env):
     n = Nginx(env, "ip", rd.sock, """
     resil_policy ip "limit.rate = 20/s; limit.burst = 5; limit.keys = 1000";
     resil_policy wide "limit.rate = 100000/s; limit.burst = 100000; limit.keys = 1000";
+    resil_policy few "limit.rate = 1/m; limit.burst = 2; limit.keys = 64";
     server {
         listen 127.0.0.1:@PORT@ reuseport;
+        listen [::1]:@PORT@ reuseport;
         location = /pid { return 200 "$pid"; }
         location / { resil ip key=$binary_remote_addr outcome=none; try_files /index.html =404; }
+        location /few { resil few key=$binary_remote_addr outcome=none; try_files /index.html =404; }
         location /plain { try_files /index.html =404; }
         location /wide { resil wide key=$binary_remote_addr outcome=none; try_files /index.html =404; }
         location /held { resil wide key=$binary_remote_addr; try_files /index.html =404; }
@@ -594,6 +597,27 @@ def case_limit(env):
               "%s: every refusal has Retry-After: %s" % (src, dict(retry)))
         check(len([p for p in pids if pids[p]]) >= 2,
               "%s: the requests went through several workers: %s" % (src, dict(pids)))
+
+    # $binary_remote_addr of an IPv6 client: its 16 bytes, a key of its own
+    def until_refused(host):
+        c = http.client.HTTPConnection(host, n.port, timeout=30)
+        admitted = 0
+        for _ in range(10):
+            c.request("GET", "/few")
+            r = c.getresponse()
+            r.read()
+            if r.status != 200:
+                break
+            admitted += 1
+        c.close()
+        return admitted, r.status
+
+    v4, v6, again = until_refused("127.0.0.1"), until_refused("::1"), until_refused("127.0.0.1")
+    print("/few (1/m, burst 2): 127.0.0.1 %s, then ::1 %s, then 127.0.0.1 %s" % (v4, v6, again))
+    check(v4[1] == 429 and v4[0] >= 1, "127.0.0.1 is refused once its allowance is spent: %s"
+          % (v4,))
+    check(v6 == v4, "::1 has its own key, the same allowance: %s against %s" % (v6, v4))
+    check(again == (0, 429), "127.0.0.1 stays refused: %s" % (again,))
 
 
 def ppid(pid):
