@@ -973,7 +973,7 @@ def report(outdir, path):
     # (bench/php_bench.py --write), nginx (bench/nginx_bench.py --write), the
     # figures the design comments name by bench case (design.md)
     here = os.path.dirname(os.path.abspath(__file__))
-    for kept in ("sizes.md", "untrusted.md", "global.md", "clock.md", "python.md", "php.md",
+    for kept in ("decision.md", "sizes.md", "untrusted.md", "global.md", "clock.md", "python.md", "php.md",
                  "nginx.md",
                  "design.md"):
         kp = os.path.join(here, kept)
