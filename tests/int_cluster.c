@@ -196,6 +196,16 @@ static uint64_t adm_span(int h, int from, int to)
 	return n;
 }
 
+/* Host h admitted at least min in the last whole second of buckets
+ * (exactly: none when min is 0). */
+static bool last_second(int h, uint64_t min)
+{
+	int b = bucket_now();
+	uint64_t n = adm_span(h, b - 11, b - 1);
+
+	return min ? n >= min : n == 0;
+}
+
 /* Every host but B (gone) connected to Redis, on a lease and admitting
  * at least 85% of its share (A 625, C 75, D 300 of 1,000/s: C's and D's
  * demands met, A the rest) in the last whole second of buckets. */
@@ -442,10 +452,15 @@ int main(void)
 	       (unsigned long long)adm_span(0, b0 - 10, b0),
 	       (unsigned long long)adm_span(1, b0 - 10, b0),
 	       (unsigned long long)adm_span(2, b0 - 10, b0));
-	/* max-min fair: C 75, B 225, A the remaining 700 (85%: pacing) */
-	CHECK(adm_span(2, b0 - 10, b0) >= 75 * 85 / 100, "C gets its demand");
-	CHECK(adm_span(1, b0 - 10, b0) >= 225 * 85 / 100, "B gets its demand");
-	CHECK(adm_span(0, b0 - 10, b0) >= 700 * 85 / 100, "A gets the rest");
+	/* max-min fair: C 75, B 225, A the remaining 700 (85%: pacing),
+	 * eventually, within 10 s: a loaded machine stretches a second */
+	CHECK(TEST_EVENTUALLY(last_second(2, 75 * 85 / 100) && last_second(1, 225 * 85 / 100) &&
+			      last_second(0, 700 * 85 / 100)),
+	      "C gets its demand, B its demand, A the rest (the last second: A %llu B %llu C "
+	      "%llu)",
+	      (unsigned long long)adm_span(0, bucket_now() - 11, bucket_now() - 1),
+	      (unsigned long long)adm_span(1, bucket_now() - 11, bucket_now() - 1),
+	      (unsigned long long)adm_span(2, bucket_now() - 11, bucket_now() - 1));
 	status_checks();
 
 	/* 2: D joins with 300/s: fair shares C 75, B 225, D 300, A 400 */
@@ -531,7 +546,7 @@ int main(void)
 				metric(3, "resil_cluster_share"), metric(3, "resil_cluster_demand"),
 				metric(3, "resil_cluster_hosts"));
 		}
-		CHECK(adm_span(3, b2 - 10, b2) >= 300 * 85 / 100, "D holds its share");
+		CHECK(TEST_EVENTUALLY(last_second(3, 300 * 85 / 100)), "D holds its share");
 		CHECK(first >= 0, "D reached 80%% of its share in a bucket");
 		/* counted from its workers' start, the bucket they started in
 		 * included: the demand is seen within a quarter interval and
@@ -541,7 +556,7 @@ int main(void)
 		      "D reached 80%% of its share within 3 intervals of its workers' start, "
 		      "in one of three joins (the last took %d)",
 		      first - b1);
-		CHECK(adm_span(0, b2 - 10, b2) >= 400 * 85 / 100, "A holds the rest");
+		CHECK(TEST_EVENTUALLY(last_second(0, 400 * 85 / 100)), "A holds the rest");
 	}
 
 	/* 3: B leaves: its share goes to A once B's leases ran out */
@@ -549,7 +564,7 @@ int main(void)
 	test_daemon_stop(&hd[1]);
 	wait_buckets(30);
 	b3 = bucket_now();
-	CHECK(adm_span(0, b3 - 10, b3) >= 625 * 85 / 100, "A takes B's share after B left");
+	CHECK(TEST_EVENTUALLY(last_second(0, 625 * 85 / 100)), "A takes B's share after B left");
 
 	/* 4: Redis killed for 5 s: leases run out, fallback reject */
 	test_redis_kill(&rd);
@@ -590,8 +605,10 @@ int main(void)
 	kill(hd[0].pid, SIGSTOP);
 	wait_buckets(20);
 	b6 = bucket_now();
-	CHECK(adm_span(0, b6 - 10, b6) == 0, "A's workers fall back while A's daemon is stopped");
-	CHECK(adm_span(3, b6 - 10, b6) >= 300 * 85 / 100, "D keeps its share");
+	/* eventually: a lease fits the round trips of a loaded machine */
+	CHECK(TEST_EVENTUALLY(last_second(0, 0)),
+	      "A's workers fall back while A's daemon is stopped");
+	CHECK(TEST_EVENTUALLY(last_second(3, 300 * 85 / 100)), "D keeps its share");
 	kill(hd[0].pid, SIGCONT);
 	CHECK(TEST_EVENTUALLY(leased(0)), "A back on a lease after SIGCONT");
 	wait_buckets(15);
