@@ -534,9 +534,6 @@ static void *pool_main(void *arg)
 		}
 		j = pool.q[pool.head++ % HEDGE_QUEUE];
 		pthread_mutex_unlock(&pool.lock);
-		if (!j.round)
-			continue; /* withdrawn by its caller */
-
 		run_hedge(j.round, j.k);
 		pthread_mutex_lock(&j.round->lock);
 		j.round->jobs--;
@@ -591,20 +588,30 @@ static bool pool_post(struct hround *h, int k)
 	return ok;
 }
 
-/* The round is over: withdraw its jobs no worker has taken yet, so the
- * caller does not wait for a worker busy with another call. Lock order:
- * round, then pool (workers never hold both). */
+/*
+ * The round is over: take its jobs no worker has taken yet out of the
+ * queue (the jobs behind close ranks, in order), so the caller does not
+ * wait for a worker busy with another call, and their slots are free at
+ * once: a job left in its slot until a worker comes by would let a caller
+ * that makes calls faster than the workers are scheduled fill the queue
+ * with dead jobs, and its next hedges would be dropped (queue full).
+ * Lock order: round, then pool (workers never hold both).
+ */
 static void pool_withdraw(struct hround *h)
 {
-	pthread_mutex_lock(&pool.lock);
-	for (uint32_t i = pool.head; i != pool.tail; i++) {
-		struct hjob *j = &pool.q[i % HEDGE_QUEUE];
+	uint32_t to;
 
-		if (j->round == h) {
-			j->round = NULL;
+	pthread_mutex_lock(&pool.lock);
+	to = pool.head;
+	for (uint32_t i = pool.head; i != pool.tail; i++) {
+		struct hjob j = pool.q[i % HEDGE_QUEUE];
+
+		if (j.round == h)
 			h->jobs--;
-		}
+		else
+			pool.q[to++ % HEDGE_QUEUE] = j;
 	}
+	pool.tail = to;
 	pthread_mutex_unlock(&pool.lock);
 }
 
