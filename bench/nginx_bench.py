@@ -25,9 +25,11 @@ min .. max. Besides requests/s, the workers' CPU time per request
 (utime + stime of the master's children, from /proc, over the requests
 wrk counted): a decision's cost is what its variant adds to it over
 "neither", the figure the machine's other load moves least.
-The target: resil costs at most what limit_req costs. --write puts the
-table in bench/nginx.md and in BENCHMARKS.md (section "nginx", replaced
-if there).
+The target: resil costs at most what limit_req costs. Under callgrind,
+each variant's instructions per request, and where a resil variant's go
+(the module, libresil, nginx's calls). --write puts the tables in
+bench/nginx.md (which bench/report.py includes in BENCHMARKS.md) and in
+BENCHMARKS.md's section "nginx".
 """
 import argparse
 import http.client
@@ -223,11 +225,79 @@ def instructions(i, name, http_conf, loc, sock, n):
         if r.status != 200:
             sys.exit("%s answered %d under callgrind" % (name, r.status))
     c.close()
-    p.send_signal(signal.SIGQUIT)
-    p.wait(60)
+    # SIGQUIT, again until it exits: one that lands between nginx's look
+    # at its flags and its epoll_wait (a window valgrind widens) leaves it
+    # asleep until an event, and with no timer set none comes
+    for _ in range(30):
+        p.send_signal(signal.SIGQUIT)
+        try:
+            p.wait(2)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+    else:
+        p.kill()
+        sys.exit("%s under callgrind did not exit" % name)
     with open(out) as f:
         ir = [int(l.split()[1]) for l in f if l.startswith(("summary:", "totals:"))]
-    return ir[0] / n
+    return ir[0] / n, where(out, n)
+
+
+def where(path, n):
+    """Where a variant's instructions go, per request, from callgrind's
+    profile: the module's own code (self cost of ngx_http_resil_module.so),
+    what it calls in libresil (inclusive: the decision and the release),
+    what it calls in nginx and libc (variables, pool allocations), and the
+    decision clock's re-anchoring (resil_tsc_anchor, inclusive: under
+    valgrind the TSC's extrapolation never holds, see shm/clock.c, so every
+    reading takes it; natively a reading extrapolates in line)."""
+    names, cur_ob, cur_fn, call_ob, call_fn, pos = {}, None, None, None, None, [0, 0]
+    sums = {"module": 0, "libresil": 0, "nginx": 0, "anchor": 0}
+    in_call = False
+
+    def is_module(ob):
+        return ob is not None and ob.endswith("ngx_http_resil_module.so")
+
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^(c?)(ob|fn|fl|fi|fe)=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+            if m:
+                c, kind, i, name = m.groups()
+                kind = "fl" if kind in ("fi", "fe") else kind
+                if name:
+                    names[(kind, i)] = name
+                name = names.get((kind, i))
+                if kind == "ob":
+                    if c:
+                        call_ob = name
+                    else:
+                        cur_ob = name
+                elif kind == "fn":
+                    if c:
+                        call_fn = name
+                    else:
+                        cur_fn, call_ob = name, None
+                continue
+            if line.startswith("calls="):
+                in_call = True
+                continue
+            if not line[:1] or line[0] not in "0123456789+-*":
+                continue
+            parts = line.split()  # position(s), then Ir (the one event)
+            if len(parts) < 2:
+                in_call = False
+                continue
+            cost = int(parts[-1])
+            if in_call:
+                in_call = False
+                target, call_ob = call_ob or cur_ob, None
+                if call_fn and call_fn.startswith("resil_tsc_anchor"):
+                    sums["anchor"] += cost
+                if is_module(cur_ob) and not is_module(target):
+                    sums["libresil" if target and "libresil" in target else "nginx"] += cost
+            elif is_module(cur_ob):
+                sums["module"] += cost
+    return {k: v / n for k, v in sums.items()}
 
 
 def main():
@@ -243,11 +313,11 @@ def main():
             cpu[name].append(c)
         print("round %d: %s" % (r + 1, ", ".join("%s %.0f/s %.2f us" % (n, rps[n][-1], cpu[n][-1])
                                                   for n in rps)), flush=True)
-    instr = {}
+    instr, parts = {}, {}
     if args.requests and shutil.which("valgrind"):
         sock = os.path.join(tmp, "resild.sock")
         for i, (name, http_, loc) in enumerate(VARIANTS):
-            instr[name] = instructions(i, name, http_, loc, sock, args.requests)
+            instr[name], parts[name] = instructions(i, name, http_, loc, sock, args.requests)
             print("%s: %.0f instructions a request" % (name, instr[name]), flush=True)
     load = os.getloadavg()[0]
     base = statistics.median(cpu["neither"])
@@ -278,6 +348,24 @@ def main():
             lines.append("| %s | %.0f | %s |" % (name, instr[name], "-" if name == "neither"
                                                  else "%+.0f" % (instr[name] - instr["neither"])))
         added = {n: instr[n] - instr["neither"] for n in instr}
+        lines += ["", "Where a resil variant's added instructions go, per request (from the same "
+                  "profiles): the module's own code; what it calls in libresil (the decision "
+                  "and the release), of which the decision clock's re-anchoring "
+                  "(resil_tsc_anchor: under valgrind the TSC's extrapolation never holds, so "
+                  "every reading of the clock takes it, where natively a reading extrapolates "
+                  "in line); what it calls in nginx and libc (a key variable, the held permits' "
+                  "context and pool cleanup); and the rest, outside the module: nginx calling "
+                  "one more phase handler (limit_req's, compiled into nginx, is called in "
+                  "\"neither\" too) and the timer tree holding the module's once-a-second "
+                  "tick (one more node where the bench's one connection keeps one):",
+                  "", "| variant | added | module | libresil | of which clock re-anchor "
+                  "| nginx, libc | rest |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for name in ("resil", "resil held"):
+            w = parts[name]
+            rest = added[name] - w["module"] - w["libresil"] - w["nginx"]
+            lines.append("| %s | %+.0f | %.0f | %.0f | %.0f | %.0f | %.0f |" %
+                         (name, added[name], w["module"], w["libresil"], w["anchor"],
+                          w["nginx"], rest))
         verdict = "met" if added["resil"] <= added["limit_req"] else "not met"
         lines += ["", "- The target, resil costs at most what limit_req costs: in instructions, "
                   "resil's keyed limit adds %.0f a request against limit_req's %.0f: **%s**." %
