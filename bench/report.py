@@ -125,7 +125,7 @@ FLOORS = [
     ("clock_cas", "GCRA floor: CLOCK_MONOTONIC read + CAS", ""),
     ("fast_cas", "the decision clock + CAS", ""),
     ("coarse_cas", "coarse GCRA floor: CLOCK_MONOTONIC_COARSE read + CAS", ""),
-    ("hash_ip", "a key's hash (SipHash-2-4, the keyed table's): an IPv4 address as text, 15 bytes", ""),
+    ("hash_ip", "a key's hash (SipHash-1-3, the keyed table's): an IPv4 address as text, 15 bytes", ""),
     ("hash_api_key", "a key's hash: an API key, 32 bytes", ""),
     ("syscall_getppid", "one syscall (getppid)", "1,042"),
 ]

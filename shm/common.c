@@ -87,7 +87,11 @@ uint64_t resil_random_thread(void)
 	return resil_splitmix64(&rnd_state);
 }
 
-/* SipHash-2-4, 64-bit output. */
+/*
+ * SipHash-1-3, 64-bit output: the rounds CPython's and Rust's hash tables
+ * use. The key is a secret of the segment pair no client sees the hashes
+ * of, so flooding one bucket needs the key, which fewer rounds do not give.
+ */
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 #define SIPROUND                                                                                   \
 	do {                                                                                       \
@@ -127,7 +131,6 @@ uint64_t resil_hash64(const void *data, size_t len, uint64_t k0, uint64_t k1)
 		m = le64toh(m);
 		v3 ^= m;
 		SIPROUND;
-		SIPROUND;
 		v0 ^= m;
 	}
 	/* the last 0-7 bytes, little-endian, without a loop */
@@ -158,10 +161,8 @@ uint64_t resil_hash64(const void *data, size_t len, uint64_t k0, uint64_t k1)
 	}
 	v3 ^= b;
 	SIPROUND;
-	SIPROUND;
 	v0 ^= b;
 	v2 ^= 0xff;
-	SIPROUND;
 	SIPROUND;
 	SIPROUND;
 	SIPROUND;

@@ -36,7 +36,7 @@
 #define RESIL_LIMIT_FP_EMPTY 0ULL /* never used */
 #define RESIL_LIMIT_FP_TOMB  1ULL /* freed; claimable, does not end a lookup */
 struct resil_limit_entry {
-	ra64 fp; /* SipHash-2-4 fingerprint of the key (>= 2), or EMPTY / TOMB */
+	ra64 fp; /* SipHash-1-3 fingerprint of the key (>= 2), or EMPTY / TOMB */
 	ra64 st; /* gcra: TAT in ns; sliding-approx: window word */
 };
 #define RESIL_LIMIT_BUCKET 4
