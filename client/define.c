@@ -34,6 +34,7 @@
 #include "stats.h"
 #include "limit.h"
 #include "resil.pb-c.h"
+#include "seg_records.h"
 
 /* ---- embedded define lock ---- */
 

@@ -42,6 +42,7 @@
 #include "conf.h"
 #include "internal.h"
 #include "stats.h"
+#include "seg_records.h"
 
 /* A pending process's own pair: policies it declares (and placeholders),
  * its own row (a forked child makes its own pair), a small ring. State

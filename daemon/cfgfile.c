@@ -52,6 +52,7 @@
 #include "log.h"
 #include "owners.h"
 #include "resild.h"
+#include "seg_records.h"
 
 #define CFG_MAX_LINE  4096
 #define CFG_MAX_FILE  (1 << 20) /* bytes per file */

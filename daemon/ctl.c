@@ -46,6 +46,7 @@
 #include "log.h"
 #include "owners.h"
 #include "stats.h"
+#include "seg_records.h"
 
 #include "ctl_priv.h"
 

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "owners.h"
 #include "policy.h"
+#include "seg_records.h"
 #include "stats.h"
 #include "budget.h"
 

@@ -54,6 +54,7 @@
 #include "policy.h"
 #include "resild.h"
 #include "segmove.h"
+#include "seg_records.h"
 
 /*
  * Is a daemon serving path? 1 yes, 0 no (stale: nothing listens), <0 error.

@@ -52,6 +52,7 @@
 #include "cfgfile.h"
 #include "owners.h"
 #include "seg.h"
+#include "seg_records.h"
 
 #define OWNER_BUCKETS 256
 #define EXE_MAX	      256

@@ -63,6 +63,7 @@
 #include "policy.h"
 #include "resild.h"
 #include "segmove.h"
+#include "seg_records.h"
 
 /* How the old pool's holders are honoured. */
 enum bridge_kind {

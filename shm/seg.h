@@ -364,13 +364,6 @@ void resil_seg_unmap(struct resil_seg *s); /* closes fds too */
 /* Take the state geometry into s->geo from the validated config header;
  * resil_seg_map does it. -EBADMSG if invalid. */
 int resil_seg_take_geo(struct resil_seg *s, char *err, size_t errlen);
-/* Deep validation of an adopted pair (a restarted daemon, the fuzzer):
- * every directory entry, slot word and live record points inside the
- * segments, names are terminated, state blocks lie in the arena. Reads
- * nothing of the state segment but its header's identity: the records
- * and the geometry are the configuration's. -EBADMSG with what is wrong
- * in err. */
-int resil_seg_check(const struct resil_seg *s, char *err, size_t errlen);
 /* The daemon takes the arena's bump pointer into its private memory: the
  * end of the furthest block any record ever got (records live in the
  * config segment), or the shared word if it is further and in range.
@@ -426,8 +419,6 @@ int64_t resil_seg_next_free_ns(const struct resil_seg *s, bool records);
  * copy. Returns the number of words repaired (enum resil_word
  * RESIL_W_HEADER). */
 uint32_t resil_seg_repair_header(struct resil_seg *s);
-/* One record, as resil_seg_check sees it (the daemon checks before use). */
-bool resil_rec_sane(const struct resil_seg *s, const struct resil_rec *rec);
 
 static inline ra64 *resil_seg_dir(const struct resil_seg *s)
 {
@@ -464,36 +455,9 @@ int resil_seg_lookup(const struct resil_seg *s, const char *name, uint32_t *ret_
 		     uint64_t *ret_word);
 /* The record a slot word points at, NULL if it is free or corrupt. */
 struct resil_rec *resil_seg_rec_of(const struct resil_seg *s, uint64_t slot_word);
-/* Would resil_seg_define find conf identical to orec's? The comparison
- * a define makes. */
-bool resil_seg_conf_same(const struct resil_rec *orec, const struct resil_conf *conf);
+/* Defining, checking and deleting records: seg_records.h (they lay out
+ * the components' state, above this contract). */
 
-/*
- * Writer side (daemon, or embedded under define_lock): create or replace
- * NAME with CONF. A change that keeps the state's shape reuses the state
- * block; one that changes it gets a new block, carrying over what still
- * means something. -ENOSPC names the limit in err; -EAGAIN when the
- * records or arena space it needs are those of earlier changes waiting
- * out their grace period (resil_seg_next_free_ns: from when on).
- */
-int resil_seg_define(struct resil_seg *s, const char *name, const struct resil_conf *conf,
-		     uint32_t uid, uint32_t flags, int64_t now, char *err, size_t errlen);
-int resil_seg_delete(struct resil_seg *s, const char *name);
-/* What a define would take (resil_seg_define_cost: 0 of each when it
- * would leave the policy unchanged), or what is left (resil_seg_room). A
- * caller that applies several defines as one (a reload) checks their sum
- * against the room first, so it applies all of them or none. */
-struct resil_define_cost {
-	uint32_t records;
-	uint32_t slots;
-	uint64_t arena; /* bytes */
-};
-int resil_seg_define_cost(const struct resil_seg *s, const char *name,
-			  const struct resil_conf *conf, uint32_t flags,
-			  struct resil_define_cost *c);
-void resil_seg_room(const struct resil_seg *s, struct resil_define_cost *room);
-
-/* resil_seg_define's positive results: RESIL_DEFINE_* (names.h). */
 /* A valid policy name: 1..63 of [A-Za-z0-9_.:@-], not starting with '.' or
  * '-', '@' only first (budgets). The one rule, for every way in. */
 bool resil_name_valid(const char *name);

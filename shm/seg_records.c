@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "seg_priv.h"
+#include "seg_records.h"
 #include "conf.h"
 #include "policy.h"
 

@@ -29,6 +29,7 @@
 #include "conf.h"
 #include "counter.h"
 #include "policy.h"
+#include "seg_records.h"
 #include "resil.h"
 
 static int64_t manual_ns = 1000000000;

@@ -15,6 +15,7 @@
 #include "policy.h"
 #include "resil.h"
 #include "seg.h"
+#include "seg_records.h"
 
 /* The manual clock every context of the test reads; tests move it. */
 static int64_t now_ns = 1000 * RESIL_NS_PER_S;

@@ -42,7 +42,7 @@ layers='
 2 bulkhead.h bulkhead.c bulkhead_priv.h bulkhead_conf.c bulkhead_maint.c
 2 adaptive.h adaptive.c shed.h shed.c
 2 budget.h retry.c budget.c counter.h counter.c
-3 comp.c conf.h conf.c policy.h policy.c seg_records.c metrics.h metrics.c
+3 comp.c conf.h conf.c policy.h policy.c seg_records.h seg_records.c metrics.h metrics.c
 '
 
 # layer  files of daemon/

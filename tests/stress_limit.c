@@ -31,6 +31,7 @@
 #include "conf.h"
 #include "limit.h"
 #include "policy.h"
+#include "seg_records.h"
 #include "resil.h"
 
 #define NPROC	4

@@ -36,6 +36,7 @@
 #include "resil.h"
 #include "bulkhead.h"
 #include "policy.h"
+#include "seg_records.h"
 #include "testutil.h"
 
 static int64_t mono_ns(void)

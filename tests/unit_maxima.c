@@ -36,6 +36,7 @@
 #include "conf.h"
 #include "policy.h"
 #include "seg.h"
+#include "seg_records.h"
 
 static int parse(const char *text, char *err, size_t errlen)
 {

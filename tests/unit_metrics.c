@@ -34,6 +34,7 @@
 #include "stats.h"
 #include "testutil.h"
 #include "http.h"
+#include "seg_records.h"
 
 /* ---- the parser ---- */
 

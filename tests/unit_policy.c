@@ -17,6 +17,7 @@
 #include "internal.h"
 #include "budget.h"
 #include "policy.h"
+#include "seg_records.h"
 #include "bulkhead.h"
 #include "stats.h"
 

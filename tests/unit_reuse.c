@@ -37,6 +37,7 @@
 #include "conf.h"
 #include "policy.h"
 #include "seg.h"
+#include "seg_records.h"
 #include "stats.h"
 
 static int64_t later(void)

@@ -17,6 +17,7 @@
 
 #include "conf.h"
 #include "policy.h"
+#include "seg_records.h"
 
 static void define_ok(struct resil_seg *s, const char *name, const char *text, int expect)
 {

@@ -15,6 +15,7 @@
 
 #include "ctl.h"
 #include "resild.h"
+#include "seg_records.h"
 
 static struct resild d;
 static uint8_t out[RESILD_MSG_MAX];

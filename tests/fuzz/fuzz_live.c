@@ -42,6 +42,7 @@
 #include "log.h"
 #include "owners.h"
 #include "policy.h"
+#include "seg_records.h"
 #include "resil.pb-c.h"
 #include "resild.h"
 

@@ -16,6 +16,7 @@
 
 #include "conf.h"
 #include "policy.h"
+#include "seg_records.h"
 
 static struct resil_seg base;
 static void *cfg_copy, *st_copy;
