@@ -49,7 +49,6 @@
 #include <errno.h>
 
 #include "limit.h"
-#include "limit_global.h"
 #include "limit_priv.h"
 #include "resil.h"
 #include "stats.h"

@@ -198,6 +198,35 @@ uint64_t resil_limit_dry_run_rejects(const void *st);
  */
 int resil_limit_key_info(struct resil_ctx *x, const struct resil_limit_conf *c, const void *st,
 			 const void *key, size_t len, int64_t *tat_or_count, int64_t *wait_ns);
+/* The entry of the key whose fingerprint is fp: found within the bounded
+ * walk the daemon's maintenance uses, else, when insert, added as a
+ * client's first call adds it (its state 0). -1: absent, no room, or a
+ * chain too long to walk. (limit_global.c charges the fleet's admissions
+ * through it.) */
+int64_t resil_limit_key_entry(const struct resil_limit_conf *c, void *st, uint64_t fp, int64_t now,
+			      bool insert);
+
+/* limit.global (limit_global.h): a keyed table carries, after its
+ * entries, one 32-bit counter per entry, the admissions made through it
+ * since the daemon last read it. */
+/* Bytes of counters after a keyed table (0 unless limit.global). */
+static inline uint64_t resil_limit_global_counts_size(const struct resil_limit_conf *c)
+{
+	uint64_t n = (uint64_t)(c->keys / 2 ? c->keys / 2 : 1) * RESIL_LIMIT_BUCKET;
+
+	if (!c->keys || !c->global)
+		return 0;
+	return resil_align_up(n * sizeof(ra32), RESIL_HOT_ALIGN);
+}
+
+/* The counters: entry i's is [i]. */
+static inline ra32 *resil_limit_global_counts(const struct resil_limit_conf *c, void *st)
+{
+	struct resil_limit_state *s = st;
+	uint64_t n = (uint64_t)(c->keys / 2 ? c->keys / 2 : 1) * RESIL_LIMIT_BUCKET;
+
+	return (ra32 *)(void *)(s->data + n * sizeof(struct resil_limit_entry));
+}
 
 /*
  * Permits the unkeyed word (an unkeyed limiter, or a keyed one's calls

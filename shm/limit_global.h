@@ -8,31 +8,14 @@
  * last read it. Clients add to it (one relaxed add per admission, only
  * when limit.global); the daemon reads and zeroes it every cluster
  * interval, publishes the counts and charges the other hosts' counts to
- * the keys' TATs.
+ * the keys' TATs. The counters are the limiter's layout
+ * (resil_limit_global_counts, limit.h); a key's entry is found or added
+ * by limit.c's resil_limit_key_entry.
  */
 #ifndef RESIL_SHM_LIMIT_GLOBAL_H
 #define RESIL_SHM_LIMIT_GLOBAL_H
 
 #include "limit.h"
-
-/* Bytes of counters after a keyed table (0 unless limit.global). */
-static inline uint64_t resil_limit_global_counts_size(const struct resil_limit_conf *c)
-{
-	uint64_t n = (uint64_t)(c->keys / 2 ? c->keys / 2 : 1) * RESIL_LIMIT_BUCKET;
-
-	if (!c->keys || !c->global)
-		return 0;
-	return resil_align_up(n * sizeof(ra32), RESIL_HOT_ALIGN);
-}
-
-/* The counters: entry i's is [i]. */
-static inline ra32 *resil_limit_global_counts(const struct resil_limit_conf *c, void *st)
-{
-	struct resil_limit_state *s = st;
-	uint64_t n = (uint64_t)(c->keys / 2 ? c->keys / 2 : 1) * RESIL_LIMIT_BUCKET;
-
-	return (ra32 *)(void *)(s->data + n * sizeof(struct resil_limit_entry));
-}
 
 /* The daemon, at each exchange: every key admitted since the last call,
  * with its count (read and zeroed). fn gets the key's fingerprint and a
@@ -67,12 +50,5 @@ int resil_limit_global_charge(const struct resil_limit_conf *c, void *st, uint64
  * configuration can admit in span ns from full (burst, the span's
  * permits, the reservations of limit.wait, one more for rounding). */
 uint32_t resil_limit_global_cap(const struct resil_limit_conf *c, int64_t span_ns);
-
-/* limit.c: the entry of the key whose fingerprint is fp: found within the
- * bounded walk the daemon's maintenance uses, else, when insert, added as
- * a client's first call adds it (its state 0). -1: absent, no room, or a
- * chain too long to walk. */
-int64_t resil_limit_key_entry(const struct resil_limit_conf *c, void *st, uint64_t fp, int64_t now,
-			      bool insert);
 
 #endif

@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "limit.h"
-#include "limit_global.h"
 #include "limit_priv.h"
 #include "resil.h"
 #include "stats.h"
