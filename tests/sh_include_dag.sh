@@ -22,11 +22,19 @@
 #      loop's driver (loop.c, loop_conn.c), which calls into the services, over them;
 #      main.c on top;
 #   5. every .c of shm/, client/ and daemon/ is named in a CMakeLists.txt
-#      (sources are listed, never globbed).
+#      (sources are listed, never globbed);
+#   6. modules inside shm: a module is a file, its header and its _priv.h
+#      (breaker.h, breaker.c, breaker_priv.h and the breaker_*.c that have
+#      no header of their own; limit_global.c has limit_global.h, so it is
+#      a module of its own), and the graph "module -> module it includes"
+#      is a DAG too: a contract's header and the file that implements it
+#      above the components (seg.h and seg_records.c) would close a circle
+#      no file-level check sees.
 # A file new to shm/ or daemon/ must be given a layer here (a file listed
 # that does not exist yet is no error). The script checks its own teeth
 # first: trees with a cycle, a layer inverted in shm/ and in daemon/, a
-# daemon file without a layer and a forbidden folder arrow must fail.
+# daemon file without a layer, a forbidden folder arrow and a circle of
+# modules in shm/ must fail.
 set -euo pipefail
 src=${SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 tmp=$(mktemp -d)
@@ -90,6 +98,75 @@ while read -r n files; do
 	done
 done <<<"$dlayers"
 
+# The module of a file: its name without .c/.h and _priv, cut at its last
+# underscores until a header of that name exists (breaker_probe.c ->
+# breaker), else the name itself.
+module_of() { # root path: sets mod
+	local d=${2%/*} s m
+	s=${2##*/}
+	s=${s%.*}
+	s=${s%_priv}
+	m=$s
+	while [ ! -f "$1/$d/$m.h" ]; do
+		case $m in
+		*_*) m=${m%_*} ;;
+		*)
+			m=$s
+			break
+			;;
+		esac
+	done
+	mod=$d/$m
+}
+
+# Lines "a b" of a graph -> each circle (a strongly connected set of more
+# than one node: Tarjan's), its members sorted, one per line.
+circles() {
+	awk '
+	function visit(v,   i, w, k, j, x, s, memb) {
+		idx[v] = low[v] = ++n
+		stack[++sp] = v
+		on[v] = 1
+		for (i = 1; i <= deg[v]; i++) {
+			w = adj[v, i]
+			if (!(w in idx)) {
+				visit(w)
+				if (low[w] < low[v])
+					low[v] = low[w]
+			} else if (on[w] && idx[w] < low[v]) {
+				low[v] = idx[w]
+			}
+		}
+		if (low[v] != idx[v])
+			return
+		k = 0
+		do {
+			w = stack[sp--]
+			on[w] = 0
+			memb[++k] = w
+		} while (w != v)
+		if (k < 2)
+			return
+		for (i = 2; i <= k; i++) {
+			x = memb[i]
+			for (j = i - 1; j > 0 && memb[j] > x; j--)
+				memb[j + 1] = memb[j]
+			memb[j + 1] = x
+		}
+		s = memb[1]
+		for (i = 2; i <= k; i++)
+			s = s " " memb[i]
+		print s
+	}
+	$1 != $2 && !(($1, $2) in seen) {
+		seen[$1, $2] = 1
+		adj[$1, ++deg[$1]] = $2
+		node[$1]
+		node[$2]
+	}
+	END { for (v in node) if (!(v in idx)) visit(v) }' | sort
+}
+
 check() { # root: prints each broken rule, fails if any
 	local root=$1 bad=0 f dir inc to from_dir to_dir
 	: >"$tmp/edges"
@@ -135,6 +212,19 @@ check() { # root: prints each broken rule, fails if any
 			fi
 		fi
 	done <"$tmp/edges"
+	# 6. a DAG of modules in shm
+	local mod mf c
+	while read -r f to; do
+		[ "${f%%/*}" = shm ] && [ "${to%%/*}" = shm ] || continue
+		module_of "$root" "$f"
+		mf=$mod
+		module_of "$root" "$to"
+		echo "$mf $mod"
+	done <"$tmp/edges" >"$tmp/medges"
+	while IFS= read -r c; do
+		echo "module circle in shm/: $c (a module is a file, its header and its _priv.h)"
+		bad=1
+	done < <(circles <"$tmp/medges")
 	local table
 	while IFS= read -r f; do
 		if [ -z "${layer[$f]:-}" ]; then
@@ -214,6 +304,14 @@ fails_with "daemon/newcomer.c has no layer: give it one in the table dlayers=" "
 mini "$tmp/snew"
 printf '#include "common.h"\n' >"$tmp/snew/shm/newcomer.h"
 fails_with "shm/newcomer.h has no layer: give it one in the table layers=" "$tmp/snew"
+# a contract's file above a component that includes the contract: no
+# file cycle, no arrow up, a circle of modules
+mini "$tmp/mcycle"
+printf '#include "common.h"\n' >"$tmp/mcycle/shm/seg.h"
+printf '#include "seg.h"\n#include "breaker.h"\n' >"$tmp/mcycle/shm/seg_records.c"
+printf '#include "seg.h"\n' >>"$tmp/mcycle/shm/breaker.c"
+printf 'x parse.c breaker.c conf.c seg_records.c\n' >"$tmp/mcycle/CMakeLists.txt"
+fails_with "module circle in shm/: shm/breaker shm/seg" "$tmp/mcycle"
 mini "$tmp/folder"
 printf '#include "internal.h"\n' >>"$tmp/folder/daemon/ctl.c"
 fails_with "daemon/ may not include" "$tmp/folder"
