@@ -29,12 +29,18 @@
 #      a module of its own), and the graph "module -> module it includes"
 #      is a DAG too: a contract's header and the file that implements it
 #      above the components (seg.h and seg_records.c) would close a circle
-#      no file-level check sees.
+#      no file-level check sees;
+#   7. calls between the daemon's modules: their circles are the ones
+#      ARCHITECTURE.md states ("Circles of calls that remain"), the table
+#      dcircles= below; an unstated circle fails, and so does a stated one
+#      the code no longer has. Read from the build's objects (BIN): the
+#      symbols each file defines and those it calls (calls to inline
+#      functions and through pointers are not seen).
 # A file new to shm/ or daemon/ must be given a layer here (a file listed
 # that does not exist yet is no error). The script checks its own teeth
 # first: trees with a cycle, a layer inverted in shm/ and in daemon/, a
-# daemon file without a layer, a forbidden folder arrow and a circle of
-# modules in shm/ must fail.
+# daemon file without a layer, a forbidden folder arrow, a circle of
+# modules in shm/ and an unstated circle of calls in daemon/ must fail.
 set -euo pipefail
 src=${SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 tmp=$(mktemp -d)
@@ -66,6 +72,14 @@ dlayers='
 3 cfgfile.c options.h options.c
 4 loop_priv.h loop.c loop_conn.c
 5 main.c
+'
+
+# The daemon's circles of calls between modules, each a line of its
+# modules sorted (ARCHITECTURE.md, "Circles of calls that remain").
+dcircles='
+daemon/cfgfile daemon/options daemon/owners
+daemon/clients daemon/counts daemon/ctl daemon/events daemon/loop
+daemon/cluster daemon/cluster_bulkhead
 '
 
 # The folder of the file an include names: its own folder first, then the
@@ -215,7 +229,7 @@ check() { # root: prints each broken rule, fails if any
 	# 6. a DAG of modules in shm
 	local mod mf c
 	while read -r f to; do
-		[ "${f%%/*}" = shm ] && [ "${to%%/*}" = shm ] || continue
+		[ "${f%%/*}/${to%%/*}" = shm/shm ] || continue
 		module_of "$root" "$f"
 		mf=$mod
 		module_of "$root" "$to"
@@ -241,6 +255,41 @@ check() { # root: prints each broken rule, fails if any
 			bad=1
 		fi
 	done < <(cd "$root" && find shm client daemon -name '*.c' 2>/dev/null | sort)
+	return $bad
+}
+
+# 7. root objdir stated: the circles of calls between the modules of the
+# daemon's objects (objdir/*.dir/NAME.c.o) are the stated ones
+calls_check() {
+	local root=$1 objs=$2 stated=$3 o f bad=0 c
+	for o in "$objs"/*.dir/*.c.o; do
+		f=${o##*/}
+		f=daemon/${f%.o}
+		[ -f "$root/$f" ] || continue # a stale object of a file gone
+		module_of "$root" "$f"
+		nm "$o" | awk -v m="$mod" '
+			NF == 3 && $2 ~ /^[TDBRW]$/ { print "D", m, $3 }
+			$1 == "U" { print "U", m, $2 }'
+	done >"$tmp/syms"
+	awk '
+		$1 == "D" { def[$3] = $2; next }
+		{ use[NR] = $2 " " $3 }
+		END {
+			for (i in use) {
+				split(use[i], a, " ")
+				if ((a[2] in def) && def[a[2]] != a[1])
+					print a[1], def[a[2]]
+			}
+		}' "$tmp/syms" | sort -u | circles >"$tmp/calls.now"
+	grep . <<<"$stated" | sort >"$tmp/calls.stated" || true
+	while IFS= read -r c; do
+		echo "a circle of calls no one stated: $c (cut it, or state it in ARCHITECTURE.md's \"Circles of calls that remain\" and dcircles= here)"
+		bad=1
+	done < <(comm -13 "$tmp/calls.stated" "$tmp/calls.now")
+	while IFS= read -r c; do
+		echo "a stated circle of calls the code no longer has: $c (remove it from ARCHITECTURE.md and dcircles= here)"
+		bad=1
+	done < <(comm -23 "$tmp/calls.stated" "$tmp/calls.now")
 	return $bad
 }
 
@@ -319,9 +368,52 @@ mini "$tmp/glob"
 : >"$tmp/glob/daemon/CMakeLists.txt"
 fails_with "in no CMakeLists.txt" "$tmp/glob"
 
+# two objects calling each other: unstated, then stated
+mini "$tmp/calls"
+mkdir -p "$tmp/calls/o/x.dir"
+printf 'void b(void);\nvoid a(void) { b(); }\n' >"$tmp/calls/daemon/ctl.c"
+printf 'void a(void);\nvoid b(void) { a(); }\n' >"$tmp/calls/daemon/log.c"
+printf 'void c(void) {}\n' >"$tmp/calls/daemon/loop.c"
+for f in ctl log loop; do
+	cc -c -o "$tmp/calls/o/x.dir/$f.c.o" "$tmp/calls/daemon/$f.c"
+done
+if out=$(calls_check "$tmp/calls" "$tmp/calls/o" ""); then
+	echo "FAIL: the check passed a circle of calls no one stated"
+	exit 1
+fi
+grep -q "a circle of calls no one stated: daemon/ctl daemon/log" <<<"$out" || {
+	echo "FAIL: the check did not name the circle of calls: $out"
+	exit 1
+}
+echo "ok: refuses a circle of calls no one stated"
+if ! out=$(calls_check "$tmp/calls" "$tmp/calls/o" "daemon/ctl daemon/log"); then
+	echo "FAIL: the check refused a stated circle of calls: $out"
+	exit 1
+fi
+if calls_check "$tmp/calls" "$tmp/calls/o" "daemon/ctl daemon/log
+daemon/log daemon/loop" >/dev/null; then
+	echo "FAIL: the check kept a stated circle the code does not have"
+	exit 1
+fi
+echo "ok: refuses a stated circle of calls the code does not have"
+
 if ! out=$(check "$src"); then
 	echo "FAIL: the tree breaks the include rules:"
 	echo "$out"
 	exit 1
 fi
 echo "ok: $(wc -l <"$tmp/edges") include arrows of shm/, client/, daemon/ follow the rules"
+objs=${BIN:-$src/build}/daemon/CMakeFiles
+for f in "$src"/daemon/*.c; do
+	f=${f##*/}
+	if ! ls "$objs"/*.dir/"$f".o >/dev/null 2>&1; then
+		echo "not checked: the daemon's calls (no $f.o under $objs)"
+		exit 0
+	fi
+done
+if ! out=$(calls_check "$src" "$objs" "$dcircles"); then
+	echo "FAIL: the daemon's calls between modules:"
+	echo "$out"
+	exit 1
+fi
+echo "ok: the daemon's circles of calls are the $(grep -c . <<<"$dcircles") ARCHITECTURE.md states"
