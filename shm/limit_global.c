@@ -19,7 +19,7 @@
  * docs/internals/cluster_keyed.md.
  *
  * The counters. After the entries of a table with limit.global, one
- * 32-bit counter per entry (limit_global.h): a client adds its permits
+ * 32-bit counter per entry (laid out by limit.h): a client adds its permits
  * with one relaxed fetch_add after the admission's CAS (keyed_take; the
  * only cost global adds to a keyed admission, behind a test of the
  * configuration word). The daemon takes them with an exchange (relaxed:

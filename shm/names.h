@@ -113,7 +113,7 @@
 	X(LIMIT_USED, 18, "limit.used")                                                            \
 	X(BUDGET_MIRROR, 19, "budget.g_req/g_rty")
 
-/* What a define did (seg.h RESIL_DEFINE_ID): X(ID, VALUE, WORD); the
+/* What a define did (seg_records.h, RESIL_DEFINE_ID): X(ID, VALUE, WORD); the
  * protocol's Outcome OUTCOME_ID is the value plus one (OUTCOME_NONE = 0:
  * not a define). */
 #define RESIL_DEFINE_LIST(X)                                                                       \
