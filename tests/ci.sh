@@ -6,7 +6,7 @@
 #   asan   Debug at -O1 (ASan's own advice: the simulations run much
 #          faster than at -O0), ASan+UBSan; labels unit and integration
 #   tsan   TSan; label unit
-#   fuzz   clang, each libFuzzer target for RESIL_FUZZ_SECONDS (20)
+#   fuzz   clang, each libFuzzer target for RESIL_FUZZ_SECONDS (15 here)
 #
 # Each tree is built once, and only with what its pass runs (the
 # tests_LABEL targets of tests/CMakeLists.txt; the fuzzers alone in the
@@ -21,7 +21,8 @@
 # says why for each).
 #
 # usage: tests/ci.sh BUILD JOBS [cmake-args...] -- [ctest-args...]
-# RESIL_TEST_SANITIZE=0, RESIL_TEST_TSAN=0, RESIL_TEST_FUZZ=0 skip a pass.
+# RESIL_TEST_SANITIZE=0, RESIL_TEST_TSAN=0, RESIL_TEST_FUZZ=0 skip a pass;
+# RESIL_FUZZ_SECONDS sets each fuzzer's run (15).
 # The logs of the background builds are BUILD-*.build.log; a summary of
 # each pass's time and result ends the output.
 set -uo pipefail
@@ -100,16 +101,14 @@ wait_built() { # dir: 0 once built, else its log
 	fi
 	if fuzz_on; then
 		CC=clang CXX=clang++ configure "$fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-			-DRESIL_SANITIZE=ON -DRESIL_FUZZ=ON -DBUILD_TESTING=ON &&
+			-DRESIL_SANITIZE=ON -DRESIL_FUZZ=ON -DBUILD_TESTING=ON \
+			-DRESIL_FUZZ_SECONDS="${RESIL_FUZZ_SECONDS:-15}" &&
 			bg_build "$fuzz" fuzzers
 	fi
 ) &
 lane=$!
 
-# Half again as many tests as cores: most of the plain pass's tests wait
-# for the processes they started (its tests' CPU time is about half of
-# what two cores give over the pass).
-jobs=$((jobs + (jobs + 1) / 2)) pass plain "$build" -LE '^fuzz$'
+pass plain "$build" -LE '^fuzz$'
 
 # ---- two lanes: ASan+UBSan; TSan, then the fuzzers ---------------------
 # The second lane runs in a subshell, one test at a time: its log and its
