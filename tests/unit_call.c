@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -28,6 +29,7 @@
 
 #include "resil.h"
 #include "budget.h"
+#include "stats.h"
 #include "internal.h"
 
 #define MS RESIL_NS_PER_MS
@@ -733,18 +735,93 @@ static int hot_loop(int n, bool interrupt)
 	return cnt == n + 100 ? 0 : 1;
 }
 
-/* 2..6 ms, or 150 ms for about 3 invocations in 100 */
-static int spread_tail(void *arg, resil_attempt_t *a)
-{
-	uint64_t i = atomic_fetch_add(&invocations, 1), s = i * 104729 + 7;
-	uint64_t r = resil_splitmix64(&s);
-	int64_t until = mono() + (r % 100 < 3 ? 150 * MS : 2 * MS + (int64_t)(r >> 32) % (4 * MS));
-	struct timespec ts = {0, 500 * RESIL_NS_PER_US};
+/*
+ * hedge.delay = p95, exactly, on the manual clock. A seeded latency per
+ * call: 2..6 ms (85 in 100), 20..40 ms (12 in 100) or 150 ms (3 in 100).
+ * 600 decisions of the policy (acquire, the clock moved by the latency,
+ * release) fill its histogram; the test keeps the same histogram (the
+ * same buckets, stats.h) and reads its p95 the way the policy defines it:
+ * the middle of the bucket holding the ceil(0.95 n)-th smallest duration.
+ * Then 200 calls: a primary whose latency is below the p95 moves the
+ * clock by it and ends before its hedge may start (no hedge); one whose
+ * latency is the p95 or more moves the clock to start + p95, the instant
+ * its hedge may start, and waits for it; the hedge answers at once (a
+ * duration of 0), the primary sees itself cancelled and records no
+ * duration (an ignored outcome). The test's histogram follows those
+ * outcomes and shows the p95 never moves during the calls, so whatever
+ * the policy's cache of it does, the hedged calls are exactly those at or
+ * past it, each costs one extra invocation, and each call takes
+ * min(latency, p95) of the clock.
+ */
+#define P95_WARM  600
+#define P95_CALLS 200
 
-	(void)arg;
-	while (mono() < until) {
-		if (resil_attempt_cancelled(a))
+static int64_t p95_latency(uint64_t i)
+{
+	uint64_t s = i * 104729 + 7, r = resil_splitmix64(&s), u = r >> 32;
+
+	if (r % 100 < 3)
+		return 150 * MS;
+	if (r % 100 < 15)
+		return 20 * MS + (int64_t)(u % (20 * MS));
+	return 2 * MS + (int64_t)(u % (4 * MS));
+}
+
+/* The test's copy of the policy's histogram, and its p95 */
+static uint64_t p95_counts[RESIL_HIST_BUCKETS], p95_n;
+
+static void p95_record(int64_t ns)
+{
+	p95_counts[resil_hist_index(ns)]++;
+	p95_n++;
+}
+
+static int64_t p95_of_counts(void)
+{
+	double r = 0.95 * (double)p95_n;
+	uint64_t rank = (uint64_t)r, cum = 0;
+
+	if ((double)rank < r)
+		rank++;
+	for (unsigned b = 0; b < RESIL_HIST_BUCKETS; b++) {
+		cum += p95_counts[b];
+		if (cum >= rank)
+			return resil_hist_lower_ns(b) +
+			       (resil_hist_upper_ns(b) - resil_hist_lower_ns(b)) / 2;
+	}
+	fail_msg("rank %" PRIu64 " beyond %" PRIu64 " samples", rank, p95_n);
+	return -1;
+}
+
+struct p95_call {
+	uint64_t i;  /* index into p95_latency */
+	int64_t p95; /* the test's */
+};
+static bool p95_hedged[P95_CALLS]; /* calls whose hedge ran */
+static _Atomic int p95_cancelled;
+
+static int p95_tail(void *arg, resil_attempt_t *a)
+{
+	const struct p95_call *c = arg;
+	int64_t lat = p95_latency(c->i);
+
+	atomic_fetch_add(&invocations, 1);
+	if (resil_attempt_number(a) > 1) {
+		p95_hedged[c->i - P95_WARM] = true;
+		return 0;
+	}
+	if (lat < c->p95) {
+		atomic_fetch_add(&mclock, lat);
+		return 0;
+	}
+	atomic_fetch_add(&mclock, c->p95);
+	for (int k = 0; k < 10000; k++) { /* until its hedge won (10 s at most) */
+		struct timespec ts = {0, 1 * MS};
+
+		if (resil_attempt_cancelled(a)) {
+			atomic_fetch_add(&p95_cancelled, 1);
 			return RESIL_ERR_TRANSIENT;
+		}
 		nanosleep(&ts, NULL);
 	}
 	return 0;
@@ -752,33 +829,56 @@ static int spread_tail(void *arg, resil_attempt_t *a)
 
 static void test_hedging_p95(void **state)
 {
-	resil_t *r = open_real();
+	resil_t *r = open_manual();
 	resil_policy_t *p = define(r, "p95",
 				   "histogram = on; retry.max_attempts = 1; "
 				   "hedge.delay = p95; idempotent = yes");
-	int n = 300, over = 0;
-	uint64_t inv0;
+	const struct resil_rec *rec;
+	struct resil_ctx x;
+	int64_t p95;
+	int err, hedged = 0, medium = 0, slow = 0;
 
 	(void)state;
-	/* no p95 yet: the first calls are not hedged; they fill the histogram */
-	atomic_store(&invocations, 0);
-	for (int i = 0; i < 100; i++)
-		assert_int_equal(resil_call(p, spread_tail, NULL), 0);
-	inv0 = atomic_load(&invocations);
-	for (int i = 0; i < n; i++) {
-		int64_t t = mono();
+	memset(p95_counts, 0, sizeof(p95_counts));
+	p95_n = 0;
+	memset(p95_hedged, 0, sizeof(p95_hedged));
+	atomic_store(&p95_cancelled, 0);
+	rec = resil_priv_ctx(p, &x, &err);
+	assert_non_null(rec);
+	assert_int_equal(resil_stats_p95_ns(x.seg, rec), -1); /* no sample, no p95 */
+	for (uint64_t i = 0; i < P95_WARM; i++) {
+		resil_permit_t pm;
 
-		assert_int_equal(resil_call(p, spread_tail, NULL), 0);
-		if (mono() - t >= 100 * MS)
-			over++;
+		assert_int_equal(resil_acquire(p, &pm), RESIL_ADMIT);
+		atomic_fetch_add(&mclock, p95_latency(i));
+		resil_release(p, &pm, RESIL_SUCCESS);
+		p95_record(p95_latency(i));
 	}
-	/* about 3% of primaries are slow: 9 expected without hedging; a slow
-	 * hedge of a slow primary is 3% of those */
-	assert_true(over <= 3);
-	/* extra attempts: the calls past the p95, about 5% plus the slow ones;
-	 * a loaded machine makes more calls late: an upper bound of 25% */
-	assert_true(atomic_load(&invocations) - inv0 > (uint64_t)n);
-	assert_true(atomic_load(&invocations) - inv0 - (uint64_t)n <= (uint64_t)n / 4);
+	p95 = p95_of_counts();
+	/* the policy's reading is the test's: the p95 every hedge waits for */
+	assert_int_equal(resil_stats_p95_ns(x.seg, rec), p95);
+	assert_true(p95 > 20 * MS && p95 < 40 * MS); /* the seed puts it among the 20..40 ms */
+
+	atomic_store(&invocations, 0);
+	for (uint64_t i = P95_WARM; i < P95_WARM + P95_CALLS; i++) {
+		struct p95_call c = {i, p95};
+		int64_t lat = p95_latency(i), t = atomic_load(&mclock);
+		bool past = lat >= p95;
+
+		assert_int_equal(resil_call(p, p95_tail, &c), 0);
+		assert_int_equal(p95_hedged[i - P95_WARM], past);
+		assert_int_equal(atomic_load(&mclock) - t, past ? p95 : lat);
+		/* what the policy recorded: the hedge's 0, else the primary's latency */
+		p95_record(past ? 0 : lat);
+		assert_int_equal(p95_of_counts(), p95);
+		hedged += past;
+		medium += past && lat < 100 * MS;
+		slow += past && lat >= 100 * MS;
+	}
+	assert_true(medium >= 3 && slow >= 3); /* the seed hedges both kinds */
+	assert_int_equal(atomic_load(&p95_cancelled), hedged);
+	assert_int_equal(atomic_load(&invocations), (uint64_t)(P95_CALLS + hedged));
+	assert_int_equal(resil_stats_p95_ns(x.seg, rec), p95);
 	resil_close(r);
 }
 
