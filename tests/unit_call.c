@@ -38,6 +38,7 @@
 
 extern void (*resil_priv_call_sleep)(void *clock_ctx, int64_t ns);
 extern ra64 resil_priv_wd_fired;
+extern const int resil_priv_hedge_threads;
 
 /* ---- an allocation counter: active between two points of a test ----
  * (not under ASan or TSan, which interpose malloc themselves) */
@@ -882,6 +883,112 @@ static void test_hedging_p95(void **state)
 	resil_close(r);
 }
 
+/*
+ * Finished rounds leave the hedge pool's queue at once, even while no
+ * worker is free to come by. 24 calls from threads of their own make
+ * every worker busy: each call's hedge starts once the manual clock has
+ * moved 20 ms and then blocks until a gate opens (the hedges no worker
+ * took stay queued). This thread then makes 100 calls
+ * that end before their delay (each posts a hedge and takes it back),
+ * more than the queue holds, and one whose primary moves the clock past
+ * its delay and opens the gate: its hedge is queued, runs once a worker
+ * is free, and wins. None of the 100 is hedged.
+ */
+#define BUSY_CALLS 24
+
+static _Atomic int busy_primaries, busy_hedges, busy_gate, busy_mine;
+
+struct busy_call {
+	int kind; /* 0: a call that holds a worker, 1: a fast one, 2: the slow one */
+};
+
+static int busy_fn(void *arg, resil_attempt_t *a)
+{
+	const struct busy_call *c = arg;
+
+	if (resil_attempt_number(a) > 1) {
+		if (c->kind) {
+			atomic_fetch_add(&busy_mine, 1);
+			return 0;
+		}
+		atomic_fetch_add(&busy_hedges, 1);
+		for (int k = 0; k < 10000 && !atomic_load(&busy_gate); k++)
+			nanosleep(&(struct timespec){0, 1 * MS}, NULL);
+		return RESIL_ERR_TRANSIENT;
+	}
+	if (c->kind == 1) {
+		atomic_fetch_add(&mclock, 2 * MS);
+		return 0;
+	}
+	if (c->kind == 2) {
+		atomic_fetch_add(&mclock, 20 * MS);
+		atomic_store(&busy_gate, 1);
+		for (int k = 0; k < 10000 && !resil_attempt_cancelled(a); k++)
+			nanosleep(&(struct timespec){0, 1 * MS}, NULL);
+		return resil_attempt_cancelled(a) ? RESIL_ERR_TRANSIENT : 0;
+	}
+	atomic_fetch_add(&busy_primaries, 1);
+	for (int k = 0; k < 10000 && !atomic_load(&busy_gate); k++)
+		nanosleep(&(struct timespec){0, 1 * MS}, NULL);
+	return 0;
+}
+
+static resil_policy_t *busy_policy;
+
+static void *busy_thread(void *arg)
+{
+	static const struct busy_call hold = {0};
+
+	*(int *)arg = resil_call(busy_policy, busy_fn, (void *)&hold);
+	return NULL;
+}
+
+static bool eventually_at_least(_Atomic int *v, int n)
+{
+	for (int k = 0; k < 10000; k++) {
+		if (atomic_load(v) >= n)
+			return true;
+		nanosleep(&(struct timespec){0, 1 * MS}, NULL);
+	}
+	return false;
+}
+
+static void test_hedging_busy_pool(void **state)
+{
+	resil_t *r = open_manual();
+	pthread_t th[BUSY_CALLS];
+	int rc[BUSY_CALLS];
+	struct busy_call fast = {1}, slow = {2};
+
+	(void)state;
+	assert_true(BUSY_CALLS > resil_priv_hedge_threads);
+	busy_policy = define(r, "busy",
+			     "retry.max_attempts = 1; hedge.delay = 20ms; hedge.max = 1; "
+			     "idempotent = yes");
+	atomic_store(&busy_primaries, 0);
+	atomic_store(&busy_hedges, 0);
+	atomic_store(&busy_gate, 0);
+	atomic_store(&busy_mine, 0);
+	for (int i = 0; i < BUSY_CALLS; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, busy_thread, &rc[i]), 0);
+	/* every hedge posted, then due: every worker runs one, blocked */
+	assert_true(eventually_at_least(&busy_primaries, BUSY_CALLS));
+	atomic_fetch_add(&mclock, 20 * MS);
+	assert_true(eventually_at_least(&busy_hedges, resil_priv_hedge_threads));
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(resil_call(busy_policy, busy_fn, &fast), 0);
+	assert_int_equal(atomic_load(&busy_mine), 0);
+	assert_int_equal(atomic_load(&busy_hedges), resil_priv_hedge_threads);
+	/* its hedge was queued behind the busy ones: it runs, and wins */
+	assert_int_equal(resil_call(busy_policy, busy_fn, &slow), 0);
+	assert_int_equal(atomic_load(&busy_mine), 1);
+	for (int i = 0; i < BUSY_CALLS; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		assert_int_equal(rc[i], 0);
+	}
+	resil_close(r);
+}
+
 /* hedges pay the retry budget: aws:14 pays for exactly one */
 static _Atomic int hedge_ran;
 static resil_policy_t *hb_policy;
@@ -954,6 +1061,7 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_watchdog_no_stray_signal),
 	    cmocka_unit_test(test_hedging_tail),
 	    cmocka_unit_test(test_hedging_p95),
+	    cmocka_unit_test(test_hedging_busy_pool),
 	    cmocka_unit_test(test_hedging_budget),
 	};
 
