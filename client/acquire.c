@@ -122,23 +122,36 @@ ctx_bound(resil_policy_t *p, const struct resil_binding *b, bool ok, struct resi
 	return resil_priv_ctx_slow(p, x, ret_m, where, err);
 }
 
+/* resil_priv_ctx in a forked child (its own identity first) or from a
+ * binding that is not good: the slow path (bind.c). Out of line: the
+ * bound case keeps no frame. */
+static RESIL_COLD __attribute__((noinline)) const struct resil_rec *
+ctx_unbound(resil_policy_t *p, struct resil_ctx *x, int *err)
+{
+	const struct resil_rec *rec;
+	struct resil_map *m;
+	uint32_t where;
+
+	fork_check(p->r);
+	rec = resil_priv_ctx_slow(p, x, &m, &where, err);
+	after_decision(p->r, x);
+	return rec;
+}
+
 /* The record of a decision on handle p and its whole context, for the
  * callers that decide through shm/policy.c themselves (resil_call,
  * retries, the handle's questions), with the periodic check; NULL and
  * *err when the policy is gone. */
 const struct resil_rec *resil_priv_ctx(resil_policy_t *p, struct resil_ctx *x, int *err)
 {
+	struct resil *r = p->r;
 	const struct resil_binding *b;
-	const struct resil_rec *rec;
-	struct resil_map *m;
-	uint32_t where;
-	bool ok;
 
-	fork_check(p->r);
-	ok = good_binding(p->r, p, &b);
-	rec = ctx_bound(p, b, ok, x, &m, &where, err);
-	after_decision(p->r, x);
-	return rec;
+	if (RESIL_UNLIKELY(forked(r) || !good_binding(r, p, &b)))
+		return ctx_unbound(p, x, err);
+	binding_ctx(r, b, x);
+	(void)checked(r, 0, 0); /* no reading yet: x->now is 0 */
+	return b->rec;
 }
 
 /*
