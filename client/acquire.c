@@ -221,6 +221,14 @@ static inline __attribute__((always_inline)) int decided(struct resil *r,
 	return checked(r, now, v);
 }
 
+/* A request whose fields are out of range (a key's length without a
+ * key, negative permits, an unknown priority). */
+static inline bool request_bad(const struct resil_req *req)
+{
+	return (req->key_len && !req->key) || req->permits < 0 ||
+	       (req->priority != RESIL_PRIO_NORMAL && req->priority != RESIL_PRIO_CRITICAL);
+}
+
 /* The permit an acquire starts from: zeroed, the breaker's gen (0: none),
  * the request's priority and the permits it takes (one without a
  * request). */
@@ -235,6 +243,20 @@ permit_start(struct resil_permit_priv *pm, const struct resil_req *req, uint32_t
 		pm->limit_permits = req->permits > 1 ? (uint32_t)req->permits : 1;
 	}
 }
+
+/* An admission that holds nothing but the counters' (and the breaker's
+ * gen, 0: none): the permit started and made whole, no clock read. */
+static inline __attribute__((always_inline)) int admitted(struct resil *r,
+							  const struct resil_binding *b,
+							  const struct resil_req *req,
+							  struct resil_permit_priv *pm, uint32_t gen)
+{
+	permit_start(pm, req, gen);
+	pm->where = b->where;
+	pm->flags = b->held;
+	return checked(r, 0, RESIL_ADMIT);
+}
+
 
 /*
  * The general path: the whole context and resil_policy_acquire, from the
@@ -302,58 +324,88 @@ static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
 	return count_rejected(p->r, b, pm, RESIL_REJECT_OPEN, 0);
 }
 
+/* A rejection of the bulkhead after the limiter's admission: the
+ * limiter's permit given back, as resil_policy_acquire's undo (its crash
+ * window: a token simply spent), with the whole context (now: the
+ * limiter's reading). */
+static RESIL_COLD __attribute__((noinline)) void limit_undo(struct resil *r,
+							    const struct resil_binding *b,
+							    struct resil_permit_priv *pm, int64_t now)
+{
+	struct resil_ctx x;
+
+	binding_ctx(r, b, &x);
+	x.now = now;
+	resil_limit_undo(&x, &b->rec->conf.limit, b->lim_st, pm);
+}
+
 /*
  * The bulkhead's own acquire (a bulkhead whose callers wait, with a
  * critical share, of packed slots or of global scope; or the walk after
- * the thread's last slot was taken), with the whole context; a rejection
- * gives the limiter's permit back first, as resil_policy_acquire's undo
- * (its crash window: a token simply spent). now: the limiter's reading.
+ * the thread's last slot was taken), from what it reads (struct
+ * resil_bulkhead_claimant: the claim id, the scope, the clock); a
+ * rejection gives the limiter's permit back first. now: the limiter's
+ * reading.
  */
-static __attribute__((noinline, flatten)) int acquire_bulkhead_ctx(struct resil *r,
+static __attribute__((noinline, flatten)) int acquire_bulkhead_own(struct resil *r,
 								   const struct resil_binding *b,
 								   struct resil_permit_priv *pm,
 								   int64_t now, bool walk)
 {
 	const struct resil_bulkhead_conf *c = &b->rec->conf.bulkhead;
-	struct resil_ctx x;
+	/* acquire: pairs with the release in resil_set_clock */
+	struct resil_bulkhead_claimant w = {
+	    .id = ld_relaxed(&b->m->claim_id),
+	    .global = b->rec->conf.scope == RESIL_SCOPE_GLOBAL,
+	    .clock = ld_acquire(&r->clock),
+	    .now = now,
+	};
 	int v;
 
-	binding_ctx(r, b, &x);
-	x.now = now;
 	if (walk)
-		v = resil_bulkhead_acquire_scan_rest(&x, c, b->bh_st, pm);
+		v = resil_bulkhead_claim_walk(w.id, c, b->bh_st, pm);
 	else
-		v = resil_bulkhead_acquire(&x, c, b->bh_st, pm);
+		v = resil_bulkhead_claim(&w, c, b->bh_st, pm);
 	if (RESIL_UNLIKELY(v) && b->lim_st)
-		resil_limit_undo(&x, &b->rec->conf.limit, b->lim_st, pm);
-	return decided(r, b, pm, v, x.now);
+		limit_undo(r, b, pm, now);
+	return decided(r, b, pm, v, w.now);
 }
 
 /*
  * The bulkhead: a fail-fast one of host scope claims the thread's last
  * slot, free again, with no context (resil_bulkhead_claim_last), and
  * rejects on the pool's full hint; anything else is
- * acquire_bulkhead_ctx's.
+ * acquire_bulkhead_own's. started: the limiter started the permit; else
+ * it is started here (from req and the breaker's gen) before anything
+ * reads or writes it, and a rejection on the hint writes only what the
+ * API reads of a rejected permit (count_rejected).
  */
-static inline __attribute__((always_inline)) int acquire_bulkhead(struct resil *r,
-								  const struct resil_binding *b,
-								  struct resil_permit_priv *pm,
-								  int64_t now)
+static inline __attribute__((always_inline)) int
+acquire_bulkhead(struct resil *r, const struct resil_binding *b, const struct resil_req *req,
+		 struct resil_permit_priv *pm, uint32_t gen, int64_t now, bool started)
 {
 	uint32_t n = b->bh_n, id, idx;
 
-	if (RESIL_UNLIKELY(!n))
-		return acquire_bulkhead_ctx(r, b, pm, now, false);
+	if (RESIL_UNLIKELY(!n)) {
+		if (!started)
+			permit_start(pm, req, gen);
+		return acquire_bulkhead_own(r, b, pm, now, false);
+	}
 	id = ld_relaxed(&b->m->claim_id);
 	idx = resil_bulkhead_claim_last(b->bh_st, n, id);
 	if (RESIL_UNLIKELY(idx - 1 >= n)) {
-		if (idx == 0 || b->lim_st)
-			return acquire_bulkhead_ctx(r, b, pm, now, true);
+		if (idx == 0 || started) {
+			if (!started)
+				permit_start(pm, req, gen);
+			return acquire_bulkhead_own(r, b, pm, now, true);
+		}
 		return rejected_full(r, b, pm); /* full, by the hint */
 	}
+	if (!started)
+		permit_start(pm, req, gen);
 	pm->holder = id;
 	pm->bulkhead_idx = idx;
-	pm->flags = RESIL_PERMIT_BULKHEAD;
+	pm->flags |= RESIL_PERMIT_BULKHEAD;
 	return decided(r, b, pm, RESIL_ADMIT, now);
 }
 
@@ -364,9 +416,9 @@ static inline __attribute__((always_inline)) int limited(struct resil *r,
 							 struct resil_permit_priv *pm, int v,
 							 int64_t now)
 {
-	if (RESIL_UNLIKELY(v) || !b->bh_st)
+	if (RESIL_UNLIKELY(v) || !(b->steps & RESIL_STEP_BULKHEAD))
 		return decided(r, b, pm, v, now);
-	return acquire_bulkhead(r, b, pm, now);
+	return acquire_bulkhead(r, b, NULL, pm, 0, now, true);
 }
 
 /* The limiter with the whole context: any limiter but an unkeyed GCRA of
@@ -434,9 +486,11 @@ acquire_forked(resil_policy_t *p, const struct resil_req *req, resil_permit_t *p
 
 /*
  * The one acquire. Each step either decides or goes on to the next; the
- * binding's named branches (internal.h) say which steps a policy has.
- * Steps that need a clock or a context are functions of their own, so
- * that the steps before them pay for no frame.
+ * binding's steps (internal.h: a bit per component the branches decide)
+ * say which steps a policy has, tested so that a policy pays one test
+ * for the steps it does not have. Steps that need a clock or a context
+ * are functions of their own, so that the steps before them pay for no
+ * frame.
  */
 RESIL_API __attribute__((flatten)) int
 resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t *permit)
@@ -444,50 +498,53 @@ resil_acquire_ex(resil_policy_t *p, const struct resil_req *req, resil_permit_t 
 	struct resil_permit_priv *pm = (struct resil_permit_priv *)permit;
 	const struct resil_binding *b;
 	struct resil *r;
-	uint32_t gen = 0;
+	uint32_t gen = 0, steps;
 
 	/* 1. the arguments */
 	if (RESIL_UNLIKELY(!p || !permit))
-		return -EINVAL;
-	if (req && ((req->key_len && !req->key) || req->permits < 0 ||
-		    (req->priority != RESIL_PRIO_NORMAL && req->priority != RESIL_PRIO_CRITICAL)))
 		return -EINVAL;
 	/* 2. a forked child takes its own identity first */
 	r = p->r;
 	if (forked(r))
 		return acquire_forked(p, req, permit);
-	/* 3. the handle's binding, good for a decision now; else the slow
-	 * path resolves the name */
-	if (RESIL_UNLIKELY(!good_binding(r, p, &b)))
+	/* 3. the handle's binding, good for a decision now; else, the
+	 * request checked, the slow path resolves the name */
+	if (RESIL_UNLIKELY(!good_binding(r, p, &b))) {
+		if (req && request_bad(req))
+			return -EINVAL;
 		return acquire_general(p, req, pm, b, false);
-	/* 4. a policy the branches do not decide; a key given to a policy
-	 * without a keyed limiter is refused (-EINVAL): a mistake, not a key
-	 * to ignore */
-	if (b->general)
-		return acquire_general(p, req, pm, b, true);
-	if (req && req->key && RESIL_UNLIKELY(!b->keyed))
+	}
+	/* 4. the request: its fields, and a key only to a keyed limiter
+	 * (-EINVAL: a mistake, not a key to ignore) */
+	if (req && (request_bad(req) || (req->key && RESIL_UNLIKELY(!b->keyed))))
 		return -EINVAL;
-	/* 5. the breaker: CLOSED spends nothing but its gen */
-	if (b->bk_st) {
+	steps = b->steps;
+	/* 5. a policy the branches do not decide; the breaker: CLOSED
+	 * spends nothing but its gen, and a breaker alone admits */
+	if (steps & (RESIL_STEP_GENERAL | RESIL_STEP_BREAKER)) {
+		if (steps & RESIL_STEP_GENERAL)
+			return acquire_general(p, req, pm, b, true);
 		if (RESIL_UNLIKELY(resil_breaker_acquire_lean(b->bk_st, pm)))
 			return acquire_open(p, req, pm, b);
 		gen = pm->breaker_gen;
+		if (!(steps & (RESIL_STEP_LIMIT | RESIL_STEP_BULKHEAD)))
+			return admitted(r, b, req, pm, gen);
 	}
-	/* 6. the permit */
-	permit_start(pm, req, gen);
-	/* 7. the limiter, its way (which goes on to the bulkhead) */
-	if (b->lim_st) {
+	/* 6. the limiter, its way (which goes on to the bulkhead), from the
+	 * permit started */
+	if (steps & RESIL_STEP_LIMIT) {
+		permit_start(pm, req, gen);
 		if (b->lim_way == RESIL_LIM_GCRA)
 			return acquire_gcra(r, b, pm);
 		if (b->lim_way == RESIL_LIM_KEYED && req && req->key)
 			return acquire_keyed(r, b, req, pm);
 		return acquire_limit(r, b, req, pm);
 	}
-	/* 8. the bulkhead */
-	if (b->bh_st)
-		return acquire_bulkhead(r, b, pm, 0);
-	/* 9. the counters alone: admitted */
-	return decided(r, b, pm, RESIL_ADMIT, 0);
+	/* 7. the bulkhead, which starts the permit */
+	if (steps & RESIL_STEP_BULKHEAD)
+		return acquire_bulkhead(r, b, req, pm, gen, 0, false);
+	/* 8. the counters alone: admitted */
+	return admitted(r, b, req, pm, 0);
 }
 
 RESIL_API int resil_acquire(resil_policy_t *p, resil_permit_t *permit)
@@ -522,7 +579,7 @@ RESIL_API int resil_policy_may_wait(const resil_policy_t *p)
 
 	if (!p)
 		return -EINVAL;
-	if (bound((resil_policy_t *)p, &b) && !b->general)
+	if (bound((resil_policy_t *)p, &b) && !(b->steps & RESIL_STEP_GENERAL))
 		return b->bh_st && b->rec->conf.bulkhead.wait_ns > 0;
 	rec = resil_priv_ctx((resil_policy_t *)p, &x, &err);
 	if (!rec)

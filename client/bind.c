@@ -111,12 +111,12 @@ static void branches_of(struct resil_binding *b, const struct resil_map *m,
 {
 	const struct resil_conf *c = &rec->conf;
 
-	b->general = !by_branches(rec);
+	b->steps = by_branches(rec) ? 0 : RESIL_STEP_GENERAL;
 	b->bk_off = resil_has(rec, RESIL_C_BREAKER) ? resil_breaker_win_off(&c->breaker) : 0;
 	b->bk_cap = resil_breaker_wait_cap(&c->breaker);
 	resil_limit_key_seeds(m->seg, b->key_seeds);
 	b->keyed = resil_has(rec, RESIL_C_LIMIT) && c->limit.keys;
-	if (b->general)
+	if (b->steps)
 		return;
 	b->stats_st = resil_comp_state(m->seg, rec, RESIL_C_STATS);
 	b->bk_st = block_of(m, rec, RESIL_C_BREAKER);
@@ -137,10 +137,14 @@ static void branches_of(struct resil_binding *b, const struct resil_map *m,
 	if (!b->stats_st || (resil_has(rec, RESIL_C_BREAKER) && !b->bk_st) ||
 	    (resil_has(rec, RESIL_C_LIMIT) && !b->lim_st) ||
 	    (resil_has(rec, RESIL_C_BULKHEAD) && !b->bh_st))
-		b->general = true;
+		b->steps = RESIL_STEP_GENERAL;
+	else
+		b->steps = (b->bk_st ? RESIL_STEP_BREAKER : 0) | (b->lim_st ? RESIL_STEP_LIMIT : 0) |
+			   (b->bh_st ? RESIL_STEP_BULKHEAD : 0);
 }
 
-const struct resil_binding resil_priv_unbound = {.held = RESIL_PERMIT_HELD, .general = true};
+const struct resil_binding resil_priv_unbound = {.held = RESIL_PERMIT_HELD,
+						     .steps = RESIL_STEP_GENERAL};
 
 /* The handle's retired bindings whose grace is over become spares (a
  * FIFO: the one that rested longest is taken first); past

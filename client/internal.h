@@ -71,12 +71,13 @@ struct resil_binding {
 	uint32_t held;		     /* the permit's flags for rec: HELD | tag (permit_held) */
 	/*
 	 * The decision path's branches (acquire.c, release.c), chosen from
-	 * rec once, here (bind.c, branches_of). general: resil_policy_acquire
-	 * and _release decide, with a whole context; else the components
-	 * below do, each NULL when the policy has none (the counters always
+	 * rec once, here (bind.c, branches_of). steps: RESIL_STEP_GENERAL,
+	 * resil_policy_acquire and _release decide, with a whole context;
+	 * else a bit per component the branches decide (below), each of
+	 * whose blocks is NULL when the policy has none (the counters always
 	 * have a block).
 	 */
-	bool general;
+	uint8_t steps;
 	bool keyed;	 /* a keyed limiter (limit.keys): a call may give a key */
 	uint8_t lim_way; /* the limiter's way: RESIL_LIM_* (binding.h) */
 	void *stats_st;	 /* the counters' block */
@@ -96,6 +97,11 @@ struct resil_binding {
 	 * waits for no load but this line's */
 	uint64_t key_seeds[2];
 };
+
+#define RESIL_STEP_GENERAL  1u
+#define RESIL_STEP_BREAKER  2u /* bk_st */
+#define RESIL_STEP_LIMIT    4u /* lim_st */
+#define RESIL_STEP_BULKHEAD 8u /* bh_st */
 
 /* A handle: a name and its binding. */
 struct resil_policy {

@@ -115,7 +115,7 @@ release_bulkhead(const struct resil_binding *b, struct resil_permit_priv *pm, in
 static inline __attribute__((always_inline)) void
 release_end(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
 {
-	if (b->bh_st) {
+	if (b->steps & RESIL_STEP_BULKHEAD) {
 		if (RESIL_UNLIKELY(!b->bh_n)) {
 			release_bulkhead(b, pm, outcome);
 			return;
@@ -224,14 +224,13 @@ RESIL_API __attribute__((flatten)) void resil_release(resil_policy_t *p, resil_p
 		release_unbound(r, pm, pm->flags >> RESIL_PERMIT_TAG_SHIFT, outcome);
 		return;
 	}
-	/* 4. a policy the branches do not decide */
-	if (b->general) {
-		release_general(r, b, pm, outcome);
-		return;
-	}
-	/* 5. the breaker, which ends the release its own way */
-	if (b->bk_st) {
-		release_breaker(r, b, pm, outcome);
+	/* 4. a policy the branches do not decide; 5. the breaker, which
+	 * ends the release its own way */
+	if (b->steps & (RESIL_STEP_GENERAL | RESIL_STEP_BREAKER)) {
+		if (b->steps & RESIL_STEP_GENERAL)
+			release_general(r, b, pm, outcome);
+		else
+			release_breaker(r, b, pm, outcome);
 		return;
 	}
 	/* 6. the limiter, the bulkhead, the count */

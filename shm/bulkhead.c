@@ -568,7 +568,7 @@ static inline uint32_t wait_claim(struct resil_bulkhead_state *s, uint32_t limit
 }
 
 /* limit: the slots this caller may claim (all, or the shared part). */
-static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
+static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_bulkhead_claimant *w,
 							 const struct resil_bulkhead_conf *c,
 							 struct resil_bulkhead_state *s,
 							 uint32_t limit, uint32_t id,
@@ -608,7 +608,7 @@ static __attribute__((noinline, cold)) int bulkhead_wait(struct resil_ctx *x,
 	resil_pool_free(&wp, widx, id);
 	if (!idx && woken && seq_ld(&s->nwait) != 0)
 		resil_bulkhead_priv_wake_one(s); /* the wakeup we took and did not use goes on */
-	x->now = 0;				 /* time went by: the next reading must be fresh */
+	w->now = 0;				 /* time went by: the next reading must be fresh */
 	return granted(pm, id, idx);
 }
 
@@ -641,8 +641,8 @@ static __attribute__((noinline, cold)) uint32_t fallback_claim(struct resil_bulk
  * too, so the claim holds whether the lease has expired or not, and no
  * clock is read. Else the usual claim under a live lease (the parked slots
  * bound it), the fallback's past it. */
-static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_state *s, uint32_t n,
-				    uint32_t id)
+static inline uint32_t global_claim(const struct resil_clock *clk, struct resil_bulkhead_state *s,
+				    uint32_t n, uint32_t id)
 {
 	/* pairs with resil_bulkhead_lease_set's release: the parking done
 	 * before it is seen (a slot parked since is refused by the CAS) */
@@ -658,7 +658,7 @@ static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_s
 	/* pairs with resil_bulkhead_lease_set's release: the parking done
 	 * for this lease is seen with it */
 	exp = (int64_t)ld_acquire(&s->lease_expiry_ns);
-	now = resil_clock_now_coarse(&x->clock);
+	now = resil_clock_now_coarse(clk);
 	if (RESIL_LIKELY(now < exp)) {
 		/* only below the share: slots above it drain (a call that
 		 * ends there frees a slot nobody takes; the daemon parks it) */
@@ -677,13 +677,13 @@ static inline uint32_t global_claim(struct resil_ctx *x, struct resil_bulkhead_s
 
 /* An acquire of any host- or global-scope bulkhead, in the stride sh. */
 static inline __attribute__((always_inline)) int
-acquire_sh(struct resil_ctx *x, const struct resil_bulkhead_conf *c, struct resil_bulkhead_state *s,
-	   struct resil_permit_priv *pm, uint32_t n, uint32_t sh)
+acquire_sh(struct resil_bulkhead_claimant *w, const struct resil_bulkhead_conf *c,
+	   struct resil_bulkhead_state *s, struct resil_permit_priv *pm, uint32_t n, uint32_t sh)
 {
-	uint32_t id = claim_id(x), limit = n, idx;
+	uint32_t id = w->id, limit = n, idx;
 
-	if (sh == SPREAD && RESIL_UNLIKELY(x->rec && x->rec->conf.scope == RESIL_SCOPE_GLOBAL)) {
-		idx = global_claim(x, s, n, id); /* fail-fast, no partition, spread: conf.c */
+	if (sh == SPREAD && RESIL_UNLIKELY(w->global)) {
+		idx = global_claim(w->clock, s, n, id); /* fail-fast, no partition, spread: conf.c */
 	} else if (RESIL_LIKELY(c->critical_bp == 0)) {
 		idx = scan_claim(s, n, n, id, sh);
 	} else {
@@ -697,15 +697,30 @@ acquire_sh(struct resil_ctx *x, const struct resil_bulkhead_conf *c, struct resi
 	}
 	if (RESIL_LIKELY(idx) || c->wait_ns <= 0)
 		return granted(pm, id, idx);
-	return bulkhead_wait(x, c, s, limit, id, pm);
+	return bulkhead_wait(w, c, s, limit, id, pm);
+}
+
+int resil_bulkhead_claim(struct resil_bulkhead_claimant *w, const struct resil_bulkhead_conf *c,
+			 void *st, struct resil_permit_priv *pm)
+{
+	if (RESIL_LIKELY(resil_bulkhead_spread(c)))
+		return acquire_sh(w, c, st, pm, resil_bulkhead_max_of(c), SPREAD);
+	return acquire_sh(w, c, st, pm, resil_bulkhead_max_of(c), PACKED);
 }
 
 int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			   struct resil_permit_priv *pm)
 {
-	if (RESIL_LIKELY(resil_bulkhead_spread(c)))
-		return acquire_sh(x, c, st, pm, resil_bulkhead_max_of(c), SPREAD);
-	return acquire_sh(x, c, st, pm, resil_bulkhead_max_of(c), PACKED);
+	struct resil_bulkhead_claimant w = {
+	    .id = claim_id(x),
+	    .global = x->rec && x->rec->conf.scope == RESIL_SCOPE_GLOBAL,
+	    .clock = &x->clock,
+	    .now = x->now,
+	};
+	int v = resil_bulkhead_claim(&w, c, st, pm);
+
+	x->now = w.now;
+	return v;
 }
 
 void resil_bulkhead_release(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
@@ -747,14 +762,14 @@ int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_b
 {
 	uint32_t id = claim_id(x), idx;
 
-	idx = global_claim(x, st, resil_bulkhead_max_of(c), id);
+	idx = global_claim(&x->clock, st, resil_bulkhead_max_of(c), id);
 	return granted(pm, id, idx);
 }
 
-int resil_bulkhead_acquire_scan_rest(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
-				     void *st, struct resil_permit_priv *pm)
+int resil_bulkhead_claim_walk(uint32_t id, const struct resil_bulkhead_conf *c, void *st,
+			      struct resil_permit_priv *pm)
 {
-	uint32_t n = resil_bulkhead_max_of(c), id = claim_id(x), *next = next_of(st), idx;
+	uint32_t n = resil_bulkhead_max_of(c), *next = next_of(st), idx;
 
 	idx = scan_walk_claim(st, n, n, id, scan_start(*next, n, id, SPREAD), next, SPREAD);
 	return granted(pm, id, idx);

@@ -237,6 +237,20 @@ void resil_bulkhead_carry(void *nst, const struct resil_bulkhead_conf *nc, const
 			  const struct resil_bulkhead_conf *oc, int64_t now);
 int resil_bulkhead_acquire(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			   struct resil_permit_priv *pm);
+/* What a bulkhead's claim reads of its decision, and all it reads of it
+ * (resil_bulkhead_acquire takes them from a whole context): who claims,
+ * whether the policy is of global scope, the clock a global bulkhead
+ * reads its lease by; now, the decision's reading (0: none), which a wait
+ * sets to 0 (time went by: the next reading must be fresh). */
+struct resil_bulkhead_claimant {
+	uint32_t id; /* resil_client_claim_id, never 0 */
+	bool global; /* policy.scope = global */
+	const struct resil_clock *clock;
+	int64_t now;
+};
+/* resil_bulkhead_acquire from those alone. */
+int resil_bulkhead_claim(struct resil_bulkhead_claimant *w, const struct resil_bulkhead_conf *c,
+			 void *st, struct resil_permit_priv *pm);
 /* The lean paths' acquires and releases below take a pool whose slots
  * are spread (resil_bulkhead_spread: the bind checks it); the others take
  * any (a lean bulkhead that waits, has a critical share or packed slots
@@ -251,16 +265,16 @@ int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_b
 /* A spread pool's host-scope claim of this thread's last slot (one load,
  * one CAS): its index (1-based); RESIL_BULKHEAD_LAST_FULL when it is taken
  * and the full hint says the pool is (a rejection, RESIL_REJECT_FULL);
- * else 0: resil_bulkhead_acquire_scan_rest decides (a walk). n =
+ * else 0: resil_bulkhead_claim_walk decides (a walk). n =
  * resil_bulkhead_max_of(c), which a caller may take once from the
  * read-only configuration; the release of such a permit with the same n:
  * resil_bulkhead_release_scan_n. */
 #define RESIL_BULKHEAD_LAST_FULL 0xffffffffu
 uint32_t resil_bulkhead_claim_last(void *st, uint32_t n, uint32_t id);
 /* resil_bulkhead_acquire_scan after resil_bulkhead_claim_last returned 0:
- * a walk. */
-int resil_bulkhead_acquire_scan_rest(struct resil_ctx *x, const struct resil_bulkhead_conf *c,
-				     void *st, struct resil_permit_priv *pm);
+ * a walk, by claim id (resil_client_claim_id, never 0). */
+int resil_bulkhead_claim_walk(uint32_t id, const struct resil_bulkhead_conf *c, void *st,
+			      struct resil_permit_priv *pm);
 /* A fail-fast bulkhead's release (no waiter to look for) with the n of
  * resil_bulkhead_claim_last. */
 void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_priv *pm);

@@ -35,7 +35,7 @@ static uint32_t branch_of(const resil_policy_t *p)
 	const struct resil_binding *b = atomic_load(&p->b);
 	int n = (b->bk_st != NULL) + (b->lim_st != NULL) + (b->bh_st != NULL);
 
-	if (b->general)
+	if (b->steps & RESIL_STEP_GENERAL)
 		return 0;
 	if (n > 1)
 		return 5;
