@@ -55,7 +55,7 @@ static inline uint32_t permit_held(const struct resil_rec *rec)
  * resil_binding): a policy of other components (a shedder, an adaptive
  * limit, a retry budget, a histogram, process scope, a breaker with a
  * slow-call rate, a limiter that reserves) is decided by
- * resil_policy_acquire/release with a whole context (general); any other
+ * resil_policy_acquire/release with a whole context (RESIL_STEP_GENERAL); any other
  * is decided by its breaker, its limiter and its bulkhead in that order,
  * each the component's own function, the cheapest way the binding names
  * (the way is in docs/internals/libresil.md, "The decision path").
