@@ -246,17 +246,15 @@ permit_start(struct resil_permit_priv *pm, const struct resil_req *req, uint32_t
 
 /* An admission that holds nothing but the counters' (and the breaker's
  * gen, 0: none): the permit started and made whole, no clock read. */
-static inline __attribute__((always_inline)) int admitted(struct resil *r,
-							  const struct resil_binding *b,
-							  const struct resil_req *req,
-							  struct resil_permit_priv *pm, uint32_t gen)
+static inline __attribute__((always_inline)) int
+admitted(struct resil *r, const struct resil_binding *b, const struct resil_req *req,
+	 struct resil_permit_priv *pm, uint32_t gen)
 {
 	permit_start(pm, req, gen);
 	pm->where = b->where;
 	pm->flags = b->held;
 	return checked(r, 0, RESIL_ADMIT);
 }
-
 
 /*
  * The general path: the whole context and resil_policy_acquire, from the
@@ -330,7 +328,8 @@ static __attribute__((noinline, flatten)) int acquire_open(resil_policy_t *p,
  * limiter's reading). */
 static RESIL_COLD __attribute__((noinline)) void limit_undo(struct resil *r,
 							    const struct resil_binding *b,
-							    struct resil_permit_priv *pm, int64_t now)
+							    struct resil_permit_priv *pm,
+							    int64_t now)
 {
 	struct resil_ctx x;
 

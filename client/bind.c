@@ -139,12 +139,13 @@ static void branches_of(struct resil_binding *b, const struct resil_map *m,
 	    (resil_has(rec, RESIL_C_BULKHEAD) && !b->bh_st))
 		b->steps = RESIL_STEP_GENERAL;
 	else
-		b->steps = (b->bk_st ? RESIL_STEP_BREAKER : 0) | (b->lim_st ? RESIL_STEP_LIMIT : 0) |
+		b->steps = (b->bk_st ? RESIL_STEP_BREAKER : 0) |
+			   (b->lim_st ? RESIL_STEP_LIMIT : 0) |
 			   (b->bh_st ? RESIL_STEP_BULKHEAD : 0);
 }
 
 const struct resil_binding resil_priv_unbound = {.held = RESIL_PERMIT_HELD,
-						     .steps = RESIL_STEP_GENERAL};
+						 .steps = RESIL_STEP_GENERAL};
 
 /* The handle's retired bindings whose grace is over become spares (a
  * FIFO: the one that rested longest is taken first); past

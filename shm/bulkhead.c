@@ -683,7 +683,8 @@ acquire_sh(struct resil_bulkhead_claimant *w, const struct resil_bulkhead_conf *
 	uint32_t id = w->id, limit = n, idx;
 
 	if (sh == SPREAD && RESIL_UNLIKELY(w->global)) {
-		idx = global_claim(w->clock, s, n, id); /* fail-fast, no partition, spread: conf.c */
+		idx =
+		    global_claim(w->clock, s, n, id); /* fail-fast, no partition, spread: conf.c */
 	} else if (RESIL_LIKELY(c->critical_bp == 0)) {
 		idx = scan_claim(s, n, n, id, sh);
 	} else {
