@@ -587,9 +587,10 @@ def report(outdir, path):
     w("Method: each case is a loop calibrated to about 40 ms per run, 7 runs; the figure is")
     w("the median ns/op with [min-max] of the runs. Instructions per operation come from")
     w("`valgrind --tool=callgrind` on a fixed count of iterations between two client")
-    w("requests (collection on, off), loop included; valgrind hides the vDSO, so a")
-    w("clock_gettime is not counted as what it costs natively (the decision clock's rdtsc")
-    w("path is). The policies are measured in " +
+    w("requests (collection on, off), loop included, with `RESIL_CLOCK=monotonic` as")
+    w("`tests/sh_callgrind_gate.sh` and `bench/instr_before.tsv` count them: the same")
+    w("path on every host kind (valgrind hides the vDSO, so a clock_gettime counts as its")
+    w("wrapper only; `bench/decision.md` has the counts with the TSC too). The policies are measured in " +
       ("resild's segments (`resil`), and again in an embedded segment of the process" +
        " (`per-process`, the same policy kept per process)." if daemon else
        "embedded segments (resild was not available for this run)."))

@@ -280,13 +280,15 @@ log "fleet_demo ${dargs[*]}"
 "$demo" "${dargs[@]}" >"$out/fleet_demo.txt"
 cat "$out/fleet_demo.txt" >&2
 
-# instructions per operation (embedded segments: the same code as resild's)
+# instructions per operation (embedded segments: the same code as resild's),
+# with RESIL_CLOCK=monotonic as tests/sh_callgrind_gate.sh and
+# bench/instr_before.tsv count them: the same path on every host kind
 if ((use_cg)) && command -v valgrind >/dev/null; then
 	cgargs=(--callgrind)
 	((smoke)) && cgargs+=(--smoke --only breaker.count100.acq_rel)
 	log "valgrind --tool=callgrind resil_bench ${cgargs[*]}"
-	valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out/cg.out" \
-		"$bench" "${cgargs[@]}" --out "$tmp/cg.tsv" 2>"$tmp/valgrind.log" ||
+	RESIL_CLOCK=monotonic valgrind --tool=callgrind --collect-atstart=no \
+		--callgrind-out-file="$out/cg.out" "$bench" "${cgargs[@]}" --out "$tmp/cg.tsv" 2>"$tmp/valgrind.log" ||
 		{ log "valgrind failed:"; tail -20 "$tmp/valgrind.log" >&2; }
 	# every dump names its case "group|name|iters|admitted" in its desc line
 	for f in "$out"/cg.out.*; do
@@ -308,8 +310,8 @@ if ((use_cg)) && command -v valgrind >/dev/null; then
 	# where the breaker's instructions go, per operation and function: a run
 	# of its own (callgrind_annotate attributes the later dumps of a run to
 	# main as a whole)
-	valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out/cg.out" \
-		"$bench" --callgrind --only resil/breaker.count100.acq_rel --out /dev/null \
+	RESIL_CLOCK=monotonic valgrind --tool=callgrind --collect-atstart=no \
+		--callgrind-out-file="$out/cg.out" "$bench" --callgrind --only resil/breaker.count100.acq_rel --out /dev/null \
 		2>>"$tmp/valgrind.log" || true
 	f=$(grep -l '^desc: Trigger: Client Request: resil|breaker.count100.acq_rel|' \
 		"$out"/cg.out.* 2>/dev/null | head -1 || true)
