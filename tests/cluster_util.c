@@ -412,3 +412,24 @@ long long test_budget_slice(bool grpc, long long max_milli, long long fleet, int
 		part = one;
 	return level + part < fleet ? level + part : fleet;
 }
+
+int test_cluster_retry_until(resil_policy_t *const *p, int n, int64_t end, int *allowed)
+{
+	resil_retry_t rt[n];
+	int total = 0;
+
+	for (int h = 0; h < n; h++)
+		resil_retry_begin(p[h], &rt[h], 0);
+	while (test_mono_ns() < end) {
+		for (int h = 0; h < n; h++) {
+			if (resil_retry_next(&rt[h], RESIL_ERR_TRANSIENT, 0) >= 0)
+				allowed[h]++;
+			else /* refused: the next call, failing too */
+				resil_retry_begin(p[h], &rt[h], 0);
+		}
+		usleep(1000);
+	}
+	for (int h = 0; h < n; h++)
+		total += allowed[h];
+	return total;
+}

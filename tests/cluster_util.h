@@ -98,4 +98,9 @@ long long test_budget_slice(bool grpc, long long max_milli, long long fleet, int
 int test_cluster_host(struct test_daemon *d, const char *url, const char *cname, int h,
 		      const char *const *more);
 
+/* Every one of n hosts' policies p[h] asks for a retry of a failing call
+ * about every millisecond until end (test_mono_ns), a refused one starting
+ * the next call; allowed[h] counts the retries host h got: their sum. */
+int test_cluster_retry_until(resil_policy_t *const *p, int n, int64_t end, int *allowed);
+
 #endif

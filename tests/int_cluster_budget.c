@@ -239,7 +239,6 @@ int main(void)
 	{
 		char akey[128];
 		resil_policy_t *p[HOSTS];
-		resil_retry_t rt[HOSTS];
 		int allowed[HOSTS] = {0}, total = 0;
 		int64_t end;
 
@@ -254,20 +253,8 @@ int main(void)
 				      tokens(2, "a") == 70000 / HOSTS),
 		      "each host spends a third of the fleet's 70 (%lld %lld %lld)", tokens(0, "a"),
 		      tokens(1, "a"), tokens(2, "a"));
-		for (int h = 0; h < HOSTS; h++)
-			resil_retry_begin(p[h], &rt[h], 0);
 		end = test_mono_ns() + 2 * RESIL_NS_PER_S;
-		while (test_mono_ns() < end) {
-			for (int h = 0; h < HOSTS; h++) {
-				if (resil_retry_next(&rt[h], RESIL_ERR_TRANSIENT, 0) >= 0)
-					allowed[h]++;
-				else /* refused: the next call, failing too */
-					resil_retry_begin(p[h], &rt[h], 0);
-			}
-			usleep(1000);
-		}
-		for (int h = 0; h < HOSTS; h++)
-			total += allowed[h];
+		total = test_cluster_retry_until(p, HOSTS, end, allowed);
 		printf("aws:70 (5 retries fleet-wide), every host retrying for 2 s: %d retries "
 		       "(A %d, B %d, C %d; bound 5 + %d), %lld tokens left in the fleet\n",
 		       total, allowed[0], allowed[1], allowed[2], HOSTS,

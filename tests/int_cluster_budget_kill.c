@@ -131,20 +131,8 @@ int main(void)
 	CHECK(until > test_mono_ns(), "C's slice has an end ahead (%lld ns)",
 	      (long long)(until - test_mono_ns()));
 
-	for (int h = 0; h < HOSTS; h++)
-		resil_retry_begin(p[h], &rt[h], 0);
 	end = until + 2 * RESIL_NS_PER_S;
-	while (test_mono_ns() < end) {
-		for (int h = 0; h < HOSTS; h++) {
-			if (resil_retry_next(&rt[h], RESIL_ERR_TRANSIENT, 0) >= 0)
-				allowed[h]++;
-			else /* refused: the next call, failing too */
-				resil_retry_begin(p[h], &rt[h], 0);
-		}
-		usleep(1000);
-	}
-	for (int h = 0; h < HOSTS; h++)
-		total += allowed[h];
+	total = test_cluster_retry_until(p, HOSTS, end, allowed);
 	printf("aws:700 (%d retries fleet-wide), C's daemon killed, every host retrying until 2 s "
 	       "past C's slice: %d retries (A %d, B %d, C %d; bound %d + %d), %lld tokens left "
 	       "in the fleet\n",

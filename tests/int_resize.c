@@ -33,7 +33,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,20 +67,8 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void write_file(const char *dir, const char *name, const char *fmt, ...)
-{
-	char path[PATH_MAX + 64];
-	va_list ap;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "w");
-	assert_non_null(f);
-	va_start(ap, fmt);
-	vfprintf(f, fmt, ap);
-	va_end(ap);
-	assert_int_equal(fclose(f), 0);
-}
+/* dir/name, written or the test fails */
+#define write_file(...) assert_int_equal(test_write_file(__VA_ARGS__), 0)
 
 static bool log_has(const char *what)
 {

@@ -30,7 +30,6 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,21 +195,8 @@ static void children_stop(void)
 		reap(&holders[i]);
 }
 
-static void write_file(const char *dir, const char *name, const char *fmt, ...)
-{
-	char path[PATH_MAX + 64];
-	va_list ap;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "w");
-	if (!f)
-		return;
-	va_start(ap, fmt);
-	vfprintf(f, fmt, ap);
-	va_end(ap);
-	fclose(f);
-}
+/* dir/name, written or the test fails */
+#define write_file(...) CHECK(test_write_file(__VA_ARGS__) == 0, "a configuration file written")
 
 /* A's settings: its cluster, and the state segment's size */
 static void a_settings(const char *cname, const char *state_size)

@@ -10,6 +10,7 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -860,6 +861,23 @@ size_t test_read_file(const char *path, char *buf, size_t len)
 		close(fd);
 	buf[n > 0 ? n : 0] = '\0';
 	return n > 0 ? (size_t)n : 0;
+}
+
+int test_write_file(const char *dir, const char *name, const char *fmt, ...)
+{
+	char path[PATH_MAX + 64];
+	va_list ap;
+	FILE *f;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	if (!f)
+		return -1;
+	va_start(ap, fmt);
+	r = vfprintf(f, fmt, ap);
+	va_end(ap);
+	return fclose(f) == 0 && r >= 0 ? 0 : -1;
 }
 
 pid_t test_watch_start(const struct test_daemon *d, char *out, size_t outlen)

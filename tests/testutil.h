@@ -197,6 +197,10 @@ pid_t test_watch_start(const struct test_daemon *d, char *out, size_t outlen);
  * empty string when it cannot be read): the bytes read. */
 size_t test_read_file(const char *path, char *buf, size_t len);
 
+/* dir/name written with printf's fmt: 0, or -1 when it cannot be. */
+int test_write_file(const char *dir, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Plain assertion that works in forked children too (exit 1 with where). */
 #define TEST_CHECK(cond)                                                                           \
 	do {                                                                                       \
