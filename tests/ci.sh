@@ -6,7 +6,7 @@
 #   asan   Debug at -O1 (ASan's own advice: the simulations run much
 #          faster than at -O0), ASan+UBSan; labels unit and integration
 #   tsan   TSan; label unit
-#   fuzz   clang, each libFuzzer target for RESIL_FUZZ_SECONDS (15 here)
+#   fuzz   clang, each libFuzzer target for RESIL_FUZZ_SECONDS (10 here)
 #
 # Each tree is built once, and only with what its pass runs (the
 # tests_LABEL targets of tests/CMakeLists.txt; the fuzzers alone in the
@@ -22,7 +22,8 @@
 #
 # usage: tests/ci.sh BUILD JOBS [cmake-args...] -- [ctest-args...]
 # RESIL_TEST_SANITIZE=0, RESIL_TEST_TSAN=0, RESIL_TEST_FUZZ=0 skip a pass;
-# RESIL_FUZZ_SECONDS sets each fuzzer's run (15).
+# RESIL_FUZZ_SECONDS sets each fuzzer's run (10: its corpus replayed, then a
+# smoke of new inputs; longer runs give it more).
 # The logs of the background builds are BUILD-*.build.log; a summary of
 # each pass's time and result ends the output.
 set -uo pipefail
@@ -105,7 +106,7 @@ rm -f "$asan.built" "$tsan.built" "$fuzz.built"
 	if fuzz_on; then
 		CC=clang CXX=clang++ configure "$fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 			-DRESIL_SANITIZE=ON -DRESIL_FUZZ=ON -DBUILD_TESTING=ON \
-			-DRESIL_FUZZ_SECONDS="${RESIL_FUZZ_SECONDS:-15}" &&
+			-DRESIL_FUZZ_SECONDS="${RESIL_FUZZ_SECONDS:-10}" &&
 			bg_build "$fuzz" fuzzers || echo 1 >"$fuzz.built"
 	fi
 ) &
