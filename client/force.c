@@ -117,27 +117,26 @@ static int embedded_force(struct resil *r, const char *name, int state, bool res
 	return resil_policy_force(&x, rec, state);
 }
 
-RESIL_API int resil_force_state(resil_t *r, const char *name, int state)
+/* Force name's breaker to state, or reset it (state CLOSED, its window
+ * and counters cleared): in the segment in embedded mode, else through
+ * resild, whose answer the handle then follows. */
+static int force(resil_t *r, const char *name, int state, bool reset)
 {
-	const char *word = force_word(state);
 	int err;
 
-	resil_priv_clearerr();
-	if (!r || !resil_priv_valid_name(name) || !word)
-		return -EINVAL;
-	if (state == RESIL_STATE_OPEN)
-		state = RESIL_STATE_FORCED_OPEN;
 	fork_check(r);
 	pthread_mutex_lock(&r->lock);
 	if (r->embedded) {
-		err = embedded_force(r, name, state, false);
+		err = embedded_force(r, name, state, reset);
 	} else {
 		Resil__Request req = RESIL__REQUEST__INIT;
 		Resil__ForceState fs = RESIL__FORCE_STATE__INIT;
 
 		fs.name = (char *)name;
-		/* RESIL_STATE_* plus one: proto/resil.proto's BreakerState */
-		fs.target = (Resil__BreakerState)(state + 1);
+		if (reset)
+			fs.reset = true;
+		else /* RESIL_STATE_* plus one: proto/resil.proto's BreakerState */
+			fs.target = (Resil__BreakerState)(state + 1);
 		req.body_case = RESIL__REQUEST__BODY_FORCE;
 		req.force = &fs;
 		err = resil_priv_simple_request(r, &req, NULL);
@@ -148,31 +147,24 @@ RESIL_API int resil_force_state(resil_t *r, const char *name, int state)
 	return err < 0 ? err : 0;
 }
 
+RESIL_API int resil_force_state(resil_t *r, const char *name, int state)
+{
+	const char *word = force_word(state);
+
+	resil_priv_clearerr();
+	if (!r || !resil_priv_valid_name(name) || !word)
+		return -EINVAL;
+	if (state == RESIL_STATE_OPEN)
+		state = RESIL_STATE_FORCED_OPEN;
+	return force(r, name, state, false);
+}
+
 RESIL_API int resil_reset(resil_t *r, const char *name)
 {
-	int err;
-
 	resil_priv_clearerr();
 	if (!r || !resil_priv_valid_name(name))
 		return -EINVAL;
-	fork_check(r);
-	pthread_mutex_lock(&r->lock);
-	if (r->embedded) {
-		err = embedded_force(r, name, RESIL_STATE_CLOSED, true);
-	} else {
-		Resil__Request req = RESIL__REQUEST__INIT;
-		Resil__ForceState fs = RESIL__FORCE_STATE__INIT;
-
-		fs.name = (char *)name;
-		fs.reset = true;
-		req.body_case = RESIL__REQUEST__BODY_FORCE;
-		req.force = &fs;
-		err = resil_priv_simple_request(r, &req, NULL);
-		if (err == 0)
-			(void)resil_priv_follow(r);
-	}
-	pthread_mutex_unlock(&r->lock);
-	return err < 0 ? err : 0;
+	return force(r, name, RESIL_STATE_CLOSED, true);
 }
 
 RESIL_API int resil_policy_state(const resil_policy_t *p)
