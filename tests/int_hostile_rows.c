@@ -51,25 +51,6 @@ static gid_t g;
 static uid_t ua, uv;
 static resil_t *root;
 
-static void ticks(int n)
-{
-	for (int i = 0; i < n; i++) {
-		uint64_t b = ld_relaxed(&root->seg.st->daemon_beat_ns);
-
-		TEST_CHECK(TEST_EVENTUALLY(ld_relaxed(&root->seg.st->daemon_beat_ns) != b));
-	}
-}
-
-static int try_acquire(resil_policy_t *p)
-{
-	resil_permit_t pm;
-	int v = resil_acquire(p, &pm);
-
-	if (v == RESIL_ADMIT)
-		resil_release(p, &pm, RESIL_SUCCESS);
-	return v;
-}
-
 /* Plant every free row of r's table until stop is readable. pid1_st: pid
  * 1's start time as the planter sees it (0: plant only dead pids). */
 static void plant(resil_t *r, int stop, uint64_t pid1_st)
@@ -161,10 +142,10 @@ static void newcomers(void)
 		}
 		TEST_CHECK(read(pfd[0], &ch, 1) == 1);
 		TEST_CHECK(resil_policy(root, "rows8", &p) == 0);
-		TEST_CHECK(try_acquire(p) == RESIL_REJECT_FULL);
+		TEST_CHECK(test_try_acquire(p) == RESIL_REJECT_FULL);
 		kill(w, SIGKILL);
 		waitpid(w, NULL, 0);
-		TEST_CHECK(TEST_EVENTUALLY(try_acquire(p) == RESIL_ADMIT));
+		TEST_CHECK(TEST_EVENTUALLY(test_try_acquire(p) == RESIL_ADMIT));
 		close(pfd[0]);
 		close(pfd[1]);
 		printf("  a worker of uid %u killed holding 8 of 8 permits: back\n", (unsigned)uv);
@@ -188,7 +169,7 @@ static void case_planted(void)
 		plant(r, stop[0], start_time_of("1"));
 		_exit(0);
 	}
-	ticks(3);
+	test_ticks(root, 3);
 	newcomers();
 	TEST_CHECK(write(stop[1], "s", 1) == 1);
 	TEST_CHECK(test_wait_pid(a, 10000) == 0);
@@ -237,7 +218,7 @@ static int case_pidns(void)
 		}
 		TEST_CHECK(!"the planter in its namespace started");
 	}
-	ticks(3);
+	test_ticks(root, 3);
 	newcomers();
 	/* every planted row was found in the planter's namespace or in none:
 	 * none kept unidentified; those naming the planter itself (its pid 1
@@ -298,12 +279,12 @@ static void case_orphan(void)
 	TEST_CHECK(test_wait_pid(w, 10000) == 0);
 	TEST_CHECK(read(pfd[0], &ch, 1) == 1);
 	TEST_CHECK(resil_policy(root, "rows8", &p) == 0);
-	ticks(10);
-	TEST_CHECK(try_acquire(p) == RESIL_REJECT_FULL);
+	test_ticks(root, 10);
+	TEST_CHECK(test_try_acquire(p) == RESIL_REJECT_FULL);
 	printf("  the orphan holds its 8 permits over 10 ticks\n");
 	TEST_CHECK(write(done[1], "d", 1) == 1);
 	TEST_CHECK(read(pfd[0], &ch, 1) == 1 && ch == 'y');
-	TEST_CHECK(try_acquire(p) == RESIL_ADMIT);
+	TEST_CHECK(test_try_acquire(p) == RESIL_ADMIT);
 	printf("  and gives them back itself\n");
 }
 
@@ -332,7 +313,7 @@ static void case_wiped(void)
 		TEST_CHECK(write(pfd[1], "x", 1) == 1);
 		TEST_CHECK(read(done[0], &ch, 1) == 1);
 		/* decisions: the periodic check runs from them */
-		TEST_CHECK(TEST_EVENTUALLY(try_acquire(q) >= 0 && ld_relaxed(&r->row_claims) > 0));
+		TEST_CHECK(TEST_EVENTUALLY(test_try_acquire(q) >= 0 && ld_relaxed(&r->row_claims) > 0));
 		row = atomic_load(&r->cur->row);
 		TEST_CHECK(row >= 0);
 		TEST_CHECK(ld_relaxed(&resil_seg_client(&r->seg, (uint32_t)row)->owner) >> 32 ==
@@ -345,7 +326,7 @@ static void case_wiped(void)
 		}
 		TEST_CHECK(ld_relaxed(&resil_seg_client(&r->seg, (uint32_t)row)->owner) >> 32 ==
 			   (uint64_t)getpid());
-		TEST_CHECK(try_acquire(q) == RESIL_ADMIT);
+		TEST_CHECK(test_try_acquire(q) == RESIL_ADMIT);
 		resil_close(r);
 		_exit(0);
 	}

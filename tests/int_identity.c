@@ -47,26 +47,6 @@
 
 static bool skipped_pidns;
 
-/* Wait for n daemon ticks (its heartbeat in the state header changes). */
-static void ticks(resil_t *r, int n)
-{
-	for (int i = 0; i < n; i++) {
-		uint64_t b = atomic_load(&r->seg.st->daemon_beat_ns);
-
-		TEST_CHECK(TEST_EVENTUALLY(atomic_load(&r->seg.st->daemon_beat_ns) != b));
-	}
-}
-
-static int try_acquire(resil_policy_t *p)
-{
-	resil_permit_t pm;
-	int v = resil_acquire(p, &pm);
-
-	if (v == RESIL_ADMIT)
-		resil_release(p, &pm, RESIL_SUCCESS);
-	return v;
-}
-
 static void put_byte(int fd, char c)
 {
 	TEST_CHECK(write(fd, &c, 1) == 1);
@@ -139,12 +119,12 @@ static void test_pidns(void)
 		/* the namespace's client holds the one permit: for many ticks
 		 * (each scans the table), nobody else gets it */
 		for (int i = 0; i < 20; i++) {
-			TEST_CHECK(try_acquire(p) == RESIL_REJECT_FULL);
-			ticks(r, 1);
+			TEST_CHECK(test_try_acquire(p) == RESIL_REJECT_FULL);
+			test_ticks(r, 1);
 		}
 		put_byte(go[1], 'G');
 		TEST_CHECK(waitpid(a, &st, 0) == a && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-		TEST_CHECK(TEST_EVENTUALLY(try_acquire(p) == RESIL_ADMIT));
+		TEST_CHECK(TEST_EVENTUALLY(test_try_acquire(p) == RESIL_ADMIT));
 		printf("pidns: a client in another pid namespace kept its permit over 20 ticks\n");
 	}
 	resil_close(r);
@@ -240,7 +220,7 @@ static void test_child_and_planted(void)
 		_exit(0);
 	}
 	TEST_CHECK(get_byte(ready[0]) == 'H');
-	ticks(r, 10);
+	test_ticks(r, 10);
 	TEST_CHECK(rows_of_pid(r, (uint32_t)c) == 1);
 	put_byte(go[1], 'G');
 	TEST_CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -277,10 +257,10 @@ static void test_child_and_planted(void)
 		_exit(0);
 	}
 	TEST_CHECK(get_byte(ready[0]) == 'H');
-	TEST_CHECK(try_acquire(p) == RESIL_REJECT_FULL);
+	TEST_CHECK(test_try_acquire(p) == RESIL_REJECT_FULL);
 	kill(c, SIGKILL);
 	TEST_CHECK(waitpid(c, NULL, 0) == c);
-	TEST_CHECK(TEST_EVENTUALLY(try_acquire(p) == RESIL_ADMIT));
+	TEST_CHECK(TEST_EVENTUALLY(test_try_acquire(p) == RESIL_ADMIT));
 	printf("planted: a dead worker's 8 permits reclaimed, a newcomer admitted\n");
 	resil_close(r);
 	test_daemon_fini(&d);
@@ -327,11 +307,11 @@ static void test_stray(void)
 		}
 	TEST_CHECK(free_row != UINT32_MAX);
 	claim_all(r, "s8", free_row + 1);
-	TEST_CHECK(TEST_EVENTUALLY(try_acquire(p) == RESIL_ADMIT));
+	TEST_CHECK(TEST_EVENTUALLY(test_try_acquire(p) == RESIL_ADMIT));
 	printf("stray: 8 claims by an id naming no live row freed\n");
 
 	claim_all(r, "s8", 0xffffffffu);
-	TEST_CHECK(TEST_EVENTUALLY(try_acquire(p) == RESIL_ADMIT));
+	TEST_CHECK(TEST_EVENTUALLY(test_try_acquire(p) == RESIL_ADMIT));
 	printf("stray: 8 words of all ones freed\n");
 
 	holder = fork();
@@ -341,9 +321,9 @@ static void test_stray(void)
 		_exit(0);
 	}
 	claim_all(r, "s8", RESIL_CLIENT_PID_TAG | (uint32_t)holder);
-	TEST_CHECK(try_acquire(p) == RESIL_REJECT_FULL);
-	ticks(r, 3);
-	TEST_CHECK(try_acquire(p) == RESIL_REJECT_FULL); /* its process lives */
+	TEST_CHECK(test_try_acquire(p) == RESIL_REJECT_FULL);
+	test_ticks(r, 3);
+	TEST_CHECK(test_try_acquire(p) == RESIL_REJECT_FULL); /* its process lives */
 	{
 		const char *show[] = {RESILCTL_PATH, "--socket", d.sock, "show", "s8", NULL};
 		const char *reset[] = {RESILCTL_PATH, "--socket", d.sock, "reset", "s8", NULL};
@@ -357,12 +337,12 @@ static void test_stray(void)
 		TEST_CHECK(strstr(out, "without a row        8") != NULL);
 		TEST_CHECK(test_run(reset, NULL, out, sizeof(out)) == 0);
 	}
-	TEST_CHECK(try_acquire(p) == RESIL_ADMIT);
+	TEST_CHECK(test_try_acquire(p) == RESIL_ADMIT);
 	printf("stray: 8 claims of a live process without a row shown, freed by reset\n");
 	claim_all(r, "s8", RESIL_CLIENT_PID_TAG | (uint32_t)holder);
 	kill(holder, SIGKILL);
 	waitpid(holder, NULL, 0);
-	TEST_CHECK(TEST_EVENTUALLY(try_acquire(p) == RESIL_ADMIT));
+	TEST_CHECK(TEST_EVENTUALLY(test_try_acquire(p) == RESIL_ADMIT));
 	printf("stray: 8 claims of a process without a row freed once it is gone\n");
 	resil_close(r);
 	test_daemon_fini(&d);

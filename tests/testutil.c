@@ -852,6 +852,25 @@ bool test_hung_up(int fd)
 	return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
 }
 
+int test_try_acquire(resil_policy_t *p)
+{
+	resil_permit_t pm;
+	int v = resil_acquire(p, &pm);
+
+	if (v == RESIL_ADMIT)
+		resil_release(p, &pm, RESIL_SUCCESS);
+	return v;
+}
+
+void test_ticks(resil_t *r, int n)
+{
+	for (int i = 0; i < n; i++) {
+		uint64_t b = atomic_load(&r->seg.st->daemon_beat_ns);
+
+		TEST_CHECK(TEST_EVENTUALLY(atomic_load(&r->seg.st->daemon_beat_ns) != b));
+	}
+}
+
 size_t test_read_file(const char *path, char *buf, size_t len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -192,6 +192,15 @@ bool test_hung_up(int fd);
  * test_wait_pid. Fails the test when it cannot start. */
 pid_t test_watch_start(const struct test_daemon *d, char *out, size_t outlen);
 
+/* ---- decisions and ticks ---- */
+/* One acquire on p, its permit released at once as a success: what the
+ * acquire returned (RESIL_ADMIT or a refusal). */
+int test_try_acquire(resil_policy_t *p);
+
+/* Wait for n ticks of the daemon r is attached to (its heartbeat in the
+ * state header moves n times; each within TEST_EVENTUALLY's bound). */
+void test_ticks(resil_t *r, int n);
+
 /* ---- files ---- */
 /* Up to len - 1 bytes of the file at path into buf, NUL-terminated (an
  * empty string when it cannot be read): the bytes read. */
