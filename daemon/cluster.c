@@ -387,7 +387,7 @@ static void cl_one(struct resil_msink *k, const char *name, const char *help, en
 	k->sample(k, name, "", NULL, 0, v);
 }
 
-static void fallback_metrics(const struct resild_cluster *c, int tier, double share,
+static void fallback_metrics(const struct resild_cluster *c, int tier, double share, double kept,
 			     const char *name, const char *comp, struct resil_msink *k)
 {
 	struct resil_mlabel l[2] = {{"policy", name}, {"component", comp}};
@@ -395,6 +395,7 @@ static void fallback_metrics(const struct resild_cluster *c, int tier, double sh
 	k->sample(k, "resil_cluster_fallback_rejecting", "", l, 2,
 		  resil_mv_uint(tier == FB_NONE && c->fallback == RESILD_FALLBACK_SHARE));
 	k->sample(k, "resil_cluster_fallback_share", "", l, 2, resil_mv_real(share, 3));
+	k->sample(k, "resil_cluster_fallback_kept", "", l, 2, resil_mv_real(kept, 3));
 }
 
 void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
@@ -466,11 +467,17 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 		  RESIL_MT_COUNTER);
 	k->family(k, "resil_cluster_fallback_rejecting",
 		  "1 when the policy's clients would reject past their lease: no exchange with "
-		  "Redis, and no fleet size known (--cluster-hosts).",
+		  "Redis, and no fleet size known (--cluster-hosts) or nothing the fleet keeps "
+		  "for this host.",
 		  RESIL_MT_GAUGE);
 	k->family(k, "resil_cluster_fallback_share",
 		  "What the clients fall back on past their lease, per second (bulkhead: "
 		  "slots).",
+		  RESIL_MT_GAUGE);
+	k->family(k, "resil_cluster_fallback_kept",
+		  "What the fleet keeps for this host past --cluster-fallback-for without "
+		  "--cluster-hosts (rate / N per second, bulkhead: max / N slots), as its last "
+		  "answered report said; 0: its clients reject then.",
 		  RESIL_MT_GAUGE);
 	k->family(k, "resil_cluster_breaker_opens_total",
 		  "Fleet-wide opens that opened the breaker here.", RESIL_MT_COUNTER);
@@ -499,8 +506,8 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 		resild_cb_metrics(rec, &cs->cb, name, k);
 		if (resild_cbh_wants(rec)) {
 			resild_cbh_metrics(&cs->bh, name, now, k);
-			fallback_metrics(c, cs->bh.fb_tier, (double)cs->bh.fb_slots, name,
-					 "bulkhead", k);
+			fallback_metrics(c, cs->bh.fb_tier, (double)cs->bh.fb_slots,
+					 (double)cs->bh.kept, name, "bulkhead", k);
 		}
 		if (rec->conf.breaker.on) {
 			k->sample(k, "resil_cluster_breaker_opens_total", "", &l, 1,
@@ -523,7 +530,7 @@ void resild_cluster_metrics(struct resild *d, struct resil_msink *k)
 			  resil_mv_uint(cs->fallbacks));
 		k->sample(k, "resil_cluster_early_calls_total", "", &l, 1,
 			  resil_mv_uint(cs->early));
-		fallback_metrics(c, cs->fb_tier, cs->fb_share, name, "limit", k);
+		fallback_metrics(c, cs->fb_tier, cs->fb_share, cs->kept, name, "limit", k);
 	}
 }
 

@@ -156,6 +156,8 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 		cs->expiry_ns = a->expiry_ns;
 		cs->hosts = a->hosts;
 		cs->ok_ns = a->sent_ns;
+		/* what the fleet keeps now (cluster_priv.h, cl_slot.kept) */
+		cs->kept = a->base < cs->base ? a->base : cs->base;
 		st_relaxed(&st->fleet_hosts, a->hosts < RESILD_CLUSTER_HOSTS_MAX
 						 ? a->hosts
 						 : RESILD_CLUSTER_HOSTS_MAX);
@@ -166,7 +168,7 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 		known = 0;
 	if (known > *fleet_seen)
 		*fleet_seen = known;
-	cl_fallback_of(c, cs->ok_ns, known, now, &f);
+	cl_fallback_of(c, cs->ok_ns, known, cs->kept > 0, now, &f);
 	/* an interval before the fleet lets the share go, as the lease's
 	 * end: a call shorter than an interval, admitted before it, is over
 	 * before the slots are granted elsewhere */
@@ -177,6 +179,9 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 	    f.until_ns > cs->ok_ns + remember_ns(c) - c->interval_ns)
 		f.until_ns = cs->ok_ns + remember_ns(c) - c->interval_ns;
 	base = f.hosts ? max / f.hosts : 0;
+	/* without --cluster-hosts, never more than the fleet keeps */
+	if (!c->hosts_expected && base > cs->kept)
+		base = cs->kept;
 	switch (f.tier) {
 	case FB_LOCAL:
 		fb = max;
@@ -244,6 +249,10 @@ void resild_cbh_tick(struct resild_cluster *c, const struct resil_seg *s,
 	q->base = c->fallback == RESILD_FALLBACK_SHARE && cs->applied && !c->hosts_expected && known
 		      ? max / known
 		      : 0;
+	/* sent, it may run before the answer in hand is taken */
+	cs->base = q->base;
+	if (cs->kept > q->base)
+		cs->kept = q->base;
 	cs->demand = q->demand;
 	cs->peak = busy;
 }

@@ -45,6 +45,7 @@ struct resild_cbh_ans {
 	uint32_t hosts;
 	int64_t expiry_ns; /* local CLOCK_MONOTONIC */
 	int64_t sent_ns;   /* when its request left */
+	uint32_t base;	   /* the max / N that request carried */
 };
 
 /* What the loop keeps per policy. */
@@ -65,6 +66,9 @@ struct resild_cbh_slot {
 	int64_t ok_ns;	   /* the last answered request's send (0: none this run) */
 	int fb_tier;	   /* cluster_priv.h FB_* */
 	uint32_t fb_slots; /* the slots the fallback allows */
+	uint32_t base;	   /* the max / N of the last request filled */
+	uint32_t kept;	   /* the max / N Redis keeps for this host past the hold
+			    * (as cl_slot.kept) */
 };
 
 /* True when rec has a bulkhead the cluster leases. */

@@ -270,13 +270,17 @@ void cl_rtt_note(struct resild_cluster *c, int64_t rtt)
  *     hold_ns ahead, moved every tick): the clients of a daemon that died
  *     stop; without --cluster-hosts, never past ok_ns + remember_ns, as
  *     long as the script keeps the rate / N this host reported;
- *   - FB_NONE: reject (no fleet size known, or --cluster-fallback reject);
+ *     without --cluster-hosts only while the fleet keeps something for
+ *     this host (kept: an answered request of this run carried its
+ *     rate / N; the callers give no more than that);
+ *   - FB_NONE: reject (no fleet size known, nothing kept, or
+ *     --cluster-fallback reject);
  *   - FB_LOCAL: the whole rate (--cluster-fallback local).
  * Past the end the clients apply rate / N with --cluster-hosts (the
  * fleet holds that for every host it does not see), else nothing.
  */
-void cl_fallback_of(struct resild_cluster *c, int64_t ok_ns, uint32_t policy_hosts, int64_t now,
-		    struct cl_fallback *f)
+void cl_fallback_of(struct resild_cluster *c, int64_t ok_ns, uint32_t policy_hosts, bool kept,
+		    int64_t now, struct cl_fallback *f)
 {
 	memset(f, 0, sizeof(*f));
 	f->hosts = c->hosts_expected ? c->hosts_expected
@@ -296,7 +300,7 @@ void cl_fallback_of(struct resild_cluster *c, int64_t ok_ns, uint32_t policy_hos
 		f->until_ns = ok_ns + c->fallback_for_ns;
 		return;
 	}
-	f->tier = f->hosts ? FB_BASE : FB_NONE;
+	f->tier = f->hosts && (c->hosts_expected || kept) ? FB_BASE : FB_NONE;
 	f->until_ns = now + hold_ns(c);
 	/* without --cluster-hosts the fleet keeps rate / N for this host
 	 * only so long after its last report: no longer here either */
@@ -334,7 +338,13 @@ void cl_fallback_said(struct resild_cluster *c, const char *name, const char *wh
 {
 	if (f->tier == *said)
 		return;
-	if (f->tier == FB_NONE && c->fallback == RESILD_FALLBACK_SHARE)
+	if (f->tier == FB_NONE && c->fallback == RESILD_FALLBACK_SHARE && f->hosts)
+		log_error("cluster: policy %s: %s: no exchange with Redis %s and the fleet "
+			  "keeps nothing for this host (no answered report carried its / %u "
+			  "yet): its clients reject past their lease (give --cluster-hosts N "
+			  "for a share of the fleet's meanwhile)",
+			  name, what, ok_ns ? "for --cluster-fallback-for" : "yet", f->hosts);
+	else if (f->tier == FB_NONE && c->fallback == RESILD_FALLBACK_SHARE)
 		log_error("cluster: policy %s: %s: no exchange with Redis %s and no fleet size "
 			  "known: its clients reject past their lease (give --cluster-hosts N "
 			  "for a share of the fleet's meanwhile)",
@@ -455,6 +465,7 @@ void cl_tick_limit(struct tick_ctx *t, const struct resil_seg *s, const struct r
 	uint64_t v[RESIL_STAT__MAX], calls, known;
 	struct cl_fallback f;
 	int64_t fb, base;
+	double base_per_s;
 
 	/* every fresh answer is newer than the last (one exchange at a time);
 	 * its id may be lower after Redis lost its data */
@@ -470,6 +481,9 @@ void cl_tick_limit(struct tick_ctx *t, const struct resil_seg *s, const struct r
 		cs->expiry_ns = a->expiry_ns;
 		cs->hosts = a->hosts;
 		cs->ok_ns = a->sent_ns;
+		/* what the fleet keeps now: that request's rate / N, or a
+		 * later one's if less (it may have run already) */
+		cs->kept = a->base < cs->base ? a->base : cs->base;
 		st_relaxed(&lst->fleet_hosts, resil_min64(a->hosts, RESILD_CLUSTER_HOSTS_MAX));
 	}
 	known = ld_relaxed(&lst->fleet_hosts); /* any client's word: clamped */
@@ -477,8 +491,12 @@ void cl_tick_limit(struct tick_ctx *t, const struct resil_seg *s, const struct r
 		known = 0;
 	if (known > t->fleet_seen)
 		t->fleet_seen = (uint32_t)known;
-	cl_fallback_of(c, cs->ok_ns, (uint32_t)known, t->now, &f);
-	base = f.hosts ? interval_or_reject(rate / f.hosts) : RESIL_LIMIT_FALLBACK_REJECT;
+	cl_fallback_of(c, cs->ok_ns, (uint32_t)known, cs->kept > 0, t->now, &f);
+	base_per_s = f.hosts ? rate / f.hosts : 0.0;
+	/* without --cluster-hosts, never more than the fleet keeps */
+	if (!c->hosts_expected && base_per_s > cs->kept)
+		base_per_s = cs->kept;
+	base = interval_or_reject(base_per_s);
 	switch (f.tier) {
 	case FB_LOCAL:
 		fb = 0;
@@ -537,6 +555,10 @@ void cl_tick_limit(struct tick_ctx *t, const struct resil_seg *s, const struct r
 	q->base = c->fallback == RESILD_FALLBACK_SHARE && cs->applied && !c->hosts_expected && known
 		      ? rate / (double)known
 		      : 0.0;
+	/* sent, it may run before the answer in hand is taken */
+	cs->base = q->base;
+	if (cs->kept > q->base)
+		cs->kept = q->base;
 	/* an acknowledgement alone when it is the only reason to call */
 	q->ack = t->early && !t->grant;
 	if (t->early) {

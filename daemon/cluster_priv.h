@@ -73,6 +73,7 @@ struct xans {
 	double share;
 	int64_t expiry_ns; /* local CLOCK_MONOTONIC */
 	int64_t sent_ns;   /* when its request left (local CLOCK_MONOTONIC) */
+	double base;	   /* the rate / N that request carried (xreq.base) */
 	uint32_t hosts;
 	int tell;      /* LEASE_LUA's: 2 ask again soon, 1 acknowledge at once */
 	bool bk_fresh; /* a breaker answer */
@@ -125,6 +126,10 @@ struct cl_slot {
 			  * Redis holds this host's share until ok_ns + fallback_for */
 	int fb_tier;	 /* what the fallback is: FB_HELD, FB_BASE, FB_NONE */
 	double fb_share; /* its rate per second */
+	double base;	 /* the rate / N of the last request filled */
+	double kept;	 /* the rate / N Redis keeps for this host past the hold,
+			  * without --cluster-hosts: what its last answered
+			  * request carried, or less if a later one carried less */
 	bool in_lease;	 /* the last tick saw a live lease */
 	bool ranout_said; /* a lease's running out said, not every lease live since */
 	/* demand changes between posts (sampled every interval / SAMPLES) */
@@ -248,7 +253,8 @@ struct resild_cluster {
 
 /* What a host's fallback is (cl_slot.fb_tier, cluster.c "The fallback"). */
 enum {
-	FB_NONE = 0, /* reject: no fleet size known, --cluster-fallback reject */
+	FB_NONE = 0, /* reject: no fleet size known, nothing kept by the fleet
+		      * for this host, --cluster-fallback reject */
 	FB_HELD,     /* its last share, which Redis holds for it */
 	FB_BASE,     /* rate / the fleet's size */
 	FB_LOCAL,    /* --cluster-fallback local */
@@ -261,8 +267,8 @@ struct cl_fallback {
 	int64_t until_ns; /* the tier's end (0: none) */
 	bool after_base;  /* past it: rate / N (--cluster-hosts), else nothing */
 };
-void cl_fallback_of(struct resild_cluster *c, int64_t ok_ns, uint32_t policy_hosts, int64_t now,
-		    struct cl_fallback *f);
+void cl_fallback_of(struct resild_cluster *c, int64_t ok_ns, uint32_t policy_hosts, bool kept,
+		    int64_t now, struct cl_fallback *f);
 /* How long past its last report the fleet keeps rate / N for a silent
  * host that reported one (REMEMBER_HOLDS x --cluster-fallback-for). */
 #define REMEMBER_HOLDS 5

@@ -589,6 +589,7 @@ static void exchange(struct resild_cluster *c, bool early)
 				a.fresh = !q->ack; /* an acknowledgement grants nothing */
 				a.expiry_ns = t0 + lease_ns(c);
 				a.sent_ns = t0;
+				a.base = q->base;
 			} else {
 				bad = true;
 			}
@@ -616,6 +617,7 @@ static void exchange(struct resild_cluster *c, bool early)
 				 * an interval is over before the slots go elsewhere */
 				a.bh.expiry_ns = t0 + lease_ns(c) - c->interval_ns;
 				a.bh.sent_ns = t0;
+				a.bh.base = q->bh.base;
 			} else {
 				bad = true;
 			}
@@ -642,6 +644,7 @@ static void exchange(struct resild_cluster *c, bool early)
 			o->share = a.share;
 			o->expiry_ns = a.expiry_ns;
 			o->sent_ns = a.sent_ns;
+			o->base = a.base;
 			o->hosts = a.hosts;
 			o->tell = a.tell;
 		}
