@@ -28,7 +28,11 @@
  *    --cluster-fallback-for, its daemon alive: C runs on rate / 3, the
  *    fleet's size it learned, and the fleet keeps that for it (A and B
  *    lease only two thirds); the same bounds.
- * 6. Redis 200 ms away (a relay that delays every byte 100 ms each way):
+ * 6. C cut off right after its first answer, before any answered report
+ *    carried the rate / 3 it would fall back on: the fleet keeps nothing
+ *    for C, so past --cluster-fallback-for C falls back on nothing (its
+ *    log and metrics say so); the same bounds.
+ * 7. Redis 200 ms away (a relay that delays every byte 100 ms each way):
  *    the leases grow to cover the round trip, none runs out while the
  *    hosts are connected (resil_cluster_lease_expiries_connected_total),
  *    the fleet gets its rate, within the same bounds.
@@ -60,7 +64,7 @@
 #define HOLD_MS	  5
 #define HOLD_S	  3 /* --cluster-fallback-for */
 #define BUCKET_NS (100 * 1000 * 1000LL)
-#define NBUCKETS  600
+#define NBUCKETS  1200
 #define LCONF	  "policy.scope = global; limit.rate = 300/s; limit.burst = 10"
 #define BCONF	  "policy.scope = global; bulkhead.max = 9"
 
@@ -536,15 +540,22 @@ static void phase_cutoff(void)
 		workers_start(h);
 	}
 	url = NULL;
-	/* C cut once it holds its third (its reports carry the rate / 3
-	 * it would fall back on) */
+	/* C cut once it holds its third and the fleet keeps a third for it
+	 * (an answered report carried the rate / 3 and the 9 / 3 slots it
+	 * would fall back on: before that, C falls back on nothing) */
 	for (int h = 0; h < 3; h++)
-		CHECK(
-		    TEST_EVENTUALLY(leased(h) &&
-				    test_cluster_metric(&hd[h], "resil_cluster_share", "lim") >=
-					RATE / 3 * 0.9 &&
-				    test_cluster_metric(&hd[h], "resil_cluster_hosts", "lim") == 3),
-		    "host %c holds its third of the rate, three hosts seen", 'A' + h);
+		CHECK(TEST_EVENTUALLY(leased(h) &&
+				      test_cluster_metric(&hd[h], "resil_cluster_share", "lim") >=
+					  RATE / 3 * 0.9 &&
+				      test_cluster_metric(&hd[h], "resil_cluster_hosts", "lim") ==
+					  3 &&
+				      test_cluster_metric(&hd[h], "resil_cluster_fallback_kept",
+							  "policy=\"lim\"") >= RATE / 3 - 0.5 &&
+				      test_cluster_metric(&hd[h], "resil_cluster_fallback_kept",
+							  "policy=\"bh\"") == MAX / 3),
+		      "host %c holds its third of the rate, three hosts seen, the fleet keeps "
+		      "its third",
+		      'A' + h);
 	b0 = bucket_now();
 	kill(relay, SIGKILL);
 	waitpid(relay, NULL, 0);
@@ -566,6 +577,69 @@ static void phase_cutoff(void)
 	      "A and B lease only their two thirds while the fleet keeps C's (%u)",
 	      adm_span(0, bend - 10, bend) + adm_span(1, bend - 10, bend));
 	check_spans("a host cut off past --cluster-fallback-for, no --cluster-hosts", b0, bend, 3);
+}
+
+/* C's relay cut right after C's first answer: the request that carried
+ * the rate / 3 and 9 / 3 slots C would fall back on is still on its way
+ * (the relay holds every byte 300 ms each way), so the fleet keeps
+ * nothing for C. Past --cluster-fallback-for, C falls back on nothing:
+ * A and B take the whole rate and the whole bulkhead. */
+static void phase_cutoff_early(void)
+{
+	char sock[PATH_MAX + 32], u[PATH_MAX + 64];
+	double kept_lim, kept_bh;
+	int b0, b1, bend;
+	pid_t relay;
+
+	snprintf(sock, sizeof(sock), "%s/early.sock", rd.dir);
+	snprintf(u, sizeof(u), "unix:%s", sock);
+	relay = test_delay_proxy_start(sock, rd.sock, 300);
+	CHECK(relay > 0, "the relay starts");
+	if (relay <= 0)
+		return;
+	fleet_new("fe");
+	for (int h = 0; h < 2; h++) {
+		CHECK(host_start(h, pw_ok, NULL, NULL) == 0, "host %c starts", 'A' + h);
+		workers_start(h);
+	}
+	for (int h = 0; h < 2; h++)
+		CHECK(TEST_EVENTUALLY(leased(h)), "host %c holds both leases", 'A' + h);
+	url = u;
+	CHECK(host_start(2, pw_ok, NULL, NULL) == 0, "host C starts, 600 ms from Redis");
+	url = NULL;
+	workers_start(2);
+	CHECK(TEST_EVENTUALLY(test_cluster_metric(&hd[2], "resil_cluster_hosts", "lim") == 3),
+	      "C's first answer counts three hosts");
+	b0 = bucket_now();
+	kill(relay, SIGKILL);
+	waitpid(relay, NULL, 0);
+	kept_lim = test_cluster_metric(&hd[2], "resil_cluster_fallback_kept", "policy=\"lim\"");
+	kept_bh = test_cluster_metric(&hd[2], "resil_cluster_fallback_kept", "policy=\"bh\"");
+	printf("C cut off after its first answer: the fleet keeps %.1f/s and %.0f slots for it\n",
+	       kept_lim, kept_bh);
+	if (kept_lim == 0 && kept_bh == 0) {
+		CHECK(
+		    TEST_EVENTUALLY(test_cluster_metric(&hd[2], "resil_cluster_fallback_rejecting",
+							"policy=\"lim\"") == 1 &&
+				    test_cluster_metric(&hd[2], "resil_cluster_fallback_rejecting",
+							"policy=\"bh\"") == 1),
+		    "C, cut off before the fleet kept anything for it, falls back on nothing");
+		CHECK(TEST_EVENTUALLY(test_log_count(&hd[2], "the fleet keeps nothing for this "
+							     "host") >= 2),
+		      "C says so for both policies");
+		b1 = bucket_now();
+		sleep_ns(1000 * 1000 * 1000LL);
+		bend = bucket_now();
+		printf("then C %u, A + B %u in a second\n", adm_span(2, b1 + 1, bend),
+		       adm_span(0, b1 + 1, bend) + adm_span(1, b1 + 1, bend));
+		CHECK(adm_span(2, b1 + 1, bend) == 0, "C admits nothing (%u)",
+		      adm_span(2, b1 + 1, bend));
+	} else {
+		/* the answer outran the cut: C on what the fleet keeps */
+		sleep_ns((HOLD_S + 2) * 1000 * 1000 * 1000LL);
+		bend = bucket_now();
+	}
+	check_spans("a host cut off before the fleet kept its third", b0, bend, 3);
 }
 
 static void phase_strict(void)
@@ -646,6 +720,13 @@ int main(void)
 		resil_t *cl[HOSTS] = {0};
 
 		phase_cutoff();
+		workers_stop();
+		test_cluster_hosts_stop(hd, cl, 3);
+	}
+	if (!test_failures) {
+		resil_t *cl[HOSTS] = {0};
+
+		phase_cutoff_early();
 		workers_stop();
 		test_cluster_hosts_stop(hd, cl, 3);
 	}
