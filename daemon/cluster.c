@@ -286,6 +286,7 @@ static int tick_one(const struct resil_seg *s, uint32_t slot, const struct resil
 					  .fallback_for_ns = c->fallback_for_ns,
 					  .fallback = c->fallback,
 					  .hosts = t->hosts_known,
+					  .strict = c->hosts_expected > 0,
 					  .post = t->post};
 
 		resild_cb_tick(s, rec, &cs->cb, &a.cb, &q.cb, &e);

@@ -238,8 +238,10 @@ static int64_t one_of(const struct resil_retry_conf *bc)
 
 /*
  * The slice of a full bucket a host spends before its first answer: the
- * level plus the rest over the fleet's size it knows, at least one
- * retry's worth; only the level when it knows none.
+ * level plus the rest over the fleet's size, at least one retry's worth,
+ * with --cluster-hosts (the fleet keeps that part for every host it does
+ * not see); only the level (no retry) without it: a size remembered from
+ * the state is one the fleet keeps nothing for.
  */
 static int64_t detached_slice(const struct resil_retry_conf *bc, uint32_t hosts)
 {
@@ -305,7 +307,7 @@ static void budget_answer(const struct resil_rec *rec, void *st, struct resild_c
 
 /*
  * No answer to go by. Before the first: the slice of a full bucket over
- * the fleet's size, what clients did meanwhile reported on top (the
+ * the fleet's size (detached_slice), what clients did meanwhile reported on top (the
  * report out, if any, is given up: its answer would mirror over this
  * slice). Past the last slice's end with this daemon alive (share): the
  * clients go on with what is left of that slice and what successes
@@ -323,11 +325,11 @@ static void detach(const struct resil_retry_conf *bc, void *st, struct resild_cb
 	if (cs->started)
 		return;
 	v = resil_budget_tokens_milli(st, bc, e->now);
-	n = resil_budget_mirror_tokens(st, bc, detached_slice(bc, e->hosts), v, &was);
+	cs->slice_milli = detached_slice(bc, e->strict ? e->hosts : 0);
+	n = resil_budget_mirror_tokens(st, bc, cs->slice_milli, v, &was);
 	cs->base_milli = n - (was - v);
 	cs->started = true;
 	cs->inflight = false;
-	cs->slice_milli = detached_slice(bc, e->hosts);
 }
 
 void resild_cb_tick(const struct resil_seg *s, const struct resil_rec *rec,

@@ -94,6 +94,7 @@ struct resild_cb_env {
 	int64_t fallback_for_ns;
 	int fallback;	/* RESILD_FALLBACK_* */
 	uint32_t hosts; /* the fleet's size this host knows (0: none) */
+	bool strict;	/* it is --cluster-hosts: the fleet keeps a part for every host */
 	bool post;	/* fill the request */
 };
 
