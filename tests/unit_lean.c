@@ -3,7 +3,8 @@
  * unit_lean.c - the branches of libresil's one decision path (client/
  * acquire.c, release.c; docs/internals/libresil.md, "The decision path"):
  * a policy that is only a bulkhead (fail-fast, waiting, with a critical
- * share or of packed slots), a limiter (keyed or not), the counters, or a
+ * share, of packed slots or of global scope under every tier of resild's
+ * lease words), a limiter (keyed or not), the counters, or a
  * breaker without a slow-call rate, or two or three of a breaker, an
  * unkeyed GCRA and a fail-fast bulkhead, is decided by the binding's
  * branches on the same words and with the same counts as the general
@@ -650,6 +651,78 @@ static void test_lean_twin(void **state)
 	assert_int_equal(resil_set_clock(r, NULL, NULL), 0);
 }
 
+/* A global bulkhead's branch (acquire_bulkhead_own, the claimant's
+ * global word) decides as the general path does, through every tier the
+ * daemon's words give: no lease yet, a live lease of a share (the thread's
+ * sure slot first), the fallback past it and its after tier past the
+ * fallback's end. The twins get the same words at the same instants, as
+ * resild's tick writes them (cluster_bulkhead.c: the fallback's end, the
+ * parking, then the lease). */
+static void test_lean_bulkhead_global_twin(void **state)
+{
+	enum { MAX = 6 };
+	resil_permit_t pl[MAX], pg[MAX];
+	const struct resil_rec *rl, *rg;
+	void *st[2];
+	resil_policy_t *l, *g;
+	uint64_t seed = 0x5851f42d4c957f2dULL, leases = 0;
+	int n = 0;
+
+	(void)state;
+	assert_int_equal(resil_set_clock(r, manual, NULL), 0);
+	twin_define("policy.scope = global; bulkhead.max = 6", "gtl", "gtg", &l, &g, &rl, &rg);
+	st[0] = resil_comp_state(&r->seg, rl, RESIL_C_BULKHEAD);
+	st[1] = resil_comp_state(&r->seg, rg, RESIL_C_BULKHEAD);
+	for (int step = 0; step < 6000; step++) {
+		uint64_t z = resil_splitmix64(&seed);
+		uint32_t op = (uint32_t)(z % 10);
+
+		if (op < 4 && n < MAX) {
+			int vl = resil_acquire(l, &pl[n]), vg = resil_acquire(g, &pg[n]);
+
+			assert_int_equal(vl, vg);
+			assert_int_equal(branch_of(l), 1);
+			assert_int_equal(branch_of(g), 0);
+			n += vl == RESIL_ADMIT;
+		} else if (op < 7 && n > 0) {
+			twin_release(l, g, pl, pg, &n, z);
+		} else if (op < 9) {
+			manual_ns += (int64_t)((z >> 20) % 150) * 1000000LL;
+		} else {
+			uint32_t share = (uint32_t)((z >> 8) % (MAX + 1)),
+				 fb = (uint32_t)((z >> 12) % (MAX + 1)),
+				 after = (uint32_t)((z >> 16) % (fb + 1)), busy;
+			int64_t life = (int64_t)((z >> 24) % 300) * 1000000LL,
+				more = (int64_t)((z >> 36) % 300) * 1000000LL;
+
+			for (int t = 0; t < 2; t++) {
+				const struct resil_rec *rec = t ? rg : rl;
+
+				resil_bulkhead_fallback_end_set(st[t], manual_ns + life + more,
+								after);
+				resil_bulkhead_park(&rec->conf.bulkhead, st[t], MAX - share, &busy);
+				resil_bulkhead_lease_set(st[t], manual_ns + life, share, fb);
+			}
+			leases++;
+		}
+		/* the slots taken, parked ones included */
+		assert_int_equal(held(rl), held(rg));
+	}
+	twin_release_all(l, g, pl, pg, n);
+	for (int t = 0; t < 2; t++) {
+		uint32_t busy;
+
+		resil_bulkhead_park(&(t ? rg : rl)->conf.bulkhead, st[t], UINT32_MAX, &busy);
+		assert_int_equal(busy, 0); /* a count only: every call's slot is free */
+	}
+	for (enum resil_stat j = RESIL_STAT_SUCCESS; j < RESIL_STAT__MAX; j++)
+		assert_int_equal(count(rl, j), count(rg, j));
+	assert_true(leases > 0);
+	assert_true(count(rl, RESIL_STAT_SUCCESS) > 0);
+	assert_true(count(rl, RESIL_STAT_REJ_FULL) > 0);
+	assert_int_equal(resil_set_clock(r, NULL, NULL), 0);
+}
+
 /* A keyed limiter is lean too: keys apart, Retry-After per key, the
  * table's full answer and its eviction counted where the general path
  * counts them. */
@@ -1029,6 +1102,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lean_limit, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_stack, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_twin, open_emb, close_emb),
+	    cmocka_unit_test_setup_teardown(test_lean_bulkhead_global_twin, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_keyed, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_keyed_twin, open_emb, close_emb),
 	    cmocka_unit_test_setup_teardown(test_lean_breaker, open_emb, close_emb),
