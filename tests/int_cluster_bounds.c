@@ -425,17 +425,27 @@ static void phase_samehost(void)
 	check_spans("two daemons under one host id", b0, bend, 3);
 }
 
+/* A relay to Redis that holds every byte delay_ms each way, listening at
+ * <name>.sock in Redis' directory; its URL into u. */
+static pid_t relay_start(const char *name, int delay_ms, char *u, size_t ulen)
+{
+	char sock[PATH_MAX + 32];
+	pid_t pid;
+
+	snprintf(sock, sizeof(sock), "%s/%s.sock", rd.dir, name);
+	snprintf(u, ulen, "unix:%s", sock);
+	pid = test_delay_proxy_start(sock, rd.sock, delay_ms);
+	CHECK(pid > 0, "the %s relay starts", name);
+	return pid;
+}
+
 static void phase_far(void)
 {
-	char sock[PATH_MAX + 32], u[PATH_MAX + 64];
+	char u[PATH_MAX + 64];
 	double exp0[3], exp1[3];
-	pid_t proxy;
+	pid_t proxy = relay_start("far", 100, u, sizeof(u));
 	int b0, bend;
 
-	snprintf(sock, sizeof(sock), "%s/far.sock", rd.dir);
-	snprintf(u, sizeof(u), "unix:%s", sock);
-	proxy = test_delay_proxy_start(sock, rd.sock, 100);
-	CHECK(proxy > 0, "the delay relay starts");
 	if (proxy <= 0)
 		return;
 	url = u;
@@ -523,14 +533,10 @@ static void phase_far(void)
  * the relay killed: C's daemon lives on, cut off. */
 static void phase_cutoff(void)
 {
-	char sock[PATH_MAX + 32], u[PATH_MAX + 64];
+	char u[PATH_MAX + 64];
+	pid_t relay = relay_start("cut", 0, u, sizeof(u));
 	int b0, bc, bend;
-	pid_t relay;
 
-	snprintf(sock, sizeof(sock), "%s/cut.sock", rd.dir);
-	snprintf(u, sizeof(u), "unix:%s", sock);
-	relay = test_delay_proxy_start(sock, rd.sock, 0);
-	CHECK(relay > 0, "the relay starts");
 	if (relay <= 0)
 		return;
 	fleet_new("fc");
@@ -586,15 +592,11 @@ static void phase_cutoff(void)
  * A and B take the whole rate and the whole bulkhead. */
 static void phase_cutoff_early(void)
 {
-	char sock[PATH_MAX + 32], u[PATH_MAX + 64];
+	char u[PATH_MAX + 64];
+	pid_t relay = relay_start("early", 300, u, sizeof(u));
 	double kept_lim, kept_bh;
 	int b0, b1, bend;
-	pid_t relay;
 
-	snprintf(sock, sizeof(sock), "%s/early.sock", rd.dir);
-	snprintf(u, sizeof(u), "unix:%s", sock);
-	relay = test_delay_proxy_start(sock, rd.sock, 300);
-	CHECK(relay > 0, "the relay starts");
 	if (relay <= 0)
 		return;
 	fleet_new("fe");
