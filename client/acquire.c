@@ -361,12 +361,16 @@ static __attribute__((noinline, flatten)) int acquire_bulkhead_own(struct resil 
 	};
 	int v;
 
+	count_acquired_out(b->cnt, 1);
 	if (walk)
 		v = resil_bulkhead_claim_walk(w.id, c, b->bh_st, pm);
 	else
 		v = resil_bulkhead_claim(&w, c, b->bh_st, pm);
-	if (RESIL_UNLIKELY(v) && b->lim_st)
-		limit_undo(r, b, pm, now);
+	if (RESIL_UNLIKELY(v)) {
+		resil_count_released(b->cnt, 1); /* ended without a slot */
+		if (b->lim_st)
+			limit_undo(r, b, pm, now);
+	}
 	return decided(r, b, pm, v, w.now);
 }
 
@@ -384,6 +388,7 @@ acquire_bulkhead(struct resil *r, const struct resil_binding *b, const struct re
 		 struct resil_permit_priv *pm, uint32_t gen, int64_t now, bool started)
 {
 	uint32_t n = b->bh_n, id, idx;
+	uint64_t off;
 
 	if (RESIL_UNLIKELY(!n)) {
 		if (!started)
@@ -391,7 +396,12 @@ acquire_bulkhead(struct resil *r, const struct resil_binding *b, const struct re
 		return acquire_bulkhead_own(r, b, pm, now, false);
 	}
 	id = ld_relaxed(&b->m->claim_id);
-	idx = resil_bulkhead_claim_last(b->bh_st, n, id);
+	/* a thread without a stripe of its own walks (acquire_bulkhead_own
+	 * takes it one) */
+	off = resil_count_stripe_off;
+	idx = RESIL_LIKELY(off)
+		  ? resil_bulkhead_claim_last(b->bh_st, n, id, resil_count_mine(b->cnt, off))
+		  : 0;
 	if (RESIL_UNLIKELY(idx - 1 >= n)) {
 		if (idx == 0 || started) {
 			if (!started)

@@ -310,12 +310,15 @@ static int reattach(struct resil *r)
 	n->older = old;
 	atomic_store_explicit(&n->row, -1, memory_order_relaxed);
 	st_relaxed(&n->claim_id, resil_client_claim_id(-1, r->pid));
+	n->counts_fd = -1;
 	/* our definitions first, so the handles re-resolve into them; one
 	 * that fails (the new daemon refuses) is that daemon's call: it is
 	 * decided in this process's own pair, if it has one */
 	for (struct resil_def *d = r->defs; d; d = d->next)
 		send_def(r, d);
 	resil_priv_claim_row(r, n, bound);
+	/* the new daemon's table, before a decision may claim there */
+	resil_priv_counts_open(r, n);
 	/* a test's way into this crash window (tests/int_pending.c): stop
 	 * here, to be killed */
 	if (RESIL_UNLIKELY(getenv("RESIL_TEST_STOP_IN_ATTACH") != NULL))
@@ -404,6 +407,7 @@ RESIL_COLD void resil_priv_check_slow(struct resil *r, int64_t now)
 	st_relaxed(&r->next_check_ns, (uint64_t)(now + RESIL_CHECK_NS));
 	(void)resil_priv_liveness(r, RESIL_PROBE_HOT_MS);
 	resil_priv_row_check(r);
+	resil_priv_counts_check(r);
 	pthread_mutex_unlock(&r->lock);
 }
 

@@ -239,6 +239,7 @@ static void bind(struct resil *r, struct resil_policy *p, struct resil_map *m, u
 		branches_of(b, m, rec);
 		b->where = permit_where(m, rec_index(m->seg, rec));
 		b->held = permit_held(rec);
+		b->cnt = count_base(m, rec->slot);
 		b->word = word;
 		/* release: a decision that loads b (acquire) sees it whole */
 		st_release(&p->b, b);
@@ -264,6 +265,10 @@ RESIL_API int resil_policy(resil_t *r, const char *name, resil_policy_t **ret)
 		return -ENOTCONN;
 	resil_priv_clearerr();
 	fork_check(r);
+	/* the calling thread's stripe of the count tables: the general
+	 * path's pools count in it (a thread that never takes one counts in
+	 * stripe 0, with atomic adds) */
+	resil_priv_stripe_first();
 	pthread_mutex_lock(&r->lock);
 	/* pending: a look at most once a second, briefly (never a wait) */
 	(void)resil_priv_liveness(r, r->pending_ok ? RESIL_PROBE_HOT_MS : resil_priv_timeout_ms());
@@ -360,7 +365,9 @@ RESIL_COLD const struct resil_rec *resil_priv_ctx_slow(resil_policy_t *p, struct
 		resil_priv_retired_slow(r);
 	rec = resolve(p, x, ret_m, err);
 	x->rec = rec;
-	if (rec)
+	if (rec) {
 		*where = permit_where(*ret_m, rec_index((*ret_m)->seg, rec));
+		x->counts = count_base(*ret_m, rec->slot);
+	}
 	return rec;
 }

@@ -7,6 +7,7 @@
 #ifndef RESIL_CLIENT_BINDING_H
 #define RESIL_CLIENT_BINDING_H
 
+#include "count_table.h"
 #include "internal.h"
 
 /* In a forked child, take this process's own identity first (r->lock must
@@ -105,6 +106,7 @@ static inline __attribute__((always_inline)) void fill_ctx(struct resil *r, stru
 	x->repairs = 0;
 	x->repair_word = 0;
 	x->resets = 0;
+	x->counts = NULL;
 }
 
 /* The whole context of a decision on binding b: its mapping, its record
@@ -116,6 +118,52 @@ binding_ctx(struct resil *r, const struct resil_binding *b, struct resil_ctx *x)
 	x->rec = b->rec;
 	x->bk_conf = &b->rec->conf.breaker;
 	x->bk_off = b->bk_off;
+	x->counts = b->cnt;
+}
+
+/*
+ * The count table (counts.c; shm/count_table.h): acquired before a pooled
+ * claim's CAS, released after a release's CAS (or its failure: resild
+ * freed the slot), in the thread's own stripe, one add; the general
+ * path counts in resil_policy_acquire and _release (x->counts). No call
+ * on the inlined paths (a call there would make every decision of the
+ * function save registers): a thread takes its stripe on a path of its
+ * own, its first claim (count_acquired_out: a thread's first claim in a
+ * pool is a walk). b->cnt: the policy's slot's block,
+ * resil_priv_counts_none for a mapping without a table.
+ */
+extern struct resil_count resil_priv_counts_none[RESIL_COUNT_STRIPES];
+void resil_priv_count_slow(struct resil_count *block, uint64_t n);
+/* The calling thread's stripe, taken at its first call (none may be
+ * free: it counts in stripe 0 then). */
+void resil_priv_stripe_first(void);
+
+/* resil_count_acquired where a call costs nothing more (a function of
+ * its own): a thread without a stripe takes one here. */
+static inline __attribute__((always_inline)) void count_acquired_out(struct resil_count *block,
+								     uint64_t n)
+{
+	if (RESIL_UNLIKELY(!resil_count_stripe_off)) {
+		resil_priv_count_slow(block, n);
+		return;
+	}
+	resil_count_acquired(block, n);
+}
+
+/* The block of policy slot `slot` in m's table; resil_priv_counts_none
+ * without a table. */
+static inline struct resil_count *count_base(const struct resil_map *m, uint32_t slot)
+{
+	if (!m->counts || slot >= m->counts_cap)
+		return resil_priv_counts_none;
+	return resil_count_at(m->counts, m->counts_cap, 0, slot);
+}
+
+/* The permit pools rec's acquire claims in (bulkhead, adaptive). */
+static inline uint32_t pools_of(const struct resil_rec *rec)
+{
+	return (uint32_t)resil_has(rec, RESIL_C_BULKHEAD) +
+	       (uint32_t)resil_has(rec, RESIL_C_ADAPTIVE);
 }
 
 #endif

@@ -25,6 +25,8 @@
 #include "resil.h"
 #include "policy.h"
 
+struct resil_count; /* shm/count_table.h */
+
 /* the generated protobuf-c messages (resil.pb-c.h) */
 struct Resil__Request;
 struct Resil__Response;
@@ -87,6 +89,9 @@ struct resil_binding {
 	uint32_t bh_n;	 /* a fail-fast bulkhead of spread slots and host scope: its
 			  * slot count (the thread's last slot first); 0: the
 			  * bulkhead's own acquire and release decide */
+	/* the count table's block of rec's slot (count_base, binding.h):
+	 * nobody's when the mapping has none */
+	struct resil_count *cnt;
 	uint32_t bk_off; /* the breaker's window offset (resil_breaker_win_off), any path */
 	/* the breaker's OPEN wait and streak bits (resil_breaker_lean_wait),
 	 * and its longest wait: the bound of a Retry-After (resil_breaker_wait_cap) */
@@ -148,6 +153,19 @@ struct resil_map {
 	 * decides on (pending.c); on r->locals, never on another's chain */
 	bool local;
 	struct resil_map *next_local; /* r->locals, under r->lock */
+	/* this process's count table for these segments (counts.c): mapped
+	 * read-write, counts_cap policy slots, its memfd kept to hand it
+	 * again; NULL and -1: none. Made before the mapping is published and
+	 * fixed for its life (a forked child maps private memory at the same
+	 * address). counts_*: for the connection (r->conn_gen), the row and
+	 * the daemon pid it was last handed, under r->lock */
+	void *counts;
+	uint64_t counts_size;
+	uint32_t counts_cap;
+	int counts_fd;
+	uint64_t counts_conn;
+	int counts_row;
+	uint32_t counts_daemon;
 };
 
 /* A {fn, ctx} pair published by resil_set_clock/_random, kept until
@@ -239,6 +257,8 @@ struct resil {
 
 	/* control connection state, under lock */
 	uint64_t req_id;    /* last request id sent */
+	uint64_t conn_gen;  /* connections opened (hello answered) */
+	int pass_fd;	    /* the descriptor the next request carries, -1: none */
 	uint32_t version;   /* protocol version the daemon chose */
 	uint32_t abi_major; /* what the daemon's hello said */
 	uint32_t abi_minor;
@@ -388,6 +408,21 @@ void resil_priv_define_unlock(struct resil_seg *s);
 int resil_priv_attach_try(struct resil *r);
 /* The definition of NAME this process remembers, NULL if none. */
 struct resil_def *resil_priv_def_find(struct resil *r, const char *name);
+
+/* Count tables (counts.c). Each under r->lock. */
+/* Make m's table (not in embedded mode, nor for a pair of our own) and
+ * hand it to resild, before m is published; a table not made or not
+ * taken leaves the process the rule of rows without one. */
+void resil_priv_counts_open(struct resil *r, struct resil_map *m);
+/* At the periodic check: hand the current mapping's table again if the
+ * connection, the row or the daemon's pid changed since it was handed. */
+void resil_priv_counts_check(struct resil *r);
+/* In a forked child: m's table is the parent's; count nowhere. */
+void resil_priv_counts_drop(struct resil_map *m);
+/* resil_close: unmap m's table. */
+void resil_priv_counts_close(struct resil_map *m);
+/* pthread_atfork child handler: the stripes of threads not in the child. */
+void resil_priv_counts_child(void);
 
 /* Per-thread generator state, reseeded in a forked child. */
 uint64_t resil_priv_random(void);

@@ -171,12 +171,32 @@ static int ctl_connect(const char *path, int64_t deadline)
 	return fd;
 }
 
-static int ctl_send(int fd, const Resil__Request *req, int64_t deadline)
+/* pass_fd: a descriptor the request carries (SCM_RIGHTS), -1: none. */
+static int ctl_send(int fd, const Resil__Request *req, int pass_fd, int64_t deadline)
 {
 	uint8_t buf[CTL_MSG_MAX];
 	size_t n = resil__request__get_packed_size(req);
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm;
+	struct iovec iov = {.iov_base = buf, .iov_len = n};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	ssize_t w;
 	int r;
+
+	if (pass_fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(&cm, 0, sizeof(cm));
+		mh.msg_control = cm.buf;
+		mh.msg_controllen = sizeof(cm.buf);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+	}
 
 	if (n > sizeof(buf)) {
 		resil_priv_seterr("request too large (%zu bytes, at most %d)", n, CTL_MSG_MAX);
@@ -184,7 +204,7 @@ static int ctl_send(int fd, const Resil__Request *req, int64_t deadline)
 	}
 	resil__request__pack(req, buf);
 	for (;;) {
-		w = send(fd, buf, n, MSG_NOSIGNAL);
+		w = sendmsg(fd, &mh, MSG_NOSIGNAL);
 		if (w == (ssize_t)n)
 			return 0;
 		if (w >= 0)
@@ -275,12 +295,12 @@ static int ctl_recv(int fd, Resil__Response **resp, int *fds, int *nfds, int64_t
 }
 
 /* Send req and wait for the Response with its id, skipping others. */
-static int ctl_roundtrip(int fd, Resil__Request *req, Resil__Response **resp, int *fds, int *nfds,
-			 int64_t deadline)
+static int ctl_roundtrip(int fd, Resil__Request *req, int pass_fd, Resil__Response **resp, int *fds,
+			 int *nfds, int64_t deadline)
 {
 	int room = nfds ? *nfds : 0, r;
 
-	r = ctl_send(fd, req, deadline);
+	r = ctl_send(fd, req, pass_fd, deadline);
 	if (r == -EPIPE || r == -ECONNRESET) {
 		/* closed before our request arrived: it may have said why */
 		Resil__Response *m = NULL;
@@ -345,7 +365,7 @@ again:
 	req.version = CTL_VERSION;
 	req.body_case = RESIL__REQUEST__BODY_HELLO;
 	req.hello = &hello;
-	ret = ctl_roundtrip(fd, &req, &resp, NULL, NULL, deadline);
+	ret = ctl_roundtrip(fd, &req, -1, &resp, NULL, NULL, deadline);
 	if (ret < 0) {
 		close(fd);
 		/* closed unanswered: a daemon that accepted us and stopped
@@ -384,6 +404,7 @@ again:
 	resil__response__free_unpacked(resp, NULL);
 	r->ctl_fd = fd;
 	r->ctl_pid = getpid();
+	r->conn_gen++;
 	return 0;
 fail:
 	resil__response__free_unpacked(resp, NULL);
@@ -416,7 +437,8 @@ int resil_priv_request(struct resil *r, struct Resil__Request *req, struct Resil
 		req->id = ++r->req_id;
 		req->version = r->version;
 		n = room;
-		ret = ctl_roundtrip(r->ctl_fd, req, &m, fds, nfds ? &n : NULL, deadline);
+		ret =
+		    ctl_roundtrip(r->ctl_fd, req, r->pass_fd, &m, fds, nfds ? &n : NULL, deadline);
 		if (ret == 0)
 			break;
 		ctl_drop(r);

@@ -121,6 +121,7 @@ static void atfork_child(void)
 	/* relaxed: read by this (single) thread of the child only */
 	faa_relaxed(&resil_priv_fork_gen, 1);
 	faa_relaxed(&resil_random_epoch, 1);
+	resil_priv_counts_child();
 	for (struct resil *r = open_list; r; r = r->next_open)
 		pthread_mutex_unlock(&r->lock);
 	pthread_mutex_unlock(&open_lock);
@@ -150,6 +151,9 @@ RESIL_COLD void resil_priv_after_fork(struct resil *r)
 			/* rows in older mappings are the parent's: this process
 			 * decides there unregistered (permits it still holds
 			 * from the parent's grants are the parent's too) */
+			/* the tables are the parent's */
+			for (struct resil_map *m = cur; m; m = m->older)
+				resil_priv_counts_drop(m);
 			for (struct resil_map *m = cur->older; m; m = m->older) {
 				atomic_store_explicit(&m->row, -1, memory_order_relaxed);
 				st_relaxed(&m->claim_id,
@@ -185,6 +189,8 @@ static struct resil *resil_alloc(void)
 		return NULL;
 	pthread_mutex_init(&r->lock, NULL);
 	r->ctl_fd = -1;
+	r->pass_fd = -1;
+	r->map0.counts_fd = -1;
 	atomic_store_explicit(&r->clock, &clock_default, memory_order_relaxed);
 	atomic_store_explicit(&r->random, &random_default, memory_order_relaxed);
 	r->seg.cfg_fd = -1;
@@ -318,6 +324,7 @@ static int open_conn(struct resil **ret, const char *socket_path, bool map, bool
 		r->mapped = true;
 		r->map0.tag = r->seg.cfg->epoch;
 		resil_priv_claim_row(r, &r->map0, bound);
+		resil_priv_counts_open(r, &r->map0);
 	}
 	if (err < 0) {
 		if (r->ctl_fd >= 0)
@@ -389,6 +396,7 @@ RESIL_API void resil_close(resil_t *r)
 		row = atomic_load_explicit(&m->row, memory_order_relaxed);
 		if (row >= 0 && ld_relaxed(&r->fork_gen) == ld_relaxed(&resil_priv_fork_gen))
 			resil_client_release(m->seg, (uint32_t)row);
+		resil_priv_counts_close(m);
 		resil_seg_unmap(m->seg);
 		if (m != &r->map0)
 			free(m);

@@ -58,6 +58,7 @@ release_old(struct resil *r, struct resil_map *m, const struct resil_rec *rec, u
 	}
 	fill_ctx(r, m, &x);
 	x.rec = &copy;
+	x.counts = count_base(m, copy.slot);
 	resil_policy_release(&x, &copy, pm, outcome);
 	pm->flags = 0;
 }
@@ -120,7 +121,8 @@ release_end(const struct resil_binding *b, struct resil_permit_priv *pm, int out
 			release_bulkhead(b, pm, outcome);
 			return;
 		}
-		resil_bulkhead_release_scan_n(b->bh_st, b->bh_n, pm);
+		if (resil_bulkhead_release_scan_n(b->bh_st, b->bh_n, pm))
+			resil_count_released(b->cnt, 1);
 	}
 	pm->flags = 0;
 	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
@@ -131,9 +133,13 @@ release_end(const struct resil_binding *b, struct resil_permit_priv *pm, int out
 static __attribute__((noinline, flatten)) void
 release_bulkhead(const struct resil_binding *b, struct resil_permit_priv *pm, int outcome)
 {
+	uint32_t held = pm->flags & RESIL_PERMIT_BULKHEAD;
+
 	resil_bulkhead_release(NULL, &b->rec->conf.bulkhead, b->bh_st, pm, outcome);
 	pm->flags = 0;
 	resil_stats_released(NULL, &b->rec->conf, b->stats_st, pm, outcome, -1);
+	if (held)
+		resil_count_released(b->cnt, 1);
 }
 
 /* The breaker's success recorded over a slot of its window that held

@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "bulkhead_priv.h"
+#include "count_table.h"
 
 #define seq_faa(p, v) atomic_fetch_add_explicit((p), (v), memory_order_seq_cst)
 #define seq_fas(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst)
@@ -776,27 +777,39 @@ int resil_bulkhead_claim_walk(uint32_t id, const struct resil_bulkhead_conf *c, 
 	return granted(pm, id, idx);
 }
 
-uint32_t resil_bulkhead_claim_last(void *st, uint32_t n, uint32_t id)
+uint32_t resil_bulkhead_claim_last(void *st, uint32_t n, uint32_t id, struct resil_count *mine)
 {
-	uint32_t i = *next_of(st);
+	uint32_t i = *next_of(st), exp = 0;
+	ra32 *w;
 
 	/* i == 0 (no slot yet) wraps */
 	if (RESIL_UNLIKELY(i - 1 >= n))
 		return 0;
-	if (RESIL_LIKELY(try_slot(st, i - 1, id, SPREAD)))
-		return i; /* crash window B, as scan_claim's; the next claim starts here too */
+	w = scan_slot(st, i - 1, SPREAD);
+	if (RESIL_LIKELY(ld_relaxed(w) == 0)) {
+		/* counted before the CAS (acq_rel: the count is seen before
+		 * the slot), crash window: counted, no slot (resild frees
+		 * fewer, never more) */
+		resil_count_own_add(&mine->acquired, 1);
+		if (RESIL_LIKELY(cas_acq_rel(w, &exp, id)))
+			return i; /* crash window B, as scan_claim's; the next claim starts here too
+				   */
+		atomic_signal_fence(memory_order_seq_cst);
+		resil_count_own_add(&mine->released, 1); /* no slot after all */
+	}
 	/* scan_claim_rest's hint, so that a saturated pool's rejection is
 	 * decided here too */
 	return hint_full(st, n, n) ? RESIL_BULKHEAD_LAST_FULL : 0;
 }
 
-void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_priv *pm)
+bool resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_priv *pm)
 {
 	if (!(pm->flags & RESIL_PERMIT_BULKHEAD))
-		return;
+		return false;
 	scan_free(st, n, NULL, pm->bulkhead_idx, pm->holder, false, SPREAD);
 	pm->bulkhead_idx = 0;
 	pm->flags &= ~RESIL_PERMIT_BULKHEAD;
+	return true;
 }
 
 void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,

@@ -265,19 +265,23 @@ int resil_bulkhead_acquire_scan_global(struct resil_ctx *x, const struct resil_b
 /* A spread pool's host-scope claim of this thread's last slot (one load,
  * one CAS): its index (1-based); RESIL_BULKHEAD_LAST_FULL when it is taken
  * and the full hint says the pool is (a rejection, RESIL_REJECT_FULL);
- * else 0: resil_bulkhead_claim_walk decides (a walk). n =
+ * else 0: resil_bulkhead_claim_walk decides (a walk). mine: the calling
+ * thread's own entry of the process's count table (count_table.h),
+ * counted acquired before the CAS, and released too when the CAS fails;
+ * nothing counted when no CAS was tried. n =
  * resil_bulkhead_max_of(c), which a caller may take once from the
  * read-only configuration; the release of such a permit with the same n:
  * resil_bulkhead_release_scan_n. */
 #define RESIL_BULKHEAD_LAST_FULL 0xffffffffu
-uint32_t resil_bulkhead_claim_last(void *st, uint32_t n, uint32_t id);
+struct resil_count;
+uint32_t resil_bulkhead_claim_last(void *st, uint32_t n, uint32_t id, struct resil_count *mine);
 /* resil_bulkhead_acquire_scan after resil_bulkhead_claim_last returned 0:
  * a walk, by claim id (resil_client_claim_id, never 0). */
 int resil_bulkhead_claim_walk(uint32_t id, const struct resil_bulkhead_conf *c, void *st,
 			      struct resil_permit_priv *pm);
 /* A fail-fast bulkhead's release (no waiter to look for) with the n of
- * resil_bulkhead_claim_last. */
-void resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_priv *pm);
+ * resil_bulkhead_claim_last; false: pm held no slot. */
+bool resil_bulkhead_release_scan_n(void *st, uint32_t n, struct resil_permit_priv *pm);
 void resil_bulkhead_undo(struct resil_ctx *x, const struct resil_bulkhead_conf *c, void *st,
 			 struct resil_permit_priv *pm);
 /* Any pool's release, waking a waiter when c has them; x is not read (a

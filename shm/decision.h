@@ -26,6 +26,8 @@
 #include "seg.h"
 
 /* What one process brings to a decision. */
+struct resil_count;
+
 struct resil_ctx {
 	const struct resil_seg *seg;
 	const struct resil_rec *rec; /* the policy being decided (slot, gen, name) */
@@ -50,6 +52,10 @@ struct resil_ctx {
 	uint32_t repair_word;
 	/* Component blocks found beyond repair and reset (adoption). */
 	uint32_t resets;
+	/* The deciding process's count table, rec's slot's block
+	 * (shm/count_table.h): resil_policy_acquire and _release count the
+	 * pools' claims and releases there; NULL: none (resild). */
+	struct resil_count *counts;
 };
 
 static inline void resil_repaired(struct resil_ctx *c, uint32_t word)

@@ -45,6 +45,7 @@
 #include "shed.h"
 #include "budget.h"
 #include "stats.h"
+#include "count_table.h"
 
 #ifdef RESIL_COMP_HOOKS
 /* A build whose table has rows with decision hooks (comp.h: acquired,
@@ -171,6 +172,29 @@ static uint64_t decision_base(const struct resil_ctx *c, const struct resil_rec 
 	return rec->proc_off + (uint64_t)row * rec->proc_stride;
 }
 
+/* A pool's claim in the deciding process's count table (c->counts,
+ * shm/count_table.h): acquired before the claim (pool_claiming), and
+ * released too when it ends without a slot (pool_claimed); each slot
+ * freed later, by a release or an undo, released (pool_released). */
+static inline void pool_claiming(struct resil_ctx *c)
+{
+	if (c->counts)
+		resil_count_acquired(c->counts, 1);
+}
+
+static inline int pool_claimed(struct resil_ctx *c, int v)
+{
+	if (v && c->counts)
+		resil_count_released(c->counts, 1);
+	return v;
+}
+
+static inline void pool_released(struct resil_ctx *c)
+{
+	if (c->counts)
+		resil_count_released(c->counts, 1);
+}
+
 /* The decision components of the block at base, which every caller has
  * zeroed: each component's init for a zeroed block where it has one. */
 static void init_decisions(const struct resil_seg *s, const struct resil_rec *rec, uint64_t base,
@@ -289,15 +313,18 @@ int resil_policy_acquire(struct resil_ctx *c, const struct resil_rec *rec,
 		if (v)
 			goto undo_shed;
 	}
+	/* the pools' claims, counted (pool_claimed) */
 	if (resil_has(rec, RESIL_C_BULKHEAD)) {
 		hst = blk(s, rec, base, RESIL_C_BULKHEAD);
-		v = resil_bulkhead_acquire(c, &cf->bulkhead, hst, pm);
+		pool_claiming(c);
+		v = pool_claimed(c, resil_bulkhead_acquire(c, &cf->bulkhead, hst, pm));
 		if (v)
 			goto undo_limit;
 	}
 	if (resil_has(rec, RESIL_C_ADAPTIVE)) {
 		ast = blk(s, rec, base, RESIL_C_ADAPTIVE);
-		v = resil_adaptive_acquire(c, &cf->adaptive, ast, pm);
+		pool_claiming(c);
+		v = pool_claimed(c, resil_adaptive_acquire(c, &cf->adaptive, ast, pm));
 		if (v)
 			goto undo_bulkhead;
 	}
@@ -314,11 +341,15 @@ int resil_policy_acquire(struct resil_ctx *c, const struct resil_rec *rec,
 	return 0;
 
 undo_adaptive:
-	if (ast)
+	if (ast) {
 		resil_adaptive_undo(c, &cf->adaptive, ast, pm);
+		pool_released(c);
+	}
 undo_bulkhead:
-	if (hst)
+	if (hst) {
 		resil_bulkhead_undo(c, &cf->bulkhead, hst, pm);
+		pool_released(c);
+	}
 undo_limit:
 	if (lst)
 		resil_limit_undo(c, &cf->limit, lst, pm);
@@ -347,12 +378,16 @@ void resil_policy_release(struct resil_ctx *c, const struct resil_rec *rec,
 	if (resil_has(rec, RESIL_C_BREAKER))
 		resil_breaker_release(c, &cf->breaker, blk(s, rec, base, RESIL_C_BREAKER), pm,
 				      outcome);
-	if (resil_has(rec, RESIL_C_ADAPTIVE))
+	if (pm->flags & RESIL_PERMIT_ADAPTIVE) {
 		resil_adaptive_release(c, &cf->adaptive, blk(s, rec, base, RESIL_C_ADAPTIVE), pm,
 				       outcome);
-	if (resil_has(rec, RESIL_C_BULKHEAD))
+		pool_released(c);
+	}
+	if (pm->flags & RESIL_PERMIT_BULKHEAD) {
 		resil_bulkhead_release(c, &cf->bulkhead, blk(s, rec, base, RESIL_C_BULKHEAD), pm,
 				       outcome);
+		pool_released(c);
+	}
 	if (resil_has(rec, RESIL_C_LIMIT))
 		resil_limit_release(c, &cf->limit, blk(s, rec, base, RESIL_C_LIMIT), pm, outcome);
 	if (resil_has(rec, RESIL_C_SHED))

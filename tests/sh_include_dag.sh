@@ -49,7 +49,7 @@ trap 'rm -rf "$tmp"' EXIT
 # layer  files of shm/
 layers='
 0 common.h common.c clock.c pcpu.h parse.h parse.c conf_types.h names.h names.c
-1 seg.h seg_priv.h seg.c seg_reuse.c seg_event.c decision.h comp.h count_table.h
+1 seg.h seg_priv.h seg.c seg_reuse.c seg_event.c decision.h comp.h count_table.h count_table.c
 2 stats.h stats.c breaker.h breaker.c breaker_conf.c breaker_priv.h breaker_probe.c breaker_maint.c
 2 limit.h limit.c limit_priv.h limit_keyed.c limit_maint.c limit_conf.c
 2 limit_global.h limit_global.c
