@@ -55,24 +55,6 @@ static void one_tick(resil_t *r)
 	}
 }
 
-static struct resil_pool pool_of(resil_t *r)
-{
-	const struct resil_rec *rec = test_rec_of(r, "forged");
-
-	return resil_bulkhead_pool(resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD));
-}
-
-/* Slots naming id. */
-static uint32_t naming(resil_t *r, uint32_t id)
-{
-	struct resil_pool p = pool_of(r);
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < p.n; i++)
-		n += atomic_load(&p.slots[(size_t)i << p.shift]) == id;
-	return n;
-}
-
 /* A CountTable request with fd (-1: none) on a connection of its own;
  * the reply's errno (0: taken). */
 static int hand_table(int fd)
@@ -191,18 +173,11 @@ static uint32_t victim_id;
 static void attack(void)
 {
 	resil_t *r = NULL;
-	struct resil_pool p;
 	uint32_t n = 0;
 
 	test_become(ua, g);
 	TEST_CHECK(resil_open(&r, d.sock) == 0);
-	p = pool_of(r);
-	for (uint32_t i = 0; i < p.n; i++) {
-		uint32_t exp = 0;
-
-		n +=
-		    atomic_compare_exchange_strong(&p.slots[(size_t)i << p.shift], &exp, victim_id);
-	}
+	n = test_pool_forge(test_pool_of(r, "forged", false), victim_id);
 	printf("attacker uid %u: the victim's id %u written into %u free slots\n",
 	       (unsigned)getuid(), victim_id, n);
 	resil_close(r);
@@ -217,33 +192,6 @@ static void as_attacker(void)
 	if (pid == 0)
 		attack();
 	TEST_CHECK(test_wait_pid(pid, 60000) == 0);
-}
-
-/* Permits root gets at once (out of MAX + 1 tries); all released. */
-static int admitted(resil_policy_t *p)
-{
-	resil_permit_t pm[MAX + 1];
-	int n = 0;
-
-	for (int i = 0; i <= MAX; i++)
-		n += resil_acquire(p, &pm[i]) == RESIL_ADMIT;
-	for (int i = 0; i <= MAX; i++)
-		resil_release(p, &pm[i], RESIL_SUCCESS);
-	return n;
-}
-
-static long long stat_of(resil_t *r, const char *name)
-{
-	Resil__Response *resp = NULL;
-	Resil__PolicyInfo *pi = test_policy_info(r, "forged", &resp);
-	long long v = -1;
-
-	TEST_CHECK(pi != NULL);
-	for (size_t i = 0; i < pi->n_stats; i++)
-		if (pi->stats[i]->name && !strcmp(pi->stats[i]->name, name))
-			v = (long long)pi->stats[i]->value;
-	resil__response__free_unpacked(resp, NULL);
-	return v;
 }
 
 int main(void)
@@ -288,18 +236,19 @@ int main(void)
 	close(to_victim[0]);
 	TEST_CHECK(read(to_parent[0], &id, sizeof(id)) == sizeof(id));
 	victim_id = id;
-	TEST_CHECK(naming(root, id) == 2);
+	TEST_CHECK(test_bulkhead_naming(root, "forged", id) == 2);
 
 	/* forged, then a tick */
 	as_attacker();
 	one_tick(root);
-	printf("after a tick: %u slots name the victim\n", naming(root, id));
-	TEST_CHECK(naming(root, id) == 2);
-	TEST_CHECK(admitted(p) == MAX - 2);
+	printf("after a tick: %u slots name the victim\n",
+	       test_bulkhead_naming(root, "forged", id));
+	TEST_CHECK(test_bulkhead_naming(root, "forged", id) == 2);
+	TEST_CHECK(test_admitted(p, MAX) == MAX - 2);
 	snprintf(held, sizeof(held), "held_row_%u_pid_%d", id - 1, (int)vp);
-	TEST_CHECK(stat_of(root, held) == 2);
+	TEST_CHECK(test_policy_stat(root, "forged", held) == 2);
 	snprintf(held, sizeof(held), "forged_row_%u", id - 1);
-	TEST_CHECK(stat_of(root, held) == -1);
+	TEST_CHECK(test_policy_stat(root, "forged", held) == -1);
 
 	/* forged, then root's reset */
 	as_attacker();
@@ -311,17 +260,19 @@ int main(void)
 	TEST_CHECK(resil_priv_request(root, &req, &resp, NULL, NULL) == 0);
 	pthread_mutex_unlock(&root->lock);
 	resil__response__free_unpacked(resp, NULL);
-	printf("after the reset: %u slots name the victim\n", naming(root, id));
-	TEST_CHECK(naming(root, id) == 2);
-	TEST_CHECK(admitted(p) == MAX - 2);
+	printf("after the reset: %u slots name the victim\n",
+	       test_bulkhead_naming(root, "forged", id));
+	TEST_CHECK(test_bulkhead_naming(root, "forged", id) == 2);
+	TEST_CHECK(test_admitted(p, MAX) == MAX - 2);
 
 	/* the victim releases: nothing of it stays */
 	TEST_CHECK(write(to_victim[1], &ch, 1) == 1);
 	TEST_CHECK(read(to_parent[0], &id, sizeof(id)) == sizeof(id));
 	one_tick(root);
-	printf("after the victim's release and a tick: %u slots name it\n", naming(root, id));
-	TEST_CHECK(naming(root, id) == 0);
-	TEST_CHECK(admitted(p) == MAX);
+	printf("after the victim's release and a tick: %u slots name it\n",
+	       test_bulkhead_naming(root, "forged", id));
+	TEST_CHECK(test_bulkhead_naming(root, "forged", id) == 0);
+	TEST_CHECK(test_admitted(p, MAX) == MAX);
 
 	close(to_victim[1]);
 	TEST_CHECK(test_wait_pid(vp, 60000) == 0);

@@ -52,24 +52,6 @@ static uid_t ua, uv;
 static int to_parent[2], to_victim[2];
 static uint32_t victim_id;
 
-static struct resil_pool pool_of(resil_t *r)
-{
-	const struct resil_rec *rec = test_rec_of(r, "forged");
-
-	return resil_bulkhead_pool(resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD));
-}
-
-/* Slots naming id, in the segments r maps. */
-static uint32_t naming(resil_t *r, uint32_t id)
-{
-	struct resil_pool p = pool_of(r);
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < p.n; i++)
-		n += atomic_load(&p.slots[(size_t)i << p.shift]) == id;
-	return n;
-}
-
 /* ---- the victim: a libresil client, told what to do over a pipe ---- */
 
 static resil_t *vr;
@@ -147,18 +129,11 @@ static uint32_t tell(char c)
 static void attack(void)
 {
 	resil_t *r = NULL;
-	struct resil_pool p;
 	uint32_t n = 0;
 
 	test_become(ua, g);
 	TEST_CHECK(resil_open(&r, d.sock) == 0);
-	p = pool_of(r);
-	for (uint32_t i = 0; i < p.n; i++) {
-		uint32_t exp = 0;
-
-		n +=
-		    atomic_compare_exchange_strong(&p.slots[(size_t)i << p.shift], &exp, victim_id);
-	}
+	n = test_pool_forge(test_pool_of(r, "forged", false), victim_id);
 	printf("attacker uid %u: the victim's id %u written into %u free slots\n",
 	       (unsigned)getuid(), victim_id, n);
 	resil_close(r);
@@ -173,49 +148,6 @@ static void as_attacker(void)
 	if (pid == 0)
 		attack();
 	TEST_CHECK(test_wait_pid(pid, 60000) == 0);
-}
-
-/* Permits root gets at once (out of MAX + 1 tries); all released. */
-static int admitted(resil_policy_t *p)
-{
-	resil_permit_t pm[MAX + 1];
-	int n = 0;
-
-	for (int i = 0; i <= MAX; i++)
-		n += resil_acquire(p, &pm[i]) == RESIL_ADMIT;
-	for (int i = 0; i <= MAX; i++)
-		resil_release(p, &pm[i], RESIL_SUCCESS);
-	return n;
-}
-
-static long long stat_of(resil_t *r, const char *name)
-{
-	Resil__Response *resp = NULL;
-	Resil__PolicyInfo *pi = test_policy_info(r, "forged", &resp);
-	long long v = -1;
-
-	TEST_CHECK(pi != NULL);
-	for (size_t i = 0; i < pi->n_stats; i++)
-		if (pi->stats[i]->name && !strcmp(pi->stats[i]->name, name))
-			v = (long long)pi->stats[i]->value;
-	resil__response__free_unpacked(resp, NULL);
-	return v;
-}
-
-static void reset(resil_t *root)
-{
-	Resil__Request req = RESIL__REQUEST__INIT;
-	Resil__ForceState f = RESIL__FORCE_STATE__INIT;
-	Resil__Response *resp = NULL;
-
-	f.name = "forged";
-	f.reset = true;
-	req.body_case = RESIL__REQUEST__BODY_FORCE;
-	req.force = &f;
-	pthread_mutex_lock(&root->lock);
-	TEST_CHECK(resil_priv_request(root, &req, &resp, NULL, NULL) == 0);
-	pthread_mutex_unlock(&root->lock);
-	resil__response__free_unpacked(resp, NULL);
 }
 
 static void root_open(resil_t **root, resil_policy_t **p, const char *conf)
@@ -262,29 +194,31 @@ int main(void)
 
 	/* forged, then ticks */
 	victim_id = tell('h');
-	TEST_CHECK(victim_id != 0 && naming(root, victim_id) == 2);
+	TEST_CHECK(victim_id != 0 && test_bulkhead_naming(root, "forged", victim_id) == 2);
 	as_attacker();
 	test_ticks(root, 2);
-	printf("after two ticks: %u slots name the victim\n", naming(root, victim_id));
-	TEST_CHECK(naming(root, victim_id) == 2);
-	TEST_CHECK(admitted(p) == MAX - 2);
+	printf("after two ticks: %u slots name the victim\n",
+	       test_bulkhead_naming(root, "forged", victim_id));
+	TEST_CHECK(test_bulkhead_naming(root, "forged", victim_id) == 2);
+	TEST_CHECK(test_admitted(p, MAX) == MAX - 2);
 	snprintf(name, sizeof(name), "held_row_%u_pid_%d", victim_id - 1, (int)vp);
-	TEST_CHECK(stat_of(root, name) == 2);
+	TEST_CHECK(test_policy_stat(root, "forged", name) == 2);
 	snprintf(name, sizeof(name), "forged_row_%u", victim_id - 1);
-	TEST_CHECK(stat_of(root, name) == -1);
+	TEST_CHECK(test_policy_stat(root, "forged", name) == -1);
 
 	/* forged, then root's reset */
 	as_attacker();
-	reset(root);
-	printf("after the reset: %u slots name the victim\n", naming(root, victim_id));
-	TEST_CHECK(naming(root, victim_id) == 2);
-	TEST_CHECK(admitted(p) == MAX - 2);
+	test_policy_reset(root, "forged");
+	printf("after the reset: %u slots name the victim\n",
+	       test_bulkhead_naming(root, "forged", victim_id));
+	TEST_CHECK(test_bulkhead_naming(root, "forged", victim_id) == 2);
+	TEST_CHECK(test_admitted(p, MAX) == MAX - 2);
 
 	/* the victim releases, and decides again */
 	TEST_CHECK(tell('r') == 1);
 	test_ticks(root, 1);
-	TEST_CHECK(naming(root, victim_id) == 0);
-	TEST_CHECK(admitted(p) == MAX);
+	TEST_CHECK(test_bulkhead_naming(root, "forged", victim_id) == 0);
+	TEST_CHECK(test_admitted(p, MAX) == MAX);
 
 	/* resild restarts with new segments: the victim hands the new one
 	 * its table */
@@ -297,28 +231,28 @@ int main(void)
 	root_open(&root, &p, "bulkhead.max = 8; bulkhead.wait = 1ms");
 	TEST_CHECK(tell('a') >= 1);
 	victim_id = tell('h');
-	TEST_CHECK(victim_id != 0 && naming(root, victim_id) == 2);
+	TEST_CHECK(victim_id != 0 && test_bulkhead_naming(root, "forged", victim_id) == 2);
 	as_attacker();
 	test_ticks(root, 2);
 	printf("after the restart and two ticks: %u slots name the victim\n",
-	       naming(root, victim_id));
-	TEST_CHECK(naming(root, victim_id) == 2);
-	TEST_CHECK(admitted(p) == MAX - 2);
+	       test_bulkhead_naming(root, "forged", victim_id));
+	TEST_CHECK(test_bulkhead_naming(root, "forged", victim_id) == 2);
+	TEST_CHECK(test_admitted(p, MAX) == MAX - 2);
 
 	/* the crash window: a claim counted, its CAS not made */
 	TEST_CHECK(write(to_victim[1], "k", 1) == 1);
 	TEST_CHECK(waitpid(vp, &st, WUNTRACED) == vp && WIFSTOPPED(st));
-	TEST_CHECK(naming(root, victim_id) == 2);
+	TEST_CHECK(test_bulkhead_naming(root, "forged", victim_id) == 2);
 	as_attacker();
 	test_ticks(root, 2);
 	printf("stopped between a count and its CAS, two ticks: %u slots name the victim\n",
-	       naming(root, victim_id));
-	TEST_CHECK(naming(root, victim_id) == 3);
-	TEST_CHECK(admitted(p) == MAX - 3);
+	       test_bulkhead_naming(root, "forged", victim_id));
+	TEST_CHECK(test_bulkhead_naming(root, "forged", victim_id) == 3);
+	TEST_CHECK(test_admitted(p, MAX) == MAX - 3);
 	kill(vp, SIGKILL);
 	TEST_CHECK(waitpid(vp, &st, 0) == vp && WIFSIGNALED(st));
-	TEST_CHECK(TEST_EVENTUALLY(naming(root, victim_id) == 0));
-	TEST_CHECK(admitted(p) == MAX);
+	TEST_CHECK(TEST_EVENTUALLY(test_bulkhead_naming(root, "forged", victim_id) == 0));
+	TEST_CHECK(test_admitted(p, MAX) == MAX);
 
 	close(to_victim[1]);
 	close(to_parent[0]);

@@ -45,22 +45,7 @@ static int to_parent[2], to_child[2];
 
 static struct resil_pool pool_of(resil_t *r, int k)
 {
-	const struct resil_rec *rec = test_rec_of(r, names[k]);
-
-	if (k == 2)
-		return resil_adaptive_pool(resil_comp_state(&r->seg, rec, RESIL_C_ADAPTIVE),
-					   &rec->conf.adaptive);
-	return resil_bulkhead_pool(resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD));
-}
-
-static uint32_t naming(resil_t *r, int k, uint32_t id)
-{
-	struct resil_pool p = pool_of(r, k);
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < p.n; i++)
-		n += atomic_load(&p.slots[(size_t)i << p.shift]) == id;
-	return n;
+	return test_pool_of(r, names[k], k == 2);
 }
 
 static void *worker(void *arg)
@@ -138,26 +123,18 @@ int main(void)
 	TEST_CHECK(read(to_parent[0], &id, sizeof(id)) == sizeof(id));
 	TEST_CHECK(id != 0);
 	for (int k = 0; k < NPOL; k++)
-		TEST_CHECK(naming(root, k, id) == THREADS);
+		TEST_CHECK(test_pool_naming(pool_of(root, k), id) == THREADS);
 
 	/* the client's id into every free slot of the three pools */
-	for (int k = 0; k < NPOL; k++) {
-		struct resil_pool p = pool_of(root, k);
-
-		for (uint32_t i = 0; i < p.n; i++) {
-			uint32_t exp = 0;
-
-			forged[k] += atomic_compare_exchange_strong(&p.slots[(size_t)i << p.shift],
-								    &exp, id);
-		}
-	}
+	for (int k = 0; k < NPOL; k++)
+		forged[k] = test_pool_forge(pool_of(root, k), id);
 	test_ticks(root, 2);
 	for (int k = 0; k < NPOL; k++) {
 		printf("%s: %u forged, after two ticks %u slots name the client (%d threads "
 		       "hold one each)\n",
-		       names[k], forged[k], naming(root, k, id), THREADS);
+		       names[k], forged[k], test_pool_naming(pool_of(root, k), id), THREADS);
 		TEST_CHECK(forged[k] > 0);
-		TEST_CHECK(naming(root, k, id) == THREADS);
+		TEST_CHECK(test_pool_naming(pool_of(root, k), id) == THREADS);
 	}
 
 	/* every permit back: none named after a tick */
@@ -165,7 +142,7 @@ int main(void)
 	TEST_CHECK(read(to_parent[0], &id, sizeof(id)) == sizeof(id));
 	test_ticks(root, 1);
 	for (int k = 0; k < NPOL; k++)
-		TEST_CHECK(naming(root, k, id) == 0);
+		TEST_CHECK(test_pool_naming(pool_of(root, k), id) == 0);
 	TEST_CHECK(write(to_child[1], "x", 1) == 1);
 	TEST_CHECK(test_wait_pid(pid, 60000) == 0);
 

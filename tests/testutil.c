@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "adaptive.h"
 #include "bulkhead.h"
 #include "limit.h"
 #include "stats.h"
@@ -704,6 +705,84 @@ const struct resil_rec *test_rec_of(resil_t *r, const char *name)
 	rec = resil_seg_rec_of(&r->seg, w);
 	TEST_CHECK(rec != NULL);
 	return rec;
+}
+
+struct resil_pool test_pool_of(resil_t *r, const char *name, bool adaptive)
+{
+	const struct resil_rec *rec = test_rec_of(r, name);
+
+	if (adaptive)
+		return resil_adaptive_pool(resil_comp_state(&r->seg, rec, RESIL_C_ADAPTIVE),
+					   &rec->conf.adaptive);
+	return resil_bulkhead_pool(resil_comp_state(&r->seg, rec, RESIL_C_BULKHEAD));
+}
+
+uint32_t test_pool_naming(struct resil_pool p, uint32_t id)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < p.n; i++)
+		n += atomic_load(&p.slots[(size_t)i << p.shift]) == id;
+	return n;
+}
+
+uint32_t test_bulkhead_naming(resil_t *r, const char *name, uint32_t id)
+{
+	return test_pool_naming(test_pool_of(r, name, false), id);
+}
+
+uint32_t test_pool_forge(struct resil_pool p, uint32_t id)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < p.n; i++) {
+		uint32_t exp = 0;
+
+		n += atomic_compare_exchange_strong(&p.slots[(size_t)i << p.shift], &exp, id);
+	}
+	return n;
+}
+
+int test_admitted(resil_policy_t *p, int max)
+{
+	resil_permit_t pm[max + 1];
+	int n = 0;
+
+	for (int i = 0; i <= max; i++)
+		n += resil_acquire(p, &pm[i]) == RESIL_ADMIT;
+	for (int i = 0; i <= max; i++)
+		resil_release(p, &pm[i], RESIL_SUCCESS);
+	return n;
+}
+
+long long test_policy_stat(resil_t *r, const char *name, const char *stat)
+{
+	Resil__Response *resp = NULL;
+	Resil__PolicyInfo *pi = test_policy_info(r, name, &resp);
+	long long v = -1;
+
+	TEST_CHECK(pi != NULL);
+	for (size_t i = 0; i < pi->n_stats; i++)
+		if (pi->stats[i]->name && !strcmp(pi->stats[i]->name, stat))
+			v = (long long)pi->stats[i]->value;
+	resil__response__free_unpacked(resp, NULL);
+	return v;
+}
+
+void test_policy_reset(resil_t *r, const char *name)
+{
+	Resil__Request req = RESIL__REQUEST__INIT;
+	Resil__ForceState f = RESIL__FORCE_STATE__INIT;
+	Resil__Response *resp = NULL;
+
+	f.name = (char *)name;
+	f.reset = true;
+	req.body_case = RESIL__REQUEST__BODY_FORCE;
+	req.force = &f;
+	pthread_mutex_lock(&r->lock);
+	TEST_CHECK(resil_priv_request(r, &req, &resp, NULL, NULL) == 0);
+	pthread_mutex_unlock(&r->lock);
+	resil__response__free_unpacked(resp, NULL);
 }
 
 uint32_t test_bulkhead_fill(void *st, uint32_t free_slots)

@@ -31,6 +31,8 @@
 #define TEST_EVENTUALLY_MS 10000
 
 /* ---- a resild of the test's own ---- */
+struct resil_pool;
+
 struct test_daemon {
 	pid_t pid;		/* 0 when not running */
 	char dir[PATH_MAX];	/* temporary directory (socket, config, logs) */
@@ -155,6 +157,22 @@ int test_deny_syscalls(void);
  * entry); fails the test when there is none. */
 struct resil_rec;
 const struct resil_rec *test_rec_of(resil_t *r, const char *name);
+
+/* ---- claims forged under an id (the count tables' tests) ---- */
+/* The permit pool of policy name's bulkhead (adaptive: its adaptive
+ * limit's) in the segments r maps. */
+struct resil_pool test_pool_of(resil_t *r, const char *name, bool adaptive);
+/* Slots of pool p naming id; of policy name's bulkhead. */
+uint32_t test_pool_naming(struct resil_pool p, uint32_t id);
+uint32_t test_bulkhead_naming(resil_t *r, const char *name, uint32_t id);
+/* id written into every free slot of p: how many. */
+uint32_t test_pool_forge(struct resil_pool p, uint32_t id);
+/* Permits p gives at once out of max + 1 tries, all released. */
+int test_admitted(resil_policy_t *p, int max);
+/* Policy name's stat called stat in `show` (-1: none). */
+long long test_policy_stat(resil_t *r, const char *name, const char *stat);
+/* An operator's `reset` of policy name, answered. */
+void test_policy_reset(resil_t *r, const char *name);
 
 /* A bulkhead state block (just initialised) whose slots from free_slots
  * on are claimed by TEST_BULKHEAD_FILLER: a live client that never lets
