@@ -50,13 +50,14 @@ struct resil_count {
  * writes it and resild only loads it, so a plain add (on x86-64 one
  * instruction), whose 8-byte aligned store is single-copy atomic. No
  * compiler barrier: a caller that needs one orders it (an atomic CAS
- * after it, or a fence before it). */
+ * after it, or a fence before it). x86-64 keeps stores in order after
+ * the release's CAS; elsewhere the store is a release one for that. */
 static inline __attribute__((always_inline)) void resil_count_own_add(ra64 *w, uint64_t n)
 {
 #if defined(__x86_64__)
 	__asm__ volatile("addq %1, %0" : "+m"(*(uint64_t *)w) : "er"(n));
 #else
-	st_relaxed(w, ld_relaxed(w) + n);
+	atomic_store_explicit(w, ld_relaxed(w) + n, memory_order_release);
 #endif
 }
 
