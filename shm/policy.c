@@ -32,6 +32,12 @@
  * a rate-limit token is simply spent (bounded error, no repair needed),
  * a bulkhead or adaptive permit is owned by the client's row and comes back
  * through resil_policy_reclaim when the daemon sees the process die.
+ *
+ * Count tables: a pool's claim and each slot freed are counted in the
+ * deciding process's own table (c->counts, count_table.h: written by that
+ * process only, read by resild), acquired before the claim and released
+ * after the free; killed between a count and its CAS, the process leaves
+ * acquired - released one too high (resild frees fewer, never more).
  */
 #include <errno.h>
 #include <string.h>
