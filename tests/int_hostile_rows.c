@@ -313,7 +313,8 @@ static void case_wiped(void)
 		TEST_CHECK(write(pfd[1], "x", 1) == 1);
 		TEST_CHECK(read(done[0], &ch, 1) == 1);
 		/* decisions: the periodic check runs from them */
-		TEST_CHECK(TEST_EVENTUALLY(test_try_acquire(q) >= 0 && ld_relaxed(&r->row_claims) > 0));
+		TEST_CHECK(
+		    TEST_EVENTUALLY(test_try_acquire(q) >= 0 && ld_relaxed(&r->row_claims) > 0));
 		row = atomic_load(&r->cur->row);
 		TEST_CHECK(row >= 0);
 		TEST_CHECK(ld_relaxed(&resil_seg_client(&r->seg, (uint32_t)row)->owner) >> 32 ==
