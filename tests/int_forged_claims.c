@@ -169,31 +169,6 @@ static void victim(void)
 
 static uint32_t victim_id;
 
-/* The attacker: the victim's id into every free slot. */
-static void attack(void)
-{
-	resil_t *r = NULL;
-	uint32_t n = 0;
-
-	test_become(ua, g);
-	TEST_CHECK(resil_open(&r, d.sock) == 0);
-	n = test_pool_forge(test_pool_of(r, "forged", false), victim_id);
-	printf("attacker uid %u: the victim's id %u written into %u free slots\n",
-	       (unsigned)getuid(), victim_id, n);
-	resil_close(r);
-	_exit(n == MAX - 2 ? 0 : 1);
-}
-
-static void as_attacker(void)
-{
-	pid_t pid = fork();
-
-	TEST_CHECK(pid >= 0);
-	if (pid == 0)
-		attack();
-	TEST_CHECK(test_wait_pid(pid, 60000) == 0);
-}
-
 int main(void)
 {
 	char gs[16], held[48];
@@ -239,7 +214,7 @@ int main(void)
 	TEST_CHECK(test_bulkhead_naming(root, "forged", id) == 2);
 
 	/* forged, then a tick */
-	as_attacker();
+	TEST_CHECK(test_forge_as(ua, g, d.sock, "forged", victim_id) == MAX - 2);
 	one_tick(root);
 	printf("after a tick: %u slots name the victim\n",
 	       test_bulkhead_naming(root, "forged", id));
@@ -251,7 +226,7 @@ int main(void)
 	TEST_CHECK(test_policy_stat(root, "forged", held) == -1);
 
 	/* forged, then root's reset */
-	as_attacker();
+	TEST_CHECK(test_forge_as(ua, g, d.sock, "forged", victim_id) == MAX - 2);
 	f.name = "forged";
 	f.reset = true;
 	req.body_case = RESIL__REQUEST__BODY_FORCE;

@@ -124,32 +124,6 @@ static uint32_t tell(char c)
 	return reply;
 }
 
-/* ---- the attacker: the victim's id into every free slot ---- */
-
-static void attack(void)
-{
-	resil_t *r = NULL;
-	uint32_t n = 0;
-
-	test_become(ua, g);
-	TEST_CHECK(resil_open(&r, d.sock) == 0);
-	n = test_pool_forge(test_pool_of(r, "forged", false), victim_id);
-	printf("attacker uid %u: the victim's id %u written into %u free slots\n",
-	       (unsigned)getuid(), victim_id, n);
-	resil_close(r);
-	_exit(n == MAX - 2 ? 0 : 1);
-}
-
-static void as_attacker(void)
-{
-	pid_t pid = fork();
-
-	TEST_CHECK(pid >= 0);
-	if (pid == 0)
-		attack();
-	TEST_CHECK(test_wait_pid(pid, 60000) == 0);
-}
-
 static void root_open(resil_t **root, resil_policy_t **p, const char *conf)
 {
 	TEST_CHECK(resil_open(root, d.sock) == 0);
@@ -195,7 +169,7 @@ int main(void)
 	/* forged, then ticks */
 	victim_id = tell('h');
 	TEST_CHECK(victim_id != 0 && test_bulkhead_naming(root, "forged", victim_id) == 2);
-	as_attacker();
+	TEST_CHECK(test_forge_as(ua, g, d.sock, "forged", victim_id) == MAX - 2);
 	test_ticks(root, 2);
 	printf("after two ticks: %u slots name the victim\n",
 	       test_bulkhead_naming(root, "forged", victim_id));
@@ -207,7 +181,7 @@ int main(void)
 	TEST_CHECK(test_policy_stat(root, "forged", name) == -1);
 
 	/* forged, then root's reset */
-	as_attacker();
+	TEST_CHECK(test_forge_as(ua, g, d.sock, "forged", victim_id) == MAX - 2);
 	test_policy_reset(root, "forged");
 	printf("after the reset: %u slots name the victim\n",
 	       test_bulkhead_naming(root, "forged", victim_id));
@@ -232,7 +206,7 @@ int main(void)
 	TEST_CHECK(tell('a') >= 1);
 	victim_id = tell('h');
 	TEST_CHECK(victim_id != 0 && test_bulkhead_naming(root, "forged", victim_id) == 2);
-	as_attacker();
+	TEST_CHECK(test_forge_as(ua, g, d.sock, "forged", victim_id) == MAX - 2);
 	test_ticks(root, 2);
 	printf("after the restart and two ticks: %u slots name the victim\n",
 	       test_bulkhead_naming(root, "forged", victim_id));
@@ -243,7 +217,7 @@ int main(void)
 	TEST_CHECK(write(to_victim[1], "k", 1) == 1);
 	TEST_CHECK(waitpid(vp, &st, WUNTRACED) == vp && WIFSTOPPED(st));
 	TEST_CHECK(test_bulkhead_naming(root, "forged", victim_id) == 2);
-	as_attacker();
+	TEST_CHECK(test_forge_as(ua, g, d.sock, "forged", victim_id) == MAX - 2);
 	test_ticks(root, 2);
 	printf("stopped between a count and its CAS, two ticks: %u slots name the victim\n",
 	       test_bulkhead_naming(root, "forged", victim_id));

@@ -743,6 +743,35 @@ uint32_t test_pool_forge(struct resil_pool p, uint32_t id)
 	return n;
 }
 
+uint32_t test_forge_as(uid_t uid, gid_t gid, const char *sock, const char *name, uint32_t id)
+{
+	uint32_t n = 0;
+	int fds[2];
+	pid_t pid;
+
+	TEST_CHECK(pipe(fds) == 0);
+	pid = fork();
+	TEST_CHECK(pid >= 0);
+	if (pid == 0) {
+		resil_t *r = NULL;
+
+		close(fds[0]);
+		test_become(uid, gid);
+		TEST_CHECK(resil_open(&r, sock) == 0);
+		n = test_pool_forge(test_pool_of(r, name, false), id);
+		printf("uid %u: id %u written into %u free slots of %s\n", (unsigned)getuid(), id,
+		       n, name);
+		TEST_CHECK(write(fds[1], &n, sizeof(n)) == sizeof(n));
+		resil_close(r);
+		_exit(0);
+	}
+	close(fds[1]);
+	TEST_CHECK(read(fds[0], &n, sizeof(n)) == sizeof(n));
+	close(fds[0]);
+	TEST_CHECK(test_wait_pid(pid, 60000) == 0);
+	return n;
+}
+
 int test_admitted(resil_policy_t *p, int max)
 {
 	resil_permit_t pm[max + 1];

@@ -167,6 +167,9 @@ uint32_t test_pool_naming(struct resil_pool p, uint32_t id);
 uint32_t test_bulkhead_naming(resil_t *r, const char *name, uint32_t id);
 /* id written into every free slot of p: how many. */
 uint32_t test_pool_forge(struct resil_pool p, uint32_t id);
+/* As uid (group gid), through the socket sock: id written into every
+ * free slot of policy name's bulkhead, in a child process; how many. */
+uint32_t test_forge_as(uid_t uid, gid_t gid, const char *sock, const char *name, uint32_t id);
 /* Permits p gives at once out of max + 1 tries, all released. */
 int test_admitted(resil_policy_t *p, int max);
 /* Policy name's stat called stat in `show` (-1: none). */
