@@ -707,6 +707,18 @@ const struct resil_rec *test_rec_of(resil_t *r, const char *name)
 	return rec;
 }
 
+uint32_t test_branch_of(const resil_policy_t *p)
+{
+	const struct resil_binding *b = atomic_load(&p->b);
+	int n = (b->bk_st != NULL) + (b->lim_st != NULL) + (b->bh_st != NULL);
+
+	if (b->steps & RESIL_STEP_GENERAL)
+		return 0;
+	if (n > 1)
+		return 5;
+	return b->bk_st ? 4 : b->bh_st ? 1 : b->lim_st ? 2 : 3;
+}
+
 struct resil_pool test_pool_of(resil_t *r, const char *name, bool adaptive)
 {
 	const struct resil_rec *rec = test_rec_of(r, name);

@@ -157,6 +157,10 @@ int test_deny_syscalls(void);
  * entry); fails the test when there is none. */
 struct resil_rec;
 const struct resil_rec *test_rec_of(resil_t *r, const char *name);
+/* What p's binding decides by (internal.h, struct resil_binding: the
+ * decision path's branches): 0 the general path; 3 the counters alone;
+ * 4 a breaker; 1 a bulkhead; 2 a limiter; 5 two or three of them. */
+uint32_t test_branch_of(const resil_policy_t *p);
 
 /* ---- claims forged under an id (the count tables' tests) ---- */
 /* The permit pool of policy name's bulkhead (adaptive: its adaptive

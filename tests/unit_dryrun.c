@@ -30,21 +30,6 @@
 #include "stats.h"
 #include "testutil.h"
 
-/* What the handle's binding decides by (internal.h, struct resil_binding:
- * the decision path's branches): 0 the general path; 3 the counters
- * alone; 4 a breaker; 1 a bulkhead; 2 a limiter; 5 two or three of them. */
-static uint32_t branch_of(const resil_policy_t *p)
-{
-	const struct resil_binding *b = atomic_load(&p->b);
-	int n = (b->bk_st != NULL) + (b->lim_st != NULL) + (b->bh_st != NULL);
-
-	if (b->steps & RESIL_STEP_GENERAL)
-		return 0;
-	if (n > 1)
-		return 5;
-	return b->bk_st ? 4 : b->bh_st ? 1 : b->lim_st ? 2 : 3;
-}
-
 #define MS 1000000LL
 #define S  1000000000LL
 
@@ -74,7 +59,7 @@ static void test_lean_unkeyed(void **state)
 	assert_int_equal(resil_policy(test_emb_r, "shadow", &p), 0);
 	for (int i = 0; i < 5; i++) {
 		admit(p, NULL);
-		assert_int_equal(branch_of(p), 2); /* bound lean: the path under test */
+		assert_int_equal(test_branch_of(p), 2); /* bound lean: the path under test */
 		assert_int_equal(atomic_load(&p->b)->lim_way, 1); /* GCRA: no context */
 	}
 	assert_int_equal(test_emb_limit("shadow").dry_run_rejects, 3);
@@ -90,7 +75,7 @@ static void test_lean_unkeyed(void **state)
 			 0);
 	assert_int_equal(resil_acquire(p, &pm), RESIL_REJECT_LIMITED);
 	assert_int_equal(resil_permit_wait_ns(&pm), 100 * MS);
-	assert_int_equal(branch_of(p), 2);
+	assert_int_equal(test_branch_of(p), 2);
 	assert_int_equal(atomic_load(&p->b)->lim_way, 1);
 	assert_int_equal(test_emb_stat("shadow", RESIL_STAT_REJ_LIMITED), 1);
 	assert_int_equal(test_emb_limit("shadow").dry_run_rejects, 3);
@@ -114,7 +99,7 @@ static void test_lean_keyed(void **state)
 			 0);
 	assert_int_equal(resil_policy(test_emb_r, "shadow-keys", &p), 0);
 	admit(p, "10.0.0.1"); /* admitted, holds the one place */
-	assert_int_equal(branch_of(p), 2);
+	assert_int_equal(test_branch_of(p), 2);
 	admit(p, "10.0.0.1"); /* limited for an hour: dry run */
 	admit(p, "10.0.0.2"); /* no room, the holder limited: dry run */
 	admit(p, "10.0.0.2");
@@ -138,7 +123,7 @@ static void test_wait(void **state)
 	assert_int_equal(resil_policy(test_emb_r, "shadow-wait", &p), 0);
 	for (int i = 0; i < 3; i++) {
 		admit(p, NULL);		      /* goes at once: would have waited 100, 200 ms */
-		assert_int_equal(branch_of(p), 0); /* a wait: the general path */
+		assert_int_equal(test_branch_of(p), 0); /* a wait: the general path */
 	}
 	assert_int_equal(test_emb_limit("shadow-wait").dry_run_rejects, 2);
 	assert_int_equal(test_emb_limit("shadow-wait").word, test_emb_ns + 100 * MS);

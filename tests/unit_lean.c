@@ -28,21 +28,6 @@
 #include "stats.h"
 #include "testutil.h"
 
-/* What the handle's binding decides by (internal.h, struct resil_binding:
- * the decision path's branches): 0 the general path; 3 the counters
- * alone; 4 a breaker; 1 a bulkhead; 2 a limiter; 5 two or three of them. */
-static uint32_t branch_of(const resil_policy_t *p)
-{
-	const struct resil_binding *b = atomic_load(&p->b);
-	int n = (b->bk_st != NULL) + (b->lim_st != NULL) + (b->bh_st != NULL);
-
-	if (b->steps & RESIL_STEP_GENERAL)
-		return 0;
-	if (n > 1)
-		return 5;
-	return b->bk_st ? 4 : b->bh_st ? 1 : b->lim_st ? 2 : 3;
-}
-
 static resil_t *r;
 
 static int open_emb(void **state)
@@ -91,7 +76,7 @@ static void test_lean_counts_as_general(void **state)
 	assert_int_equal(resil_define(r, "pool", "bulkhead.max = 2"), 0);
 	assert_int_equal(resil_policy(r, "pool", &p), 0);
 	rec = test_rec_of(r, "pool");
-	assert_int_equal(branch_of(p), 1); /* bound lean: the path under test */
+	assert_int_equal(test_branch_of(p), 1); /* bound lean: the path under test */
 
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	assert_int_equal(resil_acquire(p, &b), RESIL_ADMIT);
@@ -147,7 +132,7 @@ static void test_lean_only_when_alone(void **state)
 		assert_int_equal(resil_policy(r, "mixed", &p), 0);
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* binds */
 		resil_release(p, &a, RESIL_SUCCESS);
-		assert_int_equal(branch_of(p), 0);
+		assert_int_equal(test_branch_of(p), 0);
 	}
 }
 
@@ -165,14 +150,14 @@ static void test_lean_permit_outlives_rebind(void **state)
 	assert_int_equal(resil_policy(r, "dep", &p), 0);
 	lean_rec = test_rec_of(r, "dep");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 1);
+	assert_int_equal(test_branch_of(p), 1);
 
 	/* a shedder joins: a new record, a new block, bound general */
 	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2; shed.k = 2"), 0);
 	gen_rec = test_rec_of(r, "dep");
 	assert_ptr_not_equal(gen_rec, lean_rec);
 	assert_int_equal(resil_acquire(p, &g), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 0);
+	assert_int_equal(test_branch_of(p), 0);
 	assert_int_equal(held(gen_rec), 1);
 
 	resil_release(p, &a, RESIL_SUCCESS); /* the lean permit, by the general path */
@@ -184,7 +169,7 @@ static void test_lean_permit_outlives_rebind(void **state)
 	 * still goes back to its own block */
 	assert_int_equal(resil_define(r, "dep", "bulkhead.max = 2"), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 1);
+	assert_int_equal(test_branch_of(p), 1);
 	resil_release(p, &g, RESIL_FAILURE);
 	assert_int_equal(held(gen_rec), 0);
 	assert_int_equal(count(gen_rec, RESIL_STAT_FAILURE), 1);
@@ -211,7 +196,7 @@ static void test_lean_bulkhead_hint(void **state)
 	pool = resil_bulkhead_pool(st);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(resil_acquire(p, &a[i]), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 1);
+	assert_int_equal(test_branch_of(p), 1);
 	assert_int_equal(atomic_load(&p->b)->bh_n, 4);
 	assert_int_equal(resil_policy_may_wait(p), 0);
 	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL); /* a walk: sets the hint */
@@ -280,7 +265,7 @@ static void test_lean_bulkhead_wait(void **state)
 	(void)state;
 	st = bulkhead_policy("wpool", "bulkhead.max = 1; bulkhead.wait = 30s", &p, &rec);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 1);
+	assert_int_equal(test_branch_of(p), 1);
 	assert_int_equal(atomic_load(&p->b)->bh_n, 0); /* no slot count */
 	assert_int_equal(resil_policy_may_wait(p), 1); /* a binding's GIL goes */
 	w.p = p;
@@ -327,7 +312,7 @@ static void test_lean_bulkhead_packed(void **state)
 	st = bulkhead_policy("packed", "bulkhead.max = 1100", &p, &rec);
 	for (int i = 0; i < 1100; i++)
 		assert_int_equal(resil_acquire(p, &a[i]), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 1);
+	assert_int_equal(test_branch_of(p), 1);
 	assert_int_equal(atomic_load(&p->b)->bh_n, 0); /* no slot count */
 	assert_int_equal(resil_policy_may_wait(p), 0);
 	assert_int_equal(held(rec), 1100);
@@ -348,7 +333,7 @@ static void test_lean_bulkhead_packed(void **state)
 	gen_rec = test_rec_of(r, "packed");
 	assert_ptr_not_equal(gen_rec, rec);
 	assert_int_equal(resil_acquire(p, &x), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 0);
+	assert_int_equal(test_branch_of(p), 0);
 	resil_release(p, &a[1099], RESIL_SUCCESS);
 	assert_int_equal(held(rec), 0);
 	resil_release(p, &x, RESIL_SUCCESS);
@@ -367,7 +352,7 @@ static void test_lean_bulkhead_partition(void **state)
 	(void)state;
 	bulkhead_policy("part", "bulkhead.max = 2; bulkhead.critical = 50%", &p, &rec);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 1);
+	assert_int_equal(test_branch_of(p), 1);
 	assert_int_equal(atomic_load(&p->b)->bh_n, 0); /* no slot count */
 	assert_int_equal(resil_policy_may_wait(p), 0);
 	assert_int_equal(resil_acquire(p, &x), RESIL_REJECT_FULL); /* the reserve */
@@ -407,7 +392,7 @@ static void test_lean_limit(void **state)
 	assert_int_equal(resil_policy(r, "rate", &p), 0);
 	rec = test_rec_of(r, "rate");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 2);
+	assert_int_equal(test_branch_of(p), 2);
 	assert_int_equal(atomic_load(&p->b)->lim_way, 1); /* GCRA: no context */
 	resil_release(p, &a, RESIL_SUCCESS);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* the burst */
@@ -438,7 +423,7 @@ static void test_lean_limit(void **state)
 	/* reserving: the general path */
 	assert_int_equal(resil_define(r, "rate", "limit.rate = 10/s; limit.wait = 1s"), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 0);
+	assert_int_equal(test_branch_of(p), 0);
 	resil_release(p, &a, RESIL_SUCCESS);
 }
 
@@ -465,7 +450,7 @@ static void test_lean_stack(void **state)
 	rec = test_rec_of(r, "stk");
 	ls = resil_comp_state(&r->seg, rec, RESIL_C_LIMIT);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* token 1 */
-	assert_int_equal(branch_of(p), 5);
+	assert_int_equal(test_branch_of(p), 5);
 	assert_int_equal(resil_acquire(p, &b), RESIL_ADMIT); /* token 2 */
 	assert_int_equal(held(rec), 2);
 	assert_int_equal(resil_acquire(p, &c), RESIL_REJECT_FULL); /* token 3, given back */
@@ -624,7 +609,7 @@ static void test_lean_twin(void **state)
 				assert_int_equal(resil_permit_wait_ns(&pl[n]),
 						 resil_permit_wait_ns(&pg[n]));
 				if (step > 0)
-					assert_int_equal(branch_of(l), twin[k].lean);
+					assert_int_equal(test_branch_of(l), twin[k].lean);
 				n += vl == RESIL_ADMIT;
 			} else if (op < 6 && n > 0) {
 				twin_release(l, g, pl, pg, &n, z);
@@ -681,8 +666,8 @@ static void test_lean_bulkhead_global_twin(void **state)
 			int vl = resil_acquire(l, &pl[n]), vg = resil_acquire(g, &pg[n]);
 
 			assert_int_equal(vl, vg);
-			assert_int_equal(branch_of(l), 1);
-			assert_int_equal(branch_of(g), 0);
+			assert_int_equal(test_branch_of(l), 1);
+			assert_int_equal(test_branch_of(g), 0);
 			n += vl == RESIL_ADMIT;
 		} else if (op < 7 && n > 0) {
 			twin_release(l, g, pl, pg, &n, z);
@@ -738,7 +723,7 @@ static void test_lean_keyed(void **state)
 	assert_int_equal(resil_policy(r, "ip", &p), 0);
 	rec = test_rec_of(r, "ip");
 	assert_int_equal(resil_acquire_key(p, "10.0.0.1", 8, &a), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 2);
+	assert_int_equal(test_branch_of(p), 2);
 	/* keyed: no context for a key found in its first two buckets */
 	assert_int_equal(atomic_load(&p->b)->lim_way, 2);
 	resil_release(p, &a, RESIL_SUCCESS);
@@ -892,7 +877,7 @@ static void test_lean_breaker(void **state)
 		assert_int_equal(resil_policy(r, "lb", &p), 0);
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT); /* binds */
 		resil_release(p, &a, RESIL_SUCCESS);
-		assert_int_equal(branch_of(p), i == 0 ? 3 : 4);
+		assert_int_equal(test_branch_of(p), i == 0 ? 3 : 4);
 	}
 	/* slow-call rates stamp a time: general */
 	assert_int_equal(
@@ -900,7 +885,7 @@ static void test_lean_breaker(void **state)
 	assert_int_equal(resil_policy(r, "slow", &p), 0);
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	resil_release(p, &a, RESIL_SUCCESS);
-	assert_int_equal(branch_of(p), 0);
+	assert_int_equal(test_branch_of(p), 0);
 
 	assert_int_equal(resil_define(r, "cb", lean[1]), 0);
 	assert_int_equal(resil_policy(r, "cb", &p), 0);
@@ -909,7 +894,7 @@ static void test_lean_breaker(void **state)
 		assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 		resil_release(p, &a, RESIL_SUCCESS);
 	}
-	assert_int_equal(branch_of(p), 4);
+	assert_int_equal(test_branch_of(p), 4);
 	assert_int_equal(count(rec, RESIL_STAT_SUCCESS), 7);
 	/* 5 failures after 7 successes: 5 of the last 10 failed (50%) */
 	for (int i = 0; i < 5; i++) {
@@ -970,7 +955,7 @@ static void test_lean_open_wait(void **state)
 	assert_int_equal(resil_policy(r, "ow", &p), 0);
 	rec = test_rec_of(r, "ow");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
-	assert_int_equal(branch_of(p), 4);
+	assert_int_equal(test_branch_of(p), 4);
 	resil_release(p, &a, RESIL_FAILURE);
 	for (size_t i = 0; i < RESIL_ARRAY_SIZE(waits_ms); i++) {
 		int64_t opened = now_ns;
@@ -1006,7 +991,7 @@ static void test_lean_open_wait(void **state)
 	rec = test_rec_of(r, "short");
 	assert_int_equal(resil_acquire(p, &a), RESIL_ADMIT);
 	resil_release(p, &a, RESIL_FAILURE);
-	assert_int_equal(branch_of(p), 4);
+	assert_int_equal(test_branch_of(p), 4);
 	now_ns += 49 * ms;
 	assert_int_equal(resil_acquire(p, &a), RESIL_REJECT_OPEN);
 	assert_int_equal(count(rec, RESIL_STAT_REJ_OPEN), 1);
@@ -1065,7 +1050,7 @@ static void test_rebind_window_offset(void **state)
 			off = resil_breaker_win_off(&rec->conf.breaker);
 			/* the handle re-bound to the new record, its offset with it */
 			assert_int_equal(atomic_load(&p->b)->bk_off, off);
-			assert_int_equal(branch_of(p), kind[k]);
+			assert_int_equal(test_branch_of(p), kind[k]);
 			if (round)
 				assert_true((off & ~1u) > (off_before & ~1u));
 			off_before = off;
