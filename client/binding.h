@@ -159,11 +159,4 @@ static inline struct resil_count *count_base(const struct resil_map *m, uint32_t
 	return resil_count_at(m->counts, m->counts_cap, 0, slot);
 }
 
-/* The permit pools rec's acquire claims in (bulkhead, adaptive). */
-static inline uint32_t pools_of(const struct resil_rec *rec)
-{
-	return (uint32_t)resil_has(rec, RESIL_C_BULKHEAD) +
-	       (uint32_t)resil_has(rec, RESIL_C_ADAPTIVE);
-}
-
 #endif

@@ -159,7 +159,6 @@ static int table_make(struct resil_map *m)
 		return e;
 	}
 	m->counts = t;
-	m->counts_size = size;
 	m->counts_cap = cap;
 	m->counts_fd = fd;
 	return 0;
@@ -226,7 +225,7 @@ void resil_priv_counts_drop(struct resil_map *m)
 	 * Without memory for it (MAP_FIXED over a mapping fails for nothing
 	 * else) the child writes its parent's table: its stripe's counts may
 	 * be lost, as rare as a fork that fails for memory */
-	(void)mmap(m->counts, m->counts_size, PROT_READ | PROT_WRITE,
+	(void)mmap(m->counts, resil_count_table_size(m->counts_cap), PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 	if (m->counts_fd >= 0)
 		close(m->counts_fd);
@@ -237,7 +236,7 @@ void resil_priv_counts_close(struct resil_map *m)
 {
 	if (!m->counts)
 		return;
-	munmap(m->counts, m->counts_size);
+	munmap(m->counts, resil_count_table_size(m->counts_cap));
 	if (m->counts_fd >= 0)
 		close(m->counts_fd);
 	m->counts = NULL;

@@ -160,7 +160,6 @@ struct resil_map {
 	 * address). counts_*: for the connection (r->conn_gen), the row and
 	 * the daemon pid it was last handed, under r->lock */
 	void *counts;
-	uint64_t counts_size;
 	uint32_t counts_cap;
 	int counts_fd;
 	uint64_t counts_conn;
