@@ -338,17 +338,14 @@ void cl_fallback_said(struct resild_cluster *c, const char *name, const char *wh
 {
 	if (f->tier == *said)
 		return;
-	if (f->tier == FB_NONE && c->fallback == RESILD_FALLBACK_SHARE && f->hosts)
-		log_error("cluster: policy %s: %s: no exchange with Redis %s and the fleet "
-			  "keeps nothing for this host (no answered report carried its / %u "
-			  "yet): its clients reject past their lease (give --cluster-hosts N "
-			  "for a share of the fleet's meanwhile)",
-			  name, what, ok_ns ? "for --cluster-fallback-for" : "yet", f->hosts);
-	else if (f->tier == FB_NONE && c->fallback == RESILD_FALLBACK_SHARE)
-		log_error("cluster: policy %s: %s: no exchange with Redis %s and no fleet size "
-			  "known: its clients reject past their lease (give --cluster-hosts N "
-			  "for a share of the fleet's meanwhile)",
-			  name, what, ok_ns ? "for --cluster-fallback-for" : "yet");
+	if (f->tier == FB_NONE && c->fallback == RESILD_FALLBACK_SHARE)
+		log_error("cluster: policy %s: %s: no exchange with Redis %s and %s: its clients "
+			  "reject past their lease (give --cluster-hosts N for a share of the "
+			  "fleet's meanwhile)",
+			  name, what, ok_ns ? "for --cluster-fallback-for" : "yet",
+			  f->hosts ? "the fleet keeps nothing for this host (no answered report "
+				     "carried its share yet)"
+				   : "no fleet size known");
 	else if (f->tier == FB_BASE && *said == FB_HELD)
 		log_warning("cluster: policy %s: %s: out of touch with Redis for "
 			    "--cluster-fallback-for (%lld s): the fleet no longer holds this "
